@@ -1,0 +1,4 @@
+//! In-network AllReduce: gradient aggregation per the protocol spec
+//! (`shared/spec/gradient-protocol.md`).
+
+pub mod kernels;

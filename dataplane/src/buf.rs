@@ -1,0 +1,212 @@
+//! What the packet core needs from a packet buffer and from the I/O around it.
+//!
+//! The DPDK layer implements these traits with mbufs and per-port tx buffers; tests and fuzzing
+//! implement them with [`VecBuf`] and [`VecIo`]. The data path is generic over them, so the code
+//! that runs in the appliance is the code that the unit tests run.
+
+/// A single-segment frame buffer that the packet core can read, rewrite and resize.
+///
+/// Lengths are bytes. Growing at the front uses the buffer's headroom (DPDK:
+/// `rte_pktmbuf_prepend`), growing at the back its tailroom (`rte_pktmbuf_append`).
+pub trait PacketBuf {
+    /// The frame's bytes.
+    fn data(&self) -> &[u8];
+    /// The frame's bytes, writable.
+    fn data_mut(&mut self) -> &mut [u8];
+    /// Grows the frame by `len` bytes at the front; false (and nothing changed) without room.
+    fn prepend(&mut self, len: usize) -> bool;
+    /// Removes `len` bytes from the front; false (and nothing changed) if shorter.
+    fn adj(&mut self, len: usize) -> bool;
+    /// Grows the frame by `len` bytes (unspecified content) at the back; false without room.
+    fn append(&mut self, len: usize) -> bool;
+    /// Removes `len` bytes from the back; false (and nothing changed) if shorter.
+    fn trim(&mut self, len: usize) -> bool;
+    /// Capture time in microseconds since the Unix epoch, when the port provides one (net_pcap
+    /// stamps each record's capture time in the mbuf's rx-timestamp dynamic field).
+    fn rx_timestamp_us(&self) -> Option<u64>;
+    /// True when the frame spans more than one segment: the packet core handles only
+    /// contiguous frames and drops the others with a reason.
+    fn is_segmented(&self) -> bool {
+        false
+    }
+
+    /// Sets the frame to exactly `len` bytes by appending or trimming at the back.
+    fn set_len(&mut self, len: usize) -> bool {
+        let cur = self.data().len();
+        if len >= cur {
+            self.append(len - cur)
+        } else {
+            self.trim(cur - len)
+        }
+    }
+}
+
+/// Allocation of new frames and transmission, as seen from one worker.
+pub trait PacketIo {
+    /// The buffer type (an mbuf in the appliance).
+    type Buf: PacketBuf;
+    /// A new empty frame (length 0, default headroom), or `None` when the pool is exhausted.
+    fn alloc(&mut self) -> Option<Self::Buf>;
+    /// Queues `buf` for transmission on `port` (buffered; flushed by the worker's drain).
+    fn send(&mut self, port: u16, buf: Self::Buf);
+    /// Number of ports: valid egress ports are `0..ports()`.
+    fn ports(&self) -> u16;
+
+    /// A new frame holding a copy of `src`'s bytes; `None` when the pool is exhausted.
+    fn copy_of(&mut self, src: &[u8]) -> Option<Self::Buf> {
+        let mut b = self.alloc()?;
+        if !b.append(src.len()) {
+            return None;
+        }
+        b.data_mut().copy_from_slice(src);
+        Some(b)
+    }
+}
+
+/// Headroom of a [`VecBuf`], as DPDK's `RTE_PKTMBUF_HEADROOM` (bytes).
+pub const VEC_HEADROOM: usize = 128;
+/// Capacity of a [`VecBuf`] after its headroom (bytes), enough for 9 KiB jumbo frames.
+pub const VEC_DATA_ROOM: usize = 9216;
+
+/// A heap frame with mbuf-like headroom: the packet core's buffer in tests and fuzzing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VecBuf {
+    mem: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// The rx timestamp (µs) that [`PacketBuf::rx_timestamp_us`] reports.
+    pub timestamp_us: Option<u64>,
+}
+
+impl VecBuf {
+    /// An empty buffer.
+    pub fn new() -> Self {
+        VecBuf {
+            mem: vec![0; VEC_HEADROOM + VEC_DATA_ROOM],
+            start: VEC_HEADROOM,
+            end: VEC_HEADROOM,
+            timestamp_us: None,
+        }
+    }
+
+    /// A buffer holding a copy of `frame` (at most [`VEC_DATA_ROOM`] bytes are kept).
+    pub fn from_frame(frame: &[u8]) -> Self {
+        let mut b = Self::new();
+        let n = frame.len().min(VEC_DATA_ROOM);
+        b.mem[b.start..b.start + n].copy_from_slice(&frame[..n]);
+        b.end = b.start + n;
+        b
+    }
+}
+
+impl Default for VecBuf {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PacketBuf for VecBuf {
+    fn data(&self) -> &[u8] {
+        &self.mem[self.start..self.end]
+    }
+    fn data_mut(&mut self) -> &mut [u8] {
+        &mut self.mem[self.start..self.end]
+    }
+    fn prepend(&mut self, len: usize) -> bool {
+        if len > self.start {
+            return false;
+        }
+        self.start -= len;
+        true
+    }
+    fn adj(&mut self, len: usize) -> bool {
+        if len > self.end - self.start {
+            return false;
+        }
+        self.start += len;
+        true
+    }
+    fn append(&mut self, len: usize) -> bool {
+        if len > self.mem.len() - self.end {
+            return false;
+        }
+        self.end += len;
+        true
+    }
+    fn trim(&mut self, len: usize) -> bool {
+        if len > self.end - self.start {
+            return false;
+        }
+        self.end -= len;
+        true
+    }
+    fn rx_timestamp_us(&self) -> Option<u64> {
+        self.timestamp_us
+    }
+}
+
+/// An I/O that collects what is sent, for tests: `sent[i]` is `(port, frame bytes)`.
+#[derive(Debug, Default)]
+pub struct VecIo {
+    /// Number of ports.
+    pub nb_ports: u16,
+    /// Frames sent, in order.
+    pub sent: Vec<(u16, Vec<u8>)>,
+    /// How many more allocations succeed (`None`: unlimited), to test pool exhaustion.
+    pub alloc_budget: Option<usize>,
+}
+
+impl VecIo {
+    /// An I/O with `nb_ports` ports and unlimited allocation.
+    pub fn new(nb_ports: u16) -> Self {
+        VecIo { nb_ports, sent: Vec::new(), alloc_budget: None }
+    }
+}
+
+impl PacketIo for VecIo {
+    type Buf = VecBuf;
+    fn alloc(&mut self) -> Option<VecBuf> {
+        if let Some(n) = self.alloc_budget.as_mut() {
+            if *n == 0 {
+                return None;
+            }
+            *n -= 1;
+        }
+        Some(VecBuf::new())
+    }
+    fn send(&mut self, port: u16, buf: VecBuf) {
+        self.sent.push((port, buf.data().to_vec()));
+    }
+    fn ports(&self) -> u16 {
+        self.nb_ports
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vecbuf_resizes_like_an_mbuf() {
+        let mut b = VecBuf::from_frame(&[1, 2, 3, 4]);
+        assert!(b.prepend(2));
+        b.data_mut()[..2].copy_from_slice(&[9, 8]);
+        assert_eq!(b.data(), &[9, 8, 1, 2, 3, 4]);
+        assert!(b.adj(3));
+        assert_eq!(b.data(), &[2, 3, 4]);
+        assert!(b.trim(1));
+        assert_eq!(b.data(), &[2, 3]);
+        assert!(!b.trim(3));
+        assert!(!b.prepend(VEC_HEADROOM + 10));
+        assert!(b.set_len(5));
+        assert_eq!(b.data().len(), 5);
+    }
+
+    #[test]
+    fn vecio_alloc_budget_runs_out() {
+        let mut io = VecIo::new(2);
+        io.alloc_budget = Some(1);
+        assert!(io.copy_of(&[1, 2]).is_some());
+        assert!(io.alloc().is_none());
+    }
+}

@@ -1,0 +1,36 @@
+//! Wire formats: one header per file, each a zero-copy checked view over bytes (`new_checked`,
+//! after which no accessor panics) plus typed constants for its layout.
+//!
+//! Nothing here allocates or touches DPDK. Offsets are written once per header, as named byte
+//! ranges in a private `field` module.
+
+pub mod ethernet;
+
+pub use ethernet::{EtherType, EthernetAddress, EthernetFrame};
+
+/// A byte range within a header.
+pub(crate) type Field = core::ops::Range<usize>;
+
+/// Reads a big-endian u16 at `off`. The caller has checked the length.
+#[inline(always)]
+pub(crate) fn be16(b: &[u8], off: usize) -> u16 {
+    u16::from_be_bytes([b[off], b[off + 1]])
+}
+
+/// Reads a big-endian u32 at `off`. The caller has checked the length.
+#[inline(always)]
+pub(crate) fn be32(b: &[u8], off: usize) -> u32 {
+    u32::from_be_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+}
+
+/// Writes a big-endian u16 at `off`. The caller has checked the length.
+#[inline(always)]
+pub(crate) fn put_be16(b: &mut [u8], off: usize, v: u16) {
+    b[off..off + 2].copy_from_slice(&v.to_be_bytes());
+}
+
+/// Writes a big-endian u32 at `off`. The caller has checked the length.
+#[inline(always)]
+pub(crate) fn put_be32(b: &mut [u8], off: usize, v: u32) {
+    b[off..off + 4].copy_from_slice(&v.to_be_bytes());
+}

@@ -1,0 +1,54 @@
+/* Headers bound by bindgen, and the shim's own declarations: one exported wrapper per DPDK
+ * `static inline` function (or macro) the appliance calls on the fast path. */
+#ifndef DPDK_SYS_SHIM_H
+#define DPDK_SYS_SHIM_H
+
+#include <stdint.h>
+#include <rte_config.h>
+#include <rte_common.h>
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_lcore.h>
+#include <rte_launch.h>
+#include <rte_cycles.h>
+#include <rte_mempool.h>
+#include <rte_mbuf.h>
+#include <rte_mbuf_dyn.h>
+#include <rte_ethdev.h>
+#include <rte_ring.h>
+#include <rte_dev.h>
+
+/* rte_eth_rx_burst(): receive up to nb_pkts mbufs from (port, queue). */
+uint16_t shim_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t nb_pkts);
+/* rte_eth_tx_burst(): hand up to nb_pkts mbufs to (port, queue); returns how many were taken. */
+uint16_t shim_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t nb_pkts);
+/* rte_pktmbuf_alloc(): one mbuf from the pool, or NULL. */
+struct rte_mbuf *shim_pktmbuf_alloc(struct rte_mempool *mp);
+/* rte_pktmbuf_alloc_bulk(): n mbufs or none; 0 on success. */
+int shim_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsigned int n);
+/* rte_pktmbuf_free(): free a (possibly chained) mbuf. */
+void shim_pktmbuf_free(struct rte_mbuf *m);
+/* rte_pktmbuf_mtod(): pointer to the first data byte. */
+void *shim_pktmbuf_mtod(struct rte_mbuf *m);
+/* rte_pktmbuf_prepend/append/adj/trim: NULL or -1 when there is no room. */
+char *shim_pktmbuf_prepend(struct rte_mbuf *m, uint16_t len);
+char *shim_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
+char *shim_pktmbuf_adj(struct rte_mbuf *m, uint16_t len);
+int shim_pktmbuf_trim(struct rte_mbuf *m, uint16_t len);
+uint16_t shim_pktmbuf_headroom(const struct rte_mbuf *m);
+uint16_t shim_pktmbuf_tailroom(const struct rte_mbuf *m);
+/* rte_mbuf_refcnt_read() / rte_pktmbuf_refcnt_update(). */
+uint16_t shim_mbuf_refcnt_read(const struct rte_mbuf *m);
+void shim_pktmbuf_refcnt_update(struct rte_mbuf *m, int16_t v);
+/* rte_errno (thread-local: never bind per_lcore__rte_errno directly). */
+int shim_errno(void);
+/* rte_lcore_id() (thread-local). */
+unsigned int shim_lcore_id(void);
+/* rte_rdtsc(): the TSC, in cycles. */
+uint64_t shim_rdtsc(void);
+/* rte_ring_enqueue_burst / dequeue_burst on pointer rings. */
+unsigned int shim_ring_enqueue_burst(struct rte_ring *r, void *const *objs, unsigned int n);
+unsigned int shim_ring_dequeue_burst(struct rte_ring *r, void **objs, unsigned int n);
+unsigned int shim_ring_count(const struct rte_ring *r);
+
+#endif
