@@ -44,7 +44,11 @@ fn main() {
         .collect();
 
     let mut build = cc::Build::new();
-    build.file("shim/shim.c").include("shim").opt_level(3).warnings(false);
+    build
+        .file("shim/shim.c")
+        .include("shim")
+        .opt_level(3)
+        .warnings(false);
     for flag in &cflags {
         build.flag(flag);
     }

@@ -1,1 +1,171 @@
-//! placeholder
+//! One worker's packet processing, top to bottom: checks, the ingress pipeline, egress.
+//!
+//! [`Datapath::process`] is generic over [`PacketIo`], so the appliance (mbufs, DPDK tx queues)
+//! and the tests (heap buffers) run the same code.
+
+use crate::action::Egress;
+use crate::buf::{PacketBuf, PacketIo};
+use crate::stats::{Counters, Reason};
+use crate::table::Pipeline;
+use crate::wire::ethernet;
+
+/// Per-worker state: the pipeline (a private copy with its own counters) and the counters.
+#[derive(Debug, Clone)]
+pub struct Datapath {
+    /// The ingress pipeline.
+    pub pipeline: Pipeline,
+    /// This worker's counters.
+    pub counters: Counters,
+    ports: u16,
+}
+
+impl Datapath {
+    /// A datapath over `ports` ports running `pipeline`.
+    pub fn new(pipeline: Pipeline, ports: u16) -> Self {
+        Datapath {
+            pipeline,
+            counters: Counters::new(ports),
+            ports,
+        }
+    }
+
+    /// Processes one received packet: it is sent, copied, or dropped and counted.
+    #[inline]
+    pub fn process<I: PacketIo>(&mut self, io: &mut I, in_port: u16, mut pkt: I::Buf) {
+        let len = pkt.data().len();
+        self.counters.rx(in_port, len);
+        if pkt.is_segmented() {
+            self.counters.drop(Reason::MultiSegment);
+            return;
+        }
+        if len < ethernet::HEADER_LEN {
+            self.counters.drop(Reason::Runt);
+            return;
+        }
+        match self.pipeline.apply(pkt.data_mut(), in_port) {
+            Egress::Port(p) => self.send(io, p, pkt),
+            Egress::Flood => self.flood(io, in_port, pkt),
+            Egress::Drop => self.counters.drop(Reason::ExplicitDrop),
+            Egress::MissDrop => self.counters.drop(Reason::TableMiss),
+            Egress::Unset => self.counters.drop(Reason::NoEgress),
+        }
+    }
+
+    #[inline(always)]
+    fn send<I: PacketIo>(&mut self, io: &mut I, port: u16, pkt: I::Buf) {
+        self.counters.tx(port, pkt.data().len());
+        io.send(port, pkt);
+    }
+
+    /// Sends a copy to every port but `in_port`; the original goes to the last one.
+    fn flood<I: PacketIo>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf) {
+        let Some(last) = (0..self.ports).rev().find(|&p| p != in_port) else {
+            self.counters.drop(Reason::NoEgress);
+            return;
+        };
+        for p in (0..last).filter(|&p| p != in_port) {
+            match io.copy_of(pkt.data()) {
+                Some(copy) => self.send(io, p, copy),
+                None => self.counters.drop(Reason::NoMbuf),
+            }
+        }
+        self.send(io, last, pkt);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buf::{VecBuf, VecIo};
+    use crate::config::load_str;
+    use std::path::Path;
+
+    const CONF: &str = r#"
+        [[port]]
+        vdev = "net_null0"
+        [[port]]
+        vdev = "net_null1"
+        [[port]]
+        vdev = "net_null2"
+        [[table]]
+        name = "l2"
+        key = [{ field = "eth.dst", match = "exact" }]
+        default_action = "forward(0)"
+        [[table.entry]]
+        key = ["02:00:00:00:00:01"]
+        action = "forward(1)"
+        [[table.entry]]
+        key = ["ff:ff:ff:ff:ff:ff"]
+        action = "flood"
+        [[table.entry]]
+        key = ["02:00:00:00:00:66"]
+        action = "drop"
+    "#;
+
+    fn frame(dst: [u8; 6]) -> Vec<u8> {
+        let mut f = vec![0u8; 60];
+        f[..6].copy_from_slice(&dst);
+        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 9]);
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f
+    }
+
+    fn datapath() -> Datapath {
+        let loaded = load_str(CONF, Path::new("test.toml")).unwrap();
+        Datapath::new(loaded.pipeline, 3)
+    }
+
+    #[test]
+    fn l2_table_splits_by_destination() {
+        let mut dp = datapath();
+        let mut io = VecIo::new(3);
+        for dst in [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1]] {
+            dp.process(&mut io, 2, VecBuf::from_frame(&frame(dst)));
+        }
+        let ports: Vec<u16> = io.sent.iter().map(|(p, _)| *p).collect();
+        assert_eq!(ports, vec![1, 0, 1]);
+        assert_eq!(io.sent[1].1, frame([2, 0, 0, 0, 0, 2]));
+        assert_eq!(dp.pipeline.tables[0].counters[0].packets, 2);
+        assert_eq!(dp.pipeline.tables[0].counters[0].bytes, 120);
+        assert_eq!(dp.pipeline.tables[0].miss_counter.packets, 1);
+        assert_eq!(dp.counters.ports[1].tx_packets, 2);
+        assert_eq!(dp.counters.ports[2].rx_packets, 3);
+    }
+
+    #[test]
+    fn flood_copies_to_every_other_port() {
+        let mut dp = datapath();
+        let mut io = VecIo::new(3);
+        dp.process(&mut io, 1, VecBuf::from_frame(&frame([0xff; 6])));
+        let ports: Vec<u16> = io.sent.iter().map(|(p, _)| *p).collect();
+        assert_eq!(ports, vec![0, 2]);
+        assert!(io.sent.iter().all(|(_, f)| *f == frame([0xff; 6])));
+    }
+
+    #[test]
+    fn flood_without_mbufs_counts_no_mbuf() {
+        let mut dp = datapath();
+        let mut io = VecIo::new(3);
+        io.alloc_budget = Some(0);
+        dp.process(&mut io, 1, VecBuf::from_frame(&frame([0xff; 6])));
+        assert_eq!(io.sent.len(), 1);
+        assert_eq!(dp.counters.dropped(Reason::NoMbuf), 1);
+    }
+
+    #[test]
+    fn runts_and_explicit_drops_are_counted() {
+        let mut dp = datapath();
+        let mut io = VecIo::new(3);
+        dp.process(&mut io, 0, VecBuf::from_frame(&[1, 2, 3]));
+        dp.process(&mut io, 0, VecBuf::from_frame(&[]));
+        dp.process(
+            &mut io,
+            0,
+            VecBuf::from_frame(&frame([2, 0, 0, 0, 0, 0x66])),
+        );
+        assert!(io.sent.is_empty());
+        assert_eq!(dp.counters.dropped(Reason::Runt), 2);
+        assert_eq!(dp.counters.dropped(Reason::ExplicitDrop), 1);
+        assert_eq!(dp.counters.total_drops(), 3);
+    }
+}

@@ -14,6 +14,7 @@
 //! ```
 #![warn(missing_docs, missing_debug_implementations)]
 
+pub mod action;
 pub mod agg;
 pub mod buf;
 pub mod config;
@@ -23,3 +24,9 @@ pub mod stats;
 pub mod table;
 pub mod wire;
 
+#[cfg(feature = "dpdk")]
+pub mod app;
+#[cfg(feature = "dpdk")]
+pub mod dpdk;
+#[cfg(feature = "dpdk")]
+pub mod worker;

@@ -1,1 +1,156 @@
-//! placeholder
+//! Counters: per port, per drop reason, per table entry. Each worker owns its own (no sharing on
+//! the fast path); the appliance adds them up at the end.
+
+use serde::Serialize;
+
+/// Why the appliance dropped a packet. Every drop is counted under exactly one reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Reason {
+    /// Shorter than an Ethernet header (14 bytes).
+    Runt,
+    /// Spread over several mbufs (frames larger than the mempool's data room).
+    MultiSegment,
+    /// A table's default action dropped it (a miss).
+    TableMiss,
+    /// An entry's `drop` action.
+    ExplicitDrop,
+    /// No action chose an egress port.
+    NoEgress,
+    /// No mbuf for a copy (flood, multicast, replication).
+    NoMbuf,
+    /// The tx queue stayed full: the packet could not be sent.
+    TxFull,
+}
+
+impl Reason {
+    /// Every reason, in counter order.
+    pub const ALL: [Reason; 7] = [
+        Reason::Runt,
+        Reason::MultiSegment,
+        Reason::TableMiss,
+        Reason::ExplicitDrop,
+        Reason::NoEgress,
+        Reason::NoMbuf,
+        Reason::TxFull,
+    ];
+    /// Number of reasons.
+    pub const COUNT: usize = Self::ALL.len();
+
+    /// The reason's name in stats, snake_case.
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::Runt => "runt",
+            Reason::MultiSegment => "multi_segment",
+            Reason::TableMiss => "table_miss",
+            Reason::ExplicitDrop => "explicit_drop",
+            Reason::NoEgress => "no_egress",
+            Reason::NoMbuf => "no_mbuf",
+            Reason::TxFull => "tx_full",
+        }
+    }
+}
+
+/// Packet and byte counts of one port as seen by the workers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PortCounters {
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Packets handed to the port's tx queues.
+    pub tx_packets: u64,
+    /// Bytes handed to the port's tx queues.
+    pub tx_bytes: u64,
+}
+
+impl PortCounters {
+    /// Adds `o`.
+    pub fn add(&mut self, o: &PortCounters) {
+        self.rx_packets += o.rx_packets;
+        self.rx_bytes += o.rx_bytes;
+        self.tx_packets += o.tx_packets;
+        self.tx_bytes += o.tx_bytes;
+    }
+}
+
+/// One worker's counters (or the sum over workers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Counters {
+    /// Per port, by port index.
+    pub ports: Vec<PortCounters>,
+    /// Drops, indexed by `Reason as usize`.
+    pub drops: [u64; Reason::COUNT],
+}
+
+impl Counters {
+    /// Zeroed counters for `ports` ports.
+    pub fn new(ports: u16) -> Self {
+        Counters {
+            ports: vec![PortCounters::default(); ports as usize],
+            drops: [0; Reason::COUNT],
+        }
+    }
+
+    /// Counts a received packet of `len` bytes on `port`.
+    #[inline(always)]
+    pub fn rx(&mut self, port: u16, len: usize) {
+        if let Some(p) = self.ports.get_mut(port as usize) {
+            p.rx_packets += 1;
+            p.rx_bytes += len as u64;
+        }
+    }
+
+    /// Counts a packet of `len` bytes handed to `port`'s tx queue.
+    #[inline(always)]
+    pub fn tx(&mut self, port: u16, len: usize) {
+        if let Some(p) = self.ports.get_mut(port as usize) {
+            p.tx_packets += 1;
+            p.tx_bytes += len as u64;
+        }
+    }
+
+    /// Counts a drop.
+    #[inline(always)]
+    pub fn drop(&mut self, r: Reason) {
+        self.drops[r as usize] += 1;
+    }
+
+    /// Counts `n` drops.
+    #[inline(always)]
+    pub fn drop_n(&mut self, r: Reason, n: u64) {
+        self.drops[r as usize] += n;
+    }
+
+    /// Drops counted under `r`.
+    pub fn dropped(&self, r: Reason) -> u64 {
+        self.drops[r as usize]
+    }
+
+    /// All drops.
+    pub fn total_drops(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+
+    /// Adds `o`.
+    pub fn add(&mut self, o: &Counters) {
+        if self.ports.len() < o.ports.len() {
+            self.ports.resize(o.ports.len(), PortCounters::default());
+        }
+        for (a, b) in self.ports.iter_mut().zip(&o.ports) {
+            a.add(b);
+        }
+        for (a, b) in self.drops.iter_mut().zip(&o.drops) {
+            *a += b;
+        }
+    }
+
+    /// Drops by reason name, only the non-zero ones.
+    pub fn drops_by_name(&self) -> Vec<(&'static str, u64)> {
+        Reason::ALL
+            .iter()
+            .map(|r| (r.name(), self.dropped(*r)))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+}

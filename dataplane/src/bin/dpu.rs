@@ -1,1 +1,99 @@
-fn main() {}
+//! `dpu`: the software DPU appliance.
+//!
+//! ```text
+//! dpu [--config conf/default.toml]                     run the config's ports
+//! dpu -c CONF --rx 0=in.pcap --tx 0=a.pcap --tx 1=b.pcap   replay pcaps, exit when input is consumed
+//! dpu -c CONF --duration 10 -- --lcores 0@0,1@1         extra EAL arguments after `--`
+//! ```
+//! Exit status: 0 on success, 1 when the appliance cannot run (DPDK, ports, inputs, a worker's
+//! panic), 2 for a bad configuration or command line.
+
+use clap::Parser;
+use dataplane::app::{self, AppError, Options};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// The software DPU: a DPDK data-plane appliance for in-network gradient aggregation.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Cli {
+    /// The TOML configuration.
+    #[arg(short, long, default_value = "conf/default.toml")]
+    config: PathBuf,
+    /// Replay: read PORT's input from a pcap file (PORT=FILE; repeatable, several files per port
+    /// make several rx queues). Every port then becomes a net_pcap vdev.
+    #[arg(long, value_parser = port_file, value_name = "PORT=FILE")]
+    rx: Vec<(usize, PathBuf)>,
+    /// Replay: write what PORT sends to a pcap file (PORT=FILE).
+    #[arg(long, value_parser = port_file, value_name = "PORT=FILE")]
+    tx: Vec<(usize, PathBuf)>,
+    /// Stop after this many seconds (default: at the end of finite pcap input, else on SIGINT/SIGTERM).
+    #[arg(long, value_name = "SECONDS")]
+    duration: Option<f64>,
+    /// Also write the final stats as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    stats_json: Option<PathBuf>,
+    /// Print only errors.
+    #[arg(short, long)]
+    quiet: bool,
+    /// Extra EAL arguments, appended to the config's `[eal] args`.
+    #[arg(last = true)]
+    eal: Vec<String>,
+}
+
+fn port_file(s: &str) -> Result<(usize, PathBuf), String> {
+    let (p, f) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected PORT=FILE, found {s:?}"))?;
+    let p: usize = p
+        .trim()
+        .parse()
+        .map_err(|_| format!("expected a port index before '=', found {p:?}"))?;
+    if f.is_empty() {
+        return Err("expected a file name after '='".into());
+    }
+    Ok((p, PathBuf::from(f)))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Err(e) = ctrlc::set_handler(dataplane::worker::request_quit) {
+        eprintln!("dpu: cannot install the SIGINT/SIGTERM handler: {e}");
+        return ExitCode::from(1);
+    }
+    let opts = Options {
+        config: cli.config,
+        rx: cli.rx,
+        tx: cli.tx,
+        duration: cli.duration.map(Duration::from_secs_f64),
+        stats_json: cli.stats_json.clone(),
+        eal_extra: cli.eal,
+        quiet: cli.quiet,
+    };
+    match app::run(&opts) {
+        Ok(summary) => {
+            if !opts.quiet {
+                print!("{}", summary.report());
+            }
+            if let Some(path) = &cli.stats_json {
+                let json = serde_json::to_string_pretty(&summary).expect("stats serialise");
+                if let Err(e) = std::fs::write(path, json) {
+                    eprintln!("dpu: cannot write {}: {e}", path.display());
+                    return ExitCode::from(1);
+                }
+            }
+            if summary.input_short {
+                return ExitCode::from(1);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("dpu: error: {e}");
+            ExitCode::from(match e {
+                AppError::Config(_) => 2,
+                _ => 1,
+            })
+        }
+    }
+}

@@ -1,1 +1,430 @@
-//! placeholder
+//! The appliance's TOML configuration: EAL arguments, mempool, ports, lcores and the
+//! match-action tables.
+//!
+//! [`load`] reads and validates a whole file: every error names the file, the key and what was
+//! expected ([`ConfigError`]); the appliance starts only from a configuration that loaded
+//! completely. The format is documented in the README ("Configuration").
+
+mod error;
+mod table;
+
+pub use error::ConfigError;
+
+use crate::table::Pipeline;
+use crate::wire::EthernetAddress;
+use serde::Deserialize;
+use std::path::Path;
+
+/// Default number of mbufs in the pool (2^13 - 1, DPDK's optimum is 2^q - 1).
+pub const DEFAULT_MBUFS: u32 = 8191;
+/// Default per-lcore mbuf cache.
+pub const DEFAULT_CACHE: u32 = 256;
+/// Default data room per mbuf (bytes, including the 128-byte headroom): DPDK's
+/// `RTE_MBUF_DEFAULT_BUF_SIZE`, for frames up to 2048 bytes.
+pub const DEFAULT_DATA_ROOM: u16 = 2176;
+/// Default rx burst (packets).
+pub const DEFAULT_BURST: u16 = 32;
+/// Default tx drain period (µs): a partly filled tx buffer is sent after this long.
+pub const DEFAULT_TX_DRAIN_US: u64 = 100;
+/// The gradient protocol's default UDP port (spec section 1: 49374, 0xC0DE).
+pub const DEFAULT_GRADIENT_UDP_PORT: u16 = 49374;
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// `[eal]`: arguments for `rte_eal_init`.
+    #[serde(default)]
+    pub eal: EalConfig,
+    /// `[mempool]`: the packet buffer pool.
+    #[serde(default)]
+    pub mempool: MempoolConfig,
+    /// `[dataplane]`: worker loop settings.
+    #[serde(default)]
+    pub dataplane: DataplaneConfig,
+    /// `[[port]]`: the ports, in order; port `i` of the tables is the i-th table here.
+    #[serde(rename = "port", default)]
+    pub ports: Vec<PortConfig>,
+    /// `[[lcore]]`: which worker lcore polls which (port, rx queue).
+    #[serde(rename = "lcore", default)]
+    pub lcores: Vec<LcoreConfig>,
+    /// `[[table]]`: the ingress pipeline, applied in order.
+    #[serde(rename = "table", default)]
+    pub tables: Vec<table::TableConfig>,
+}
+
+/// `[eal]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EalConfig {
+    /// EAL options (`-l`, `--lcores`, `--no-huge`, `-m`, `--file-prefix`, ...). The appliance adds
+    /// `--vdev`/`-a` for each port itself.
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+/// `[mempool]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MempoolConfig {
+    /// Mbufs in the pool.
+    #[serde(default = "d_mbufs")]
+    pub mbufs: u32,
+    /// Per-lcore cache (mbufs); at most 512.
+    #[serde(default = "d_cache")]
+    pub cache: u32,
+    /// Data room per mbuf (bytes, including the 128-byte headroom); 9344 for 9 KiB jumbo frames.
+    #[serde(default = "d_data_room")]
+    pub data_room: u16,
+}
+
+impl Default for MempoolConfig {
+    fn default() -> Self {
+        MempoolConfig {
+            mbufs: DEFAULT_MBUFS,
+            cache: DEFAULT_CACHE,
+            data_room: DEFAULT_DATA_ROOM,
+        }
+    }
+}
+
+/// `[dataplane]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataplaneConfig {
+    /// Rx burst size (packets), 1..=512.
+    #[serde(default = "d_burst")]
+    pub burst: u16,
+    /// Tx drain period (µs).
+    #[serde(default = "d_drain")]
+    pub tx_drain_us: u64,
+    /// UDP destination port of the gradient protocol's UDP carriage.
+    #[serde(default = "d_grad_port")]
+    pub gradient_udp_port: u16,
+    /// For finite pcap inputs: how long (ms) the appliance waits with no new input before it
+    /// decides the input is over even though fewer records than the files hold were received
+    /// (a fallback; the record count is what normally ends a replay).
+    #[serde(default = "d_idle")]
+    pub replay_idle_ms: u64,
+}
+
+impl Default for DataplaneConfig {
+    fn default() -> Self {
+        DataplaneConfig {
+            burst: DEFAULT_BURST,
+            tx_drain_us: DEFAULT_TX_DRAIN_US,
+            gradient_udp_port: DEFAULT_GRADIENT_UDP_PORT,
+            replay_idle_ms: d_idle(),
+        }
+    }
+}
+
+/// `[[port]]`: one DPDK port, a vdev or a PCI device.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortConfig {
+    /// A label for stats (default `port<i>`).
+    pub name: Option<String>,
+    /// A vdev string as for EAL's `--vdev`, like `net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap`.
+    pub vdev: Option<String>,
+    /// A PCI address as for EAL's `-a`, like `0000:3b:00.0` (the device bound to vfio-pci).
+    pub pci: Option<String>,
+    /// Rx descriptors per queue.
+    #[serde(default = "d_desc")]
+    pub rx_desc: u16,
+    /// Tx descriptors per queue.
+    #[serde(default = "d_desc")]
+    pub tx_desc: u16,
+    /// MTU to set (bytes).
+    pub mtu: Option<u16>,
+    /// MAC address to set on the port (`rte_eth_dev_default_mac_addr_set`).
+    pub mac: Option<String>,
+}
+
+impl PortConfig {
+    /// The EAL device name: the vdev string up to its first comma, or the PCI address.
+    pub fn device_name(&self) -> &str {
+        match (&self.vdev, &self.pci) {
+            (Some(v), _) => v.split(',').next().unwrap_or(v).trim(),
+            (None, Some(p)) => p.trim(),
+            (None, None) => "",
+        }
+    }
+
+    /// The vdev's `key=value` arguments (after the device name).
+    pub fn vdev_args(&self) -> Vec<(String, String)> {
+        let Some(v) = &self.vdev else {
+            return Vec::new();
+        };
+        v.split(',')
+            .skip(1)
+            .filter_map(|kv| {
+                kv.split_once('=')
+                    .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            })
+            .collect()
+    }
+}
+
+/// `[[lcore]]`: a worker lcore and the rx queues it polls.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LcoreConfig {
+    /// The EAL lcore id (a worker lcore: not the main one).
+    pub id: u32,
+    /// The (port, queue) pairs it polls.
+    pub rx: Vec<RxQueueConfig>,
+}
+
+/// One rx queue of one port.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RxQueueConfig {
+    /// Port index (0-based, the order of `[[port]]`).
+    pub port: u16,
+    /// Rx queue index on that port.
+    pub queue: u16,
+}
+
+fn d_mbufs() -> u32 {
+    DEFAULT_MBUFS
+}
+fn d_cache() -> u32 {
+    DEFAULT_CACHE
+}
+fn d_data_room() -> u16 {
+    DEFAULT_DATA_ROOM
+}
+fn d_burst() -> u16 {
+    DEFAULT_BURST
+}
+fn d_drain() -> u64 {
+    DEFAULT_TX_DRAIN_US
+}
+fn d_grad_port() -> u16 {
+    DEFAULT_GRADIENT_UDP_PORT
+}
+fn d_idle() -> u64 {
+    5000
+}
+fn d_desc() -> u16 {
+    1024
+}
+
+/// A configuration that loaded completely, with what was built from it.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The file's contents.
+    pub config: Config,
+    /// The ingress pipeline built from `[[table]]` (a prototype: each worker gets a clone).
+    pub pipeline: Pipeline,
+    /// Per port: its MAC override, parsed.
+    pub port_macs: Vec<Option<EthernetAddress>>,
+}
+
+impl Loaded {
+    /// The worker lcores and their rx queues: the `[[lcore]]` tables, or by default lcore 1
+    /// polling queue 0 of every port.
+    pub fn lcores(&self) -> Vec<LcoreConfig> {
+        if !self.config.lcores.is_empty() {
+            return self.config.lcores.clone();
+        }
+        let rx = (0..self.config.ports.len() as u16)
+            .map(|port| RxQueueConfig { port, queue: 0 })
+            .collect();
+        vec![LcoreConfig { id: 1, rx }]
+    }
+
+    /// Rx queues of port `p`: one more than the highest queue any lcore polls on it.
+    pub fn rx_queues(&self, p: u16) -> u16 {
+        self.lcores()
+            .iter()
+            .flat_map(|l| l.rx.iter())
+            .filter(|q| q.port == p)
+            .map(|q| q.queue + 1)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Reads and validates the configuration at `path`.
+pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::new(path, "", format!("cannot read the file: {e}")))?;
+    load_str(&text, path)
+}
+
+/// Parses and validates configuration `text`; `path` names it in errors.
+pub fn load_str(text: &str, path: &Path) -> Result<Loaded, ConfigError> {
+    let config: Config = toml::from_str(text).map_err(|e| syntax_error(path, &e))?;
+    validate(config, path)
+}
+
+fn syntax_error(path: &Path, e: &toml::de::Error) -> ConfigError {
+    // toml's message says where (line, column) and what serde expected; keep it on one line.
+    let msg = e
+        .to_string()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    ConfigError::new(path, "", msg)
+}
+
+fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
+    let err = |key: String, msg: String| ConfigError::new(path, key, msg);
+    let mp = &config.mempool;
+    if mp.mbufs < 64 {
+        return Err(err(
+            "mempool.mbufs".into(),
+            format!("expected at least 64 mbufs, found {}", mp.mbufs),
+        ));
+    }
+    if mp.cache > 512 || mp.cache as u64 * 3 > mp.mbufs as u64 * 2 {
+        return Err(err(
+            "mempool.cache".into(),
+            format!(
+                "expected at most 512 and at most 2/3 of mempool.mbufs ({}), found {}",
+                mp.mbufs, mp.cache
+            ),
+        ));
+    }
+    if mp.data_room < 128 + 64 {
+        return Err(err(
+            "mempool.data_room".into(),
+            format!(
+                "expected at least 192 bytes (128 of headroom plus a frame), found {}",
+                mp.data_room
+            ),
+        ));
+    }
+    let dp = &config.dataplane;
+    if dp.burst == 0 || dp.burst > 512 {
+        return Err(err(
+            "dataplane.burst".into(),
+            format!("expected 1..=512 packets, found {}", dp.burst),
+        ));
+    }
+    if config.ports.is_empty() {
+        return Err(err(
+            "port".into(),
+            "expected at least one [[port]] table".into(),
+        ));
+    }
+    let mut names = Vec::new();
+    let mut port_macs = Vec::new();
+    for (i, p) in config.ports.iter().enumerate() {
+        let key = format!("port[{i}]");
+        match (&p.vdev, &p.pci) {
+            (None, None) => {
+                return Err(err(
+                    key,
+                    "expected `vdev` (like \"net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap\") or `pci` (like \"0000:3b:00.0\")".into(),
+                ))
+            }
+            (Some(_), Some(_)) => return Err(err(key, "expected one of `vdev` or `pci`, found both".into())),
+            _ => {}
+        }
+        let dev = p.device_name().to_string();
+        if dev.is_empty() {
+            return Err(err(
+                format!("{key}.vdev"),
+                "expected a device name before the first comma".into(),
+            ));
+        }
+        if let Some(pci) = &p.pci {
+            if !looks_like_pci(pci) {
+                return Err(err(
+                    format!("{key}.pci"),
+                    format!("expected a PCI address like 0000:3b:00.0, found {pci:?}"),
+                ));
+            }
+        }
+        if names.contains(&dev) {
+            return Err(err(key, format!("device {dev:?} is configured twice")));
+        }
+        names.push(dev);
+        if p.rx_desc == 0 || p.tx_desc == 0 {
+            return Err(err(key, "expected rx_desc and tx_desc above 0".into()));
+        }
+        let mac = match &p.mac {
+            None => None,
+            Some(m) => Some(
+                m.parse::<EthernetAddress>()
+                    .map_err(|e| err(format!("{key}.mac"), format!("{e}, found {m:?}")))?,
+            ),
+        };
+        port_macs.push(mac);
+    }
+    let nports = config.ports.len();
+    let mut seen = Vec::new();
+    let mut ids = Vec::new();
+    for (i, l) in config.lcores.iter().enumerate() {
+        if ids.contains(&l.id) {
+            return Err(err(
+                format!("lcore[{i}].id"),
+                format!("lcore {} is configured twice", l.id),
+            ));
+        }
+        ids.push(l.id);
+        if l.rx.is_empty() {
+            return Err(err(
+                format!("lcore[{i}].rx"),
+                "expected at least one { port, queue }".into(),
+            ));
+        }
+        for (j, q) in l.rx.iter().enumerate() {
+            if q.port as usize >= nports {
+                return Err(err(
+                    format!("lcore[{i}].rx[{j}].port"),
+                    format!("expected a port index below {nports} (the number of [[port]] tables), found {}", q.port),
+                ));
+            }
+            if seen.contains(q) {
+                return Err(err(
+                    format!("lcore[{i}].rx[{j}]"),
+                    format!(
+                        "port {} queue {} is polled by two lcores: each rx queue has one owner",
+                        q.port, q.queue
+                    ),
+                ));
+            }
+            seen.push(*q);
+        }
+    }
+    let pipeline = table::build_pipeline(&config.tables, nports as u16, path)?;
+    let loaded = Loaded {
+        config,
+        pipeline,
+        port_macs,
+    };
+    for p in 0..nports as u16 {
+        let n = loaded.rx_queues(p);
+        for q in 0..n {
+            if !loaded
+                .lcores()
+                .iter()
+                .any(|l| l.rx.contains(&RxQueueConfig { port: p, queue: q }))
+            {
+                return Err(err(
+                    "lcore".into(),
+                    format!("port {p} has {n} rx queues but no lcore polls queue {q}: every queue below the highest polled one needs an owner"),
+                ));
+            }
+        }
+    }
+    Ok(loaded)
+}
+
+fn looks_like_pci(s: &str) -> bool {
+    // [domain:]bus:device.function, hex digits.
+    let parts: Vec<&str> = s.split([':', '.']).collect();
+    (parts.len() == 3 || parts.len() == 4)
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+#[cfg(test)]
+mod tests;

@@ -40,7 +40,11 @@ impl EthernetAddress {
 impl fmt::Display for EthernetAddress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = &self.0;
-        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", b[0], b[1], b[2], b[3], b[4], b[5])
+        write!(
+            f,
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            b[0], b[1], b[2], b[3], b[4], b[5]
+        )
     }
 }
 
@@ -178,12 +182,18 @@ mod tests {
         f.set_dst(EthernetAddress::BROADCAST);
         f.set_src("02:00:00:00:00:01".parse().unwrap());
         f.set_ethertype(EtherType::IPV6);
-        assert_eq!(buf, [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 1, 0x86, 0xdd]);
+        assert_eq!(
+            buf,
+            [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 1, 0x86, 0xdd]
+        );
     }
 
     #[test]
     fn too_short() {
-        assert_eq!(EthernetFrame::new_checked(&FRAME[..13]).unwrap_err(), Truncated);
+        assert_eq!(
+            EthernetFrame::new_checked(&FRAME[..13]).unwrap_err(),
+            Truncated
+        );
     }
 
     #[test]
@@ -191,7 +201,16 @@ mod tests {
         assert!("02:00:00:00:00".parse::<EthernetAddress>().is_err());
         assert!("02:00:00:00:00:01:02".parse::<EthernetAddress>().is_err());
         assert!("02:00:00:00:00:1g".parse::<EthernetAddress>().is_err());
-        assert!("ff:ff:ff:ff:ff:ff".parse::<EthernetAddress>().unwrap().is_multicast());
-        assert_eq!("02-00-00-00-00-0A".parse::<EthernetAddress>().unwrap().to_u64(), 0x0200_0000_000a);
+        assert!("ff:ff:ff:ff:ff:ff"
+            .parse::<EthernetAddress>()
+            .unwrap()
+            .is_multicast());
+        assert_eq!(
+            "02-00-00-00-00-0A"
+                .parse::<EthernetAddress>()
+                .unwrap()
+                .to_u64(),
+            0x0200_0000_000a
+        );
     }
 }

@@ -1,0 +1,605 @@
+//! The appliance: from a loaded config to running workers and back to final stats.
+//!
+//! Start-up is all or nothing (EAL, mempool, every port, every worker); shutdown (SIGINT,
+//! SIGTERM, end of replay input, `--duration`, or a worker's panic) stops rx, lets every worker
+//! flush its tx buffers, then stops and closes the ports (net_pcap closes its output files there)
+//! and prints the final stats.
+//!
+//! End of input in replays: net_pcap gives no end-of-file signal (rx just returns 0), so the
+//! appliance counts the records of every finite `rx_pcap` file before starting, and stops once
+//! the ports have received that many (`ipackets + rx_nombuf`: a record read without an mbuf is
+//! lost, but consumed). An idle timer (`dataplane.replay_idle_ms` without new input) is only the
+//! fallback, for inputs that end short (an unreadable record).
+
+use crate::config::{self, ConfigError, Loaded};
+use crate::datapath::Datapath;
+use crate::dpdk::{self, lcore, port::PortSetup, DpdkError, Eal, Mempool, Port, PortStats};
+use crate::pcapfile;
+use crate::stats::Counters;
+use crate::table::Counter;
+use crate::worker::{self, RxQueue, Worker};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How the appliance is run (the command line).
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// The config file.
+    pub config: PathBuf,
+    /// `--rx PORT=FILE`: replay FILE into port PORT (the port becomes a net_pcap vdev).
+    pub rx: Vec<(usize, PathBuf)>,
+    /// `--tx PORT=FILE`: write what port PORT sends to FILE.
+    pub tx: Vec<(usize, PathBuf)>,
+    /// Stop after this long (benchmarks, live ports).
+    pub duration: Option<Duration>,
+    /// Write the final stats as JSON here.
+    pub stats_json: Option<PathBuf>,
+    /// Extra EAL arguments, after the config's.
+    pub eal_extra: Vec<String>,
+    /// Print nothing but errors.
+    pub quiet: bool,
+}
+
+/// Why the appliance could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The configuration is not usable (exit status 2).
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    /// DPDK refused something (exit status 1).
+    #[error("{0}")]
+    Dpdk(#[from] DpdkError),
+    /// Anything else (exit status 1): a missing input file, a worker's panic.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// One port's final stats.
+#[derive(Debug, Clone, Serialize)]
+pub struct PortSummary {
+    /// Port index.
+    pub index: usize,
+    /// Label.
+    pub name: String,
+    /// DPDK device name.
+    pub device: String,
+    /// What the workers counted.
+    pub workers: crate::stats::PortCounters,
+    /// What the PMD counted (`rte_eth_stats`).
+    pub ethdev: PortStats,
+}
+
+/// One table entry's (or miss's) counter.
+#[derive(Debug, Clone, Serialize)]
+pub struct EntrySummary {
+    /// Table name.
+    pub table: String,
+    /// Entry index, or `None` for misses.
+    pub entry: Option<usize>,
+    /// Packets and bytes.
+    pub counter: Counter,
+}
+
+/// The run's final stats.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// Per port.
+    pub ports: Vec<PortSummary>,
+    /// Drops by reason (all reasons, zeros included).
+    pub drops: std::collections::BTreeMap<String, u64>,
+    /// Table counters.
+    pub tables: Vec<EntrySummary>,
+    /// Input records expected from finite pcap inputs (`None`: live or infinite input).
+    pub input_records: Option<u64>,
+    /// Whether the replay stopped by the idle fallback with records missing.
+    pub input_short: bool,
+    /// Seconds between the start of the workers and the stop.
+    pub seconds: f64,
+    /// Mbufs still in use after the ports were closed (0 when nothing leaked).
+    pub mbufs_in_use_after: u32,
+    /// Worker lcores.
+    pub workers: usize,
+}
+
+/// A port as it will be probed: its EAL device argument and replay files.
+struct PortPlan {
+    name: String,
+    device: String,
+    eal_args: [String; 2],
+    rx_files: Vec<PathBuf>,
+    infinite: bool,
+    live_rx: bool,
+    /// For replay outputs split per tx queue: (parts, final file).
+    tx_merge: Option<(Vec<PathBuf>, PathBuf)>,
+    tx_files: Vec<PathBuf>,
+}
+
+fn plan_ports(loaded: &Loaded, opts: &Options, workers: usize) -> Result<Vec<PortPlan>, AppError> {
+    let nports = loaded.config.ports.len();
+    for (p, _) in opts.rx.iter().chain(opts.tx.iter()) {
+        if *p >= nports {
+            return Err(AppError::Other(format!(
+                "--rx/--tx port {p}: the config has {nports} port(s) (0..{})",
+                nports - 1
+            )));
+        }
+    }
+    let tmp = std::env::temp_dir().join(format!("dpu-{}", std::process::id()));
+    let mut plans = Vec::new();
+    for (i, pc) in loaded.config.ports.iter().enumerate() {
+        let name = pc.name.clone().unwrap_or_else(|| format!("port{i}"));
+        let rx: Vec<&PathBuf> = opts
+            .rx
+            .iter()
+            .filter(|(p, _)| *p == i)
+            .map(|(_, f)| f)
+            .collect();
+        let tx: Vec<&PathBuf> = opts
+            .tx
+            .iter()
+            .filter(|(p, _)| *p == i)
+            .map(|(_, f)| f)
+            .collect();
+        let replay = !opts.rx.is_empty() || !opts.tx.is_empty();
+        let (device, vdev, merge) = if replay {
+            // Replay: every port becomes a net_pcap vdev; ports without an input read an empty
+            // file, ports without an output write nowhere.
+            let device = format!("net_pcap_dpu{i}");
+            let mut args = vec![device.clone()];
+            let rx_files: Vec<PathBuf> = if rx.is_empty() {
+                std::fs::create_dir_all(&tmp)
+                    .map_err(|e| AppError::Other(format!("{}: {e}", tmp.display())))?;
+                let empty = tmp.join(format!("empty{i}.pcap"));
+                pcapfile::write_empty(&empty).map_err(AppError::Other)?;
+                vec![empty]
+            } else {
+                rx.iter().map(|f| f.to_path_buf()).collect()
+            };
+            for f in &rx_files {
+                args.push(format!("rx_pcap={}", f.display()));
+            }
+            let out = tx
+                .first()
+                .map(|f| f.to_path_buf())
+                .unwrap_or_else(|| PathBuf::from("/dev/null"));
+            if tx.len() > 1 {
+                return Err(AppError::Other(format!(
+                    "--tx {i}=...: one output file per port"
+                )));
+            }
+            let mut merge = None;
+            if workers > 1 && out != Path::new("/dev/null") {
+                // One tx queue per worker, one file per tx queue; merged by time at the end.
+                let parts: Vec<PathBuf> = (0..workers)
+                    .map(|q| PathBuf::from(format!("{}.txq{q}", out.display())))
+                    .collect();
+                for p in &parts {
+                    args.push(format!("tx_pcap={}", p.display()));
+                }
+                merge = Some((parts, out));
+            } else {
+                for _ in 0..workers.max(1) {
+                    args.push(format!("tx_pcap={}", out.display()));
+                    if out != Path::new("/dev/null") {
+                        break;
+                    }
+                }
+            }
+            (device, Some(args.join(",")), merge)
+        } else {
+            (pc.device_name().to_string(), pc.vdev.clone(), None)
+        };
+        let mut plan = PortPlan {
+            name,
+            device: device.clone(),
+            eal_args: match &vdev {
+                Some(v) => ["--vdev".into(), v.clone()],
+                None => ["-a".into(), pc.pci.clone().unwrap_or_default()],
+            },
+            rx_files: Vec::new(),
+            infinite: false,
+            live_rx: vdev.is_none(),
+            tx_merge: None,
+            tx_files: Vec::new(),
+        };
+        if let Some(v) = &vdev {
+            let args: Vec<(String, String)> = v
+                .split(',')
+                .skip(1)
+                .filter_map(|kv| {
+                    kv.split_once('=')
+                        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                })
+                .collect();
+            let is_pcap = device.starts_with("net_pcap");
+            for (k, val) in &args {
+                match k.as_str() {
+                    "rx_pcap" if is_pcap => plan.rx_files.push(PathBuf::from(val)),
+                    "tx_pcap" if is_pcap => plan.tx_files.push(PathBuf::from(val)),
+                    "infinite_rx" if is_pcap => plan.infinite = val == "1",
+                    "rx_iface" | "iface" if is_pcap => plan.live_rx = true,
+                    _ => {}
+                }
+            }
+            if !is_pcap && !device.starts_with("net_null") {
+                plan.live_rx = true; // memif, af_packet, ring, tap...: input never "ends"
+            }
+            if device.starts_with("net_null") {
+                plan.infinite = true; // net_null generates packets forever
+            }
+        }
+        plan.tx_merge = merge;
+        plans.push(plan);
+    }
+    Ok(plans)
+}
+
+/// Checks inputs exist and creates the directories of outputs; returns the total input records
+/// of finite pcap inputs, or `None` if some input is live or infinite.
+fn prepare_files(plans: &[PortPlan], loaded: &Loaded) -> Result<Option<u64>, AppError> {
+    let mut total = 0u64;
+    let mut finite = true;
+    let mut preload = 0u64;
+    for p in plans {
+        for f in &p.rx_files {
+            let n = pcapfile::count_records(f)
+                .map_err(|e| AppError::Other(format!("port {} input: {e}", p.name)))?;
+            if p.infinite {
+                preload += n;
+            } else {
+                total += n;
+            }
+        }
+        if p.infinite || p.live_rx {
+            finite = false;
+        }
+        for f in &p.tx_files {
+            if let Some(dir) = f.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    AppError::Other(format!("port {} output {}: {e}", p.name, f.display()))
+                })?;
+            }
+        }
+    }
+    let mbufs = loaded.config.mempool.mbufs as u64;
+    if preload > 0 && preload + 2048 > mbufs {
+        return Err(AppError::Other(format!(
+            "mempool.mbufs = {mbufs} is too small: infinite_rx preloads all {preload} input packets into the mempool; \
+             set mempool.mbufs to at least {} (the packets plus room for the rx rings and tx buffers)",
+            preload + 2048
+        )));
+    }
+    Ok(if finite { Some(total) } else { None })
+}
+
+/// Runs the appliance until its input ends or it is told to stop; returns the final stats.
+pub fn run(opts: &Options) -> Result<Summary, AppError> {
+    let loaded = config::load(&opts.config)?;
+    let lcores = loaded.lcores();
+    let workers_n = lcores.len();
+    let plans = plan_ports(&loaded, opts, workers_n)?;
+    let expected = prepare_files(&plans, &loaded)?;
+
+    let mut args = vec!["dpu".to_string()];
+    args.extend(loaded.config.eal.args.iter().cloned());
+    args.extend(opts.eal_extra.iter().cloned());
+    for p in &plans {
+        args.extend(p.eal_args.iter().cloned());
+    }
+    let eal = Eal::init(&args)?;
+    let result = run_with_eal(&eal, &loaded, opts, &plans, expected);
+    drop(eal);
+    let _ =
+        std::fs::remove_dir_all(std::env::temp_dir().join(format!("dpu-{}", std::process::id())));
+    result
+}
+
+fn run_with_eal(
+    eal: &Eal,
+    loaded: &Loaded,
+    opts: &Options,
+    plans: &[PortPlan],
+    expected: Option<u64>,
+) -> Result<Summary, AppError> {
+    dpdk::mbuf::register_rx_timestamp()?;
+    let cfg = &loaded.config;
+    let lcores = loaded.lcores();
+    let eal_workers = eal.worker_lcores();
+    for (i, l) in lcores.iter().enumerate() {
+        if !eal_workers.contains(&l.id) {
+            return Err(ConfigError::new(
+                &opts.config,
+                format!("lcore[{i}].id"),
+                format!(
+                    "lcore {} is not a worker lcore of EAL (EAL's worker lcores: {:?}; the main lcore is {}); check -l/--lcores in [eal] args",
+                    l.id,
+                    eal_workers,
+                    eal.main_lcore()
+                ),
+            )
+            .into());
+        }
+    }
+    let pool = Mempool::new(
+        "dpu_mbufs",
+        cfg.mempool.mbufs,
+        cfg.mempool.cache,
+        cfg.mempool.data_room,
+        -1,
+    )?;
+
+    let mut ports = Vec::new();
+    let mut port_ids = Vec::new();
+    for (i, p) in plans.iter().enumerate() {
+        let id = Port::by_name(&p.device)?;
+        let pc = &cfg.ports[i];
+        let setup = PortSetup {
+            rx_queues: loaded.rx_queues(i as u16),
+            tx_queues: lcores.len() as u16,
+            rx_desc: pc.rx_desc,
+            tx_desc: pc.tx_desc,
+            mtu: pc.mtu,
+            mac: loaded.port_macs[i],
+        };
+        ports.push(Port::start(id, &p.name, &setup, &pool)?);
+        port_ids.push(id);
+    }
+
+    let hz = dpdk::tsc_hz();
+    let drain_tsc = hz / 1_000_000 * cfg.dataplane.tx_drain_us.max(1);
+    let results: Vec<Arc<Mutex<Option<Datapath>>>> =
+        lcores.iter().map(|_| Arc::new(Mutex::new(None))).collect();
+    worker::QUIT.store(false, std::sync::atomic::Ordering::Relaxed);
+    let on_panic: Arc<dyn Fn() + Send + Sync> = Arc::new(worker::request_quit);
+    let mut handles = Vec::new();
+    let started = Instant::now();
+    for (wi, l) in lcores.iter().enumerate() {
+        let w = Worker {
+            rx: l
+                .rx
+                .iter()
+                .map(|q| RxQueue {
+                    port_id: port_ids[q.port as usize],
+                    port: q.port,
+                    queue: q.queue,
+                })
+                .collect(),
+            port_ids: port_ids.clone(),
+            tx_queue: wi as u16,
+            burst: cfg.dataplane.burst as usize,
+            drain_tsc,
+            datapath: Datapath::new(loaded.pipeline.clone(), ports.len() as u16),
+            pool,
+        };
+        let slot = results[wi].clone();
+        let h = lcore::launch(
+            l.id,
+            move || {
+                let dp = w.run();
+                *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(dp);
+            },
+            Some(on_panic.clone()),
+        );
+        match h {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                worker::request_quit();
+                for h in handles {
+                    let _ = h.join();
+                }
+                return Err(e.into());
+            }
+        }
+    }
+
+    let input_short = monitor(
+        &ports,
+        expected,
+        opts.duration,
+        Duration::from_millis(cfg.dataplane.replay_idle_ms),
+        opts.quiet,
+    );
+    worker::request_quit();
+    let seconds = started.elapsed().as_secs_f64();
+    let mut panics = Vec::new();
+    for h in handles {
+        let lc = h.lcore();
+        if let Err(msg) = h.join() {
+            panics.push(format!("worker lcore {lc} panicked: {msg}"));
+        }
+    }
+
+    let mut total = Counters::new(ports.len() as u16);
+    let mut tables: Vec<EntrySummary> = Vec::new();
+    let mut pipelines = Vec::new();
+    for r in &results {
+        if let Some(dp) = r.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            total.add(&dp.counters);
+            pipelines.push(dp.pipeline);
+        }
+    }
+    if let Some(first) = pipelines.first() {
+        for (ti, t) in first.tables.iter().enumerate() {
+            for e in 0..=t.len() {
+                let mut c = Counter::default();
+                for p in &pipelines {
+                    let tt = &p.tables[ti];
+                    c.add(if e < t.len() {
+                        &tt.counters[e]
+                    } else {
+                        &tt.miss_counter
+                    });
+                }
+                tables.push(EntrySummary {
+                    table: t.name.clone(),
+                    entry: (e < t.len()).then_some(e),
+                    counter: c,
+                });
+            }
+        }
+    }
+    let ethdev: Vec<PortStats> = ports.iter().map(|p| p.stats()).collect();
+    for p in ports.iter_mut() {
+        p.stop()?;
+    }
+    drop(ports); // rte_eth_dev_close: frees the rx rings' mbufs
+    for p in plans {
+        if let Some((parts, out)) = &p.tx_merge {
+            let refs: Vec<&Path> = parts.iter().map(|p| p.as_path()).collect();
+            pcapfile::merge(&refs, out).map_err(AppError::Other)?;
+            for part in parts {
+                let _ = std::fs::remove_file(part);
+            }
+        }
+    }
+    if !panics.is_empty() {
+        return Err(AppError::Other(panics.join("; ")));
+    }
+    let summary = Summary {
+        ports: plans
+            .iter()
+            .enumerate()
+            .map(|(i, p)| PortSummary {
+                index: i,
+                name: p.name.clone(),
+                device: p.device.clone(),
+                workers: total.ports[i],
+                ethdev: ethdev[i],
+            })
+            .collect(),
+        drops: crate::stats::Reason::ALL
+            .iter()
+            .map(|r| (r.name().to_string(), total.dropped(*r)))
+            .collect(),
+        tables,
+        input_records: expected,
+        input_short,
+        seconds,
+        mbufs_in_use_after: pool.in_use(),
+        workers: lcores.len(),
+    };
+    Ok(summary)
+}
+
+/// Waits on the main lcore until a stop is due. Returns true if a replay's input ended short
+/// (the idle fallback fired before every record arrived).
+fn monitor(
+    ports: &[Port],
+    expected: Option<u64>,
+    duration: Option<Duration>,
+    idle: Duration,
+    quiet: bool,
+) -> bool {
+    let start = Instant::now();
+    let mut last_seen = 0u64;
+    let mut last_change = Instant::now();
+    loop {
+        if worker::quitting() {
+            return false;
+        }
+        if duration.is_some_and(|d| start.elapsed() >= d) {
+            return false;
+        }
+        if let Some(want) = expected {
+            let seen: u64 = ports
+                .iter()
+                .map(|p| {
+                    let s = p.stats();
+                    s.ipackets + s.rx_nombuf
+                })
+                .sum();
+            if seen >= want {
+                return false;
+            }
+            if seen != last_seen {
+                last_seen = seen;
+                last_change = Instant::now();
+            } else if last_change.elapsed() >= idle {
+                if !quiet {
+                    eprintln!(
+                        "dpu: input ended short: {seen} of {want} records received after {} ms without input",
+                        idle.as_millis()
+                    );
+                }
+                return true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+impl Summary {
+    /// The human-readable report printed at the end of a run.
+    pub fn report(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "== dpu: final stats ({} worker(s), {:.3} s) ==",
+            self.workers, self.seconds
+        );
+        let _ = writeln!(
+            s,
+            "{:<6} {:<14} {:>12} {:>12} {:>12} {:>12} {:>10}",
+            "port", "name", "rx pkts", "rx bytes", "tx pkts", "tx bytes", "rx errors"
+        );
+        for p in &self.ports {
+            let _ = writeln!(
+                s,
+                "{:<6} {:<14} {:>12} {:>12} {:>12} {:>12} {:>10}",
+                p.index,
+                p.name,
+                p.workers.rx_packets,
+                p.workers.rx_bytes,
+                p.ethdev.opackets,
+                p.ethdev.obytes,
+                p.ethdev.ierrors + p.ethdev.rx_nombuf + p.ethdev.imissed
+            );
+        }
+        let drops: Vec<String> = self
+            .drops
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(k, n)| format!("{k}={n}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "drops: {}",
+            if drops.is_empty() {
+                "none".to_string()
+            } else {
+                drops.join(" ")
+            }
+        );
+        for t in &self.tables {
+            let which = t
+                .entry
+                .map(|e| format!("entry {e}"))
+                .unwrap_or_else(|| "miss".to_string());
+            let _ = writeln!(
+                s,
+                "table {:<10} {:<9} {:>10} pkts {:>12} bytes",
+                t.table, which, t.counter.packets, t.counter.bytes
+            );
+        }
+        if let Some(n) = self.input_records {
+            let _ = writeln!(
+                s,
+                "input: {n} records{}",
+                if self.input_short {
+                    " (ended short)"
+                } else {
+                    ""
+                }
+            );
+        }
+        let _ = writeln!(
+            s,
+            "mbufs in use after shutdown: {}",
+            self.mbufs_in_use_after
+        );
+        s
+    }
+}

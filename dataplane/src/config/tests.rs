@@ -1,0 +1,165 @@
+//! Config loading: the shipped configs load, and broken files fail naming file, key and
+//! expectation.
+
+use super::*;
+use std::path::Path;
+
+fn err(text: &str) -> String {
+    load_str(text, Path::new("bad.toml"))
+        .unwrap_err()
+        .to_string()
+}
+
+const PORT: &str = "[[port]]\nvdev = \"net_null0\"\n";
+
+#[test]
+fn shipped_configs_load() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../conf");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "toml") {
+            let l = load(&p).unwrap_or_else(|e| panic!("{e}"));
+            assert!(!l.config.ports.is_empty());
+            n += 1;
+        }
+    }
+    assert!(n >= 1, "no configs found in {}", dir.display());
+}
+
+#[test]
+fn default_config_values() {
+    let l = load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../conf/default.toml")).unwrap();
+    assert_eq!(l.config.ports.len(), 2);
+    assert_eq!(l.config.ports[0].device_name(), "net_pcap0");
+    assert_eq!(
+        l.config.ports[0].vdev_args(),
+        vec![
+            (
+                "rx_pcap".to_string(),
+                "samples/nccl_ring_allreduce_rocev2.pcap".to_string()
+            ),
+            ("tx_pcap".to_string(), "out/p0.pcap".to_string())
+        ]
+    );
+    assert_eq!(l.rx_queues(0), 1);
+    assert_eq!(l.pipeline.tables.len(), 1);
+    assert_eq!(l.pipeline.tables[0].len(), 1);
+    assert_eq!(l.config.dataplane.gradient_udp_port, 49374);
+}
+
+#[test]
+fn defaults_without_sections() {
+    let l = load_str(PORT, Path::new("x.toml")).unwrap();
+    assert_eq!(l.config.mempool.mbufs, DEFAULT_MBUFS);
+    assert_eq!(l.config.dataplane.burst, DEFAULT_BURST);
+    assert_eq!(l.lcores().len(), 1);
+    assert_eq!(l.lcores()[0].id, 1);
+    assert!(l.pipeline.tables.is_empty());
+}
+
+#[test]
+fn syntax_error_names_file_and_line() {
+    let e = err("[mempool\nmbufs = 1");
+    assert!(e.starts_with("bad.toml: "), "{e}");
+    assert!(e.contains("line 1"), "{e}");
+}
+
+#[test]
+fn unknown_key_is_refused() {
+    let e = err(&format!("{PORT}[mempool]\nmbuf = 100\n"));
+    assert!(e.contains("unknown field `mbuf`"), "{e}");
+    assert!(e.contains("mbufs"), "{e}");
+}
+
+#[test]
+fn wrong_type_is_refused() {
+    let e = err(&format!("{PORT}[mempool]\nmbufs = \"many\"\n"));
+    assert!(e.contains("bad.toml"), "{e}");
+    assert!(e.contains("integer") || e.contains("u32"), "{e}");
+}
+
+#[test]
+fn semantic_errors_name_the_key() {
+    let cases: &[(&str, &str, &str)] = &[
+        ("", "`port`", "at least one [[port]]"),
+        ("[[port]]\nname = \"x\"\n", "`port[0]`", "expected `vdev`"),
+        ("[[port]]\nvdev = \"a\"\npci = \"0000:00:01.0\"\n", "`port[0]`", "found both"),
+        ("[[port]]\npci = \"zz\"\n", "`port[0].pci`", "PCI address"),
+        ("[[port]]\nvdev = \"net_null0\"\n[[port]]\nvdev = \"net_null0,size=64\"\n", "`port[1]`", "twice"),
+        ("[[port]]\nvdev = \"net_null0\"\nmac = \"02:00\"\n", "`port[0].mac`", "MAC address"),
+        ("[mempool]\nmbufs = 10\n[[port]]\nvdev = \"n\"\n", "`mempool.mbufs`", "at least 64"),
+        ("[mempool]\ncache = 600\n[[port]]\nvdev = \"n\"\n", "`mempool.cache`", "at most 512"),
+        ("[dataplane]\nburst = 0\n[[port]]\nvdev = \"n\"\n", "`dataplane.burst`", "1..=512"),
+        (
+            "[[port]]\nvdev = \"n\"\n[[lcore]]\nid = 1\nrx = [{ port = 3, queue = 0 }]\n",
+            "`lcore[0].rx[0].port`",
+            "below 1",
+        ),
+        (
+            "[[port]]\nvdev = \"n\"\n[[lcore]]\nid = 1\nrx = [{ port = 0, queue = 0 }]\n[[lcore]]\nid = 2\nrx = [{ port = 0, queue = 0 }]\n",
+            "`lcore[1].rx[0]`",
+            "two lcores",
+        ),
+        (
+            "[[port]]\nvdev = \"n\"\n[[lcore]]\nid = 1\nrx = [{ port = 0, queue = 1 }]\n",
+            "`lcore`",
+            "no lcore polls queue 0",
+        ),
+    ];
+    for (text, key, want) in cases {
+        let e = err(text);
+        assert!(
+            e.contains(key) && e.contains(want),
+            "{text:?}: got {e:?}, want {key} and {want:?}"
+        );
+    }
+}
+
+#[test]
+fn table_errors_name_the_key() {
+    let t = |body: &str| {
+        format!("{PORT}[[port]]\nvdev = \"net_null1\"\n[[table]]\nname = \"l2\"\n{body}")
+    };
+    let key = "key = [{ field = \"eth.dst\", match = \"exact\" }]\n";
+    let cases: Vec<(String, &str, &str)> = vec![
+        (t("key = [{ field = \"eth.dest\", match = \"exact\" }]\n"), "`table[0].key[0].field`", "unknown field \"eth.dest\""),
+        (t("key = [{ field = \"eth.dst\", match = \"fuzzy\" }]\n"), "`table[0].key[0].match`", "unknown match kind"),
+        (t("key = []\n"), "`table[0].key`", "at least one key field"),
+        (t(&format!("{key}default_action = \"forward(2)\"\n")), "`table[0].default_action`", "below 2"),
+        (
+            t(&format!("{key}[[table.entry]]\nkey = [\"02:00:00:00:00:0g\"]\naction = \"drop\"\n")),
+            "`table[0].entry[0].key[0]`",
+            "MAC address",
+        ),
+        (
+            t(&format!("{key}[[table.entry]]\nkey = [\"02:00:00:00:00:01\", 1]\naction = \"drop\"\n")),
+            "`table[0].entry[0].key`",
+            "expected 1 value",
+        ),
+        (
+            t(&format!("{key}[[table.entry]]\nkey = [\"02:00:00:00:00:01\"]\naction = \"jump\"\n")),
+            "`table[0].entry[0].action`",
+            "unknown action",
+        ),
+        (
+            t(&format!(
+                "{key}[[table.entry]]\nkey = [\"02:00:00:00:00:01\"]\naction = \"drop\"\n[[table.entry]]\nkey = [\"02:00:00:00:00:01\"]\naction = \"flood\"\n"
+            )),
+            "`table[0].entry[1].key`",
+            "already exists",
+        ),
+        (
+            format!("{PORT}[[table]]\nname = \"a\"\n{key}[[table]]\nname = \"a\"\n{key}"),
+            "`table[1].name`",
+            "used twice",
+        ),
+    ];
+    for (text, key, want) in cases {
+        let e = err(&text);
+        assert!(
+            e.contains(key) && e.contains(want),
+            "{text:?}: got {e:?}, want {key} and {want:?}"
+        );
+    }
+}

@@ -1,0 +1,160 @@
+//! An owned mbuf ([`Mbuf`], freed on drop) and bursts of them.
+
+use crate::buf::PacketBuf;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+
+/// An owned packet mbuf: dropping it returns it to its pool (`rte_pktmbuf_free`).
+#[repr(transparent)]
+#[derive(Debug)]
+pub struct Mbuf(NonNull<dpdk_sys::rte_mbuf>);
+
+// SAFETY: an mbuf is owned by exactly one Mbuf at a time; moving ownership between lcores is how
+// DPDK is used (rings, tx queues).
+unsafe impl Send for Mbuf {}
+
+impl Mbuf {
+    /// Takes ownership of a raw mbuf.
+    ///
+    /// # Safety
+    /// `raw` must be a valid mbuf that nothing else will free or use.
+    #[inline(always)]
+    pub unsafe fn from_raw(raw: NonNull<dpdk_sys::rte_mbuf>) -> Mbuf {
+        Mbuf(raw)
+    }
+
+    /// Gives up ownership without freeing.
+    #[inline(always)]
+    pub fn into_raw(self) -> *mut dpdk_sys::rte_mbuf {
+        let p = self.0.as_ptr();
+        std::mem::forget(self);
+        p
+    }
+
+    /// The mbuf's header.
+    #[inline(always)]
+    fn hdr(&self) -> &dpdk_sys::rte_mbuf {
+        // SAFETY: we own a valid mbuf.
+        unsafe { self.0.as_ref() }
+    }
+
+    /// The port the mbuf was received on (`mbuf->port`).
+    #[inline(always)]
+    pub fn port(&self) -> u16 {
+        self.hdr().port
+    }
+}
+
+impl Drop for Mbuf {
+    #[inline(always)]
+    fn drop(&mut self) {
+        // SAFETY: we own the mbuf; it is freed exactly once.
+        unsafe { dpdk_sys::shim_pktmbuf_free(self.0.as_ptr()) }
+    }
+}
+
+impl PacketBuf for Mbuf {
+    #[inline(always)]
+    fn data(&self) -> &[u8] {
+        let h = self.hdr();
+        // SAFETY: buf_addr + data_off .. + data_len lies inside the mbuf's buffer, which we own.
+        unsafe {
+            std::slice::from_raw_parts(
+                (h.buf_addr as *const u8).add(h.data_off as usize),
+                h.data_len as usize,
+            )
+        }
+    }
+
+    #[inline(always)]
+    fn data_mut(&mut self) -> &mut [u8] {
+        let h = self.hdr();
+        // SAFETY: as in data(); &mut self guarantees exclusive access.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                (h.buf_addr as *mut u8).add(h.data_off as usize),
+                h.data_len as usize,
+            )
+        }
+    }
+
+    #[inline(always)]
+    fn prepend(&mut self, len: usize) -> bool {
+        // SAFETY: we own the mbuf; the shim checks the headroom.
+        len <= u16::MAX as usize
+            && unsafe { !dpdk_sys::shim_pktmbuf_prepend(self.0.as_ptr(), len as u16).is_null() }
+    }
+
+    #[inline(always)]
+    fn adj(&mut self, len: usize) -> bool {
+        // SAFETY: we own the mbuf; the shim checks the length.
+        len <= u16::MAX as usize
+            && unsafe { !dpdk_sys::shim_pktmbuf_adj(self.0.as_ptr(), len as u16).is_null() }
+    }
+
+    #[inline(always)]
+    fn append(&mut self, len: usize) -> bool {
+        // SAFETY: we own the mbuf; the shim checks the tailroom.
+        len <= u16::MAX as usize
+            && unsafe { !dpdk_sys::shim_pktmbuf_append(self.0.as_ptr(), len as u16).is_null() }
+    }
+
+    #[inline(always)]
+    fn trim(&mut self, len: usize) -> bool {
+        // SAFETY: we own the mbuf; the shim checks the length.
+        len <= u16::MAX as usize
+            && unsafe { dpdk_sys::shim_pktmbuf_trim(self.0.as_ptr(), len as u16) == 0 }
+    }
+
+    #[inline(always)]
+    fn rx_timestamp_us(&self) -> Option<u64> {
+        let flag = TS_FLAG.load(Ordering::Relaxed);
+        let h = self.hdr();
+        if flag == 0 || h.ol_flags & flag == 0 {
+            return None;
+        }
+        let off = TS_OFFSET.load(Ordering::Relaxed) as usize;
+        // SAFETY: the rx-timestamp dynamic field (a u64) was registered at `off` bytes into every
+        // mbuf; the flag says the PMD wrote it.
+        Some(unsafe {
+            std::ptr::read_unaligned((self.0.as_ptr() as *const u8).add(off) as *const u64)
+        })
+    }
+
+    #[inline(always)]
+    fn is_segmented(&self) -> bool {
+        self.hdr().nb_segs > 1
+    }
+}
+
+static TS_OFFSET: AtomicI32 = AtomicI32::new(-1);
+static TS_FLAG: AtomicU64 = AtomicU64::new(0);
+
+/// Registers (or looks up) the rx-timestamp dynamic mbuf field that net_pcap fills with each
+/// record's capture time in microseconds (`rte_mbuf_dyn_rx_timestamp_register`). Call once after
+/// EAL init; until then [`PacketBuf::rx_timestamp_us`] returns `None`.
+pub fn register_rx_timestamp() -> Result<(), super::DpdkError> {
+    let mut off: i32 = -1;
+    let mut flag: u64 = 0;
+    // SAFETY: plain out-parameters.
+    let ret = unsafe { dpdk_sys::rte_mbuf_dyn_rx_timestamp_register(&mut off, &mut flag) };
+    if ret < 0 {
+        return Err(super::DpdkError::from_errno(
+            "rte_mbuf_dyn_rx_timestamp_register",
+        ));
+    }
+    TS_OFFSET.store(off, Ordering::Relaxed);
+    TS_FLAG.store(flag, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Frees `mbufs` in one call (`rte_pktmbuf_free_bulk`).
+///
+/// # Safety
+/// Every pointer must be a valid mbuf owned by the caller, not used afterwards.
+#[inline]
+pub unsafe fn free_bulk(mbufs: &mut [*mut dpdk_sys::rte_mbuf]) {
+    if !mbufs.is_empty() {
+        dpdk_sys::rte_pktmbuf_free_bulk(mbufs.as_mut_ptr(), mbufs.len() as u32);
+    }
+}

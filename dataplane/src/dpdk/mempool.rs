@@ -1,0 +1,62 @@
+//! Packet mbuf pools (`rte_pktmbuf_pool_create`).
+
+use super::DpdkError;
+use std::ffi::CString;
+use std::ptr::NonNull;
+
+/// A pool of packet mbufs. Lives as long as the process (DPDK pools are freed with EAL).
+#[derive(Debug, Clone, Copy)]
+pub struct Mempool {
+    raw: NonNull<dpdk_sys::rte_mempool>,
+}
+
+// SAFETY: a DPDK mempool is designed for concurrent use from every lcore (per-lcore caches plus
+// a lock-free ring).
+unsafe impl Send for Mempool {}
+// SAFETY: as above.
+unsafe impl Sync for Mempool {}
+
+impl Mempool {
+    /// Creates a pool of `n` mbufs with a per-lcore cache of `cache` mbufs and `data_room` bytes
+    /// of buffer per mbuf (including the 128-byte headroom), on NUMA socket `socket`
+    /// (`-1`: any).
+    ///
+    /// Errors: no memory (`-m` too small for `n` x (data_room + ~192) bytes), a name in use, a
+    /// cache larger than DPDK allows (512, and at most n / 1.5).
+    pub fn new(
+        name: &str,
+        n: u32,
+        cache: u32,
+        data_room: u16,
+        socket: i32,
+    ) -> Result<Self, DpdkError> {
+        let cname = CString::new(name).expect("pool names hold no NUL");
+        // SAFETY: arguments are plain values and a valid C string.
+        let raw = unsafe {
+            dpdk_sys::rte_pktmbuf_pool_create(cname.as_ptr(), n, cache, 0, data_room, socket)
+        };
+        NonNull::new(raw).map(|raw| Mempool { raw }).ok_or_else(|| {
+            DpdkError::from_errno(format!(
+                "rte_pktmbuf_pool_create({name}, {n} mbufs of {data_room} bytes, cache {cache})"
+            ))
+        })
+    }
+
+    /// The raw pointer, for DPDK calls.
+    pub fn as_ptr(&self) -> *mut dpdk_sys::rte_mempool {
+        self.raw.as_ptr()
+    }
+
+    /// Mbufs currently allocated from the pool (`rte_mempool_in_use_count`; slow: not for the
+    /// fast path).
+    pub fn in_use(&self) -> u32 {
+        // SAFETY: the pool is valid for the process.
+        unsafe { dpdk_sys::rte_mempool_in_use_count(self.raw.as_ptr()) }
+    }
+
+    /// Mbufs currently free in the pool (`rte_mempool_avail_count`; slow).
+    pub fn available(&self) -> u32 {
+        // SAFETY: the pool is valid for the process.
+        unsafe { dpdk_sys::rte_mempool_avail_count(self.raw.as_ptr()) }
+    }
+}

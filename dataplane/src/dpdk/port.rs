@@ -1,0 +1,288 @@
+//! Ethernet ports: configuration with N rx / M tx queues, start, stop, close, stats and xstats.
+
+use super::{DpdkError, Mempool};
+use crate::wire::EthernetAddress;
+use std::ffi::{CStr, CString};
+
+/// Settings of one port's queues.
+#[derive(Debug, Clone)]
+pub struct PortSetup {
+    /// Rx queues (one per worker lcore polling the port).
+    pub rx_queues: u16,
+    /// Tx queues (one per worker lcore: every worker can send on every port).
+    pub tx_queues: u16,
+    /// Rx descriptors per queue.
+    pub rx_desc: u16,
+    /// Tx descriptors per queue.
+    pub tx_desc: u16,
+    /// MTU to set (bytes of L3 payload), if any.
+    pub mtu: Option<u16>,
+    /// MAC address to set as the port's default, if any.
+    pub mac: Option<EthernetAddress>,
+}
+
+/// A configured DPDK ethdev port.
+#[derive(Debug)]
+pub struct Port {
+    id: u16,
+    name: String,
+    started: bool,
+}
+
+/// The basic counters of a port (`struct rte_eth_stats`): packets and bytes.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct PortStats {
+    /// Packets received.
+    pub ipackets: u64,
+    /// Packets sent.
+    pub opackets: u64,
+    /// Bytes received.
+    pub ibytes: u64,
+    /// Bytes sent.
+    pub obytes: u64,
+    /// Packets the hardware dropped for lack of rx descriptors.
+    pub imissed: u64,
+    /// Packets received in error (net_pcap: records it could not read).
+    pub ierrors: u64,
+    /// Packets that failed to send.
+    pub oerrors: u64,
+    /// Receive-side mbuf allocation failures (net_pcap loses the record it was reading).
+    pub rx_nombuf: u64,
+}
+
+impl Port {
+    /// Finds the port whose device name is `name` (a vdev name like `net_pcap0` or a PCI
+    /// address like `0000:3b:00.0`), as probed by EAL.
+    pub fn by_name(name: &str) -> Result<u16, DpdkError> {
+        let c = CString::new(name)
+            .map_err(|_| DpdkError::new("port lookup", "name holds a NUL byte"))?;
+        let mut id: u16 = 0;
+        // SAFETY: valid C string and out-parameter.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_get_port_by_name(c.as_ptr(), &mut id) };
+        if ret != 0 {
+            return Err(DpdkError::new(
+                format!("port {name}"),
+                "no such device: EAL did not probe it (check the vdev string or the PCI address and its driver binding)",
+            ));
+        }
+        Ok(id)
+    }
+
+    /// Configures port `id` with `setup`'s queues on `pool` and starts it (promiscuous).
+    ///
+    /// Errors: more queues than the device has (net_pcap has one rx queue per `rx_pcap` and
+    /// one tx queue per `tx_pcap`), descriptor counts the device refuses, or a start failure
+    /// (for net_pcap: an input file that cannot be opened or an output that cannot be created).
+    pub fn start(
+        id: u16,
+        name: &str,
+        setup: &PortSetup,
+        pool: &Mempool,
+    ) -> Result<Port, DpdkError> {
+        let what = |op: &str| format!("{op}(port {id} {name})");
+        // SAFETY: zeroed rte_eth_dev_info is a valid out-parameter.
+        let mut info: dpdk_sys::rte_eth_dev_info = unsafe { std::mem::zeroed() };
+        // SAFETY: valid port id checked by rte_eth_dev_info_get itself.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_info_get(id, &mut info) };
+        if ret != 0 {
+            return Err(DpdkError::from_ret(what("rte_eth_dev_info_get"), ret));
+        }
+        if setup.rx_queues > info.max_rx_queues || setup.tx_queues > info.max_tx_queues {
+            return Err(DpdkError::new(
+                what("rte_eth_dev_configure"),
+                format!(
+                    "needs {} rx and {} tx queues (one tx queue per worker lcore), the device has {} and {}",
+                    setup.rx_queues, setup.tx_queues, info.max_rx_queues, info.max_tx_queues
+                ),
+            ));
+        }
+        // SAFETY: an all-zero rte_eth_conf is DPDK's default configuration.
+        let mut conf: dpdk_sys::rte_eth_conf = unsafe { std::mem::zeroed() };
+        // SAFETY: returns a constant.
+        let rss = info.flow_type_rss_offloads & unsafe { dpdk_sys::shim_rss_hf_ip_udp() };
+        if setup.rx_queues > 1 && rss != 0 {
+            conf.rxmode.mq_mode = dpdk_sys::rte_eth_rx_mq_mode_RTE_ETH_MQ_RX_RSS;
+            conf.rx_adv_conf.rss_conf.rss_hf = rss;
+        }
+        if let Some(mtu) = setup.mtu {
+            conf.rxmode.mtu = mtu as u32;
+        }
+        // SAFETY: conf is fully initialised.
+        let ret =
+            unsafe { dpdk_sys::rte_eth_dev_configure(id, setup.rx_queues, setup.tx_queues, &conf) };
+        if ret != 0 {
+            return Err(DpdkError::from_ret(what("rte_eth_dev_configure"), ret));
+        }
+        let mut rx_desc = setup.rx_desc;
+        let mut tx_desc = setup.tx_desc;
+        // SAFETY: plain in/out parameters.
+        let ret =
+            unsafe { dpdk_sys::rte_eth_dev_adjust_nb_rx_tx_desc(id, &mut rx_desc, &mut tx_desc) };
+        if ret != 0 {
+            return Err(DpdkError::from_ret(
+                what("rte_eth_dev_adjust_nb_rx_tx_desc"),
+                ret,
+            ));
+        }
+        // SAFETY: a valid port id.
+        let socket = unsafe { dpdk_sys::rte_eth_dev_socket_id(id) };
+        let socket = if socket < 0 {
+            dpdk_sys::SOCKET_ID_ANY
+        } else {
+            socket
+        };
+        for q in 0..setup.rx_queues {
+            // SAFETY: the port is configured; NULL rxconf means the device default.
+            let ret = unsafe {
+                dpdk_sys::rte_eth_rx_queue_setup(
+                    id,
+                    q,
+                    rx_desc,
+                    socket as u32,
+                    std::ptr::null(),
+                    pool.as_ptr(),
+                )
+            };
+            if ret != 0 {
+                return Err(DpdkError::from_ret(
+                    format!("rte_eth_rx_queue_setup(port {id} {name}, queue {q})"),
+                    ret,
+                ));
+            }
+        }
+        for q in 0..setup.tx_queues {
+            // SAFETY: the port is configured; NULL txconf means the device default.
+            let ret = unsafe {
+                dpdk_sys::rte_eth_tx_queue_setup(id, q, tx_desc, socket as u32, std::ptr::null())
+            };
+            if ret != 0 {
+                return Err(DpdkError::from_ret(
+                    format!("rte_eth_tx_queue_setup(port {id} {name}, queue {q})"),
+                    ret,
+                ));
+            }
+        }
+        if let Some(mac) = setup.mac {
+            let mut addr = dpdk_sys::rte_ether_addr { addr_bytes: mac.0 };
+            // SAFETY: valid out/in parameter.
+            let ret = unsafe { dpdk_sys::rte_eth_dev_default_mac_addr_set(id, &mut addr) };
+            if ret != 0 {
+                return Err(DpdkError::from_ret(
+                    what("rte_eth_dev_default_mac_addr_set"),
+                    ret,
+                ));
+            }
+        }
+        // SAFETY: the port is configured with its queues.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_start(id) };
+        if ret != 0 {
+            return Err(DpdkError::from_ret(what("rte_eth_dev_start"), ret));
+        }
+        // Promiscuous mode is best effort: some PMDs (net_null) do not support it.
+        // SAFETY: a started port.
+        unsafe { dpdk_sys::rte_eth_promiscuous_enable(id) };
+        Ok(Port {
+            id,
+            name: name.to_string(),
+            started: true,
+        })
+    }
+
+    /// The DPDK port id.
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+
+    /// The device name (vdev name or PCI address).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The port's MAC address (`rte_eth_macaddr_get`).
+    pub fn mac(&self) -> EthernetAddress {
+        let mut addr = dpdk_sys::rte_ether_addr { addr_bytes: [0; 6] };
+        // SAFETY: valid out-parameter.
+        unsafe { dpdk_sys::rte_eth_macaddr_get(self.id, &mut addr) };
+        EthernetAddress(addr.addr_bytes)
+    }
+
+    /// The port's basic counters (`rte_eth_stats_get`).
+    pub fn stats(&self) -> PortStats {
+        stats_of(self.id)
+    }
+
+    /// The port's extended counters (`rte_eth_xstats_get`), by name.
+    pub fn xstats(&self) -> Vec<(String, u64)> {
+        // SAFETY: NULL/0 asks for the count.
+        let n = unsafe { dpdk_sys::rte_eth_xstats_get_names(self.id, std::ptr::null_mut(), 0) };
+        if n <= 0 {
+            return Vec::new();
+        }
+        // SAFETY: zeroed arrays are valid out-parameters of the size given.
+        let mut names: Vec<dpdk_sys::rte_eth_xstat_name> =
+            vec![unsafe { std::mem::zeroed() }; n as usize];
+        let mut vals: Vec<dpdk_sys::rte_eth_xstat> =
+            vec![unsafe { std::mem::zeroed() }; n as usize];
+        // SAFETY: arrays of n elements.
+        let got_n =
+            unsafe { dpdk_sys::rte_eth_xstats_get_names(self.id, names.as_mut_ptr(), n as u32) };
+        // SAFETY: arrays of n elements.
+        let got_v = unsafe { dpdk_sys::rte_eth_xstats_get(self.id, vals.as_mut_ptr(), n as u32) };
+        if got_n <= 0 || got_v <= 0 {
+            return Vec::new();
+        }
+        vals.iter()
+            .take(got_v as usize)
+            .filter_map(|v| {
+                let name = names.get(v.id as usize)?;
+                // SAFETY: DPDK writes NUL-terminated names into the fixed-size array.
+                let s = unsafe { CStr::from_ptr(name.name.as_ptr()) }
+                    .to_string_lossy()
+                    .into_owned();
+                Some((s, v.value))
+            })
+            .collect()
+    }
+
+    /// Stops the port (`rte_eth_dev_stop`): net_pcap closes and flushes its output files here.
+    pub fn stop(&mut self) -> Result<(), DpdkError> {
+        if self.started {
+            self.started = false;
+            // SAFETY: a started port; no lcore polls it any more.
+            let ret = unsafe { dpdk_sys::rte_eth_dev_stop(self.id) };
+            if ret != 0 {
+                return Err(DpdkError::from_ret(
+                    format!("rte_eth_dev_stop(port {})", self.id),
+                    ret,
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The counters of port `id` (`rte_eth_stats_get`); zeros if the port is invalid.
+pub fn stats_of(id: u16) -> PortStats {
+    // SAFETY: zeroed out-parameter.
+    let mut s: dpdk_sys::rte_eth_stats = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-parameter; an invalid id returns an error and leaves zeros.
+    unsafe { dpdk_sys::rte_eth_stats_get(id, &mut s) };
+    PortStats {
+        ipackets: s.ipackets,
+        opackets: s.opackets,
+        ibytes: s.ibytes,
+        obytes: s.obytes,
+        imissed: s.imissed,
+        ierrors: s.ierrors,
+        oerrors: s.oerrors,
+        rx_nombuf: s.rx_nombuf,
+    }
+}
+
+impl Drop for Port {
+    fn drop(&mut self) {
+        let _ = self.stop();
+        // SAFETY: the port is stopped and no lcore uses it.
+        unsafe { dpdk_sys::rte_eth_dev_close(self.id) };
+    }
+}

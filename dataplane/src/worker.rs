@@ -1,0 +1,195 @@
+//! The poll-mode worker, in the shape of DPDK's l2fwd: rx burst, process each packet, buffered
+//! tx with a drain period in TSC ticks. One per worker lcore; its state is one struct that no
+//! other lcore touches.
+
+use crate::buf::PacketIo;
+use crate::datapath::Datapath;
+use crate::dpdk::mbuf::free_bulk;
+use crate::dpdk::{rdtsc, Mbuf, Mempool};
+use crate::stats::Reason;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Largest rx burst (packets).
+pub const MAX_BURST: usize = 512;
+/// Packets buffered per port before a tx burst (as l2fwd's `MAX_PKT_BURST`).
+pub const TX_BUFFER: usize = 32;
+/// Tx bursts retried before the rest of a full tx queue's packets are dropped (`tx_full`).
+const TX_RETRIES: u32 = 8;
+
+/// Set to make every worker stop: by SIGINT/SIGTERM, a worker's panic, the end of a replay or
+/// of `--duration`.
+pub static QUIT: AtomicBool = AtomicBool::new(false);
+
+/// True once a stop was requested.
+#[inline(always)]
+pub fn quitting() -> bool {
+    QUIT.load(Ordering::Relaxed)
+}
+
+/// Requests every worker to stop.
+pub fn request_quit() {
+    QUIT.store(true, Ordering::Relaxed);
+}
+
+/// One rx queue a worker polls.
+#[derive(Debug, Clone, Copy)]
+pub struct RxQueue {
+    /// DPDK port id.
+    pub port_id: u16,
+    /// Port index in the config (what tables and counters use).
+    pub port: u16,
+    /// Rx queue id.
+    pub queue: u16,
+}
+
+/// Everything a worker needs; moved onto its lcore.
+#[derive(Debug)]
+pub struct Worker {
+    /// The rx queues it polls.
+    pub rx: Vec<RxQueue>,
+    /// DPDK port id of each port index.
+    pub port_ids: Vec<u16>,
+    /// Its tx queue id on every port.
+    pub tx_queue: u16,
+    /// Rx burst size (packets).
+    pub burst: usize,
+    /// Tx drain period (TSC cycles).
+    pub drain_tsc: u64,
+    /// Packet processing and counters.
+    pub datapath: Datapath,
+    /// The pool new frames (copies) come from.
+    pub pool: Mempool,
+}
+
+/// Buffered transmission on every port: the worker's [`PacketIo`].
+struct TxIo {
+    bufs: Vec<[*mut dpdk_sys::rte_mbuf; TX_BUFFER]>,
+    lens: Vec<usize>,
+    port_ids: Vec<u16>,
+    queue: u16,
+    pool: Mempool,
+    /// Packets dropped because a tx queue stayed full.
+    tx_full: u64,
+}
+
+impl TxIo {
+    /// Sends port `p`'s buffered packets; what the queue refuses after a few tries is freed and
+    /// counted.
+    #[inline]
+    fn flush(&mut self, p: usize) {
+        let len = self.lens[p];
+        if len == 0 {
+            return;
+        }
+        let bufs = &mut self.bufs[p];
+        let mut sent = 0usize;
+        let mut tries = 0;
+        while sent < len && tries < TX_RETRIES {
+            // SAFETY: bufs[sent..len] are mbufs we own; the PMD takes ownership of those it sends.
+            let n = unsafe {
+                dpdk_sys::shim_tx_burst(
+                    self.port_ids[p],
+                    self.queue,
+                    bufs.as_mut_ptr().add(sent),
+                    (len - sent) as u16,
+                )
+            };
+            sent += n as usize;
+            tries += 1;
+        }
+        if sent < len {
+            self.tx_full += (len - sent) as u64;
+            // SAFETY: the PMD did not take these; we still own them.
+            unsafe { free_bulk(&mut bufs[sent..len]) };
+        }
+        self.lens[p] = 0;
+    }
+
+    fn flush_all(&mut self) {
+        for p in 0..self.lens.len() {
+            self.flush(p);
+        }
+    }
+}
+
+impl PacketIo for TxIo {
+    type Buf = Mbuf;
+
+    #[inline(always)]
+    fn alloc(&mut self) -> Option<Mbuf> {
+        // SAFETY: the pool is valid; a non-NULL result is a fresh mbuf we own.
+        NonNull::new(unsafe { dpdk_sys::shim_pktmbuf_alloc(self.pool.as_ptr()) })
+            .map(|m| unsafe { Mbuf::from_raw(m) })
+    }
+
+    #[inline(always)]
+    fn send(&mut self, port: u16, buf: Mbuf) {
+        let p = port as usize;
+        let len = self.lens[p];
+        self.bufs[p][len] = buf.into_raw();
+        self.lens[p] = len + 1;
+        if len + 1 == TX_BUFFER {
+            self.flush(p);
+        }
+    }
+
+    fn ports(&self) -> u16 {
+        self.lens.len() as u16
+    }
+}
+
+impl Worker {
+    /// The poll loop: runs until [`QUIT`] is set, then flushes every tx buffer and returns the
+    /// datapath (its counters and tables' counters).
+    pub fn run(mut self) -> Datapath {
+        let nports = self.port_ids.len();
+        let mut io = TxIo {
+            bufs: vec![[std::ptr::null_mut(); TX_BUFFER]; nports],
+            lens: vec![0; nports],
+            port_ids: self.port_ids.clone(),
+            queue: self.tx_queue,
+            pool: self.pool,
+            tx_full: 0,
+        };
+        let burst = self.burst.min(MAX_BURST);
+        let mut pkts: [*mut dpdk_sys::rte_mbuf; MAX_BURST] = [std::ptr::null_mut(); MAX_BURST];
+        let mut last_drain = rdtsc();
+        while !quitting() {
+            let now = rdtsc();
+            if now.wrapping_sub(last_drain) > self.drain_tsc {
+                io.flush_all();
+                last_drain = now;
+            }
+            for rxq in &self.rx {
+                // SAFETY: pkts has room for `burst` pointers; this lcore owns the queue.
+                let n = unsafe {
+                    dpdk_sys::shim_rx_burst(rxq.port_id, rxq.queue, pkts.as_mut_ptr(), burst as u16)
+                } as usize;
+                for i in 0..n {
+                    if i + 1 < n {
+                        // SAFETY: a valid mbuf pointer returned by rx_burst.
+                        prefetch(unsafe { dpdk_sys::shim_pktmbuf_mtod(pkts[i + 1]) });
+                    }
+                    // SAFETY: rx_burst handed us ownership of pkts[i], which is non-NULL.
+                    let m = unsafe { Mbuf::from_raw(NonNull::new_unchecked(pkts[i])) };
+                    self.datapath.process(&mut io, rxq.port, m);
+                }
+            }
+        }
+        io.flush_all();
+        self.datapath.counters.drop_n(Reason::TxFull, io.tx_full);
+        self.datapath
+    }
+}
+
+#[inline(always)]
+fn prefetch(p: *const std::ffi::c_void) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it never faults.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(p as *const i8, std::arch::x86_64::_MM_HINT_T0)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
