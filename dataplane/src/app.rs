@@ -333,7 +333,8 @@ fn run_with_eal(
     let mut ports = Vec::new();
     let mut port_ids = Vec::new();
     for (i, p) in plans.iter().enumerate() {
-        let id = Port::by_name(&p.device)?;
+        let id = Port::by_name(&p.device)
+            .map_err(|e| DpdkError::new(format!("port {i} ({})", p.name), e.to_string()))?;
         let pc = &cfg.ports[i];
         let setup = PortSetup {
             rx_queues: loaded.rx_queues(i as u16),

@@ -50,7 +50,7 @@ pub fn merge(parts: &[&Path], out: &Path) -> Result<u64, String> {
             j += 1;
         }
     }
-    all.sort_by(|a, b| (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)));
+    all.sort_by_key(|a| (a.0, a.1, a.2));
     let f = File::create(out).map_err(|e| format!("{}: cannot create: {e}", out.display()))?;
     let mut w = match header {
         Some(h) => PcapWriter::with_header(f, h),

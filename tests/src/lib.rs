@@ -1,1 +1,199 @@
-//! Helpers shared by the functional tests.
+//! Helpers for the functional tests: run the real `dpu` binary on pcap files and read what it
+//! wrote.
+//!
+//! The binary is `target/release/dpu` (override with `DPU_BIN`); `make test` builds it first.
+
+use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// The repository's root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// The `dpu` binary.
+pub fn dpu_bin() -> PathBuf {
+    let p = std::env::var_os("DPU_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target/release/dpu"));
+    assert!(
+        p.exists(),
+        "{} does not exist: build it first (`make` or `cargo build --release`)",
+        p.display()
+    );
+    p
+}
+
+/// A fresh directory for one test's files.
+pub fn scratch(name: &str) -> PathBuf {
+    let d = root()
+        .join("target/functional")
+        .join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A file of the shared cases (`../shared/cases/...`).
+pub fn case(rel: &str) -> PathBuf {
+    let p = root().join("../shared/cases").join(rel);
+    assert!(
+        p.exists(),
+        "{} is missing: the shared cases must sit beside the repository",
+        p.display()
+    );
+    p
+}
+
+/// What a run of `dpu` gave.
+#[derive(Debug)]
+pub struct Run {
+    /// Exit status, stdout, stderr.
+    pub output: Output,
+    /// The final stats (`--stats-json`), when the run wrote them.
+    pub stats: Option<serde_json::Value>,
+    /// How long it took.
+    pub elapsed: Duration,
+}
+
+impl Run {
+    /// stderr as text.
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+    /// stdout as text.
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+    /// The exit code.
+    pub fn code(&self) -> i32 {
+        self.output.status.code().unwrap_or(-1)
+    }
+    /// The stats, or a panic showing what the run printed.
+    pub fn stats(&self) -> &serde_json::Value {
+        self.stats
+            .as_ref()
+            .unwrap_or_else(|| panic!("no stats; exit {}; stderr:\n{}", self.code(), self.stderr()))
+    }
+    /// A drop counter by reason name.
+    pub fn drops(&self, reason: &str) -> u64 {
+        self.stats()["drops"][reason]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no drop reason {reason}"))
+    }
+    /// Asserts a zero exit status, showing the output otherwise.
+    pub fn assert_ok(&self) -> &Self {
+        assert_eq!(
+            self.code(),
+            0,
+            "dpu failed:\nstdout:\n{}\nstderr:\n{}",
+            self.stdout(),
+            self.stderr()
+        );
+        self
+    }
+}
+
+/// Runs `dpu -c config` with `args` in `dir` (for relative paths), with a 120 s guard.
+pub fn run_dpu(dir: &Path, config: &Path, args: &[String]) -> Run {
+    let stats = dir.join(format!("stats-{}.json", rand_suffix()));
+    let start = Instant::now();
+    let mut cmd = Command::new(dpu_bin());
+    cmd.current_dir(dir)
+        .arg("-c")
+        .arg(config)
+        .arg("--stats-json")
+        .arg(&stats)
+        .args(args);
+    let output = run_with_timeout(cmd, Duration::from_secs(120));
+    let elapsed = start.elapsed();
+    let stats = std::fs::read_to_string(&stats)
+        .ok()
+        .map(|s| serde_json::from_str(&s).unwrap());
+    Run {
+        output,
+        stats,
+        elapsed,
+    }
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Runs `cmd`, killing it after `limit` (a stalled appliance fails the test instead of hanging it).
+pub fn run_with_timeout(mut cmd: Command, limit: Duration) -> Output {
+    use std::process::Stdio;
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let id = child.id();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let d2 = done.clone();
+    let killer = std::thread::spawn(move || {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if d2.load(std::sync::atomic::Ordering::Relaxed) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = Command::new("kill").arg("-9").arg(id.to_string()).status();
+        true
+    });
+    let out = child.wait_with_output().expect("wait");
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let killed = killer.join().unwrap();
+    assert!(!killed, "dpu did not exit within {limit:?} (stalled)");
+    out
+}
+
+/// The frames of a pcap file, in order.
+pub fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
+    let f = File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut r = PcapReader::new(f).unwrap();
+    let mut out = Vec::new();
+    while let Some(p) = r.next_packet() {
+        out.push(p.unwrap().data.into_owned());
+    }
+    out
+}
+
+/// Writes frames to a pcap file, 1 µs apart; `orig_len` (if given per frame) marks truncated
+/// captures.
+pub fn write_pcap(path: &Path, frames: &[(Vec<u8>, Option<u32>)]) {
+    let mut w = PcapWriter::new(File::create(path).unwrap()).unwrap();
+    for (i, (f, orig)) in frames.iter().enumerate() {
+        let orig = orig.unwrap_or(f.len() as u32);
+        w.write_packet(&PcapPacket::new(
+            Duration::from_micros(1_000_000 + i as u64),
+            orig,
+            f,
+        ))
+        .unwrap();
+    }
+}
+
+/// Writes a config file built from `text` into `dir`.
+pub fn write_config(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// The EAL section every test config uses: no hugepages, no PCI, no shared files (tests run in
+/// parallel), main lcore on CPU 0 and one worker on CPU 1.
+pub const EAL: &str = r#"
+[eal]
+args = ["--no-huge", "-m", "256", "--no-pci", "--no-shconf", "--lcores", "0@0,1@1", "--log-level", "*:error"]
+"#;

@@ -61,8 +61,9 @@ impl Port {
         let ret = unsafe { dpdk_sys::rte_eth_dev_get_port_by_name(c.as_ptr(), &mut id) };
         if ret != 0 {
             return Err(DpdkError::new(
-                format!("port {name}"),
-                "no such device: EAL did not probe it (check the vdev string or the PCI address and its driver binding)",
+                format!("device {name}"),
+                "EAL did not create it: the vdev failed to probe (see the driver's message above; net_pcap opens \
+                 its files at probe time) or the PCI device is not bound to a DPDK-compatible driver",
             ));
         }
         Ok(id)

@@ -1,0 +1,38 @@
+# The software DPU. `make run` and `make test` are all a fresh machine needs: both install the
+# missing system packages first (tools/install-deps.sh, idempotent).
+
+CARGO ?= cargo
+BIN := target/release/dpu
+CONFIG ?= conf/default.toml
+
+.PHONY: all build run test bench deps fuzz fmt clippy clean
+
+all: build
+
+deps:
+	@tools/install-deps.sh
+
+build: deps
+	$(CARGO) build --release --workspace --bins
+
+# The main job: run the appliance on the default config (a sample capture through two pcap
+# ports) and print what went where.
+run: build
+	$(BIN) -c $(CONFIG)
+
+# Every test: unit tests, property tests, and the functional replays through the real binary.
+test: build
+	$(CARGO) test --release --workspace
+
+bench: build
+	$(CARGO) bench -p dataplane
+
+fmt:
+	$(CARGO) fmt --all
+
+clippy:
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+clean:
+	$(CARGO) clean
+	rm -rf out

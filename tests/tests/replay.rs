@@ -1,0 +1,284 @@
+//! Replays through the real binary: byte-exact forwarding, table splits, bad frames, errors.
+
+use functional_tests::*;
+
+fn two_ports(table: &str) -> String {
+    format!(
+        "{EAL}\n[[port]]\nname = \"a\"\nvdev = \"net_null0\"\n[[port]]\nname = \"b\"\nvdev = \"net_null1\"\n{table}"
+    )
+}
+
+const TO_PORT1: &str = r#"
+[[table]]
+name = "l2"
+key = [{ field = "eth.dst", match = "exact" }]
+default_action = "forward(1)"
+"#;
+
+#[test]
+fn nccl_capture_is_forwarded_byte_identical() {
+    let dir = scratch("nccl-identity");
+    let conf = write_config(&dir, "c.toml", &two_ports(TO_PORT1));
+    let input = case("pcap/nccl_ring_allreduce_rocev2.pcap");
+    let out = dir.join("out1.pcap");
+    let run = run_dpu(
+        &dir,
+        &conf,
+        &[
+            format!("--rx=0={}", input.display()),
+            format!("--tx=1={}", out.display()),
+        ],
+    );
+    run.assert_ok();
+    let want = read_pcap(&input);
+    let got = read_pcap(&out);
+    assert_eq!(want.len(), 275);
+    assert_eq!(got.len(), want.len(), "same count");
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g, w, "frame {} differs", i + 1);
+    }
+    let s = run.stats();
+    assert_eq!(s["input_records"], 275);
+    assert_eq!(s["ports"][0]["workers"]["rx_packets"], 275);
+    assert_eq!(s["ports"][1]["ethdev"]["opackets"], 275);
+    assert_eq!(s["mbufs_in_use_after"], 0);
+}
+
+#[test]
+fn table_entry_splits_a_mixed_capture_exactly() {
+    let dir = scratch("split");
+    let host = [0xfa, 0x16, 0x3e, 0xa3, 0x16, 0x62];
+    let table = r#"
+[[table]]
+name = "l2"
+key = [{ field = "eth.dst", match = "exact" }]
+default_action = "forward(0)"
+[[table.entry]]
+key = ["fa:16:3e:a3:16:62"]
+action = "forward(1)"
+"#;
+    let conf = write_config(&dir, "c.toml", &two_ports(table));
+    let input = case("pcap/nccl_ring_allreduce_rocev2.pcap");
+    let (o0, o1) = (dir.join("o0.pcap"), dir.join("o1.pcap"));
+    let run = run_dpu(
+        &dir,
+        &conf,
+        &[
+            format!("--rx=0={}", input.display()),
+            format!("--tx=0={}", o0.display()),
+            format!("--tx=1={}", o1.display()),
+        ],
+    );
+    run.assert_ok();
+    let all = read_pcap(&input);
+    let want1: Vec<_> = all.iter().filter(|f| f[..6] == host).cloned().collect();
+    let want0: Vec<_> = all.iter().filter(|f| f[..6] != host).cloned().collect();
+    assert!(
+        !want1.is_empty() && !want0.is_empty(),
+        "the capture mixes both hosts"
+    );
+    assert_eq!(read_pcap(&o1), want1);
+    assert_eq!(read_pcap(&o0), want0);
+    let t = &run.stats()["tables"];
+    assert_eq!(
+        t[0]["counter"]["packets"],
+        want1.len() as u64,
+        "entry counter"
+    );
+    assert_eq!(
+        t[1]["counter"]["packets"],
+        want0.len() as u64,
+        "miss counter"
+    );
+}
+
+#[test]
+fn runts_and_truncated_frames_are_counted_without_stalling() {
+    let dir = scratch("runts");
+    let conf = write_config(&dir, "c.toml", &two_ports(TO_PORT1));
+    let good = read_pcap(&case("pcap/nccl_ring_allreduce_rocev2.pcap"));
+    let frames: Vec<(Vec<u8>, Option<u32>)> = vec![
+        (good[0].clone(), None),
+        (vec![], Some(60)),                                     // empty record
+        (vec![0xff; 1], None),                                  // one byte
+        (vec![0x02; 13], Some(64)), // one byte short of an Ethernet header
+        (good[10][..20].to_vec(), Some(good[10].len() as u32)), // truncated capture
+        (good[1].clone(), None),
+    ];
+    let input = dir.join("in.pcap");
+    write_pcap(&input, &frames);
+    let out = dir.join("out.pcap");
+    let run = run_dpu(
+        &dir,
+        &conf,
+        &[
+            format!("--rx=0={}", input.display()),
+            format!("--tx=1={}", out.display()),
+        ],
+    );
+    run.assert_ok();
+    assert!(run.elapsed.as_secs() < 30, "took {:?}", run.elapsed);
+    assert_eq!(run.drops("runt"), 3);
+    let s = run.stats();
+    assert_eq!(
+        s["ports"][0]["workers"]["rx_packets"], 6,
+        "every record was received"
+    );
+    let got = read_pcap(&out);
+    assert_eq!(got.first(), Some(&good[0]));
+    assert_eq!(got.last(), Some(&good[1]));
+}
+
+#[test]
+fn missing_input_file_is_a_clear_error() {
+    let dir = scratch("missing");
+    let conf = write_config(&dir, "c.toml", &two_ports(TO_PORT1));
+    let run = run_dpu(
+        &dir,
+        &conf,
+        &[
+            "--rx=0=/nonexistent/in.pcap".into(),
+            "--tx=1=out.pcap".into(),
+        ],
+    );
+    assert_eq!(run.code(), 1);
+    let e = run.stderr();
+    assert!(
+        e.contains("/nonexistent/in.pcap") && e.contains("cannot open"),
+        "{e}"
+    );
+}
+
+#[test]
+fn port_that_fails_to_start_is_a_clear_error() {
+    let dir = scratch("badport");
+    // The output is a directory: net_pcap cannot open it, and the port fails to start.
+    let out = dir.join("a_directory");
+    std::fs::create_dir_all(&out).unwrap();
+    let input = case("pcap/c02_ipv4_options.pcap");
+    let text = format!(
+        "{EAL}\n[[port]]\nvdev = \"net_pcap0,rx_pcap={},tx_pcap={}\"\n[[table]]\nname = \"l2\"\nkey = [{{ field = \"eth.dst\", match = \"exact\" }}]\ndefault_action = \"forward(0)\"\n",
+        input.display(),
+        out.display()
+    );
+    let conf = write_config(&dir, "c.toml", &text);
+    let run = run_dpu(&dir, &conf, &[]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let e = run.stderr();
+    assert!(
+        e.contains("dpu: error: port 0 (port0)")
+            && e.contains("net_pcap0")
+            && e.contains("failed to probe"),
+        "{e}"
+    );
+}
+
+#[test]
+fn too_many_queues_for_the_device_is_a_clear_error() {
+    let dir = scratch("queues");
+    let input = case("pcap/c02_ipv4_options.pcap");
+    let text = format!(
+        "{EAL}\n[[port]]\nvdev = \"net_pcap0,rx_pcap={}\"\n[[lcore]]\nid = 1\nrx = [{{ port = 0, queue = 0 }}, {{ port = 0, queue = 1 }}]\n",
+        input.display()
+    );
+    let conf = write_config(&dir, "c.toml", &text);
+    let run = run_dpu(&dir, &conf, &[]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    assert!(run.stderr().contains("needs 2 rx"), "{}", run.stderr());
+}
+
+#[test]
+fn bad_config_exits_2_naming_file_and_key() {
+    let dir = scratch("badconf");
+    let conf = write_config(
+        &dir,
+        "broken.toml",
+        &format!("{EAL}\n[[port]]\nvdev = \"net_null0\"\n[mempool]\nmbufs = \"lots\"\n"),
+    );
+    let run = run_dpu(&dir, &conf, &[]);
+    assert_eq!(run.code(), 2);
+    let e = run.stderr();
+    assert!(e.contains("broken.toml") && e.contains("mbufs"), "{e}");
+}
+
+#[test]
+fn lcore_that_eal_does_not_run_is_refused() {
+    let dir = scratch("lcore");
+    let text = format!("{EAL}\n[[port]]\nvdev = \"net_null0\"\n[[lcore]]\nid = 5\nrx = [{{ port = 0, queue = 0 }}]\n");
+    let conf = write_config(&dir, "c.toml", &text);
+    let run = run_dpu(&dir, &conf, &["--duration=1".into()]);
+    assert_eq!(run.code(), 2, "{}", run.stderr());
+    assert!(
+        run.stderr().contains("lcore[0].id") && run.stderr().contains("not a worker lcore"),
+        "{}",
+        run.stderr()
+    );
+}
+
+#[test]
+fn default_config_runs_out_of_the_box() {
+    let root = root();
+    let dir = scratch("default");
+    // Run from a scratch copy so the repository's out/ is untouched.
+    std::fs::create_dir_all(dir.join("samples")).unwrap();
+    std::fs::copy(
+        root.join("samples/nccl_ring_allreduce_rocev2.pcap"),
+        dir.join("samples/nccl_ring_allreduce_rocev2.pcap"),
+    )
+    .unwrap();
+    let run = run_dpu(&dir, &root.join("conf/default.toml"), &[]);
+    run.assert_ok();
+    let p0 = read_pcap(&dir.join("out/p0.pcap"));
+    let p1 = read_pcap(&dir.join("out/p1.pcap"));
+    assert_eq!(p0.len() + p1.len(), 275);
+    assert!(p1
+        .iter()
+        .all(|f| f[..6] == [0xfa, 0x16, 0x3e, 0xa3, 0x16, 0x62]));
+    assert!(run.stdout().contains("final stats"));
+}
+
+#[test]
+fn sigint_stops_rx_flushes_and_prints_final_stats() {
+    use std::process::{Command, Stdio};
+    let dir = scratch("sigint");
+    let conf = write_config(&dir, "c.toml", &two_ports(TO_PORT1));
+    let stats = dir.join("stats.json");
+    let child = Command::new(dpu_bin())
+        .arg("-c")
+        .arg(&conf)
+        .arg("--stats-json")
+        .arg(&stats)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // net_null ports never run dry: only the signal stops this run.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(Command::new("kill")
+        .arg("-INT")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap()
+        .success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let rx = s["ports"][0]["workers"]["rx_packets"].as_u64().unwrap();
+    assert!(rx > 1000, "net_null delivered {rx} packets");
+    assert_eq!(s["input_records"], serde_json::Value::Null);
+    // Everything received (on both ports) was handed to port 1's tx queue: nothing is lost at
+    // shutdown, and what a full tx queue refused is counted.
+    let tx = s["ports"][1]["workers"]["tx_packets"].as_u64().unwrap();
+    let rx1 = s["ports"][1]["workers"]["rx_packets"].as_u64().unwrap();
+    assert_eq!(tx, rx + rx1);
+    let sent = s["ports"][1]["ethdev"]["opackets"].as_u64().unwrap();
+    assert_eq!(sent + s["drops"]["tx_full"].as_u64().unwrap(), tx);
+    assert_eq!(s["mbufs_in_use_after"], 0);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("final stats"));
+}
