@@ -4,6 +4,8 @@
 //! Nothing here allocates or touches DPDK. Offsets are written once per header, as named byte
 //! ranges in a private `field` module.
 
+pub mod checksum;
+pub mod error;
 pub mod ethernet;
 
 pub use ethernet::{EtherType, EthernetAddress, EthernetFrame};
