@@ -7,6 +7,10 @@
 pub mod checksum;
 pub mod error;
 pub mod ethernet;
+pub mod ipv4;
+pub mod ipv6;
+pub mod udp;
+pub mod vlan;
 
 pub use ethernet::{EtherType, EthernetAddress, EthernetFrame};
 
