@@ -267,6 +267,13 @@ impl Parsed {
         self.has(Layers::VLAN_OUTER) as usize + self.has(Layers::VLAN_INNER) as usize
     }
 
+    /// Offset of VLAN tag `i` (0 outer, 1 inner): where its TPID is, 12 + 4 * i, if the frame
+    /// has that tag. Popping a tag removes these 4 bytes; pushing one inserts 4 bytes at 12.
+    #[inline]
+    pub fn vlan_tag_offset(&self, i: usize) -> Option<usize> {
+        (i < self.vlan_tags()).then_some(12 + vlan::HEADER_LEN * i)
+    }
+
     /// The IP source address: 4 bytes for IPv4, 16 for IPv6, empty otherwise.
     #[inline]
     pub fn ip_src(&self) -> &[u8] {
@@ -806,6 +813,7 @@ mod tests {
         let f = frames("nccl_ring_allreduce_rocev2.pcap");
         assert_eq!(f.len(), 275);
         let mut by_op = std::collections::BTreeMap::new();
+        let mut by_qp = std::collections::BTreeMap::new();
         let mut rocev2 = 0;
         for frame in &f {
             let p = ok(frame);
@@ -813,6 +821,9 @@ mod tests {
             if p.has(Layers::BTH) {
                 rocev2 += 1;
                 *by_op.entry(p.bth_opcode).or_insert(0) += 1;
+                let e = by_qp.entry(p.bth_dest_qp).or_insert((0, 0));
+                *e = (e.0 + 1, e.1 + p.bth_psn);
+                assert_eq!(p.udp_dst, 4791);
                 let l3 = p.l3_offset as usize;
                 let datagram = &frame[l3..p.l4_offset as usize + p.udp_len as usize];
                 assert_eq!(icrc::verify(datagram, p.ip_header_len as usize), Ok(true));
@@ -821,6 +832,12 @@ mod tests {
             }
         }
         assert_eq!(rocev2, 184);
+        // Per destination QP: packets and the sum of their PSNs, as tshark decodes them.
+        let expect_qps = [(0x22, (32, 380)), (0x23, (120, 2132)), (0x27, (32, 380))];
+        assert_eq!(
+            by_qp.into_iter().collect::<Vec<(u32, (u32, u32))>>(),
+            expect_qps
+        );
         let expect = [
             (0x06, 8),
             (0x07, 48),
@@ -1119,8 +1136,41 @@ mod tests {
         assert_eq!((p.ip_proto, p.layers), (6, Layers::ETH.union(Layers::IPV4)));
     }
 
-    /// Every case frame and a sample of the NCCL capture, for the fuzz tests.
-    fn corpus() -> Vec<Vec<u8>> {
+    #[test]
+    fn parsed_is_small_and_tag_offsets() {
+        assert!(
+            core::mem::size_of::<Parsed>() <= 160,
+            "{}",
+            core::mem::size_of::<Parsed>()
+        );
+        let f = frames("c09_stacked_vlan.pcap");
+        let p = ok(&f[0]);
+        assert_eq!(
+            (
+                p.vlan_tag_offset(0),
+                p.vlan_tag_offset(1),
+                p.vlan_tag_offset(2)
+            ),
+            (Some(12), Some(16), None)
+        );
+        let p = ok(&frames("c10_rocev2_ipv4_icrc.pcap")[1]);
+        assert_eq!(
+            (p.vlan_tags(), p.vlan_tag_offset(0), p.vlan_tag_offset(1)),
+            (1, Some(12), None)
+        );
+        assert_eq!(
+            ok(&frames("c02_ipv4_options.pcap")[0]).vlan_tag_offset(0),
+            None
+        );
+    }
+
+    /// Every case frame and a sample of the NCCL capture, for the fuzz tests (read once).
+    fn corpus() -> &'static [Vec<u8>] {
+        static CORPUS: std::sync::OnceLock<Vec<Vec<u8>>> = std::sync::OnceLock::new();
+        CORPUS.get_or_init(build_corpus)
+    }
+
+    fn build_corpus() -> Vec<Vec<u8>> {
         let mut v = Vec::new();
         for name in [
             "c01_ipv4_bad_ihl.pcap",
@@ -1166,6 +1216,8 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+
         #[test]
         fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200), port in any::<u16>()) {
             if let Ok(p) = parse(&bytes, port) {
@@ -1176,8 +1228,7 @@ mod tests {
         /// Random bytes after a plausible header stack, so that the deeper layers are reached.
         #[test]
         fn random_tails_never_panic(which in any::<prop::sample::Index>(), keep in 0usize..120, tail in proptest::collection::vec(any::<u8>(), 0..120)) {
-            let c = corpus();
-            let base = which.get(&c);
+            let base = which.get(corpus());
             let mut f = base[..keep.min(base.len())].to_vec();
             f.extend_from_slice(&tail);
             if let Ok(p) = parse(&f, GRAD_PORT) {
@@ -1190,8 +1241,7 @@ mod tests {
             which in any::<prop::sample::Index>(), cut in any::<prop::sample::Index>(),
             flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
         ) {
-            let c = corpus();
-            let base = which.get(&c);
+            let base = which.get(corpus());
             let n = cut.index(base.len() + 1);
             let f = &base[..n];
             if let Ok(p) = parse(f, GRAD_PORT) {
