@@ -4,7 +4,17 @@
 //! Nothing here allocates or touches DPDK. Offsets are written once per header, as named byte
 //! ranges in a private `field` module.
 
+pub mod arp;
+pub mod bth;
+pub mod checksum;
+pub mod error;
 pub mod ethernet;
+pub mod gradient;
+pub mod icrc;
+pub mod ipv4;
+pub mod ipv6;
+pub mod udp;
+pub mod vlan;
 
 pub use ethernet::{EtherType, EthernetAddress, EthernetFrame};
 

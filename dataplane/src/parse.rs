@@ -1,0 +1,1260 @@
+//! The full-stack parser: one pass over a frame, from Ethernet to the gradient header, with every
+//! length and checksum checked on the way.
+//!
+//! ```text
+//!  Ethernet ─► [VLAN ─► [VLAN]] ─┬─► IPv4 ─┬─► UDP ─┬─► BTH (+ETHs, ICRC) ─► [gradient, UD SEND Only]
+//!                                ├─► IPv6 ─┘        └─► gradient (dst port = gradient port)
+//!                                ├─► ARP
+//!                                └─► other: L2 only
+//! ```
+//!
+//! [`parse`] returns a [`Parsed`] (plain data, `Copy`, no allocation) holding which layers are
+//! valid ([`Layers`]), the fields match-action tables key on, and byte offsets into the frame so
+//! that actions can rewrite headers in place and the aggregator can read lanes. A frame that
+//! cannot be parsed safely is an `Err(`[`DropReason`]`)`, to be counted; nothing past the layer
+//! that failed is read, and no input can make it panic or read past the frame.
+//!
+//! Rules (sources in brackets):
+//! - Up to [`MAX_VLAN_TAGS`] tags, 802.1ad or 802.1Q in any order; a third is
+//!   [`DropReason::VlanDepth`], never parsed as something else (spec section 1).
+//! - IPv4: IHL >= 5, header and total length within the frame, header checksum verified
+//!   (RFC 791). The total length bounds the datagram; Ethernet padding after it is ignored.
+//! - IPv6: payload length within the frame; at most 8 extension headers, each inside the payload
+//!   (RFC 8200 section 4).
+//! - Fragments (IPv4 MF or offset, IPv6 Fragment header with M or offset): L3 only
+//!   ([`Layers::IP_FRAGMENT`]); their upper layer is never parsed as UDP.
+//! - UDP: 8 <= length <= IP payload; the length bounds the datagram. Checksum: over IPv4, 0 means
+//!   none; over IPv6, 0 is invalid except for RoCEv2 (spec section 1); any other value is
+//!   verified (RFC 768, RFC 8200 section 8.1).
+//! - RoCEv2 (UDP destination 4791): the BTH opcode must be known, TVer 0, and BTH, its extension
+//!   headers, PadCnt and the ICRC must fit in the UDP payload; the ICRC is verified (IBTA Annex
+//!   A17.4).
+//! - Gradient header (spec sections 1, 2): after UDP when the destination port is the configured
+//!   gradient port, or after BTH + DETH of a UD SEND Only (0x64); only its 20 bytes are checked
+//!   here. The gradient payload excludes RoCEv2 pad and ICRC.
+
+use crate::wire::ethernet::{self, EtherType, EthernetAddress, EthernetFrame};
+use crate::wire::{arp, bth, gradient, icrc, ipv4, ipv6, udp, vlan};
+use core::fmt;
+use core::ops::Range;
+
+/// Most VLAN tags parsed (an 802.1ad S-tag and an 802.1Q C-tag, or two C-tags).
+pub const MAX_VLAN_TAGS: usize = 2;
+
+/// Why a frame is dropped by the parser (to be counted per reason).
+///
+/// The discriminants are dense from 0 so that counters can be an array indexed by
+/// [`DropReason::index`]. Other layers append reasons after these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum DropReason {
+    /// The frame is shorter than its Ethernet header: 14 bytes, plus 4 per VLAN tag it announces.
+    Runt,
+    /// More VLAN tags than [`MAX_VLAN_TAGS`]: unsupported.
+    VlanDepth,
+    /// An IPv4 header that does not fit its own length fields, or version not 4.
+    MalformedIpv4,
+    /// An IPv4 header whose checksum does not verify.
+    BadIpv4Checksum,
+    /// An IPv6 header or extension-header chain that does not fit, or version not 6.
+    MalformedIpv6,
+    /// A UDP header or length that does not fit the IP payload.
+    MalformedUdp,
+    /// A UDP checksum that does not verify, or 0 over IPv6 outside RoCEv2.
+    BadUdpChecksum,
+    /// A BTH with an unknown opcode, a non-zero TVer, or headers, pad and ICRC longer than the
+    /// UDP payload.
+    MalformedBth,
+    /// A RoCEv2 ICRC that does not verify.
+    BadIcrc,
+    /// Fewer than 20 bytes where a gradient header should be.
+    MalformedGradient,
+}
+
+impl DropReason {
+    /// Number of parser drop reasons.
+    pub const COUNT: usize = 10;
+
+    /// Every reason, in discriminant order (`ALL[r.index()] == r`).
+    pub const ALL: [DropReason; DropReason::COUNT] = [
+        DropReason::Runt,
+        DropReason::VlanDepth,
+        DropReason::MalformedIpv4,
+        DropReason::BadIpv4Checksum,
+        DropReason::MalformedIpv6,
+        DropReason::MalformedUdp,
+        DropReason::BadUdpChecksum,
+        DropReason::MalformedBth,
+        DropReason::BadIcrc,
+        DropReason::MalformedGradient,
+    ];
+
+    /// The reason's counter name, in snake_case (e.g. `"malformed_ipv4"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::Runt => "runt",
+            DropReason::VlanDepth => "vlan_depth",
+            DropReason::MalformedIpv4 => "malformed_ipv4",
+            DropReason::BadIpv4Checksum => "bad_ipv4_checksum",
+            DropReason::MalformedIpv6 => "malformed_ipv6",
+            DropReason::MalformedUdp => "malformed_udp",
+            DropReason::BadUdpChecksum => "bad_udp_checksum",
+            DropReason::MalformedBth => "malformed_bth",
+            DropReason::BadIcrc => "bad_icrc",
+            DropReason::MalformedGradient => "malformed_gradient",
+        }
+    }
+
+    /// Index of this reason in [`DropReason::ALL`] (its discriminant).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for DropReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The set of layers found valid in a frame (a 16-bit set of the constants below).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Layers(u16);
+
+impl Layers {
+    /// Ethernet header.
+    pub const ETH: Layers = Layers(1 << 0);
+    /// First (outer) VLAN tag.
+    pub const VLAN_OUTER: Layers = Layers(1 << 1);
+    /// Second (inner) VLAN tag.
+    pub const VLAN_INNER: Layers = Layers(1 << 2);
+    /// IPv4 header (checksum verified).
+    pub const IPV4: Layers = Layers(1 << 3);
+    /// IPv6 header and extension headers.
+    pub const IPV6: Layers = Layers(1 << 4);
+    /// The IP datagram is a fragment: nothing above L3 was parsed.
+    pub const IP_FRAGMENT: Layers = Layers(1 << 5);
+    /// UDP header (length and checksum verified).
+    pub const UDP: Layers = Layers(1 << 6);
+    /// RoCEv2 BTH and its extension headers (ICRC verified).
+    pub const BTH: Layers = Layers(1 << 7);
+    /// DETH (a UD opcode).
+    pub const DETH: Layers = Layers(1 << 8);
+    /// Gradient header.
+    pub const GRADIENT: Layers = Layers(1 << 9);
+    /// ARP for IPv4 over Ethernet.
+    pub const ARP: Layers = Layers(1 << 10);
+
+    /// The empty set.
+    pub const fn empty() -> Layers {
+        Layers(0)
+    }
+
+    /// The raw bits.
+    pub const fn bits(self) -> u16 {
+        self.0
+    }
+
+    /// True when every layer of `other` is present.
+    pub const fn contains(self, other: Layers) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The union of two sets.
+    pub const fn union(self, other: Layers) -> Layers {
+        Layers(self.0 | other.0)
+    }
+
+    /// Adds the layers of `other`.
+    pub fn insert(&mut self, other: Layers) {
+        self.0 |= other.0;
+    }
+}
+
+/// What [`parse`] found in a frame. Fields of layers not in `layers` are zero.
+///
+/// Offsets are bytes from the start of the frame. IP addresses are 16-byte arrays: an IPv4
+/// address is in bytes 0..4 and the rest is zero ([`Parsed::ip_src`] gives the right slice).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Parsed {
+    /// Which layers are present and valid.
+    pub layers: Layers,
+
+    /// Ethernet destination.
+    pub eth_dst: EthernetAddress,
+    /// Ethernet source.
+    pub eth_src: EthernetAddress,
+    /// The EtherType after the VLAN tags (the L3 protocol).
+    pub ethertype: u16,
+    /// TPID of the outer tag (0x88a8 or 0x8100), 0 without tags.
+    pub vlan_outer_tpid: u16,
+    /// VID of the outer tag.
+    pub vid_outer: u16,
+    /// PCP of the outer tag.
+    pub pcp_outer: u8,
+    /// VID of the inner tag.
+    pub vid_inner: u16,
+    /// PCP of the inner tag.
+    pub pcp_inner: u8,
+
+    /// IP source address (IPv4 in bytes 0..4).
+    pub ip_src_bytes: [u8; 16],
+    /// IP destination address (IPv4 in bytes 0..4).
+    pub ip_dst_bytes: [u8; 16],
+    /// DSCP (6 bits).
+    pub dscp: u8,
+    /// ECN (2 bits).
+    pub ecn: u8,
+    /// Upper-layer protocol: IPv4 protocol, or IPv6 next header after the extension headers.
+    pub ip_proto: u8,
+    /// IPv4 TTL or IPv6 hop limit.
+    pub ttl: u8,
+
+    /// UDP source port.
+    pub udp_src: u16,
+    /// UDP destination port.
+    pub udp_dst: u16,
+
+    /// BTH opcode.
+    pub bth_opcode: u8,
+    /// BTH destination QP (24 bits).
+    pub bth_dest_qp: u32,
+    /// BTH PSN (24 bits).
+    pub bth_psn: u32,
+    /// BTH pad count (bytes, 0..=3).
+    pub bth_pad: u8,
+    /// DETH Q_Key.
+    pub deth_qkey: u32,
+    /// DETH source QP (24 bits).
+    pub deth_src_qp: u32,
+
+    /// Gradient header `collective_id`.
+    pub grad_collective_id: u16,
+    /// Gradient header `op_type`.
+    pub grad_op: u8,
+
+    /// Start of the L3 header: 14 + 4 per VLAN tag.
+    pub l3_offset: u32,
+    /// IP header length, IPv4 options or IPv6 extension headers included (bytes).
+    pub ip_header_len: u32,
+    /// End of the IP datagram (exclusive; Ethernet padding starts here).
+    pub ip_end: u32,
+    /// Start of the L4 header: `l3_offset + ip_header_len`.
+    pub l4_offset: u32,
+    /// UDP length field: header and payload (bytes).
+    pub udp_len: u32,
+    /// Start of the BTH.
+    pub bth_offset: u32,
+    /// Start of the gradient header.
+    pub grad_offset: u32,
+    /// Start of the gradient payload (lanes).
+    pub grad_payload_offset: u32,
+    /// Gradient payload bytes present: to the end of the UDP datagram, or for RoCEv2 to the
+    /// pad. Not checked against the header's `data_length` (the aggregator's job).
+    pub grad_payload_len: u32,
+}
+
+impl Parsed {
+    /// True when every layer of `l` is present.
+    #[inline]
+    pub fn has(&self, l: Layers) -> bool {
+        self.layers.contains(l)
+    }
+
+    /// Number of VLAN tags parsed (0..=2).
+    #[inline]
+    pub fn vlan_tags(&self) -> usize {
+        self.has(Layers::VLAN_OUTER) as usize + self.has(Layers::VLAN_INNER) as usize
+    }
+
+    /// Offset of VLAN tag `i` (0 outer, 1 inner): where its TPID is, 12 + 4 * i, if the frame
+    /// has that tag. Popping a tag removes these 4 bytes; pushing one inserts 4 bytes at 12.
+    #[inline]
+    pub fn vlan_tag_offset(&self, i: usize) -> Option<usize> {
+        (i < self.vlan_tags()).then_some(12 + vlan::HEADER_LEN * i)
+    }
+
+    /// The IP source address: 4 bytes for IPv4, 16 for IPv6, empty otherwise.
+    #[inline]
+    pub fn ip_src(&self) -> &[u8] {
+        &self.ip_src_bytes[..self.ip_addr_len()]
+    }
+
+    /// The IP destination address: 4 bytes for IPv4, 16 for IPv6, empty otherwise.
+    #[inline]
+    pub fn ip_dst(&self) -> &[u8] {
+        &self.ip_dst_bytes[..self.ip_addr_len()]
+    }
+
+    #[inline]
+    fn ip_addr_len(&self) -> usize {
+        if self.has(Layers::IPV4) {
+            4
+        } else if self.has(Layers::IPV6) {
+            16
+        } else {
+            0
+        }
+    }
+
+    /// The IP datagram within the frame (empty without IP).
+    #[inline]
+    pub fn ip_datagram(&self) -> Range<usize> {
+        self.l3_offset as usize..self.ip_end as usize
+    }
+
+    /// The UDP payload within the frame (empty without UDP): the UDP length bounds it.
+    #[inline]
+    pub fn udp_payload(&self) -> Range<usize> {
+        if !self.has(Layers::UDP) {
+            return 0..0;
+        }
+        let s = self.l4_offset as usize + udp::HEADER_LEN;
+        s..self.l4_offset as usize + self.udp_len as usize
+    }
+
+    /// The gradient payload (lanes) within the frame (empty without a gradient header).
+    #[inline]
+    pub fn grad_payload(&self) -> Range<usize> {
+        let s = self.grad_payload_offset as usize;
+        s..s + self.grad_payload_len as usize
+    }
+
+    /// Offset of the RoCEv2 ICRC (the last 4 bytes of the UDP datagram), if a BTH was parsed.
+    #[inline]
+    pub fn icrc_offset(&self) -> Option<usize> {
+        self.has(Layers::BTH)
+            .then(|| (self.l4_offset + self.udp_len) as usize - icrc::ICRC_LEN)
+    }
+}
+
+/// Parses `frame` (an Ethernet frame without FCS) from Ethernet to the gradient header.
+///
+/// `udp_gradient_port` is the UDP destination port of the gradient protocol's UDP carriage
+/// (`gradient_udp_port`, default [`gradient::DEFAULT_UDP_PORT`]). See the module docs for the
+/// rules.
+///
+/// # Errors
+/// A [`DropReason`] for the first layer that is malformed or fails its checksum.
+pub fn parse(frame: &[u8], udp_gradient_port: u16) -> Result<Parsed, DropReason> {
+    let mut p = Parsed::default();
+    let eth = EthernetFrame::new_checked(frame).map_err(|_| DropReason::Runt)?;
+    p.layers.insert(Layers::ETH);
+    p.eth_dst = eth.dst();
+    p.eth_src = eth.src();
+
+    // VLAN tags.
+    let mut ty = eth.ethertype();
+    let mut off = ethernet::HEADER_LEN;
+    let mut tags = 0usize;
+    while vlan::is_tpid(ty) {
+        if tags == MAX_VLAN_TAGS {
+            return Err(DropReason::VlanDepth);
+        }
+        let tag = vlan::VlanTag::new_checked(&frame[off..]).map_err(|_| DropReason::Runt)?;
+        if tags == 0 {
+            p.layers.insert(Layers::VLAN_OUTER);
+            p.vlan_outer_tpid = ty;
+            p.vid_outer = tag.vid();
+            p.pcp_outer = tag.pcp();
+        } else {
+            p.layers.insert(Layers::VLAN_INNER);
+            p.vid_inner = tag.vid();
+            p.pcp_inner = tag.pcp();
+        }
+        ty = tag.ethertype();
+        off += vlan::HEADER_LEN;
+        tags += 1;
+    }
+    p.ethertype = ty;
+    p.l3_offset = off as u32;
+
+    match ty {
+        EtherType::IPV4 => parse_ipv4(frame, off, udp_gradient_port, &mut p)?,
+        EtherType::IPV6 => parse_ipv6(frame, off, udp_gradient_port, &mut p)?,
+        EtherType::ARP if arp::ArpPacket::new_checked(&frame[off..]).is_ok() => {
+            p.layers.insert(Layers::ARP);
+        }
+        _ => {}
+    }
+    Ok(p)
+}
+
+/// IPv4 at `l3`, then UDP.
+fn parse_ipv4(frame: &[u8], l3: usize, port: u16, p: &mut Parsed) -> Result<(), DropReason> {
+    let ip = ipv4::Ipv4Packet::new_checked(&frame[l3..]).map_err(|_| DropReason::MalformedIpv4)?;
+    if !ip.verify_checksum() {
+        return Err(DropReason::BadIpv4Checksum);
+    }
+    p.layers.insert(Layers::IPV4);
+    let (src, dst) = (ip.src_addr(), ip.dst_addr());
+    p.ip_src_bytes[..4].copy_from_slice(&src);
+    p.ip_dst_bytes[..4].copy_from_slice(&dst);
+    p.dscp = ip.dscp();
+    p.ecn = ip.ecn();
+    p.ip_proto = ip.protocol();
+    p.ttl = ip.ttl();
+    let hl = ip.header_len();
+    p.ip_header_len = hl as u32;
+    p.l4_offset = (l3 + hl) as u32;
+    let end = l3 + ip.total_len() as usize;
+    p.ip_end = end as u32;
+    if ip.is_fragment() {
+        p.layers.insert(Layers::IP_FRAGMENT);
+        return Ok(());
+    }
+    if ip.protocol() != udp::PROTOCOL {
+        return Ok(());
+    }
+    let l4 = l3 + hl;
+    let u = udp::UdpPacket::new_checked(&frame[l4..end]).map_err(|_| DropReason::MalformedUdp)?;
+    // Over IPv4 a zero checksum means none, RoCEv2 or not.
+    if !u.verify_checksum_v4(src, dst) {
+        return Err(DropReason::BadUdpChecksum);
+    }
+    parse_udp(frame, &u, port, p)
+}
+
+/// IPv6 at `l3`, its extension headers, then UDP.
+fn parse_ipv6(frame: &[u8], l3: usize, port: u16, p: &mut Parsed) -> Result<(), DropReason> {
+    let ip = ipv6::Ipv6Packet::new_checked(&frame[l3..]).map_err(|_| DropReason::MalformedIpv6)?;
+    let chain = ip
+        .walk_extensions()
+        .map_err(|_| DropReason::MalformedIpv6)?;
+    p.layers.insert(Layers::IPV6);
+    let (src, dst) = (ip.src_addr(), ip.dst_addr());
+    p.ip_src_bytes = src;
+    p.ip_dst_bytes = dst;
+    p.dscp = ip.dscp();
+    p.ecn = ip.ecn();
+    p.ip_proto = chain.upper_protocol;
+    p.ttl = ip.hop_limit();
+    p.ip_header_len = chain.header_len as u32;
+    let l4 = l3 + chain.header_len;
+    p.l4_offset = l4 as u32;
+    let end = l3 + ipv6::HEADER_LEN + ip.payload_len() as usize;
+    p.ip_end = end as u32;
+    if chain.is_fragment() {
+        p.layers.insert(Layers::IP_FRAGMENT);
+        return Ok(());
+    }
+    if chain.upper_protocol != udp::PROTOCOL {
+        return Ok(());
+    }
+    let u = udp::UdpPacket::new_checked(&frame[l4..end]).map_err(|_| DropReason::MalformedUdp)?;
+    // Mandatory over IPv6, except that RoCEv2 may leave it 0 (spec section 1).
+    let ok = if u.dst_port() == bth::ROCEV2_UDP_PORT && u.checksum() == 0 {
+        true
+    } else {
+        u.verify_checksum_v6(&src, &dst)
+    };
+    if !ok {
+        return Err(DropReason::BadUdpChecksum);
+    }
+    parse_udp(frame, &u, port, p)
+}
+
+/// The UDP header is valid: record it, then RoCEv2 or the gradient header.
+fn parse_udp(
+    frame: &[u8],
+    u: &udp::UdpPacket<&[u8]>,
+    port: u16,
+    p: &mut Parsed,
+) -> Result<(), DropReason> {
+    p.layers.insert(Layers::UDP);
+    p.udp_src = u.src_port();
+    p.udp_dst = u.dst_port();
+    p.udp_len = u.len() as u32;
+    let l4 = p.l4_offset as usize;
+    let udp_end = l4 + u.len() as usize;
+    let payload = l4 + udp::HEADER_LEN;
+    if u.dst_port() == bth::ROCEV2_UDP_PORT {
+        parse_rocev2(frame, payload, udp_end, p)
+    } else if u.dst_port() == port {
+        parse_gradient(frame, payload, udp_end, p)
+    } else {
+        Ok(())
+    }
+}
+
+/// A BTH at `start`, in a UDP datagram ending at `udp_end` (ICRC included).
+fn parse_rocev2(
+    frame: &[u8],
+    start: usize,
+    udp_end: usize,
+    p: &mut Parsed,
+) -> Result<(), DropReason> {
+    let seg = &frame[start..udp_end];
+    let b = bth::BthPacket::new_checked(seg).map_err(|_| DropReason::MalformedBth)?;
+    let ext = bth::extensions(b.opcode()).map_err(|_| DropReason::MalformedBth)?;
+    if b.tver() != 0 {
+        return Err(DropReason::MalformedBth);
+    }
+    let pad = b.pad_count() as usize;
+    let headers_end = bth::HEADER_LEN + ext.len();
+    if headers_end + pad + icrc::ICRC_LEN > seg.len() {
+        return Err(DropReason::MalformedBth);
+    }
+    let l3 = p.l3_offset as usize;
+    let l4 = p.l4_offset as usize;
+    match icrc::verify(&frame[l3..udp_end], l4 - l3) {
+        Ok(true) => {}
+        _ => return Err(DropReason::BadIcrc),
+    }
+    p.layers.insert(Layers::BTH);
+    p.bth_offset = start as u32;
+    p.bth_opcode = b.opcode();
+    p.bth_dest_qp = b.dest_qp();
+    p.bth_psn = b.psn();
+    p.bth_pad = pad as u8;
+    if let Some(o) = ext.offset_of(bth::Extensions::DETH) {
+        let at = bth::HEADER_LEN + o;
+        let d = bth::DethHeader::new_checked(&seg[at..]).map_err(|_| DropReason::MalformedBth)?;
+        p.layers.insert(Layers::DETH);
+        p.deth_qkey = d.qkey();
+        p.deth_src_qp = d.src_qp();
+    }
+    if b.opcode() == bth::Opcode::UD_SEND_ONLY {
+        let payload_end = udp_end - icrc::ICRC_LEN - pad;
+        parse_gradient(frame, start + headers_end, payload_end, p)?;
+    }
+    Ok(())
+}
+
+/// A gradient header at `start`, its payload running to `end`.
+fn parse_gradient(
+    frame: &[u8],
+    start: usize,
+    end: usize,
+    p: &mut Parsed,
+) -> Result<(), DropReason> {
+    let seg = frame.get(start..end).ok_or(DropReason::MalformedGradient)?;
+    let g =
+        gradient::GradientHeader::new_checked(seg).map_err(|_| DropReason::MalformedGradient)?;
+    p.layers.insert(Layers::GRADIENT);
+    p.grad_offset = start as u32;
+    p.grad_collective_id = g.collective_id();
+    p.grad_op = g.op_type();
+    p.grad_payload_offset = (start + gradient::HEADER_LEN) as u32;
+    p.grad_payload_len = (end - start - gradient::HEADER_LEN) as u32;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::checksum;
+    use proptest::prelude::*;
+
+    const GRAD_PORT: u16 = gradient::DEFAULT_UDP_PORT;
+
+    /// The frames of `tests/data/cases/<name>`, in order.
+    fn frames(name: &str) -> Vec<Vec<u8>> {
+        let path = format!("{}/tests/data/cases/{}", env!("CARGO_MANIFEST_DIR"), name);
+        let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let mut r = pcap_file::pcap::PcapReader::new(file).unwrap();
+        let mut out = Vec::new();
+        while let Some(pkt) = r.next_packet() {
+            out.push(pkt.unwrap().data.into_owned());
+        }
+        out
+    }
+
+    fn ok(frame: &[u8]) -> Parsed {
+        parse(frame, GRAD_PORT).unwrap_or_else(|e| panic!("dropped as {e}: {frame:02x?}"))
+    }
+
+    /// The plain-UDP case frames: 10.0.0.1:49152 -> 10.0.0.2:9000, payload 01 02 03 04.
+    fn assert_case_udp(p: &Parsed, l3: usize, ihl_bytes: usize) {
+        assert!(p.has(Layers::ETH.union(Layers::IPV4).union(Layers::UDP)));
+        assert_eq!(p.ethertype, EtherType::IPV4);
+        assert_eq!(
+            (p.l3_offset as usize, p.ip_header_len as usize),
+            (l3, ihl_bytes)
+        );
+        assert_eq!(p.l4_offset as usize, l3 + ihl_bytes);
+        assert_eq!(
+            (p.ip_src(), p.ip_dst()),
+            (&[10, 0, 0, 1][..], &[10, 0, 0, 2][..])
+        );
+        assert_eq!(
+            (p.udp_src, p.udp_dst, p.udp_len, p.ip_proto, p.ttl),
+            (49152, 9000, 12, 17, 64)
+        );
+        assert_eq!(p.udp_payload().len(), 4);
+        assert!(!p.has(Layers::BTH) && !p.has(Layers::GRADIENT));
+    }
+
+    #[test]
+    fn drop_reason_names() {
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i);
+            assert!(r
+                .name()
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c == '_' || c.is_ascii_digit()));
+            assert_eq!(r.to_string(), r.name());
+        }
+        let mut names: Vec<_> = DropReason::ALL.iter().map(|r| r.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), DropReason::COUNT);
+        assert_eq!(DropReason::MalformedIpv4.name(), "malformed_ipv4");
+    }
+
+    #[test]
+    fn c01_bad_ihl_all_malformed_ipv4() {
+        let f = frames("c01_ipv4_bad_ihl.pcap");
+        assert_eq!(f.len(), 3);
+        for frame in &f {
+            assert_eq!(parse(frame, GRAD_PORT), Err(DropReason::MalformedIpv4));
+        }
+    }
+
+    #[test]
+    fn c02_options_udp_through_ihl() {
+        let f = frames("c02_ipv4_options.pcap");
+        let p = ok(&f[0]);
+        assert_case_udp(&p, 14, 24);
+        assert_eq!(p.l4_offset, 38);
+        assert_eq!(&f[0][p.udp_payload()], &[1, 2, 3, 4]);
+        // Both checksums were verified: breaking either is caught.
+        let mut b = f[0].clone();
+        b[14 + 10] ^= 0x01;
+        assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::BadIpv4Checksum));
+        let mut b = f[0].clone();
+        b[38 + 8] ^= 0x01;
+        assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::BadUdpChecksum));
+        // Option bytes are covered by the IP checksum.
+        let mut b = f[0].clone();
+        b[34] ^= 0x01;
+        assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::BadIpv4Checksum));
+    }
+
+    #[test]
+    fn c03_padding_ignored() {
+        let f = frames("c03_eth_padding_nonzero.pcap");
+        assert_eq!(f[0].len(), 60);
+        let p = ok(&f[0]);
+        assert_case_udp(&p, 14, 20);
+        assert_eq!(p.ip_datagram(), 14..46);
+        assert_eq!(&f[0][p.udp_payload()], &[1, 2, 3, 4]);
+        // With the gradient port on 9000, the 4 payload bytes are too short for a header: the
+        // padding is never taken as gradient lanes.
+        assert_eq!(parse(&f[0], 9000), Err(DropReason::MalformedGradient));
+        // A UDP length past the IP payload is malformed, even with padding bytes behind it.
+        let mut b = f[0].clone();
+        b[38..40].copy_from_slice(&13u16.to_be_bytes());
+        assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::MalformedUdp));
+        // An IP total length past the frame is malformed (46 bytes follow the Ethernet header).
+        let mut b = f[0].clone();
+        b[16..18].copy_from_slice(&47u16.to_be_bytes());
+        ipv4::Ipv4Packet::new_unchecked(&mut b[14..34]).fill_checksum();
+        assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::MalformedIpv4));
+        // Up to the frame's end it is fine: the UDP length still governs.
+        b[16..18].copy_from_slice(&46u16.to_be_bytes());
+        ipv4::Ipv4Packet::new_unchecked(&mut b[14..34]).fill_checksum();
+        let p = ok(&b);
+        assert_eq!((p.ip_end, p.udp_len, p.udp_payload().len()), (60, 12, 4));
+    }
+
+    #[test]
+    fn c04_udp_checksum_ffff_and_zero() {
+        let f = frames("c04_udp_csum_ffff_and_zero.pcap");
+        assert_eq!(f.len(), 2);
+        for frame in &f {
+            assert_case_udp(&ok(frame), 14, 20);
+        }
+        assert_eq!(&f[0][40..42], &[0xff, 0xff]);
+        assert_eq!(&f[1][40..42], &[0x00, 0x00]);
+    }
+
+    #[test]
+    fn c05_checksum_0001_then_0000() {
+        let f = frames("c05_ipv4_ce_mark_cksum_becomes_0000.pcap");
+        let p = ok(&f[0]);
+        assert_case_udp(&p, 14, 20);
+        assert_eq!((p.dscp, p.ecn), (0, 0b10));
+        // RFC 1624 update for TOS 0x02 -> 0x03 on this header gives exactly 0x0000 ...
+        assert_eq!(checksum::update16(0x0001, 0x4502, 0x4503), 0x0000);
+        let mut b = f[0].clone();
+        ipv4::Ipv4Packet::new_checked(&mut b[14..])
+            .unwrap()
+            .update_tos(0x03);
+        assert_eq!((b[15], &b[24..26]), (0x03, &[0x00, 0x00][..]));
+        // ... and a stored 0x0000 that sums right parses.
+        let p = ok(&b);
+        assert_eq!(p.ecn, 0b11);
+    }
+
+    #[test]
+    fn c06_ecn_codepoints() {
+        let f = frames("c06_ecn_codepoints.pcap");
+        assert_eq!(f.len(), 4);
+        for (i, frame) in f.iter().enumerate() {
+            let p = ok(frame);
+            assert_case_udp(&p, 14, 20);
+            assert_eq!((p.dscp, p.ecn), (26, i as u8));
+        }
+    }
+
+    #[test]
+    fn c07_ipv6_fields() {
+        let f = frames("c07_ipv6_tc_ecn_flowlabel.pcap");
+        let p = ok(&f[0]);
+        assert!(p.has(Layers::IPV6.union(Layers::UDP)));
+        assert_eq!((p.dscp, p.ecn, p.ttl, p.ip_proto), (46, 0b10, 64, 17));
+        assert_eq!(p.ip_src().len(), 16);
+        assert_eq!(p.ip_dst()[0], 0xfd);
+        assert_eq!(p.ip_dst()[15], 2);
+        assert_eq!(
+            (p.l3_offset, p.ip_header_len, p.l4_offset, p.ip_end),
+            (14, 40, 54, 66)
+        );
+        assert_eq!((p.udp_src, p.udp_dst, p.udp_len), (49152, 9000, 12));
+        // CE marking at the parsed offset keeps version and flow label; UDP still verifies.
+        let mut b = f[0].clone();
+        ipv6::Ipv6Packet::new_checked(&mut b[p.l3_offset as usize..])
+            .unwrap()
+            .set_ecn(0b11);
+        assert_eq!(&b[14..18], &0x6bba_bcdeu32.to_be_bytes());
+        assert_eq!(ok(&b).ecn, 0b11);
+        // A zero UDP checksum over IPv6 is invalid.
+        let mut b = f[0].clone();
+        b[60] = 0;
+        b[61] = 0;
+        assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::BadUdpChecksum));
+        // A payload length past the frame is malformed.
+        let mut b = f[0].clone();
+        b[19] = 13;
+        assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::MalformedIpv6));
+    }
+
+    #[test]
+    fn c08_ipv6_extension_headers() {
+        let f = frames("c08_ipv6_ext_headers.pcap");
+        let p = ok(&f[0]);
+        assert!(p.has(Layers::IPV6.union(Layers::UDP)));
+        assert_eq!((p.l4_offset, p.ip_header_len, p.ip_proto), (70, 56, 17));
+        assert_eq!(&f[0][p.udp_payload()], &[1, 2, 3, 4]);
+        let mut b = f[0].clone();
+        b[78] ^= 1;
+        assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::BadUdpChecksum));
+        // Frame 2: Hop-by-Hop claiming 2048 bytes in 8.
+        assert_eq!(f[1].len(), 62);
+        assert_eq!(parse(&f[1], GRAD_PORT), Err(DropReason::MalformedIpv6));
+    }
+
+    #[test]
+    fn c09_stacked_vlans() {
+        let f = frames("c09_stacked_vlan.pcap");
+        for (frame, tpid) in f[..2].iter().zip([0x88a8, 0x8100]) {
+            let p = ok(frame);
+            assert_eq!(p.vlan_tags(), 2);
+            assert_eq!(
+                (p.vlan_outer_tpid, p.vid_outer, p.vid_inner),
+                (tpid, 100, 200)
+            );
+            assert_eq!((p.l3_offset, p.ethertype), (22, EtherType::IPV4));
+            assert_case_udp(&p, 22, 20);
+        }
+        assert_eq!(parse(&f[2], GRAD_PORT), Err(DropReason::VlanDepth));
+    }
+
+    #[test]
+    fn c10_rocev2_icrc_invariant() {
+        let f = frames("c10_rocev2_ipv4_icrc.pcap");
+        assert_eq!(f.len(), 3);
+        let mut icrcs = Vec::new();
+        for (frame, (l3, ecn)) in f.iter().zip([(14, 0b10), (18, 0b10), (14, 0b11)]) {
+            let p = ok(frame);
+            assert!(p.has(Layers::UDP.union(Layers::BTH)));
+            assert!(!p.has(Layers::DETH) && !p.has(Layers::GRADIENT));
+            assert_eq!((p.l3_offset, p.ecn), (l3, ecn));
+            assert_eq!(
+                (p.udp_dst, p.bth_opcode, p.bth_dest_qp, p.bth_psn),
+                (4791, 0x04, 0x11, 1)
+            );
+            assert_eq!(p.bth_offset, l3 + 28);
+            let at = p.icrc_offset().unwrap();
+            assert_eq!(at + 4, frame.len());
+            icrcs.push(icrc::stored(&frame[..at + 4]).unwrap());
+        }
+        assert_eq!(ok(&f[1]).vid_outer, 10);
+        assert_eq!(icrcs, [0x03ca_9167; 3]);
+        // A payload byte changed: bad ICRC.
+        let mut b = f[0].clone();
+        b[60] ^= 1;
+        assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::BadIcrc));
+        // TTL decremented (with the IP checksum updated): still valid.
+        let mut b = f[0].clone();
+        ipv4::Ipv4Packet::new_checked(&mut b[14..])
+            .unwrap()
+            .update_ttl(63);
+        assert_eq!(ok(&b).ttl, 63);
+        // An unknown opcode: malformed BTH.
+        let mut b = f[0].clone();
+        b[42] = 0x15;
+        assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::MalformedBth));
+        // A pad count longer than the payload room: malformed BTH (RDMA WRITE Only needs a
+        // 16-byte RETH; this packet has 16 bytes of payload, so RETH + ICRC fit but not pad 3).
+        let mut b = f[0].clone();
+        b[42] = 0x0a;
+        b[43] |= 0x30;
+        assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::MalformedBth));
+        // TVer other than 0.
+        let mut b = f[0].clone();
+        b[43] |= 0x01;
+        assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::MalformedBth));
+    }
+
+    #[test]
+    fn nccl_capture_every_rocev2_frame() {
+        let f = frames("nccl_ring_allreduce_rocev2.pcap");
+        assert_eq!(f.len(), 275);
+        let mut by_op = std::collections::BTreeMap::new();
+        let mut by_qp = std::collections::BTreeMap::new();
+        let mut rocev2 = 0;
+        for frame in &f {
+            let p = ok(frame);
+            assert!(p.has(Layers::IPV4));
+            if p.has(Layers::BTH) {
+                rocev2 += 1;
+                *by_op.entry(p.bth_opcode).or_insert(0) += 1;
+                let e = by_qp.entry(p.bth_dest_qp).or_insert((0, 0));
+                *e = (e.0 + 1, e.1 + p.bth_psn);
+                assert_eq!(p.udp_dst, 4791);
+                let l3 = p.l3_offset as usize;
+                let datagram = &frame[l3..p.l4_offset as usize + p.udp_len as usize];
+                assert_eq!(icrc::verify(datagram, p.ip_header_len as usize), Ok(true));
+            } else {
+                assert_eq!(p.ip_proto, ipv4::Protocol::TCP);
+            }
+        }
+        assert_eq!(rocev2, 184);
+        // Per destination QP: packets and the sum of their PSNs, as tshark decodes them.
+        let expect_qps = [(0x22, (32, 380)), (0x23, (120, 2132)), (0x27, (32, 380))];
+        assert_eq!(
+            by_qp.into_iter().collect::<Vec<(u32, (u32, u32))>>(),
+            expect_qps
+        );
+        let expect = [
+            (0x06, 8),
+            (0x07, 48),
+            (0x09, 8),
+            (0x0a, 32),
+            (0x0b, 24),
+            (0x11, 64),
+        ];
+        assert_eq!(by_op.into_iter().collect::<Vec<(u8, i32)>>(), expect);
+    }
+
+    // Frame builders for the carriages of spec section 1.
+
+    fn eth_header(out: &mut Vec<u8>, vlan: Option<u16>, ethertype: u16) {
+        out.extend_from_slice(&[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1]);
+        if let Some(vid) = vlan {
+            out.extend_from_slice(&vlan::TPID_8021Q.to_be_bytes());
+            out.extend_from_slice(&vid.to_be_bytes());
+        }
+        out.extend_from_slice(&ethertype.to_be_bytes());
+    }
+
+    const V6_SRC: [u8; 16] = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+    const V6_DST: [u8; 16] = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+
+    /// Ethernet / IPv4 or IPv6 / UDP (dst `dport`) / `l4_payload`, with valid checksums (UDP
+    /// checksum 0 when `zero_udp_ck`).
+    fn udp_frame(
+        v6: bool,
+        vlan: Option<u16>,
+        dport: u16,
+        l4_payload: &[u8],
+        zero_udp_ck: bool,
+    ) -> Vec<u8> {
+        let mut f = Vec::new();
+        eth_header(
+            &mut f,
+            vlan,
+            if v6 { EtherType::IPV6 } else { EtherType::IPV4 },
+        );
+        let l3 = f.len();
+        let udp_len = 8 + l4_payload.len();
+        let ip_len = if v6 { 40 } else { 20 };
+        f.resize(l3 + ip_len + udp_len, 0);
+        if v6 {
+            let r = ipv6::Ipv6Repr {
+                src_addr: V6_SRC,
+                dst_addr: V6_DST,
+                next_header: 17,
+                payload_len: udp_len as u16,
+                hop_limit: 64,
+                traffic_class: 0x02,
+                flow_label: 0x12345,
+            };
+            r.emit(&mut f[l3..]).unwrap();
+        } else {
+            let r = ipv4::Ipv4Repr {
+                src_addr: [10, 0, 0, 1],
+                dst_addr: [10, 0, 0, 2],
+                protocol: 17,
+                payload_len: udp_len as u16,
+                ttl: 64,
+                dscp: 0,
+                ecn: 0b10,
+                ident: 1,
+                dont_frag: true,
+            };
+            r.emit(&mut f[l3..]).unwrap();
+        }
+        let l4 = l3 + ip_len;
+        let ur = udp::UdpRepr {
+            src_port: 50000,
+            dst_port: dport,
+            payload_len: l4_payload.len() as u16,
+        };
+        ur.emit(&mut f[l4..]).unwrap();
+        f[l4 + 8..].copy_from_slice(l4_payload);
+        if !zero_udp_ck {
+            let mut u = udp::UdpPacket::new_checked(&mut f[l4..]).unwrap();
+            if v6 {
+                u.fill_checksum_v6(&V6_SRC, &V6_DST);
+            } else {
+                u.fill_checksum_v4([10, 0, 0, 1], [10, 0, 0, 2]);
+            }
+        }
+        f
+    }
+
+    fn grad_header(collective_id: u16, data_length: u32) -> [u8; 20] {
+        let mut h = [0u8; 20];
+        gradient::GradientRepr {
+            version: gradient::VERSION,
+            flags: 0,
+            op_type: gradient::Op::Sum as u8,
+            collective_id,
+            dtype: gradient::Dtype::F32 as u8,
+            reason: 0,
+            worker_rank: 1,
+            tensor_offset: 0,
+            data_length,
+            round: 0,
+        }
+        .emit(&mut h)
+        .unwrap();
+        h
+    }
+
+    /// A RoCEv2 UD SEND Only carrying a gradient header and `lanes`, padded to 4 bytes, ICRC
+    /// filled.
+    fn rocev2_gradient_frame(v6: bool, vlan: Option<u16>, lanes: &[u8]) -> Vec<u8> {
+        let pad = (4 - (20 + lanes.len()) % 4) % 4;
+        let mut l4p = vec![0u8; 12 + 8];
+        bth::BthRepr {
+            opcode: bth::Opcode::UD_SEND_ONLY,
+            pad_count: pad as u8,
+            pkey: 0xffff,
+            dest_qp: 0x000123,
+            psn: 7,
+            ..Default::default()
+        }
+        .emit(&mut l4p)
+        .unwrap();
+        let mut d = bth::DethHeader::new_checked(&mut l4p[12..]).unwrap();
+        d.set_qkey(0x1111_2222);
+        d.set_src_qp(0x00abcd);
+        l4p.extend_from_slice(&grad_header(9, lanes.len() as u32));
+        l4p.extend_from_slice(lanes);
+        l4p.resize(l4p.len() + pad + 4, 0);
+        let mut f = udp_frame(v6, vlan, bth::ROCEV2_UDP_PORT, &l4p, true);
+        let l3 = if vlan.is_some() { 18 } else { 14 };
+        icrc::fill(&mut f[l3..], if v6 { 40 } else { 20 }).unwrap();
+        f
+    }
+
+    #[test]
+    fn gradient_over_udp() {
+        let lanes = [0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0x40];
+        for (v6, vlan) in [
+            (false, None),
+            (true, None),
+            (false, Some(5)),
+            (true, Some(5)),
+        ] {
+            let mut l4p = grad_header(42, 8).to_vec();
+            l4p.extend_from_slice(&lanes);
+            let f = udp_frame(v6, vlan, GRAD_PORT, &l4p, false);
+            let p = ok(&f);
+            assert!(p.has(Layers::UDP.union(Layers::GRADIENT)));
+            assert!(!p.has(Layers::BTH));
+            assert_eq!((p.grad_collective_id, p.grad_op), (42, 1));
+            assert_eq!(p.grad_offset, p.l4_offset + 8);
+            assert_eq!(&f[p.grad_payload()], &lanes);
+            // Another port: plain UDP.
+            assert!(!parse(&f, 9000).unwrap().has(Layers::GRADIENT));
+            // Header cut short: malformed.
+            let f = udp_frame(v6, vlan, GRAD_PORT, &l4p[..19], false);
+            assert_eq!(parse(&f, GRAD_PORT), Err(DropReason::MalformedGradient));
+        }
+        // Zero UDP checksum: none over IPv4, invalid over IPv6.
+        let l4p = grad_header(1, 0);
+        assert!(ok(&udp_frame(false, None, GRAD_PORT, &l4p, true)).has(Layers::GRADIENT));
+        let f = udp_frame(true, None, GRAD_PORT, &l4p, true);
+        assert_eq!(parse(&f, GRAD_PORT), Err(DropReason::BadUdpChecksum));
+    }
+
+    #[test]
+    fn gradient_over_rocev2_ud() {
+        for lanes_len in [0usize, 2, 4, 6, 64] {
+            let lanes: Vec<u8> = (0..lanes_len as u8).collect();
+            for (v6, vlan) in [(false, None), (true, None), (true, Some(7))] {
+                let f = rocev2_gradient_frame(v6, vlan, &lanes);
+                let p = ok(&f);
+                let all = Layers::UDP
+                    .union(Layers::BTH)
+                    .union(Layers::DETH)
+                    .union(Layers::GRADIENT);
+                assert!(p.has(all));
+                assert_eq!((p.bth_opcode, p.bth_dest_qp, p.bth_psn), (0x64, 0x123, 7));
+                assert_eq!((p.deth_qkey, p.deth_src_qp), (0x1111_2222, 0xabcd));
+                assert_eq!(p.grad_offset, p.bth_offset + 20);
+                assert_eq!(p.grad_collective_id, 9);
+                assert_eq!(p.bth_pad as usize, (4 - (20 + lanes_len) % 4) % 4);
+                // The payload excludes pad and ICRC.
+                assert_eq!(&f[p.grad_payload()], &lanes[..]);
+                // A UDP checksum of 0 is accepted over IPv6 for RoCEv2; a wrong one is not.
+                let mut b = f.clone();
+                let ck = p.l4_offset as usize + 6;
+                b[ck] = 0x12;
+                assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::BadUdpChecksum));
+                // A computed one is (and the ICRC does not cover it).
+                let mut b = f.clone();
+                let l4 = p.l4_offset as usize;
+                let mut u = udp::UdpPacket::new_checked(&mut b[l4..]).unwrap();
+                if v6 {
+                    u.fill_checksum_v6(&V6_SRC, &V6_DST);
+                } else {
+                    u.fill_checksum_v4([10, 0, 0, 1], [10, 0, 0, 2]);
+                }
+                assert!(ok(&b).has(all));
+            }
+        }
+        // Gradient header cut short inside a valid RoCEv2 packet.
+        let mut l4p = vec![0u8; 20];
+        bth::BthRepr {
+            opcode: 0x64,
+            pkey: 0xffff,
+            ..Default::default()
+        }
+        .emit(&mut l4p)
+        .unwrap();
+        l4p.extend_from_slice(&[0; 16 + 4]);
+        let mut f = udp_frame(false, None, 4791, &l4p, true);
+        icrc::fill(&mut f[14..], 20).unwrap();
+        assert_eq!(parse(&f, GRAD_PORT), Err(DropReason::MalformedGradient));
+        // A UD packet too short for its DETH.
+        let mut f = udp_frame(false, None, 4791, &l4p[..12 + 4 + 4], true);
+        icrc::fill(&mut f[14..], 20).unwrap();
+        assert_eq!(parse(&f, GRAD_PORT), Err(DropReason::MalformedBth));
+    }
+
+    #[test]
+    fn fragments_never_udp() {
+        // IPv4: MF set, or a non-zero offset.
+        let f = frames("c02_ipv4_options.pcap");
+        for (mf, off) in [(true, 0u16), (false, 8), (true, 1480)] {
+            let mut b = f[0].clone();
+            let mut ip = ipv4::Ipv4Packet::new_checked(&mut b[14..]).unwrap();
+            ip.set_frag(false, mf, off);
+            ip.fill_checksum();
+            let p = ok(&b);
+            assert!(p.has(Layers::IPV4.union(Layers::IP_FRAGMENT)));
+            assert!(!p.has(Layers::UDP));
+            assert_eq!(p.ip_proto, 17);
+        }
+        // IPv6: a Fragment header with a non-zero offset, followed by bytes that would be a
+        // valid-looking UDP header.
+        let c07 = frames("c07_ipv6_tc_ecn_flowlabel.pcap");
+        for (off_m, frag) in [(0x0008u16 << 3, true), (0x0001, true), (0x0000, false)] {
+            let mut b = c07[0][..54].to_vec();
+            b[20] = 44; // next header: Fragment
+            b.extend_from_slice(&[17, 0]);
+            b.extend_from_slice(&off_m.to_be_bytes());
+            b.extend_from_slice(&[0, 0, 0, 1]);
+            b.extend_from_slice(&c07[0][54..]);
+            b[18..20].copy_from_slice(&20u16.to_be_bytes());
+            // (For the atomic fragment, UDP's pseudo-header and checksum are unchanged.)
+            let p = parse(&b, GRAD_PORT).unwrap();
+            assert_eq!(p.has(Layers::IP_FRAGMENT), frag);
+            assert_eq!(p.has(Layers::UDP), !frag);
+            assert_eq!(p.ip_header_len, 48);
+        }
+    }
+
+    #[test]
+    fn l2_only_arp_and_runts() {
+        let f = frames("c02_ipv4_options.pcap");
+        assert_eq!(parse(&f[0][..13], GRAD_PORT), Err(DropReason::Runt));
+        assert_eq!(parse(&[], GRAD_PORT), Err(DropReason::Runt));
+        // A VLAN TPID with no tag after it.
+        let mut b = f[0][..14].to_vec();
+        b[12..14].copy_from_slice(&[0x81, 0x00]);
+        assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::Runt));
+        // Ethernet header only, IPv4 type: malformed IPv4.
+        assert_eq!(
+            parse(&f[0][..14], GRAD_PORT),
+            Err(DropReason::MalformedIpv4)
+        );
+        // Another EtherType: valid at L2 only.
+        let mut b = f[0].clone();
+        b[12..14].copy_from_slice(&0x88cc_u16.to_be_bytes());
+        let p = ok(&b);
+        assert_eq!(
+            (p.layers, p.ethertype, p.l3_offset),
+            (Layers::ETH, 0x88cc, 14)
+        );
+        assert_eq!(p.eth_dst.to_string(), "02:00:00:00:00:02");
+        assert_eq!(p.eth_src.to_string(), "02:00:00:00:00:01");
+        assert!(p.ip_src().is_empty());
+        // ARP.
+        let mut b = f[0][..14].to_vec();
+        b[12..14].copy_from_slice(&EtherType::ARP.to_be_bytes());
+        b.resize(14 + 28, 0);
+        arp::ArpRepr {
+            operation: arp::OP_REQUEST,
+            sender_ip: [10, 0, 0, 1],
+            target_ip: [10, 0, 0, 2],
+            ..Default::default()
+        }
+        .emit(&mut b[14..])
+        .unwrap();
+        assert!(ok(&b).has(Layers::ARP));
+        assert!(!ok(&b[..41]).has(Layers::ARP));
+        // Non-UDP IPv4: L3 only.
+        let nccl = frames("nccl_ring_allreduce_rocev2.pcap");
+        let p = ok(&nccl[0]);
+        assert_eq!((p.ip_proto, p.layers), (6, Layers::ETH.union(Layers::IPV4)));
+    }
+
+    #[test]
+    fn parsed_is_small_and_tag_offsets() {
+        assert!(
+            core::mem::size_of::<Parsed>() <= 160,
+            "{}",
+            core::mem::size_of::<Parsed>()
+        );
+        let f = frames("c09_stacked_vlan.pcap");
+        let p = ok(&f[0]);
+        assert_eq!(
+            (
+                p.vlan_tag_offset(0),
+                p.vlan_tag_offset(1),
+                p.vlan_tag_offset(2)
+            ),
+            (Some(12), Some(16), None)
+        );
+        let p = ok(&frames("c10_rocev2_ipv4_icrc.pcap")[1]);
+        assert_eq!(
+            (p.vlan_tags(), p.vlan_tag_offset(0), p.vlan_tag_offset(1)),
+            (1, Some(12), None)
+        );
+        assert_eq!(
+            ok(&frames("c02_ipv4_options.pcap")[0]).vlan_tag_offset(0),
+            None
+        );
+    }
+
+    /// Every case frame and a sample of the NCCL capture, for the fuzz tests (read once).
+    fn corpus() -> &'static [Vec<u8>] {
+        static CORPUS: std::sync::OnceLock<Vec<Vec<u8>>> = std::sync::OnceLock::new();
+        CORPUS.get_or_init(build_corpus)
+    }
+
+    fn build_corpus() -> Vec<Vec<u8>> {
+        let mut v = Vec::new();
+        for name in [
+            "c01_ipv4_bad_ihl.pcap",
+            "c02_ipv4_options.pcap",
+            "c03_eth_padding_nonzero.pcap",
+            "c04_udp_csum_ffff_and_zero.pcap",
+            "c05_ipv4_ce_mark_cksum_becomes_0000.pcap",
+            "c06_ecn_codepoints.pcap",
+            "c07_ipv6_tc_ecn_flowlabel.pcap",
+            "c08_ipv6_ext_headers.pcap",
+            "c09_stacked_vlan.pcap",
+            "c10_rocev2_ipv4_icrc.pcap",
+        ] {
+            v.extend(frames(name));
+        }
+        v.extend(
+            frames("nccl_ring_allreduce_rocev2.pcap")
+                .into_iter()
+                .step_by(9),
+        );
+        v.push(rocev2_gradient_frame(true, Some(3), &[1, 2, 3, 4, 5, 6]));
+        v.push(udp_frame(true, None, GRAD_PORT, &grad_header(1, 4), false));
+        v
+    }
+
+    /// The invariants of a successful parse: every offset is inside the frame.
+    fn check_invariants(frame: &[u8], p: &Parsed) -> Result<(), TestCaseError> {
+        let n = frame.len();
+        prop_assert!(p.has(Layers::ETH));
+        prop_assert!(p.l3_offset as usize <= n);
+        if p.has(Layers::IPV4) || p.has(Layers::IPV6) {
+            prop_assert!(p.ip_end as usize <= n);
+            prop_assert!(p.l4_offset <= p.ip_end);
+        }
+        if p.has(Layers::UDP) {
+            prop_assert!(p.udp_payload().end <= p.ip_end as usize);
+        }
+        if p.has(Layers::GRADIENT) {
+            prop_assert!(p.grad_payload().end <= p.udp_payload().end);
+            prop_assert!(p.grad_offset as usize + 20 == p.grad_payload_offset as usize);
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200), port in any::<u16>()) {
+            if let Ok(p) = parse(&bytes, port) {
+                check_invariants(&bytes, &p)?;
+            }
+        }
+
+        /// Random bytes after a plausible header stack, so that the deeper layers are reached.
+        #[test]
+        fn random_tails_never_panic(which in any::<prop::sample::Index>(), keep in 0usize..120, tail in proptest::collection::vec(any::<u8>(), 0..120)) {
+            let base = which.get(corpus());
+            let mut f = base[..keep.min(base.len())].to_vec();
+            f.extend_from_slice(&tail);
+            if let Ok(p) = parse(&f, GRAD_PORT) {
+                check_invariants(&f, &p)?;
+            }
+        }
+
+        #[test]
+        fn truncated_and_mutated_real_frames_never_panic(
+            which in any::<prop::sample::Index>(), cut in any::<prop::sample::Index>(),
+            flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
+        ) {
+            let base = which.get(corpus());
+            let n = cut.index(base.len() + 1);
+            let f = &base[..n];
+            if let Ok(p) = parse(f, GRAD_PORT) {
+                check_invariants(f, &p)?;
+            }
+            let mut m = base.clone();
+            for (i, v) in &flips {
+                let i = i.index(m.len());
+                m[i] = *v;
+            }
+            if let Ok(p) = parse(&m, GRAD_PORT) {
+                check_invariants(&m, &p)?;
+            }
+        }
+    }
+}

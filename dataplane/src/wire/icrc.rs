@@ -1,0 +1,274 @@
+//! The RoCEv2 invariant CRC (ICRC; IBTA Vol. 1 Annex A17.4, gradient protocol spec section 1).
+//!
+//! CRC-32 (the Ethernet polynomial, as zlib computes it) over:
+//!
+//! 1. 8 bytes of 0xFF (they stand for the InfiniBand LRH, absent in RoCEv2);
+//! 2. the IP header with the fields routers change set to all ones: IPv4 TOS (DSCP+ECN), TTL and
+//!    header checksum; IPv6 traffic class, flow label and hop limit (IPv4 options and IPv6
+//!    extension headers as they are);
+//! 3. the UDP header with its checksum set to all ones;
+//! 4. the BTH with byte 4 (FECN, BECN, resv6) set to all ones;
+//! 5. everything after the BTH up to the ICRC (extension headers, payload, pad).
+//!
+//! The result is stored in the last 4 bytes of the UDP payload, least-significant byte first.
+//! Because of the masks, marking ECN, rewriting DSCP or decrementing TTL never changes it.
+//!
+//! Nothing here allocates: the masked headers are copied into stack buffers (at most 60 + 20
+//! bytes) and the rest is fed to the hasher by slice. For one payload sent to many receivers,
+//! [`tail_hasher`] computes the CRC of the common part once and [`combine`] joins it to each
+//! copy's header CRC ([`head_hasher`]) in O(log n) time, without rereading the payload.
+
+use super::bth;
+use super::error::WireError;
+use super::udp;
+use crc32fast::Hasher;
+
+/// Length of the ICRC (bytes).
+pub const ICRC_LEN: usize = 4;
+/// Length of the UDP header and BTH the ICRC masks (bytes).
+const UDP_BTH_LEN: usize = udp::HEADER_LEN + bth::HEADER_LEN;
+
+/// Starts an ICRC over `head`: the 8 bytes of 0xFF, then `head` with the IP, UDP and BTH masks
+/// applied. `head` is an IP datagram's first bytes, from the IP header through at least the BTH
+/// (it may go on: DETH, gradient header, ...; those bytes are fed as they are). `l4_offset` is
+/// where the UDP header starts within `head` (bytes: IPv4 IHL * 4, or 40 plus IPv6 extension
+/// headers).
+///
+/// # Errors
+/// - [`WireError::Truncated`]: `head` ends before the end of the BTH.
+/// - [`WireError::BadVersion`]: the IP version nibble is neither 4 nor 6.
+/// - [`WireError::BadHeaderLen`]: `l4_offset` is inside the IP header.
+pub fn head_hasher(head: &[u8], l4_offset: usize) -> Result<Hasher, WireError> {
+    let masked_end = l4_offset
+        .checked_add(UDP_BTH_LEN)
+        .ok_or(WireError::BadHeaderLen)?;
+    if head.len() < masked_end || head.is_empty() {
+        return Err(WireError::Truncated);
+    }
+    let mut h = Hasher::new();
+    h.update(&[0xff; 8]);
+    let ip_len = match head[0] >> 4 {
+        4 => {
+            let ihl = (head[0] & 0x0f) as usize * 4;
+            if ihl < 20 || ihl > l4_offset {
+                return Err(WireError::BadHeaderLen);
+            }
+            let mut ip = [0u8; 60];
+            ip[..ihl].copy_from_slice(&head[..ihl]);
+            ip[1] = 0xff; // TOS
+            ip[8] = 0xff; // TTL
+            ip[10] = 0xff; // header checksum
+            ip[11] = 0xff;
+            h.update(&ip[..ihl]);
+            ihl
+        }
+        6 => {
+            if l4_offset < 40 {
+                return Err(WireError::BadHeaderLen);
+            }
+            let mut ip = [0u8; 40];
+            ip.copy_from_slice(&head[..40]);
+            ip[0] |= 0x0f; // traffic class and flow label
+            ip[1] = 0xff;
+            ip[2] = 0xff;
+            ip[3] = 0xff;
+            ip[7] = 0xff; // hop limit
+            h.update(&ip);
+            40
+        }
+        _ => return Err(WireError::BadVersion),
+    };
+    h.update(&head[ip_len..l4_offset]);
+    let mut ub = [0u8; UDP_BTH_LEN];
+    ub.copy_from_slice(&head[l4_offset..masked_end]);
+    ub[6] = 0xff; // UDP checksum
+    ub[7] = 0xff;
+    ub[udp::HEADER_LEN + 4] = 0xff; // BTH byte 4
+    h.update(&ub);
+    h.update(&head[masked_end..]);
+    Ok(h)
+}
+
+/// A CRC state over `tail` alone, to be joined after a head with [`combine`].
+pub fn tail_hasher(tail: &[u8]) -> Hasher {
+    let mut h = Hasher::new();
+    h.update(tail);
+    h
+}
+
+/// The ICRC of head followed by tail, from their separate states (zlib's `crc32_combine`).
+pub fn combine(mut head: Hasher, tail: &Hasher) -> u32 {
+    head.combine(tail);
+    head.finalize()
+}
+
+/// Computes the ICRC of `datagram`: an IP datagram from its IP header through the UDP payload's
+/// last 4 bytes (the ICRC, excluded from the sum), with the UDP header at `l4_offset`.
+///
+/// # Errors
+/// [`WireError::Truncated`] if there is no room for UDP, BTH and ICRC; otherwise as
+/// [`head_hasher`].
+pub fn compute(datagram: &[u8], l4_offset: usize) -> Result<u32, WireError> {
+    let masked_end = l4_offset
+        .checked_add(UDP_BTH_LEN)
+        .ok_or(WireError::BadHeaderLen)?;
+    if datagram.len() < masked_end + ICRC_LEN {
+        return Err(WireError::Truncated);
+    }
+    let mut h = head_hasher(&datagram[..masked_end], l4_offset)?;
+    h.update(&datagram[masked_end..datagram.len() - ICRC_LEN]);
+    Ok(h.finalize())
+}
+
+/// The ICRC stored in the last 4 bytes of `datagram` (least-significant byte first), or `None`
+/// if it is shorter than 4 bytes.
+pub fn stored(datagram: &[u8]) -> Option<u32> {
+    let n = datagram.len().checked_sub(ICRC_LEN)?;
+    let b = &datagram[n..];
+    Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// True when the stored ICRC equals the computed one (see [`compute`] for the arguments).
+///
+/// # Errors
+/// As [`compute`].
+pub fn verify(datagram: &[u8], l4_offset: usize) -> Result<bool, WireError> {
+    let c = compute(datagram, l4_offset)?;
+    Ok(stored(datagram) == Some(c))
+}
+
+/// Computes the ICRC and stores it in the last 4 bytes of `datagram`.
+///
+/// # Errors
+/// As [`compute`].
+pub fn fill(datagram: &mut [u8], l4_offset: usize) -> Result<(), WireError> {
+    let c = compute(datagram, l4_offset)?;
+    let n = datagram.len() - ICRC_LEN;
+    datagram[n..].copy_from_slice(&c.to_le_bytes());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    // Case c10 frame 1 from the IP header: IPv4 (TOS 0x02) / UDP 49152 -> 4791, checksum 0 /
+    // BTH RC SEND Only / 16 bytes of 0x11 / ICRC 67 91 ca 03 (0x03ca9167).
+    static C10: [u8; 60] = [
+        0x45, 0x02, 0x00, 0x3c, 0x12, 0x34, 0x40, 0x00, 0x40, 0x11, 0x14, 0x79, 0x0a, 0x00, 0x00,
+        0x01, 0x0a, 0x00, 0x00, 0x02, 0xc0, 0x00, 0x12, 0xb7, 0x00, 0x28, 0x00, 0x00, 0x04, 0x40,
+        0xff, 0xff, 0x00, 0x00, 0x00, 0x11, 0x00, 0x00, 0x00, 0x01, 0x11, 0x11, 0x11, 0x11, 0x11,
+        0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x67, 0x91, 0xca, 0x03,
+    ];
+
+    // NCCL capture frame 69 from the IP header: an RC Acknowledge (AETH) from 172.30.0.12 to
+    // 172.30.0.25, ICRC 1f 37 91 35.
+    static NCCL_ACK: [u8; 48] = [
+        0x45, 0x00, 0x00, 0x30, 0x02, 0x9d, 0x40, 0x00, 0x40, 0x11, 0xdf, 0xbe, 0xac, 0x1e, 0x00,
+        0x0c, 0xac, 0x1e, 0x00, 0x19, 0xc5, 0x55, 0x12, 0xb7, 0x00, 0x1c, 0x00, 0x00, 0x11, 0x00,
+        0xff, 0xff, 0x00, 0x00, 0x00, 0x23, 0x00, 0x00, 0x00, 0x00, 0x1f, 0x00, 0x00, 0x01, 0x1f,
+        0x37, 0x91, 0x35,
+    ];
+
+    #[test]
+    fn captured_icrcs_verify() {
+        assert_eq!(compute(&C10, 20), Ok(0x03ca_9167));
+        assert_eq!(stored(&C10), Some(0x03ca_9167));
+        assert_eq!(verify(&C10, 20), Ok(true));
+        assert_eq!(verify(&NCCL_ACK, 20), Ok(true));
+    }
+
+    #[test]
+    fn masked_fields_do_not_change_it() {
+        let mut b = C10;
+        b[1] = 0x03; // CE
+        b[8] = 1; // TTL
+        b[10] = 0xab; // IP checksum
+        b[26] = 0x12; // UDP checksum
+        b[27] = 0x34;
+        b[32] = 0xc0; // FECN, BECN
+        assert_eq!(verify(&b, 20), Ok(true));
+        // Anything else does.
+        for i in [2usize, 9, 12, 19, 20, 24, 28, 30, 35, 39, 40, 55] {
+            let mut b = C10;
+            b[i] ^= 0x01;
+            assert_eq!(verify(&b, 20), Ok(false), "byte {i}");
+        }
+        // And so does a bad ICRC.
+        let mut b = C10;
+        b[59] ^= 0x80;
+        assert_eq!(verify(&b, 20), Ok(false));
+    }
+
+    #[test]
+    fn ipv6_masks_tc_flow_label_hop_limit() {
+        // An IPv6 version of c10: same UDP/BTH/payload.
+        let mut v = vec![0u8; 40];
+        v[0] = 0x60;
+        v[4..6].copy_from_slice(&40u16.to_be_bytes());
+        v[6] = 17;
+        v[7] = 64;
+        v[8] = 0xfd;
+        v[23] = 1;
+        v[24] = 0xfd;
+        v[39] = 2;
+        v.extend_from_slice(&C10[20..]);
+        fill(&mut v, 40).unwrap();
+        assert_eq!(verify(&v, 40), Ok(true));
+        v[0] = 0x6b; // traffic class 0xBA, flow label 0xABCDE, hop limit 1
+        v[1] = 0xaa;
+        v[2] = 0xbc;
+        v[3] = 0xde;
+        v[7] = 1;
+        assert_eq!(verify(&v, 40), Ok(true));
+        v[0] = 0x4b; // the version is not masked
+        assert_eq!(verify(&v, 40), Err(WireError::BadHeaderLen));
+    }
+
+    #[test]
+    fn split_equals_whole() {
+        let whole = compute(&C10, 20).unwrap();
+        // Head through the BTH, tail = payload.
+        let head = head_hasher(&C10[..40], 20).unwrap();
+        let tail = tail_hasher(&C10[40..56]);
+        assert_eq!(combine(head, &tail), whole);
+        // Head running into the payload.
+        let head = head_hasher(&C10[..44], 20).unwrap();
+        assert_eq!(combine(head, &tail_hasher(&C10[44..56])), whole);
+    }
+
+    #[test]
+    fn errors() {
+        assert_eq!(compute(&C10[..43], 20), Err(WireError::Truncated));
+        assert_eq!(compute(&C10, 16), Err(WireError::BadHeaderLen));
+        assert_eq!(compute(&C10, usize::MAX), Err(WireError::BadHeaderLen));
+        let mut b = C10;
+        b[0] = 0x55;
+        assert_eq!(compute(&b, 20), Err(WireError::BadVersion));
+        assert_eq!(head_hasher(&[], 0).err(), Some(WireError::Truncated));
+        assert_eq!(stored(&[1, 2, 3]), None);
+        assert_eq!(fill(&mut [0u8; 10], 20), Err(WireError::Truncated));
+    }
+
+    proptest! {
+        /// fill then verify; splitting anywhere after the BTH gives the same CRC; never panics.
+        #[test]
+        fn fill_verify_split(payload in proptest::collection::vec(any::<u8>(), 0..300), cut in any::<usize>()) {
+            let mut v = C10[..40].to_vec();
+            v.extend_from_slice(&payload);
+            v.extend_from_slice(&[0; 4]);
+            fill(&mut v, 20).unwrap();
+            prop_assert_eq!(verify(&v, 20), Ok(true));
+            let end = v.len() - 4;
+            let cut = 40 + cut % (end - 40 + 1);
+            let c = combine(head_hasher(&v[..cut], 20).unwrap(), &tail_hasher(&v[cut..end]));
+            prop_assert_eq!(Some(c), stored(&v));
+        }
+
+        #[test]
+        fn never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..120), l4 in 0usize..130) {
+            let _ = compute(&bytes, l4);
+        }
+    }
+}

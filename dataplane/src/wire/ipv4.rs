@@ -1,0 +1,643 @@
+//! IPv4 headers (RFC 791 section 3.1), options included; ECN bits per RFC 3168 section 5.
+//!
+//! ```text
+//!  0       4       8             16    19                 31
+//!  version  IHL     DSCP     ECN  total length
+//!  identification                 flags  fragment offset
+//!  TTL             protocol       header checksum
+//!  source address
+//!  destination address
+//!  options (IHL - 5 words)
+//! ```
+
+use super::checksum;
+use super::error::WireError;
+use super::{be16, put_be16, Field};
+
+mod field {
+    use super::Field;
+    pub const VER_IHL: usize = 0;
+    pub const DSCP_ECN: usize = 1;
+    pub const LENGTH: Field = 2..4;
+    pub const IDENT: Field = 4..6;
+    pub const FLG_OFF: Field = 6..8;
+    pub const TTL: usize = 8;
+    pub const PROTOCOL: usize = 9;
+    pub const CHECKSUM: Field = 10..12;
+    pub const SRC: Field = 12..16;
+    pub const DST: Field = 16..20;
+}
+
+/// Length of a header without options (IHL 5) (bytes).
+pub const MIN_HEADER_LEN: usize = 20;
+/// Length of a header with the most options (IHL 15) (bytes).
+pub const MAX_HEADER_LEN: usize = 60;
+
+/// IP protocol numbers the appliance looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct Protocol;
+
+impl Protocol {
+    /// ICMP (RFC 792).
+    pub const ICMP: u8 = 1;
+    /// TCP (RFC 9293).
+    pub const TCP: u8 = 6;
+    /// UDP (RFC 768).
+    pub const UDP: u8 = 17;
+    /// ICMPv6 (RFC 4443).
+    pub const ICMPV6: u8 = 58;
+}
+
+/// ECN codepoints (RFC 3168 section 5), the low 2 bits of the TOS / traffic class octet.
+#[derive(Debug, Clone, Copy)]
+pub struct Ecn;
+
+impl Ecn {
+    /// Not ECN-capable transport.
+    pub const NOT_ECT: u8 = 0b00;
+    /// ECN-capable transport, ECT(1).
+    pub const ECT1: u8 = 0b01;
+    /// ECN-capable transport, ECT(0).
+    pub const ECT0: u8 = 0b10;
+    /// Congestion experienced.
+    pub const CE: u8 = 0b11;
+}
+
+/// A checked view of an IPv4 header and the datagram it heads.
+///
+/// `new_checked` guarantees: version 4; IHL >= 5; IHL * 4 <= bytes present; header length <=
+/// total length <= bytes present. Bytes after `total_len` (Ethernet padding) are not part of the
+/// datagram: [`Ipv4Packet::payload`] ends at `total_len`.
+#[derive(Debug, Clone)]
+pub struct Ipv4Packet<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Ipv4Packet<T> {
+    /// Wraps `buffer` (starting at the IPv4 header) without checks; accessors may panic until
+    /// [`Ipv4Packet::check_len`] succeeds.
+    pub fn new_unchecked(buffer: T) -> Self {
+        Ipv4Packet { buffer }
+    }
+
+    /// Wraps `buffer` after [`Ipv4Packet::check_len`].
+    ///
+    /// # Errors
+    /// See [`Ipv4Packet::check_len`].
+    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
+        let p = Self::new_unchecked(buffer);
+        p.check_len()?;
+        Ok(p)
+    }
+
+    /// Checks the header against the bytes present (RFC 791 section 3.1).
+    ///
+    /// # Errors
+    /// - [`WireError::Truncated`]: fewer than 20 bytes.
+    /// - [`WireError::BadVersion`]: version is not 4.
+    /// - [`WireError::BadHeaderLen`]: IHL < 5, or IHL * 4 bytes not present.
+    /// - [`WireError::BadLength`]: total length < IHL * 4, or more than the bytes present.
+    pub fn check_len(&self) -> Result<(), WireError> {
+        let b = self.buffer.as_ref();
+        if b.len() < MIN_HEADER_LEN {
+            return Err(WireError::Truncated);
+        }
+        if b[field::VER_IHL] >> 4 != 4 {
+            return Err(WireError::BadVersion);
+        }
+        let hl = self.header_len();
+        if hl < MIN_HEADER_LEN || hl > b.len() {
+            return Err(WireError::BadHeaderLen);
+        }
+        let tl = self.total_len() as usize;
+        if tl < hl || tl > b.len() {
+            return Err(WireError::BadLength);
+        }
+        Ok(())
+    }
+
+    /// Returns the underlying buffer.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    /// Version (4 after the check).
+    #[inline]
+    pub fn version(&self) -> u8 {
+        self.buffer.as_ref()[field::VER_IHL] >> 4
+    }
+
+    /// Internet Header Length in 32-bit words (5..=15).
+    #[inline]
+    pub fn ihl(&self) -> u8 {
+        self.buffer.as_ref()[field::VER_IHL] & 0x0f
+    }
+
+    /// Header length, options included (bytes): IHL * 4.
+    #[inline]
+    pub fn header_len(&self) -> usize {
+        self.ihl() as usize * 4
+    }
+
+    /// The whole TOS octet (DSCP << 2 | ECN).
+    #[inline]
+    pub fn tos(&self) -> u8 {
+        self.buffer.as_ref()[field::DSCP_ECN]
+    }
+
+    /// Differentiated Services Code Point (6 bits; RFC 2474).
+    #[inline]
+    pub fn dscp(&self) -> u8 {
+        self.tos() >> 2
+    }
+
+    /// ECN field (2 bits; RFC 3168, see [`Ecn`]).
+    #[inline]
+    pub fn ecn(&self) -> u8 {
+        self.tos() & 0b11
+    }
+
+    /// Total length of the datagram, header included (bytes).
+    #[inline]
+    pub fn total_len(&self) -> u16 {
+        be16(self.buffer.as_ref(), field::LENGTH.start)
+    }
+
+    /// Identification.
+    #[inline]
+    pub fn ident(&self) -> u16 {
+        be16(self.buffer.as_ref(), field::IDENT.start)
+    }
+
+    /// The Don't Fragment flag.
+    #[inline]
+    pub fn dont_frag(&self) -> bool {
+        be16(self.buffer.as_ref(), field::FLG_OFF.start) & 0x4000 != 0
+    }
+
+    /// The More Fragments flag.
+    #[inline]
+    pub fn more_frags(&self) -> bool {
+        be16(self.buffer.as_ref(), field::FLG_OFF.start) & 0x2000 != 0
+    }
+
+    /// Fragment offset (bytes: the 13-bit field times 8).
+    #[inline]
+    pub fn frag_offset(&self) -> u16 {
+        (be16(self.buffer.as_ref(), field::FLG_OFF.start) & 0x1fff) << 3
+    }
+
+    /// True when this datagram is a fragment (More Fragments set or a non-zero offset); only the
+    /// first fragment holds the upper-layer header, and none holds the whole upper-layer datagram.
+    #[inline]
+    pub fn is_fragment(&self) -> bool {
+        be16(self.buffer.as_ref(), field::FLG_OFF.start) & 0x3fff != 0
+    }
+
+    /// Time to live.
+    #[inline]
+    pub fn ttl(&self) -> u8 {
+        self.buffer.as_ref()[field::TTL]
+    }
+
+    /// Protocol of the payload (see [`Protocol`]).
+    #[inline]
+    pub fn protocol(&self) -> u8 {
+        self.buffer.as_ref()[field::PROTOCOL]
+    }
+
+    /// The stored header checksum.
+    #[inline]
+    pub fn checksum(&self) -> u16 {
+        be16(self.buffer.as_ref(), field::CHECKSUM.start)
+    }
+
+    /// Source address.
+    #[inline]
+    pub fn src_addr(&self) -> [u8; 4] {
+        let b = self.buffer.as_ref();
+        [b[12], b[13], b[14], b[15]]
+    }
+
+    /// Destination address.
+    #[inline]
+    pub fn dst_addr(&self) -> [u8; 4] {
+        let b = self.buffer.as_ref();
+        [b[16], b[17], b[18], b[19]]
+    }
+
+    /// The whole header, options included (IHL * 4 bytes).
+    #[inline]
+    pub fn header(&self) -> &[u8] {
+        &self.buffer.as_ref()[..self.header_len()]
+    }
+
+    /// The options (IHL * 4 - 20 bytes; not interpreted).
+    #[inline]
+    pub fn options(&self) -> &[u8] {
+        &self.buffer.as_ref()[MIN_HEADER_LEN..self.header_len()]
+    }
+
+    /// The payload: from the end of the header to `total_len` (padding after it excluded).
+    #[inline]
+    pub fn payload(&self) -> &[u8] {
+        &self.buffer.as_ref()[self.header_len()..self.total_len() as usize]
+    }
+
+    /// True when the header, options included, sums to 0xFFFF (RFC 791, RFC 1071): a stored
+    /// checksum of 0x0000 that sums right is valid.
+    #[inline]
+    pub fn verify_checksum(&self) -> bool {
+        checksum::sum(self.header()) == 0xffff
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
+    /// Sets version (high nibble of byte 0).
+    #[inline]
+    pub fn set_version(&mut self, v: u8) {
+        let b = self.buffer.as_mut();
+        b[field::VER_IHL] = (b[field::VER_IHL] & 0x0f) | (v << 4);
+    }
+
+    /// Sets IHL in 32-bit words (low 4 bits used).
+    #[inline]
+    pub fn set_ihl(&mut self, ihl: u8) {
+        let b = self.buffer.as_mut();
+        b[field::VER_IHL] = (b[field::VER_IHL] & 0xf0) | (ihl & 0x0f);
+    }
+
+    /// Sets the whole TOS octet. The checksum is not updated (see [`Ipv4Packet::update_tos`]).
+    #[inline]
+    pub fn set_tos(&mut self, tos: u8) {
+        self.buffer.as_mut()[field::DSCP_ECN] = tos;
+    }
+
+    /// Sets DSCP (low 6 bits used), keeping ECN. The checksum is not updated.
+    #[inline]
+    pub fn set_dscp(&mut self, dscp: u8) {
+        let tos = (self.tos() & 0b11) | (dscp << 2);
+        self.set_tos(tos);
+    }
+
+    /// Sets ECN (low 2 bits used), keeping DSCP. The checksum is not updated.
+    #[inline]
+    pub fn set_ecn(&mut self, ecn: u8) {
+        let tos = (self.tos() & !0b11) | (ecn & 0b11);
+        self.set_tos(tos);
+    }
+
+    /// Sets the total length (bytes).
+    #[inline]
+    pub fn set_total_len(&mut self, len: u16) {
+        put_be16(self.buffer.as_mut(), field::LENGTH.start, len);
+    }
+
+    /// Sets the identification.
+    #[inline]
+    pub fn set_ident(&mut self, id: u16) {
+        put_be16(self.buffer.as_mut(), field::IDENT.start, id);
+    }
+
+    /// Sets the flags and fragment offset: `frag_offset` in bytes, a multiple of 8 (the low 3
+    /// bits are dropped).
+    #[inline]
+    pub fn set_frag(&mut self, dont_frag: bool, more_frags: bool, frag_offset: u16) {
+        let v = ((dont_frag as u16) << 14) | ((more_frags as u16) << 13) | (frag_offset >> 3);
+        put_be16(self.buffer.as_mut(), field::FLG_OFF.start, v);
+    }
+
+    /// Sets the TTL. The checksum is not updated (see [`Ipv4Packet::update_ttl`]).
+    #[inline]
+    pub fn set_ttl(&mut self, ttl: u8) {
+        self.buffer.as_mut()[field::TTL] = ttl;
+    }
+
+    /// Sets the protocol.
+    #[inline]
+    pub fn set_protocol(&mut self, p: u8) {
+        self.buffer.as_mut()[field::PROTOCOL] = p;
+    }
+
+    /// Stores `ck` in the checksum field.
+    #[inline]
+    pub fn set_checksum(&mut self, ck: u16) {
+        put_be16(self.buffer.as_mut(), field::CHECKSUM.start, ck);
+    }
+
+    /// Sets the source address.
+    #[inline]
+    pub fn set_src_addr(&mut self, a: [u8; 4]) {
+        self.buffer.as_mut()[field::SRC].copy_from_slice(&a);
+    }
+
+    /// Sets the destination address.
+    #[inline]
+    pub fn set_dst_addr(&mut self, a: [u8; 4]) {
+        self.buffer.as_mut()[field::DST].copy_from_slice(&a);
+    }
+
+    /// Computes the header checksum over IHL * 4 bytes and stores it (RFC 791). IHL must be
+    /// set and its bytes present (as after `new_checked`).
+    #[inline]
+    pub fn fill_checksum(&mut self) {
+        self.set_checksum(0);
+        let ck = checksum::checksum(self.header());
+        self.set_checksum(ck);
+    }
+
+    /// Sets the TOS octet and updates the checksum incrementally (RFC 1624 equation 3): the
+    /// result equals [`Ipv4Packet::fill_checksum`]'s.
+    #[inline]
+    pub fn update_tos(&mut self, tos: u8) {
+        let old = be16(self.buffer.as_ref(), 0);
+        self.set_tos(tos);
+        let new = be16(self.buffer.as_ref(), 0);
+        let ck = checksum::update16(self.checksum(), old, new);
+        self.set_checksum(ck);
+    }
+
+    /// Sets the TTL and updates the checksum incrementally (RFC 1624 equation 3).
+    #[inline]
+    pub fn update_ttl(&mut self, ttl: u8) {
+        let old = be16(self.buffer.as_ref(), field::TTL);
+        self.set_ttl(ttl);
+        let new = be16(self.buffer.as_ref(), field::TTL);
+        let ck = checksum::update16(self.checksum(), old, new);
+        self.set_checksum(ck);
+    }
+
+    /// The payload, mutable (header end to `total_len`).
+    #[inline]
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        let (s, e) = (self.header_len(), self.total_len() as usize);
+        &mut self.buffer.as_mut()[s..e]
+    }
+}
+
+/// A decoded IPv4 header without options (IHL 5), for building datagrams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ipv4Repr {
+    /// Source address.
+    pub src_addr: [u8; 4],
+    /// Destination address.
+    pub dst_addr: [u8; 4],
+    /// Protocol of the payload.
+    pub protocol: u8,
+    /// Payload length (bytes); total length is this plus 20.
+    pub payload_len: u16,
+    /// Time to live.
+    pub ttl: u8,
+    /// DSCP (6 bits).
+    pub dscp: u8,
+    /// ECN (2 bits).
+    pub ecn: u8,
+    /// Identification.
+    pub ident: u16,
+    /// Don't Fragment.
+    pub dont_frag: bool,
+}
+
+impl Ipv4Repr {
+    /// Decodes a checked header (options, if any, are skipped; fragment fields other than DF
+    /// are not represented).
+    pub fn parse<T: AsRef<[u8]>>(p: &Ipv4Packet<T>) -> Self {
+        Ipv4Repr {
+            src_addr: p.src_addr(),
+            dst_addr: p.dst_addr(),
+            protocol: p.protocol(),
+            payload_len: p.total_len() - p.header_len() as u16,
+            ttl: p.ttl(),
+            dscp: p.dscp(),
+            ecn: p.ecn(),
+            ident: p.ident(),
+            dont_frag: p.dont_frag(),
+        }
+    }
+
+    /// Length of the header this emits (bytes).
+    pub const fn header_len(&self) -> usize {
+        MIN_HEADER_LEN
+    }
+
+    /// Writes a 20-byte header with its checksum into the first 20 bytes of `buf`.
+    ///
+    /// # Errors
+    /// [`WireError::Truncated`] if `buf` is shorter than 20 bytes; [`WireError::BadLength`] if
+    /// 20 + `payload_len` exceeds 65535.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<(), WireError> {
+        if buf.len() < MIN_HEADER_LEN {
+            return Err(WireError::Truncated);
+        }
+        let total = (self.payload_len as usize + MIN_HEADER_LEN)
+            .try_into()
+            .map_err(|_| WireError::BadLength)?;
+        let mut p = Ipv4Packet::new_unchecked(&mut buf[..MIN_HEADER_LEN]);
+        p.set_version(4);
+        p.set_ihl(5);
+        p.set_tos((self.dscp << 2) | (self.ecn & 0b11));
+        p.set_total_len(total);
+        p.set_ident(self.ident);
+        p.set_frag(self.dont_frag, false, 0);
+        p.set_ttl(self.ttl);
+        p.set_protocol(self.protocol);
+        p.set_src_addr(self.src_addr);
+        p.set_dst_addr(self.dst_addr);
+        p.fill_checksum();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    // Case c02: IHL 6 with one 4-byte option (01 01 01 00), then UDP 10.0.0.1:49152 ->
+    // 10.0.0.2:9000 with payload 01 02 03 04 (the frame from byte 14).
+    static C02: [u8; 36] = [
+        0x46, 0x02, 0x00, 0x24, 0x12, 0x34, 0x40, 0x00, 0x40, 0x11, 0x11, 0x90, 0x0a, 0x00, 0x00,
+        0x01, 0x0a, 0x00, 0x00, 0x02, 0x01, 0x01, 0x01, 0x00, 0xc0, 0x00, 0x23, 0x28, 0x00, 0x0c,
+        0x04, 0xa5, 0x01, 0x02, 0x03, 0x04,
+    ];
+
+    // Case c05 from byte 14: TOS 0x02, stored checksum 0x0001, then 14 bytes of padding.
+    static C05: [u8; 46] = [
+        0x45, 0x02, 0x00, 0x20, 0x26, 0xc8, 0x40, 0x00, 0x40, 0x11, 0x00, 0x01, 0x0a, 0x00, 0x00,
+        0x01, 0x0a, 0x00, 0x00, 0x02, 0xc0, 0x00, 0x23, 0x28, 0x00, 0x0c, 0x00, 0x00, 0x01, 0x02,
+        0x03, 0x04, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa,
+        0xaa,
+    ];
+
+    #[test]
+    fn parse_with_options() {
+        let p = Ipv4Packet::new_checked(&C02[..]).unwrap();
+        assert_eq!((p.version(), p.ihl(), p.header_len()), (4, 6, 24));
+        assert_eq!((p.dscp(), p.ecn(), p.tos()), (0, Ecn::ECT0, 0x02));
+        assert_eq!(
+            (p.total_len(), p.ident(), p.ttl(), p.protocol()),
+            (36, 0x1234, 64, 17)
+        );
+        assert!(p.dont_frag() && !p.more_frags() && !p.is_fragment());
+        assert_eq!(p.frag_offset(), 0);
+        assert_eq!(p.checksum(), 0x1190);
+        assert_eq!((p.src_addr(), p.dst_addr()), ([10, 0, 0, 1], [10, 0, 0, 2]));
+        assert_eq!(p.options(), &[1, 1, 1, 0]);
+        assert_eq!(&p.payload()[..4], &[0xc0, 0x00, 0x23, 0x28]);
+        assert_eq!(p.payload().len(), 12);
+        assert!(p.verify_checksum());
+    }
+
+    #[test]
+    fn padding_is_not_payload_and_checksum_0001() {
+        let p = Ipv4Packet::new_checked(&C05[..]).unwrap();
+        assert_eq!(p.payload().len(), 12);
+        assert!(p.verify_checksum());
+    }
+
+    #[test]
+    fn c05_update_tos_gives_0000_like_recompute() {
+        let mut b = C05;
+        let mut p = Ipv4Packet::new_checked(&mut b[..]).unwrap();
+        p.update_tos(0x03);
+        assert_eq!(p.checksum(), 0x0000);
+        assert!(p.verify_checksum());
+        let inc = p.checksum();
+        p.fill_checksum();
+        assert_eq!(p.checksum(), inc);
+        // A stored 0x0000 that sums right is valid.
+        assert!(Ipv4Packet::new_checked(&b[..]).unwrap().verify_checksum());
+    }
+
+    #[test]
+    fn update_ttl_and_bad_checksum() {
+        let mut b = C02;
+        let mut p = Ipv4Packet::new_checked(&mut b[..]).unwrap();
+        p.update_ttl(63);
+        assert!(p.verify_checksum());
+        p.set_ttl(62);
+        assert!(!p.verify_checksum());
+    }
+
+    #[test]
+    fn set_ecn_keeps_dscp() {
+        let mut b = C02;
+        let mut p = Ipv4Packet::new_checked(&mut b[..]).unwrap();
+        p.set_dscp(26);
+        p.set_ecn(Ecn::CE);
+        assert_eq!((p.dscp(), p.ecn(), p.tos()), (26, 3, 0x6b));
+        p.set_ecn(Ecn::NOT_ECT);
+        assert_eq!(p.tos(), 0x68);
+        p.set_frag(false, true, 1480);
+        assert!(p.more_frags() && !p.dont_frag() && p.is_fragment());
+        assert_eq!(p.frag_offset(), 1480);
+    }
+
+    // Case c01's three headers (IHL 4; IHL 0; IHL 5 with total length 10).
+    #[test]
+    fn c01_bad_ihl_and_total_len() {
+        let mut b = C05;
+        b[0] = 0x44;
+        assert_eq!(
+            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
+            WireError::BadHeaderLen
+        );
+        b[0] = 0x40;
+        assert_eq!(
+            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
+            WireError::BadHeaderLen
+        );
+        b[0] = 0x45;
+        b[2..4].copy_from_slice(&10u16.to_be_bytes());
+        assert_eq!(
+            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
+            WireError::BadLength
+        );
+    }
+
+    #[test]
+    fn negative_lengths() {
+        // Shorter than 20 bytes.
+        assert_eq!(
+            Ipv4Packet::new_checked(&C02[..19]).unwrap_err(),
+            WireError::Truncated
+        );
+        // IHL 6 but only 22 bytes present.
+        assert_eq!(
+            Ipv4Packet::new_checked(&C02[..22]).unwrap_err(),
+            WireError::BadHeaderLen
+        );
+        // Total length 36 but 30 bytes present.
+        assert_eq!(
+            Ipv4Packet::new_checked(&C02[..30]).unwrap_err(),
+            WireError::BadLength
+        );
+        // IHL 15 in a 36-byte buffer.
+        let mut b = C02;
+        b[0] = 0x4f;
+        assert_eq!(
+            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
+            WireError::BadHeaderLen
+        );
+        // Version 6.
+        b[0] = 0x65;
+        assert_eq!(
+            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
+            WireError::BadVersion
+        );
+        // Emit into too small a buffer.
+        assert_eq!(
+            Ipv4Repr::default().emit(&mut [0u8; 19]),
+            Err(WireError::Truncated)
+        );
+        let big = Ipv4Repr {
+            payload_len: 65516,
+            ..Default::default()
+        };
+        assert_eq!(big.emit(&mut [0u8; 20]), Err(WireError::BadLength));
+    }
+
+    proptest! {
+        #[test]
+        fn round_trip(
+            src_addr in any::<[u8; 4]>(), dst_addr in any::<[u8; 4]>(), protocol in any::<u8>(),
+            payload_len in 0u16..1500, ttl in any::<u8>(), dscp in 0u8..64, ecn in 0u8..4,
+            ident in any::<u16>(), dont_frag in any::<bool>(),
+        ) {
+            let r = Ipv4Repr { src_addr, dst_addr, protocol, payload_len, ttl, dscp, ecn, ident, dont_frag };
+            let mut buf = vec![0u8; 20 + payload_len as usize];
+            r.emit(&mut buf).unwrap();
+            let p = Ipv4Packet::new_checked(&buf[..]).unwrap();
+            prop_assert!(p.verify_checksum());
+            prop_assert_eq!(Ipv4Repr::parse(&p), r);
+            // Any truncation of the datagram is refused.
+            for cut in [0, 19, 20 + payload_len as usize / 2] {
+                if cut < buf.len() {
+                    prop_assert!(Ipv4Packet::new_checked(&buf[..cut]).is_err());
+                }
+            }
+        }
+
+        /// Incremental TOS/TTL rewrites leave exactly the fully recomputed checksum.
+        #[test]
+        fn incremental_rewrites(
+            options in proptest::collection::vec(any::<u8>(), 0..=10).prop_map(|mut v| { v.truncate(v.len() / 4 * 4); v }),
+            tos in any::<u8>(), ttl in any::<u8>(), seed in any::<[u8; 20]>(),
+        ) {
+            let hl = 20 + options.len();
+            let mut buf = vec![0u8; hl];
+            buf[..20].copy_from_slice(&seed);
+            buf[20..].copy_from_slice(&options);
+            buf[0] = 0x40 | (hl / 4) as u8;
+            buf[2..4].copy_from_slice(&(hl as u16).to_be_bytes());
+            let mut p = Ipv4Packet::new_checked(&mut buf[..]).unwrap();
+            p.fill_checksum();
+            p.update_tos(tos);
+            p.update_ttl(ttl);
+            let inc = p.checksum();
+            p.fill_checksum();
+            prop_assert_eq!(inc, p.checksum());
+            prop_assert!(p.verify_checksum());
+        }
+    }
+}

@@ -1,0 +1,640 @@
+//! IPv6 headers (RFC 8200 section 3) and a bounded walk over extension headers (RFC 8200 section
+//! 4); ECN bits of the traffic class per RFC 3168 section 5.
+//!
+//! ```text
+//!  0       4               12                               31
+//!  version  traffic class   flow label
+//!  payload length                  next header   hop limit
+//!  source address (16 bytes)
+//!  destination address (16 bytes)
+//! ```
+//!
+//! The traffic class is DSCP (6 bits) then ECN (2 bits), so it straddles bytes 0 and 1: the
+//! setters rewrite only their own bits of the first 32-bit word and keep the version and the flow
+//! label.
+
+use super::error::WireError;
+use super::{be16, be32, put_be16, put_be32, Field};
+
+mod field {
+    use super::Field;
+    pub const VER_TC_FLOW: Field = 0..4;
+    pub const PAYLOAD_LEN: Field = 4..6;
+    pub const NEXT_HEADER: usize = 6;
+    pub const HOP_LIMIT: usize = 7;
+    pub const SRC: Field = 8..24;
+    pub const DST: Field = 24..40;
+
+    // Generic extension header (Hop-by-Hop, Routing, Destination Options): next header, length in
+    // 8-byte units not counting the first 8 bytes.
+    pub const EXT_NEXT_HEADER: usize = 0;
+    pub const EXT_LEN: usize = 1;
+    // Fragment header (RFC 8200 section 4.5), 8 bytes.
+    pub const FRAG_OFF_M: Field = 2..4;
+    pub const FRAG_IDENT: Field = 4..8;
+}
+
+/// Length of the fixed IPv6 header (bytes).
+pub const HEADER_LEN: usize = 40;
+/// Length of a Fragment header (bytes).
+pub const FRAGMENT_HEADER_LEN: usize = 8;
+/// Most extension headers [`Ipv6Packet::walk_extensions`] follows before refusing the chain.
+pub const MAX_EXTENSION_HEADERS: usize = 8;
+
+/// Next-header values for the extension headers the walk understands (RFC 8200 section 4).
+#[derive(Debug, Clone, Copy)]
+pub struct NextHeader;
+
+impl NextHeader {
+    /// Hop-by-Hop Options (must come first).
+    pub const HOP_BY_HOP: u8 = 0;
+    /// Routing.
+    pub const ROUTING: u8 = 43;
+    /// Fragment.
+    pub const FRAGMENT: u8 = 44;
+    /// Destination Options.
+    pub const DEST_OPTS: u8 = 60;
+    /// No next header: nothing follows (RFC 8200 section 4.7).
+    pub const NO_NEXT: u8 = 59;
+}
+
+/// A checked view of an IPv6 fixed header and the datagram it heads.
+///
+/// `new_checked` guarantees: version 6; 40 + payload length <= bytes present. Bytes after the
+/// payload (Ethernet padding) are not part of the datagram.
+#[derive(Debug, Clone)]
+pub struct Ipv6Packet<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+/// What the extension-header walk found: where the upper layer starts and whether it may be
+/// parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExtensionChain {
+    /// The upper-layer protocol (the next header after the last extension header; for a
+    /// non-first fragment, the Fragment header's next header).
+    pub upper_protocol: u8,
+    /// Fixed header plus extension headers (bytes): the offset of the upper layer.
+    pub header_len: usize,
+    /// Extension headers walked.
+    pub count: u8,
+    /// A Fragment header was found (any offset or M flag, atomic fragments included).
+    pub has_fragment_header: bool,
+    /// A Fragment header with a non-zero offset: the bytes after it are the middle of another
+    /// datagram's upper layer, never a UDP header. The walk stops at that header.
+    pub non_first_fragment: bool,
+    /// A Fragment header with M set (more fragments follow).
+    pub more_fragments: bool,
+    /// Fragment offset (bytes: the 13-bit field times 8), 0 without a Fragment header.
+    pub frag_offset: u16,
+    /// Fragment identification, 0 without a Fragment header.
+    pub frag_ident: u32,
+}
+
+impl ExtensionChain {
+    /// True when the datagram is a fragment (offset non-zero or more fragments follow); an
+    /// atomic fragment (offset 0, M clear; RFC 6946) is a whole datagram and is not.
+    pub fn is_fragment(&self) -> bool {
+        self.non_first_fragment || self.more_fragments
+    }
+}
+
+impl<T: AsRef<[u8]>> Ipv6Packet<T> {
+    /// Wraps `buffer` (starting at the IPv6 header) without checks; accessors may panic until
+    /// [`Ipv6Packet::check_len`] succeeds.
+    pub fn new_unchecked(buffer: T) -> Self {
+        Ipv6Packet { buffer }
+    }
+
+    /// Wraps `buffer` after [`Ipv6Packet::check_len`].
+    ///
+    /// # Errors
+    /// See [`Ipv6Packet::check_len`].
+    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
+        let p = Self::new_unchecked(buffer);
+        p.check_len()?;
+        Ok(p)
+    }
+
+    /// Checks the fixed header against the bytes present (RFC 8200 section 3).
+    ///
+    /// # Errors
+    /// - [`WireError::Truncated`]: fewer than 40 bytes.
+    /// - [`WireError::BadVersion`]: version is not 6.
+    /// - [`WireError::BadLength`]: 40 + payload length is more than the bytes present.
+    pub fn check_len(&self) -> Result<(), WireError> {
+        let b = self.buffer.as_ref();
+        if b.len() < HEADER_LEN {
+            return Err(WireError::Truncated);
+        }
+        if self.version() != 6 {
+            return Err(WireError::BadVersion);
+        }
+        if HEADER_LEN + self.payload_len() as usize > b.len() {
+            return Err(WireError::BadLength);
+        }
+        Ok(())
+    }
+
+    /// Returns the underlying buffer.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    #[inline]
+    fn word0(&self) -> u32 {
+        be32(self.buffer.as_ref(), field::VER_TC_FLOW.start)
+    }
+
+    /// Version (6 after the check).
+    #[inline]
+    pub fn version(&self) -> u8 {
+        self.buffer.as_ref()[0] >> 4
+    }
+
+    /// Traffic class (8 bits: DSCP << 2 | ECN).
+    #[inline]
+    pub fn traffic_class(&self) -> u8 {
+        (self.word0() >> 20) as u8
+    }
+
+    /// DSCP (6 bits; RFC 2474).
+    #[inline]
+    pub fn dscp(&self) -> u8 {
+        self.traffic_class() >> 2
+    }
+
+    /// ECN (2 bits; RFC 3168).
+    #[inline]
+    pub fn ecn(&self) -> u8 {
+        self.traffic_class() & 0b11
+    }
+
+    /// Flow label (20 bits; RFC 6437).
+    #[inline]
+    pub fn flow_label(&self) -> u32 {
+        self.word0() & 0x000f_ffff
+    }
+
+    /// Payload length: bytes after the fixed header, extension headers included.
+    #[inline]
+    pub fn payload_len(&self) -> u16 {
+        be16(self.buffer.as_ref(), field::PAYLOAD_LEN.start)
+    }
+
+    /// Next header of the fixed header (the first extension header or the upper layer).
+    #[inline]
+    pub fn next_header(&self) -> u8 {
+        self.buffer.as_ref()[field::NEXT_HEADER]
+    }
+
+    /// Hop limit.
+    #[inline]
+    pub fn hop_limit(&self) -> u8 {
+        self.buffer.as_ref()[field::HOP_LIMIT]
+    }
+
+    /// Source address.
+    #[inline]
+    pub fn src_addr(&self) -> [u8; 16] {
+        let mut a = [0u8; 16];
+        a.copy_from_slice(&self.buffer.as_ref()[field::SRC]);
+        a
+    }
+
+    /// Destination address.
+    #[inline]
+    pub fn dst_addr(&self) -> [u8; 16] {
+        let mut a = [0u8; 16];
+        a.copy_from_slice(&self.buffer.as_ref()[field::DST]);
+        a
+    }
+
+    /// The payload: `payload_len` bytes after the fixed header (padding excluded).
+    #[inline]
+    pub fn payload(&self) -> &[u8] {
+        &self.buffer.as_ref()[HEADER_LEN..HEADER_LEN + self.payload_len() as usize]
+    }
+
+    /// Walks the extension headers after the fixed header (RFC 8200 section 4): Hop-by-Hop (0,
+    /// first only), Routing (43), Fragment (44) and Destination Options (60). Any other next
+    /// header ends the walk as the upper layer. Every length is checked against the payload
+    /// length; the walk stops at a Fragment header with a non-zero offset.
+    ///
+    /// # Errors
+    /// - [`WireError::BadHeaderLen`]: an extension header runs past the payload.
+    /// - [`WireError::BadExtensionChain`]: more than [`MAX_EXTENSION_HEADERS`] headers, or a
+    ///   Hop-by-Hop header that is not first.
+    pub fn walk_extensions(&self) -> Result<ExtensionChain, WireError> {
+        let b = self.buffer.as_ref();
+        let end = HEADER_LEN + self.payload_len() as usize;
+        let mut chain = ExtensionChain {
+            upper_protocol: self.next_header(),
+            ..Default::default()
+        };
+        let mut off = HEADER_LEN;
+        loop {
+            let nh = chain.upper_protocol;
+            let len = match nh {
+                NextHeader::HOP_BY_HOP | NextHeader::ROUTING | NextHeader::DEST_OPTS => {
+                    if nh == NextHeader::HOP_BY_HOP && off != HEADER_LEN {
+                        return Err(WireError::BadExtensionChain);
+                    }
+                    if off + 2 > end {
+                        return Err(WireError::BadHeaderLen);
+                    }
+                    (b[off + field::EXT_LEN] as usize + 1) * 8
+                }
+                NextHeader::FRAGMENT => FRAGMENT_HEADER_LEN,
+                _ => break,
+            };
+            if chain.count as usize == MAX_EXTENSION_HEADERS {
+                return Err(WireError::BadExtensionChain);
+            }
+            if off + len > end {
+                return Err(WireError::BadHeaderLen);
+            }
+            chain.count += 1;
+            chain.upper_protocol = b[off + field::EXT_NEXT_HEADER];
+            if nh == NextHeader::FRAGMENT {
+                let v = be16(b, off + field::FRAG_OFF_M.start);
+                chain.has_fragment_header = true;
+                chain.frag_offset = v & 0xfff8;
+                chain.more_fragments = v & 1 != 0;
+                chain.frag_ident = be32(b, off + field::FRAG_IDENT.start);
+                if chain.frag_offset != 0 {
+                    chain.non_first_fragment = true;
+                    off += len;
+                    break;
+                }
+            }
+            off += len;
+        }
+        chain.header_len = off;
+        Ok(chain)
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
+    #[inline]
+    fn set_word0(&mut self, w: u32) {
+        put_be32(self.buffer.as_mut(), field::VER_TC_FLOW.start, w);
+    }
+
+    /// Sets the version (low 4 bits used).
+    #[inline]
+    pub fn set_version(&mut self, v: u8) {
+        let w = (self.word0() & 0x0fff_ffff) | (((v & 0xf) as u32) << 28);
+        self.set_word0(w);
+    }
+
+    /// Sets the traffic class, keeping version and flow label.
+    #[inline]
+    pub fn set_traffic_class(&mut self, tc: u8) {
+        let w = (self.word0() & 0xf00f_ffff) | ((tc as u32) << 20);
+        self.set_word0(w);
+    }
+
+    /// Sets DSCP (low 6 bits used), keeping version, ECN and flow label.
+    #[inline]
+    pub fn set_dscp(&mut self, dscp: u8) {
+        let tc = (self.traffic_class() & 0b11) | (dscp << 2);
+        self.set_traffic_class(tc);
+    }
+
+    /// Sets ECN (low 2 bits used), keeping version, DSCP and flow label (case c07: CE marking
+    /// turns 0x6BAABCDE into 0x6BBABCDE).
+    #[inline]
+    pub fn set_ecn(&mut self, ecn: u8) {
+        let tc = (self.traffic_class() & !0b11) | (ecn & 0b11);
+        self.set_traffic_class(tc);
+    }
+
+    /// Sets the flow label (low 20 bits used), keeping version and traffic class.
+    #[inline]
+    pub fn set_flow_label(&mut self, fl: u32) {
+        let w = (self.word0() & 0xfff0_0000) | (fl & 0x000f_ffff);
+        self.set_word0(w);
+    }
+
+    /// Sets the payload length (bytes).
+    #[inline]
+    pub fn set_payload_len(&mut self, len: u16) {
+        put_be16(self.buffer.as_mut(), field::PAYLOAD_LEN.start, len);
+    }
+
+    /// Sets the next header.
+    #[inline]
+    pub fn set_next_header(&mut self, nh: u8) {
+        self.buffer.as_mut()[field::NEXT_HEADER] = nh;
+    }
+
+    /// Sets the hop limit.
+    #[inline]
+    pub fn set_hop_limit(&mut self, h: u8) {
+        self.buffer.as_mut()[field::HOP_LIMIT] = h;
+    }
+
+    /// Sets the source address.
+    #[inline]
+    pub fn set_src_addr(&mut self, a: [u8; 16]) {
+        self.buffer.as_mut()[field::SRC].copy_from_slice(&a);
+    }
+
+    /// Sets the destination address.
+    #[inline]
+    pub fn set_dst_addr(&mut self, a: [u8; 16]) {
+        self.buffer.as_mut()[field::DST].copy_from_slice(&a);
+    }
+}
+
+/// A decoded IPv6 fixed header (no extension headers), for building datagrams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ipv6Repr {
+    /// Source address.
+    pub src_addr: [u8; 16],
+    /// Destination address.
+    pub dst_addr: [u8; 16],
+    /// Next header (the upper-layer protocol when there are no extension headers).
+    pub next_header: u8,
+    /// Payload length (bytes).
+    pub payload_len: u16,
+    /// Hop limit.
+    pub hop_limit: u8,
+    /// Traffic class (DSCP << 2 | ECN).
+    pub traffic_class: u8,
+    /// Flow label (20 bits).
+    pub flow_label: u32,
+}
+
+impl Ipv6Repr {
+    /// Decodes a checked fixed header.
+    pub fn parse<T: AsRef<[u8]>>(p: &Ipv6Packet<T>) -> Self {
+        Ipv6Repr {
+            src_addr: p.src_addr(),
+            dst_addr: p.dst_addr(),
+            next_header: p.next_header(),
+            payload_len: p.payload_len(),
+            hop_limit: p.hop_limit(),
+            traffic_class: p.traffic_class(),
+            flow_label: p.flow_label(),
+        }
+    }
+
+    /// Writes the 40-byte fixed header into the first 40 bytes of `buf`.
+    ///
+    /// # Errors
+    /// [`WireError::Truncated`] if `buf` is shorter than 40 bytes.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<(), WireError> {
+        if buf.len() < HEADER_LEN {
+            return Err(WireError::Truncated);
+        }
+        let mut p = Ipv6Packet::new_unchecked(&mut buf[..HEADER_LEN]);
+        p.set_word0(0x6000_0000);
+        p.set_traffic_class(self.traffic_class);
+        p.set_flow_label(self.flow_label);
+        p.set_payload_len(self.payload_len);
+        p.set_next_header(self.next_header);
+        p.set_hop_limit(self.hop_limit);
+        p.set_src_addr(self.src_addr);
+        p.set_dst_addr(self.dst_addr);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    // Case c07 from byte 14: traffic class 0xBA (DSCP 46, ECT(0)), flow label 0xABCDE, UDP
+    // fd00::1:49152 -> fd00::2:9000, payload 01 02 03 04.
+    static C07: [u8; 52] = [
+        0x6b, 0xaa, 0xbc, 0xde, 0x00, 0x0c, 0x11, 0x40, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0xc0, 0x00, 0x23, 0x28, 0x00,
+        0x0c, 0x1e, 0xa3, 0x01, 0x02, 0x03, 0x04,
+    ];
+
+    // Case c08 frame 1 from byte 14: Hop-by-Hop (PadN) + Destination Options (PadN) + UDP.
+    static C08_1: [u8; 68] = [
+        0x60, 0x00, 0x00, 0x00, 0x00, 0x1c, 0x00, 0x40, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0x3c, 0x00, 0x01, 0x04, 0x00,
+        0x00, 0x00, 0x00, 0x11, 0x00, 0x01, 0x04, 0x00, 0x00, 0x00, 0x00, 0xc0, 0x00, 0x23, 0x28,
+        0x00, 0x0c, 0x1e, 0xa3, 0x01, 0x02, 0x03, 0x04,
+    ];
+
+    // Case c08 frame 2 from byte 14: a Hop-by-Hop header claiming (255 + 1) * 8 = 2048 bytes in
+    // an 8-byte payload.
+    static C08_2: [u8; 48] = [
+        0x60, 0x00, 0x00, 0x00, 0x00, 0x08, 0x00, 0x40, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0x3c, 0xff, 0x01, 0x04, 0x00,
+        0x00, 0x00, 0x00,
+    ];
+
+    #[test]
+    fn parse_c07() {
+        let p = Ipv6Packet::new_checked(&C07[..]).unwrap();
+        assert_eq!(p.version(), 6);
+        assert_eq!((p.traffic_class(), p.dscp(), p.ecn()), (0xba, 46, 0b10));
+        assert_eq!(p.flow_label(), 0xabcde);
+        assert_eq!(
+            (p.payload_len(), p.next_header(), p.hop_limit()),
+            (12, 17, 64)
+        );
+        assert_eq!(p.src_addr()[0], 0xfd);
+        assert_eq!(p.dst_addr()[15], 2);
+        let c = p.walk_extensions().unwrap();
+        assert_eq!((c.upper_protocol, c.header_len, c.count), (17, 40, 0));
+        assert!(!c.is_fragment());
+    }
+
+    #[test]
+    fn c07_ce_mark_keeps_version_and_flow_label() {
+        let mut b = C07;
+        let mut p = Ipv6Packet::new_checked(&mut b[..]).unwrap();
+        p.set_ecn(0b11);
+        assert_eq!(&b[..4], &0x6bba_bcdeu32.to_be_bytes());
+        let mut p = Ipv6Packet::new_checked(&mut b[..]).unwrap();
+        p.set_dscp(0);
+        assert_eq!(&b[..4], &0x603a_bcdeu32.to_be_bytes());
+        let mut p = Ipv6Packet::new_checked(&mut b[..]).unwrap();
+        p.set_flow_label(0x12345);
+        p.set_traffic_class(0xba);
+        assert_eq!(&b[..4], &0x6ba1_2345u32.to_be_bytes());
+    }
+
+    #[test]
+    fn c08_extension_headers() {
+        let p = Ipv6Packet::new_checked(&C08_1[..]).unwrap();
+        let c = p.walk_extensions().unwrap();
+        assert_eq!((c.upper_protocol, c.header_len, c.count), (17, 56, 2));
+        // 2048 bytes claimed in 8 present: refused without reading past the buffer.
+        let p = Ipv6Packet::new_checked(&C08_2[..]).unwrap();
+        assert_eq!(p.walk_extensions().unwrap_err(), WireError::BadHeaderLen);
+    }
+
+    /// Builds a datagram with the given extension headers (next header, length byte) and a
+    /// final upper protocol.
+    fn chain(exts: &[(u8, u8)], upper: u8) -> Vec<u8> {
+        let mut v = vec![0u8; 40];
+        v[0] = 0x60;
+        v[6] = exts.first().map_or(upper, |e| e.0);
+        for (i, &(_, len)) in exts.iter().enumerate() {
+            let next = exts.get(i + 1).map_or(upper, |e| e.0);
+            let mut h = vec![0u8; (len as usize + 1) * 8];
+            h[0] = next;
+            h[1] = len;
+            v.extend_from_slice(&h);
+        }
+        let pl = (v.len() - 40) as u16;
+        v[4..6].copy_from_slice(&pl.to_be_bytes());
+        v
+    }
+
+    #[test]
+    fn walk_limits() {
+        // Eight Destination Options headers: accepted; nine: refused.
+        let v = chain(&[(60, 0); 8], 17);
+        let c = Ipv6Packet::new_checked(&v[..])
+            .unwrap()
+            .walk_extensions()
+            .unwrap();
+        assert_eq!((c.count, c.header_len, c.upper_protocol), (8, 104, 17));
+        let v = chain(&[(60, 0); 9], 17);
+        let e = Ipv6Packet::new_checked(&v[..])
+            .unwrap()
+            .walk_extensions()
+            .unwrap_err();
+        assert_eq!(e, WireError::BadExtensionChain);
+        // Hop-by-Hop after another header: refused.
+        let v = chain(&[(60, 0), (0, 0)], 17);
+        let e = Ipv6Packet::new_checked(&v[..])
+            .unwrap()
+            .walk_extensions()
+            .unwrap_err();
+        assert_eq!(e, WireError::BadExtensionChain);
+        // Routing header with a length byte: (1 + 1) * 8 = 16 bytes.
+        let v = chain(&[(0, 0), (43, 1)], 6);
+        let c = Ipv6Packet::new_checked(&v[..])
+            .unwrap()
+            .walk_extensions()
+            .unwrap();
+        assert_eq!((c.count, c.header_len, c.upper_protocol), (2, 64, 6));
+        // A header with only its first byte present.
+        let mut v = chain(&[], 60);
+        v.push(17);
+        v[5] = 1;
+        let e = Ipv6Packet::new_checked(&v[..])
+            .unwrap()
+            .walk_extensions()
+            .unwrap_err();
+        assert_eq!(e, WireError::BadHeaderLen);
+    }
+
+    #[test]
+    fn fragment_headers() {
+        let mut v = chain(&[(44, 0)], 17);
+        // Atomic fragment: offset 0, M clear: a whole datagram.
+        let c = Ipv6Packet::new_checked(&v[..])
+            .unwrap()
+            .walk_extensions()
+            .unwrap();
+        assert!(c.has_fragment_header && !c.is_fragment() && !c.non_first_fragment);
+        assert_eq!((c.upper_protocol, c.header_len), (17, 48));
+        // First fragment: M set.
+        v[42..44].copy_from_slice(&1u16.to_be_bytes());
+        v[44..48].copy_from_slice(&0xdead_beefu32.to_be_bytes());
+        let c = Ipv6Packet::new_checked(&v[..])
+            .unwrap()
+            .walk_extensions()
+            .unwrap();
+        assert!(c.is_fragment() && !c.non_first_fragment && c.more_fragments);
+        assert_eq!(c.frag_ident, 0xdead_beef);
+        // Non-first: offset 1480 bytes (185 units); the walk stops there.
+        v[42..44].copy_from_slice(&(185u16 << 3).to_be_bytes());
+        let c = Ipv6Packet::new_checked(&v[..])
+            .unwrap()
+            .walk_extensions()
+            .unwrap();
+        assert!(c.non_first_fragment && c.is_fragment());
+        assert_eq!((c.frag_offset, c.header_len), (1480, 48));
+        // A truncated Fragment header.
+        let mut v = chain(&[], 44);
+        v.extend_from_slice(&[17, 0, 0, 0]);
+        v[5] = 4;
+        let e = Ipv6Packet::new_checked(&v[..])
+            .unwrap()
+            .walk_extensions()
+            .unwrap_err();
+        assert_eq!(e, WireError::BadHeaderLen);
+    }
+
+    #[test]
+    fn negative_lengths() {
+        assert_eq!(
+            Ipv6Packet::new_checked(&C07[..39]).unwrap_err(),
+            WireError::Truncated
+        );
+        assert_eq!(
+            Ipv6Packet::new_checked(&C07[..51]).unwrap_err(),
+            WireError::BadLength
+        );
+        let mut b = C07;
+        b[0] = 0x4b;
+        assert_eq!(
+            Ipv6Packet::new_checked(&b[..]).unwrap_err(),
+            WireError::BadVersion
+        );
+        assert_eq!(
+            Ipv6Repr::default().emit(&mut [0u8; 39]),
+            Err(WireError::Truncated)
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn round_trip(
+            src_addr in any::<[u8; 16]>(), dst_addr in any::<[u8; 16]>(), next_header in any::<u8>(),
+            payload_len in 0u16..256, hop_limit in any::<u8>(), traffic_class in any::<u8>(),
+            flow_label in 0u32..(1 << 20),
+        ) {
+            let r = Ipv6Repr { src_addr, dst_addr, next_header, payload_len, hop_limit, traffic_class, flow_label };
+            let mut buf = vec![0u8; 40 + payload_len as usize];
+            r.emit(&mut buf).unwrap();
+            let p = Ipv6Packet::new_checked(&buf[..]).unwrap();
+            prop_assert_eq!(Ipv6Repr::parse(&p), r);
+            prop_assert_eq!(p.payload().len(), payload_len as usize);
+        }
+
+        /// Setting ECN or DSCP never changes version or flow label.
+        #[test]
+        fn tc_setters_keep_other_bits(w in any::<u32>(), ecn in 0u8..4, dscp in 0u8..64) {
+            let mut b = [0u8; 40];
+            b[..4].copy_from_slice(&((w & 0x0fff_ffff) | 0x6000_0000).to_be_bytes());
+            let mut p = Ipv6Packet::new_checked(&mut b[..]).unwrap();
+            let (fl, tc) = (p.flow_label(), p.traffic_class());
+            p.set_ecn(ecn);
+            prop_assert_eq!((p.version(), p.flow_label(), p.dscp(), p.ecn()), (6, fl, tc >> 2, ecn));
+            p.set_dscp(dscp);
+            prop_assert_eq!((p.version(), p.flow_label(), p.dscp(), p.ecn()), (6, fl, dscp, ecn));
+        }
+
+        /// The walk never panics and never reports a header length past the payload.
+        #[test]
+        fn walk_is_bounded(payload in proptest::collection::vec(any::<u8>(), 0..300), nh in any::<u8>()) {
+            let mut v = vec![0u8; 40];
+            v[0] = 0x60;
+            v[6] = nh;
+            v[4..6].copy_from_slice(&(payload.len() as u16).to_be_bytes());
+            v.extend_from_slice(&payload);
+            let p = Ipv6Packet::new_checked(&v[..]).unwrap();
+            if let Ok(c) = p.walk_extensions() {
+                prop_assert!(c.header_len <= v.len());
+                prop_assert!(c.count as usize <= MAX_EXTENSION_HEADERS);
+            }
+        }
+    }
+}
