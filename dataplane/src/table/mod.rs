@@ -3,4 +3,6 @@
 pub mod exact;
 pub mod key;
 pub mod lpm;
+pub mod matcher;
 pub mod ternary;
+mod words;
