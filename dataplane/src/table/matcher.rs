@@ -174,6 +174,16 @@ mod tests {
         );
     }
 
+    /// Workers share built tables by reference: every matcher must be `Send + Sync`.
+    #[test]
+    fn matchers_are_send_and_sync() {
+        fn shareable<T: Send + Sync + Clone + std::fmt::Debug>() {}
+        shareable::<super::super::exact::ExactMatcher>();
+        shareable::<super::super::lpm::LpmMatcher>();
+        shareable::<super::super::ternary::TernaryMatcher>();
+        shareable::<MatchError>();
+    }
+
     #[test]
     fn be_value_reads_big_endian() {
         assert_eq!(be_value(&[0x12, 0x34]), 0x1234);
