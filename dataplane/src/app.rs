@@ -371,7 +371,11 @@ fn run_with_eal(
             tx_queue: wi as u16,
             burst: cfg.dataplane.burst as usize,
             drain_tsc,
-            datapath: Datapath::new(loaded.pipeline.clone(), ports.len() as u16),
+            datapath: Datapath::new(
+                loaded.pipeline.clone(),
+                ports.len() as u16,
+                cfg.dataplane.gradient_udp_port,
+            ),
             pool,
         };
         let slot = results[wi].clone();

@@ -5,9 +5,9 @@
 
 use crate::action::Egress;
 use crate::buf::{PacketBuf, PacketIo};
+use crate::parse::{parse, Parsed};
 use crate::stats::{Counters, Reason};
 use crate::table::Pipeline;
-use crate::wire::ethernet;
 
 /// Per-worker state: the pipeline (a private copy with its own counters) and the counters.
 #[derive(Debug, Clone)]
@@ -17,15 +17,18 @@ pub struct Datapath {
     /// This worker's counters.
     pub counters: Counters,
     ports: u16,
+    gradient_udp_port: u16,
 }
 
 impl Datapath {
-    /// A datapath over `ports` ports running `pipeline`.
-    pub fn new(pipeline: Pipeline, ports: u16) -> Self {
+    /// A datapath over `ports` ports running `pipeline`; `gradient_udp_port` is the UDP port of
+    /// the gradient protocol's UDP carriage (spec section 1).
+    pub fn new(pipeline: Pipeline, ports: u16, gradient_udp_port: u16) -> Self {
         Datapath {
             pipeline,
             counters: Counters::new(ports),
             ports,
+            gradient_udp_port,
         }
     }
 
@@ -38,15 +41,18 @@ impl Datapath {
             self.counters.drop(Reason::MultiSegment);
             return;
         }
-        if len < ethernet::HEADER_LEN {
-            self.counters.drop(Reason::Runt);
-            return;
-        }
-        match self.pipeline.apply(pkt.data_mut(), in_port) {
-            Egress::Port(p) => self.send(io, p, pkt),
+        let mut p = match parse(pkt.data(), self.gradient_udp_port) {
+            Ok(p) => p,
+            Err(r) => {
+                self.counters.drop(r.into());
+                return;
+            }
+        };
+        match self.pipeline.apply(&mut pkt, &mut p, in_port) {
+            Egress::Port(port) => self.send(io, port, pkt),
             Egress::Flood => self.flood(io, in_port, pkt),
-            Egress::Drop => self.counters.drop(Reason::ExplicitDrop),
-            Egress::MissDrop => self.counters.drop(Reason::TableMiss),
+            Egress::Multicast(g) => self.multicast(io, g as usize, pkt, p),
+            Egress::Dropped(r) => self.counters.drop(r),
             Egress::Unset => self.counters.drop(Reason::NoEgress),
         }
     }
@@ -70,6 +76,34 @@ impl Datapath {
             }
         }
         self.send(io, last, pkt);
+    }
+
+    /// Sends one copy per member of group `g`, each a full copy of the frame (copies never share
+    /// bytes written per copy) with that copy's rewrites; the original becomes the last copy.
+    fn multicast<I: PacketIo>(&mut self, io: &mut I, g: usize, mut pkt: I::Buf, p: Parsed) {
+        let n = self.pipeline.groups[g].copies.len();
+        for c in 0..n - 1 {
+            let Some(mut copy) = io.copy_of(pkt.data()) else {
+                self.counters.drop(Reason::NoMbuf);
+                continue;
+            };
+            let mut cp = p;
+            match self.pipeline.apply_copy(g, c, &mut copy, &mut cp) {
+                Ok(()) => {
+                    let port = self.pipeline.groups[g].copies[c].0;
+                    self.send(io, port, copy)
+                }
+                Err(r) => self.counters.drop(r),
+            }
+        }
+        let mut cp = p;
+        match self.pipeline.apply_copy(g, n - 1, &mut pkt, &mut cp) {
+            Ok(()) => {
+                let port = self.pipeline.groups[g].copies[n - 1].0;
+                self.send(io, port, pkt)
+            }
+            Err(r) => self.counters.drop(r),
+        }
     }
 }
 
@@ -106,13 +140,13 @@ mod tests {
         let mut f = vec![0u8; 60];
         f[..6].copy_from_slice(&dst);
         f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 9]);
-        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[12..14].copy_from_slice(&[0x88, 0xb5]); // local experimental EtherType: L2 only
         f
     }
 
     fn datapath() -> Datapath {
         let loaded = load_str(CONF, Path::new("test.toml")).unwrap();
-        Datapath::new(loaded.pipeline, 3)
+        Datapath::new(loaded.pipeline, 3, 49374)
     }
 
     #[test]

@@ -169,6 +169,12 @@ impl Layers {
     pub fn insert(&mut self, other: Layers) {
         self.0 |= other.0;
     }
+
+    /// Clears the layers of `other`.
+    #[inline]
+    pub fn remove(&mut self, other: Layers) {
+        self.0 &= !other.0;
+    }
 }
 
 /// What [`parse`] found in a frame. Fields of layers not in `layers` are zero.

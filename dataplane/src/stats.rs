@@ -1,14 +1,36 @@
 //! Counters: per port, per drop reason, per table entry. Each worker owns its own (no sharing on
 //! the fast path); the appliance adds them up at the end.
 
+use crate::parse::DropReason;
 use serde::Serialize;
 
 /// Why the appliance dropped a packet. Every drop is counted under exactly one reason.
+///
+/// The first ten are the parser's ([`DropReason`], same order); the rest come from the
+/// pipeline, the actions and transmission.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Reason {
-    /// Shorter than an Ethernet header (14 bytes).
+    /// Shorter than its Ethernet header (14 bytes, plus 4 per announced VLAN tag).
     Runt,
+    /// More than two VLAN tags, or a push onto two tags: unsupported.
+    VlanDepth,
+    /// A malformed IPv4 header.
+    MalformedIpv4,
+    /// An IPv4 header checksum that does not verify.
+    BadIpv4Checksum,
+    /// A malformed IPv6 header or extension-header chain.
+    MalformedIpv6,
+    /// A malformed UDP header or length.
+    MalformedUdp,
+    /// A UDP checksum that does not verify (or 0 over IPv6 outside RoCEv2).
+    BadUdpChecksum,
+    /// A malformed InfiniBand BTH (unknown opcode, TVer, lengths).
+    MalformedBth,
+    /// A RoCEv2 ICRC that does not verify.
+    BadIcrc,
+    /// A truncated gradient header.
+    MalformedGradient,
     /// Spread over several mbufs (frames larger than the mempool's data room).
     MultiSegment,
     /// A table's default action dropped it (a miss).
@@ -17,7 +39,9 @@ pub enum Reason {
     ExplicitDrop,
     /// No action chose an egress port.
     NoEgress,
-    /// No mbuf for a copy (flood, multicast, replication).
+    /// TTL or hop limit expired in `dec_ttl`.
+    TtlExpired,
+    /// No mbuf for a copy (flood, multicast, replication) or no headroom for a push.
     NoMbuf,
     /// The tx queue stayed full: the packet could not be sent.
     TxFull,
@@ -25,12 +49,22 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in counter order.
-    pub const ALL: [Reason; 7] = [
+    pub const ALL: [Reason; 17] = [
         Reason::Runt,
+        Reason::VlanDepth,
+        Reason::MalformedIpv4,
+        Reason::BadIpv4Checksum,
+        Reason::MalformedIpv6,
+        Reason::MalformedUdp,
+        Reason::BadUdpChecksum,
+        Reason::MalformedBth,
+        Reason::BadIcrc,
+        Reason::MalformedGradient,
         Reason::MultiSegment,
         Reason::TableMiss,
         Reason::ExplicitDrop,
         Reason::NoEgress,
+        Reason::TtlExpired,
         Reason::NoMbuf,
         Reason::TxFull,
     ];
@@ -41,12 +75,39 @@ impl Reason {
     pub fn name(self) -> &'static str {
         match self {
             Reason::Runt => "runt",
+            Reason::VlanDepth => "vlan_depth",
+            Reason::MalformedIpv4 => "malformed_ipv4",
+            Reason::BadIpv4Checksum => "bad_ipv4_checksum",
+            Reason::MalformedIpv6 => "malformed_ipv6",
+            Reason::MalformedUdp => "malformed_udp",
+            Reason::BadUdpChecksum => "bad_udp_checksum",
+            Reason::MalformedBth => "malformed_bth",
+            Reason::BadIcrc => "bad_icrc",
+            Reason::MalformedGradient => "malformed_gradient",
             Reason::MultiSegment => "multi_segment",
             Reason::TableMiss => "table_miss",
             Reason::ExplicitDrop => "explicit_drop",
             Reason::NoEgress => "no_egress",
+            Reason::TtlExpired => "ttl_expired",
             Reason::NoMbuf => "no_mbuf",
             Reason::TxFull => "tx_full",
+        }
+    }
+}
+
+impl From<DropReason> for Reason {
+    fn from(r: DropReason) -> Reason {
+        match r {
+            DropReason::Runt => Reason::Runt,
+            DropReason::VlanDepth => Reason::VlanDepth,
+            DropReason::MalformedIpv4 => Reason::MalformedIpv4,
+            DropReason::BadIpv4Checksum => Reason::BadIpv4Checksum,
+            DropReason::MalformedIpv6 => Reason::MalformedIpv6,
+            DropReason::MalformedUdp => Reason::MalformedUdp,
+            DropReason::BadUdpChecksum => Reason::BadUdpChecksum,
+            DropReason::MalformedBth => Reason::MalformedBth,
+            DropReason::BadIcrc => Reason::BadIcrc,
+            DropReason::MalformedGradient => Reason::MalformedGradient,
         }
     }
 }
@@ -152,5 +213,22 @@ impl Counters {
             .map(|r| (r.name(), self.dropped(*r)))
             .filter(|(_, n)| *n > 0)
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parser_reasons_keep_their_names() {
+        for d in DropReason::ALL {
+            let r = Reason::from(d);
+            assert_eq!(r.name(), d.name());
+            assert_eq!(r as usize, d.index());
+        }
+        for (i, r) in Reason::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i);
+        }
     }
 }

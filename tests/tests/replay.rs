@@ -119,6 +119,11 @@ fn runts_and_truncated_frames_are_counted_without_stalling() {
     run.assert_ok();
     assert!(run.elapsed.as_secs() < 30, "took {:?}", run.elapsed);
     assert_eq!(run.drops("runt"), 3);
+    assert_eq!(
+        run.drops("malformed_ipv4"),
+        1,
+        "the truncated capture's IPv4 header claims more bytes than present"
+    );
     let s = run.stats();
     assert_eq!(
         s["ports"][0]["workers"]["rx_packets"], 6,

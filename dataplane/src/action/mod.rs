@@ -1,15 +1,26 @@
 //! Actions: what a table entry (or a table's default) does to a packet.
 //!
-//! An entry runs an [`ActionList`] in order. Egress decisions (`forward`, `flood`, `drop`) set the
-//! packet's egress; header rewrites change the frame in place; `goto(t)` continues at a later
+//! An entry runs an [`ActionList`] in order. Egress decisions (`forward`, `flood`, `multicast`,
+//! `drop`) set the packet's egress; header rewrites change the frame in place, keeping every
+//! checksum equal to a full recompute and a RoCEv2 ICRC valid; `goto(t)` continues at a later
 //! table. Without a `goto`, the pipeline goes on with the next table; `exit` ends it.
 //!
-//! Text syntax (config): `forward(1)`, `flood`, `drop`, `goto(acl)`, `exit`, joined with `;`,
-//! like `"forward(1)"` or `"flood"`.
+//! One rewrite per file: [`dscp`], [`ecn`], [`ttl`], [`vlan`], [`mac`]. The aggregation and
+//! metering actions of later stages plug in beside them.
 
+pub mod dscp;
+pub mod ecn;
+pub mod mac;
 mod parse;
+pub mod ttl;
+pub mod vlan;
 
 pub use parse::{parse_action_list, ActionContext, ActionParseError};
+
+use crate::buf::PacketBuf;
+use crate::parse::Parsed;
+use crate::stats::Reason;
+use crate::wire::EthernetAddress;
 
 /// One primitive action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,12 +29,50 @@ pub enum Action {
     Forward(u16),
     /// Send a copy out of every port but the ingress one.
     Flood,
+    /// Send a copy to every member of this multicast group (index), each with its own rewrites.
+    Multicast(u16),
     /// Drop the packet (counted as an explicit drop, or a table-miss drop from a default action).
     Drop,
     /// Continue at the table with this index (always a later one).
     Goto(u16),
     /// End the pipeline here.
     Exit,
+    /// Count the packet in this named counter (index).
+    Count(u16),
+    /// Set the DSCP (IPv4 TOS or IPv6 traffic class, upper 6 bits).
+    SetDscp(u8),
+    /// Mark Congestion Experienced on ECN-capable packets (RFC 3168).
+    MarkEcn,
+    /// Decrement the IPv4 TTL or IPv6 hop limit; drop (`ttl_expired`) when it would reach 0.
+    DecTtl,
+    /// Set the Ethernet source.
+    SetEthSrc(EthernetAddress),
+    /// Set the Ethernet destination.
+    SetEthDst(EthernetAddress),
+    /// Push an 802.1Q tag with this VID (outermost).
+    PushVlan(u16),
+    /// Remove the outer VLAN tag (nothing without one).
+    PopVlan,
+    /// Set the VID of the outer VLAN tag (nothing without one).
+    SetVlan(u16),
+}
+
+impl Action {
+    /// True for header rewrites (allowed per multicast copy).
+    pub fn is_rewrite(&self) -> bool {
+        matches!(
+            self,
+            Action::SetDscp(_)
+                | Action::MarkEcn
+                | Action::DecTtl
+                | Action::SetEthSrc(_)
+                | Action::SetEthDst(_)
+                | Action::PushVlan(_)
+                | Action::PopVlan
+                | Action::SetVlan(_)
+                | Action::Count(_)
+        )
+    }
 }
 
 /// The actions of one entry, run in order.
@@ -40,8 +89,30 @@ pub enum Egress {
     Port(u16),
     /// Out of every port but the ingress one.
     Flood,
-    /// Dropped by an entry's `drop`.
-    Drop,
-    /// Dropped by a table's default action on a miss.
-    MissDrop,
+    /// To every copy of a multicast group (index).
+    Multicast(u16),
+    /// Dropped, counted under this reason.
+    Dropped(Reason),
+}
+
+/// Runs one header rewrite on `buf` (whose parse is `p`, kept up to date).
+///
+/// Errors: the reason to drop the packet (`ttl_expired`, `vlan_depth`, `no_mbuf` for a push
+/// without headroom).
+#[inline]
+pub fn rewrite<B: PacketBuf>(a: &Action, buf: &mut B, p: &mut Parsed) -> Result<(), Reason> {
+    match *a {
+        Action::SetDscp(d) => dscp::set_dscp(buf.data_mut(), p, d),
+        Action::MarkEcn => {
+            ecn::mark_ce(buf.data_mut(), p);
+        }
+        Action::DecTtl => return ttl::decrement(buf.data_mut(), p),
+        Action::SetEthSrc(m) => mac::set_src(buf.data_mut(), p, m),
+        Action::SetEthDst(m) => mac::set_dst(buf.data_mut(), p, m),
+        Action::PushVlan(vid) => return vlan::push(buf, p, vid),
+        Action::PopVlan => vlan::pop(buf, p),
+        Action::SetVlan(vid) => vlan::set_vid(buf.data_mut(), p, vid),
+        _ => {}
+    }
+    Ok(())
 }

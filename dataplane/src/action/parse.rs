@@ -1,33 +1,48 @@
-//! The text form of action lists: `name` or `name(arg)`, joined with `;`.
+//! The text form of action lists: `name` or `name(arg)`, joined with `;`, like
+//! `"set_dscp(46); forward(1)"`.
 
 use super::{Action, ActionList};
+use crate::wire::EthernetAddress;
 
 /// Why an action list's text is not valid.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct ActionParseError(pub String);
 
-/// What the parser needs to resolve names: the number of ports, the table names, and the index
-/// of the table the list belongs to (a `goto` must go forward).
-#[derive(Debug, Clone, Copy)]
+/// What the parser needs to resolve names.
+#[derive(Debug)]
 pub struct ActionContext<'a> {
     /// Number of configured ports.
     pub ports: u16,
     /// Names of the pipeline's tables, in order.
     pub tables: &'a [String],
-    /// Index of the table holding this action list.
+    /// Index of the table holding this action list (a `goto` must go forward).
     pub table_index: usize,
+    /// Ids of the configured multicast groups, in order (`multicast(id)` resolves to the index).
+    pub groups: &'a [u16],
+    /// Named counters so far; `count(name)` adds new names.
+    pub counters: &'a mut Vec<String>,
+    /// Only header rewrites and `count` are allowed (a multicast copy's actions).
+    pub rewrites_only: bool,
 }
 
-const KNOWN: &str = "forward(port), flood, drop, goto(table), exit";
+const KNOWN: &str =
+    "forward(port), flood, multicast(group), drop, goto(table), exit, count(name), \
+                     set_dscp(0..63), mark_ecn, dec_ttl, set_eth_src(mac), set_eth_dst(mac), \
+                     push_vlan(vid), pop_vlan, set_vlan(vid)";
 
-/// Parses `text` like `"forward(1)"` or `"goto(acl)"` into an [`ActionList`].
+fn err<T>(s: String) -> Result<T, ActionParseError> {
+    Err(ActionParseError(s))
+}
+
+/// Parses `text` into an [`ActionList`].
 ///
 /// Errors name the action and what was expected: an unknown action, a missing or extra argument,
-/// a port out of range, a `goto` to an unknown or earlier table, or an empty list.
+/// a port, group, DSCP or VID out of range, a `goto` to an unknown or earlier table, an egress
+/// action where only rewrites are allowed, or an empty list.
 pub fn parse_action_list(
     text: &str,
-    ctx: ActionContext<'_>,
+    ctx: &mut ActionContext<'_>,
 ) -> Result<ActionList, ActionParseError> {
     let mut out = Vec::new();
     for part in text.split(';') {
@@ -38,9 +53,7 @@ pub fn parse_action_list(
         let (name, arg) = match part.find('(') {
             Some(open) => {
                 if !part.ends_with(')') {
-                    return Err(ActionParseError(format!(
-                        "expected `)` at the end of {part:?}"
-                    )));
+                    return err(format!("expected `)` at the end of {part:?}"));
                 }
                 (
                     part[..open].trim(),
@@ -49,70 +62,106 @@ pub fn parse_action_list(
             }
             None => (part, None),
         };
-        let need_arg = |what: &str| -> Result<&str, ActionParseError> {
+        let need = |what: &str| -> Result<&str, ActionParseError> {
             arg.filter(|a| !a.is_empty()).ok_or_else(|| {
                 ActionParseError(format!(
                     "`{name}` expects one argument ({what}), like {name}(...)"
                 ))
             })
         };
-        let no_arg = || -> Result<(), ActionParseError> {
+        let none = || -> Result<(), ActionParseError> {
             match arg {
                 None => Ok(()),
-                Some(_) => Err(ActionParseError(format!("`{name}` takes no argument"))),
+                Some(_) => err(format!("`{name}` takes no argument")),
             }
+        };
+        let int = |what: &str, max: u64| -> Result<u64, ActionParseError> {
+            let a = need(what)?;
+            let v = match a.strip_prefix("0x") {
+                Some(h) => u64::from_str_radix(h, 16).ok(),
+                None => a.parse().ok(),
+            };
+            match v {
+                Some(v) if v <= max => Ok(v),
+                _ => err(format!("{name}: expected {what} (0..={max}), found {a:?}")),
+            }
+        };
+        let mac = || -> Result<EthernetAddress, ActionParseError> {
+            let a = need("a MAC address")?;
+            a.parse()
+                .map_err(|e| ActionParseError(format!("{name}: {e}, found {a:?}")))
         };
         let action = match name {
             "forward" => {
-                let a = need_arg("a port index")?;
+                let a = need("a port index")?;
                 let port: u16 = a.parse().map_err(|_| {
                     ActionParseError(format!("forward expects a port index, found {a:?}"))
                 })?;
                 if port >= ctx.ports {
-                    return Err(ActionParseError(format!(
+                    return err(format!(
                         "forward({port}): expected a port index below {} (the number of [[port]] tables)",
                         ctx.ports
-                    )));
+                    ));
                 }
                 Action::Forward(port)
             }
-            "flood" => {
-                no_arg()?;
-                Action::Flood
-            }
-            "drop" => {
-                no_arg()?;
-                Action::Drop
-            }
-            "exit" => {
-                no_arg()?;
-                Action::Exit
+            "flood" => none().map(|_| Action::Flood)?,
+            "drop" => none().map(|_| Action::Drop)?,
+            "exit" => none().map(|_| Action::Exit)?,
+            "mark_ecn" => none().map(|_| Action::MarkEcn)?,
+            "dec_ttl" => none().map(|_| Action::DecTtl)?,
+            "pop_vlan" => none().map(|_| Action::PopVlan)?,
+            "multicast" => {
+                let id = int("a multicast group id", u16::MAX as u64)? as u16;
+                let idx = ctx.groups.iter().position(|g| *g == id).ok_or_else(|| {
+                    ActionParseError(format!(
+                        "multicast({id}): no [[multicast_group]] with id {id}"
+                    ))
+                })?;
+                Action::Multicast(idx as u16)
             }
             "goto" => {
-                let a = need_arg("a table name")?;
+                let a = need("a table name")?;
                 let idx =
                     ctx.tables.iter().position(|t| t == a).ok_or_else(|| {
                         ActionParseError(format!("goto({a}): no table named {a:?}"))
                     })?;
                 if idx <= ctx.table_index {
-                    return Err(ActionParseError(format!(
+                    return err(format!(
                         "goto({a}): expected a later table (the pipeline only goes forward)"
-                    )));
+                    ));
                 }
                 Action::Goto(idx as u16)
             }
+            "count" => {
+                let a = need("a counter name")?;
+                let idx = match ctx.counters.iter().position(|c| c == a) {
+                    Some(i) => i,
+                    None => {
+                        ctx.counters.push(a.to_string());
+                        ctx.counters.len() - 1
+                    }
+                };
+                Action::Count(idx as u16)
+            }
+            "set_dscp" => Action::SetDscp(int("a DSCP", 63)? as u8),
+            "set_eth_src" => Action::SetEthSrc(mac()?),
+            "set_eth_dst" => Action::SetEthDst(mac()?),
+            "push_vlan" => Action::PushVlan(int("a VLAN ID", 4095)? as u16),
+            "set_vlan" => Action::SetVlan(int("a VLAN ID", 4095)? as u16),
             other => {
-                return Err(ActionParseError(format!(
+                return err(format!(
                     "unknown action {other:?}; expected one of: {KNOWN}"
-                )));
+                ))
             }
         };
+        if ctx.rewrites_only && !action.is_rewrite() {
+            return err(format!("`{name}` is not allowed here: a multicast copy takes header rewrites and count only"));
+        }
         out.push(action);
     }
-    if out.is_empty() {
-        return Err(ActionParseError(format!(
-            "expected at least one action ({KNOWN})"
-        )));
+    if out.is_empty() && !ctx.rewrites_only {
+        return err(format!("expected at least one action ({KNOWN})"));
     }
     Ok(ActionList(out))
 }
@@ -121,35 +170,66 @@ pub fn parse_action_list(
 mod tests {
     use super::*;
 
-    fn ctx<'a>(tables: &'a [String]) -> ActionContext<'a> {
-        ActionContext {
+    fn parse(s: &str, rewrites_only: bool) -> Result<ActionList, String> {
+        let tables = vec!["l2".to_string(), "acl".to_string()];
+        let mut counters = vec!["seen".to_string()];
+        let mut ctx = ActionContext {
             ports: 2,
-            tables,
+            tables: &tables,
             table_index: 0,
-        }
+            groups: &[7],
+            counters: &mut counters,
+            rewrites_only,
+        };
+        parse_action_list(s, &mut ctx).map_err(|e| e.0)
     }
 
     #[test]
     fn parses_lists() {
-        let t = vec!["l2".to_string(), "acl".to_string()];
         assert_eq!(
-            parse_action_list("forward(1)", ctx(&t)).unwrap().0,
+            parse("forward(1)", false).unwrap().0,
             vec![Action::Forward(1)]
         );
         assert_eq!(
-            parse_action_list(" flood ; goto(acl) ", ctx(&t)).unwrap().0,
+            parse(" flood ; goto(acl) ", false).unwrap().0,
             vec![Action::Flood, Action::Goto(1)]
         );
         assert_eq!(
-            parse_action_list("drop", ctx(&t)).unwrap().0,
-            vec![Action::Drop]
+            parse(
+                "set_dscp(46); mark_ecn; dec_ttl; count(new); count(seen); multicast(7)",
+                false
+            )
+            .unwrap()
+            .0,
+            vec![
+                Action::SetDscp(46),
+                Action::MarkEcn,
+                Action::DecTtl,
+                Action::Count(1),
+                Action::Count(0),
+                Action::Multicast(0)
+            ]
         );
+        assert_eq!(
+            parse(
+                "set_eth_dst(02:00:00:00:00:01); push_vlan(100); pop_vlan; set_vlan(0x20)",
+                true
+            )
+            .unwrap()
+            .0,
+            vec![
+                Action::SetEthDst("02:00:00:00:00:01".parse().unwrap()),
+                Action::PushVlan(100),
+                Action::PopVlan,
+                Action::SetVlan(32)
+            ]
+        );
+        assert!(parse("", true).unwrap().0.is_empty());
     }
 
     #[test]
     fn rejects_bad_lists() {
-        let t = vec!["l2".to_string()];
-        let e = |s: &str| parse_action_list(s, ctx(&t)).unwrap_err().0;
+        let e = |s: &str| parse(s, false).unwrap_err();
         assert!(e("forward(2)").contains("below 2"));
         assert!(e("forward(x)").contains("port index"));
         assert!(e("forward").contains("expects one argument"));
@@ -159,5 +239,12 @@ mod tests {
         assert!(e("goto(nope)").contains("no table"));
         assert!(e("").contains("at least one"));
         assert!(e("forward(1").contains("`)`"));
+        assert!(e("set_dscp(64)").contains("0..=63"));
+        assert!(e("push_vlan(4096)").contains("0..=4095"));
+        assert!(e("multicast(8)").contains("no [[multicast_group]] with id 8"));
+        assert!(e("set_eth_src(02:00)").contains("MAC"));
+        assert!(parse("forward(1)", true)
+            .unwrap_err()
+            .contains("not allowed here"));
     }
 }

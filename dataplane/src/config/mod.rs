@@ -51,6 +51,9 @@ pub struct Config {
     /// `[[table]]`: the ingress pipeline, applied in order.
     #[serde(rename = "table", default)]
     pub tables: Vec<table::TableConfig>,
+    /// `[[multicast_group]]`: groups for the `multicast(id)` action.
+    #[serde(rename = "multicast_group", default)]
+    pub groups: Vec<table::GroupConfig>,
 }
 
 /// `[eal]`.
@@ -393,7 +396,7 @@ fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
             seen.push(*q);
         }
     }
-    let pipeline = table::build_pipeline(&config.tables, nports as u16, path)?;
+    let pipeline = table::build_pipeline(&config.tables, &config.groups, nports as u16, path)?;
     let loaded = Loaded {
         config,
         pipeline,

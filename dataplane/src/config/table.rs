@@ -1,9 +1,9 @@
-//! `[[table]]`: tables, their keys, default actions and entries.
+//! `[[table]]` and `[[multicast_group]]`: the ingress pipeline.
 
 use super::ConfigError;
 use crate::action::{parse_action_list, ActionContext};
-use crate::table::{Field, MatchKind, Pipeline, Table};
-use crate::wire::EthernetAddress;
+use crate::table::value::parse_match_value;
+use crate::table::{Counter, Field, MatchKind, MulticastGroup, Pipeline, Table};
 use serde::Deserialize;
 use std::path::Path;
 
@@ -13,7 +13,7 @@ use std::path::Path;
 pub struct TableConfig {
     /// Unique name (used by `goto` and in stats).
     pub name: String,
-    /// Key fields, like `[{ field = "eth.dst", match = "exact" }]`.
+    /// Key fields, like `[{ field = "ipv4.dst", match = "lpm" }]`.
     pub key: Vec<KeyFieldConfig>,
     /// Action list on a miss, like `"forward(0)"`, `"flood"` or `"drop"` (default `"drop"`).
     #[serde(default = "d_default_action")]
@@ -29,7 +29,7 @@ pub struct TableConfig {
 pub struct KeyFieldConfig {
     /// Field name, like `eth.dst`.
     pub field: String,
-    /// Match kind: `exact`.
+    /// Match kind: `exact`, `lpm`, `ternary` or `range`.
     #[serde(rename = "match")]
     pub kind: String,
 }
@@ -38,25 +38,92 @@ pub struct KeyFieldConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EntryConfig {
-    /// One value per key field, in key order: a MAC `"02:00:00:00:00:01"` or an integer.
+    /// One value per key field, in key order (syntax per match kind: see the README).
     pub key: Vec<toml::Value>,
-    /// Action list, like `"forward(1)"`.
+    /// Action list, like `"set_dscp(46); forward(1)"`.
     pub action: String,
+    /// Priority, for tables with ternary or range fields (larger wins).
+    pub priority: Option<i32>,
+}
+
+/// `[[multicast_group]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupConfig {
+    /// The id `multicast(id)` names.
+    pub id: u16,
+    /// `[[multicast_group.copy]]`: one per copy.
+    #[serde(rename = "copy")]
+    pub copies: Vec<CopyConfig>,
+}
+
+/// `[[multicast_group.copy]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CopyConfig {
+    /// Egress port.
+    pub port: u16,
+    /// Rewrites of this copy only, like `"set_eth_dst(02:00:00:00:00:03); push_vlan(30)"`.
+    #[serde(default)]
+    pub actions: String,
 }
 
 fn d_default_action() -> String {
     "drop".to_string()
 }
 
-/// Builds the pipeline from the `[[table]]` list; `ports` is the number of configured ports.
+/// Builds the pipeline from the `[[table]]` and `[[multicast_group]]` lists; `ports` is the
+/// number of configured ports.
 pub fn build_pipeline(
     tables: &[TableConfig],
+    groups: &[GroupConfig],
     ports: u16,
     path: &Path,
 ) -> Result<Pipeline, ConfigError> {
     let err = |key: String, msg: String| ConfigError::new(path, key, msg);
     let names: Vec<String> = tables.iter().map(|t| t.name.clone()).collect();
+    let group_ids: Vec<u16> = groups.iter().map(|g| g.id).collect();
+    let mut counters: Vec<String> = Vec::new();
     let mut out = Pipeline::default();
+
+    for (gi, g) in groups.iter().enumerate() {
+        let gkey = format!("multicast_group[{gi}]");
+        if group_ids[..gi].contains(&g.id) {
+            return Err(err(
+                format!("{gkey}.id"),
+                format!("multicast group id {} is used twice", g.id),
+            ));
+        }
+        if g.copies.is_empty() {
+            return Err(err(
+                format!("{gkey}.copy"),
+                "expected at least one [[multicast_group.copy]]".into(),
+            ));
+        }
+        let mut copies = Vec::new();
+        for (ci, c) in g.copies.iter().enumerate() {
+            let ckey = format!("{gkey}.copy[{ci}]");
+            if c.port >= ports {
+                return Err(err(
+                    format!("{ckey}.port"),
+                    format!("expected a port index below {ports} (the number of [[port]] tables), found {}", c.port),
+                ));
+            }
+            let mut ctx = ActionContext {
+                ports,
+                tables: &names,
+                table_index: usize::MAX,
+                groups: &group_ids,
+                counters: &mut counters,
+                rewrites_only: true,
+            };
+            let actions = parse_action_list(&c.actions, &mut ctx)
+                .map_err(|e| err(format!("{ckey}.actions"), e.0))?;
+            copies.push((c.port, actions));
+        }
+        out.groups.push(MulticastGroup { id: g.id, copies });
+    }
+
     for (ti, tc) in tables.iter().enumerate() {
         let tkey = format!("table[{ti}]");
         if tc.name.is_empty() {
@@ -90,25 +157,29 @@ pub fn build_pipeline(
                     ),
                 )
             })?;
-            let kind = match kf.kind.as_str() {
-                "exact" => MatchKind::Exact,
-                other => {
-                    return Err(err(
-                        format!("{tkey}.key[{ki}].match"),
-                        format!("unknown match kind {other:?}; expected: exact"),
-                    ))
-                }
-            };
+            let kind = MatchKind::from_name(&kf.kind).ok_or_else(|| {
+                err(
+                    format!("{tkey}.key[{ki}].match"),
+                    format!(
+                        "unknown match kind {:?}; expected exact, lpm, ternary or range",
+                        kf.kind
+                    ),
+                )
+            })?;
             fields.push((field, kind));
         }
-        let ctx = ActionContext {
+        let mut ctx = ActionContext {
             ports,
             tables: &names,
             table_index: ti,
+            groups: &group_ids,
+            counters: &mut counters,
+            rewrites_only: false,
         };
-        let default_action = parse_action_list(&tc.default_action, ctx)
+        let default_action = parse_action_list(&tc.default_action, &mut ctx)
             .map_err(|e| err(format!("{tkey}.default_action"), e.0))?;
-        let mut table = Table::new(&tc.name, fields.clone(), default_action);
+        let mut table = Table::new(&tc.name, fields.clone(), default_action)
+            .map_err(|m| err(format!("{tkey}.key"), m))?;
         for (ei, ec) in tc.entries.iter().enumerate() {
             let ekey = format!("{tkey}.entry[{ei}]");
             if ec.key.len() != fields.len() {
@@ -121,61 +192,36 @@ pub fn build_pipeline(
                     ),
                 ));
             }
-            let mut bytes = Vec::with_capacity(table.key_len());
-            for (vi, (v, (f, _))) in ec.key.iter().zip(&fields).enumerate() {
-                let b = field_value(*f, v).map_err(|m| err(format!("{ekey}.key[{vi}]"), m))?;
-                bytes.extend_from_slice(&b);
+            let mut values = Vec::with_capacity(fields.len());
+            for (vi, (v, (f, k))) in ec.key.iter().zip(&fields).enumerate() {
+                values.push(
+                    parse_match_value(*f, *k, v)
+                        .map_err(|m| err(format!("{ekey}.key[{vi}]"), m))?,
+                );
             }
-            let actions = parse_action_list(&ec.action, ctx)
+            let mut ctx = ActionContext {
+                ports,
+                tables: &names,
+                table_index: ti,
+                groups: &group_ids,
+                counters: &mut counters,
+                rewrites_only: false,
+            };
+            let actions = parse_action_list(&ec.action, &mut ctx)
                 .map_err(|e| err(format!("{ekey}.action"), e.0))?;
-            table
-                .insert_exact(&bytes, actions)
-                .map_err(|m| err(format!("{ekey}.key"), m))?;
+            table.insert(&values, ec.priority, actions).map_err(|e| {
+                let k = match e {
+                    crate::table::EntryError::Priority(_) => format!("{ekey}.priority"),
+                    _ => format!("{ekey}.key"),
+                };
+                err(k, e.to_string())
+            })?;
         }
         out.tables.push(table);
     }
+    out.counters = counters
+        .into_iter()
+        .map(|n| (n, Counter::default()))
+        .collect();
     Ok(out)
-}
-
-/// The big-endian bytes of a value for `field`.
-fn field_value(field: Field, v: &toml::Value) -> Result<Vec<u8>, String> {
-    match field {
-        Field::EthDst | Field::EthSrc => {
-            let s = v.as_str().ok_or_else(|| {
-                format!(
-                    "expected a MAC address string for {}, found {v}",
-                    field.name()
-                )
-            })?;
-            let mac: EthernetAddress = s.parse().map_err(|e| format!("{e}, found {s:?}"))?;
-            Ok(mac.0.to_vec())
-        }
-        Field::IngressPort | Field::EthType => {
-            let n = int_value(v)
-                .ok_or_else(|| format!("expected an integer for {}, found {v}", field.name()))?;
-            let max = (1u128 << field.bits()) - 1;
-            if n > max {
-                return Err(format!(
-                    "expected at most {max} for {}, found {n}",
-                    field.name()
-                ));
-            }
-            Ok((n as u16).to_be_bytes().to_vec())
-        }
-    }
-}
-
-/// An integer from a TOML integer or a string like `"0x86dd"`.
-fn int_value(v: &toml::Value) -> Option<u128> {
-    match v {
-        toml::Value::Integer(i) if *i >= 0 => Some(*i as u128),
-        toml::Value::String(s) => {
-            let s = s.trim();
-            match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-                Some(h) => u128::from_str_radix(h, 16).ok(),
-                None => s.parse().ok(),
-            }
-        }
-        _ => None,
-    }
 }

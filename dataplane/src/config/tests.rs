@@ -147,7 +147,7 @@ fn table_errors_name_the_key() {
                 "{key}[[table.entry]]\nkey = [\"02:00:00:00:00:01\"]\naction = \"drop\"\n[[table.entry]]\nkey = [\"02:00:00:00:00:01\"]\naction = \"flood\"\n"
             )),
             "`table[0].entry[1].key`",
-            "already exists",
+            "already in the table",
         ),
         (
             format!("{PORT}[[table]]\nname = \"a\"\n{key}[[table]]\nname = \"a\"\n{key}"),

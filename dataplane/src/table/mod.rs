@@ -1,22 +1,43 @@
 //! P4-style match-action tables: keys made of header fields, match kinds, entries with action
-//! lists and per-entry packet and byte counters, and the ordered ingress [`Pipeline`].
+//! lists and per-entry packet and byte counters, multicast groups, named counters, and the
+//! ordered ingress [`Pipeline`].
+//!
+//! Each table picks the lookup structure that fits its key's match kinds: all `exact` fields use
+//! a hash ([`exact`]); one `lpm` field (with any `exact` ones) a multibit trie ([`lpm`]); any
+//! `ternary` or `range` field a priority-ordered list ([`ternary`]). Lookups never allocate.
 
 pub mod exact;
 pub mod field;
 pub mod key;
 pub mod lpm;
+pub mod matcher;
 pub mod ternary;
+pub mod value;
+mod words;
 
-use crate::action::{Action, ActionList, Egress};
+use crate::action::{self, Action, ActionList, Egress};
+use crate::buf::PacketBuf;
+use crate::parse::Parsed;
+use crate::stats::Reason;
 use exact::ExactMatcher;
 pub use field::Field;
 pub use key::{Key, KEY_MAX};
+use lpm::LpmMatcher;
+pub use matcher::MatchError;
+use ternary::{RangeCond, TernaryMatcher};
+use value::{prefix_mask, MatchValue};
 
 /// A match kind (P4 `match_kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MatchKind {
     /// The field equals the entry's value.
     Exact,
+    /// The field's leading bits equal the entry's prefix; the longest prefix wins.
+    Lpm,
+    /// The field's masked bits equal the entry's value; the highest priority wins.
+    Ternary,
+    /// The field lies within the entry's inclusive bounds; the highest priority wins.
+    Range,
 }
 
 impl MatchKind {
@@ -24,7 +45,22 @@ impl MatchKind {
     pub fn name(self) -> &'static str {
         match self {
             MatchKind::Exact => "exact",
+            MatchKind::Lpm => "lpm",
+            MatchKind::Ternary => "ternary",
+            MatchKind::Range => "range",
         }
+    }
+
+    /// Looks a kind up by name.
+    pub fn from_name(s: &str) -> Option<MatchKind> {
+        [
+            MatchKind::Exact,
+            MatchKind::Lpm,
+            MatchKind::Ternary,
+            MatchKind::Range,
+        ]
+        .into_iter()
+        .find(|k| k.name() == s)
     }
 }
 
@@ -39,10 +75,10 @@ pub struct KeyField {
     pub offset: usize,
 }
 
-/// Packet and byte counters of one entry (P4 direct counter, `packets_and_bytes`).
+/// Packet and byte counters (P4 counter, `packets_and_bytes`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Counter {
-    /// Packets that hit.
+    /// Packets counted.
     pub packets: u64,
     /// Their bytes (frame length without FCS).
     pub bytes: u64,
@@ -66,6 +102,35 @@ impl Counter {
 #[derive(Debug, Clone)]
 enum Matcher {
     Exact(ExactMatcher),
+    Lpm(LpmMatcher),
+    Ternary(TernaryMatcher),
+}
+
+/// Why an entry cannot be added.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EntryError {
+    /// The number of values differs from the number of key fields.
+    #[error("expected {expected} value(s), one per key field, found {got}")]
+    Arity {
+        /// Key fields.
+        expected: usize,
+        /// Values given.
+        got: usize,
+    },
+    /// A value of the wrong match kind for its field.
+    #[error("value {index} does not fit the field's match kind {kind}")]
+    Kind {
+        /// Which value.
+        index: usize,
+        /// The field's kind.
+        kind: &'static str,
+    },
+    /// The lookup structure refused the entry.
+    #[error("{0}")]
+    Matcher(#[from] MatchError),
+    /// A table with ternary or range fields needs a priority per entry, others take none.
+    #[error("{0}")]
+    Priority(&'static str),
 }
 
 /// One match-action table.
@@ -78,7 +143,7 @@ pub struct Table {
     key_len: usize,
     matcher: Matcher,
     actions: Vec<ActionList>,
-    /// Per-entry counters, by entry index (the order of the config's entries).
+    /// Per-entry counters, by entry index (the order entries were added).
     pub counters: Vec<Counter>,
     /// The action list run on a miss.
     pub default_action: ActionList,
@@ -88,7 +153,13 @@ pub struct Table {
 
 impl Table {
     /// An empty table over `key` fields with `default_action` on a miss.
-    pub fn new(name: &str, key: Vec<(Field, MatchKind)>, default_action: ActionList) -> Table {
+    ///
+    /// Errors: more than one `lpm` field, or a key longer than [`KEY_MAX`] bytes.
+    pub fn new(
+        name: &str,
+        key: Vec<(Field, MatchKind)>,
+        default_action: ActionList,
+    ) -> Result<Table, String> {
         let mut offset = 0;
         let key: Vec<KeyField> = key
             .into_iter()
@@ -103,16 +174,41 @@ impl Table {
             })
             .collect();
         let key_len = offset;
-        Table {
+        if key_len > KEY_MAX {
+            return Err(format!(
+                "the key is {key_len} bytes, more than the {KEY_MAX} a key can hold"
+            ));
+        }
+        let lpms: Vec<&KeyField> = key.iter().filter(|k| k.kind == MatchKind::Lpm).collect();
+        let prioritised = key
+            .iter()
+            .any(|k| matches!(k.kind, MatchKind::Ternary | MatchKind::Range));
+        let matcher = if prioritised {
+            Matcher::Ternary(TernaryMatcher::new(key_len).map_err(|e| e.to_string())?)
+        } else if let Some(l) = lpms.first() {
+            if lpms.len() > 1 {
+                return Err("at most one lpm field per table (use ternary for more)".into());
+            }
+            let range = l.offset..l.offset + l.field.width();
+            Matcher::Lpm(LpmMatcher::new(key_len, range).map_err(|e| e.to_string())?)
+        } else {
+            Matcher::Exact(ExactMatcher::new(key_len).map_err(|e| e.to_string())?)
+        };
+        Ok(Table {
             name: name.to_string(),
             key,
             key_len,
-            matcher: Matcher::Exact(ExactMatcher::new(key_len)),
+            matcher,
             actions: Vec::new(),
             counters: Vec::new(),
             default_action,
             miss_counter: Counter::default(),
-        }
+        })
+    }
+
+    /// True when entries need a priority (the table has ternary or range fields).
+    pub fn needs_priority(&self) -> bool {
+        matches!(self.matcher, Matcher::Ternary(_))
     }
 
     /// Key length (bytes).
@@ -120,23 +216,74 @@ impl Table {
         self.key_len
     }
 
-    /// Adds an entry matching `key` (the key's bytes, `key_len()` long) with `actions`.
-    /// Returns its index. Errors: a duplicate key, or a key of the wrong length.
-    pub fn insert_exact(&mut self, key: &[u8], actions: ActionList) -> Result<usize, String> {
-        if key.len() != self.key_len {
-            return Err(format!(
-                "expected a {}-byte key, found {} bytes",
-                self.key_len,
-                key.len()
-            ));
+    /// Adds an entry with one value per key field, in key order, and returns its index.
+    /// `priority` is required for tables with ternary or range fields (larger wins, ties go to
+    /// the earlier entry, as P4Runtime) and refused for the others.
+    pub fn insert(
+        &mut self,
+        values: &[MatchValue],
+        priority: Option<i32>,
+        actions: ActionList,
+    ) -> Result<usize, EntryError> {
+        if values.len() != self.key.len() {
+            return Err(EntryError::Arity {
+                expected: self.key.len(),
+                got: values.len(),
+            });
         }
-        let idx = self.actions.len();
+        let idx = self.actions.len() as u32;
+        let mut bytes = vec![0u8; self.key_len];
+        let mut mask = vec![0u8; self.key_len];
+        let mut ranges = Vec::new();
+        let mut prefix = None;
+        for (i, (kf, v)) in self.key.iter().zip(values).enumerate() {
+            let r = kf.offset..kf.offset + kf.field.width();
+            let bad = || EntryError::Kind {
+                index: i,
+                kind: kf.kind.name(),
+            };
+            match (kf.kind, v) {
+                (MatchKind::Exact, MatchValue::Exact(b)) => {
+                    bytes[r.clone()].copy_from_slice(b);
+                    mask[r].fill(0xff);
+                }
+                (MatchKind::Lpm, MatchValue::Lpm(b, len)) => {
+                    bytes[r.clone()].copy_from_slice(b);
+                    mask[r].copy_from_slice(&prefix_mask(*len as u32, kf.field.width()));
+                    prefix = Some(*len);
+                }
+                (MatchKind::Ternary, MatchValue::Ternary(b, m)) => {
+                    bytes[r.clone()].copy_from_slice(b);
+                    mask[r].copy_from_slice(m);
+                }
+                (MatchKind::Range, MatchValue::Range(lo, hi)) => {
+                    ranges.push(RangeCond {
+                        field: r,
+                        lo: *lo,
+                        hi: *hi,
+                    });
+                }
+                _ => return Err(bad()),
+            }
+        }
         match &mut self.matcher {
-            Matcher::Exact(m) => m.insert(key, idx as u32).map_err(|e| e.to_string())?,
+            Matcher::Ternary(m) => {
+                let p = priority.ok_or(EntryError::Priority(
+                    "expected `priority` (an integer; larger wins) in a table with ternary or range fields",
+                ))?;
+                m.insert(&bytes, &mask, &ranges, p, idx)?;
+            }
+            _ if priority.is_some() => {
+                return Err(EntryError::Priority(
+                    "`priority` is only for tables with ternary or range fields (exact and lpm tables need none)",
+                ))
+            }
+            Matcher::Exact(m) => m.insert(&bytes, idx)?,
+            Matcher::Lpm(m) => m.insert(&bytes, prefix.unwrap_or(0), idx)?,
         }
         self.actions.push(actions);
         self.counters.push(Counter::default());
-        Ok(idx)
+        Ok(idx as usize)
     }
 
     /// Number of entries.
@@ -149,48 +296,64 @@ impl Table {
         self.actions.is_empty()
     }
 
-    /// Builds the key of a packet.
+    /// Looks a packet up; returns the hit entry's index, or `None` on a miss.
     #[inline(always)]
-    fn build_key(&self, frame: &[u8], ingress_port: u16, key: &mut Key) {
-        key.len = self.key_len as u8;
+    pub fn lookup(&self, p: &Parsed, ingress_port: u16) -> Option<usize> {
+        let mut key = Key {
+            len: self.key_len as u8,
+            bytes: [0; KEY_MAX],
+        };
         for kf in &self.key {
             let w = kf.field.width();
-            kf.field.extract(
-                frame,
-                ingress_port,
-                &mut key.bytes[kf.offset..kf.offset + w],
-            );
+            kf.field
+                .extract(p, ingress_port, &mut key.bytes[kf.offset..kf.offset + w]);
         }
-    }
-
-    /// Looks the packet up; returns the hit entry's index, or `None` on a miss.
-    #[inline(always)]
-    pub fn lookup(&self, frame: &[u8], ingress_port: u16) -> Option<usize> {
-        let mut key = Key::default();
-        self.build_key(frame, ingress_port, &mut key);
+        let k = key.as_slice();
         match &self.matcher {
-            Matcher::Exact(m) => m.lookup(key.as_slice()).map(|i| i as usize),
+            Matcher::Exact(m) => m.lookup(k),
+            Matcher::Lpm(m) => m.lookup(k),
+            Matcher::Ternary(m) => m.lookup(k),
         }
+        .map(|i| i as usize)
     }
 }
 
-/// The ordered ingress pipeline of tables.
+/// A multicast group: one copy per member, each with its own port and rewrites.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MulticastGroup {
+    /// The group's id in configs.
+    pub id: u16,
+    /// (egress port, rewrites) per copy.
+    pub copies: Vec<(u16, ActionList)>,
+}
+
+/// The ordered ingress pipeline: tables, multicast groups and named counters.
 #[derive(Debug, Clone, Default)]
 pub struct Pipeline {
     /// The tables, applied in order (`goto` skips forward).
     pub tables: Vec<Table>,
+    /// Multicast groups, by index.
+    pub groups: Vec<MulticastGroup>,
+    /// Named counters (`count(name)`), by index: (name, counter).
+    pub counters: Vec<(String, Counter)>,
 }
 
 impl Pipeline {
-    /// Runs the packet through the tables and returns its egress. Counts hits and misses.
+    /// Runs the packet through the tables: counts hits and misses, applies rewrites to `buf`
+    /// (keeping `p` up to date) and returns the egress.
     #[inline]
-    pub fn apply(&mut self, frame: &mut [u8], ingress_port: u16) -> Egress {
+    pub fn apply<B: PacketBuf>(
+        &mut self,
+        buf: &mut B,
+        p: &mut Parsed,
+        ingress_port: u16,
+    ) -> Egress {
         let mut egress = Egress::Unset;
         let mut t = 0;
-        let len = frame.len();
         while t < self.tables.len() {
+            let len = buf.data().len();
             let table = &mut self.tables[t];
-            let (actions, miss) = match table.lookup(frame, ingress_port) {
+            let (actions, miss) = match table.lookup(p, ingress_port) {
                 Some(i) => {
                     table.counters[i].hit(len);
                     (&table.actions[i], false)
@@ -202,16 +365,48 @@ impl Pipeline {
             };
             let mut next = t + 1;
             for a in &actions.0 {
-                match *a {
-                    Action::Forward(p) => egress = Egress::Port(p),
+                match a {
+                    Action::Forward(port) => egress = Egress::Port(*port),
                     Action::Flood => egress = Egress::Flood,
-                    Action::Drop => return if miss { Egress::MissDrop } else { Egress::Drop },
-                    Action::Goto(to) => next = to as usize,
+                    Action::Multicast(g) => egress = Egress::Multicast(*g),
+                    Action::Drop => {
+                        return Egress::Dropped(if miss {
+                            Reason::TableMiss
+                        } else {
+                            Reason::ExplicitDrop
+                        })
+                    }
+                    Action::Goto(to) => next = *to as usize,
                     Action::Exit => next = usize::MAX,
+                    Action::Count(c) => self.counters[*c as usize].1.hit(buf.data().len()),
+                    rw => {
+                        if let Err(r) = action::rewrite(rw, buf, p) {
+                            return Egress::Dropped(r);
+                        }
+                    }
                 }
             }
             t = next;
         }
         egress
+    }
+
+    /// Applies a multicast copy's rewrites (and counts) to `buf`.
+    #[inline]
+    pub fn apply_copy<B: PacketBuf>(
+        &mut self,
+        group: usize,
+        copy: usize,
+        buf: &mut B,
+        p: &mut Parsed,
+    ) -> Result<(), Reason> {
+        let (_, actions) = &self.groups[group].copies[copy];
+        for a in &actions.0 {
+            match a {
+                Action::Count(c) => self.counters[*c as usize].1.hit(buf.data().len()),
+                rw => action::rewrite(rw, buf, p)?,
+            }
+        }
+        Ok(())
     }
 }
