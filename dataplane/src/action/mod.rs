@@ -116,3 +116,6 @@ pub fn rewrite<B: PacketBuf>(a: &Action, buf: &mut B, p: &mut Parsed) -> Result<
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

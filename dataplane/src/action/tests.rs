@@ -1,0 +1,212 @@
+//! Actions through the data path, on the shared cases' real frames: every rewrite leaves
+//! checksums equal to a full recompute and ICRCs valid.
+
+use crate::buf::{VecBuf, VecIo};
+use crate::config::load_str;
+use crate::datapath::Datapath;
+use crate::parse::{parse, Layers};
+use crate::stats::Reason;
+use crate::wire::{checksum, icrc};
+use std::path::Path;
+
+fn frames(name: &str) -> Vec<Vec<u8>> {
+    let path = format!("{}/tests/data/cases/{}", env!("CARGO_MANIFEST_DIR"), name);
+    let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut r = pcap_file::pcap::PcapReader::new(file).unwrap();
+    let mut out = Vec::new();
+    while let Some(pkt) = r.next_packet() {
+        out.push(pkt.unwrap().data.into_owned());
+    }
+    out
+}
+
+const PORTS: &str = "[[port]]\nvdev = \"net_null0\"\n[[port]]\nvdev = \"net_null1\"\n[[port]]\nvdev = \"net_null2\"\n[[port]]\nvdev = \"net_null3\"\n";
+
+/// A datapath whose one table runs `actions` on every packet.
+fn with_actions(actions: &str, extra: &str) -> Datapath {
+    let text = format!(
+        "{PORTS}{extra}\n[[table]]\nname = \"t\"\nkey = [{{ field = \"ingress_port\", match = \"exact\" }}]\ndefault_action = \"{actions}\"\n"
+    );
+    let l = load_str(&text, Path::new("t.toml")).unwrap_or_else(|e| panic!("{e}"));
+    Datapath::new(l.pipeline, 4, 49374)
+}
+
+/// Runs `frames` through `dp` and returns what was sent.
+fn run(dp: &mut Datapath, frames: &[Vec<u8>]) -> Vec<(u16, Vec<u8>)> {
+    let mut io = VecIo::new(4);
+    for f in frames {
+        dp.process(&mut io, 0, VecBuf::from_frame(f));
+    }
+    io.sent
+}
+
+fn ipv4_checksum_is_a_full_recompute(frame: &[u8], l3: usize) {
+    let ihl = (frame[l3] & 0xf) as usize * 4;
+    let mut h = frame[l3..l3 + ihl].to_vec();
+    let stored = u16::from_be_bytes([h[10], h[11]]);
+    h[10] = 0;
+    h[11] = 0;
+    assert_eq!(stored, checksum::checksum(&h), "stored checksum equals a full recompute");
+}
+
+#[test]
+fn c05_ce_mark_gives_checksum_0000() {
+    let f = frames("c05_ipv4_ce_mark_cksum_becomes_0000.pcap");
+    let out = run(&mut with_actions("mark_ecn; forward(1)", ""), &f);
+    assert_eq!(out.len(), 1);
+    let o = &out[0].1;
+    assert_eq!(o[15], 0x03, "TOS becomes 0x03");
+    assert_eq!(&o[24..26], &[0x00, 0x00], "header checksum exactly 0x0000, never 0xFFFF");
+    ipv4_checksum_is_a_full_recompute(o, 14);
+    assert!(parse(o, 49374).is_ok());
+    // Only the TOS and the checksum changed.
+    let diff: Vec<usize> = (0..o.len()).filter(|&i| o[i] != f[0][i]).collect();
+    assert!(diff.iter().all(|i| [15, 24, 25].contains(i)), "{diff:?}");
+}
+
+#[test]
+fn c06_ecn_codepoints() {
+    let f = frames("c06_ecn_codepoints.pcap");
+    assert_eq!(f.len(), 4);
+    let out = run(&mut with_actions("mark_ecn; forward(1)", ""), &f);
+    assert_eq!(out.len(), 4);
+    for (i, (inp, (_, o))) in f.iter().zip(&out).enumerate() {
+        let ecn_in = inp[15] & 3;
+        let want = if ecn_in == 0 { 0 } else { 3 };
+        assert_eq!(o[15] & 3, want, "frame {i}: ECN {ecn_in:02b}");
+        assert_eq!(o[15] >> 2, 26, "DSCP unchanged");
+        ipv4_checksum_is_a_full_recompute(o, 14);
+        if ecn_in == 0 || ecn_in == 3 {
+            assert_eq!(o, inp, "Not-ECT and CE leave unchanged");
+        }
+    }
+}
+
+#[test]
+fn c07_ipv6_mark_keeps_version_dscp_and_flow_label() {
+    let f = frames("c07_ipv6_tc_ecn_flowlabel.pcap");
+    let out = run(&mut with_actions("mark_ecn; forward(1)", ""), &f);
+    let o = &out[0].1;
+    assert_eq!(u32::from_be_bytes([o[14], o[15], o[16], o[17]]), 0x6BBA_BCDE);
+    let p = parse(o, 49374).expect("the UDP checksum still verifies");
+    assert!(p.has(Layers::IPV6.union(Layers::UDP)));
+}
+
+#[test]
+fn c10_and_nccl_icrc_unchanged_by_ecn_ttl_dscp() {
+    let mut all = frames("c10_rocev2_ipv4_icrc.pcap");
+    all.extend(frames("nccl_ring_allreduce_rocev2.pcap"));
+    let mut dp = with_actions("mark_ecn; dec_ttl; set_dscp(26); forward(1)", "");
+    let out = run(&mut dp, &all);
+    assert_eq!(out.len(), all.len(), "nothing dropped: {:?}", dp.counters.drops_by_name());
+    let mut roce = 0;
+    for (inp, (_, o)) in all.iter().zip(&out) {
+        let pi = parse(inp, 49374).unwrap();
+        let po = parse(o, 49374).unwrap_or_else(|e| panic!("rewritten frame dropped as {e}"));
+        if pi.has(Layers::BTH) {
+            roce += 1;
+            let at = pi.icrc_offset().unwrap();
+            assert_eq!(&o[at..at + 4], &inp[at..at + 4], "ICRC bytes unchanged");
+            assert_eq!(icrc::stored(&o[pi.l3_offset as usize..pi.ip_end as usize]), icrc::stored(&inp[pi.l3_offset as usize..pi.ip_end as usize]));
+        }
+        if pi.has(Layers::IPV4) {
+            assert_eq!(po.ttl, pi.ttl - 1);
+            assert_eq!(po.dscp, 26);
+            ipv4_checksum_is_a_full_recompute(o, pi.l3_offset as usize);
+        }
+    }
+    assert_eq!(roce, 3 + 184);
+}
+
+#[test]
+fn set_dscp_on_options_header_recomputes_exactly() {
+    let f = frames("c02_ipv4_options.pcap");
+    for d in [0u8, 1, 46, 63] {
+        let out = run(&mut with_actions(&format!("set_dscp({d}); forward(1)"), ""), &f);
+        let o = &out[0].1;
+        assert_eq!(o[15] >> 2, d);
+        assert_eq!(o[15] & 3, f[0][15] & 3, "ECN kept");
+        ipv4_checksum_is_a_full_recompute(o, 14);
+        assert!(parse(o, 49374).is_ok());
+    }
+}
+
+#[test]
+fn dec_ttl_drops_at_one() {
+    let mut f = frames("c02_ipv4_options.pcap")[0].clone();
+    f[22] = 1; // TTL
+    let mut h = f[14..14 + 24].to_vec();
+    h[10] = 0;
+    h[11] = 0;
+    let ck = checksum::checksum(&h);
+    f[24..26].copy_from_slice(&ck.to_be_bytes());
+    let mut dp = with_actions("dec_ttl; forward(1)", "");
+    assert!(run(&mut dp, &[f]).is_empty());
+    assert_eq!(dp.counters.dropped(Reason::TtlExpired), 1);
+}
+
+#[test]
+fn vlan_push_pop_set() {
+    let plain = frames("c02_ipv4_options.pcap")[0].clone();
+    let out = run(&mut with_actions("push_vlan(100); forward(1)", ""), &[plain.clone()]);
+    let o = &out[0].1;
+    assert_eq!(o.len(), plain.len() + 4);
+    assert_eq!(&o[12..16], &[0x81, 0x00, 0x00, 100]);
+    assert_eq!(&o[..12], &plain[..12]);
+    assert_eq!(&o[16..], &plain[12..]);
+    let p = parse(o, 49374).unwrap();
+    assert_eq!((p.vid_outer, p.l3_offset), (100, 18));
+
+    // Push then pop is the identity; push twice stacks (outer first); a third is refused.
+    let out = run(&mut with_actions("push_vlan(7); pop_vlan; forward(1)", ""), &[plain.clone()]);
+    assert_eq!(out[0].1, plain);
+    let out = run(&mut with_actions("push_vlan(10); push_vlan(20); set_vlan(30); forward(1)", ""), &[plain.clone()]);
+    let p = parse(&out[0].1, 49374).unwrap();
+    assert_eq!((p.vid_outer, p.vid_inner, p.l3_offset), (30, 10, 22));
+    let mut dp = with_actions("push_vlan(1); push_vlan(2); push_vlan(3); forward(1)", "");
+    assert!(run(&mut dp, &[plain.clone()]).is_empty());
+    assert_eq!(dp.counters.dropped(Reason::VlanDepth), 1);
+
+    // c09: pop the outer tag of a QinQ frame: the inner tag becomes the only one.
+    let q = frames("c09_stacked_vlan.pcap");
+    let before = parse(&q[0], 49374).unwrap();
+    let out = run(&mut with_actions("pop_vlan; forward(1)", ""), &[q[0].clone()]);
+    let p = parse(&out[0].1, 49374).unwrap();
+    assert_eq!(p.vlan_tags(), 1);
+    assert_eq!(p.vid_outer, before.vid_inner);
+    assert_eq!(p.l3_offset, before.l3_offset - 4);
+    assert_eq!(&out[0].1[p.l3_offset as usize..], &q[0][before.l3_offset as usize..]);
+}
+
+#[test]
+fn multicast_copies_are_independent() {
+    let groups = r#"
+[[multicast_group]]
+id = 9
+[[multicast_group.copy]]
+port = 1
+[[multicast_group.copy]]
+port = 2
+actions = "set_eth_dst(02:00:00:00:00:02); push_vlan(20); count(copy2)"
+[[multicast_group.copy]]
+port = 3
+actions = "set_dscp(46); dec_ttl"
+"#;
+    let f = frames("c02_ipv4_options.pcap");
+    let mut dp = with_actions("multicast(9)", groups);
+    let out = run(&mut dp, &f);
+    assert_eq!(out.iter().map(|(p, _)| *p).collect::<Vec<_>>(), vec![1, 2, 3]);
+    assert_eq!(out[0].1, f[0], "copy 1 untouched by the others' rewrites");
+    let p2 = parse(&out[1].1, 49374).unwrap();
+    assert_eq!((p2.eth_dst.to_string().as_str(), p2.vid_outer), ("02:00:00:00:00:02", 20));
+    let p3 = parse(&out[2].1, 49374).unwrap();
+    assert_eq!((p3.dscp, p3.ttl, p3.vlan_tags()), (46, parse(&f[0], 49374).unwrap().ttl - 1, 0));
+    assert_eq!(&out[2].1[..12], &f[0][..12]);
+    assert_eq!(dp.pipeline.counters[0].1.packets, 1);
+    // Without mbufs for the copies: counted, the last copy still leaves.
+    let mut io = VecIo::new(4);
+    io.alloc_budget = Some(0);
+    dp.process(&mut io, 0, VecBuf::from_frame(&f[0]));
+    assert_eq!(io.sent.len(), 1);
+    assert_eq!(dp.counters.dropped(Reason::NoMbuf), 2);
+}
