@@ -3,6 +3,8 @@
 //!
 //! The binary is `target/release/dpu` (override with `DPU_BIN`); `make test` builds it first.
 
+pub mod frames;
+
 use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
 use std::fs::File;
 use std::path::{Path, PathBuf};
