@@ -6,6 +6,7 @@
 
 pub mod arp;
 pub mod bth;
+pub mod build;
 pub mod checksum;
 pub mod error;
 pub mod ethernet;

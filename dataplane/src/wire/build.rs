@@ -1,0 +1,357 @@
+//! Building whole gradient frames (spec sections 1, 2, 6): Ethernet (optionally 802.1Q-tagged) /
+//! IPv4 or IPv6 / UDP / [BTH + DETH] / gradient header / payload / [pad + ICRC], with every
+//! checksum and the ICRC filled in.
+//!
+//! The appliance builds its RESULT and NAK packets with it; the traffic generator builds workers'
+//! contributions with it. Nothing allocates: the frame is written into a caller's buffer.
+
+use super::bth::{self, BthRepr, DethHeader};
+use super::error::WireError;
+use super::gradient::{GradientRepr, HEADER_LEN as GRAD_LEN};
+use super::icrc::{self, ICRC_LEN};
+use super::ipv4::{Ipv4Packet, Ipv4Repr};
+use super::ipv6::Ipv6Repr;
+use super::udp::{UdpPacket, UdpRepr};
+use super::EthernetAddress;
+
+/// The UDP destination port of RoCEv2 (IANA).
+pub const ROCEV2_PORT: u16 = 4791;
+/// BTH opcode UD SEND Only (IBTA table 38), the RoCEv2 carriage's opcode.
+pub const UD_SEND_ONLY: u8 = 0x64;
+
+/// An IP address of either family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpAddr {
+    /// IPv4.
+    V4([u8; 4]),
+    /// IPv6.
+    V6([u8; 16]),
+}
+
+impl IpAddr {
+    /// From the standard library's type.
+    pub fn from_std(a: std::net::IpAddr) -> IpAddr {
+        match a {
+            std::net::IpAddr::V4(a) => IpAddr::V4(a.octets()),
+            std::net::IpAddr::V6(a) => IpAddr::V6(a.octets()),
+        }
+    }
+
+    /// True for IPv6.
+    pub fn is_v6(&self) -> bool {
+        matches!(self, IpAddr::V6(_))
+    }
+}
+
+impl std::fmt::Display for IpAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IpAddr::V4(a) => std::net::Ipv4Addr::from(*a).fmt(f),
+            IpAddr::V6(a) => std::net::Ipv6Addr::from(*a).fmt(f),
+        }
+    }
+}
+
+/// The RoCEv2 carriage's per-packet fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Roce {
+    /// BTH destination QP (24 bits).
+    pub dest_qp: u32,
+    /// BTH PSN (24 bits).
+    pub psn: u32,
+    /// BTH P_Key.
+    pub pkey: u16,
+    /// DETH Q_Key.
+    pub qkey: u32,
+    /// DETH source QP (24 bits).
+    pub src_qp: u32,
+}
+
+/// Everything a gradient frame's headers hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameSpec {
+    /// Ethernet source.
+    pub src_mac: EthernetAddress,
+    /// Ethernet destination.
+    pub dst_mac: EthernetAddress,
+    /// An 802.1Q VID, if tagged.
+    pub vlan: Option<u16>,
+    /// IP source (its family decides the frame's).
+    pub src_ip: IpAddr,
+    /// IP destination (same family as `src_ip`).
+    pub dst_ip: IpAddr,
+    /// DSCP (6 bits).
+    pub dscp: u8,
+    /// ECN (2 bits).
+    pub ecn: u8,
+    /// TTL or hop limit.
+    pub ttl: u8,
+    /// UDP source port.
+    pub src_port: u16,
+    /// UDP destination port (4791 for RoCEv2).
+    pub dst_port: u16,
+    /// The RoCEv2 headers, for the RoCEv2 carriage.
+    pub roce: Option<Roce>,
+    /// The gradient header (its `data_length` must equal the payload's length).
+    pub header: GradientRepr,
+}
+
+impl FrameSpec {
+    /// Bytes of the L2 header.
+    fn l2_len(&self) -> usize {
+        if self.vlan.is_some() {
+            18
+        } else {
+            14
+        }
+    }
+
+    /// Bytes of the IP header.
+    fn l3_len(&self) -> usize {
+        if self.src_ip.is_v6() {
+            40
+        } else {
+            20
+        }
+    }
+
+    /// The pad after the gradient header and payload (RoCEv2: to a multiple of 4 bytes).
+    pub fn pad(&self, payload_len: usize) -> usize {
+        if self.roce.is_some() {
+            (4 - (GRAD_LEN + payload_len) % 4) % 4
+        } else {
+            0
+        }
+    }
+
+    /// The whole frame's length for a payload of `payload_len` bytes.
+    pub fn frame_len(&self, payload_len: usize) -> usize {
+        let roce = if self.roce.is_some() {
+            bth::HEADER_LEN + bth::DETH_LEN + ICRC_LEN
+        } else {
+            0
+        };
+        self.l2_len() + self.l3_len() + 8 + roce + GRAD_LEN + payload_len + self.pad(payload_len)
+    }
+}
+
+/// Writes the frame of `spec` with `payload` into `buf` and returns its length.
+///
+/// UDP checksum: always valid for the UDP carriage (written 0xFFFF where it computes to 0);
+/// RoCEv2 writes 0 over IPv4 and computes it last, over the datagram including the ICRC, over
+/// IPv6 (spec section 1). The ICRC is computed after everything else it covers.
+///
+/// # Errors
+/// [`WireError::Truncated`] if `buf` is shorter than [`FrameSpec::frame_len`];
+/// [`WireError::BadLength`] if the address families differ or the datagram exceeds 65535 bytes.
+pub fn build(spec: &FrameSpec, payload: &[u8], buf: &mut [u8]) -> Result<usize, WireError> {
+    let len = spec.frame_len(payload.len());
+    if buf.len() < len {
+        return Err(WireError::Truncated);
+    }
+    let f = &mut buf[..len];
+    let l2 = spec.l2_len();
+    f[0..6].copy_from_slice(&spec.dst_mac.0);
+    f[6..12].copy_from_slice(&spec.src_mac.0);
+    if let Some(vid) = spec.vlan {
+        f[12..14].copy_from_slice(&0x8100u16.to_be_bytes());
+        f[14..16].copy_from_slice(&(vid & 0x0fff).to_be_bytes());
+    }
+    let l3 = l2;
+    let l4 = l3 + spec.l3_len();
+    let udp_len = len - l4;
+    if udp_len > u16::MAX as usize {
+        return Err(WireError::BadLength);
+    }
+    let ethertype: u16 = if spec.src_ip.is_v6() { 0x86dd } else { 0x0800 };
+    f[l2 - 2..l2].copy_from_slice(&ethertype.to_be_bytes());
+    match (spec.src_ip, spec.dst_ip) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            Ipv4Repr {
+                src_addr: s,
+                dst_addr: d,
+                protocol: 17,
+                payload_len: udp_len as u16,
+                ttl: spec.ttl,
+                dscp: spec.dscp,
+                ecn: spec.ecn,
+                ident: 0,
+                dont_frag: true,
+            }
+            .emit(&mut f[l3..])?;
+            Ipv4Packet::new_checked(&mut f[l3..l4 + udp_len])?.fill_checksum();
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            Ipv6Repr {
+                src_addr: s,
+                dst_addr: d,
+                next_header: 17,
+                payload_len: udp_len as u16,
+                hop_limit: spec.ttl,
+                traffic_class: (spec.dscp << 2) | (spec.ecn & 3),
+                flow_label: 0,
+            }
+            .emit(&mut f[l3..])?;
+        }
+        _ => return Err(WireError::BadLength),
+    }
+    UdpRepr {
+        src_port: spec.src_port,
+        dst_port: spec.dst_port,
+        payload_len: (udp_len - 8) as u16,
+    }
+    .emit(&mut f[l4..])?;
+    let mut g = l4 + 8;
+    if let Some(r) = spec.roce {
+        BthRepr {
+            opcode: UD_SEND_ONLY,
+            solicited: false,
+            mig_req: false,
+            pad_count: spec.pad(payload.len()) as u8,
+            tver: 0,
+            pkey: r.pkey,
+            fecn: false,
+            becn: false,
+            dest_qp: r.dest_qp,
+            ack_req: false,
+            psn: r.psn,
+        }
+        .emit(&mut f[g..])?;
+        let mut deth = DethHeader::new_checked(&mut f[g + bth::HEADER_LEN..])?;
+        deth.set_qkey(r.qkey);
+        deth.set_src_qp(r.src_qp);
+        f[g + bth::HEADER_LEN + 4] = 0; // DETH reserved byte
+        g += bth::HEADER_LEN + bth::DETH_LEN;
+    }
+    spec.header.emit(&mut f[g..])?;
+    f[g + GRAD_LEN..g + GRAD_LEN + payload.len()].copy_from_slice(payload);
+    let pad = spec.pad(payload.len());
+    f[g + GRAD_LEN + payload.len()..g + GRAD_LEN + payload.len() + pad].fill(0);
+    let datagram_end = len;
+    match (spec.roce.is_some(), spec.src_ip, spec.dst_ip) {
+        (false, IpAddr::V4(s), IpAddr::V4(d)) => {
+            UdpPacket::new_checked(&mut f[l4..])?.fill_checksum_v4(s, d);
+        }
+        (false, IpAddr::V6(s), IpAddr::V6(d)) => {
+            UdpPacket::new_checked(&mut f[l4..])?.fill_checksum_v6(&s, &d);
+        }
+        (true, IpAddr::V4(_), _) => {
+            f[l4 + 6..l4 + 8].fill(0);
+            icrc::fill(&mut f[l3..datagram_end], l4 - l3)?;
+        }
+        (true, IpAddr::V6(s), IpAddr::V6(d)) => {
+            f[l4 + 6..l4 + 8].fill(0);
+            icrc::fill(&mut f[l3..datagram_end], l4 - l3)?;
+            UdpPacket::new_checked(&mut f[l4..])?.fill_checksum_v6(&s, &d);
+        }
+        _ => return Err(WireError::BadLength),
+    }
+    Ok(len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse::{parse, Layers};
+    use crate::wire::gradient::Flags;
+
+    fn spec(v6: bool, roce: bool, vlan: Option<u16>) -> FrameSpec {
+        let (s, d) = if v6 {
+            let mut a = [0u8; 16];
+            a[0] = 0xfd;
+            a[15] = 1;
+            let mut b = a;
+            b[15] = 0xfe;
+            (IpAddr::V6(a), IpAddr::V6(b))
+        } else {
+            (IpAddr::V4([10, 0, 0, 1]), IpAddr::V4([10, 0, 0, 254]))
+        };
+        FrameSpec {
+            src_mac: "02:00:00:00:00:01".parse().unwrap(),
+            dst_mac: "02:00:00:00:00:fe".parse().unwrap(),
+            vlan,
+            src_ip: s,
+            dst_ip: d,
+            dscp: 26,
+            ecn: 2,
+            ttl: 64,
+            src_port: 50000,
+            dst_port: if roce { ROCEV2_PORT } else { 49374 },
+            roce: roce.then_some(Roce {
+                dest_qp: 1,
+                psn: 7,
+                pkey: 0xffff,
+                qkey: 0x1111,
+                src_qp: 0x22,
+            }),
+            header: GradientRepr {
+                version: 1,
+                flags: Flags::RESULT,
+                op_type: 1,
+                collective_id: 5,
+                dtype: 2,
+                reason: 0,
+                worker_rank: 0xffff,
+                tensor_offset: 6,
+                data_length: 6,
+                round: 9,
+            },
+        }
+    }
+
+    #[test]
+    fn every_carriage_family_and_tag_parses_with_valid_checksums() {
+        let payload = [1u8, 2, 3, 4, 5, 6];
+        for v6 in [false, true] {
+            for roce in [false, true] {
+                for vlan in [None, Some(100)] {
+                    let s = spec(v6, roce, vlan);
+                    let mut buf = [0u8; 256];
+                    let n = build(&s, &payload, &mut buf).unwrap();
+                    assert_eq!(n, s.frame_len(6));
+                    let p = parse(&buf[..n], 49374)
+                        .unwrap_or_else(|e| panic!("v6 {v6} roce {roce} vlan {vlan:?}: {e}"));
+                    assert!(p.has(Layers::GRADIENT));
+                    assert_eq!(&buf[p.grad_payload()], &payload);
+                    assert_eq!(p.grad_collective_id, 5);
+                    assert_eq!((p.dscp, p.ecn, p.ttl), (26, 2, 64));
+                    if roce {
+                        assert_eq!(
+                            (
+                                p.bth_dest_qp,
+                                p.bth_psn,
+                                p.bth_pad,
+                                p.deth_src_qp,
+                                p.deth_qkey
+                            ),
+                            (1, 7, 2, 0x22, 0x1111)
+                        );
+                        let udp_ck = u16::from_be_bytes([
+                            buf[p.l4_offset as usize + 6],
+                            buf[p.l4_offset as usize + 7],
+                        ]);
+                        assert_eq!(udp_ck == 0, !v6, "RoCEv2: 0 over IPv4, computed over IPv6");
+                    }
+                    if let Some(v) = vlan {
+                        assert_eq!(p.vid_outer, v);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn short_buffer_and_mixed_families_are_errors() {
+        let s = spec(false, false, None);
+        assert_eq!(
+            build(&s, &[0; 8], &mut [0u8; 40]),
+            Err(WireError::Truncated)
+        );
+        let mut m = s;
+        m.dst_ip = IpAddr::V6([0; 16]);
+        assert_eq!(
+            build(&m, &[0; 8], &mut [0u8; 200]),
+            Err(WireError::BadLength)
+        );
+    }
+}
