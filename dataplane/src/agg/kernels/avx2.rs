@@ -1,4 +1,5 @@
-//! AVX2 (+ F16C) kernels: 8 lanes per step, tails with the scalar reference kernels.
+//! AVX2 (+ F16C) kernels: 8 lanes per step; the scalar reference kernels handle a head that aligns
+//! the stores to the vector size, and the tail.
 //!
 //! - f16 widen/narrow: F16C `vcvtph2ps` / `vcvtps2ph` with imm 0 (round to nearest-even), exact
 //!   and subnormal-preserving in both directions.
@@ -13,6 +14,7 @@
 use std::arch::x86_64::*;
 
 use super::code::{size, BF16, F16, I32, MAX, SUM};
+use super::head_lanes;
 use super::scalar;
 
 /// Lanes per vector.
@@ -106,6 +108,38 @@ fn combine<const OP: u8, const DT: u8>(a: __m256i, b: __m256i) -> __m256i {
     _mm256_castps_si256(m)
 }
 
+/// Runs `$head_tail` with `$at` the first lane and `$n` the lane count of the head (up to the
+/// first vector boundary of `$store`, the buffer written, with lanes of `$lane_size` bytes; see
+/// `head_lanes`) and of the tail, and `$body` with `$i` the first lane of each whole vector in
+/// between.
+///
+/// A macro rather than a function taking closures, so that the bodies are compiled with the
+/// enclosing function's target features.
+macro_rules! for_blocks {
+    (
+        $lanes:expr, $store:expr, $lane_size:expr,
+        |$i:ident| $body:expr,
+        |$at:ident, $n:ident| $head_tail:expr $(,)?
+    ) => {{
+        let lanes: usize = $lanes;
+        let head = head_lanes($store as usize, $lane_size, LANES).min(lanes);
+        let whole_end = head + (lanes - head) / LANES * LANES;
+        {
+            let ($at, $n) = (0, head);
+            $head_tail;
+        }
+        let mut $i = head;
+        while $i < whole_end {
+            $body;
+            $i += LANES;
+        }
+        {
+            let ($at, $n) = (whole_end, lanes - whole_end);
+            $head_tail;
+        }
+    }};
+}
+
 /// `acc[i] = widen(src lane i)`.
 ///
 /// # Safety
@@ -113,15 +147,19 @@ fn combine<const OP: u8, const DT: u8>(a: __m256i, b: __m256i) -> __m256i {
 /// The raw kernel contract (`mod.rs`) and AVX2 + F16C.
 #[target_feature(enable = "avx2,f16c")]
 pub(super) unsafe fn load<const DT: u8>(acc: *mut u32, src: *const u8, lanes: usize) {
-    let whole = lanes - lanes % LANES;
-    let mut i = 0;
-    while i < whole {
-        // SAFETY: lanes i..i+8 are below `lanes`, so in bounds by the contract.
-        unsafe { _mm256_storeu_si256(acc.add(i).cast(), widen::<DT>(src.add(i * size(DT)))) }
-        i += LANES;
-    }
-    // SAFETY: the remaining `lanes - whole` lanes, in bounds by the contract.
-    unsafe { scalar::load::<DT>(acc.add(whole), src.add(whole * size(DT)), lanes - whole) }
+    for_blocks!(
+        lanes,
+        acc,
+        4,
+        |i| {
+            // SAFETY: lanes i..i+8 are below `lanes`, so in bounds by the contract.
+            unsafe { _mm256_storeu_si256(acc.add(i).cast(), widen::<DT>(src.add(i * size(DT)))) }
+        },
+        |at, n| {
+            // SAFETY: lanes at..at+n are below `lanes`, so in bounds by the contract.
+            unsafe { scalar::load::<DT>(acc.add(at), src.add(at * size(DT)), n) }
+        },
+    );
 }
 
 /// `acc[i] = acc[i] op widen(src lane i)`.
@@ -131,19 +169,23 @@ pub(super) unsafe fn load<const DT: u8>(acc: *mut u32, src: *const u8, lanes: us
 /// The raw kernel contract (`mod.rs`) and AVX2 + F16C.
 #[target_feature(enable = "avx2,f16c")]
 pub(super) unsafe fn fold<const OP: u8, const DT: u8>(acc: *mut u32, src: *const u8, lanes: usize) {
-    let whole = lanes - lanes % LANES;
-    let mut i = 0;
-    while i < whole {
-        // SAFETY: lanes i..i+8 are below `lanes`, so in bounds by the contract.
-        unsafe {
-            let a = _mm256_loadu_si256(acc.add(i).cast());
-            let x = combine::<OP, DT>(a, widen::<DT>(src.add(i * size(DT))));
-            _mm256_storeu_si256(acc.add(i).cast(), x);
-        }
-        i += LANES;
-    }
-    // SAFETY: the remaining `lanes - whole` lanes, in bounds by the contract.
-    unsafe { scalar::fold::<OP, DT>(acc.add(whole), src.add(whole * size(DT)), lanes - whole) }
+    for_blocks!(
+        lanes,
+        acc,
+        4,
+        |i| {
+            // SAFETY: lanes i..i+8 are below `lanes`, so in bounds by the contract.
+            unsafe {
+                let a = _mm256_loadu_si256(acc.add(i).cast());
+                let x = combine::<OP, DT>(a, widen::<DT>(src.add(i * size(DT))));
+                _mm256_storeu_si256(acc.add(i).cast(), x);
+            }
+        },
+        |at, n| {
+            // SAFETY: lanes at..at+n are below `lanes`, so in bounds by the contract.
+            unsafe { scalar::fold::<OP, DT>(acc.add(at), src.add(at * size(DT)), n) }
+        },
+    );
 }
 
 /// `dst lane i = narrow(acc[i])`.
@@ -153,15 +195,21 @@ pub(super) unsafe fn fold<const OP: u8, const DT: u8>(acc: *mut u32, src: *const
 /// The raw kernel contract (`mod.rs`) and AVX2 + F16C.
 #[target_feature(enable = "avx2,f16c")]
 pub(super) unsafe fn store<const DT: u8>(acc: *const u32, dst: *mut u8, lanes: usize) {
-    let whole = lanes - lanes % LANES;
-    let mut i = 0;
-    while i < whole {
-        // SAFETY: lanes i..i+8 are below `lanes`, so in bounds by the contract.
-        unsafe { narrow_store::<DT>(dst.add(i * size(DT)), _mm256_loadu_si256(acc.add(i).cast())) }
-        i += LANES;
-    }
-    // SAFETY: the remaining `lanes - whole` lanes, in bounds by the contract.
-    unsafe { scalar::store::<DT>(acc.add(whole), dst.add(whole * size(DT)), lanes - whole) }
+    for_blocks!(
+        lanes,
+        dst,
+        size(DT),
+        |i| {
+            // SAFETY: lanes i..i+8 are below `lanes`, so in bounds by the contract.
+            unsafe {
+                narrow_store::<DT>(dst.add(i * size(DT)), _mm256_loadu_si256(acc.add(i).cast()))
+            }
+        },
+        |at, n| {
+            // SAFETY: lanes at..at+n are below `lanes`, so in bounds by the contract.
+            unsafe { scalar::store::<DT>(acc.add(at), dst.add(at * size(DT)), n) }
+        },
+    );
 }
 
 /// `dst lane i = narrow(acc[i] op widen(src lane i))`; `src` may equal `dst`.
@@ -176,25 +224,30 @@ pub(super) unsafe fn fold_store<const OP: u8, const DT: u8>(
     dst: *mut u8,
     lanes: usize,
 ) {
-    let whole = lanes - lanes % LANES;
-    let mut i = 0;
-    while i < whole {
-        // SAFETY: lanes i..i+8 are below `lanes`, so in bounds by the contract; the block of
-        // `src` is read before the same block of `dst` is written.
-        unsafe {
-            let a = _mm256_loadu_si256(acc.add(i).cast());
-            let x = combine::<OP, DT>(a, widen::<DT>(src.add(i * size(DT))));
-            narrow_store::<DT>(dst.add(i * size(DT)), x);
-        }
-        i += LANES;
-    }
-    // SAFETY: the remaining `lanes - whole` lanes, in bounds by the contract.
-    unsafe {
-        scalar::fold_store::<OP, DT>(
-            acc.add(whole),
-            src.add(whole * size(DT)),
-            dst.add(whole * size(DT)),
-            lanes - whole,
-        )
-    }
+    for_blocks!(
+        lanes,
+        dst,
+        size(DT),
+        |i| {
+            // SAFETY: lanes i..i+8 are below `lanes`, so in bounds by the contract; the block of
+            // `src` is read before the same block of `dst` is written.
+            unsafe {
+                let a = _mm256_loadu_si256(acc.add(i).cast());
+                let x = combine::<OP, DT>(a, widen::<DT>(src.add(i * size(DT))));
+                narrow_store::<DT>(dst.add(i * size(DT)), x);
+            }
+        },
+        |at, n| {
+            // SAFETY: lanes at..at+n are below `lanes`, so in bounds by the contract; the
+            // scalar kernel reads each lane before writing it.
+            unsafe {
+                scalar::fold_store::<OP, DT>(
+                    acc.add(at),
+                    src.add(at * size(DT)),
+                    dst.add(at * size(DT)),
+                    n,
+                )
+            }
+        },
+    );
 }

@@ -1,4 +1,5 @@
-//! AVX-512 (F, BW, VL) kernels: 16 lanes per step, tails with masked loads and stores.
+//! AVX-512 (F, BW, VL) kernels: 16 lanes per step; a masked head that aligns the stores to the
+//! vector size, and a masked tail.
 //!
 //! - f16 widen/narrow: `vcvtph2ps` / `vcvtps2ph` with round-to-nearest-even, which are exact and
 //!   keep subnormals in both directions (MXCSR's FTZ and DAZ, off in Rust programs, are the only
@@ -15,6 +16,7 @@
 use std::arch::x86_64::*;
 
 use super::code::{size, BF16, F16, I32, MAX, SUM};
+use super::head_lanes;
 
 /// Lanes per vector.
 const LANES: usize = 16;
@@ -65,25 +67,29 @@ unsafe fn narrow_store<const DT: u8>(dst: *mut u8, k: __mmask16, x: __m512i) {
                 );
                 _mm256_mask_storeu_epi16(dst.cast(), k, h)
             }
-            BF16 => _mm512_mask_cvtepi32_storeu_epi16(dst.cast(), k, f32_to_bf16(x)),
+            BF16 => _mm256_mask_storeu_epi16(dst.cast(), k, f32_to_bf16(x)),
             _ => _mm512_mask_storeu_epi32(dst.cast(), k, x),
         }
     }
 }
 
-/// f32 bits to bf16 bits (in the low half of each 32-bit lane), as `lanes::f32_to_bf16`.
+/// f32 bits to 16 bf16 bit patterns, as `lanes::f32_to_bf16`.
+///
+/// Each lane is rounded to nearest-even in place (its top half is then the bf16 result), a NaN
+/// lane gets its quiet bit set instead, and one word permute gathers the top halves.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 #[inline]
-fn f32_to_bf16(x: __m512i) -> __m512i {
+fn f32_to_bf16(x: __m512i) -> __m256i {
     let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(x), _mm512_set1_epi32(1));
-    let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(
-        _mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)),
-        lsb,
-    ));
-    let abs = _mm512_and_si512(x, _mm512_set1_epi32(0x7fff_ffff));
-    let nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f80_0000));
-    let quiet = _mm512_or_si512(_mm512_srli_epi32::<16>(x), _mm512_set1_epi32(0x40));
-    _mm512_mask_mov_epi32(rounded, nan, quiet)
+    let rounded = _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb);
+    let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(_mm512_castsi512_ps(x), _mm512_castsi512_ps(x));
+    let r = _mm512_mask_or_epi32(rounded, nan, x, _mm512_set1_epi32(0x0040_0000));
+    // Word 2i + 1 (the top half of lane i) to word i, for i in 0..16.
+    let top_halves = _mm512_set_epi16(
+        31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1, //
+        31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1,
+    );
+    _mm512_castsi512_si256(_mm512_permutexvar_epi16(top_halves, r))
 }
 
 /// `a op b` on accumulator bits of dtype `DT`.
@@ -182,15 +188,24 @@ unsafe fn fold_store_block<const OP: u8, const DT: u8>(
     }
 }
 
-/// Runs `$body` with `$i` the offset and `$k` the lane mask of each block of `$lanes` lanes:
-/// whole vectors, then one masked tail. A macro rather than a closure, so that the body is
-/// compiled with the enclosing function's target features.
+/// Runs `$body` with `$i` the lane offset and `$k` the lane mask of each block of `$lanes`
+/// lanes: a masked head up to the first vector boundary of the buffer that is written
+/// (`$store`, lanes of `$lane_size` bytes; see `head_lanes`), whole vectors, then a masked tail.
+///
+/// A macro rather than a function taking a closure, so that the body is compiled with the
+/// enclosing function's target features.
 macro_rules! for_blocks {
-    ($lanes:expr, |$i:ident, $k:ident| $body:expr) => {{
+    ($lanes:expr, $store:expr, $lane_size:expr, |$i:ident, $k:ident| $body:expr) => {{
         let lanes: usize = $lanes;
-        let whole = lanes - lanes % LANES;
+        let head = head_lanes($store as usize, $lane_size, LANES).min(lanes);
         let mut $i = 0;
-        while $i < whole {
+        if head > 0 {
+            let $k = first(head);
+            $body;
+            $i = head;
+        }
+        let whole_end = head + (lanes - head) / LANES * LANES;
+        while $i < whole_end {
             let $k: __mmask16 = !0;
             $body;
             $i += LANES;
@@ -209,7 +224,7 @@ macro_rules! for_blocks {
 /// The raw kernel contract (`mod.rs`) and AVX-512 F, BW, VL.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 pub(super) unsafe fn load<const DT: u8>(acc: *mut u32, src: *const u8, lanes: usize) {
-    for_blocks!(lanes, |i, k| {
+    for_blocks!(lanes, acc, 4, |i, k| {
         // SAFETY: the lanes of `k` at offset i are below `lanes`, so in bounds by the contract.
         unsafe { load_block::<DT>(acc.add(i), src.add(i * size(DT)), k) }
     });
@@ -222,7 +237,7 @@ pub(super) unsafe fn load<const DT: u8>(acc: *mut u32, src: *const u8, lanes: us
 /// The raw kernel contract (`mod.rs`) and AVX-512 F, BW, VL.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 pub(super) unsafe fn fold<const OP: u8, const DT: u8>(acc: *mut u32, src: *const u8, lanes: usize) {
-    for_blocks!(lanes, |i, k| {
+    for_blocks!(lanes, acc, 4, |i, k| {
         // SAFETY: the lanes of `k` at offset i are below `lanes`, so in bounds by the contract.
         unsafe { fold_block::<OP, DT>(acc.add(i), src.add(i * size(DT)), k) }
     });
@@ -235,7 +250,7 @@ pub(super) unsafe fn fold<const OP: u8, const DT: u8>(acc: *mut u32, src: *const
 /// The raw kernel contract (`mod.rs`) and AVX-512 F, BW, VL.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 pub(super) unsafe fn store<const DT: u8>(acc: *const u32, dst: *mut u8, lanes: usize) {
-    for_blocks!(lanes, |i, k| {
+    for_blocks!(lanes, dst, size(DT), |i, k| {
         // SAFETY: the lanes of `k` at offset i are below `lanes`, so in bounds by the contract.
         unsafe { store_block::<DT>(acc.add(i), dst.add(i * size(DT)), k) }
     });
@@ -253,7 +268,7 @@ pub(super) unsafe fn fold_store<const OP: u8, const DT: u8>(
     dst: *mut u8,
     lanes: usize,
 ) {
-    for_blocks!(lanes, |i, k| {
+    for_blocks!(lanes, dst, size(DT), |i, k| {
         // SAFETY: the lanes of `k` at offset i are below `lanes`, so in bounds by the contract;
         // each block of `src` is read before the same block of `dst` is written.
         unsafe {

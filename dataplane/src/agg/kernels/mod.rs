@@ -415,6 +415,21 @@ impl fmt::Debug for Kernels {
     }
 }
 
+/// Lanes to handle before the first vector boundary of the buffer at `addr`, whose lanes are
+/// `lane_size` bytes, for vectors of `vector_lanes` lanes; afterwards, whole-vector accesses to it
+/// never straddle two cache lines. 0 when the buffer is not aligned to its lane size (no head can
+/// align it then). The SIMD kernel sets align their stores this way: split stores cost far more
+/// than split loads, and neither payloads nor accumulators are vector-aligned in general.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+#[inline(always)]
+fn head_lanes(addr: usize, lane_size: usize, vector_lanes: usize) -> usize {
+    let vector = vector_lanes * lane_size;
+    if !addr.is_multiple_of(lane_size) {
+        return 0;
+    }
+    (vector - addr % vector) % vector / lane_size
+}
+
 /// Asserts that a payload slice holds exactly `lanes` lanes of `dtype`.
 #[inline]
 #[track_caller]

@@ -108,14 +108,16 @@ fn lane_bits(dtype: Dtype) -> BoxedStrategy<u32> {
     .boxed()
 }
 
-/// One random reduction: op, dtype, 1..=4 contributions of `lanes` lanes each, and the byte
-/// offset (0..4) at which every payload sits in its buffer.
+/// One random reduction: op, dtype, 1..=4 contributions of `lanes` lanes each, the byte offset
+/// at which every payload sits in its buffer and the lane offset of the accumulator in its own
+/// (so that every alignment of both, relative to a cache line, occurs).
 #[derive(Debug, Clone)]
 struct Case {
     op: ReduceOp,
     dtype: Dtype,
     inputs: Vec<Vec<u32>>,
     offset: usize,
+    acc_offset: usize,
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -124,39 +126,89 @@ fn case() -> impl Strategy<Value = Case> {
         select(Dtype::ALL.to_vec()),
         0usize..=1100,
         1usize..=4,
-        0usize..4,
+        0usize..64,
+        0usize..16,
     )
-        .prop_flat_map(|(op, dtype, lanes, count, offset)| {
+        .prop_flat_map(|(op, dtype, lanes, count, offset, acc_offset)| {
             prop::collection::vec(prop::collection::vec(lane_bits(dtype), lanes), count).prop_map(
                 move |inputs| Case {
                     op,
                     dtype,
                     inputs,
                     offset,
+                    acc_offset,
                 },
             )
         })
 }
 
-/// Wire payloads of `lanes` placed `offset` bytes into a buffer, so that they are not aligned.
+/// Guard bytes around payloads and guard lanes around accumulators: a kernel must never touch
+/// them.
+const GUARD: u8 = 0xa5;
+const GUARD_LANE: u32 = 0xdead_beef;
+const GUARD_LEN: usize = 64;
+
+/// Wire payload lanes placed `offset` bytes into a buffer (so that they are not aligned), with
+/// guard bytes on both sides.
 struct Payload {
     buf: Vec<u8>,
     offset: usize,
+    len: usize,
 }
 
 impl Payload {
     fn new(dtype: Dtype, lanes: &[u32], offset: usize) -> Payload {
-        let mut buf = vec![0xa5; offset];
+        let mut buf = vec![GUARD; offset];
         buf.extend(to_wire(dtype, lanes));
-        Payload { buf, offset }
+        let len = buf.len() - offset;
+        buf.extend([GUARD; GUARD_LEN]);
+        Payload { buf, offset, len }
     }
 
     fn bytes(&self) -> &[u8] {
-        &self.buf[self.offset..]
+        &self.buf[self.offset..self.offset + self.len]
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.buf[self.offset..]
+        &mut self.buf[self.offset..self.offset + self.len]
+    }
+
+    fn guards_intact(&self) -> bool {
+        let (before, rest) = self.buf.split_at(self.offset);
+        before.iter().chain(&rest[self.len..]).all(|&b| b == GUARD)
+    }
+}
+
+/// An accumulator `offset` lanes into its buffer, with guard lanes on both sides.
+struct Acc {
+    buf: Vec<u32>,
+    offset: usize,
+    len: usize,
+}
+
+impl Acc {
+    fn new(len: usize, offset: usize) -> Acc {
+        Acc {
+            buf: vec![GUARD_LANE; offset + len + GUARD_LEN],
+            offset,
+            len,
+        }
+    }
+
+    fn lanes(&self) -> &[u32] {
+        &self.buf[self.offset..self.offset + self.len]
+    }
+
+    fn lanes_mut(&mut self) -> &mut [u32] {
+        &mut self.buf[self.offset..self.offset + self.len]
+    }
+
+    fn guards_intact(&self) -> bool {
+        let (before, rest) = self.buf.split_at(self.offset);
+        before
+            .iter()
+            .chain(&rest[self.len..])
+            .all(|&x| x == GUARD_LANE)
     }
 }
 
@@ -170,40 +222,55 @@ fn run(k: &Kernels, c: &Case) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
         .map(|lanes| Payload::new(dtype, lanes, c.offset))
         .collect();
     let lanes = c.inputs[0].len();
-    let mut acc = vec![0u32; lanes];
+    let mut acc = Acc::new(lanes, c.acc_offset);
     let mut accs = Vec::new();
-    k.load(dtype, &mut acc, payloads[0].bytes());
-    accs.push(acc.clone());
+    k.load(dtype, acc.lanes_mut(), payloads[0].bytes());
+    accs.push(acc.lanes().to_vec());
     let (last, middle) = payloads.split_last().expect("one contribution at least");
     if payloads.len() > 1 {
         for p in &middle[1..] {
-            k.fold(op, dtype, &mut acc, p.bytes());
-            accs.push(acc.clone());
+            k.fold(op, dtype, acc.lanes_mut(), p.bytes());
+            accs.push(acc.lanes().to_vec());
         }
     }
+    let before_last = acc.lanes().to_vec();
     let mut results = Vec::new();
     for finish in FINISHES {
         let mut out = Payload::new(dtype, &vec![0; lanes], c.offset);
-        let mut fin_acc = acc.clone();
         match finish {
-            _ if payloads.len() == 1 => k.store(dtype, &fin_acc, out.bytes_mut()),
+            _ if payloads.len() == 1 => k.store(dtype, acc.lanes(), out.bytes_mut()),
             Finish::FoldThenStore => {
-                k.fold(op, dtype, &mut fin_acc, last.bytes());
-                accs.push(fin_acc.clone());
-                k.store(dtype, &fin_acc, out.bytes_mut());
+                let mut fin = Acc::new(lanes, c.acc_offset);
+                fin.lanes_mut().copy_from_slice(&before_last);
+                k.fold(op, dtype, fin.lanes_mut(), last.bytes());
+                accs.push(fin.lanes().to_vec());
+                k.store(dtype, fin.lanes(), out.bytes_mut());
+                assert!(
+                    fin.guards_intact(),
+                    "{}: fold wrote past the accumulator",
+                    k.name()
+                );
             }
-            Finish::FoldStore => k.fold_store(op, dtype, &fin_acc, last.bytes(), out.bytes_mut()),
+            Finish::FoldStore => {
+                k.fold_store(op, dtype, acc.lanes(), last.bytes(), out.bytes_mut())
+            }
             Finish::InPlace => {
                 out = Payload::new(dtype, c.inputs.last().unwrap(), c.offset);
-                k.fold_store_in_place(op, dtype, &fin_acc, out.bytes_mut());
+                k.fold_store_in_place(op, dtype, acc.lanes(), out.bytes_mut());
             }
         }
-        if !matches!(finish, Finish::FoldThenStore) {
-            // fold_store and fold_store_in_place leave the accumulator alone.
-            assert_eq!(fin_acc, acc);
-        }
-        // Nothing is written before the payload.
-        assert!(out.buf[..c.offset].iter().all(|&b| b == 0xa5));
+        // fold_store and fold_store_in_place leave the accumulator alone.
+        assert_eq!(acc.lanes(), &before_last[..]);
+        assert!(
+            acc.guards_intact(),
+            "{}: wrote past the accumulator",
+            k.name()
+        );
+        assert!(
+            out.guards_intact(),
+            "{}: {finish:?} wrote past the payload",
+            k.name()
+        );
         results.push(from_wire(dtype, out.bytes()));
     }
     (accs, results)
@@ -213,7 +280,7 @@ proptest! {
     #![proptest_config(ProptestConfig {
         cases: 512,
         // Failing seeds are kept beside this file, as `random.proptest-regressions`.
-        failure_persistence: Some(Box::new(FileFailurePersistence::SourceParallel(
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
             "proptest-regressions"
         ))),
         ..ProptestConfig::default()
@@ -249,7 +316,7 @@ proptest! {
     #[test]
     fn simd_store_matches_the_reference(
         acc in prop::collection::vec(lane_bits(Dtype::F32), 0..=1100),
-        offset in 0usize..4,
+        offset in 0usize..64,
     ) {
         for dtype in Dtype::ALL {
             let mut want = Payload::new(dtype, &vec![0; acc.len()], offset);
