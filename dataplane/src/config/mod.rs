@@ -54,6 +54,9 @@ pub struct Config {
     /// `[[multicast_group]]`: groups for the `multicast(id)` action.
     #[serde(rename = "multicast_group", default)]
     pub groups: Vec<table::GroupConfig>,
+    /// `[[collective]]`: the collectives the appliance aggregates (spec section 3).
+    #[serde(rename = "collective", default)]
+    pub collectives: Vec<crate::agg::config::CollectiveConfig>,
 }
 
 /// `[eal]`.
@@ -109,6 +112,12 @@ pub struct DataplaneConfig {
     /// (a fallback; the record count is what normally ends a replay).
     #[serde(default = "d_idle")]
     pub replay_idle_ms: u64,
+    /// The appliance's own QP number, the DETH source QP of its RoCEv2 packets (spec section 6).
+    #[serde(default = "d_qpn")]
+    pub appliance_qpn: u32,
+    /// Slot memory all collectives together may use (MiB); a collective beyond it is refused.
+    #[serde(default = "d_memory")]
+    pub memory_limit_mb: u64,
 }
 
 impl Default for DataplaneConfig {
@@ -118,6 +127,8 @@ impl Default for DataplaneConfig {
             tx_drain_us: DEFAULT_TX_DRAIN_US,
             gradient_udp_port: DEFAULT_GRADIENT_UDP_PORT,
             replay_idle_ms: d_idle(),
+            appliance_qpn: d_qpn(),
+            memory_limit_mb: d_memory(),
         }
     }
 }
@@ -140,8 +151,13 @@ pub struct PortConfig {
     pub tx_desc: u16,
     /// MTU to set (bytes).
     pub mtu: Option<u16>,
-    /// MAC address to set on the port (`rte_eth_dev_default_mac_addr_set`).
+    /// MAC address to set on the port (`rte_eth_dev_default_mac_addr_set`); also the source
+    /// of the appliance's own packets on this port.
     pub mac: Option<String>,
+    /// The appliance's IPv4 address on this port (source of results and NAKs).
+    pub ipv4: Option<String>,
+    /// The appliance's IPv6 address on this port.
+    pub ipv6: Option<String>,
 }
 
 impl PortConfig {
@@ -210,6 +226,12 @@ fn d_grad_port() -> u16 {
 fn d_idle() -> u64 {
     5000
 }
+fn d_qpn() -> u32 {
+    1
+}
+fn d_memory() -> u64 {
+    1024
+}
 fn d_desc() -> u16 {
     1024
 }
@@ -223,6 +245,12 @@ pub struct Loaded {
     pub pipeline: Pipeline,
     /// Per port: its MAC override, parsed.
     pub port_macs: Vec<Option<EthernetAddress>>,
+    /// Per port: the appliance's IPv4 address.
+    pub port_ipv4: Vec<Option<[u8; 4]>>,
+    /// Per port: the appliance's IPv6 address.
+    pub port_ipv6: Vec<Option<[u8; 16]>>,
+    /// The validated collectives.
+    pub collectives: Vec<crate::agg::config::Collective>,
 }
 
 impl Loaded {
@@ -317,6 +345,8 @@ fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
     }
     let mut names = Vec::new();
     let mut port_macs = Vec::new();
+    let mut port_ipv4 = Vec::new();
+    let mut port_ipv6 = Vec::new();
     for (i, p) in config.ports.iter().enumerate() {
         let key = format!("port[{i}]");
         match (&p.vdev, &p.pci) {
@@ -359,6 +389,24 @@ fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
             ),
         };
         port_macs.push(mac);
+        let v4 = match &p.ipv4 {
+            None => None,
+            Some(a) => Some(
+                a.parse::<std::net::Ipv4Addr>()
+                    .map_err(|_| err(format!("{key}.ipv4"), format!("expected an IPv4 address like 10.0.0.254, found {a:?}")))?
+                    .octets(),
+            ),
+        };
+        let v6 = match &p.ipv6 {
+            None => None,
+            Some(a) => Some(
+                a.parse::<std::net::Ipv6Addr>()
+                    .map_err(|_| err(format!("{key}.ipv6"), format!("expected an IPv6 address like fd00::fe, found {a:?}")))?
+                    .octets(),
+            ),
+        };
+        port_ipv4.push(v4);
+        port_ipv6.push(v6);
     }
     let nports = config.ports.len();
     let mut seen = Vec::new();
@@ -397,11 +445,19 @@ fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
         }
     }
     let pipeline = table::build_pipeline(&config.tables, &config.groups, nports as u16, path)?;
-    let loaded = Loaded {
-        config,
-        pipeline,
-        port_macs,
-    };
+    if config.dataplane.appliance_qpn > 0xff_ffff {
+        return Err(err(
+            "dataplane.appliance_qpn".into(),
+            format!("expected a 24-bit QP number, found {}", config.dataplane.appliance_qpn),
+        ));
+    }
+    let collectives = crate::agg::config::validate(
+        &config.collectives,
+        crate::agg::config::PortAddrs { ipv4: &port_ipv4, ipv6: &port_ipv6 },
+        config.dataplane.memory_limit_mb.saturating_mul(1 << 20),
+        path,
+    )?;
+    let loaded = Loaded { config, pipeline, port_macs, port_ipv4, port_ipv6, collectives };
     for p in 0..nports as u16 {
         let n = loaded.rx_queues(p);
         for q in 0..n {

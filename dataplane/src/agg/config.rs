@@ -1,0 +1,311 @@
+//! `[[collective]]`: the collectives of spec section 3, with exactly the spec's key names (the
+//! traffic generator and the independent checker read the same file), validated into
+//! [`Collective`]s.
+
+use super::kernels::{Dtype, ReduceOp};
+use crate::config::ConfigError;
+use crate::wire::build::IpAddr;
+use crate::wire::EthernetAddress;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// `[[collective]]` as written in the file (spec section 3).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CollectiveConfig {
+    /// Which collective (u16).
+    pub collective_id: u16,
+    /// `"sum"`, `"max"` or `"min"`.
+    pub op: String,
+    /// `"f32"`, `"f16"`, `"bf16"` or `"i32"`.
+    pub dtype: String,
+    /// `"udp"` (default) or `"rocev2"`.
+    #[serde(default = "d_carriage")]
+    pub carriage: String,
+    /// Elements in the tensor.
+    pub tensor_elements: u64,
+    /// Elements per packet (the last chunk may be shorter).
+    pub chunk_elements: u32,
+    /// Reduce in rank order (rule 7).
+    #[serde(default)]
+    pub deterministic: bool,
+    /// Rule 8: a round untouched this long (ms, appliance clock) is reclaimed.
+    #[serde(default = "d_timeout")]
+    pub slot_timeout_ms: u64,
+    /// DSCP of result packets.
+    #[serde(default)]
+    pub dscp: u8,
+    /// `[[collective.member]]`, one per rank.
+    #[serde(rename = "member")]
+    pub members: Vec<MemberConfig>,
+}
+
+/// `[[collective.member]]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemberConfig {
+    /// 0..num_workers-1, each once.
+    pub rank: u16,
+    /// The worker's IP (v4 or v6).
+    pub ip: String,
+    /// The worker's UDP port (UDP carriage).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub udp_port: Option<u16>,
+    /// The worker's MAC.
+    pub mac: String,
+    /// An 802.1Q VID to tag results with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vlan: Option<u16>,
+    /// The appliance port that reaches it (default 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// The worker's QP (RoCEv2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qpn: Option<u32>,
+    /// The worker's Q_Key (RoCEv2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qkey: Option<u32>,
+}
+
+fn d_carriage() -> String {
+    "udp".into()
+}
+fn d_timeout() -> u64 {
+    1000
+}
+
+/// The carriage of a collective (spec section 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Carriage {
+    /// Ethernet / IP / UDP (gradient port) / gradient.
+    Udp,
+    /// Ethernet / IP / UDP 4791 / BTH (UD SEND Only) / DETH / gradient / pad / ICRC.
+    Rocev2,
+}
+
+/// A validated member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Member {
+    /// Rank.
+    pub rank: u16,
+    /// IP address.
+    pub ip: IpAddr,
+    /// UDP port (UDP carriage; 0 for RoCEv2).
+    pub udp_port: u16,
+    /// MAC.
+    pub mac: EthernetAddress,
+    /// VLAN tag of results.
+    pub vlan: Option<u16>,
+    /// Appliance port index.
+    pub port: u16,
+    /// QP (RoCEv2).
+    pub qpn: u32,
+    /// Q_Key (RoCEv2).
+    pub qkey: u32,
+}
+
+/// A validated collective.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Collective {
+    /// Id.
+    pub id: u16,
+    /// Reduction.
+    pub op: ReduceOp,
+    /// Lane type.
+    pub dtype: Dtype,
+    /// Carriage.
+    pub carriage: Carriage,
+    /// Elements in the tensor.
+    pub tensor_elements: u64,
+    /// Elements per chunk.
+    pub chunk_elements: u32,
+    /// Rank-order reduction.
+    pub deterministic: bool,
+    /// Slot timeout (µs).
+    pub slot_timeout_us: u64,
+    /// DSCP of results.
+    pub dscp: u8,
+    /// Members by rank.
+    pub members: Vec<Member>,
+}
+
+impl Collective {
+    /// Number of slots: one per chunk.
+    pub fn slots(&self) -> u64 {
+        self.tensor_elements.div_ceil(self.chunk_elements as u64)
+    }
+
+    /// Number of workers.
+    pub fn workers(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Bytes of slot memory: per slot an f32/i32 accumulator and the kept result, plus per-rank
+    /// copies of the payload when deterministic.
+    pub fn memory_bytes(&self) -> u64 {
+        let chunk = self.chunk_elements as u64;
+        let per_slot = chunk * 4
+            + chunk * self.dtype.size() as u64
+            + if self.deterministic { self.workers() as u64 * chunk * self.dtype.size() as u64 } else { 0 }
+            + 64;
+        self.slots() * per_slot
+    }
+}
+
+/// What validation needs of the ports: how many there are and their addresses.
+#[derive(Debug, Clone, Copy)]
+pub struct PortAddrs<'a> {
+    /// Per port: its IPv4 address, if configured.
+    pub ipv4: &'a [Option<[u8; 4]>],
+    /// Per port: its IPv6 address, if configured.
+    pub ipv6: &'a [Option<[u8; 16]>],
+}
+
+/// Validates the `[[collective]]` list. Errors name the key (`collective[0].member[2].ip`) and
+/// what was expected; collectives that together need more than `memory_limit` bytes of slot
+/// memory are refused.
+pub fn validate(
+    list: &[CollectiveConfig],
+    ports: PortAddrs<'_>,
+    memory_limit: u64,
+    path: &Path,
+) -> Result<Vec<Collective>, ConfigError> {
+    let err = |key: String, msg: String| ConfigError::new(path, key, msg);
+    let mut out: Vec<Collective> = Vec::new();
+    let mut total = 0u64;
+    for (ci, c) in list.iter().enumerate() {
+        let k = format!("collective[{ci}]");
+        if out.iter().any(|o| o.id == c.collective_id) {
+            return Err(err(format!("{k}.collective_id"), format!("collective {} is configured twice", c.collective_id)));
+        }
+        let op = match c.op.as_str() {
+            "sum" => ReduceOp::Sum,
+            "max" => ReduceOp::Max,
+            "min" => ReduceOp::Min,
+            o => return Err(err(format!("{k}.op"), format!("expected \"sum\", \"max\" or \"min\", found {o:?}"))),
+        };
+        let dtype = match c.dtype.as_str() {
+            "f32" => Dtype::F32,
+            "f16" => Dtype::F16,
+            "bf16" => Dtype::Bf16,
+            "i32" => Dtype::I32,
+            o => {
+                return Err(err(format!("{k}.dtype"), format!("expected \"f32\", \"f16\", \"bf16\" or \"i32\", found {o:?}")))
+            }
+        };
+        let carriage = match c.carriage.as_str() {
+            "udp" => Carriage::Udp,
+            "rocev2" => Carriage::Rocev2,
+            o => return Err(err(format!("{k}.carriage"), format!("expected \"udp\" or \"rocev2\", found {o:?}"))),
+        };
+        if c.tensor_elements == 0 {
+            return Err(err(format!("{k}.tensor_elements"), "expected at least 1 element".into()));
+        }
+        if c.chunk_elements == 0 {
+            return Err(err(format!("{k}.chunk_elements"), "expected at least 1 element".into()));
+        }
+        let chunk_bytes = c.chunk_elements as u64 * dtype.size() as u64;
+        if chunk_bytes > 9000 - 100 {
+            return Err(err(
+                format!("{k}.chunk_elements"),
+                format!("a chunk of {} {} lanes is {chunk_bytes} bytes: expected at most 8900 bytes (a 9000-byte jumbo frame with headers)", c.chunk_elements, c.dtype),
+            ));
+        }
+        if c.dscp > 63 {
+            return Err(err(format!("{k}.dscp"), format!("expected 0..=63, found {}", c.dscp)));
+        }
+        if c.members.is_empty() {
+            return Err(err(format!("{k}.member"), "expected at least one [[collective.member]]".into()));
+        }
+        let n = c.members.len();
+        let mut members: Vec<Option<Member>> = vec![None; n];
+        for (mi, m) in c.members.iter().enumerate() {
+            let mk = format!("{k}.member[{mi}]");
+            if m.rank as usize >= n {
+                return Err(err(
+                    format!("{mk}.rank"),
+                    format!("expected a rank below {n} (ranks are 0..num_workers-1, num_workers = {n} members), found {}", m.rank),
+                ));
+            }
+            if members[m.rank as usize].is_some() {
+                return Err(err(format!("{mk}.rank"), format!("rank {} appears twice", m.rank)));
+            }
+            let ip = m
+                .ip
+                .parse::<std::net::IpAddr>()
+                .map(IpAddr::from_std)
+                .map_err(|_| err(format!("{mk}.ip"), format!("expected an IPv4 or IPv6 address, found {:?}", m.ip)))?;
+            let mac: EthernetAddress =
+                m.mac.parse().map_err(|e| err(format!("{mk}.mac"), format!("{e}, found {:?}", m.mac)))?;
+            let port = m.port.unwrap_or(0);
+            if port as usize >= ports.ipv4.len() {
+                return Err(err(
+                    format!("{mk}.port"),
+                    format!("expected a port index below {} (the number of [[port]] tables), found {port}", ports.ipv4.len()),
+                ));
+            }
+            let has_addr = match ip {
+                IpAddr::V4(_) => ports.ipv4[port as usize].is_some(),
+                IpAddr::V6(_) => ports.ipv6[port as usize].is_some(),
+            };
+            if !has_addr {
+                return Err(err(
+                    format!("{mk}.ip"),
+                    format!(
+                        "port[{port}] has no {} address: set `{}` on it (results come from the appliance's address on the member's port)",
+                        if ip.is_v6() { "IPv6" } else { "IPv4" },
+                        if ip.is_v6() { "ipv6" } else { "ipv4" }
+                    ),
+                ));
+            }
+            if let Some(v) = m.vlan {
+                if v == 0 || v > 4094 {
+                    return Err(err(format!("{mk}.vlan"), format!("expected a VLAN ID in 1..=4094, found {v}")));
+                }
+            }
+            let (udp_port, qpn, qkey) = match carriage {
+                Carriage::Udp => {
+                    let p = m.udp_port.ok_or_else(|| err(format!("{mk}.udp_port"), "expected the worker's UDP port (the UDP carriage needs it)".into()))?;
+                    (p, 0, 0)
+                }
+                Carriage::Rocev2 => {
+                    let q = m.qpn.ok_or_else(|| err(format!("{mk}.qpn"), "expected the worker's QP number (the RoCEv2 carriage needs it)".into()))?;
+                    if q > 0xff_ffff {
+                        return Err(err(format!("{mk}.qpn"), format!("expected a 24-bit QP number, found {q}")));
+                    }
+                    let key = m.qkey.ok_or_else(|| err(format!("{mk}.qkey"), "expected the worker's Q_Key (the RoCEv2 carriage needs it)".into()))?;
+                    (m.udp_port.unwrap_or(0), q, key)
+                }
+            };
+            members[m.rank as usize] = Some(Member { rank: m.rank, ip, udp_port, mac, vlan: m.vlan, port, qpn, qkey });
+        }
+        let members: Vec<Member> = members.into_iter().map(|m| m.expect("every rank 0..n-1 is set: n members, unique ranks below n")).collect();
+        let coll = Collective {
+            id: c.collective_id,
+            op,
+            dtype,
+            carriage,
+            tensor_elements: c.tensor_elements,
+            chunk_elements: c.chunk_elements,
+            deterministic: c.deterministic,
+            slot_timeout_us: c.slot_timeout_ms.saturating_mul(1000),
+            dscp: c.dscp,
+            members,
+        };
+        total += coll.memory_bytes();
+        if total > memory_limit {
+            return Err(err(
+                k,
+                format!(
+                    "the collectives need {} MiB of slot memory (this one {} slots, {} MiB), more than dataplane.memory_limit_mb = {} MiB",
+                    total.div_ceil(1 << 20),
+                    coll.slots(),
+                    coll.memory_bytes().div_ceil(1 << 20),
+                    memory_limit >> 20
+                ),
+            ));
+        }
+        out.push(coll);
+    }
+    Ok(out)
+}
