@@ -101,6 +101,10 @@ pub struct Summary {
     pub mbufs_in_use_after: u32,
     /// Worker lcores.
     pub workers: usize,
+    /// The aggregator's counters (all workers).
+    pub aggregation: crate::agg::AggCounters,
+    /// Configured collectives.
+    pub collectives: usize,
 }
 
 /// A port as it will be probed: its EAL device argument and replay files.
@@ -130,18 +134,8 @@ fn plan_ports(loaded: &Loaded, opts: &Options, workers: usize) -> Result<Vec<Por
     let mut plans = Vec::new();
     for (i, pc) in loaded.config.ports.iter().enumerate() {
         let name = pc.name.clone().unwrap_or_else(|| format!("port{i}"));
-        let rx: Vec<&PathBuf> = opts
-            .rx
-            .iter()
-            .filter(|(p, _)| *p == i)
-            .map(|(_, f)| f)
-            .collect();
-        let tx: Vec<&PathBuf> = opts
-            .tx
-            .iter()
-            .filter(|(p, _)| *p == i)
-            .map(|(_, f)| f)
-            .collect();
+        let rx: Vec<&PathBuf> = opts.rx.iter().filter(|(p, _)| *p == i).map(|(_, f)| f).collect();
+        let tx: Vec<&PathBuf> = opts.tx.iter().filter(|(p, _)| *p == i).map(|(_, f)| f).collect();
         let replay = !opts.rx.is_empty() || !opts.tx.is_empty();
         let (device, vdev, merge) = if replay {
             // Replay: every port becomes a net_pcap vdev; ports without an input read an empty
@@ -149,8 +143,7 @@ fn plan_ports(loaded: &Loaded, opts: &Options, workers: usize) -> Result<Vec<Por
             let device = format!("net_pcap_dpu{i}");
             let mut args = vec![device.clone()];
             let rx_files: Vec<PathBuf> = if rx.is_empty() {
-                std::fs::create_dir_all(&tmp)
-                    .map_err(|e| AppError::Other(format!("{}: {e}", tmp.display())))?;
+                std::fs::create_dir_all(&tmp).map_err(|e| AppError::Other(format!("{}: {e}", tmp.display())))?;
                 let empty = tmp.join(format!("empty{i}.pcap"));
                 pcapfile::write_empty(&empty).map_err(AppError::Other)?;
                 vec![empty]
@@ -160,21 +153,15 @@ fn plan_ports(loaded: &Loaded, opts: &Options, workers: usize) -> Result<Vec<Por
             for f in &rx_files {
                 args.push(format!("rx_pcap={}", f.display()));
             }
-            let out = tx
-                .first()
-                .map(|f| f.to_path_buf())
-                .unwrap_or_else(|| PathBuf::from("/dev/null"));
+            let out = tx.first().map(|f| f.to_path_buf()).unwrap_or_else(|| PathBuf::from("/dev/null"));
             if tx.len() > 1 {
-                return Err(AppError::Other(format!(
-                    "--tx {i}=...: one output file per port"
-                )));
+                return Err(AppError::Other(format!("--tx {i}=...: one output file per port")));
             }
             let mut merge = None;
             if workers > 1 && out != Path::new("/dev/null") {
                 // One tx queue per worker, one file per tx queue; merged by time at the end.
-                let parts: Vec<PathBuf> = (0..workers)
-                    .map(|q| PathBuf::from(format!("{}.txq{q}", out.display())))
-                    .collect();
+                let parts: Vec<PathBuf> =
+                    (0..workers).map(|q| PathBuf::from(format!("{}.txq{q}", out.display()))).collect();
                 for p in &parts {
                     args.push(format!("tx_pcap={}", p.display()));
                 }
@@ -208,10 +195,7 @@ fn plan_ports(loaded: &Loaded, opts: &Options, workers: usize) -> Result<Vec<Por
             let args: Vec<(String, String)> = v
                 .split(',')
                 .skip(1)
-                .filter_map(|kv| {
-                    kv.split_once('=')
-                        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-                })
+                .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
                 .collect();
             let is_pcap = device.starts_with("net_pcap");
             for (k, val) in &args {
@@ -244,8 +228,7 @@ fn prepare_files(plans: &[PortPlan], loaded: &Loaded) -> Result<Option<u64>, App
     let mut preload = 0u64;
     for p in plans {
         for f in &p.rx_files {
-            let n = pcapfile::count_records(f)
-                .map_err(|e| AppError::Other(format!("port {} input: {e}", p.name)))?;
+            let n = pcapfile::count_records(f).map_err(|e| AppError::Other(format!("port {} input: {e}", p.name)))?;
             if p.infinite {
                 preload += n;
             } else {
@@ -257,9 +240,8 @@ fn prepare_files(plans: &[PortPlan], loaded: &Loaded) -> Result<Option<u64>, App
         }
         for f in &p.tx_files {
             if let Some(dir) = f.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(|e| {
-                    AppError::Other(format!("port {} output {}: {e}", p.name, f.display()))
-                })?;
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| AppError::Other(format!("port {} output {}: {e}", p.name, f.display())))?;
             }
         }
     }
@@ -291,8 +273,7 @@ pub fn run(opts: &Options) -> Result<Summary, AppError> {
     let eal = Eal::init(&args)?;
     let result = run_with_eal(&eal, &loaded, opts, &plans, expected);
     drop(eal);
-    let _ =
-        std::fs::remove_dir_all(std::env::temp_dir().join(format!("dpu-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("dpu-{}", std::process::id())));
     result
 }
 
@@ -322,19 +303,13 @@ fn run_with_eal(
             .into());
         }
     }
-    let pool = Mempool::new(
-        "dpu_mbufs",
-        cfg.mempool.mbufs,
-        cfg.mempool.cache,
-        cfg.mempool.data_room,
-        -1,
-    )?;
+    let pool = Mempool::new("dpu_mbufs", cfg.mempool.mbufs, cfg.mempool.cache, cfg.mempool.data_room, -1)?;
 
     let mut ports = Vec::new();
     let mut port_ids = Vec::new();
     for (i, p) in plans.iter().enumerate() {
-        let id = Port::by_name(&p.device)
-            .map_err(|e| DpdkError::new(format!("port {i} ({})", p.name), e.to_string()))?;
+        let id =
+            Port::by_name(&p.device).map_err(|e| DpdkError::new(format!("port {i} ({})", p.name), e.to_string()))?;
         let pc = &cfg.ports[i];
         let setup = PortSetup {
             rx_queues: loaded.rx_queues(i as u16),
@@ -348,10 +323,18 @@ fn run_with_eal(
         port_ids.push(id);
     }
 
+    let port_addrs: Vec<crate::agg::PortAddr> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| crate::agg::PortAddr {
+            mac: loaded.port_macs[i].unwrap_or_else(|| p.mac()),
+            ipv4: loaded.port_ipv4[i],
+            ipv6: loaded.port_ipv6[i],
+        })
+        .collect();
     let hz = dpdk::tsc_hz();
     let drain_tsc = hz / 1_000_000 * cfg.dataplane.tx_drain_us.max(1);
-    let results: Vec<Arc<Mutex<Option<Datapath>>>> =
-        lcores.iter().map(|_| Arc::new(Mutex::new(None))).collect();
+    let results: Vec<Arc<Mutex<Option<Datapath>>>> = lcores.iter().map(|_| Arc::new(Mutex::new(None))).collect();
     worker::QUIT.store(false, std::sync::atomic::Ordering::Relaxed);
     let on_panic: Arc<dyn Fn() + Send + Sync> = Arc::new(worker::request_quit);
     let mut handles = Vec::new();
@@ -361,21 +344,26 @@ fn run_with_eal(
             rx: l
                 .rx
                 .iter()
-                .map(|q| RxQueue {
-                    port_id: port_ids[q.port as usize],
-                    port: q.port,
-                    queue: q.queue,
-                })
+                .map(|q| RxQueue { port_id: port_ids[q.port as usize], port: q.port, queue: q.queue })
                 .collect(),
             port_ids: port_ids.clone(),
             tx_queue: wi as u16,
             burst: cfg.dataplane.burst as usize,
             drain_tsc,
-            datapath: Datapath::new(
-                loaded.pipeline.clone(),
-                ports.len() as u16,
-                cfg.dataplane.gradient_udp_port,
-            ),
+            tsc_per_us: (hz / 1_000_000).max(1),
+            datapath: {
+                let dp = Datapath::new(loaded.pipeline.clone(), ports.len() as u16, cfg.dataplane.gradient_udp_port);
+                if loaded.collectives.is_empty() {
+                    dp
+                } else {
+                    dp.with_aggregator(crate::agg::Aggregator::new(
+                        &loaded.collectives,
+                        port_addrs.clone(),
+                        cfg.dataplane.gradient_udp_port,
+                        cfg.dataplane.appliance_qpn,
+                    ))
+                }
+            },
             pool,
         };
         let slot = results[wi].clone();
@@ -399,13 +387,8 @@ fn run_with_eal(
         }
     }
 
-    let input_short = monitor(
-        &ports,
-        expected,
-        opts.duration,
-        Duration::from_millis(cfg.dataplane.replay_idle_ms),
-        opts.quiet,
-    );
+    let input_short =
+        monitor(&ports, expected, opts.duration, Duration::from_millis(cfg.dataplane.replay_idle_ms), opts.quiet);
     worker::request_quit();
     let seconds = started.elapsed().as_secs_f64();
     let mut panics = Vec::new();
@@ -419,9 +402,13 @@ fn run_with_eal(
     let mut total = Counters::new(ports.len() as u16);
     let mut tables: Vec<EntrySummary> = Vec::new();
     let mut pipelines = Vec::new();
+    let mut agg = crate::agg::AggCounters::default();
     for r in &results {
         if let Some(dp) = r.lock().unwrap_or_else(|e| e.into_inner()).take() {
             total.add(&dp.counters);
+            if let Some(a) = &dp.agg {
+                agg.add(&a.counters);
+            }
             pipelines.push(dp.pipeline);
         }
     }
@@ -431,17 +418,9 @@ fn run_with_eal(
                 let mut c = Counter::default();
                 for p in &pipelines {
                     let tt = &p.tables[ti];
-                    c.add(if e < t.len() {
-                        &tt.counters[e]
-                    } else {
-                        &tt.miss_counter
-                    });
+                    c.add(if e < t.len() { &tt.counters[e] } else { &tt.miss_counter });
                 }
-                tables.push(EntrySummary {
-                    table: t.name.clone(),
-                    entry: (e < t.len()).then_some(e),
-                    counter: c,
-                });
+                tables.push(EntrySummary { table: t.name.clone(), entry: (e < t.len()).then_some(e), counter: c });
             }
         }
     }
@@ -474,29 +453,22 @@ fn run_with_eal(
                 ethdev: ethdev[i],
             })
             .collect(),
-        drops: crate::stats::Reason::ALL
-            .iter()
-            .map(|r| (r.name().to_string(), total.dropped(*r)))
-            .collect(),
+        drops: crate::stats::Reason::ALL.iter().map(|r| (r.name().to_string(), total.dropped(*r))).collect(),
         tables,
         input_records: expected,
         input_short,
         seconds,
         mbufs_in_use_after: pool.in_use(),
         workers: lcores.len(),
+        aggregation: agg,
+        collectives: loaded.collectives.len(),
     };
     Ok(summary)
 }
 
 /// Waits on the main lcore until a stop is due. Returns true if a replay's input ended short
 /// (the idle fallback fired before every record arrived).
-fn monitor(
-    ports: &[Port],
-    expected: Option<u64>,
-    duration: Option<Duration>,
-    idle: Duration,
-    quiet: bool,
-) -> bool {
+fn monitor(ports: &[Port], expected: Option<u64>, duration: Option<Duration>, idle: Duration, quiet: bool) -> bool {
     let start = Instant::now();
     let mut last_seen = 0u64;
     let mut last_change = Instant::now();
@@ -540,11 +512,7 @@ impl Summary {
     pub fn report(&self) -> String {
         use std::fmt::Write;
         let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "== dpu: final stats ({} worker(s), {:.3} s) ==",
-            self.workers, self.seconds
-        );
+        let _ = writeln!(s, "== dpu: final stats ({} worker(s), {:.3} s) ==", self.workers, self.seconds);
         let _ = writeln!(
             s,
             "{:<6} {:<14} {:>12} {:>12} {:>12} {:>12} {:>10}",
@@ -563,48 +531,36 @@ impl Summary {
                 p.ethdev.ierrors + p.ethdev.rx_nombuf + p.ethdev.imissed
             );
         }
-        let drops: Vec<String> = self
-            .drops
-            .iter()
-            .filter(|(_, n)| **n > 0)
-            .map(|(k, n)| format!("{k}={n}"))
-            .collect();
-        let _ = writeln!(
-            s,
-            "drops: {}",
-            if drops.is_empty() {
-                "none".to_string()
-            } else {
-                drops.join(" ")
-            }
-        );
+        let drops: Vec<String> = self.drops.iter().filter(|(_, n)| **n > 0).map(|(k, n)| format!("{k}={n}")).collect();
+        let _ = writeln!(s, "drops: {}", if drops.is_empty() { "none".to_string() } else { drops.join(" ") });
         for t in &self.tables {
-            let which = t
-                .entry
-                .map(|e| format!("entry {e}"))
-                .unwrap_or_else(|| "miss".to_string());
+            let which = t.entry.map(|e| format!("entry {e}")).unwrap_or_else(|| "miss".to_string());
             let _ = writeln!(
                 s,
                 "table {:<10} {:<9} {:>10} pkts {:>12} bytes",
                 t.table, which, t.counter.packets, t.counter.bytes
             );
         }
-        if let Some(n) = self.input_records {
+        if self.collectives > 0 {
+            let a = &self.aggregation;
             let _ = writeln!(
                 s,
-                "input: {n} records{}",
-                if self.input_short {
-                    " (ended short)"
-                } else {
-                    ""
-                }
+                "aggregation: {} contributions folded, {} rounds completed, {} results sent, {} resends, {} NAKs ({} suppressed), {} slot timeouts",
+                a.folded, a.completed, a.results, a.resends, a.naks, a.naks_suppressed, a.slot_timeouts
             );
+            if self.seconds > 0.0 {
+                let _ = writeln!(
+                    s,
+                    "aggregation rate: {:.3} Mpps of contributions, {:.3} Gbit/s of payload",
+                    a.folded as f64 / self.seconds / 1e6,
+                    a.payload_bytes as f64 * 8.0 / self.seconds / 1e9
+                );
+            }
         }
-        let _ = writeln!(
-            s,
-            "mbufs in use after shutdown: {}",
-            self.mbufs_in_use_after
-        );
+        if let Some(n) = self.input_records {
+            let _ = writeln!(s, "input: {n} records{}", if self.input_short { " (ended short)" } else { "" });
+        }
+        let _ = writeln!(s, "mbufs in use after shutdown: {}", self.mbufs_in_use_after);
         s
     }
 }

@@ -159,11 +159,7 @@ pub struct VecIo {
 impl VecIo {
     /// An I/O with `nb_ports` ports and unlimited allocation.
     pub fn new(nb_ports: u16) -> Self {
-        VecIo {
-            nb_ports,
-            sent: Vec::new(),
-            alloc_budget: None,
-        }
+        VecIo { nb_ports, sent: Vec::new(), alloc_budget: None }
     }
 }
 

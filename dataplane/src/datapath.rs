@@ -4,6 +4,7 @@
 //! and the tests (heap buffers) run the same code.
 
 use crate::action::Egress;
+use crate::agg::Aggregator;
 use crate::buf::{PacketBuf, PacketIo};
 use crate::parse::{parse, Parsed};
 use crate::stats::{Counters, Reason};
@@ -16,6 +17,8 @@ pub struct Datapath {
     pub pipeline: Pipeline,
     /// This worker's counters.
     pub counters: Counters,
+    /// The aggregator, when collectives are configured.
+    pub agg: Option<Aggregator>,
     ports: u16,
     gradient_udp_port: u16,
 }
@@ -24,17 +27,20 @@ impl Datapath {
     /// A datapath over `ports` ports running `pipeline`; `gradient_udp_port` is the UDP port of
     /// the gradient protocol's UDP carriage (spec section 1).
     pub fn new(pipeline: Pipeline, ports: u16, gradient_udp_port: u16) -> Self {
-        Datapath {
-            pipeline,
-            counters: Counters::new(ports),
-            ports,
-            gradient_udp_port,
-        }
+        Datapath { pipeline, counters: Counters::new(ports), agg: None, ports, gradient_udp_port }
     }
 
-    /// Processes one received packet: it is sent, copied, or dropped and counted.
+    /// Adds an aggregator: gradient packets addressed to the appliance go to it instead of the
+    /// tables.
+    pub fn with_aggregator(mut self, agg: Aggregator) -> Self {
+        self.agg = Some(agg);
+        self
+    }
+
+    /// Processes one received packet: it is sent, copied, consumed by the aggregator, or dropped
+    /// and counted. `now_us` is the appliance's clock (µs) for packets without an rx timestamp.
     #[inline]
-    pub fn process<I: PacketIo>(&mut self, io: &mut I, in_port: u16, mut pkt: I::Buf) {
+    pub fn process<I: PacketIo>(&mut self, io: &mut I, in_port: u16, mut pkt: I::Buf, now_us: u64) {
         let len = pkt.data().len();
         self.counters.rx(in_port, len);
         if pkt.is_segmented() {
@@ -48,6 +54,13 @@ impl Datapath {
                 return;
             }
         };
+        if let Some(agg) = self.agg.as_mut() {
+            if agg.wants(&p, in_port) {
+                let now = pkt.rx_timestamp_us().unwrap_or(now_us);
+                agg.process(io, in_port, pkt, &p, now, &mut self.counters);
+                return;
+            }
+        }
         match self.pipeline.apply(&mut pkt, &mut p, in_port) {
             Egress::Port(port) => self.send(io, port, pkt),
             Egress::Flood => self.flood(io, in_port, pkt),
@@ -154,7 +167,7 @@ mod tests {
         let mut dp = datapath();
         let mut io = VecIo::new(3);
         for dst in [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1]] {
-            dp.process(&mut io, 2, VecBuf::from_frame(&frame(dst)));
+            dp.process(&mut io, 2, VecBuf::from_frame(&frame(dst)), 0);
         }
         let ports: Vec<u16> = io.sent.iter().map(|(p, _)| *p).collect();
         assert_eq!(ports, vec![1, 0, 1]);
@@ -170,7 +183,7 @@ mod tests {
     fn flood_copies_to_every_other_port() {
         let mut dp = datapath();
         let mut io = VecIo::new(3);
-        dp.process(&mut io, 1, VecBuf::from_frame(&frame([0xff; 6])));
+        dp.process(&mut io, 1, VecBuf::from_frame(&frame([0xff; 6])), 0);
         let ports: Vec<u16> = io.sent.iter().map(|(p, _)| *p).collect();
         assert_eq!(ports, vec![0, 2]);
         assert!(io.sent.iter().all(|(_, f)| *f == frame([0xff; 6])));
@@ -181,7 +194,7 @@ mod tests {
         let mut dp = datapath();
         let mut io = VecIo::new(3);
         io.alloc_budget = Some(0);
-        dp.process(&mut io, 1, VecBuf::from_frame(&frame([0xff; 6])));
+        dp.process(&mut io, 1, VecBuf::from_frame(&frame([0xff; 6])), 0);
         assert_eq!(io.sent.len(), 1);
         assert_eq!(dp.counters.dropped(Reason::NoMbuf), 1);
     }
@@ -190,13 +203,9 @@ mod tests {
     fn runts_and_explicit_drops_are_counted() {
         let mut dp = datapath();
         let mut io = VecIo::new(3);
-        dp.process(&mut io, 0, VecBuf::from_frame(&[1, 2, 3]));
-        dp.process(&mut io, 0, VecBuf::from_frame(&[]));
-        dp.process(
-            &mut io,
-            0,
-            VecBuf::from_frame(&frame([2, 0, 0, 0, 0, 0x66])),
-        );
+        dp.process(&mut io, 0, VecBuf::from_frame(&[1, 2, 3]), 0);
+        dp.process(&mut io, 0, VecBuf::from_frame(&[]), 0);
+        dp.process(&mut io, 0, VecBuf::from_frame(&frame([2, 0, 0, 0, 0, 0x66])), 0);
         assert!(io.sent.is_empty());
         assert_eq!(dp.counters.dropped(Reason::Runt), 2);
         assert_eq!(dp.counters.dropped(Reason::ExplicitDrop), 1);

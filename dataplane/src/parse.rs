@@ -329,8 +329,7 @@ impl Parsed {
     /// Offset of the RoCEv2 ICRC (the last 4 bytes of the UDP datagram), if a BTH was parsed.
     #[inline]
     pub fn icrc_offset(&self) -> Option<usize> {
-        self.has(Layers::BTH)
-            .then(|| (self.l4_offset + self.udp_len) as usize - icrc::ICRC_LEN)
+        self.has(Layers::BTH).then(|| (self.l4_offset + self.udp_len) as usize - icrc::ICRC_LEN)
     }
 }
 
@@ -424,9 +423,7 @@ fn parse_ipv4(frame: &[u8], l3: usize, port: u16, p: &mut Parsed) -> Result<(), 
 /// IPv6 at `l3`, its extension headers, then UDP.
 fn parse_ipv6(frame: &[u8], l3: usize, port: u16, p: &mut Parsed) -> Result<(), DropReason> {
     let ip = ipv6::Ipv6Packet::new_checked(&frame[l3..]).map_err(|_| DropReason::MalformedIpv6)?;
-    let chain = ip
-        .walk_extensions()
-        .map_err(|_| DropReason::MalformedIpv6)?;
+    let chain = ip.walk_extensions().map_err(|_| DropReason::MalformedIpv6)?;
     p.layers.insert(Layers::IPV6);
     let (src, dst) = (ip.src_addr(), ip.dst_addr());
     p.ip_src_bytes = src;
@@ -449,11 +446,8 @@ fn parse_ipv6(frame: &[u8], l3: usize, port: u16, p: &mut Parsed) -> Result<(), 
     }
     let u = udp::UdpPacket::new_checked(&frame[l4..end]).map_err(|_| DropReason::MalformedUdp)?;
     // Mandatory over IPv6, except that RoCEv2 may leave it 0 (spec section 1).
-    let ok = if u.dst_port() == bth::ROCEV2_UDP_PORT && u.checksum() == 0 {
-        true
-    } else {
-        u.verify_checksum_v6(&src, &dst)
-    };
+    let ok =
+        if u.dst_port() == bth::ROCEV2_UDP_PORT && u.checksum() == 0 { true } else { u.verify_checksum_v6(&src, &dst) };
     if !ok {
         return Err(DropReason::BadUdpChecksum);
     }
@@ -461,12 +455,7 @@ fn parse_ipv6(frame: &[u8], l3: usize, port: u16, p: &mut Parsed) -> Result<(), 
 }
 
 /// The UDP header is valid: record it, then RoCEv2 or the gradient header.
-fn parse_udp(
-    frame: &[u8],
-    u: &udp::UdpPacket<&[u8]>,
-    port: u16,
-    p: &mut Parsed,
-) -> Result<(), DropReason> {
+fn parse_udp(frame: &[u8], u: &udp::UdpPacket<&[u8]>, port: u16, p: &mut Parsed) -> Result<(), DropReason> {
     p.layers.insert(Layers::UDP);
     p.udp_src = u.src_port();
     p.udp_dst = u.dst_port();
@@ -484,12 +473,7 @@ fn parse_udp(
 }
 
 /// A BTH at `start`, in a UDP datagram ending at `udp_end` (ICRC included).
-fn parse_rocev2(
-    frame: &[u8],
-    start: usize,
-    udp_end: usize,
-    p: &mut Parsed,
-) -> Result<(), DropReason> {
+fn parse_rocev2(frame: &[u8], start: usize, udp_end: usize, p: &mut Parsed) -> Result<(), DropReason> {
     let seg = &frame[start..udp_end];
     let b = bth::BthPacket::new_checked(seg).map_err(|_| DropReason::MalformedBth)?;
     let ext = bth::extensions(b.opcode()).map_err(|_| DropReason::MalformedBth)?;
@@ -528,15 +512,9 @@ fn parse_rocev2(
 }
 
 /// A gradient header at `start`, its payload running to `end`.
-fn parse_gradient(
-    frame: &[u8],
-    start: usize,
-    end: usize,
-    p: &mut Parsed,
-) -> Result<(), DropReason> {
+fn parse_gradient(frame: &[u8], start: usize, end: usize, p: &mut Parsed) -> Result<(), DropReason> {
     let seg = frame.get(start..end).ok_or(DropReason::MalformedGradient)?;
-    let g =
-        gradient::GradientHeader::new_checked(seg).map_err(|_| DropReason::MalformedGradient)?;
+    let g = gradient::GradientHeader::new_checked(seg).map_err(|_| DropReason::MalformedGradient)?;
     p.layers.insert(Layers::GRADIENT);
     p.grad_offset = start as u32;
     p.grad_collective_id = g.collective_id();
@@ -574,19 +552,10 @@ mod tests {
     fn assert_case_udp(p: &Parsed, l3: usize, ihl_bytes: usize) {
         assert!(p.has(Layers::ETH.union(Layers::IPV4).union(Layers::UDP)));
         assert_eq!(p.ethertype, EtherType::IPV4);
-        assert_eq!(
-            (p.l3_offset as usize, p.ip_header_len as usize),
-            (l3, ihl_bytes)
-        );
+        assert_eq!((p.l3_offset as usize, p.ip_header_len as usize), (l3, ihl_bytes));
         assert_eq!(p.l4_offset as usize, l3 + ihl_bytes);
-        assert_eq!(
-            (p.ip_src(), p.ip_dst()),
-            (&[10, 0, 0, 1][..], &[10, 0, 0, 2][..])
-        );
-        assert_eq!(
-            (p.udp_src, p.udp_dst, p.udp_len, p.ip_proto, p.ttl),
-            (49152, 9000, 12, 17, 64)
-        );
+        assert_eq!((p.ip_src(), p.ip_dst()), (&[10, 0, 0, 1][..], &[10, 0, 0, 2][..]));
+        assert_eq!((p.udp_src, p.udp_dst, p.udp_len, p.ip_proto, p.ttl), (49152, 9000, 12, 17, 64));
         assert_eq!(p.udp_payload().len(), 4);
         assert!(!p.has(Layers::BTH) && !p.has(Layers::GRADIENT));
     }
@@ -595,10 +564,7 @@ mod tests {
     fn drop_reason_names() {
         for (i, r) in DropReason::ALL.iter().enumerate() {
             assert_eq!(r.index(), i);
-            assert!(r
-                .name()
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c == '_' || c.is_ascii_digit()));
+            assert!(r.name().chars().all(|c| c.is_ascii_lowercase() || c == '_' || c.is_ascii_digit()));
             assert_eq!(r.to_string(), r.name());
         }
         let mut names: Vec<_> = DropReason::ALL.iter().map(|r| r.name()).collect();
@@ -684,9 +650,7 @@ mod tests {
         // RFC 1624 update for TOS 0x02 -> 0x03 on this header gives exactly 0x0000 ...
         assert_eq!(checksum::update16(0x0001, 0x4502, 0x4503), 0x0000);
         let mut b = f[0].clone();
-        ipv4::Ipv4Packet::new_checked(&mut b[14..])
-            .unwrap()
-            .update_tos(0x03);
+        ipv4::Ipv4Packet::new_checked(&mut b[14..]).unwrap().update_tos(0x03);
         assert_eq!((b[15], &b[24..26]), (0x03, &[0x00, 0x00][..]));
         // ... and a stored 0x0000 that sums right parses.
         let p = ok(&b);
@@ -713,16 +677,11 @@ mod tests {
         assert_eq!(p.ip_src().len(), 16);
         assert_eq!(p.ip_dst()[0], 0xfd);
         assert_eq!(p.ip_dst()[15], 2);
-        assert_eq!(
-            (p.l3_offset, p.ip_header_len, p.l4_offset, p.ip_end),
-            (14, 40, 54, 66)
-        );
+        assert_eq!((p.l3_offset, p.ip_header_len, p.l4_offset, p.ip_end), (14, 40, 54, 66));
         assert_eq!((p.udp_src, p.udp_dst, p.udp_len), (49152, 9000, 12));
         // CE marking at the parsed offset keeps version and flow label; UDP still verifies.
         let mut b = f[0].clone();
-        ipv6::Ipv6Packet::new_checked(&mut b[p.l3_offset as usize..])
-            .unwrap()
-            .set_ecn(0b11);
+        ipv6::Ipv6Packet::new_checked(&mut b[p.l3_offset as usize..]).unwrap().set_ecn(0b11);
         assert_eq!(&b[14..18], &0x6bba_bcdeu32.to_be_bytes());
         assert_eq!(ok(&b).ecn, 0b11);
         // A zero UDP checksum over IPv6 is invalid.
@@ -757,10 +716,7 @@ mod tests {
         for (frame, tpid) in f[..2].iter().zip([0x88a8, 0x8100]) {
             let p = ok(frame);
             assert_eq!(p.vlan_tags(), 2);
-            assert_eq!(
-                (p.vlan_outer_tpid, p.vid_outer, p.vid_inner),
-                (tpid, 100, 200)
-            );
+            assert_eq!((p.vlan_outer_tpid, p.vid_outer, p.vid_inner), (tpid, 100, 200));
             assert_eq!((p.l3_offset, p.ethertype), (22, EtherType::IPV4));
             assert_case_udp(&p, 22, 20);
         }
@@ -777,10 +733,7 @@ mod tests {
             assert!(p.has(Layers::UDP.union(Layers::BTH)));
             assert!(!p.has(Layers::DETH) && !p.has(Layers::GRADIENT));
             assert_eq!((p.l3_offset, p.ecn), (l3, ecn));
-            assert_eq!(
-                (p.udp_dst, p.bth_opcode, p.bth_dest_qp, p.bth_psn),
-                (4791, 0x04, 0x11, 1)
-            );
+            assert_eq!((p.udp_dst, p.bth_opcode, p.bth_dest_qp, p.bth_psn), (4791, 0x04, 0x11, 1));
             assert_eq!(p.bth_offset, l3 + 28);
             let at = p.icrc_offset().unwrap();
             assert_eq!(at + 4, frame.len());
@@ -794,9 +747,7 @@ mod tests {
         assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::BadIcrc));
         // TTL decremented (with the IP checksum updated): still valid.
         let mut b = f[0].clone();
-        ipv4::Ipv4Packet::new_checked(&mut b[14..])
-            .unwrap()
-            .update_ttl(63);
+        ipv4::Ipv4Packet::new_checked(&mut b[14..]).unwrap().update_ttl(63);
         assert_eq!(ok(&b).ttl, 63);
         // An unknown opcode: malformed BTH.
         let mut b = f[0].clone();
@@ -840,18 +791,8 @@ mod tests {
         assert_eq!(rocev2, 184);
         // Per destination QP: packets and the sum of their PSNs, as tshark decodes them.
         let expect_qps = [(0x22, (32, 380)), (0x23, (120, 2132)), (0x27, (32, 380))];
-        assert_eq!(
-            by_qp.into_iter().collect::<Vec<(u32, (u32, u32))>>(),
-            expect_qps
-        );
-        let expect = [
-            (0x06, 8),
-            (0x07, 48),
-            (0x09, 8),
-            (0x0a, 32),
-            (0x0b, 24),
-            (0x11, 64),
-        ];
+        assert_eq!(by_qp.into_iter().collect::<Vec<(u32, (u32, u32))>>(), expect_qps);
+        let expect = [(0x06, 8), (0x07, 48), (0x09, 8), (0x0a, 32), (0x0b, 24), (0x11, 64)];
         assert_eq!(by_op.into_iter().collect::<Vec<(u8, i32)>>(), expect);
     }
 
@@ -871,19 +812,9 @@ mod tests {
 
     /// Ethernet / IPv4 or IPv6 / UDP (dst `dport`) / `l4_payload`, with valid checksums (UDP
     /// checksum 0 when `zero_udp_ck`).
-    fn udp_frame(
-        v6: bool,
-        vlan: Option<u16>,
-        dport: u16,
-        l4_payload: &[u8],
-        zero_udp_ck: bool,
-    ) -> Vec<u8> {
+    fn udp_frame(v6: bool, vlan: Option<u16>, dport: u16, l4_payload: &[u8], zero_udp_ck: bool) -> Vec<u8> {
         let mut f = Vec::new();
-        eth_header(
-            &mut f,
-            vlan,
-            if v6 { EtherType::IPV6 } else { EtherType::IPV4 },
-        );
+        eth_header(&mut f, vlan, if v6 { EtherType::IPV6 } else { EtherType::IPV4 });
         let l3 = f.len();
         let udp_len = 8 + l4_payload.len();
         let ip_len = if v6 { 40 } else { 20 };
@@ -914,11 +845,7 @@ mod tests {
             r.emit(&mut f[l3..]).unwrap();
         }
         let l4 = l3 + ip_len;
-        let ur = udp::UdpRepr {
-            src_port: 50000,
-            dst_port: dport,
-            payload_len: l4_payload.len() as u16,
-        };
+        let ur = udp::UdpRepr { src_port: 50000, dst_port: dport, payload_len: l4_payload.len() as u16 };
         ur.emit(&mut f[l4..]).unwrap();
         f[l4 + 8..].copy_from_slice(l4_payload);
         if !zero_udp_ck {
@@ -981,12 +908,7 @@ mod tests {
     #[test]
     fn gradient_over_udp() {
         let lanes = [0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0x40];
-        for (v6, vlan) in [
-            (false, None),
-            (true, None),
-            (false, Some(5)),
-            (true, Some(5)),
-        ] {
+        for (v6, vlan) in [(false, None), (true, None), (false, Some(5)), (true, Some(5))] {
             let mut l4p = grad_header(42, 8).to_vec();
             l4p.extend_from_slice(&lanes);
             let f = udp_frame(v6, vlan, GRAD_PORT, &l4p, false);
@@ -1016,10 +938,7 @@ mod tests {
             for (v6, vlan) in [(false, None), (true, None), (true, Some(7))] {
                 let f = rocev2_gradient_frame(v6, vlan, &lanes);
                 let p = ok(&f);
-                let all = Layers::UDP
-                    .union(Layers::BTH)
-                    .union(Layers::DETH)
-                    .union(Layers::GRADIENT);
+                let all = Layers::UDP.union(Layers::BTH).union(Layers::DETH).union(Layers::GRADIENT);
                 assert!(p.has(all));
                 assert_eq!((p.bth_opcode, p.bth_dest_qp, p.bth_psn), (0x64, 0x123, 7));
                 assert_eq!((p.deth_qkey, p.deth_src_qp), (0x1111_2222, 0xabcd));
@@ -1047,13 +966,7 @@ mod tests {
         }
         // Gradient header cut short inside a valid RoCEv2 packet.
         let mut l4p = vec![0u8; 20];
-        bth::BthRepr {
-            opcode: 0x64,
-            pkey: 0xffff,
-            ..Default::default()
-        }
-        .emit(&mut l4p)
-        .unwrap();
+        bth::BthRepr { opcode: 0x64, pkey: 0xffff, ..Default::default() }.emit(&mut l4p).unwrap();
         l4p.extend_from_slice(&[0; 16 + 4]);
         let mut f = udp_frame(false, None, 4791, &l4p, true);
         icrc::fill(&mut f[14..], 20).unwrap();
@@ -1107,18 +1020,12 @@ mod tests {
         b[12..14].copy_from_slice(&[0x81, 0x00]);
         assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::Runt));
         // Ethernet header only, IPv4 type: malformed IPv4.
-        assert_eq!(
-            parse(&f[0][..14], GRAD_PORT),
-            Err(DropReason::MalformedIpv4)
-        );
+        assert_eq!(parse(&f[0][..14], GRAD_PORT), Err(DropReason::MalformedIpv4));
         // Another EtherType: valid at L2 only.
         let mut b = f[0].clone();
         b[12..14].copy_from_slice(&0x88cc_u16.to_be_bytes());
         let p = ok(&b);
-        assert_eq!(
-            (p.layers, p.ethertype, p.l3_offset),
-            (Layers::ETH, 0x88cc, 14)
-        );
+        assert_eq!((p.layers, p.ethertype, p.l3_offset), (Layers::ETH, 0x88cc, 14));
         assert_eq!(p.eth_dst.to_string(), "02:00:00:00:00:02");
         assert_eq!(p.eth_src.to_string(), "02:00:00:00:00:01");
         assert!(p.ip_src().is_empty());
@@ -1144,30 +1051,13 @@ mod tests {
 
     #[test]
     fn parsed_is_small_and_tag_offsets() {
-        assert!(
-            core::mem::size_of::<Parsed>() <= 160,
-            "{}",
-            core::mem::size_of::<Parsed>()
-        );
+        assert!(core::mem::size_of::<Parsed>() <= 160, "{}", core::mem::size_of::<Parsed>());
         let f = frames("c09_stacked_vlan.pcap");
         let p = ok(&f[0]);
-        assert_eq!(
-            (
-                p.vlan_tag_offset(0),
-                p.vlan_tag_offset(1),
-                p.vlan_tag_offset(2)
-            ),
-            (Some(12), Some(16), None)
-        );
+        assert_eq!((p.vlan_tag_offset(0), p.vlan_tag_offset(1), p.vlan_tag_offset(2)), (Some(12), Some(16), None));
         let p = ok(&frames("c10_rocev2_ipv4_icrc.pcap")[1]);
-        assert_eq!(
-            (p.vlan_tags(), p.vlan_tag_offset(0), p.vlan_tag_offset(1)),
-            (1, Some(12), None)
-        );
-        assert_eq!(
-            ok(&frames("c02_ipv4_options.pcap")[0]).vlan_tag_offset(0),
-            None
-        );
+        assert_eq!((p.vlan_tags(), p.vlan_tag_offset(0), p.vlan_tag_offset(1)), (1, Some(12), None));
+        assert_eq!(ok(&frames("c02_ipv4_options.pcap")[0]).vlan_tag_offset(0), None);
     }
 
     /// Every case frame and a sample of the NCCL capture, for the fuzz tests (read once).
@@ -1192,11 +1082,7 @@ mod tests {
         ] {
             v.extend(frames(name));
         }
-        v.extend(
-            frames("nccl_ring_allreduce_rocev2.pcap")
-                .into_iter()
-                .step_by(9),
-        );
+        v.extend(frames("nccl_ring_allreduce_rocev2.pcap").into_iter().step_by(9));
         v.push(rocev2_gradient_frame(true, Some(3), &[1, 2, 3, 4, 5, 6]));
         v.push(udp_frame(true, None, GRAD_PORT, &grad_header(1, 4), false));
         v

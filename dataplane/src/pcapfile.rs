@@ -12,8 +12,7 @@ use std::path::Path;
 /// Errors: the file cannot be opened or is not a pcap file (the message names the file).
 pub fn count_records(path: &Path) -> Result<u64, String> {
     let f = File::open(path).map_err(|e| format!("{}: cannot open: {e}", path.display()))?;
-    let mut r = PcapReader::new(BufReader::new(f))
-        .map_err(|e| format!("{}: not a pcap file: {e}", path.display()))?;
+    let mut r = PcapReader::new(BufReader::new(f)).map_err(|e| format!("{}: not a pcap file: {e}", path.display()))?;
     let mut n = 0u64;
     while let Some(rec) = r.next_packet() {
         match rec {
@@ -38,8 +37,7 @@ pub fn merge(parts: &[&Path], out: &Path) -> Result<u64, String> {
     let mut header = None;
     for (i, p) in parts.iter().enumerate() {
         let f = File::open(p).map_err(|e| format!("{}: cannot open: {e}", p.display()))?;
-        let mut r = PcapReader::new(BufReader::new(f))
-            .map_err(|e| format!("{}: not a pcap file: {e}", p.display()))?;
+        let mut r = PcapReader::new(BufReader::new(f)).map_err(|e| format!("{}: not a pcap file: {e}", p.display()))?;
         if header.is_none() {
             header = Some(r.header());
         }
@@ -59,8 +57,7 @@ pub fn merge(parts: &[&Path], out: &Path) -> Result<u64, String> {
     .map_err(|e| format!("{}: cannot write: {e}", out.display()))?;
     for (ts, _, _, orig_len, data) in &all {
         let rec = pcap_file::pcap::PcapPacket::new(*ts, *orig_len, data);
-        w.write_packet(&rec)
-            .map_err(|e| format!("{}: cannot write: {e}", out.display()))?;
+        w.write_packet(&rec).map_err(|e| format!("{}: cannot write: {e}", out.display()))?;
     }
     Ok(all.len() as u64)
 }
@@ -74,12 +71,7 @@ mod tests {
     fn write(path: &Path, recs: &[(u64, &[u8])]) {
         let mut w = PcapWriter::new(File::create(path).unwrap()).unwrap();
         for (us, d) in recs {
-            w.write_packet(&PcapPacket::new(
-                Duration::from_micros(*us),
-                d.len() as u32,
-                d,
-            ))
-            .unwrap();
+            w.write_packet(&PcapPacket::new(Duration::from_micros(*us), d.len() as u32, d)).unwrap();
         }
     }
 
@@ -107,9 +99,7 @@ mod tests {
         let empty = dir.join("empty.pcap");
         write_empty(&empty).unwrap();
         assert_eq!(count_records(&empty).unwrap(), 0);
-        assert!(count_records(&dir.join("missing.pcap"))
-            .unwrap_err()
-            .contains("cannot open"));
+        assert!(count_records(&dir.join("missing.pcap")).unwrap_err().contains("cannot open"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -45,11 +45,31 @@ pub enum Reason {
     NoMbuf,
     /// The tx queue stayed full: the packet could not be sent.
     TxFull,
+    /// A gradient packet with the RESULT or NAK flag on input (spec rule 5; no NAK).
+    GradFlags,
+    /// Gradient: unknown collective (NAK reason 1).
+    GradUnknownCollective,
+    /// Gradient: version other than 1 (NAK reason 2).
+    GradBadVersion,
+    /// Gradient: op, dtype or carriage other than the collective's (NAK reason 3).
+    GradMismatch,
+    /// Gradient: rank >= num_workers (NAK reason 4).
+    GradBadRank,
+    /// Gradient: the source is not the rank's member: anti-spoofing (NAK reason 5).
+    GradNotMember,
+    /// Gradient: bad data_length (NAK reason 6).
+    GradBadLength,
+    /// Gradient: bad tensor_offset (NAK reason 6).
+    GradBadOffset,
+    /// Gradient: stale or premature round (NAK reason 7).
+    GradStaleRound,
+    /// Gradient: a contribution already folded (rule 1).
+    GradDuplicate,
 }
 
 impl Reason {
     /// Every reason, in counter order.
-    pub const ALL: [Reason; 17] = [
+    pub const ALL: [Reason; 27] = [
         Reason::Runt,
         Reason::VlanDepth,
         Reason::MalformedIpv4,
@@ -67,6 +87,16 @@ impl Reason {
         Reason::TtlExpired,
         Reason::NoMbuf,
         Reason::TxFull,
+        Reason::GradFlags,
+        Reason::GradUnknownCollective,
+        Reason::GradBadVersion,
+        Reason::GradMismatch,
+        Reason::GradBadRank,
+        Reason::GradNotMember,
+        Reason::GradBadLength,
+        Reason::GradBadOffset,
+        Reason::GradStaleRound,
+        Reason::GradDuplicate,
     ];
     /// Number of reasons.
     pub const COUNT: usize = Self::ALL.len();
@@ -91,6 +121,16 @@ impl Reason {
             Reason::TtlExpired => "ttl_expired",
             Reason::NoMbuf => "no_mbuf",
             Reason::TxFull => "tx_full",
+            Reason::GradFlags => "grad_result_or_nak_input",
+            Reason::GradUnknownCollective => "grad_unknown_collective",
+            Reason::GradBadVersion => "grad_bad_version",
+            Reason::GradMismatch => "grad_mismatch",
+            Reason::GradBadRank => "grad_bad_rank",
+            Reason::GradNotMember => "grad_not_member",
+            Reason::GradBadLength => "grad_bad_length",
+            Reason::GradBadOffset => "grad_bad_offset",
+            Reason::GradStaleRound => "grad_stale_round",
+            Reason::GradDuplicate => "grad_duplicate",
         }
     }
 }
@@ -147,10 +187,7 @@ pub struct Counters {
 impl Counters {
     /// Zeroed counters for `ports` ports.
     pub fn new(ports: u16) -> Self {
-        Counters {
-            ports: vec![PortCounters::default(); ports as usize],
-            drops: [0; Reason::COUNT],
-        }
+        Counters { ports: vec![PortCounters::default(); ports as usize], drops: [0; Reason::COUNT] }
     }
 
     /// Counts a received packet of `len` bytes on `port`.
@@ -208,11 +245,7 @@ impl Counters {
 
     /// Drops by reason name, only the non-zero ones.
     pub fn drops_by_name(&self) -> Vec<(&'static str, u64)> {
-        Reason::ALL
-            .iter()
-            .map(|r| (r.name(), self.dropped(*r)))
-            .filter(|(_, n)| *n > 0)
-            .collect()
+        Reason::ALL.iter().map(|r| (r.name(), self.dropped(*r))).filter(|(_, n)| *n > 0).collect()
     }
 }
 

@@ -56,6 +56,8 @@ pub struct Worker {
     pub burst: usize,
     /// Tx drain period (TSC cycles).
     pub drain_tsc: u64,
+    /// TSC cycles per µs (the appliance's clock for packets without an rx timestamp).
+    pub tsc_per_us: u64,
     /// Packet processing and counters.
     pub datapath: Datapath,
     /// The pool new frames (copies) come from.
@@ -88,12 +90,7 @@ impl TxIo {
         while sent < len && tries < TX_RETRIES {
             // SAFETY: bufs[sent..len] are mbufs we own; the PMD takes ownership of those it sends.
             let n = unsafe {
-                dpdk_sys::shim_tx_burst(
-                    self.port_ids[p],
-                    self.queue,
-                    bufs.as_mut_ptr().add(sent),
-                    (len - sent) as u16,
-                )
+                dpdk_sys::shim_tx_burst(self.port_ids[p], self.queue, bufs.as_mut_ptr().add(sent), (len - sent) as u16)
             };
             sent += n as usize;
             tries += 1;
@@ -119,8 +116,7 @@ impl PacketIo for TxIo {
     #[inline(always)]
     fn alloc(&mut self) -> Option<Mbuf> {
         // SAFETY: the pool is valid; a non-NULL result is a fresh mbuf we own.
-        NonNull::new(unsafe { dpdk_sys::shim_pktmbuf_alloc(self.pool.as_ptr()) })
-            .map(|m| unsafe { Mbuf::from_raw(m) })
+        NonNull::new(unsafe { dpdk_sys::shim_pktmbuf_alloc(self.pool.as_ptr()) }).map(|m| unsafe { Mbuf::from_raw(m) })
     }
 
     #[inline(always)]
@@ -161,11 +157,11 @@ impl Worker {
                 io.flush_all();
                 last_drain = now;
             }
+            let now_us = now / self.tsc_per_us;
             for rxq in &self.rx {
                 // SAFETY: pkts has room for `burst` pointers; this lcore owns the queue.
-                let n = unsafe {
-                    dpdk_sys::shim_rx_burst(rxq.port_id, rxq.queue, pkts.as_mut_ptr(), burst as u16)
-                } as usize;
+                let n = unsafe { dpdk_sys::shim_rx_burst(rxq.port_id, rxq.queue, pkts.as_mut_ptr(), burst as u16) }
+                    as usize;
                 for i in 0..n {
                     if i + 1 < n {
                         // SAFETY: a valid mbuf pointer returned by rx_burst.
@@ -173,7 +169,7 @@ impl Worker {
                     }
                     // SAFETY: rx_burst handed us ownership of pkts[i], which is non-NULL.
                     let m = unsafe { Mbuf::from_raw(NonNull::new_unchecked(pkts[i])) };
-                    self.datapath.process(&mut io, rxq.port, m);
+                    self.datapath.process(&mut io, rxq.port, m, now_us);
                 }
             }
         }

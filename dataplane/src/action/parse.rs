@@ -26,8 +26,7 @@ pub struct ActionContext<'a> {
     pub rewrites_only: bool,
 }
 
-const KNOWN: &str =
-    "forward(port), flood, multicast(group), drop, goto(table), exit, count(name), \
+const KNOWN: &str = "forward(port), flood, multicast(group), drop, goto(table), exit, count(name), \
                      set_dscp(0..63), mark_ecn, dec_ttl, set_eth_src(mac), set_eth_dst(mac), \
                      push_vlan(vid), pop_vlan, set_vlan(vid)";
 
@@ -40,10 +39,7 @@ fn err<T>(s: String) -> Result<T, ActionParseError> {
 /// Errors name the action and what was expected: an unknown action, a missing or extra argument,
 /// a port, group, DSCP or VID out of range, a `goto` to an unknown or earlier table, an egress
 /// action where only rewrites are allowed, or an empty list.
-pub fn parse_action_list(
-    text: &str,
-    ctx: &mut ActionContext<'_>,
-) -> Result<ActionList, ActionParseError> {
+pub fn parse_action_list(text: &str, ctx: &mut ActionContext<'_>) -> Result<ActionList, ActionParseError> {
     let mut out = Vec::new();
     for part in text.split(';') {
         let part = part.trim();
@@ -55,19 +51,13 @@ pub fn parse_action_list(
                 if !part.ends_with(')') {
                     return err(format!("expected `)` at the end of {part:?}"));
                 }
-                (
-                    part[..open].trim(),
-                    Some(part[open + 1..part.len() - 1].trim()),
-                )
+                (part[..open].trim(), Some(part[open + 1..part.len() - 1].trim()))
             }
             None => (part, None),
         };
         let need = |what: &str| -> Result<&str, ActionParseError> {
-            arg.filter(|a| !a.is_empty()).ok_or_else(|| {
-                ActionParseError(format!(
-                    "`{name}` expects one argument ({what}), like {name}(...)"
-                ))
-            })
+            arg.filter(|a| !a.is_empty())
+                .ok_or_else(|| ActionParseError(format!("`{name}` expects one argument ({what}), like {name}(...)")))
         };
         let none = || -> Result<(), ActionParseError> {
             match arg {
@@ -88,15 +78,13 @@ pub fn parse_action_list(
         };
         let mac = || -> Result<EthernetAddress, ActionParseError> {
             let a = need("a MAC address")?;
-            a.parse()
-                .map_err(|e| ActionParseError(format!("{name}: {e}, found {a:?}")))
+            a.parse().map_err(|e| ActionParseError(format!("{name}: {e}, found {a:?}")))
         };
         let action = match name {
             "forward" => {
                 let a = need("a port index")?;
-                let port: u16 = a.parse().map_err(|_| {
-                    ActionParseError(format!("forward expects a port index, found {a:?}"))
-                })?;
+                let port: u16 =
+                    a.parse().map_err(|_| ActionParseError(format!("forward expects a port index, found {a:?}")))?;
                 if port >= ctx.ports {
                     return err(format!(
                         "forward({port}): expected a port index below {} (the number of [[port]] tables)",
@@ -113,23 +101,21 @@ pub fn parse_action_list(
             "pop_vlan" => none().map(|_| Action::PopVlan)?,
             "multicast" => {
                 let id = int("a multicast group id", u16::MAX as u64)? as u16;
-                let idx = ctx.groups.iter().position(|g| *g == id).ok_or_else(|| {
-                    ActionParseError(format!(
-                        "multicast({id}): no [[multicast_group]] with id {id}"
-                    ))
-                })?;
+                let idx =
+                    ctx.groups.iter().position(|g| *g == id).ok_or_else(|| {
+                        ActionParseError(format!("multicast({id}): no [[multicast_group]] with id {id}"))
+                    })?;
                 Action::Multicast(idx as u16)
             }
             "goto" => {
                 let a = need("a table name")?;
-                let idx =
-                    ctx.tables.iter().position(|t| t == a).ok_or_else(|| {
-                        ActionParseError(format!("goto({a}): no table named {a:?}"))
-                    })?;
+                let idx = ctx
+                    .tables
+                    .iter()
+                    .position(|t| t == a)
+                    .ok_or_else(|| ActionParseError(format!("goto({a}): no table named {a:?}")))?;
                 if idx <= ctx.table_index {
-                    return err(format!(
-                        "goto({a}): expected a later table (the pipeline only goes forward)"
-                    ));
+                    return err(format!("goto({a}): expected a later table (the pipeline only goes forward)"));
                 }
                 Action::Goto(idx as u16)
             }
@@ -149,11 +135,7 @@ pub fn parse_action_list(
             "set_eth_dst" => Action::SetEthDst(mac()?),
             "push_vlan" => Action::PushVlan(int("a VLAN ID", 4095)? as u16),
             "set_vlan" => Action::SetVlan(int("a VLAN ID", 4095)? as u16),
-            other => {
-                return err(format!(
-                    "unknown action {other:?}; expected one of: {KNOWN}"
-                ))
-            }
+            other => return err(format!("unknown action {other:?}; expected one of: {KNOWN}")),
         };
         if ctx.rewrites_only && !action.is_rewrite() {
             return err(format!("`{name}` is not allowed here: a multicast copy takes header rewrites and count only"));
@@ -186,21 +168,10 @@ mod tests {
 
     #[test]
     fn parses_lists() {
+        assert_eq!(parse("forward(1)", false).unwrap().0, vec![Action::Forward(1)]);
+        assert_eq!(parse(" flood ; goto(acl) ", false).unwrap().0, vec![Action::Flood, Action::Goto(1)]);
         assert_eq!(
-            parse("forward(1)", false).unwrap().0,
-            vec![Action::Forward(1)]
-        );
-        assert_eq!(
-            parse(" flood ; goto(acl) ", false).unwrap().0,
-            vec![Action::Flood, Action::Goto(1)]
-        );
-        assert_eq!(
-            parse(
-                "set_dscp(46); mark_ecn; dec_ttl; count(new); count(seen); multicast(7)",
-                false
-            )
-            .unwrap()
-            .0,
+            parse("set_dscp(46); mark_ecn; dec_ttl; count(new); count(seen); multicast(7)", false).unwrap().0,
             vec![
                 Action::SetDscp(46),
                 Action::MarkEcn,
@@ -211,12 +182,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            parse(
-                "set_eth_dst(02:00:00:00:00:01); push_vlan(100); pop_vlan; set_vlan(0x20)",
-                true
-            )
-            .unwrap()
-            .0,
+            parse("set_eth_dst(02:00:00:00:00:01); push_vlan(100); pop_vlan; set_vlan(0x20)", true).unwrap().0,
             vec![
                 Action::SetEthDst("02:00:00:00:00:01".parse().unwrap()),
                 Action::PushVlan(100),
@@ -243,8 +209,6 @@ mod tests {
         assert!(e("push_vlan(4096)").contains("0..=4095"));
         assert!(e("multicast(8)").contains("no [[multicast_group]] with id 8"));
         assert!(e("set_eth_src(02:00)").contains("MAC"));
-        assert!(parse("forward(1)", true)
-            .unwrap_err()
-            .contains("not allowed here"));
+        assert!(parse("forward(1)", true).unwrap_err().contains("not allowed here"));
     }
 }

@@ -35,7 +35,7 @@ fn with_actions(actions: &str, extra: &str) -> Datapath {
 fn run(dp: &mut Datapath, frames: &[Vec<u8>]) -> Vec<(u16, Vec<u8>)> {
     let mut io = VecIo::new(4);
     for f in frames {
-        dp.process(&mut io, 0, VecBuf::from_frame(f));
+        dp.process(&mut io, 0, VecBuf::from_frame(f), 0);
     }
     io.sent
 }
@@ -46,11 +46,7 @@ fn ipv4_checksum_is_a_full_recompute(frame: &[u8], l3: usize) {
     let stored = u16::from_be_bytes([h[10], h[11]]);
     h[10] = 0;
     h[11] = 0;
-    assert_eq!(
-        stored,
-        checksum::checksum(&h),
-        "stored checksum equals a full recompute"
-    );
+    assert_eq!(stored, checksum::checksum(&h), "stored checksum equals a full recompute");
 }
 
 #[test]
@@ -60,11 +56,7 @@ fn c05_ce_mark_gives_checksum_0000() {
     assert_eq!(out.len(), 1);
     let o = &out[0].1;
     assert_eq!(o[15], 0x03, "TOS becomes 0x03");
-    assert_eq!(
-        &o[24..26],
-        &[0x00, 0x00],
-        "header checksum exactly 0x0000, never 0xFFFF"
-    );
+    assert_eq!(&o[24..26], &[0x00, 0x00], "header checksum exactly 0x0000, never 0xFFFF");
     ipv4_checksum_is_a_full_recompute(o, 14);
     assert!(parse(o, 49374).is_ok());
     // Only the TOS and the checksum changed.
@@ -95,10 +87,7 @@ fn c07_ipv6_mark_keeps_version_dscp_and_flow_label() {
     let f = frames("c07_ipv6_tc_ecn_flowlabel.pcap");
     let out = run(&mut with_actions("mark_ecn; forward(1)", ""), &f);
     let o = &out[0].1;
-    assert_eq!(
-        u32::from_be_bytes([o[14], o[15], o[16], o[17]]),
-        0x6BBA_BCDE
-    );
+    assert_eq!(u32::from_be_bytes([o[14], o[15], o[16], o[17]]), 0x6BBA_BCDE);
     let p = parse(o, 49374).expect("the UDP checksum still verifies");
     assert!(p.has(Layers::IPV6.union(Layers::UDP)));
 }
@@ -109,12 +98,7 @@ fn c10_and_nccl_icrc_unchanged_by_ecn_ttl_dscp() {
     all.extend(frames("nccl_ring_allreduce_rocev2.pcap"));
     let mut dp = with_actions("mark_ecn; dec_ttl; set_dscp(26); forward(1)", "");
     let out = run(&mut dp, &all);
-    assert_eq!(
-        out.len(),
-        all.len(),
-        "nothing dropped: {:?}",
-        dp.counters.drops_by_name()
-    );
+    assert_eq!(out.len(), all.len(), "nothing dropped: {:?}", dp.counters.drops_by_name());
     let mut roce = 0;
     for (inp, (_, o)) in all.iter().zip(&out) {
         let pi = parse(inp, 49374).unwrap();
@@ -141,10 +125,7 @@ fn c10_and_nccl_icrc_unchanged_by_ecn_ttl_dscp() {
 fn set_dscp_on_options_header_recomputes_exactly() {
     let f = frames("c02_ipv4_options.pcap");
     for d in [0u8, 1, 46, 63] {
-        let out = run(
-            &mut with_actions(&format!("set_dscp({d}); forward(1)"), ""),
-            &f,
-        );
+        let out = run(&mut with_actions(&format!("set_dscp({d}); forward(1)"), ""), &f);
         let o = &out[0].1;
         assert_eq!(o[15] >> 2, d);
         assert_eq!(o[15] & 3, f[0][15] & 3, "ECN kept");
@@ -170,10 +151,7 @@ fn dec_ttl_drops_at_one() {
 #[test]
 fn vlan_push_pop_set() {
     let plain = frames("c02_ipv4_options.pcap")[0].clone();
-    let out = run(
-        &mut with_actions("push_vlan(100); forward(1)", ""),
-        &[plain.clone()],
-    );
+    let out = run(&mut with_actions("push_vlan(100); forward(1)", ""), &[plain.clone()]);
     let o = &out[0].1;
     assert_eq!(o.len(), plain.len() + 4);
     assert_eq!(&o[12..16], &[0x81, 0x00, 0x00, 100]);
@@ -183,15 +161,9 @@ fn vlan_push_pop_set() {
     assert_eq!((p.vid_outer, p.l3_offset), (100, 18));
 
     // Push then pop is the identity; push twice stacks (outer first); a third is refused.
-    let out = run(
-        &mut with_actions("push_vlan(7); pop_vlan; forward(1)", ""),
-        &[plain.clone()],
-    );
+    let out = run(&mut with_actions("push_vlan(7); pop_vlan; forward(1)", ""), &[plain.clone()]);
     assert_eq!(out[0].1, plain);
-    let out = run(
-        &mut with_actions("push_vlan(10); push_vlan(20); set_vlan(30); forward(1)", ""),
-        &[plain.clone()],
-    );
+    let out = run(&mut with_actions("push_vlan(10); push_vlan(20); set_vlan(30); forward(1)", ""), &[plain.clone()]);
     let p = parse(&out[0].1, 49374).unwrap();
     assert_eq!((p.vid_outer, p.vid_inner, p.l3_offset), (30, 10, 22));
     let mut dp = with_actions("push_vlan(1); push_vlan(2); push_vlan(3); forward(1)", "");
@@ -201,18 +173,12 @@ fn vlan_push_pop_set() {
     // c09: pop the outer tag of a QinQ frame: the inner tag becomes the only one.
     let q = frames("c09_stacked_vlan.pcap");
     let before = parse(&q[0], 49374).unwrap();
-    let out = run(
-        &mut with_actions("pop_vlan; forward(1)", ""),
-        &[q[0].clone()],
-    );
+    let out = run(&mut with_actions("pop_vlan; forward(1)", ""), &[q[0].clone()]);
     let p = parse(&out[0].1, 49374).unwrap();
     assert_eq!(p.vlan_tags(), 1);
     assert_eq!(p.vid_outer, before.vid_inner);
     assert_eq!(p.l3_offset, before.l3_offset - 4);
-    assert_eq!(
-        &out[0].1[p.l3_offset as usize..],
-        &q[0][before.l3_offset as usize..]
-    );
+    assert_eq!(&out[0].1[p.l3_offset as usize..], &q[0][before.l3_offset as usize..]);
 }
 
 #[test]
@@ -232,27 +198,18 @@ actions = "set_dscp(46); dec_ttl"
     let f = frames("c02_ipv4_options.pcap");
     let mut dp = with_actions("multicast(9)", groups);
     let out = run(&mut dp, &f);
-    assert_eq!(
-        out.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
-        vec![1, 2, 3]
-    );
+    assert_eq!(out.iter().map(|(p, _)| *p).collect::<Vec<_>>(), vec![1, 2, 3]);
     assert_eq!(out[0].1, f[0], "copy 1 untouched by the others' rewrites");
     let p2 = parse(&out[1].1, 49374).unwrap();
-    assert_eq!(
-        (p2.eth_dst.to_string().as_str(), p2.vid_outer),
-        ("02:00:00:00:00:02", 20)
-    );
+    assert_eq!((p2.eth_dst.to_string().as_str(), p2.vid_outer), ("02:00:00:00:00:02", 20));
     let p3 = parse(&out[2].1, 49374).unwrap();
-    assert_eq!(
-        (p3.dscp, p3.ttl, p3.vlan_tags()),
-        (46, parse(&f[0], 49374).unwrap().ttl - 1, 0)
-    );
+    assert_eq!((p3.dscp, p3.ttl, p3.vlan_tags()), (46, parse(&f[0], 49374).unwrap().ttl - 1, 0));
     assert_eq!(&out[2].1[..12], &f[0][..12]);
     assert_eq!(dp.pipeline.counters[0].1.packets, 1);
     // Without mbufs for the copies: counted, the last copy still leaves.
     let mut io = VecIo::new(4);
     io.alloc_budget = Some(0);
-    dp.process(&mut io, 0, VecBuf::from_frame(&f[0]));
+    dp.process(&mut io, 0, VecBuf::from_frame(&f[0]), 0);
     assert_eq!(io.sent.len(), 1);
     assert_eq!(dp.counters.dropped(Reason::NoMbuf), 2);
 }

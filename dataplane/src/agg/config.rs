@@ -176,7 +176,10 @@ pub fn validate(
     for (ci, c) in list.iter().enumerate() {
         let k = format!("collective[{ci}]");
         if out.iter().any(|o| o.id == c.collective_id) {
-            return Err(err(format!("{k}.collective_id"), format!("collective {} is configured twice", c.collective_id)));
+            return Err(err(
+                format!("{k}.collective_id"),
+                format!("collective {} is configured twice", c.collective_id),
+            ));
         }
         let op = match c.op.as_str() {
             "sum" => ReduceOp::Sum,
@@ -190,7 +193,10 @@ pub fn validate(
             "bf16" => Dtype::Bf16,
             "i32" => Dtype::I32,
             o => {
-                return Err(err(format!("{k}.dtype"), format!("expected \"f32\", \"f16\", \"bf16\" or \"i32\", found {o:?}")))
+                return Err(err(
+                    format!("{k}.dtype"),
+                    format!("expected \"f32\", \"f16\", \"bf16\" or \"i32\", found {o:?}"),
+                ))
             }
         };
         let carriage = match c.carriage.as_str() {
@@ -224,24 +230,29 @@ pub fn validate(
             if m.rank as usize >= n {
                 return Err(err(
                     format!("{mk}.rank"),
-                    format!("expected a rank below {n} (ranks are 0..num_workers-1, num_workers = {n} members), found {}", m.rank),
+                    format!(
+                        "expected a rank below {n} (ranks are 0..num_workers-1, num_workers = {n} members), found {}",
+                        m.rank
+                    ),
                 ));
             }
             if members[m.rank as usize].is_some() {
                 return Err(err(format!("{mk}.rank"), format!("rank {} appears twice", m.rank)));
             }
-            let ip = m
-                .ip
-                .parse::<std::net::IpAddr>()
-                .map(IpAddr::from_std)
-                .map_err(|_| err(format!("{mk}.ip"), format!("expected an IPv4 or IPv6 address, found {:?}", m.ip)))?;
+            let ip =
+                m.ip.parse::<std::net::IpAddr>().map(IpAddr::from_std).map_err(|_| {
+                    err(format!("{mk}.ip"), format!("expected an IPv4 or IPv6 address, found {:?}", m.ip))
+                })?;
             let mac: EthernetAddress =
                 m.mac.parse().map_err(|e| err(format!("{mk}.mac"), format!("{e}, found {:?}", m.mac)))?;
             let port = m.port.unwrap_or(0);
             if port as usize >= ports.ipv4.len() {
                 return Err(err(
                     format!("{mk}.port"),
-                    format!("expected a port index below {} (the number of [[port]] tables), found {port}", ports.ipv4.len()),
+                    format!(
+                        "expected a port index below {} (the number of [[port]] tables), found {port}",
+                        ports.ipv4.len()
+                    ),
                 ));
             }
             let has_addr = match ip {
@@ -265,21 +276,36 @@ pub fn validate(
             }
             let (udp_port, qpn, qkey) = match carriage {
                 Carriage::Udp => {
-                    let p = m.udp_port.ok_or_else(|| err(format!("{mk}.udp_port"), "expected the worker's UDP port (the UDP carriage needs it)".into()))?;
+                    let p = m.udp_port.ok_or_else(|| {
+                        err(
+                            format!("{mk}.udp_port"),
+                            "expected the worker's UDP port (the UDP carriage needs it)".into(),
+                        )
+                    })?;
                     (p, 0, 0)
                 }
                 Carriage::Rocev2 => {
-                    let q = m.qpn.ok_or_else(|| err(format!("{mk}.qpn"), "expected the worker's QP number (the RoCEv2 carriage needs it)".into()))?;
+                    let q = m.qpn.ok_or_else(|| {
+                        err(
+                            format!("{mk}.qpn"),
+                            "expected the worker's QP number (the RoCEv2 carriage needs it)".into(),
+                        )
+                    })?;
                     if q > 0xff_ffff {
                         return Err(err(format!("{mk}.qpn"), format!("expected a 24-bit QP number, found {q}")));
                     }
-                    let key = m.qkey.ok_or_else(|| err(format!("{mk}.qkey"), "expected the worker's Q_Key (the RoCEv2 carriage needs it)".into()))?;
+                    let key = m.qkey.ok_or_else(|| {
+                        err(format!("{mk}.qkey"), "expected the worker's Q_Key (the RoCEv2 carriage needs it)".into())
+                    })?;
                     (m.udp_port.unwrap_or(0), q, key)
                 }
             };
             members[m.rank as usize] = Some(Member { rank: m.rank, ip, udp_port, mac, vlan: m.vlan, port, qpn, qkey });
         }
-        let members: Vec<Member> = members.into_iter().map(|m| m.expect("every rank 0..n-1 is set: n members, unique ranks below n")).collect();
+        let members: Vec<Member> = members
+            .into_iter()
+            .map(|m| m.expect("every rank 0..n-1 is set: n members, unique ranks below n"))
+            .collect();
         let coll = Collective {
             id: c.collective_id,
             op,

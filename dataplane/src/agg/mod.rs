@@ -1,5 +1,500 @@
 //! In-network AllReduce: gradient aggregation per the protocol spec
-//! (`shared/spec/gradient-protocol.md`).
+//! (`shared/spec/gradient-protocol.md`), section by section:
+//!
+//! - [`config`]: the `[[collective]]` tables (section 3), validated, with slot memory checked
+//!   against `dataplane.memory_limit_mb`;
+//! - [`slot`]: rules 1-4 and 8 on one slot's state;
+//! - [`kernels`]: the arithmetic of rule 6 (SIMD, runtime dispatch), and rule 7's rank order;
+//! - this module: validation (rule 5), folding, completion and replication of results (rule 2,
+//!   section 6), resends (rule 3) and NAKs (section 5, rate-limited by [`nak`]).
+//!
+//! All slot memory is allocated when the aggregator is built; the per-packet path allocates
+//! nothing (it takes mbufs from the pool for results and NAKs).
 
 pub mod config;
 pub mod kernels;
+pub mod nak;
+pub mod slot;
+
+use crate::buf::{PacketBuf, PacketIo};
+use crate::parse::{Layers, Parsed};
+use crate::stats::{Counters, Reason};
+use crate::wire::build::{self, FrameSpec, IpAddr, Roce, ROCEV2_PORT};
+use crate::wire::gradient::{Flags, GradientHeader, GradientRepr, RANK_NONE};
+use crate::wire::EthernetAddress;
+use config::{Carriage, Collective};
+use kernels::{Dtype, Kernels, ReduceOp};
+use serde::Serialize;
+use slot::{Slot, Verdict};
+
+/// What the aggregator knows of one port: the appliance's own addresses there.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PortAddr {
+    /// The port's MAC (source of the appliance's packets).
+    pub mac: EthernetAddress,
+    /// The appliance's IPv4 address on the port.
+    pub ipv4: Option<[u8; 4]>,
+    /// The appliance's IPv6 address on the port.
+    pub ipv6: Option<[u8; 16]>,
+}
+
+/// The aggregator's own counters (drops are in [`Counters`] by reason).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct AggCounters {
+    /// Contributions folded into a slot.
+    pub folded: u64,
+    /// Rounds completed (rule 2).
+    pub completed: u64,
+    /// RESULT packets sent to all members on completion.
+    pub results: u64,
+    /// RESULT packets resent to one member (rule 3).
+    pub resends: u64,
+    /// NAKs sent (section 5).
+    pub naks: u64,
+    /// NAKs suppressed by the per-source rate limit.
+    pub naks_suppressed: u64,
+    /// Rounds reclaimed after `slot_timeout_ms` (rule 8).
+    pub slot_timeouts: u64,
+    /// Bytes of gradient payload folded.
+    pub payload_bytes: u64,
+}
+
+impl AggCounters {
+    /// Adds `o`.
+    pub fn add(&mut self, o: &AggCounters) {
+        self.folded += o.folded;
+        self.completed += o.completed;
+        self.results += o.results;
+        self.resends += o.resends;
+        self.naks += o.naks;
+        self.naks_suppressed += o.naks_suppressed;
+        self.slot_timeouts += o.slot_timeouts;
+        self.payload_bytes += o.payload_bytes;
+    }
+}
+
+/// A collective's slots and their memory.
+#[derive(Debug, Clone)]
+struct CollState {
+    spec: Collective,
+    slots: Vec<Slot>,
+    /// Rank bitmaps of the rounds in progress, `words` u64 per slot.
+    bitmaps: Vec<u64>,
+    words: usize,
+    /// Accumulators: `chunk` u32 lanes per slot.
+    acc: Vec<u32>,
+    /// Kept results: `chunk * size` bytes per slot.
+    result: Vec<u8>,
+    /// Deterministic mode: every rank's payload, `workers * chunk * size` bytes per slot.
+    ranks: Vec<u8>,
+    /// Per-member RoCEv2 PSN counters (section 6).
+    psn: Vec<u32>,
+}
+
+impl CollState {
+    fn new(spec: Collective) -> CollState {
+        let slots = spec.slots() as usize;
+        let chunk = spec.chunk_elements as usize;
+        let size = spec.dtype.size();
+        let n = spec.workers();
+        let words = n.div_ceil(64);
+        CollState {
+            slots: vec![Slot::default(); slots],
+            bitmaps: vec![0; slots * words],
+            words,
+            acc: vec![0; slots * chunk],
+            result: vec![0; slots * chunk * size],
+            ranks: if spec.deterministic { vec![0; slots * n * chunk * size] } else { Vec::new() },
+            psn: vec![0; n],
+            spec,
+        }
+    }
+
+    /// Lanes of slot `s` (the tensor's last chunk may be shorter).
+    fn lanes(&self, s: usize) -> usize {
+        let chunk = self.spec.chunk_elements as u64;
+        (self.spec.tensor_elements - s as u64 * chunk).min(chunk) as usize
+    }
+}
+
+/// A contribution that passed validation (rule 5).
+#[derive(Debug, Clone, Copy)]
+struct Contribution {
+    coll: usize,
+    rank: usize,
+    slot: usize,
+    round: u32,
+}
+
+/// One worker's aggregator: the collectives it owns and everything needed to answer.
+#[derive(Debug, Clone)]
+pub struct Aggregator {
+    colls: Vec<CollState>,
+    /// collective_id -> index + 1 (0: unknown).
+    index: Vec<u16>,
+    ports: Vec<PortAddr>,
+    gradient_udp_port: u16,
+    appliance_qpn: u32,
+    kernels: Kernels,
+    naks: nak::NakLimiter,
+    /// The aggregator's counters.
+    pub counters: AggCounters,
+}
+
+impl Aggregator {
+    /// An aggregator for `collectives`, answering from `ports`' addresses. Allocates every slot
+    /// now (spec section 3).
+    pub fn new(collectives: &[Collective], ports: Vec<PortAddr>, gradient_udp_port: u16, appliance_qpn: u32) -> Self {
+        let mut index = vec![0u16; 1 << 16];
+        for (i, c) in collectives.iter().enumerate() {
+            index[c.id as usize] = i as u16 + 1;
+        }
+        Aggregator {
+            colls: collectives.iter().cloned().map(CollState::new).collect(),
+            index,
+            ports,
+            gradient_udp_port,
+            appliance_qpn,
+            kernels: Kernels::detect(),
+            naks: nak::NakLimiter::default(),
+            counters: AggCounters::default(),
+        }
+    }
+
+    /// Uses these kernels instead of the best detected ones (tests compare kernel sets).
+    pub fn with_kernels(mut self, k: Kernels) -> Self {
+        self.kernels = k;
+        self
+    }
+
+    /// True when the aggregator has collectives and `p` is a gradient packet addressed to the
+    /// appliance on `port` (its IP there, when one is configured for the packet's family).
+    #[inline]
+    pub fn wants(&self, p: &Parsed, port: u16) -> bool {
+        if self.colls.is_empty() || !p.has(Layers::GRADIENT) {
+            return false;
+        }
+        let Some(a) = self.ports.get(port as usize) else { return false };
+        if p.has(Layers::IPV4) {
+            a.ipv4.is_none_or(|ip| p.ip_dst() == ip)
+        } else {
+            a.ipv6.is_none_or(|ip| p.ip_dst() == ip)
+        }
+    }
+
+    /// Handles one gradient packet (`p` is its parse, `now_us` the appliance's clock in µs:
+    /// the capture time in replays). The packet is consumed; results, resends and NAKs are sent
+    /// through `io`; drops are counted in `counters` by reason.
+    pub fn process<I: PacketIo>(
+        &mut self,
+        io: &mut I,
+        in_port: u16,
+        pkt: I::Buf,
+        p: &Parsed,
+        now_us: u64,
+        counters: &mut Counters,
+    ) {
+        let frame = pkt.data();
+        let c = match self.validate(frame, p) {
+            Ok(c) => c,
+            Err((reason, nak_reason)) => {
+                counters.drop(reason);
+                if let Some(r) = nak_reason {
+                    self.nak(io, in_port, frame, p, r, None, now_us, counters);
+                }
+                return;
+            }
+        };
+        let st = &mut self.colls[c.coll];
+        let n = st.spec.workers();
+        let words = st.words;
+        let bm = &mut st.bitmaps[c.slot * words..(c.slot + 1) * words];
+        let seen = bm[c.rank / 64] & (1 << (c.rank % 64)) != 0;
+        let (verdict, reclaimed) = st.slots[c.slot].admit(c.round, seen, now_us, n, st.spec.slot_timeout_us);
+        if reclaimed {
+            self.counters.slot_timeouts += 1;
+        }
+        match verdict {
+            Verdict::Resend => {
+                self.counters.resends += 1;
+                self.emit_result(io, c.coll, c.slot, c.round, Some(c.rank), counters);
+            }
+            Verdict::Stale(expected) => {
+                counters.drop(Reason::GradStaleRound);
+                self.nak(io, in_port, frame, p, 7, Some(expected), now_us, counters);
+            }
+            Verdict::Duplicate => counters.drop(Reason::GradDuplicate),
+            Verdict::Fold { first, last } => {
+                if first {
+                    bm.fill(0);
+                }
+                bm[c.rank / 64] |= 1 << (c.rank % 64);
+                self.fold(c, &frame[p.grad_payload()], first, last);
+                self.counters.folded += 1;
+                if last {
+                    self.counters.completed += 1;
+                    self.emit_result(io, c.coll, c.slot, c.round, None, counters);
+                }
+            }
+        }
+    }
+
+    /// Rule 5, in the spec's order. Err: the drop reason and the NAK reason (none for flags).
+    fn validate(&self, frame: &[u8], p: &Parsed) -> Result<Contribution, (Reason, Option<u8>)> {
+        let g = GradientHeader::new_checked(&frame[p.grad_offset as usize..])
+            .map_err(|_| (Reason::MalformedGradient, None))?;
+        if g.flags() & (Flags::RESULT | Flags::NAK) != 0 {
+            return Err((Reason::GradFlags, None));
+        }
+        let idx = self.index[g.collective_id() as usize];
+        if idx == 0 {
+            return Err((Reason::GradUnknownCollective, Some(1)));
+        }
+        let coll = idx as usize - 1;
+        let spec = &self.colls[coll].spec;
+        if g.version() != 1 {
+            return Err((Reason::GradBadVersion, Some(2)));
+        }
+        let carriage = if p.has(Layers::BTH) { Carriage::Rocev2 } else { Carriage::Udp };
+        if ReduceOp::from_wire(g.op_type()) != Some(spec.op)
+            || Dtype::from_wire(g.dtype()) != Some(spec.dtype)
+            || carriage != spec.carriage
+        {
+            return Err((Reason::GradMismatch, Some(3)));
+        }
+        let rank = g.worker_rank() as usize;
+        if rank >= spec.workers() {
+            return Err((Reason::GradBadRank, Some(4)));
+        }
+        let m = &spec.members[rank];
+        let ip_ok = match m.ip {
+            IpAddr::V4(a) => p.has(Layers::IPV4) && p.ip_src() == a,
+            IpAddr::V6(a) => p.has(Layers::IPV6) && p.ip_src() == a,
+        };
+        let port_ok = match carriage {
+            Carriage::Udp => p.udp_src == m.udp_port,
+            Carriage::Rocev2 => p.deth_src_qp == m.qpn,
+        };
+        if !ip_ok || !port_ok {
+            return Err((Reason::GradNotMember, Some(5)));
+        }
+        let size = spec.dtype.size() as u64;
+        let dl = g.data_length() as u64;
+        let present = p.grad_payload_len as u64;
+        if dl % size != 0 || dl > present || (carriage == Carriage::Udp && present != dl) {
+            return Err((Reason::GradBadLength, Some(6)));
+        }
+        let count = dl / size;
+        let off = g.tensor_offset() as u64;
+        let chunk = spec.chunk_elements as u64;
+        let last = off + count >= spec.tensor_elements;
+        if count == 0
+            || off % chunk != 0
+            || off + count > spec.tensor_elements
+            || count > chunk
+            || (count < chunk && !last)
+        {
+            return Err((Reason::GradBadOffset, Some(6)));
+        }
+        Ok(Contribution { coll, rank, slot: (off / chunk) as usize, round: g.round() })
+    }
+
+    /// Folds a contribution's lanes (rule 6); on the last one, writes the kept result.
+    fn fold(&mut self, c: Contribution, payload: &[u8], first: bool, last: bool) {
+        let k = self.kernels;
+        let st = &mut self.colls[c.coll];
+        let lanes = st.lanes(c.slot);
+        let chunk = st.spec.chunk_elements as usize;
+        let size = st.spec.dtype.size();
+        let (op, dt) = (st.spec.op, st.spec.dtype);
+        let payload = &payload[..lanes * size];
+        self.counters.payload_bytes += payload.len() as u64;
+        let res = c.slot * chunk * size;
+        let result = &mut st.result[res..res + lanes * size];
+        if st.spec.deterministic {
+            // Rule 7: keep every rank's lanes; reduce in rank order when the round completes.
+            let n = st.spec.workers();
+            let base = c.slot * n * chunk * size;
+            let at = base + c.rank * chunk * size;
+            st.ranks[at..at + lanes * size].copy_from_slice(payload);
+            if last {
+                let acc = &mut st.acc[c.slot * chunk..c.slot * chunk + lanes];
+                let lanes_of = |r: usize| &st.ranks[base + r * chunk * size..base + r * chunk * size + lanes * size];
+                k.load(dt, acc, lanes_of(0));
+                if n == 1 {
+                    k.store(dt, acc, result);
+                } else {
+                    for r in 1..n - 1 {
+                        k.fold(op, dt, acc, lanes_of(r));
+                    }
+                    k.fold_store(op, dt, acc, lanes_of(n - 1), result);
+                }
+            }
+            return;
+        }
+        let acc = &mut st.acc[c.slot * chunk..c.slot * chunk + lanes];
+        match (first, last) {
+            (true, true) => {
+                k.load(dt, acc, payload);
+                k.store(dt, acc, result);
+            }
+            (true, false) => k.load(dt, acc, payload),
+            (false, false) => k.fold(op, dt, acc, payload),
+            (false, true) => k.fold_store(op, dt, acc, payload, result),
+        }
+    }
+
+    /// Sends slot `s`'s kept result for `round` to every member (rule 2), or to `only` (rule 3).
+    fn emit_result<I: PacketIo>(
+        &mut self,
+        io: &mut I,
+        coll: usize,
+        s: usize,
+        round: u32,
+        only: Option<usize>,
+        counters: &mut Counters,
+    ) {
+        let st = &mut self.colls[coll];
+        let lanes = st.lanes(s);
+        let size = st.spec.dtype.size();
+        let chunk = st.spec.chunk_elements as usize;
+        let payload = &st.result[s * chunk * size..s * chunk * size + lanes * size];
+        let header = GradientRepr {
+            version: 1,
+            flags: Flags::RESULT,
+            op_type: st.spec.op.wire(),
+            collective_id: st.spec.id,
+            dtype: st.spec.dtype.wire(),
+            reason: 0,
+            worker_rank: RANK_NONE,
+            tensor_offset: (s * chunk) as u32,
+            data_length: (lanes * size) as u32,
+            round,
+        };
+        let members = match only {
+            Some(r) => r..r + 1,
+            None => 0..st.spec.workers(),
+        };
+        for r in members {
+            let m = st.spec.members[r];
+            let port = self.ports[m.port as usize];
+            let src_ip = match m.ip {
+                IpAddr::V4(_) => IpAddr::V4(port.ipv4.unwrap_or_default()),
+                IpAddr::V6(_) => IpAddr::V6(port.ipv6.unwrap_or_default()),
+            };
+            let roce = (st.spec.carriage == Carriage::Rocev2).then(|| {
+                let psn = st.psn[r];
+                st.psn[r] = (psn + 1) & 0xff_ffff;
+                Roce { dest_qp: m.qpn, psn, pkey: 0xffff, qkey: m.qkey, src_qp: self.appliance_qpn }
+            });
+            let spec = FrameSpec {
+                src_mac: port.mac,
+                dst_mac: m.mac,
+                vlan: m.vlan,
+                src_ip,
+                dst_ip: m.ip,
+                dscp: st.spec.dscp,
+                ecn: 2,
+                ttl: 64,
+                src_port: if roce.is_some() { 0xc000 | (s as u16 & 0x3fff) } else { self.gradient_udp_port },
+                dst_port: if roce.is_some() { ROCEV2_PORT } else { m.udp_port },
+                roce,
+                header,
+            };
+            if send_frame(io, m.port, &spec, payload, counters) {
+                if only.is_none() {
+                    self.counters.results += 1;
+                }
+            }
+        }
+    }
+
+    /// Sends a NAK (section 5) for the refused packet, rate-limited per source.
+    #[allow(clippy::too_many_arguments)]
+    fn nak<I: PacketIo>(
+        &mut self,
+        io: &mut I,
+        in_port: u16,
+        frame: &[u8],
+        p: &Parsed,
+        reason: u8,
+        round: Option<u32>,
+        now_us: u64,
+        counters: &mut Counters,
+    ) {
+        let roce = p.has(Layers::BTH);
+        let mut key = [0u8; 16];
+        key[..p.ip_src().len()].copy_from_slice(p.ip_src());
+        let src: nak::Source = (key, if roce { p.deth_src_qp } else { p.udp_src as u32 });
+        if !self.naks.allow(src, now_us) {
+            self.counters.naks_suppressed += 1;
+            return;
+        }
+        let Ok(g) = GradientHeader::new_checked(&frame[p.grad_offset as usize..]) else { return };
+        let mut header = GradientRepr::parse(&g);
+        header.flags = Flags::NAK;
+        header.worker_rank = RANK_NONE;
+        header.reason = reason;
+        header.data_length = 0;
+        if let Some(r) = round {
+            header.round = r;
+        }
+        let port = self.ports.get(in_port as usize).copied().unwrap_or_default();
+        let (src_ip, dst_ip) = if p.has(Layers::IPV4) {
+            let mut d = [0u8; 4];
+            d.copy_from_slice(p.ip_dst());
+            let mut s = [0u8; 4];
+            s.copy_from_slice(p.ip_src());
+            (IpAddr::V4(port.ipv4.unwrap_or(d)), IpAddr::V4(s))
+        } else {
+            (IpAddr::V6(port.ipv6.unwrap_or(p.ip_dst_bytes)), IpAddr::V6(p.ip_src_bytes))
+        };
+        let coll_dscp = match self.index[g.collective_id() as usize] {
+            0 => 0,
+            i => self.colls[i as usize - 1].spec.dscp,
+        };
+        let spec = FrameSpec {
+            src_mac: port.mac,
+            dst_mac: p.eth_src,
+            vlan: p.has(Layers::VLAN_OUTER).then_some(p.vid_outer),
+            src_ip,
+            dst_ip,
+            dscp: coll_dscp,
+            ecn: 2,
+            ttl: 64,
+            src_port: if roce { 0xc000 } else { self.gradient_udp_port },
+            dst_port: if roce { ROCEV2_PORT } else { p.udp_src },
+            roce: roce.then_some(Roce {
+                dest_qp: p.deth_src_qp,
+                psn: 0,
+                pkey: 0xffff,
+                qkey: p.deth_qkey,
+                src_qp: self.appliance_qpn,
+            }),
+            header,
+        };
+        if send_frame(io, in_port, &spec, &[], counters) {
+            self.counters.naks += 1;
+        }
+    }
+}
+
+/// Builds `spec` with `payload` into a new mbuf and sends it on `port`. False (counted
+/// `no_mbuf`) without an mbuf large enough.
+fn send_frame<I: PacketIo>(io: &mut I, port: u16, spec: &FrameSpec, payload: &[u8], counters: &mut Counters) -> bool {
+    let len = spec.frame_len(payload.len());
+    let Some(mut b) = io.alloc() else {
+        counters.drop(Reason::NoMbuf);
+        return false;
+    };
+    if !b.append(len) || build::build(spec, payload, b.data_mut()).is_err() {
+        counters.drop(Reason::NoMbuf);
+        return false;
+    }
+    counters.tx(port, len);
+    io.send(port, b);
+    true
+}
+
+#[cfg(test)]
+mod tests;

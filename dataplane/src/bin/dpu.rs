@@ -43,13 +43,8 @@ struct Cli {
 }
 
 fn port_file(s: &str) -> Result<(usize, PathBuf), String> {
-    let (p, f) = s
-        .split_once('=')
-        .ok_or_else(|| format!("expected PORT=FILE, found {s:?}"))?;
-    let p: usize = p
-        .trim()
-        .parse()
-        .map_err(|_| format!("expected a port index before '=', found {p:?}"))?;
+    let (p, f) = s.split_once('=').ok_or_else(|| format!("expected PORT=FILE, found {s:?}"))?;
+    let p: usize = p.trim().parse().map_err(|_| format!("expected a port index before '=', found {p:?}"))?;
     if f.is_empty() {
         return Err("expected a file name after '='".into());
     }

@@ -19,11 +19,7 @@ pub struct ConfigError {
 impl ConfigError {
     /// An error at `key` of `file`.
     pub fn new(file: &Path, key: impl Into<String>, message: impl Into<String>) -> Self {
-        ConfigError {
-            file: file.to_path_buf(),
-            key: key.into(),
-            message: message.into(),
-        }
+        ConfigError { file: file.to_path_buf(), key: key.into(), message: message.into() }
     }
 }
 

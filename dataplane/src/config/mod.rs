@@ -86,11 +86,7 @@ pub struct MempoolConfig {
 
 impl Default for MempoolConfig {
     fn default() -> Self {
-        MempoolConfig {
-            mbufs: DEFAULT_MBUFS,
-            cache: DEFAULT_CACHE,
-            data_room: DEFAULT_DATA_ROOM,
-        }
+        MempoolConfig { mbufs: DEFAULT_MBUFS, cache: DEFAULT_CACHE, data_room: DEFAULT_DATA_ROOM }
     }
 }
 
@@ -177,10 +173,7 @@ impl PortConfig {
         };
         v.split(',')
             .skip(1)
-            .filter_map(|kv| {
-                kv.split_once('=')
-                    .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-            })
+            .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
             .collect()
     }
 }
@@ -260,28 +253,20 @@ impl Loaded {
         if !self.config.lcores.is_empty() {
             return self.config.lcores.clone();
         }
-        let rx = (0..self.config.ports.len() as u16)
-            .map(|port| RxQueueConfig { port, queue: 0 })
-            .collect();
+        let rx = (0..self.config.ports.len() as u16).map(|port| RxQueueConfig { port, queue: 0 }).collect();
         vec![LcoreConfig { id: 1, rx }]
     }
 
     /// Rx queues of port `p`: one more than the highest queue any lcore polls on it.
     pub fn rx_queues(&self, p: u16) -> u16 {
-        self.lcores()
-            .iter()
-            .flat_map(|l| l.rx.iter())
-            .filter(|q| q.port == p)
-            .map(|q| q.queue + 1)
-            .max()
-            .unwrap_or(0)
+        self.lcores().iter().flat_map(|l| l.rx.iter()).filter(|q| q.port == p).map(|q| q.queue + 1).max().unwrap_or(0)
     }
 }
 
 /// Reads and validates the configuration at `path`.
 pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError::new(path, "", format!("cannot read the file: {e}")))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| ConfigError::new(path, "", format!("cannot read the file: {e}")))?;
     load_str(&text, path)
 }
 
@@ -293,13 +278,7 @@ pub fn load_str(text: &str, path: &Path) -> Result<Loaded, ConfigError> {
 
 fn syntax_error(path: &Path, e: &toml::de::Error) -> ConfigError {
     // toml's message says where (line, column) and what serde expected; keep it on one line.
-    let msg = e
-        .to_string()
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ");
+    let msg = e.to_string().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
     ConfigError::new(path, "", msg)
 }
 
@@ -307,41 +286,26 @@ fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
     let err = |key: String, msg: String| ConfigError::new(path, key, msg);
     let mp = &config.mempool;
     if mp.mbufs < 64 {
-        return Err(err(
-            "mempool.mbufs".into(),
-            format!("expected at least 64 mbufs, found {}", mp.mbufs),
-        ));
+        return Err(err("mempool.mbufs".into(), format!("expected at least 64 mbufs, found {}", mp.mbufs)));
     }
     if mp.cache > 512 || mp.cache as u64 * 3 > mp.mbufs as u64 * 2 {
         return Err(err(
             "mempool.cache".into(),
-            format!(
-                "expected at most 512 and at most 2/3 of mempool.mbufs ({}), found {}",
-                mp.mbufs, mp.cache
-            ),
+            format!("expected at most 512 and at most 2/3 of mempool.mbufs ({}), found {}", mp.mbufs, mp.cache),
         ));
     }
     if mp.data_room < 128 + 64 {
         return Err(err(
             "mempool.data_room".into(),
-            format!(
-                "expected at least 192 bytes (128 of headroom plus a frame), found {}",
-                mp.data_room
-            ),
+            format!("expected at least 192 bytes (128 of headroom plus a frame), found {}", mp.data_room),
         ));
     }
     let dp = &config.dataplane;
     if dp.burst == 0 || dp.burst > 512 {
-        return Err(err(
-            "dataplane.burst".into(),
-            format!("expected 1..=512 packets, found {}", dp.burst),
-        ));
+        return Err(err("dataplane.burst".into(), format!("expected 1..=512 packets, found {}", dp.burst)));
     }
     if config.ports.is_empty() {
-        return Err(err(
-            "port".into(),
-            "expected at least one [[port]] table".into(),
-        ));
+        return Err(err("port".into(), "expected at least one [[port]] table".into()));
     }
     let mut names = Vec::new();
     let mut port_macs = Vec::new();
@@ -361,10 +325,7 @@ fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
         }
         let dev = p.device_name().to_string();
         if dev.is_empty() {
-            return Err(err(
-                format!("{key}.vdev"),
-                "expected a device name before the first comma".into(),
-            ));
+            return Err(err(format!("{key}.vdev"), "expected a device name before the first comma".into()));
         }
         if let Some(pci) = &p.pci {
             if !looks_like_pci(pci) {
@@ -383,17 +344,18 @@ fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
         }
         let mac = match &p.mac {
             None => None,
-            Some(m) => Some(
-                m.parse::<EthernetAddress>()
-                    .map_err(|e| err(format!("{key}.mac"), format!("{e}, found {m:?}")))?,
-            ),
+            Some(m) => {
+                Some(m.parse::<EthernetAddress>().map_err(|e| err(format!("{key}.mac"), format!("{e}, found {m:?}")))?)
+            }
         };
         port_macs.push(mac);
         let v4 = match &p.ipv4 {
             None => None,
             Some(a) => Some(
                 a.parse::<std::net::Ipv4Addr>()
-                    .map_err(|_| err(format!("{key}.ipv4"), format!("expected an IPv4 address like 10.0.0.254, found {a:?}")))?
+                    .map_err(|_| {
+                        err(format!("{key}.ipv4"), format!("expected an IPv4 address like 10.0.0.254, found {a:?}"))
+                    })?
                     .octets(),
             ),
         };
@@ -401,7 +363,9 @@ fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
             None => None,
             Some(a) => Some(
                 a.parse::<std::net::Ipv6Addr>()
-                    .map_err(|_| err(format!("{key}.ipv6"), format!("expected an IPv6 address like fd00::fe, found {a:?}")))?
+                    .map_err(|_| {
+                        err(format!("{key}.ipv6"), format!("expected an IPv6 address like fd00::fe, found {a:?}"))
+                    })?
                     .octets(),
             ),
         };
@@ -413,17 +377,11 @@ fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
     let mut ids = Vec::new();
     for (i, l) in config.lcores.iter().enumerate() {
         if ids.contains(&l.id) {
-            return Err(err(
-                format!("lcore[{i}].id"),
-                format!("lcore {} is configured twice", l.id),
-            ));
+            return Err(err(format!("lcore[{i}].id"), format!("lcore {} is configured twice", l.id)));
         }
         ids.push(l.id);
         if l.rx.is_empty() {
-            return Err(err(
-                format!("lcore[{i}].rx"),
-                "expected at least one { port, queue }".into(),
-            ));
+            return Err(err(format!("lcore[{i}].rx"), "expected at least one { port, queue }".into()));
         }
         for (j, q) in l.rx.iter().enumerate() {
             if q.port as usize >= nports {
@@ -435,10 +393,7 @@ fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
             if seen.contains(q) {
                 return Err(err(
                     format!("lcore[{i}].rx[{j}]"),
-                    format!(
-                        "port {} queue {} is polled by two lcores: each rx queue has one owner",
-                        q.port, q.queue
-                    ),
+                    format!("port {} queue {} is polled by two lcores: each rx queue has one owner", q.port, q.queue),
                 ));
             }
             seen.push(*q);
@@ -461,11 +416,7 @@ fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
     for p in 0..nports as u16 {
         let n = loaded.rx_queues(p);
         for q in 0..n {
-            if !loaded
-                .lcores()
-                .iter()
-                .any(|l| l.rx.contains(&RxQueueConfig { port: p, queue: q }))
-            {
+            if !loaded.lcores().iter().any(|l| l.rx.contains(&RxQueueConfig { port: p, queue: q })) {
                 return Err(err(
                     "lcore".into(),
                     format!("port {p} has {n} rx queues but no lcore polls queue {q}: every queue below the highest polled one needs an owner"),
@@ -480,9 +431,7 @@ fn looks_like_pci(s: &str) -> bool {
     // [domain:]bus:device.function, hex digits.
     let parts: Vec<&str> = s.split([':', '.']).collect();
     (parts.len() == 3 || parts.len() == 4)
-        && parts
-            .iter()
-            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_hexdigit()))
+        && parts.iter().all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
 #[cfg(test)]

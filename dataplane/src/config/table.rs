@@ -89,16 +89,10 @@ pub fn build_pipeline(
     for (gi, g) in groups.iter().enumerate() {
         let gkey = format!("multicast_group[{gi}]");
         if group_ids[..gi].contains(&g.id) {
-            return Err(err(
-                format!("{gkey}.id"),
-                format!("multicast group id {} is used twice", g.id),
-            ));
+            return Err(err(format!("{gkey}.id"), format!("multicast group id {} is used twice", g.id)));
         }
         if g.copies.is_empty() {
-            return Err(err(
-                format!("{gkey}.copy"),
-                "expected at least one [[multicast_group.copy]]".into(),
-            ));
+            return Err(err(format!("{gkey}.copy"), "expected at least one [[multicast_group.copy]]".into()));
         }
         let mut copies = Vec::new();
         for (ci, c) in g.copies.iter().enumerate() {
@@ -117,8 +111,7 @@ pub fn build_pipeline(
                 counters: &mut counters,
                 rewrites_only: true,
             };
-            let actions = parse_action_list(&c.actions, &mut ctx)
-                .map_err(|e| err(format!("{ckey}.actions"), e.0))?;
+            let actions = parse_action_list(&c.actions, &mut ctx).map_err(|e| err(format!("{ckey}.actions"), e.0))?;
             copies.push((c.port, actions));
         }
         out.groups.push(MulticastGroup { id: g.id, copies });
@@ -127,22 +120,13 @@ pub fn build_pipeline(
     for (ti, tc) in tables.iter().enumerate() {
         let tkey = format!("table[{ti}]");
         if tc.name.is_empty() {
-            return Err(err(
-                format!("{tkey}.name"),
-                "expected a non-empty name".into(),
-            ));
+            return Err(err(format!("{tkey}.name"), "expected a non-empty name".into()));
         }
         if names[..ti].contains(&tc.name) {
-            return Err(err(
-                format!("{tkey}.name"),
-                format!("table name {:?} is used twice", tc.name),
-            ));
+            return Err(err(format!("{tkey}.name"), format!("table name {:?} is used twice", tc.name)));
         }
         if tc.key.is_empty() {
-            return Err(err(
-                format!("{tkey}.key"),
-                "expected at least one key field".into(),
-            ));
+            return Err(err(format!("{tkey}.key"), "expected at least one key field".into()));
         }
         let mut fields = Vec::new();
         for (ki, kf) in tc.key.iter().enumerate() {
@@ -150,20 +134,13 @@ pub fn build_pipeline(
                 let all: Vec<&str> = Field::ALL.iter().map(|f| f.name()).collect();
                 err(
                     format!("{tkey}.key[{ki}].field"),
-                    format!(
-                        "unknown field {:?}; expected one of: {}",
-                        kf.field,
-                        all.join(", ")
-                    ),
+                    format!("unknown field {:?}; expected one of: {}", kf.field, all.join(", ")),
                 )
             })?;
             let kind = MatchKind::from_name(&kf.kind).ok_or_else(|| {
                 err(
                     format!("{tkey}.key[{ki}].match"),
-                    format!(
-                        "unknown match kind {:?}; expected exact, lpm, ternary or range",
-                        kf.kind
-                    ),
+                    format!("unknown match kind {:?}; expected exact, lpm, ternary or range", kf.kind),
                 )
             })?;
             fields.push((field, kind));
@@ -176,28 +153,21 @@ pub fn build_pipeline(
             counters: &mut counters,
             rewrites_only: false,
         };
-        let default_action = parse_action_list(&tc.default_action, &mut ctx)
-            .map_err(|e| err(format!("{tkey}.default_action"), e.0))?;
-        let mut table = Table::new(&tc.name, fields.clone(), default_action)
-            .map_err(|m| err(format!("{tkey}.key"), m))?;
+        let default_action =
+            parse_action_list(&tc.default_action, &mut ctx).map_err(|e| err(format!("{tkey}.default_action"), e.0))?;
+        let mut table =
+            Table::new(&tc.name, fields.clone(), default_action).map_err(|m| err(format!("{tkey}.key"), m))?;
         for (ei, ec) in tc.entries.iter().enumerate() {
             let ekey = format!("{tkey}.entry[{ei}]");
             if ec.key.len() != fields.len() {
                 return Err(err(
                     format!("{ekey}.key"),
-                    format!(
-                        "expected {} value(s), one per key field, found {}",
-                        fields.len(),
-                        ec.key.len()
-                    ),
+                    format!("expected {} value(s), one per key field, found {}", fields.len(), ec.key.len()),
                 ));
             }
             let mut values = Vec::with_capacity(fields.len());
             for (vi, (v, (f, k))) in ec.key.iter().zip(&fields).enumerate() {
-                values.push(
-                    parse_match_value(*f, *k, v)
-                        .map_err(|m| err(format!("{ekey}.key[{vi}]"), m))?,
-                );
+                values.push(parse_match_value(*f, *k, v).map_err(|m| err(format!("{ekey}.key[{vi}]"), m))?);
             }
             let mut ctx = ActionContext {
                 ports,
@@ -207,8 +177,7 @@ pub fn build_pipeline(
                 counters: &mut counters,
                 rewrites_only: false,
             };
-            let actions = parse_action_list(&ec.action, &mut ctx)
-                .map_err(|e| err(format!("{ekey}.action"), e.0))?;
+            let actions = parse_action_list(&ec.action, &mut ctx).map_err(|e| err(format!("{ekey}.action"), e.0))?;
             table.insert(&values, ec.priority, actions).map_err(|e| {
                 let k = match e {
                     crate::table::EntryError::Priority(_) => format!("{ekey}.priority"),
@@ -219,9 +188,6 @@ pub fn build_pipeline(
         }
         out.tables.push(table);
     }
-    out.counters = counters
-        .into_iter()
-        .map(|n| (n, Counter::default()))
-        .collect();
+    out.counters = counters.into_iter().map(|n| (n, Counter::default())).collect();
     Ok(out)
 }

@@ -5,9 +5,7 @@ use super::*;
 use std::path::Path;
 
 fn err(text: &str) -> String {
-    load_str(text, Path::new("bad.toml"))
-        .unwrap_err()
-        .to_string()
+    load_str(text, Path::new("bad.toml")).unwrap_err().to_string()
 }
 
 const PORT: &str = "[[port]]\nvdev = \"net_null0\"\n";
@@ -35,10 +33,7 @@ fn default_config_values() {
     assert_eq!(
         l.config.ports[0].vdev_args(),
         vec![
-            (
-                "rx_pcap".to_string(),
-                "samples/nccl_ring_allreduce_rocev2.pcap".to_string()
-            ),
+            ("rx_pcap".to_string(), "samples/nccl_ring_allreduce_rocev2.pcap".to_string()),
             ("tx_pcap".to_string(), "out/p0.pcap".to_string())
         ]
     );
@@ -109,18 +104,13 @@ fn semantic_errors_name_the_key() {
     ];
     for (text, key, want) in cases {
         let e = err(text);
-        assert!(
-            e.contains(key) && e.contains(want),
-            "{text:?}: got {e:?}, want {key} and {want:?}"
-        );
+        assert!(e.contains(key) && e.contains(want), "{text:?}: got {e:?}, want {key} and {want:?}");
     }
 }
 
 #[test]
 fn table_errors_name_the_key() {
-    let t = |body: &str| {
-        format!("{PORT}[[port]]\nvdev = \"net_null1\"\n[[table]]\nname = \"l2\"\n{body}")
-    };
+    let t = |body: &str| format!("{PORT}[[port]]\nvdev = \"net_null1\"\n[[table]]\nname = \"l2\"\n{body}");
     let key = "key = [{ field = \"eth.dst\", match = \"exact\" }]\n";
     let cases: Vec<(String, &str, &str)> = vec![
         (t("key = [{ field = \"eth.dest\", match = \"exact\" }]\n"), "`table[0].key[0].field`", "unknown field \"eth.dest\""),
@@ -157,9 +147,6 @@ fn table_errors_name_the_key() {
     ];
     for (text, key, want) in cases {
         let e = err(&text);
-        assert!(
-            e.contains(key) && e.contains(want),
-            "{text:?}: got {e:?}, want {key} and {want:?}"
-        );
+        assert!(e.contains(key) && e.contains(want), "{text:?}: got {e:?}, want {key} and {want:?}");
     }
 }

@@ -20,9 +20,8 @@ impl Eal {
     pub fn init(args: &[String]) -> Result<Eal, DpdkError> {
         let mut argv: Vec<*mut c_char> = Vec::with_capacity(args.len() + 1);
         for a in args {
-            let c = CString::new(a.as_str()).map_err(|_| {
-                DpdkError::new("rte_eal_init", format!("argument {a:?} holds a NUL byte"))
-            })?;
+            let c = CString::new(a.as_str())
+                .map_err(|_| DpdkError::new("rte_eal_init", format!("argument {a:?} holds a NUL byte")))?;
             argv.push(c.into_raw()); // leaked on purpose: EAL keeps pointers into argv
         }
         argv.push(std::ptr::null_mut());
@@ -30,14 +29,9 @@ impl Eal {
         // SAFETY: argv is a NULL-terminated array of valid C strings that outlive the process.
         let ret = unsafe { dpdk_sys::rte_eal_init(args.len() as i32, argv.as_mut_ptr()) };
         if ret < 0 {
-            return Err(DpdkError::from_errno(format!(
-                "rte_eal_init({})",
-                args.join(" ")
-            )));
+            return Err(DpdkError::from_errno(format!("rte_eal_init({})", args.join(" "))));
         }
-        Ok(Eal {
-            args: args.to_vec(),
-        })
+        Ok(Eal { args: args.to_vec() })
     }
 
     /// The arguments EAL was started with.

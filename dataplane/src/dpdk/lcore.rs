@@ -57,30 +57,19 @@ extern "C" fn trampoline(arg: *mut c_void) -> c_int {
 /// caught (the appliance uses it to make every other worker stop).
 ///
 /// Errors: the lcore is not a worker lcore or is busy (`rte_eal_remote_launch`).
-pub fn launch<F>(
-    lcore: u32,
-    job: F,
-    on_panic: Option<Arc<dyn Fn() + Send + Sync>>,
-) -> Result<LcoreHandle, DpdkError>
+pub fn launch<F>(lcore: u32, job: F, on_panic: Option<Arc<dyn Fn() + Send + Sync>>) -> Result<LcoreHandle, DpdkError>
 where
     F: FnOnce() + Send + 'static,
 {
     let panic = Arc::new(Mutex::new(None));
-    let boxed = Box::new(Launch {
-        job: Some(Box::new(job)),
-        panic: panic.clone(),
-        on_panic,
-    });
+    let boxed = Box::new(Launch { job: Some(Box::new(job)), panic: panic.clone(), on_panic });
     let arg = Box::into_raw(boxed) as *mut c_void;
     // SAFETY: trampoline takes back the Box exactly once; on failure we take it back here.
     let ret = unsafe { dpdk_sys::rte_eal_remote_launch(Some(trampoline), arg, lcore) };
     if ret != 0 {
         // SAFETY: the launch failed, so the trampoline never saw `arg`.
         drop(unsafe { Box::from_raw(arg as *mut Launch) });
-        return Err(DpdkError::from_ret(
-            format!("rte_eal_remote_launch(lcore {lcore})"),
-            ret,
-        ));
+        return Err(DpdkError::from_ret(format!("rte_eal_remote_launch(lcore {lcore})"), ret));
     }
     Ok(LcoreHandle { lcore, panic })
 }

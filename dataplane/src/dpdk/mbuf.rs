@@ -58,52 +58,38 @@ impl PacketBuf for Mbuf {
     fn data(&self) -> &[u8] {
         let h = self.hdr();
         // SAFETY: buf_addr + data_off .. + data_len lies inside the mbuf's buffer, which we own.
-        unsafe {
-            std::slice::from_raw_parts(
-                (h.buf_addr as *const u8).add(h.data_off as usize),
-                h.data_len as usize,
-            )
-        }
+        unsafe { std::slice::from_raw_parts((h.buf_addr as *const u8).add(h.data_off as usize), h.data_len as usize) }
     }
 
     #[inline(always)]
     fn data_mut(&mut self) -> &mut [u8] {
         let h = self.hdr();
         // SAFETY: as in data(); &mut self guarantees exclusive access.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                (h.buf_addr as *mut u8).add(h.data_off as usize),
-                h.data_len as usize,
-            )
-        }
+        unsafe { std::slice::from_raw_parts_mut((h.buf_addr as *mut u8).add(h.data_off as usize), h.data_len as usize) }
     }
 
     #[inline(always)]
     fn prepend(&mut self, len: usize) -> bool {
         // SAFETY: we own the mbuf; the shim checks the headroom.
-        len <= u16::MAX as usize
-            && unsafe { !dpdk_sys::shim_pktmbuf_prepend(self.0.as_ptr(), len as u16).is_null() }
+        len <= u16::MAX as usize && unsafe { !dpdk_sys::shim_pktmbuf_prepend(self.0.as_ptr(), len as u16).is_null() }
     }
 
     #[inline(always)]
     fn adj(&mut self, len: usize) -> bool {
         // SAFETY: we own the mbuf; the shim checks the length.
-        len <= u16::MAX as usize
-            && unsafe { !dpdk_sys::shim_pktmbuf_adj(self.0.as_ptr(), len as u16).is_null() }
+        len <= u16::MAX as usize && unsafe { !dpdk_sys::shim_pktmbuf_adj(self.0.as_ptr(), len as u16).is_null() }
     }
 
     #[inline(always)]
     fn append(&mut self, len: usize) -> bool {
         // SAFETY: we own the mbuf; the shim checks the tailroom.
-        len <= u16::MAX as usize
-            && unsafe { !dpdk_sys::shim_pktmbuf_append(self.0.as_ptr(), len as u16).is_null() }
+        len <= u16::MAX as usize && unsafe { !dpdk_sys::shim_pktmbuf_append(self.0.as_ptr(), len as u16).is_null() }
     }
 
     #[inline(always)]
     fn trim(&mut self, len: usize) -> bool {
         // SAFETY: we own the mbuf; the shim checks the length.
-        len <= u16::MAX as usize
-            && unsafe { dpdk_sys::shim_pktmbuf_trim(self.0.as_ptr(), len as u16) == 0 }
+        len <= u16::MAX as usize && unsafe { dpdk_sys::shim_pktmbuf_trim(self.0.as_ptr(), len as u16) == 0 }
     }
 
     #[inline(always)]
@@ -116,9 +102,7 @@ impl PacketBuf for Mbuf {
         let off = TS_OFFSET.load(Ordering::Relaxed) as usize;
         // SAFETY: the rx-timestamp dynamic field (a u64) was registered at `off` bytes into every
         // mbuf; the flag says the PMD wrote it.
-        Some(unsafe {
-            std::ptr::read_unaligned((self.0.as_ptr() as *const u8).add(off) as *const u64)
-        })
+        Some(unsafe { std::ptr::read_unaligned((self.0.as_ptr() as *const u8).add(off) as *const u64) })
     }
 
     #[inline(always)]
@@ -139,9 +123,7 @@ pub fn register_rx_timestamp() -> Result<(), super::DpdkError> {
     // SAFETY: plain out-parameters.
     let ret = unsafe { dpdk_sys::rte_mbuf_dyn_rx_timestamp_register(&mut off, &mut flag) };
     if ret < 0 {
-        return Err(super::DpdkError::from_errno(
-            "rte_mbuf_dyn_rx_timestamp_register",
-        ));
+        return Err(super::DpdkError::from_errno("rte_mbuf_dyn_rx_timestamp_register"));
     }
     TS_OFFSET.store(off, Ordering::Relaxed);
     TS_FLAG.store(flag, Ordering::Relaxed);

@@ -23,18 +23,10 @@ impl Mempool {
     ///
     /// Errors: no memory (`-m` too small for `n` x (data_room + ~192) bytes), a name in use, a
     /// cache larger than DPDK allows (512, and at most n / 1.5).
-    pub fn new(
-        name: &str,
-        n: u32,
-        cache: u32,
-        data_room: u16,
-        socket: i32,
-    ) -> Result<Self, DpdkError> {
+    pub fn new(name: &str, n: u32, cache: u32, data_room: u16, socket: i32) -> Result<Self, DpdkError> {
         let cname = CString::new(name).expect("pool names hold no NUL");
         // SAFETY: arguments are plain values and a valid C string.
-        let raw = unsafe {
-            dpdk_sys::rte_pktmbuf_pool_create(cname.as_ptr(), n, cache, 0, data_room, socket)
-        };
+        let raw = unsafe { dpdk_sys::rte_pktmbuf_pool_create(cname.as_ptr(), n, cache, 0, data_room, socket) };
         NonNull::new(raw).map(|raw| Mempool { raw }).ok_or_else(|| {
             DpdkError::from_errno(format!(
                 "rte_pktmbuf_pool_create({name}, {n} mbufs of {data_room} bytes, cache {cache})"

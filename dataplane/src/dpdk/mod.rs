@@ -29,28 +29,19 @@ pub struct DpdkError {
 impl DpdkError {
     /// An error from a negative errno-style return value `ret`.
     pub fn from_ret(what: impl Into<String>, ret: i32) -> Self {
-        DpdkError {
-            what: what.into(),
-            reason: strerror(-ret),
-        }
+        DpdkError { what: what.into(), reason: strerror(-ret) }
     }
 
     /// An error whose reason is the current `rte_errno`.
     pub fn from_errno(what: impl Into<String>) -> Self {
         // SAFETY: reads the calling thread's rte_errno through the shim.
         let e = unsafe { dpdk_sys::shim_errno() };
-        DpdkError {
-            what: what.into(),
-            reason: strerror(e),
-        }
+        DpdkError { what: what.into(), reason: strerror(e) }
     }
 
     /// An error with a reason of our own.
     pub fn new(what: impl Into<String>, reason: impl Into<String>) -> Self {
-        DpdkError {
-            what: what.into(),
-            reason: reason.into(),
-        }
+        DpdkError { what: what.into(), reason: reason.into() }
     }
 }
 
@@ -58,11 +49,7 @@ impl DpdkError {
 pub fn strerror(errnum: i32) -> String {
     // SAFETY: rte_strerror returns a pointer to a NUL-terminated string valid until the next call
     // on this thread; it is copied at once.
-    unsafe {
-        CStr::from_ptr(dpdk_sys::rte_strerror(errnum))
-            .to_string_lossy()
-            .into_owned()
-    }
+    unsafe { CStr::from_ptr(dpdk_sys::rte_strerror(errnum)).to_string_lossy().into_owned() }
 }
 
 /// The TSC frequency (`rte_get_tsc_hz`), in cycles per second. Valid after EAL init.

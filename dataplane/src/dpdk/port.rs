@@ -54,8 +54,7 @@ impl Port {
     /// Finds the port whose device name is `name` (a vdev name like `net_pcap0` or a PCI
     /// address like `0000:3b:00.0`), as probed by EAL.
     pub fn by_name(name: &str) -> Result<u16, DpdkError> {
-        let c = CString::new(name)
-            .map_err(|_| DpdkError::new("port lookup", "name holds a NUL byte"))?;
+        let c = CString::new(name).map_err(|_| DpdkError::new("port lookup", "name holds a NUL byte"))?;
         let mut id: u16 = 0;
         // SAFETY: valid C string and out-parameter.
         let ret = unsafe { dpdk_sys::rte_eth_dev_get_port_by_name(c.as_ptr(), &mut id) };
@@ -74,12 +73,7 @@ impl Port {
     /// Errors: more queues than the device has (net_pcap has one rx queue per `rx_pcap` and
     /// one tx queue per `tx_pcap`), descriptor counts the device refuses, or a start failure
     /// (for net_pcap: an input file that cannot be opened or an output that cannot be created).
-    pub fn start(
-        id: u16,
-        name: &str,
-        setup: &PortSetup,
-        pool: &Mempool,
-    ) -> Result<Port, DpdkError> {
+    pub fn start(id: u16, name: &str, setup: &PortSetup, pool: &Mempool) -> Result<Port, DpdkError> {
         let what = |op: &str| format!("{op}(port {id} {name})");
         // SAFETY: zeroed rte_eth_dev_info is a valid out-parameter.
         let mut info: dpdk_sys::rte_eth_dev_info = unsafe { std::mem::zeroed() };
@@ -109,58 +103,34 @@ impl Port {
             conf.rxmode.mtu = mtu as u32;
         }
         // SAFETY: conf is fully initialised.
-        let ret =
-            unsafe { dpdk_sys::rte_eth_dev_configure(id, setup.rx_queues, setup.tx_queues, &conf) };
+        let ret = unsafe { dpdk_sys::rte_eth_dev_configure(id, setup.rx_queues, setup.tx_queues, &conf) };
         if ret != 0 {
             return Err(DpdkError::from_ret(what("rte_eth_dev_configure"), ret));
         }
         let mut rx_desc = setup.rx_desc;
         let mut tx_desc = setup.tx_desc;
         // SAFETY: plain in/out parameters.
-        let ret =
-            unsafe { dpdk_sys::rte_eth_dev_adjust_nb_rx_tx_desc(id, &mut rx_desc, &mut tx_desc) };
+        let ret = unsafe { dpdk_sys::rte_eth_dev_adjust_nb_rx_tx_desc(id, &mut rx_desc, &mut tx_desc) };
         if ret != 0 {
-            return Err(DpdkError::from_ret(
-                what("rte_eth_dev_adjust_nb_rx_tx_desc"),
-                ret,
-            ));
+            return Err(DpdkError::from_ret(what("rte_eth_dev_adjust_nb_rx_tx_desc"), ret));
         }
         // SAFETY: a valid port id.
         let socket = unsafe { dpdk_sys::rte_eth_dev_socket_id(id) };
-        let socket = if socket < 0 {
-            dpdk_sys::SOCKET_ID_ANY
-        } else {
-            socket
-        };
+        let socket = if socket < 0 { dpdk_sys::SOCKET_ID_ANY } else { socket };
         for q in 0..setup.rx_queues {
             // SAFETY: the port is configured; NULL rxconf means the device default.
             let ret = unsafe {
-                dpdk_sys::rte_eth_rx_queue_setup(
-                    id,
-                    q,
-                    rx_desc,
-                    socket as u32,
-                    std::ptr::null(),
-                    pool.as_ptr(),
-                )
+                dpdk_sys::rte_eth_rx_queue_setup(id, q, rx_desc, socket as u32, std::ptr::null(), pool.as_ptr())
             };
             if ret != 0 {
-                return Err(DpdkError::from_ret(
-                    format!("rte_eth_rx_queue_setup(port {id} {name}, queue {q})"),
-                    ret,
-                ));
+                return Err(DpdkError::from_ret(format!("rte_eth_rx_queue_setup(port {id} {name}, queue {q})"), ret));
             }
         }
         for q in 0..setup.tx_queues {
             // SAFETY: the port is configured; NULL txconf means the device default.
-            let ret = unsafe {
-                dpdk_sys::rte_eth_tx_queue_setup(id, q, tx_desc, socket as u32, std::ptr::null())
-            };
+            let ret = unsafe { dpdk_sys::rte_eth_tx_queue_setup(id, q, tx_desc, socket as u32, std::ptr::null()) };
             if ret != 0 {
-                return Err(DpdkError::from_ret(
-                    format!("rte_eth_tx_queue_setup(port {id} {name}, queue {q})"),
-                    ret,
-                ));
+                return Err(DpdkError::from_ret(format!("rte_eth_tx_queue_setup(port {id} {name}, queue {q})"), ret));
             }
         }
         if let Some(mac) = setup.mac {
@@ -168,10 +138,7 @@ impl Port {
             // SAFETY: valid out/in parameter.
             let ret = unsafe { dpdk_sys::rte_eth_dev_default_mac_addr_set(id, &mut addr) };
             if ret != 0 {
-                return Err(DpdkError::from_ret(
-                    what("rte_eth_dev_default_mac_addr_set"),
-                    ret,
-                ));
+                return Err(DpdkError::from_ret(what("rte_eth_dev_default_mac_addr_set"), ret));
             }
         }
         // SAFETY: the port is configured with its queues.
@@ -182,11 +149,7 @@ impl Port {
         // Promiscuous mode is best effort: some PMDs (net_null) do not support it.
         // SAFETY: a started port.
         unsafe { dpdk_sys::rte_eth_promiscuous_enable(id) };
-        Ok(Port {
-            id,
-            name: name.to_string(),
-            started: true,
-        })
+        Ok(Port { id, name: name.to_string(), started: true })
     }
 
     /// The DPDK port id.
@@ -220,13 +183,10 @@ impl Port {
             return Vec::new();
         }
         // SAFETY: zeroed arrays are valid out-parameters of the size given.
-        let mut names: Vec<dpdk_sys::rte_eth_xstat_name> =
-            vec![unsafe { std::mem::zeroed() }; n as usize];
-        let mut vals: Vec<dpdk_sys::rte_eth_xstat> =
-            vec![unsafe { std::mem::zeroed() }; n as usize];
+        let mut names: Vec<dpdk_sys::rte_eth_xstat_name> = vec![unsafe { std::mem::zeroed() }; n as usize];
+        let mut vals: Vec<dpdk_sys::rte_eth_xstat> = vec![unsafe { std::mem::zeroed() }; n as usize];
         // SAFETY: arrays of n elements.
-        let got_n =
-            unsafe { dpdk_sys::rte_eth_xstats_get_names(self.id, names.as_mut_ptr(), n as u32) };
+        let got_n = unsafe { dpdk_sys::rte_eth_xstats_get_names(self.id, names.as_mut_ptr(), n as u32) };
         // SAFETY: arrays of n elements.
         let got_v = unsafe { dpdk_sys::rte_eth_xstats_get(self.id, vals.as_mut_ptr(), n as u32) };
         if got_n <= 0 || got_v <= 0 {
@@ -237,9 +197,7 @@ impl Port {
             .filter_map(|v| {
                 let name = names.get(v.id as usize)?;
                 // SAFETY: DPDK writes NUL-terminated names into the fixed-size array.
-                let s = unsafe { CStr::from_ptr(name.name.as_ptr()) }
-                    .to_string_lossy()
-                    .into_owned();
+                let s = unsafe { CStr::from_ptr(name.name.as_ptr()) }.to_string_lossy().into_owned();
                 Some((s, v.value))
             })
             .collect()
@@ -252,10 +210,7 @@ impl Port {
             // SAFETY: a started port; no lcore polls it any more.
             let ret = unsafe { dpdk_sys::rte_eth_dev_stop(self.id) };
             if ret != 0 {
-                return Err(DpdkError::from_ret(
-                    format!("rte_eth_dev_stop(port {})", self.id),
-                    ret,
-                ));
+                return Err(DpdkError::from_ret(format!("rte_eth_dev_stop(port {})", self.id), ret));
             }
         }
         Ok(())

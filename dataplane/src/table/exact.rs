@@ -63,11 +63,7 @@ impl ExactMatcher {
     pub fn new(key_len: usize) -> Result<Self, MatchError> {
         check_key_len(key_len)?;
         let inner = by_words!(Inner, word_count(key_len), new_table());
-        Ok(ExactMatcher {
-            key_len,
-            max_entries: MAX_ENTRIES,
-            inner,
-        })
+        Ok(ExactMatcher { key_len, max_entries: MAX_ENTRIES, inner })
     }
 
     /// Limits the table to `max` entries (a P4 table's `size`); further inserts fail with
@@ -105,10 +101,7 @@ impl ExactMatcher {
     pub fn insert(&mut self, key: &[u8], entry: u32) -> Result<(), MatchError> {
         check_len("key", key, self.key_len)?;
         if self.len() >= self.max_entries {
-            return Err(MatchError::TableFull {
-                what: "entries",
-                max: self.max_entries,
-            });
+            return Err(MatchError::TableFull { what: "entries", max: self.max_entries });
         }
         dispatch!(Inner, &mut self.inner, t => t.insert(load(key), entry))
     }
@@ -173,11 +166,7 @@ struct Slot<const W: usize> {
 }
 
 impl<const W: usize> Slot<W> {
-    const EMPTY: Self = Slot {
-        tag: EMPTY,
-        entry: 0,
-        key: [0; W],
-    };
+    const EMPTY: Self = Slot { tag: EMPTY, entry: 0, key: [0; W] };
 }
 
 /// Tag of a hash: its upper half, never [`EMPTY`].
@@ -204,11 +193,7 @@ fn new_table<const W: usize>() -> Table<W> {
 impl<const W: usize> Table<W> {
     fn with_slots(n: usize) -> Self {
         debug_assert!(n.is_power_of_two());
-        Table {
-            slots: vec![Slot::EMPTY; n].into_boxed_slice(),
-            mask: n - 1,
-            len: 0,
-        }
+        Table { slots: vec![Slot::EMPTY; n].into_boxed_slice(), mask: n - 1, len: 0 }
     }
 
     /// Probes for `k`. Terminates because the table is never more than half full.
@@ -236,11 +221,7 @@ impl<const W: usize> Table<W> {
         if (self.len + 1) * 2 > self.slots.len() {
             self.grow();
         }
-        self.place(Slot {
-            tag: tag(hash(&k)),
-            entry,
-            key: k,
-        });
+        self.place(Slot { tag: tag(hash(&k)), entry, key: k });
         Ok(())
     }
 
@@ -317,33 +298,17 @@ mod tests {
     fn duplicate_is_an_error_and_keeps_the_first() {
         let mut t = ExactMatcher::new(6).unwrap();
         t.insert(&mac("02:00:00:00:00:01"), 7).unwrap();
-        assert_eq!(
-            t.insert(&mac("02:00:00:00:00:01"), 8),
-            Err(MatchError::DuplicateKey)
-        );
+        assert_eq!(t.insert(&mac("02:00:00:00:00:01"), 8), Err(MatchError::DuplicateKey));
         assert_eq!(t.lookup(&mac("02:00:00:00:00:01")), Some(7));
         assert_eq!(t.len(), 1);
     }
 
     #[test]
     fn key_length_checks() {
-        assert_eq!(
-            ExactMatcher::new(0).unwrap_err(),
-            MatchError::KeyLenOutOfRange(0)
-        );
-        assert_eq!(
-            ExactMatcher::new(65).unwrap_err(),
-            MatchError::KeyLenOutOfRange(65)
-        );
+        assert_eq!(ExactMatcher::new(0).unwrap_err(), MatchError::KeyLenOutOfRange(0));
+        assert_eq!(ExactMatcher::new(65).unwrap_err(), MatchError::KeyLenOutOfRange(65));
         let mut t = ExactMatcher::new(4).unwrap();
-        assert_eq!(
-            t.insert(&[1, 2, 3], 0),
-            Err(MatchError::WrongLen {
-                what: "key",
-                expected: 4,
-                got: 3
-            })
-        );
+        assert_eq!(t.insert(&[1, 2, 3], 0), Err(MatchError::WrongLen { what: "key", expected: 4, got: 3 }));
         t.insert(&[1, 2, 3, 4], 9).unwrap();
         // Lookups of the wrong length find nothing rather than panic.
         assert_eq!(t.lookup(&[1, 2, 3]), None);
@@ -357,13 +322,7 @@ mod tests {
         for i in 0..3u16 {
             t.insert(&i.to_be_bytes(), u32::from(i)).unwrap();
         }
-        assert_eq!(
-            t.insert(&[0, 9], 9),
-            Err(MatchError::TableFull {
-                what: "entries",
-                max: 3
-            })
-        );
+        assert_eq!(t.insert(&[0, 9], 9), Err(MatchError::TableFull { what: "entries", max: 3 }));
         assert_eq!(t.len(), 3);
     }
 
@@ -411,10 +370,7 @@ mod tests {
         assert_eq!(t.lookup(&[0x03, 0, 0, 0, 0, 0]), None);
         assert!(t.max_probe() < 40, "max probe {}", t.max_probe());
         let slots = t.memory_bytes() / 16;
-        assert!(
-            slots >= 2 * n as usize && slots <= 4 * n as usize,
-            "{slots} slots"
-        );
+        assert!(slots >= 2 * n as usize && slots <= 4 * n as usize, "{slots} slots");
     }
 
     #[test]
@@ -432,10 +388,7 @@ mod tests {
 
     /// Keys from a small alphabet, so sets share prefixes, suffixes and hash neighbourhoods.
     fn keys(len: usize) -> impl Strategy<Value = Vec<Vec<u8>>> {
-        prop::collection::vec(
-            prop::collection::vec(prop::sample::select(vec![0u8, 1, 0x80, 0xff]), len),
-            0..200,
-        )
+        prop::collection::vec(prop::collection::vec(prop::sample::select(vec![0u8, 1, 0x80, 0xff]), len), 0..200)
     }
 
     proptest! {

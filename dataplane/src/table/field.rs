@@ -139,13 +139,9 @@ impl Field {
             Field::EthSrc => out.copy_from_slice(&p.eth_src.0),
             Field::EthType => out.copy_from_slice(&p.ethertype.to_be_bytes()),
             Field::VlanOuterValid => out[0] = outer as u8,
-            Field::VlanOuterVid => {
-                out.copy_from_slice(&(if outer { p.vid_outer } else { 0 }).to_be_bytes())
-            }
+            Field::VlanOuterVid => out.copy_from_slice(&(if outer { p.vid_outer } else { 0 }).to_be_bytes()),
             Field::VlanInnerValid => out[0] = inner as u8,
-            Field::VlanInnerVid => {
-                out.copy_from_slice(&(if inner { p.vid_inner } else { 0 }).to_be_bytes())
-            }
+            Field::VlanInnerVid => out.copy_from_slice(&(if inner { p.vid_inner } else { 0 }).to_be_bytes()),
             Field::Ipv4Valid => out[0] = v4 as u8,
             Field::Ipv4Src => out.copy_from_slice(if v4 { &p.ip_src_bytes[..4] } else { &[0; 4] }),
             Field::Ipv4Dst => out.copy_from_slice(if v4 { &p.ip_dst_bytes[..4] } else { &[0; 4] }),
@@ -161,17 +157,11 @@ impl Field {
             Field::Ipv6NextHdr => out[0] = if v6 { p.ip_proto } else { 0 },
             Field::Ipv6HopLimit => out[0] = if v6 { p.ttl } else { 0 },
             Field::UdpValid => out[0] = udp as u8,
-            Field::UdpSrcPort => {
-                out.copy_from_slice(&(if udp { p.udp_src } else { 0 }).to_be_bytes())
-            }
-            Field::UdpDstPort => {
-                out.copy_from_slice(&(if udp { p.udp_dst } else { 0 }).to_be_bytes())
-            }
+            Field::UdpSrcPort => out.copy_from_slice(&(if udp { p.udp_src } else { 0 }).to_be_bytes()),
+            Field::UdpDstPort => out.copy_from_slice(&(if udp { p.udp_dst } else { 0 }).to_be_bytes()),
             Field::BthValid => out[0] = bth as u8,
             Field::BthOpcode => out[0] = if bth { p.bth_opcode } else { 0 },
-            Field::BthDestQp => {
-                out.copy_from_slice(&(if bth { p.bth_dest_qp } else { 0 }).to_be_bytes()[1..])
-            }
+            Field::BthDestQp => out.copy_from_slice(&(if bth { p.bth_dest_qp } else { 0 }).to_be_bytes()[1..]),
             Field::GradientValid => out[0] = grad as u8,
             Field::GradientCollectiveId => {
                 out.copy_from_slice(&(if grad { p.grad_collective_id } else { 0 }).to_be_bytes())
@@ -193,11 +183,7 @@ mod tests {
             let mut out = vec![0xAAu8; f.width()];
             f.extract(&Parsed::default(), 7, &mut out);
             if *f != Field::IngressPort {
-                assert!(
-                    out.iter().all(|b| *b == 0),
-                    "{} of an empty packet is zero",
-                    f.name()
-                );
+                assert!(out.iter().all(|b| *b == 0), "{} of an empty packet is zero", f.name());
             }
         }
         assert_eq!(Field::from_name("ipv4.dst"), Some(Field::Ipv4Dst));

@@ -22,9 +22,6 @@ impl Key {
 
 impl Default for Key {
     fn default() -> Self {
-        Key {
-            len: 0,
-            bytes: [0; KEY_MAX],
-        }
+        Key { len: 0, bytes: [0; KEY_MAX] }
     }
 }

@@ -102,10 +102,7 @@ impl LpmMatcher {
         check_key_len(key_len)?;
         let width = lpm.end.wrapping_sub(lpm.start);
         if lpm.start >= lpm.end || lpm.end > key_len || width > FIELD_MAX {
-            return Err(MatchError::LpmField {
-                field: lpm,
-                key_len,
-            });
+            return Err(MatchError::LpmField { field: lpm, key_len });
         }
         let field_bits = 8 * width as u32;
         let exact = if width == key_len {
@@ -114,10 +111,7 @@ impl LpmMatcher {
             let mut m = [0u8; 64];
             m[..key_len].fill(0xff);
             m[lpm.clone()].fill(0);
-            Some(ExactParts {
-                map: ExactMatcher::new(key_len)?,
-                mask: load::<8>(&m),
-            })
+            Some(ExactParts { map: ExactMatcher::new(key_len)?, mask: load::<8>(&m) })
         };
         let root_bits = if exact.is_none() && width >= 2 { 16 } else { 8 };
         let root_slots = if exact.is_none() { 1 << root_bits } else { 0 };
@@ -177,32 +171,20 @@ impl LpmMatcher {
     pub fn insert(&mut self, key: &[u8], prefix_len: u8, entry: u32) -> Result<(), MatchError> {
         check_len("key", key, self.key_len)?;
         if u32::from(prefix_len) > self.field_bits {
-            return Err(MatchError::PrefixLen {
-                prefix_len,
-                field_bits: self.field_bits,
-            });
+            return Err(MatchError::PrefixLen { prefix_len, field_bits: self.field_bits });
         }
         if entry > MAX_ENTRY {
-            return Err(MatchError::EntryTooLarge {
-                entry,
-                max: MAX_ENTRY,
-            });
+            return Err(MatchError::EntryTooLarge { entry, max: MAX_ENTRY });
         }
         if self.routes.len() >= self.max_entries {
-            return Err(MatchError::TableFull {
-                what: "entries",
-                max: self.max_entries,
-            });
+            return Err(MatchError::TableFull { what: "entries", max: self.max_entries });
         }
         let p = u32::from(prefix_len);
         let addr = be_value(&key[self.field.clone()]) & prefix_mask(self.field_bits, p);
         let term = self.level_of(p);
         // New nodes: at most one per level above the terminal one, plus an exact part's root.
         if self.slots.len() / NODE + term as usize + 1 > MAX_NODES {
-            return Err(MatchError::TableFull {
-                what: "trie nodes",
-                max: MAX_NODES,
-            });
+            return Err(MatchError::TableFull { what: "trie nodes", max: MAX_NODES });
         }
 
         let root = match &self.exact {
@@ -260,9 +242,7 @@ impl LpmMatcher {
         }
         let f = &key[self.field.clone()];
         let (mut v, mut next) = match &self.exact {
-            None if self.root_bits == 16 => {
-                (self.slots[(usize::from(f[0]) << 8) | usize::from(f[1])], 2)
-            }
+            None if self.root_bits == 16 => (self.slots[(usize::from(f[0]) << 8) | usize::from(f[1])], 2),
             None => (self.slots[usize::from(f[0])], 1),
             Some(e) => {
                 let root = e.map.lookup_masked(key, &e.mask)? as usize;
@@ -348,10 +328,7 @@ impl fmt::Debug for LpmMatcher {
             .field("key_len", &self.key_len)
             .field("lpm", &self.field)
             .field("routes", &self.routes.len())
-            .field(
-                "exact_parts",
-                &self.exact.as_ref().map_or(1, |e| e.map.len()),
-            )
+            .field("exact_parts", &self.exact.as_ref().map_or(1, |e| e.map.len()))
             .field("nodes", &(self.slots.len() / NODE))
             .field("memory_bytes", &self.memory_bytes())
             .finish()
@@ -431,10 +408,7 @@ mod tests {
         assert_eq!(t.lookup(&v4("10.1.2.2")), Some(1));
         assert_eq!(t.lookup(&v4("11.1.2.3")), None);
         assert_eq!(t.lookup(&v4("0.0.0.0")), None);
-        assert!(LpmMatcher::new(4, 0..4)
-            .unwrap()
-            .lookup(&v4("1.2.3.4"))
-            .is_none());
+        assert!(LpmMatcher::new(4, 0..4).unwrap().lookup(&v4("1.2.3.4")).is_none());
     }
 
     #[test]
@@ -451,15 +425,9 @@ mod tests {
         let mut t = LpmMatcher::new(4, 0..4).unwrap();
         t.insert(&v4("10.1.2.77"), 24, 3).unwrap();
         assert_eq!(t.lookup(&v4("10.1.2.1")), Some(3));
-        assert_eq!(
-            t.insert(&v4("10.1.2.0"), 24, 9),
-            Err(MatchError::DuplicateKey)
-        );
+        assert_eq!(t.insert(&v4("10.1.2.0"), 24, 9), Err(MatchError::DuplicateKey));
         assert_eq!(t.insert(&v4("1.2.3.4"), 0, 0), Ok(()));
-        assert_eq!(
-            t.insert(&v4("5.6.7.8"), 0, 1),
-            Err(MatchError::DuplicateKey)
-        );
+        assert_eq!(t.insert(&v4("5.6.7.8"), 0, 1), Err(MatchError::DuplicateKey));
         // The same bits with another length are another route.
         t.insert(&v4("10.1.2.0"), 23, 5).unwrap();
         assert_eq!(t.lookup(&v4("10.1.3.1")), Some(5));
@@ -470,27 +438,11 @@ mod tests {
     #[test]
     fn insert_errors() {
         let mut t = LpmMatcher::new(4, 0..4).unwrap();
-        assert_eq!(
-            t.insert(&v4("10.0.0.0"), 33, 0),
-            Err(MatchError::PrefixLen {
-                prefix_len: 33,
-                field_bits: 32
-            })
-        );
-        assert_eq!(
-            t.insert(&[10, 0, 0], 8, 0),
-            Err(MatchError::WrongLen {
-                what: "key",
-                expected: 4,
-                got: 3
-            })
-        );
+        assert_eq!(t.insert(&v4("10.0.0.0"), 33, 0), Err(MatchError::PrefixLen { prefix_len: 33, field_bits: 32 }));
+        assert_eq!(t.insert(&[10, 0, 0], 8, 0), Err(MatchError::WrongLen { what: "key", expected: 4, got: 3 }));
         assert_eq!(
             t.insert(&v4("10.0.0.0"), 8, MAX_ENTRY + 1),
-            Err(MatchError::EntryTooLarge {
-                entry: MAX_ENTRY + 1,
-                max: MAX_ENTRY
-            })
+            Err(MatchError::EntryTooLarge { entry: MAX_ENTRY + 1, max: MAX_ENTRY })
         );
         t.insert(&v4("10.0.0.0"), 8, MAX_ENTRY).unwrap();
         assert_eq!(t.lookup(&v4("10.9.9.9")), Some(MAX_ENTRY));
@@ -499,35 +451,17 @@ mod tests {
 
         let mut t = LpmMatcher::new(4, 0..4).unwrap().with_max_entries(1);
         t.insert(&v4("10.0.0.0"), 8, 1).unwrap();
-        assert_eq!(
-            t.insert(&v4("11.0.0.0"), 8, 1),
-            Err(MatchError::TableFull {
-                what: "entries",
-                max: 1
-            })
-        );
+        assert_eq!(t.insert(&v4("11.0.0.0"), 8, 1), Err(MatchError::TableFull { what: "entries", max: 1 }));
     }
 
     #[test]
     fn field_must_be_1_to_16_bytes_inside_the_key() {
         #[allow(clippy::reversed_empty_ranges)] // 3..2 on purpose
         for (key_len, field) in [(4, 0..0), (4, 2..5), (20, 2..19), (4, 3..2), (65, 0..4)] {
-            assert!(
-                LpmMatcher::new(key_len, field.clone()).is_err(),
-                "{key_len} {field:?}"
-            );
+            assert!(LpmMatcher::new(key_len, field.clone()).is_err(), "{key_len} {field:?}");
         }
-        assert_eq!(
-            LpmMatcher::new(20, 2..19).unwrap_err(),
-            MatchError::LpmField {
-                field: 2..19,
-                key_len: 20
-            }
-        );
-        assert_eq!(
-            LpmMatcher::new(0, 0..0).unwrap_err(),
-            MatchError::KeyLenOutOfRange(0)
-        );
+        assert_eq!(LpmMatcher::new(20, 2..19).unwrap_err(), MatchError::LpmField { field: 2..19, key_len: 20 });
+        assert_eq!(LpmMatcher::new(0, 0..0).unwrap_err(), MatchError::KeyLenOutOfRange(0));
         for (key_len, field) in [(1, 0..1), (16, 0..16), (64, 48..64), (20, 2..18)] {
             assert!(LpmMatcher::new(key_len, field).is_ok());
         }
@@ -577,13 +511,7 @@ mod tests {
             assert_eq!(t.lookup(&v6("fec0::1")), Some(0));
         }
         let mut t = LpmMatcher::new(16, 0..16).unwrap();
-        assert_eq!(
-            t.insert(&v6("::"), 129, 0),
-            Err(MatchError::PrefixLen {
-                prefix_len: 129,
-                field_bits: 128
-            })
-        );
+        assert_eq!(t.insert(&v6("::"), 129, 0), Err(MatchError::PrefixLen { prefix_len: 129, field_bits: 128 }));
         t.insert(&v6("::1"), 128, 1).unwrap();
         assert_eq!(t.lookup(&v6("::1")), Some(1));
         assert_eq!(t.lookup(&v6("::")), None);
@@ -607,10 +535,7 @@ mod tests {
         t.insert(&key(256, "10.0.0.0"), 8, 31).unwrap();
         // The same prefix in another VRF is not a duplicate; in the same VRF it is.
         t.insert(&key(2, "10.0.0.0"), 8, 23).unwrap();
-        assert_eq!(
-            t.insert(&key(2, "10.0.0.0"), 8, 24),
-            Err(MatchError::DuplicateKey)
-        );
+        assert_eq!(t.insert(&key(2, "10.0.0.0"), 8, 24), Err(MatchError::DuplicateKey));
 
         assert_eq!(t.lookup(&key(1, "10.1.2.3")), Some(11));
         assert_eq!(t.lookup(&key(1, "11.1.2.3")), Some(10));
@@ -687,11 +612,7 @@ mod tests {
         fn insert(&mut self, key: &[u8], p: u8, entry: u32) -> bool {
             let (part, a) = self.split(key);
             let a = a & prefix_mask(self.bits(), u32::from(p));
-            if self
-                .routes
-                .iter()
-                .any(|r| r.0 == part && r.1 == a && r.2 == p)
-            {
+            if self.routes.iter().any(|r| r.0 == part && r.1 == a && r.2 == p) {
                 return false;
             }
             self.routes.push((part, a, p, entry));

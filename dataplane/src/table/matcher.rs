@@ -114,19 +114,11 @@ pub(super) fn check_key_len(key_len: usize) -> Result<(), MatchError> {
 }
 
 /// Checks that `bytes` (a "key", "value" or "mask") has the table's key length.
-pub(super) fn check_len(
-    what: &'static str,
-    bytes: &[u8],
-    expected: usize,
-) -> Result<(), MatchError> {
+pub(super) fn check_len(what: &'static str, bytes: &[u8], expected: usize) -> Result<(), MatchError> {
     if bytes.len() == expected {
         Ok(())
     } else {
-        Err(MatchError::WrongLen {
-            what,
-            expected,
-            got: bytes.len(),
-        })
+        Err(MatchError::WrongLen { what, expected, got: bytes.len() })
     }
 }
 
@@ -142,36 +134,14 @@ mod tests {
 
     #[test]
     fn errors_display() {
-        let e = MatchError::PrefixLen {
-            prefix_len: 33,
-            field_bits: 32,
-        };
-        assert_eq!(
-            e.to_string(),
-            "prefix length 33 bits exceeds the 32-bit lpm field"
-        );
-        let e = MatchError::LpmField {
-            field: 2..19,
-            key_len: 20,
-        };
-        assert_eq!(
-            e.to_string(),
-            "lpm field bytes 2..19 must be 1..=16 bytes inside the 20-byte key"
-        );
-        let e = MatchError::WrongLen {
-            what: "mask",
-            expected: 13,
-            got: 12,
-        };
-        assert_eq!(
-            e.to_string(),
-            "mask is 12 bytes, the table's key is 13 bytes"
-        );
+        let e = MatchError::PrefixLen { prefix_len: 33, field_bits: 32 };
+        assert_eq!(e.to_string(), "prefix length 33 bits exceeds the 32-bit lpm field");
+        let e = MatchError::LpmField { field: 2..19, key_len: 20 };
+        assert_eq!(e.to_string(), "lpm field bytes 2..19 must be 1..=16 bytes inside the 20-byte key");
+        let e = MatchError::WrongLen { what: "mask", expected: 13, got: 12 };
+        assert_eq!(e.to_string(), "mask is 12 bytes, the table's key is 13 bytes");
         let e: Box<dyn std::error::Error> = Box::new(MatchError::DuplicateKey);
-        assert_eq!(
-            e.to_string(),
-            "an entry with this key is already in the table"
-        );
+        assert_eq!(e.to_string(), "an entry with this key is already in the table");
     }
 
     /// Workers share built tables by reference: every matcher must be `Send + Sync`.

@@ -53,14 +53,7 @@ impl MatchKind {
 
     /// Looks a kind up by name.
     pub fn from_name(s: &str) -> Option<MatchKind> {
-        [
-            MatchKind::Exact,
-            MatchKind::Lpm,
-            MatchKind::Ternary,
-            MatchKind::Range,
-        ]
-        .into_iter()
-        .find(|k| k.name() == s)
+        [MatchKind::Exact, MatchKind::Lpm, MatchKind::Ternary, MatchKind::Range].into_iter().find(|k| k.name() == s)
     }
 }
 
@@ -155,34 +148,22 @@ impl Table {
     /// An empty table over `key` fields with `default_action` on a miss.
     ///
     /// Errors: more than one `lpm` field, or a key longer than [`KEY_MAX`] bytes.
-    pub fn new(
-        name: &str,
-        key: Vec<(Field, MatchKind)>,
-        default_action: ActionList,
-    ) -> Result<Table, String> {
+    pub fn new(name: &str, key: Vec<(Field, MatchKind)>, default_action: ActionList) -> Result<Table, String> {
         let mut offset = 0;
         let key: Vec<KeyField> = key
             .into_iter()
             .map(|(field, kind)| {
-                let kf = KeyField {
-                    field,
-                    kind,
-                    offset,
-                };
+                let kf = KeyField { field, kind, offset };
                 offset += field.width();
                 kf
             })
             .collect();
         let key_len = offset;
         if key_len > KEY_MAX {
-            return Err(format!(
-                "the key is {key_len} bytes, more than the {KEY_MAX} a key can hold"
-            ));
+            return Err(format!("the key is {key_len} bytes, more than the {KEY_MAX} a key can hold"));
         }
         let lpms: Vec<&KeyField> = key.iter().filter(|k| k.kind == MatchKind::Lpm).collect();
-        let prioritised = key
-            .iter()
-            .any(|k| matches!(k.kind, MatchKind::Ternary | MatchKind::Range));
+        let prioritised = key.iter().any(|k| matches!(k.kind, MatchKind::Ternary | MatchKind::Range));
         let matcher = if prioritised {
             Matcher::Ternary(TernaryMatcher::new(key_len).map_err(|e| e.to_string())?)
         } else if let Some(l) = lpms.first() {
@@ -226,10 +207,7 @@ impl Table {
         actions: ActionList,
     ) -> Result<usize, EntryError> {
         if values.len() != self.key.len() {
-            return Err(EntryError::Arity {
-                expected: self.key.len(),
-                got: values.len(),
-            });
+            return Err(EntryError::Arity { expected: self.key.len(), got: values.len() });
         }
         let idx = self.actions.len() as u32;
         let mut bytes = vec![0u8; self.key_len];
@@ -238,10 +216,7 @@ impl Table {
         let mut prefix = None;
         for (i, (kf, v)) in self.key.iter().zip(values).enumerate() {
             let r = kf.offset..kf.offset + kf.field.width();
-            let bad = || EntryError::Kind {
-                index: i,
-                kind: kf.kind.name(),
-            };
+            let bad = || EntryError::Kind { index: i, kind: kf.kind.name() };
             match (kf.kind, v) {
                 (MatchKind::Exact, MatchValue::Exact(b)) => {
                     bytes[r.clone()].copy_from_slice(b);
@@ -257,11 +232,7 @@ impl Table {
                     mask[r].copy_from_slice(m);
                 }
                 (MatchKind::Range, MatchValue::Range(lo, hi)) => {
-                    ranges.push(RangeCond {
-                        field: r,
-                        lo: *lo,
-                        hi: *hi,
-                    });
+                    ranges.push(RangeCond { field: r, lo: *lo, hi: *hi });
                 }
                 _ => return Err(bad()),
             }
@@ -299,14 +270,10 @@ impl Table {
     /// Looks a packet up; returns the hit entry's index, or `None` on a miss.
     #[inline(always)]
     pub fn lookup(&self, p: &Parsed, ingress_port: u16) -> Option<usize> {
-        let mut key = Key {
-            len: self.key_len as u8,
-            bytes: [0; KEY_MAX],
-        };
+        let mut key = Key { len: self.key_len as u8, bytes: [0; KEY_MAX] };
         for kf in &self.key {
             let w = kf.field.width();
-            kf.field
-                .extract(p, ingress_port, &mut key.bytes[kf.offset..kf.offset + w]);
+            kf.field.extract(p, ingress_port, &mut key.bytes[kf.offset..kf.offset + w]);
         }
         let k = key.as_slice();
         match &self.matcher {
@@ -342,12 +309,7 @@ impl Pipeline {
     /// Runs the packet through the tables: counts hits and misses, applies rewrites to `buf`
     /// (keeping `p` up to date) and returns the egress.
     #[inline]
-    pub fn apply<B: PacketBuf>(
-        &mut self,
-        buf: &mut B,
-        p: &mut Parsed,
-        ingress_port: u16,
-    ) -> Egress {
+    pub fn apply<B: PacketBuf>(&mut self, buf: &mut B, p: &mut Parsed, ingress_port: u16) -> Egress {
         let mut egress = Egress::Unset;
         let mut t = 0;
         while t < self.tables.len() {
@@ -370,11 +332,7 @@ impl Pipeline {
                     Action::Flood => egress = Egress::Flood,
                     Action::Multicast(g) => egress = Egress::Multicast(*g),
                     Action::Drop => {
-                        return Egress::Dropped(if miss {
-                            Reason::TableMiss
-                        } else {
-                            Reason::ExplicitDrop
-                        })
+                        return Egress::Dropped(if miss { Reason::TableMiss } else { Reason::ExplicitDrop })
                     }
                     Action::Goto(to) => next = *to as usize,
                     Action::Exit => next = usize::MAX,

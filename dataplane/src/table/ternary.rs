@@ -143,21 +143,12 @@ impl TernaryMatcher {
             self.check_range(r, mask)?;
         }
         if self.len() >= self.max_entries {
-            return Err(MatchError::TableFull {
-                what: "entries",
-                max: self.max_entries,
-            });
+            return Err(MatchError::TableFull { what: "entries", max: self.max_entries });
         }
         let masked: Vec<u8> = value.iter().zip(mask).map(|(v, m)| v & m).collect();
-        let mut sorted: Vec<_> = ranges
-            .iter()
-            .map(|r| (r.field.start, r.field.end, r.lo, r.hi))
-            .collect();
+        let mut sorted: Vec<_> = ranges.iter().map(|r| (r.field.start, r.field.end, r.lo, r.hi)).collect();
         sorted.sort_unstable();
-        if !self
-            .seen
-            .insert((priority, masked.clone(), mask.to_vec(), sorted))
-        {
+        if !self.seen.insert((priority, masked.clone(), mask.to_vec(), sorted)) {
             return Err(MatchError::DuplicateKey);
         }
         dispatch!(Inner, &mut self.inner, t => t.insert(&masked, mask, ranges, priority, entry));
@@ -168,10 +159,7 @@ impl TernaryMatcher {
         let f = &r.field;
         let width = f.end.wrapping_sub(f.start);
         if f.start >= f.end || f.end > self.key_len || width > RANGE_FIELD_MAX {
-            return Err(MatchError::RangeField {
-                field: f.clone(),
-                key_len: self.key_len,
-            });
+            return Err(MatchError::RangeField { field: f.clone(), key_len: self.key_len });
         }
         if mask[f.clone()].iter().any(|&m| m != 0) {
             return Err(MatchError::RangeMasked { field: f.clone() });
@@ -247,42 +235,17 @@ struct Rules<const W: usize> {
 }
 
 fn new_rules<const W: usize>() -> Rules<W> {
-    Rules {
-        rows: Vec::new(),
-        meta: Vec::new(),
-        ranges: Vec::new(),
-    }
+    Rules { rows: Vec::new(), meta: Vec::new(), ranges: Vec::new() }
 }
 
 impl<const W: usize> Rules<W> {
-    fn insert(
-        &mut self,
-        masked: &[u8],
-        mask: &[u8],
-        ranges: &[RangeCond],
-        priority: i32,
-        entry: u32,
-    ) {
+    fn insert(&mut self, masked: &[u8], mask: &[u8], ranges: &[RangeCond], priority: i32, entry: u32) {
         let start = self.ranges.len() as u32;
-        self.ranges.extend(ranges.iter().map(|r| RangeCheck {
-            field: r.field.clone(),
-            lo: r.lo,
-            hi: r.hi,
-        }));
-        let meta = Meta {
-            entry,
-            priority,
-            ranges: (start, self.ranges.len() as u32),
-        };
+        self.ranges.extend(ranges.iter().map(|r| RangeCheck { field: r.field.clone(), lo: r.lo, hi: r.hi }));
+        let meta = Meta { entry, priority, ranges: (start, self.ranges.len() as u32) };
         // After every entry of the same or higher priority.
         let at = self.meta.partition_point(|m| m.priority >= priority);
-        self.rows.insert(
-            at,
-            Row {
-                mask: load(mask),
-                value: load(masked),
-            },
-        );
+        self.rows.insert(at, Row { mask: load(mask), value: load(masked) });
         self.meta.insert(at, meta);
     }
 
@@ -387,16 +350,9 @@ mod tests {
             .add(&mut t, 100, 1)
             .unwrap();
         // TCP to well-known ports.
-        Rule::default()
-            .proto(TCP)
-            .range(field::DPORT, 0, 1023)
-            .add(&mut t, 50, 2)
-            .unwrap();
+        Rule::default().proto(TCP).range(field::DPORT, 0, 1023).add(&mut t, 50, 2).unwrap();
         // From 192.168/16, same priority as the web rule but inserted later.
-        Rule::default()
-            .prefix(field::SRC, [192, 168, 0, 0], 16)
-            .add(&mut t, 100, 3)
-            .unwrap();
+        Rule::default().prefix(field::SRC, [192, 168, 0, 0], 16).add(&mut t, 100, 3).unwrap();
         // One exact flow, highest priority.
         Rule::default()
             .prefix(field::SRC, HOST, 32)
@@ -433,10 +389,7 @@ mod tests {
         // The exact flow beats everything; one byte off and it does not match.
         assert_eq!(t.lookup(&key(HOST, SERVER, 5000, 53, UDP)), Some(4));
         assert_eq!(t.lookup(&key(HOST, SERVER, 5001, 53, UDP)), Some(3));
-        assert_eq!(
-            t.lookup(&key([192, 168, 1, 11], SERVER, 5000, 53, UDP)),
-            Some(3)
-        );
+        assert_eq!(t.lookup(&key([192, 168, 1, 11], SERVER, 5000, 53, UDP)), Some(3));
         assert_eq!(t.lookup(&key(other, SERVER, 5000, 53, UDP)), Some(0));
         assert_eq!(t.lookup(&key(other, SERVER, 5000, 5000, UDP)), Some(0));
     }
@@ -445,11 +398,7 @@ mod tests {
     fn without_catch_all_a_miss_is_none() {
         let mut t = TernaryMatcher::new(KEY_LEN).unwrap();
         assert_eq!(t.lookup(&key(HOST, SERVER, 1, 2, TCP)), None);
-        Rule::default()
-            .proto(UDP)
-            .range(field::SPORT, 1024, 65535)
-            .add(&mut t, -5, 5)
-            .unwrap();
+        Rule::default().proto(UDP).range(field::SPORT, 1024, 65535).add(&mut t, -5, 5).unwrap();
         assert_eq!(t.lookup(&key(HOST, SERVER, 1024, 2, UDP)), Some(5));
         assert_eq!(t.lookup(&key(HOST, SERVER, 1023, 2, UDP)), None);
         assert_eq!(t.lookup(&key(HOST, SERVER, 1024, 2, TCP)), None);
@@ -460,14 +409,7 @@ mod tests {
 
     #[test]
     fn priority_order_does_not_depend_on_insertion_order() {
-        let rules = [
-            (3, 30),
-            (i32::MIN, 0),
-            (7, 70),
-            (-1, 10),
-            (i32::MAX, 99),
-            (7, 71),
-        ];
+        let rules = [(3, 30), (i32::MIN, 0), (7, 70), (-1, 10), (i32::MAX, 99), (7, 71)];
         for rot in 0..rules.len() {
             let mut order = rules.to_vec();
             order.rotate_left(rot);
@@ -478,13 +420,8 @@ mod tests {
             }
             let first7 = order.iter().find(|r| r.0 == 7).unwrap().1;
             assert_eq!(t.lookup(&[0, 0]), Some(99));
-            t.insert(&[0, 0], &[0xff, 0xff], &[], i32::MAX, 100)
-                .unwrap();
-            assert_eq!(
-                t.lookup(&[0, 0]),
-                Some(99),
-                "equal priority: first inserted wins"
-            );
+            t.insert(&[0, 0], &[0xff, 0xff], &[], i32::MAX, 100).unwrap();
+            assert_eq!(t.lookup(&[0, 0]), Some(99), "equal priority: first inserted wins");
             // Without the top rule the highest remaining is the earlier of the two sevens.
             let mut t = TernaryMatcher::new(2).unwrap();
             for (i, &(p, e)) in order.iter().filter(|r| r.0 != i32::MAX).enumerate() {
@@ -499,30 +436,15 @@ mod tests {
         let mut t = TernaryMatcher::new(2).unwrap();
         t.insert(&[0x12, 0x34], &[0xff, 0xf0], &[], 5, 1).unwrap();
         // Same masked value (bits outside the mask differ), mask and priority.
-        assert_eq!(
-            t.insert(&[0x12, 0x3f], &[0xff, 0xf0], &[], 5, 2),
-            Err(MatchError::DuplicateKey)
-        );
+        assert_eq!(t.insert(&[0x12, 0x3f], &[0xff, 0xf0], &[], 5, 2), Err(MatchError::DuplicateKey));
         // Another priority, another mask: distinct entries.
         t.insert(&[0x12, 0x34], &[0xff, 0xf0], &[], 6, 3).unwrap();
         t.insert(&[0x12, 0x34], &[0xff, 0xff], &[], 5, 4).unwrap();
         // Ranges are compared as a set.
-        let r1 = RangeCond {
-            field: 0..1,
-            lo: 1,
-            hi: 2,
-        };
-        let r2 = RangeCond {
-            field: 1..2,
-            lo: 3,
-            hi: 4,
-        };
-        t.insert(&[0, 0], &[0, 0], &[r1.clone(), r2.clone()], 1, 5)
-            .unwrap();
-        assert_eq!(
-            t.insert(&[0, 0], &[0, 0], &[r2, r1], 1, 6),
-            Err(MatchError::DuplicateKey)
-        );
+        let r1 = RangeCond { field: 0..1, lo: 1, hi: 2 };
+        let r2 = RangeCond { field: 1..2, lo: 3, hi: 4 };
+        t.insert(&[0, 0], &[0, 0], &[r1.clone(), r2.clone()], 1, 5).unwrap();
+        assert_eq!(t.insert(&[0, 0], &[0, 0], &[r2, r1], 1, 6), Err(MatchError::DuplicateKey));
         assert_eq!(t.len(), 4);
         assert_eq!(t.lookup(&[0x12, 0x34]), Some(3));
         assert_eq!(t.lookup(&[0x01, 0x04]), Some(5));
@@ -533,62 +455,27 @@ mod tests {
         let mut t = TernaryMatcher::new(4).unwrap();
         let z = [0u8; 4];
         let r = |field: Range<usize>, lo: u128, hi: u128| [RangeCond { field, lo, hi }];
-        assert_eq!(
-            t.insert(&[0; 3], &z, &[], 0, 0),
-            Err(MatchError::WrongLen {
-                what: "value",
-                expected: 4,
-                got: 3
-            })
-        );
-        assert_eq!(
-            t.insert(&z, &[0; 5], &[], 0, 0),
-            Err(MatchError::WrongLen {
-                what: "mask",
-                expected: 4,
-                got: 5
-            })
-        );
-        assert_eq!(
-            t.insert(&z, &z, &r(2..4, 9, 8), 0, 0),
-            Err(MatchError::RangeEmpty { lo: 9, hi: 8 })
-        );
+        assert_eq!(t.insert(&[0; 3], &z, &[], 0, 0), Err(MatchError::WrongLen { what: "value", expected: 4, got: 3 }));
+        assert_eq!(t.insert(&z, &[0; 5], &[], 0, 0), Err(MatchError::WrongLen { what: "mask", expected: 4, got: 5 }));
+        assert_eq!(t.insert(&z, &z, &r(2..4, 9, 8), 0, 0), Err(MatchError::RangeEmpty { lo: 9, hi: 8 }));
         assert_eq!(
             t.insert(&z, &z, &r(2..4, 0, 0x1_0000), 0, 0),
-            Err(MatchError::RangeBound {
-                value: 0x1_0000,
-                width: 2
-            })
+            Err(MatchError::RangeBound { value: 0x1_0000, width: 2 })
         );
         #[allow(clippy::reversed_empty_ranges)] // 3..2 on purpose
         for f in [2..5, 2..2, 3..2, 4..5] {
             assert_eq!(
                 t.insert(&z, &z, &r(f.clone(), 0, 0), 0, 0),
-                Err(MatchError::RangeField {
-                    field: f,
-                    key_len: 4
-                })
+                Err(MatchError::RangeField { field: f, key_len: 4 })
             );
         }
-        assert_eq!(
-            t.insert(&z, &[0, 0, 0, 1], &r(2..4, 0, 1), 0, 0),
-            Err(MatchError::RangeMasked { field: 2..4 })
-        );
+        assert_eq!(t.insert(&z, &[0, 0, 0, 1], &r(2..4, 0, 1), 0, 0), Err(MatchError::RangeMasked { field: 2..4 }));
         assert!(t.is_empty());
-        assert_eq!(
-            TernaryMatcher::new(65).unwrap_err(),
-            MatchError::KeyLenOutOfRange(65)
-        );
+        assert_eq!(TernaryMatcher::new(65).unwrap_err(), MatchError::KeyLenOutOfRange(65));
 
         let mut t = TernaryMatcher::new(1).unwrap().with_max_entries(1);
         t.insert(&[1], &[0xff], &[], 0, 0).unwrap();
-        assert_eq!(
-            t.insert(&[2], &[0xff], &[], 0, 0),
-            Err(MatchError::TableFull {
-                what: "entries",
-                max: 1
-            })
-        );
+        assert_eq!(t.insert(&[2], &[0xff], &[], 0, 0), Err(MatchError::TableFull { what: "entries", max: 1 }));
     }
 
     /// A range over a whole IPv6 address (16 bytes, the full u128) and over one byte.
@@ -597,42 +484,9 @@ mod tests {
         let mut t = TernaryMatcher::new(17).unwrap();
         let lo = 0x2001_0db8_0000_0000_0000_0000_0000_0000u128;
         let hi = 0x2001_0db8_ffff_ffff_ffff_ffff_ffff_ffffu128;
-        t.insert(
-            &[0; 17],
-            &[0; 17],
-            &[RangeCond {
-                field: 0..16,
-                lo,
-                hi,
-            }],
-            2,
-            1,
-        )
-        .unwrap();
-        t.insert(
-            &[0; 17],
-            &[0; 17],
-            &[RangeCond {
-                field: 0..16,
-                lo: 0,
-                hi: u128::MAX,
-            }],
-            1,
-            2,
-        )
-        .unwrap();
-        t.insert(
-            &[0; 17],
-            &[0; 17],
-            &[RangeCond {
-                field: 16..17,
-                lo: 10,
-                hi: 20,
-            }],
-            3,
-            3,
-        )
-        .unwrap();
+        t.insert(&[0; 17], &[0; 17], &[RangeCond { field: 0..16, lo, hi }], 2, 1).unwrap();
+        t.insert(&[0; 17], &[0; 17], &[RangeCond { field: 0..16, lo: 0, hi: u128::MAX }], 1, 2).unwrap();
+        t.insert(&[0; 17], &[0; 17], &[RangeCond { field: 16..17, lo: 10, hi: 20 }], 3, 3).unwrap();
         let k = |a: u128, b: u8| {
             let mut k = [0u8; 17];
             k[..16].copy_from_slice(&a.to_be_bytes());
@@ -682,9 +536,7 @@ mod tests {
         fn matches(rule: &NaiveRule, key: &[u8]) -> bool {
             let (v, m, ranges, ..) = rule;
             key.iter().zip(v).zip(m).all(|((k, v), m)| k & m == v & m)
-                && ranges
-                    .iter()
-                    .all(|r| (r.lo..=r.hi).contains(&be_value(&key[r.field.clone()])))
+                && ranges.iter().all(|r| (r.lo..=r.hi).contains(&be_value(&key[r.field.clone()])))
         }
 
         fn lookup(&self, key: &[u8]) -> Option<u32> {
@@ -699,23 +551,14 @@ mod tests {
         }
 
         fn is_duplicate(&self, v: &[u8], m: &[u8], ranges: &[RangeCond], p: i32) -> bool {
-            let mut rs: Vec<_> = ranges
-                .iter()
-                .map(|r| (r.field.start, r.field.end, r.lo, r.hi))
-                .collect();
+            let mut rs: Vec<_> = ranges.iter().map(|r| (r.field.start, r.field.end, r.lo, r.hi)).collect();
             rs.sort_unstable();
             self.rules.iter().any(|(v2, m2, r2, p2, _)| {
-                let mut r2: Vec<_> = r2
-                    .iter()
-                    .map(|r| (r.field.start, r.field.end, r.lo, r.hi))
-                    .collect();
+                let mut r2: Vec<_> = r2.iter().map(|r| (r.field.start, r.field.end, r.lo, r.hi)).collect();
                 r2.sort_unstable();
                 *p2 == p
                     && m == m2.as_slice()
-                    && v.iter()
-                        .zip(m)
-                        .map(|(a, b)| a & b)
-                        .eq(v2.iter().zip(m2).map(|(a, b)| a & b))
+                    && v.iter().zip(m).map(|(a, b)| a & b).eq(v2.iter().zip(m2).map(|(a, b)| a & b))
                     && rs == r2
             })
         }
@@ -728,26 +571,14 @@ mod tests {
     /// An entry: value and mask from few byte values, at most two ranges (on fields whose mask
     /// is then cleared) of 1..=16 bytes, priorities from a small set so that ties happen.
     fn rule(len: usize) -> impl Strategy<Value = (Vec<u8>, Vec<u8>, Vec<RangeCond>, i32)> {
-        let range = (0..len, 1..=16usize, byte(), byte(), byte(), byte()).prop_map(
-            move |(s, w, a, b, c, d)| {
-                let f = s..(s + w).min(len);
-                let bits = 8 * f.len() as u32;
-                let full = if bits == 128 {
-                    u128::MAX
-                } else {
-                    (1u128 << bits) - 1
-                };
-                let x =
-                    u128::from_be_bytes([a, b, c, d, a, b, c, d, a, b, c, d, a, b, c, d]) & full;
-                let y =
-                    u128::from_be_bytes([d, c, b, a, d, c, b, a, d, c, b, a, d, c, b, a]) & full;
-                RangeCond {
-                    field: f,
-                    lo: x.min(y),
-                    hi: x.max(y),
-                }
-            },
-        );
+        let range = (0..len, 1..=16usize, byte(), byte(), byte(), byte()).prop_map(move |(s, w, a, b, c, d)| {
+            let f = s..(s + w).min(len);
+            let bits = 8 * f.len() as u32;
+            let full = if bits == 128 { u128::MAX } else { (1u128 << bits) - 1 };
+            let x = u128::from_be_bytes([a, b, c, d, a, b, c, d, a, b, c, d, a, b, c, d]) & full;
+            let y = u128::from_be_bytes([d, c, b, a, d, c, b, a, d, c, b, a, d, c, b, a]) & full;
+            RangeCond { field: f, lo: x.min(y), hi: x.max(y) }
+        });
         (
             prop::collection::vec(byte(), len),
             prop::collection::vec(prop::sample::select(vec![0u8, 0xff, 0xf0, 0x0f, 0x80]), len),

@@ -50,41 +50,22 @@ fn to_bytes(n: u128, width: usize) -> Vec<u8> {
 pub fn parse_value(field: Field, s: &str) -> Result<Vec<u8>, String> {
     let s = s.trim();
     match field.value_kind() {
-        ValueKind::Mac => s
-            .parse::<EthernetAddress>()
-            .map(|m| m.0.to_vec())
-            .map_err(|e| format!("{e}, found {s:?}")),
+        ValueKind::Mac => s.parse::<EthernetAddress>().map(|m| m.0.to_vec()).map_err(|e| format!("{e}, found {s:?}")),
         ValueKind::Ipv4 => s
             .parse::<Ipv4Addr>()
             .map(|a| a.octets().to_vec())
-            .map_err(|_| {
-                format!(
-                    "expected an IPv4 address like 10.0.0.1 for {}, found {s:?}",
-                    field.name()
-                )
-            }),
+            .map_err(|_| format!("expected an IPv4 address like 10.0.0.1 for {}, found {s:?}", field.name())),
         ValueKind::Ipv6 => s
             .parse::<Ipv6Addr>()
             .map(|a| a.octets().to_vec())
-            .map_err(|_| {
-                format!(
-                    "expected an IPv6 address like fd00::1 for {}, found {s:?}",
-                    field.name()
-                )
-            }),
+            .map_err(|_| format!("expected an IPv6 address like fd00::1 for {}, found {s:?}", field.name())),
         ValueKind::Int => {
             let n = parse_int(s).ok_or_else(|| {
-                format!(
-                    "expected an unsigned integer for {} (decimal or 0x hex), found {s:?}",
-                    field.name()
-                )
+                format!("expected an unsigned integer for {} (decimal or 0x hex), found {s:?}", field.name())
             })?;
             let max = max_value(field);
             if n > max {
-                return Err(format!(
-                    "expected at most {max} for {}, found {n}",
-                    field.name()
-                ));
+                return Err(format!("expected at most {max} for {}, found {n}", field.name()));
             }
             Ok(to_bytes(n, field.width()))
         }
@@ -102,9 +83,7 @@ fn as_text(v: &toml::Value) -> Result<String, String> {
     match v {
         toml::Value::String(s) => Ok(s.clone()),
         toml::Value::Integer(i) if *i >= 0 => Ok(i.to_string()),
-        other => Err(format!(
-            "expected a string or a non-negative integer, found {other}"
-        )),
+        other => Err(format!("expected a string or a non-negative integer, found {other}")),
     }
 }
 
@@ -113,11 +92,7 @@ fn bytes_to_u128(b: &[u8]) -> u128 {
 }
 
 /// Parses the value of `field` for match `kind` from a TOML value (syntax in the module docs).
-pub fn parse_match_value(
-    field: Field,
-    kind: MatchKind,
-    v: &toml::Value,
-) -> Result<MatchValue, String> {
+pub fn parse_match_value(field: Field, kind: MatchKind, v: &toml::Value) -> Result<MatchValue, String> {
     let text = as_text(v)?;
     let t = text.trim();
     let w = field.width();
@@ -126,20 +101,14 @@ pub fn parse_match_value(
         MatchKind::Lpm => {
             let (addr, len) = match t.split_once('/') {
                 Some((a, l)) => {
-                    let l: u32 = l
-                        .trim()
-                        .parse()
-                        .map_err(|_| format!("expected a prefix length after '/', found {l:?}"))?;
+                    let l: u32 =
+                        l.trim().parse().map_err(|_| format!("expected a prefix length after '/', found {l:?}"))?;
                     (a, l)
                 }
                 None => (t, field.bits()),
             };
             if len > field.bits() {
-                return Err(format!(
-                    "prefix length {len} is longer than {} ({} bits)",
-                    field.name(),
-                    field.bits()
-                ));
+                return Err(format!("prefix length {len} is longer than {} ({} bits)", field.name(), field.bits()));
             }
             let mut b = parse_value(field, addr)?;
             // Bits past the prefix must be zero: a route like 10.0.0.1/8 is a typo.
@@ -174,10 +143,7 @@ pub fn parse_match_value(
                 return Ok(MatchValue::Range(0, max_value(field)));
             }
             let (lo, hi) = match t.split_once("->") {
-                Some((lo, hi)) => (
-                    bytes_to_u128(&parse_value(field, lo)?),
-                    bytes_to_u128(&parse_value(field, hi)?),
-                ),
+                Some((lo, hi)) => (bytes_to_u128(&parse_value(field, lo)?), bytes_to_u128(&parse_value(field, hi)?)),
                 None => {
                     let v = bytes_to_u128(&parse_value(field, t)?);
                     (v, v)
@@ -238,19 +204,12 @@ mod tests {
             parse_match_value(Field::Ipv4Dst, MatchKind::Lpm, &s("0.0.0.0/0")).unwrap(),
             MatchValue::Lpm(vec![0; 4], 0)
         );
-        let MatchValue::Lpm(b, 16) =
-            parse_match_value(Field::Ipv6Dst, MatchKind::Lpm, &s("fd00::/16")).unwrap()
-        else {
+        let MatchValue::Lpm(b, 16) = parse_match_value(Field::Ipv6Dst, MatchKind::Lpm, &s("fd00::/16")).unwrap() else {
             panic!()
         };
         assert_eq!(&b[..2], &[0xfd, 0]);
         assert_eq!(
-            parse_match_value(
-                Field::Ipv4Src,
-                MatchKind::Ternary,
-                &s("10.0.0.0 &&& 255.0.0.0")
-            )
-            .unwrap(),
+            parse_match_value(Field::Ipv4Src, MatchKind::Ternary, &s("10.0.0.0 &&& 255.0.0.0")).unwrap(),
             MatchValue::Ternary(vec![10, 0, 0, 0], vec![255, 0, 0, 0])
         );
         assert_eq!(
@@ -261,10 +220,7 @@ mod tests {
             parse_match_value(Field::UdpDstPort, MatchKind::Range, &s("1000->2000")).unwrap(),
             MatchValue::Range(1000, 2000)
         );
-        assert_eq!(
-            parse_match_value(Field::Ipv4Dscp, MatchKind::Range, &s("*")).unwrap(),
-            MatchValue::Range(0, 63)
-        );
+        assert_eq!(parse_match_value(Field::Ipv4Dscp, MatchKind::Range, &s("*")).unwrap(), MatchValue::Range(0, 63));
         assert_eq!(prefix_mask(12, 3), vec![0xff, 0xf0, 0]);
     }
 
@@ -274,18 +230,13 @@ mod tests {
         assert!(e(Field::Ipv4Dst, MatchKind::Exact, "10.0.0").contains("IPv4 address"));
         assert!(e(Field::Ipv4Dst, MatchKind::Lpm, "10.0.0.0/33").contains("longer than"));
         assert!(e(Field::Ipv4Dst, MatchKind::Lpm, "10.0.0.1/8").contains("past its /8"));
-        assert!(
-            e(Field::Ipv4Dst, MatchKind::Ternary, "10.0.0.1 &&& 255.0.0.0")
-                .contains("outside its mask")
-        );
+        assert!(e(Field::Ipv4Dst, MatchKind::Ternary, "10.0.0.1 &&& 255.0.0.0").contains("outside its mask"));
         assert!(e(Field::UdpDstPort, MatchKind::Range, "2000->1000").contains("low bound"));
         assert!(e(Field::Ipv4Dscp, MatchKind::Exact, "64").contains("at most 63"));
         assert!(e(Field::UdpDstPort, MatchKind::Exact, "http").contains("unsigned integer"));
         assert!(e(Field::EthDst, MatchKind::Exact, "1:2:3").contains("MAC"));
-        assert!(
-            parse_match_value(Field::UdpDstPort, MatchKind::Exact, &Value::Boolean(true))
-                .unwrap_err()
-                .contains("expected a string")
-        );
+        assert!(parse_match_value(Field::UdpDstPort, MatchKind::Exact, &Value::Boolean(true))
+            .unwrap_err()
+            .contains("expected a string"));
     }
 }

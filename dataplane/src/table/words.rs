@@ -149,9 +149,7 @@ mod tests {
     fn naive(key: &[u8]) -> Vec<u64> {
         let mut b = [0u8; 64];
         b[..key.len()].copy_from_slice(key);
-        (0..word_count(key.len()))
-            .map(|i| le64(&b, 8 * i))
-            .collect()
+        (0..word_count(key.len())).map(|i| le64(&b, 8 * i)).collect()
     }
 
     fn load_dyn(key: &[u8]) -> Vec<u64> {
@@ -180,10 +178,7 @@ mod tests {
         assert_eq!(load::<1>(&[0xab]), [0xab]);
         assert_eq!(load::<1>(&[1, 2, 3]), [0x03_02_01]);
         assert_eq!(load::<1>(&[1, 2, 3, 4, 5, 6]), [0x06_05_04_03_02_01]);
-        assert_eq!(
-            load::<2>(&[1, 2, 3, 4, 5, 6, 7, 8, 9]),
-            [0x0807_0605_0403_0201, 9]
-        );
+        assert_eq!(load::<2>(&[1, 2, 3, 4, 5, 6, 7, 8, 9]), [0x0807_0605_0403_0201, 9]);
     }
 
     #[test]
@@ -198,10 +193,6 @@ mod tests {
                 low.insert(hash(&k) & 0xfff);
             }
         }
-        assert!(
-            low.len() > 120,
-            "only {} distinct 12-bit buckets of 128",
-            low.len()
-        );
+        assert!(low.len() > 120, "only {} distinct 12-bit buckets of 128", low.len());
     }
 }

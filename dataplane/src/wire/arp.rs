@@ -163,8 +163,8 @@ mod tests {
     // A request "who has 10.0.0.2? tell 10.0.0.1" from 02:00:00:00:00:01 (the ARP body of a
     // broadcast frame, as Linux sends it).
     static REQUEST: [u8; 28] = [
-        0x00, 0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x01, 0x02, 0x00, 0x00, 0x00, 0x00, 0x01, 0x0a,
-        0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0a, 0x00, 0x00, 0x02,
+        0x00, 0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x01, 0x02, 0x00, 0x00, 0x00, 0x00, 0x01, 0x0a, 0x00, 0x00, 0x01,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0a, 0x00, 0x00, 0x02,
     ];
 
     #[test]
@@ -187,22 +187,13 @@ mod tests {
 
     #[test]
     fn negative() {
-        assert_eq!(
-            ArpPacket::new_checked(&REQUEST[..27]).unwrap_err(),
-            WireError::Truncated
-        );
+        assert_eq!(ArpPacket::new_checked(&REQUEST[..27]).unwrap_err(), WireError::Truncated);
         for (i, v) in [(1usize, 6u8), (2, 0x86), (4, 8), (5, 16)] {
             let mut b = REQUEST;
             b[i] = v;
-            assert_eq!(
-                ArpPacket::new_checked(&b[..]).unwrap_err(),
-                WireError::Unsupported
-            );
+            assert_eq!(ArpPacket::new_checked(&b[..]).unwrap_err(), WireError::Unsupported);
         }
-        assert_eq!(
-            ArpRepr::default().emit(&mut [0u8; 27]),
-            Err(WireError::Truncated)
-        );
+        assert_eq!(ArpRepr::default().emit(&mut [0u8; 27]), Err(WireError::Truncated));
     }
 
     proptest! {

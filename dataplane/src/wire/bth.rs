@@ -177,11 +177,7 @@ impl Extensions {
 
     /// Total length of the extension headers (bytes).
     pub fn len(self) -> usize {
-        Self::ORDER
-            .iter()
-            .filter(|(e, _)| self.contains(*e))
-            .map(|(_, l)| l)
-            .sum()
+        Self::ORDER.iter().filter(|(e, _)| self.contains(*e)).map(|(_, l)| l).sum()
     }
 
     /// True when no extension header follows the BTH.
@@ -195,14 +191,7 @@ impl Extensions {
         if one.0.count_ones() != 1 || !self.contains(one) {
             return None;
         }
-        Some(
-            Self::ORDER
-                .iter()
-                .take_while(|(e, _)| *e != one)
-                .filter(|(e, _)| self.contains(*e))
-                .map(|(_, l)| l)
-                .sum(),
-        )
+        Some(Self::ORDER.iter().take_while(|(e, _)| *e != one).filter(|(e, _)| self.contains(*e)).map(|(_, l)| l).sum())
     }
 }
 
@@ -356,10 +345,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> BthPacket<T> {
     /// Sets SE, M, PadCnt (0..=3) and TVer (0..=15) together.
     #[inline]
     pub fn set_flags(&mut self, solicited: bool, mig_req: bool, pad_count: u8, tver: u8) {
-        self.buffer.as_mut()[field::FLAGS] = ((solicited as u8) << 7)
-            | ((mig_req as u8) << 6)
-            | ((pad_count & 3) << 4)
-            | (tver & 0xf);
+        self.buffer.as_mut()[field::FLAGS] =
+            ((solicited as u8) << 7) | ((mig_req as u8) << 6) | ((pad_count & 3) << 4) | (tver & 0xf);
     }
 
     /// Sets the pad count (0..=3), keeping the other bits of byte 1.
@@ -384,19 +371,14 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> BthPacket<T> {
     /// Sets the destination QP (low 24 bits used), keeping byte 4.
     #[inline]
     pub fn set_dest_qp(&mut self, qp: u32) {
-        let w =
-            (be32(self.buffer.as_ref(), field::DEST_QP.start) & 0xff00_0000) | (qp & 0x00ff_ffff);
+        let w = (be32(self.buffer.as_ref(), field::DEST_QP.start) & 0xff00_0000) | (qp & 0x00ff_ffff);
         put_be32(self.buffer.as_mut(), field::DEST_QP.start, w);
     }
 
     /// Sets AckReq and the PSN (low 24 bits used); the 7 reserved bits become 0.
     #[inline]
     pub fn set_ack_req_psn(&mut self, ack_req: bool, psn: u32) {
-        put_be32(
-            self.buffer.as_mut(),
-            field::PSN.start,
-            ((ack_req as u32) << 31) | (psn & 0x00ff_ffff),
-        );
+        put_be32(self.buffer.as_mut(), field::PSN.start, ((ack_req as u32) << 31) | (psn & 0x00ff_ffff));
     }
 }
 
@@ -502,11 +484,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> DethHeader<T> {
     /// Sets the source QP (low 24 bits used); the reserved byte becomes 0.
     #[inline]
     pub fn set_src_qp(&mut self, qp: u32) {
-        put_be32(
-            self.buffer.as_mut(),
-            field::DETH_SRC_QP.start,
-            qp & 0x00ff_ffff,
-        );
+        put_be32(self.buffer.as_mut(), field::DETH_SRC_QP.start, qp & 0x00ff_ffff);
     }
 }
 
@@ -588,22 +566,21 @@ mod tests {
     // Case c10 frame 1 from the BTH (frame byte 42): RC SEND Only, M set, P_Key 0xFFFF, DestQP
     // 0x11, PSN 1, 16 bytes of 0x11 payload, ICRC.
     static C10_BTH: [u8; 32] = [
-        0x04, 0x40, 0xff, 0xff, 0x00, 0x00, 0x00, 0x11, 0x00, 0x00, 0x00, 0x01, 0x11, 0x11, 0x11,
-        0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x67, 0x91,
-        0xca, 0x03,
+        0x04, 0x40, 0xff, 0xff, 0x00, 0x00, 0x00, 0x11, 0x00, 0x00, 0x00, 0x01, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11,
+        0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x67, 0x91, 0xca, 0x03,
     ];
 
     // NCCL capture frame 65 from the BTH: RC RDMA WRITE Only with RETH (VA 0x763f2001f100,
     // R_Key 0x68c2, DMA length 64), then the first bytes of the payload.
     static NCCL_WRITE_ONLY: [u8; 28] = [
-        0x0a, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x27, 0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x76,
-        0x3f, 0x20, 0x01, 0xf1, 0x00, 0x00, 0x00, 0x68, 0xc2, 0x00, 0x00, 0x00, 0x40,
+        0x0a, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x27, 0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x76, 0x3f, 0x20, 0x01,
+        0xf1, 0x00, 0x00, 0x00, 0x68, 0xc2, 0x00, 0x00, 0x00, 0x40,
     ];
 
     // NCCL capture frame 69 from the BTH: RC Acknowledge with AETH (syndrome 0x1f, MSN 1), ICRC.
     static NCCL_ACK: [u8; 20] = [
-        0x11, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x23, 0x00, 0x00, 0x00, 0x00, 0x1f, 0x00, 0x00,
-        0x01, 0x1f, 0x37, 0x91, 0x35,
+        0x11, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x23, 0x00, 0x00, 0x00, 0x00, 0x1f, 0x00, 0x00, 0x01, 0x1f, 0x37,
+        0x91, 0x35,
     ];
 
     #[test]
@@ -620,23 +597,14 @@ mod tests {
     #[test]
     fn parse_nccl_write_and_ack() {
         let p = BthPacket::new_checked(&NCCL_WRITE_ONLY[..]).unwrap();
-        assert_eq!(
-            (p.opcode(), p.dest_qp(), p.ack_req(), p.psn()),
-            (0x0a, 0x27, true, 0)
-        );
+        assert_eq!((p.opcode(), p.dest_qp(), p.ack_req(), p.psn()), (0x0a, 0x27, true, 0));
         let ext = extensions(p.opcode()).unwrap();
         assert_eq!((ext, ext.len()), (Extensions::RETH, 16));
         let r = RethHeader::new_checked(&NCCL_WRITE_ONLY[12..]).unwrap();
-        assert_eq!(
-            (r.virtual_addr(), r.rkey(), r.dma_len()),
-            (0x763f_2001_f100, 0x68c2, 64)
-        );
+        assert_eq!((r.virtual_addr(), r.rkey(), r.dma_len()), (0x763f_2001_f100, 0x68c2, 64));
 
         let p = BthPacket::new_checked(&NCCL_ACK[..]).unwrap();
-        assert_eq!(
-            (p.opcode(), p.dest_qp(), p.psn()),
-            (Opcode::RC_ACK, 0x23, 0)
-        );
+        assert_eq!((p.opcode(), p.dest_qp(), p.psn()), (Opcode::RC_ACK, 0x23, 0));
         assert_eq!(extensions(p.opcode()), Ok(Extensions::AETH));
         let a = AethHeader::new_checked(&NCCL_ACK[12..]).unwrap();
         assert_eq!((a.syndrome(), a.msn()), (0x1f, 1));
@@ -665,24 +633,11 @@ mod tests {
             assert_eq!(extensions(op), Ok(ext), "opcode {op:#x}");
             assert_eq!(ext.len(), len, "opcode {op:#x}");
         }
-        for op in [
-            0x15u8, 0x18, 0x1f, 0x2c, 0x31, 0x40, 0x63, 0x66, 0x80, 0xa0, 0xc0, 0xff,
-        ] {
-            assert_eq!(
-                extensions(op),
-                Err(WireError::UnknownOpcode),
-                "opcode {op:#x}"
-            );
+        for op in [0x15u8, 0x18, 0x1f, 0x2c, 0x31, 0x40, 0x63, 0x66, 0x80, 0xa0, 0xc0, 0xff] {
+            assert_eq!(extensions(op), Err(WireError::UnknownOpcode), "opcode {op:#x}");
         }
         let e = E::RETH.union(E::IMM_DT);
-        assert_eq!(
-            (
-                e.offset_of(E::RETH),
-                e.offset_of(E::IMM_DT),
-                e.offset_of(E::AETH)
-            ),
-            (Some(0), Some(16), None)
-        );
+        assert_eq!((e.offset_of(E::RETH), e.offset_of(E::IMM_DT), e.offset_of(E::AETH)), (Some(0), Some(16), None));
         let e = E::DETH.union(E::IMM_DT);
         assert_eq!(e.offset_of(E::IMM_DT), Some(8));
         assert_eq!(e.offset_of(e), None);
@@ -700,26 +655,11 @@ mod tests {
 
     #[test]
     fn negative_lengths() {
-        assert_eq!(
-            BthPacket::new_checked(&C10_BTH[..11]).unwrap_err(),
-            WireError::Truncated
-        );
-        assert_eq!(
-            DethHeader::new_checked(&C10_BTH[..7]).unwrap_err(),
-            WireError::Truncated
-        );
-        assert_eq!(
-            RethHeader::new_checked(&C10_BTH[..15]).unwrap_err(),
-            WireError::Truncated
-        );
-        assert_eq!(
-            AethHeader::new_checked(&C10_BTH[..3]).unwrap_err(),
-            WireError::Truncated
-        );
-        assert_eq!(
-            BthRepr::default().emit(&mut [0u8; 11]),
-            Err(WireError::Truncated)
-        );
+        assert_eq!(BthPacket::new_checked(&C10_BTH[..11]).unwrap_err(), WireError::Truncated);
+        assert_eq!(DethHeader::new_checked(&C10_BTH[..7]).unwrap_err(), WireError::Truncated);
+        assert_eq!(RethHeader::new_checked(&C10_BTH[..15]).unwrap_err(), WireError::Truncated);
+        assert_eq!(AethHeader::new_checked(&C10_BTH[..3]).unwrap_err(), WireError::Truncated);
+        assert_eq!(BthRepr::default().emit(&mut [0u8; 11]), Err(WireError::Truncated));
     }
 
     proptest! {

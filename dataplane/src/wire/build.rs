@@ -126,11 +126,7 @@ impl FrameSpec {
 
     /// The whole frame's length for a payload of `payload_len` bytes.
     pub fn frame_len(&self, payload_len: usize) -> usize {
-        let roce = if self.roce.is_some() {
-            bth::HEADER_LEN + bth::DETH_LEN + ICRC_LEN
-        } else {
-            0
-        };
+        let roce = if self.roce.is_some() { bth::HEADER_LEN + bth::DETH_LEN + ICRC_LEN } else { 0 };
         self.l2_len() + self.l3_len() + 8 + roce + GRAD_LEN + payload_len + self.pad(payload_len)
     }
 }
@@ -195,12 +191,8 @@ pub fn build(spec: &FrameSpec, payload: &[u8], buf: &mut [u8]) -> Result<usize, 
         }
         _ => return Err(WireError::BadLength),
     }
-    UdpRepr {
-        src_port: spec.src_port,
-        dst_port: spec.dst_port,
-        payload_len: (udp_len - 8) as u16,
-    }
-    .emit(&mut f[l4..])?;
+    UdpRepr { src_port: spec.src_port, dst_port: spec.dst_port, payload_len: (udp_len - 8) as u16 }
+        .emit(&mut f[l4..])?;
     let mut g = l4 + 8;
     if let Some(r) = spec.roce {
         BthRepr {
@@ -277,13 +269,7 @@ mod tests {
             ttl: 64,
             src_port: 50000,
             dst_port: if roce { ROCEV2_PORT } else { 49374 },
-            roce: roce.then_some(Roce {
-                dest_qp: 1,
-                psn: 7,
-                pkey: 0xffff,
-                qkey: 0x1111,
-                src_qp: 0x22,
-            }),
+            roce: roce.then_some(Roce { dest_qp: 1, psn: 7, pkey: 0xffff, qkey: 0x1111, src_qp: 0x22 }),
             header: GradientRepr {
                 version: 1,
                 flags: Flags::RESULT,
@@ -309,27 +295,18 @@ mod tests {
                     let mut buf = [0u8; 256];
                     let n = build(&s, &payload, &mut buf).unwrap();
                     assert_eq!(n, s.frame_len(6));
-                    let p = parse(&buf[..n], 49374)
-                        .unwrap_or_else(|e| panic!("v6 {v6} roce {roce} vlan {vlan:?}: {e}"));
+                    let p =
+                        parse(&buf[..n], 49374).unwrap_or_else(|e| panic!("v6 {v6} roce {roce} vlan {vlan:?}: {e}"));
                     assert!(p.has(Layers::GRADIENT));
                     assert_eq!(&buf[p.grad_payload()], &payload);
                     assert_eq!(p.grad_collective_id, 5);
                     assert_eq!((p.dscp, p.ecn, p.ttl), (26, 2, 64));
                     if roce {
                         assert_eq!(
-                            (
-                                p.bth_dest_qp,
-                                p.bth_psn,
-                                p.bth_pad,
-                                p.deth_src_qp,
-                                p.deth_qkey
-                            ),
+                            (p.bth_dest_qp, p.bth_psn, p.bth_pad, p.deth_src_qp, p.deth_qkey),
                             (1, 7, 2, 0x22, 0x1111)
                         );
-                        let udp_ck = u16::from_be_bytes([
-                            buf[p.l4_offset as usize + 6],
-                            buf[p.l4_offset as usize + 7],
-                        ]);
+                        let udp_ck = u16::from_be_bytes([buf[p.l4_offset as usize + 6], buf[p.l4_offset as usize + 7]]);
                         assert_eq!(udp_ck == 0, !v6, "RoCEv2: 0 over IPv4, computed over IPv6");
                     }
                     if let Some(v) = vlan {
@@ -343,15 +320,9 @@ mod tests {
     #[test]
     fn short_buffer_and_mixed_families_are_errors() {
         let s = spec(false, false, None);
-        assert_eq!(
-            build(&s, &[0; 8], &mut [0u8; 40]),
-            Err(WireError::Truncated)
-        );
+        assert_eq!(build(&s, &[0; 8], &mut [0u8; 40]), Err(WireError::Truncated));
         let mut m = s;
         m.dst_ip = IpAddr::V6([0; 16]);
-        assert_eq!(
-            build(&m, &[0; 8], &mut [0u8; 200]),
-            Err(WireError::BadLength)
-        );
+        assert_eq!(build(&m, &[0; 8], &mut [0u8; 200]), Err(WireError::BadLength));
     }
 }

@@ -40,11 +40,7 @@ impl EthernetAddress {
 impl fmt::Display for EthernetAddress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = &self.0;
-        write!(
-            f,
-            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-            b[0], b[1], b[2], b[3], b[4], b[5]
-        )
+        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", b[0], b[1], b[2], b[3], b[4], b[5])
     }
 }
 
@@ -163,9 +159,7 @@ mod tests {
     use super::*;
 
     // The first 14 bytes of frame 1 of the real NCCL capture (TCP over IPv4).
-    static FRAME: [u8; 14] = [
-        0xfa, 0x16, 0x3e, 0xa3, 0x16, 0x62, 0xfa, 0x16, 0x3e, 0x1d, 0xde, 0x18, 0x08, 0x00,
-    ];
+    static FRAME: [u8; 14] = [0xfa, 0x16, 0x3e, 0xa3, 0x16, 0x62, 0xfa, 0x16, 0x3e, 0x1d, 0xde, 0x18, 0x08, 0x00];
 
     #[test]
     fn parse_fields() {
@@ -182,18 +176,12 @@ mod tests {
         f.set_dst(EthernetAddress::BROADCAST);
         f.set_src("02:00:00:00:00:01".parse().unwrap());
         f.set_ethertype(EtherType::IPV6);
-        assert_eq!(
-            buf,
-            [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 1, 0x86, 0xdd]
-        );
+        assert_eq!(buf, [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 1, 0x86, 0xdd]);
     }
 
     #[test]
     fn too_short() {
-        assert_eq!(
-            EthernetFrame::new_checked(&FRAME[..13]).unwrap_err(),
-            Truncated
-        );
+        assert_eq!(EthernetFrame::new_checked(&FRAME[..13]).unwrap_err(), Truncated);
     }
 
     #[test]
@@ -201,16 +189,7 @@ mod tests {
         assert!("02:00:00:00:00".parse::<EthernetAddress>().is_err());
         assert!("02:00:00:00:00:01:02".parse::<EthernetAddress>().is_err());
         assert!("02:00:00:00:00:1g".parse::<EthernetAddress>().is_err());
-        assert!("ff:ff:ff:ff:ff:ff"
-            .parse::<EthernetAddress>()
-            .unwrap()
-            .is_multicast());
-        assert_eq!(
-            "02-00-00-00-00-0A"
-                .parse::<EthernetAddress>()
-                .unwrap()
-                .to_u64(),
-            0x0200_0000_000a
-        );
+        assert!("ff:ff:ff:ff:ff:ff".parse::<EthernetAddress>().unwrap().is_multicast());
+        assert_eq!("02-00-00-00-00-0A".parse::<EthernetAddress>().unwrap().to_u64(), 0x0200_0000_000a);
     }
 }

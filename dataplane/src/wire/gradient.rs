@@ -339,8 +339,8 @@ mod tests {
     // A rank-2 contribution: version 1, RETRANSMIT, SUM, collective 7, f32, offset 1024, 16 bytes,
     // round 3, as a worker following spec section 2 writes it.
     static CONTRIB: [u8; 20] = [
-        0x12, 0x01, 0x00, 0x07, 0x01, 0x00, 0x00, 0x02, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00, 0x00,
-        0x10, 0x00, 0x00, 0x00, 0x03,
+        0x12, 0x01, 0x00, 0x07, 0x01, 0x00, 0x00, 0x02, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00,
+        0x00, 0x03,
     ];
 
     #[test]
@@ -351,10 +351,7 @@ mod tests {
         assert_eq!(h.collective_id(), 7);
         assert_eq!(Dtype::from_wire(h.dtype()).map(Dtype::size), Some(4));
         assert_eq!((h.reason(), h.worker_rank()), (0, 2));
-        assert_eq!(
-            (h.tensor_offset(), h.data_length(), h.round()),
-            (1024, 16, 3)
-        );
+        assert_eq!((h.tensor_offset(), h.data_length(), h.round()), (1024, 16, 3));
         assert!(h.rest().is_empty());
     }
 
@@ -379,14 +376,8 @@ mod tests {
 
     #[test]
     fn too_short() {
-        assert_eq!(
-            GradientHeader::new_checked(&CONTRIB[..19]).unwrap_err(),
-            WireError::Truncated
-        );
-        assert_eq!(
-            GradientRepr::default().emit(&mut [0u8; 19]),
-            Err(WireError::Truncated)
-        );
+        assert_eq!(GradientHeader::new_checked(&CONTRIB[..19]).unwrap_err(), WireError::Truncated);
+        assert_eq!(GradientRepr::default().emit(&mut [0u8; 19]), Err(WireError::Truncated));
     }
 
     proptest! {

@@ -429,9 +429,7 @@ impl Ipv4Repr {
         if buf.len() < MIN_HEADER_LEN {
             return Err(WireError::Truncated);
         }
-        let total = (self.payload_len as usize + MIN_HEADER_LEN)
-            .try_into()
-            .map_err(|_| WireError::BadLength)?;
+        let total = (self.payload_len as usize + MIN_HEADER_LEN).try_into().map_err(|_| WireError::BadLength)?;
         let mut p = Ipv4Packet::new_unchecked(&mut buf[..MIN_HEADER_LEN]);
         p.set_version(4);
         p.set_ihl(5);
@@ -456,17 +454,15 @@ mod tests {
     // Case c02: IHL 6 with one 4-byte option (01 01 01 00), then UDP 10.0.0.1:49152 ->
     // 10.0.0.2:9000 with payload 01 02 03 04 (the frame from byte 14).
     static C02: [u8; 36] = [
-        0x46, 0x02, 0x00, 0x24, 0x12, 0x34, 0x40, 0x00, 0x40, 0x11, 0x11, 0x90, 0x0a, 0x00, 0x00,
-        0x01, 0x0a, 0x00, 0x00, 0x02, 0x01, 0x01, 0x01, 0x00, 0xc0, 0x00, 0x23, 0x28, 0x00, 0x0c,
-        0x04, 0xa5, 0x01, 0x02, 0x03, 0x04,
+        0x46, 0x02, 0x00, 0x24, 0x12, 0x34, 0x40, 0x00, 0x40, 0x11, 0x11, 0x90, 0x0a, 0x00, 0x00, 0x01, 0x0a, 0x00,
+        0x00, 0x02, 0x01, 0x01, 0x01, 0x00, 0xc0, 0x00, 0x23, 0x28, 0x00, 0x0c, 0x04, 0xa5, 0x01, 0x02, 0x03, 0x04,
     ];
 
     // Case c05 from byte 14: TOS 0x02, stored checksum 0x0001, then 14 bytes of padding.
     static C05: [u8; 46] = [
-        0x45, 0x02, 0x00, 0x20, 0x26, 0xc8, 0x40, 0x00, 0x40, 0x11, 0x00, 0x01, 0x0a, 0x00, 0x00,
-        0x01, 0x0a, 0x00, 0x00, 0x02, 0xc0, 0x00, 0x23, 0x28, 0x00, 0x0c, 0x00, 0x00, 0x01, 0x02,
-        0x03, 0x04, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa,
-        0xaa,
+        0x45, 0x02, 0x00, 0x20, 0x26, 0xc8, 0x40, 0x00, 0x40, 0x11, 0x00, 0x01, 0x0a, 0x00, 0x00, 0x01, 0x0a, 0x00,
+        0x00, 0x02, 0xc0, 0x00, 0x23, 0x28, 0x00, 0x0c, 0x00, 0x00, 0x01, 0x02, 0x03, 0x04, 0xaa, 0xaa, 0xaa, 0xaa,
+        0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa,
     ];
 
     #[test]
@@ -474,10 +470,7 @@ mod tests {
         let p = Ipv4Packet::new_checked(&C02[..]).unwrap();
         assert_eq!((p.version(), p.ihl(), p.header_len()), (4, 6, 24));
         assert_eq!((p.dscp(), p.ecn(), p.tos()), (0, Ecn::ECT0, 0x02));
-        assert_eq!(
-            (p.total_len(), p.ident(), p.ttl(), p.protocol()),
-            (36, 0x1234, 64, 17)
-        );
+        assert_eq!((p.total_len(), p.ident(), p.ttl(), p.protocol()), (36, 0x1234, 64, 17));
         assert!(p.dont_frag() && !p.more_frags() && !p.is_fragment());
         assert_eq!(p.frag_offset(), 0);
         assert_eq!(p.checksum(), 0x1190);
@@ -538,62 +531,32 @@ mod tests {
     fn c01_bad_ihl_and_total_len() {
         let mut b = C05;
         b[0] = 0x44;
-        assert_eq!(
-            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
-            WireError::BadHeaderLen
-        );
+        assert_eq!(Ipv4Packet::new_checked(&b[..]).unwrap_err(), WireError::BadHeaderLen);
         b[0] = 0x40;
-        assert_eq!(
-            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
-            WireError::BadHeaderLen
-        );
+        assert_eq!(Ipv4Packet::new_checked(&b[..]).unwrap_err(), WireError::BadHeaderLen);
         b[0] = 0x45;
         b[2..4].copy_from_slice(&10u16.to_be_bytes());
-        assert_eq!(
-            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
-            WireError::BadLength
-        );
+        assert_eq!(Ipv4Packet::new_checked(&b[..]).unwrap_err(), WireError::BadLength);
     }
 
     #[test]
     fn negative_lengths() {
         // Shorter than 20 bytes.
-        assert_eq!(
-            Ipv4Packet::new_checked(&C02[..19]).unwrap_err(),
-            WireError::Truncated
-        );
+        assert_eq!(Ipv4Packet::new_checked(&C02[..19]).unwrap_err(), WireError::Truncated);
         // IHL 6 but only 22 bytes present.
-        assert_eq!(
-            Ipv4Packet::new_checked(&C02[..22]).unwrap_err(),
-            WireError::BadHeaderLen
-        );
+        assert_eq!(Ipv4Packet::new_checked(&C02[..22]).unwrap_err(), WireError::BadHeaderLen);
         // Total length 36 but 30 bytes present.
-        assert_eq!(
-            Ipv4Packet::new_checked(&C02[..30]).unwrap_err(),
-            WireError::BadLength
-        );
+        assert_eq!(Ipv4Packet::new_checked(&C02[..30]).unwrap_err(), WireError::BadLength);
         // IHL 15 in a 36-byte buffer.
         let mut b = C02;
         b[0] = 0x4f;
-        assert_eq!(
-            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
-            WireError::BadHeaderLen
-        );
+        assert_eq!(Ipv4Packet::new_checked(&b[..]).unwrap_err(), WireError::BadHeaderLen);
         // Version 6.
         b[0] = 0x65;
-        assert_eq!(
-            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
-            WireError::BadVersion
-        );
+        assert_eq!(Ipv4Packet::new_checked(&b[..]).unwrap_err(), WireError::BadVersion);
         // Emit into too small a buffer.
-        assert_eq!(
-            Ipv4Repr::default().emit(&mut [0u8; 19]),
-            Err(WireError::Truncated)
-        );
-        let big = Ipv4Repr {
-            payload_len: 65516,
-            ..Default::default()
-        };
+        assert_eq!(Ipv4Repr::default().emit(&mut [0u8; 19]), Err(WireError::Truncated));
+        let big = Ipv4Repr { payload_len: 65516, ..Default::default() };
         assert_eq!(big.emit(&mut [0u8; 20]), Err(WireError::BadLength));
     }
 

@@ -228,10 +228,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     pub fn walk_extensions(&self) -> Result<ExtensionChain, WireError> {
         let b = self.buffer.as_ref();
         let end = HEADER_LEN + self.payload_len() as usize;
-        let mut chain = ExtensionChain {
-            upper_protocol: self.next_header(),
-            ..Default::default()
-        };
+        let mut chain = ExtensionChain { upper_protocol: self.next_header(), ..Default::default() };
         let mut off = HEADER_LEN;
         loop {
             let nh = chain.upper_protocol;
@@ -410,28 +407,25 @@ mod tests {
     // Case c07 from byte 14: traffic class 0xBA (DSCP 46, ECT(0)), flow label 0xABCDE, UDP
     // fd00::1:49152 -> fd00::2:9000, payload 01 02 03 04.
     static C07: [u8; 52] = [
-        0x6b, 0xaa, 0xbc, 0xde, 0x00, 0x0c, 0x11, 0x40, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00,
-        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0xc0, 0x00, 0x23, 0x28, 0x00,
-        0x0c, 0x1e, 0xa3, 0x01, 0x02, 0x03, 0x04,
+        0x6b, 0xaa, 0xbc, 0xde, 0x00, 0x0c, 0x11, 0x40, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x02, 0xc0, 0x00, 0x23, 0x28, 0x00, 0x0c, 0x1e, 0xa3, 0x01, 0x02, 0x03, 0x04,
     ];
 
     // Case c08 frame 1 from byte 14: Hop-by-Hop (PadN) + Destination Options (PadN) + UDP.
     static C08_1: [u8; 68] = [
-        0x60, 0x00, 0x00, 0x00, 0x00, 0x1c, 0x00, 0x40, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00,
-        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0x3c, 0x00, 0x01, 0x04, 0x00,
-        0x00, 0x00, 0x00, 0x11, 0x00, 0x01, 0x04, 0x00, 0x00, 0x00, 0x00, 0xc0, 0x00, 0x23, 0x28,
-        0x00, 0x0c, 0x1e, 0xa3, 0x01, 0x02, 0x03, 0x04,
+        0x60, 0x00, 0x00, 0x00, 0x00, 0x1c, 0x00, 0x40, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x02, 0x3c, 0x00, 0x01, 0x04, 0x00, 0x00, 0x00, 0x00, 0x11, 0x00, 0x01, 0x04, 0x00, 0x00,
+        0x00, 0x00, 0xc0, 0x00, 0x23, 0x28, 0x00, 0x0c, 0x1e, 0xa3, 0x01, 0x02, 0x03, 0x04,
     ];
 
     // Case c08 frame 2 from byte 14: a Hop-by-Hop header claiming (255 + 1) * 8 = 2048 bytes in
     // an 8-byte payload.
     static C08_2: [u8; 48] = [
-        0x60, 0x00, 0x00, 0x00, 0x00, 0x08, 0x00, 0x40, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00,
-        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0x3c, 0xff, 0x01, 0x04, 0x00,
-        0x00, 0x00, 0x00,
+        0x60, 0x00, 0x00, 0x00, 0x00, 0x08, 0x00, 0x40, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x02, 0x3c, 0xff, 0x01, 0x04, 0x00, 0x00, 0x00, 0x00,
     ];
 
     #[test]
@@ -440,10 +434,7 @@ mod tests {
         assert_eq!(p.version(), 6);
         assert_eq!((p.traffic_class(), p.dscp(), p.ecn()), (0xba, 46, 0b10));
         assert_eq!(p.flow_label(), 0xabcde);
-        assert_eq!(
-            (p.payload_len(), p.next_header(), p.hop_limit()),
-            (12, 17, 64)
-        );
+        assert_eq!((p.payload_len(), p.next_header(), p.hop_limit()), (12, 17, 64));
         assert_eq!(p.src_addr()[0], 0xfd);
         assert_eq!(p.dst_addr()[15], 2);
         let c = p.walk_extensions().unwrap();
@@ -498,39 +489,24 @@ mod tests {
     fn walk_limits() {
         // Eight Destination Options headers: accepted; nine: refused.
         let v = chain(&[(60, 0); 8], 17);
-        let c = Ipv6Packet::new_checked(&v[..])
-            .unwrap()
-            .walk_extensions()
-            .unwrap();
+        let c = Ipv6Packet::new_checked(&v[..]).unwrap().walk_extensions().unwrap();
         assert_eq!((c.count, c.header_len, c.upper_protocol), (8, 104, 17));
         let v = chain(&[(60, 0); 9], 17);
-        let e = Ipv6Packet::new_checked(&v[..])
-            .unwrap()
-            .walk_extensions()
-            .unwrap_err();
+        let e = Ipv6Packet::new_checked(&v[..]).unwrap().walk_extensions().unwrap_err();
         assert_eq!(e, WireError::BadExtensionChain);
         // Hop-by-Hop after another header: refused.
         let v = chain(&[(60, 0), (0, 0)], 17);
-        let e = Ipv6Packet::new_checked(&v[..])
-            .unwrap()
-            .walk_extensions()
-            .unwrap_err();
+        let e = Ipv6Packet::new_checked(&v[..]).unwrap().walk_extensions().unwrap_err();
         assert_eq!(e, WireError::BadExtensionChain);
         // Routing header with a length byte: (1 + 1) * 8 = 16 bytes.
         let v = chain(&[(0, 0), (43, 1)], 6);
-        let c = Ipv6Packet::new_checked(&v[..])
-            .unwrap()
-            .walk_extensions()
-            .unwrap();
+        let c = Ipv6Packet::new_checked(&v[..]).unwrap().walk_extensions().unwrap();
         assert_eq!((c.count, c.header_len, c.upper_protocol), (2, 64, 6));
         // A header with only its first byte present.
         let mut v = chain(&[], 60);
         v.push(17);
         v[5] = 1;
-        let e = Ipv6Packet::new_checked(&v[..])
-            .unwrap()
-            .walk_extensions()
-            .unwrap_err();
+        let e = Ipv6Packet::new_checked(&v[..]).unwrap().walk_extensions().unwrap_err();
         assert_eq!(e, WireError::BadHeaderLen);
     }
 
@@ -538,60 +514,36 @@ mod tests {
     fn fragment_headers() {
         let mut v = chain(&[(44, 0)], 17);
         // Atomic fragment: offset 0, M clear: a whole datagram.
-        let c = Ipv6Packet::new_checked(&v[..])
-            .unwrap()
-            .walk_extensions()
-            .unwrap();
+        let c = Ipv6Packet::new_checked(&v[..]).unwrap().walk_extensions().unwrap();
         assert!(c.has_fragment_header && !c.is_fragment() && !c.non_first_fragment);
         assert_eq!((c.upper_protocol, c.header_len), (17, 48));
         // First fragment: M set.
         v[42..44].copy_from_slice(&1u16.to_be_bytes());
         v[44..48].copy_from_slice(&0xdead_beefu32.to_be_bytes());
-        let c = Ipv6Packet::new_checked(&v[..])
-            .unwrap()
-            .walk_extensions()
-            .unwrap();
+        let c = Ipv6Packet::new_checked(&v[..]).unwrap().walk_extensions().unwrap();
         assert!(c.is_fragment() && !c.non_first_fragment && c.more_fragments);
         assert_eq!(c.frag_ident, 0xdead_beef);
         // Non-first: offset 1480 bytes (185 units); the walk stops there.
         v[42..44].copy_from_slice(&(185u16 << 3).to_be_bytes());
-        let c = Ipv6Packet::new_checked(&v[..])
-            .unwrap()
-            .walk_extensions()
-            .unwrap();
+        let c = Ipv6Packet::new_checked(&v[..]).unwrap().walk_extensions().unwrap();
         assert!(c.non_first_fragment && c.is_fragment());
         assert_eq!((c.frag_offset, c.header_len), (1480, 48));
         // A truncated Fragment header.
         let mut v = chain(&[], 44);
         v.extend_from_slice(&[17, 0, 0, 0]);
         v[5] = 4;
-        let e = Ipv6Packet::new_checked(&v[..])
-            .unwrap()
-            .walk_extensions()
-            .unwrap_err();
+        let e = Ipv6Packet::new_checked(&v[..]).unwrap().walk_extensions().unwrap_err();
         assert_eq!(e, WireError::BadHeaderLen);
     }
 
     #[test]
     fn negative_lengths() {
-        assert_eq!(
-            Ipv6Packet::new_checked(&C07[..39]).unwrap_err(),
-            WireError::Truncated
-        );
-        assert_eq!(
-            Ipv6Packet::new_checked(&C07[..51]).unwrap_err(),
-            WireError::BadLength
-        );
+        assert_eq!(Ipv6Packet::new_checked(&C07[..39]).unwrap_err(), WireError::Truncated);
+        assert_eq!(Ipv6Packet::new_checked(&C07[..51]).unwrap_err(), WireError::BadLength);
         let mut b = C07;
         b[0] = 0x4b;
-        assert_eq!(
-            Ipv6Packet::new_checked(&b[..]).unwrap_err(),
-            WireError::BadVersion
-        );
-        assert_eq!(
-            Ipv6Repr::default().emit(&mut [0u8; 39]),
-            Err(WireError::Truncated)
-        );
+        assert_eq!(Ipv6Packet::new_checked(&b[..]).unwrap_err(), WireError::BadVersion);
+        assert_eq!(Ipv6Repr::default().emit(&mut [0u8; 39]), Err(WireError::Truncated));
     }
 
     proptest! {

@@ -210,11 +210,7 @@ pub struct UdpRepr {
 impl UdpRepr {
     /// Decodes a checked header.
     pub fn parse<T: AsRef<[u8]>>(p: &UdpPacket<T>) -> Self {
-        UdpRepr {
-            src_port: p.src_port(),
-            dst_port: p.dst_port(),
-            payload_len: p.len() - 8,
-        }
+        UdpRepr { src_port: p.src_port(), dst_port: p.dst_port(), payload_len: p.len() - 8 }
     }
 
     /// Writes the 8-byte header (checksum 0) into `buf`, whose payload must already be in
@@ -227,9 +223,7 @@ impl UdpRepr {
         if buf.len() < HEADER_LEN {
             return Err(WireError::Truncated);
         }
-        let len = (self.payload_len as usize + HEADER_LEN)
-            .try_into()
-            .map_err(|_| WireError::BadLength)?;
+        let len = (self.payload_len as usize + HEADER_LEN).try_into().map_err(|_| WireError::BadLength)?;
         let mut p = UdpPacket::new_unchecked(&mut buf[..HEADER_LEN]);
         p.set_src_port(self.src_port);
         p.set_dst_port(self.dst_port);
@@ -253,35 +247,26 @@ mod tests {
     // padding that followed the IP datagram in the frame (here as trailing bytes, to show the
     // length field bounds the datagram).
     static C03: [u8; 26] = [
-        0xc0, 0x00, 0x23, 0x28, 0x00, 0x0c, 0x04, 0xa5, 0x01, 0x02, 0x03, 0x04, 0xaa, 0xaa, 0xaa,
-        0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa,
+        0xc0, 0x00, 0x23, 0x28, 0x00, 0x0c, 0x04, 0xa5, 0x01, 0x02, 0x03, 0x04, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa,
+        0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa,
     ];
 
     // Case c04 frame 1: checksum field 0xFFFF (the computed sum is zero).
-    static C04_FFFF: [u8; 12] = [
-        0xc0, 0x00, 0x23, 0x28, 0x00, 0x0c, 0xff, 0xff, 0x08, 0xab, 0x00, 0x00,
-    ];
+    static C04_FFFF: [u8; 12] = [0xc0, 0x00, 0x23, 0x28, 0x00, 0x0c, 0xff, 0xff, 0x08, 0xab, 0x00, 0x00];
 
     // Case c07's UDP datagram over IPv6 (fd00::1 -> fd00::2), checksum 0x1EA3.
-    static C07: [u8; 12] = [
-        0xc0, 0x00, 0x23, 0x28, 0x00, 0x0c, 0x1e, 0xa3, 0x01, 0x02, 0x03, 0x04,
-    ];
+    static C07: [u8; 12] = [0xc0, 0x00, 0x23, 0x28, 0x00, 0x0c, 0x1e, 0xa3, 0x01, 0x02, 0x03, 0x04];
 
     #[test]
     fn parse_c03_length_governs() {
         let p = UdpPacket::new_checked(&C03[..]).unwrap();
-        assert_eq!(
-            (p.src_port(), p.dst_port(), p.len(), p.checksum()),
-            (49152, 9000, 12, 0x04a5)
-        );
+        assert_eq!((p.src_port(), p.dst_port(), p.len(), p.checksum()), (49152, 9000, 12, 0x04a5));
         assert_eq!(p.payload(), &[1, 2, 3, 4]);
         assert!(p.verify_checksum_v4(SRC4, DST4));
         // The same bytes checksummed with the padding would not verify.
         let mut b = C03;
         b[4..6].copy_from_slice(&26u16.to_be_bytes());
-        assert!(!UdpPacket::new_checked(&b[..])
-            .unwrap()
-            .verify_checksum_v4(SRC4, DST4));
+        assert!(!UdpPacket::new_checked(&b[..]).unwrap().verify_checksum_v4(SRC4, DST4));
     }
 
     #[test]
@@ -297,14 +282,10 @@ mod tests {
         let mut z = C03;
         z[6] = 0;
         z[7] = 0;
-        assert!(UdpPacket::new_checked(&z[..])
-            .unwrap()
-            .verify_checksum_v4(SRC4, DST4));
+        assert!(UdpPacket::new_checked(&z[..]).unwrap().verify_checksum_v4(SRC4, DST4));
         // A wrong non-zero one fails.
         z[7] = 1;
-        assert!(!UdpPacket::new_checked(&z[..])
-            .unwrap()
-            .verify_checksum_v4(SRC4, DST4));
+        assert!(!UdpPacket::new_checked(&z[..]).unwrap().verify_checksum_v4(SRC4, DST4));
     }
 
     #[test]
@@ -323,34 +304,16 @@ mod tests {
 
     #[test]
     fn negative_lengths() {
-        assert_eq!(
-            UdpPacket::new_checked(&C03[..7]).unwrap_err(),
-            WireError::Truncated
-        );
+        assert_eq!(UdpPacket::new_checked(&C03[..7]).unwrap_err(), WireError::Truncated);
         // Length 12 but 11 bytes of IP payload.
-        assert_eq!(
-            UdpPacket::new_checked(&C03[..11]).unwrap_err(),
-            WireError::BadLength
-        );
+        assert_eq!(UdpPacket::new_checked(&C03[..11]).unwrap_err(), WireError::BadLength);
         let mut b = C03;
         b[4..6].copy_from_slice(&7u16.to_be_bytes());
-        assert_eq!(
-            UdpPacket::new_checked(&b[..]).unwrap_err(),
-            WireError::BadLength
-        );
+        assert_eq!(UdpPacket::new_checked(&b[..]).unwrap_err(), WireError::BadLength);
         b[4..6].copy_from_slice(&27u16.to_be_bytes());
-        assert_eq!(
-            UdpPacket::new_checked(&b[..]).unwrap_err(),
-            WireError::BadLength
-        );
-        assert_eq!(
-            UdpRepr::default().emit(&mut [0u8; 7]),
-            Err(WireError::Truncated)
-        );
-        let big = UdpRepr {
-            payload_len: 65528,
-            ..Default::default()
-        };
+        assert_eq!(UdpPacket::new_checked(&b[..]).unwrap_err(), WireError::BadLength);
+        assert_eq!(UdpRepr::default().emit(&mut [0u8; 7]), Err(WireError::Truncated));
+        let big = UdpRepr { payload_len: 65528, ..Default::default() };
         assert_eq!(big.emit(&mut [0u8; 8]), Err(WireError::BadLength));
     }
 

@@ -139,19 +139,12 @@ pub struct VlanRepr {
 impl VlanRepr {
     /// Decodes a checked tag.
     pub fn parse<T: AsRef<[u8]>>(tag: &VlanTag<T>) -> Self {
-        VlanRepr {
-            pcp: tag.pcp(),
-            dei: tag.dei(),
-            vid: tag.vid(),
-            ethertype: tag.ethertype(),
-        }
+        VlanRepr { pcp: tag.pcp(), dei: tag.dei(), vid: tag.vid(), ethertype: tag.ethertype() }
     }
 
     /// Writes the tag (TCI and EtherType, 4 bytes). PCP and VID are truncated to 3 and 12 bits.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, tag: &mut VlanTag<T>) {
-        tag.set_tci(
-            (((self.pcp & 7) as u16) << 13) | ((self.dei as u16) << 12) | (self.vid & 0xfff),
-        );
+        tag.set_tci((((self.pcp & 7) as u16) << 13) | ((self.dei as u16) << 12) | (self.vid & 0xfff));
         tag.set_ethertype(self.ethertype);
     }
 }
@@ -162,9 +155,7 @@ mod tests {
     use proptest::prelude::*;
 
     // Case c09 frame 3, bytes 12..26: 88a8 [0064 88a8] [0096 8100] [00c8 0800].
-    static C09_TAGS: [u8; 14] = [
-        0x88, 0xa8, 0x00, 0x64, 0x88, 0xa8, 0x00, 0x96, 0x81, 0x00, 0x00, 0xc8, 0x08, 0x00,
-    ];
+    static C09_TAGS: [u8; 14] = [0x88, 0xa8, 0x00, 0x64, 0x88, 0xa8, 0x00, 0x96, 0x81, 0x00, 0x00, 0xc8, 0x08, 0x00];
 
     #[test]
     fn parse_captured_stack() {
@@ -193,10 +184,7 @@ mod tests {
 
     #[test]
     fn too_short() {
-        assert_eq!(
-            VlanTag::new_checked(&C09_TAGS[11..]).unwrap_err(),
-            WireError::Truncated
-        );
+        assert_eq!(VlanTag::new_checked(&C09_TAGS[11..]).unwrap_err(), WireError::Truncated);
     }
 
     proptest! {

@@ -51,10 +51,7 @@ unsafe fn narrow_store<const DT: u8>(dst: *mut u8, x: __m256i) {
     // alignment.
     unsafe {
         match DT {
-            F16 => _mm_storeu_si128(
-                dst.cast(),
-                _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_castsi256_ps(x)),
-            ),
+            F16 => _mm_storeu_si128(dst.cast(), _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_castsi256_ps(x))),
             BF16 => _mm_storeu_si128(dst.cast(), f32_to_bf16(x)),
             _ => _mm256_storeu_si256(dst.cast(), x),
         }
@@ -66,10 +63,7 @@ unsafe fn narrow_store<const DT: u8>(dst: *mut u8, x: __m256i) {
 #[inline]
 fn f32_to_bf16(x: __m256i) -> __m128i {
     let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(x), _mm256_set1_epi32(1));
-    let rounded = _mm256_srli_epi32::<16>(_mm256_add_epi32(
-        _mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)),
-        lsb,
-    ));
+    let rounded = _mm256_srli_epi32::<16>(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb));
     // |x| fits in 31 bits, so the signed compare is an unsigned one.
     let abs = _mm256_and_si256(x, _mm256_set1_epi32(0x7fff_ffff));
     let nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7f80_0000));
@@ -201,9 +195,7 @@ pub(super) unsafe fn store<const DT: u8>(acc: *const u32, dst: *mut u8, lanes: u
         size(DT),
         |i| {
             // SAFETY: lanes i..i+8 are below `lanes`, so in bounds by the contract.
-            unsafe {
-                narrow_store::<DT>(dst.add(i * size(DT)), _mm256_loadu_si256(acc.add(i).cast()))
-            }
+            unsafe { narrow_store::<DT>(dst.add(i * size(DT)), _mm256_loadu_si256(acc.add(i).cast())) }
         },
         |at, n| {
             // SAFETY: lanes at..at+n are below `lanes`, so in bounds by the contract.
@@ -240,14 +232,7 @@ pub(super) unsafe fn fold_store<const OP: u8, const DT: u8>(
         |at, n| {
             // SAFETY: lanes at..at+n are below `lanes`, so in bounds by the contract; the
             // scalar kernel reads each lane before writing it.
-            unsafe {
-                scalar::fold_store::<OP, DT>(
-                    acc.add(at),
-                    src.add(at * size(DT)),
-                    dst.add(at * size(DT)),
-                    n,
-                )
-            }
+            unsafe { scalar::fold_store::<OP, DT>(acc.add(at), src.add(at * size(DT)), dst.add(at * size(DT)), n) }
         },
     );
 }

@@ -40,10 +40,7 @@ unsafe fn widen<const DT: u8>(src: *const u8, k: __mmask16) -> __m512i {
     unsafe {
         match DT {
             F16 => _mm512_castps_si512(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, src.cast()))),
-            BF16 => _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(
-                k,
-                src.cast(),
-            ))),
+            BF16 => _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, src.cast()))),
             _ => _mm512_maskz_loadu_epi32(k, src.cast()),
         }
     }
@@ -62,9 +59,7 @@ unsafe fn narrow_store<const DT: u8>(dst: *mut u8, k: __mmask16, x: __m512i) {
     unsafe {
         match DT {
             F16 => {
-                let h = _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-                    _mm512_castsi512_ps(x),
-                );
+                let h = _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_castsi512_ps(x));
                 _mm256_mask_storeu_epi16(dst.cast(), k, h)
             }
             BF16 => _mm256_mask_storeu_epi16(dst.cast(), k, f32_to_bf16(x)),
@@ -108,19 +103,11 @@ fn combine<const OP: u8, const DT: u8>(a: __m512i, b: __m512i) -> __m512i {
         return _mm512_castps_si512(_mm512_add_ps(x, y));
     }
     // IEEE 754-2019 maximum/minimum from vmaxps/vminps plus two fix-ups.
-    let m = _mm512_castps_si512(if OP == MAX {
-        _mm512_max_ps(x, y)
-    } else {
-        _mm512_min_ps(x, y)
-    });
+    let m = _mm512_castps_si512(if OP == MAX { _mm512_max_ps(x, y) } else { _mm512_min_ps(x, y) });
     // Lanes that compare equal: identical bits, or +0 and -0. The sign of zero is AND (max) or
     // OR (min) of the signs.
     let eq = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(x, y);
-    let m = if OP == MAX {
-        _mm512_mask_and_epi32(m, eq, a, b)
-    } else {
-        _mm512_mask_or_epi32(m, eq, a, b)
-    };
+    let m = if OP == MAX { _mm512_mask_and_epi32(m, eq, a, b) } else { _mm512_mask_or_epi32(m, eq, a, b) };
     // Lanes where either is NaN: the sum is a quiet NaN.
     let unordered = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, y);
     _mm512_castps_si512(_mm512_mask_add_ps(_mm512_castsi512_ps(m), unordered, x, y))
@@ -174,12 +161,7 @@ unsafe fn store_block<const DT: u8>(acc: *const u32, dst: *mut u8, k: __mmask16)
 /// equal or disjoint (the block is read whole before it is written).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 #[inline]
-unsafe fn fold_store_block<const OP: u8, const DT: u8>(
-    acc: *const u32,
-    src: *const u8,
-    dst: *mut u8,
-    k: __mmask16,
-) {
+unsafe fn fold_store_block<const OP: u8, const DT: u8>(acc: *const u32, src: *const u8, dst: *mut u8, k: __mmask16) {
     // SAFETY: by the caller's contract; masked accesses touch only the lanes of `k`.
     unsafe {
         let a = _mm512_maskz_loadu_epi32(k, acc.cast());
@@ -271,8 +253,6 @@ pub(super) unsafe fn fold_store<const OP: u8, const DT: u8>(
     for_blocks!(lanes, dst, size(DT), |i, k| {
         // SAFETY: the lanes of `k` at offset i are below `lanes`, so in bounds by the contract;
         // each block of `src` is read before the same block of `dst` is written.
-        unsafe {
-            fold_store_block::<OP, DT>(acc.add(i), src.add(i * size(DT)), dst.add(i * size(DT)), k)
-        }
+        unsafe { fold_store_block::<OP, DT>(acc.add(i), src.add(i * size(DT)), dst.add(i * size(DT)), k) }
     });
 }

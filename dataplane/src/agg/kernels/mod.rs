@@ -275,9 +275,7 @@ macro_rules! kernel_table {
 impl Kernels {
     /// The best kernel set this CPU runs: AVX-512, else AVX2, else the scalar reference.
     pub fn detect() -> Kernels {
-        Kernels::avx512()
-            .or_else(Kernels::avx2)
-            .unwrap_or_else(Kernels::scalar)
+        Kernels::avx512().or_else(Kernels::avx2).unwrap_or_else(Kernels::scalar)
     }
 
     /// The portable scalar reference, which defines the exact result of every kernel.
@@ -409,9 +407,7 @@ impl Kernels {
 
 impl fmt::Debug for Kernels {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Kernels")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
+        f.debug_struct("Kernels").field("name", &self.name).finish_non_exhaustive()
     }
 }
 
@@ -444,9 +440,5 @@ fn check_len(what: &str, bytes: usize, lanes: usize, dtype: Dtype) {
 #[inline(never)]
 #[track_caller]
 fn len_mismatch(what: &str, bytes: usize, lanes: usize, dtype: Dtype) -> ! {
-    panic!(
-        "{what} is {bytes} bytes, but {lanes} {} lanes take {} bytes",
-        dtype.name(),
-        lanes * dtype.size()
-    )
+    panic!("{what} is {bytes} bytes, but {lanes} {} lanes take {} bytes", dtype.name(), lanes * dtype.size())
 }

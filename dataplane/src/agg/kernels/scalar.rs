@@ -91,8 +91,7 @@ pub(super) unsafe fn fold<const OP: u8, const DT: u8>(acc: *mut u32, src: *const
         // disjoint.
         unsafe {
             let a = acc.add(i).read();
-            acc.add(i)
-                .write(combine::<OP, DT>(a, read_lane::<DT>(src, i)));
+            acc.add(i).write(combine::<OP, DT>(a, read_lane::<DT>(src, i)));
         }
     }
 }

@@ -96,11 +96,7 @@ fn every_f16_pattern_round_trips() {
 
 #[test]
 fn every_bf16_pattern_round_trips() {
-    round_trip_all_patterns(
-        Dtype::Bf16,
-        |h| bf16::from_bits(h).to_f32().to_bits(),
-        0x0040,
-    );
+    round_trip_all_patterns(Dtype::Bf16, |h| bf16::from_bits(h).to_f32().to_bits(), 0x0040);
 }
 
 /// f32 patterns around every rounding boundary of a narrow format whose finite positive values
@@ -145,19 +141,10 @@ fn strided_patterns() -> Vec<u32> {
 }
 
 /// Narrows `patterns` with the scalar reference, the oracle and every kernel set's `store`.
-fn check_narrowing(
-    dtype: Dtype,
-    patterns: &[u32],
-    reference: fn(u32) -> u16,
-    oracle: fn(u32) -> u32,
-) {
+fn check_narrowing(dtype: Dtype, patterns: &[u32], reference: fn(u32) -> u16, oracle: fn(u32) -> u32) {
     for &x in patterns {
         let (r, o) = (reference(x) as u32, oracle(x));
-        assert!(
-            same(dtype, r, o),
-            "{} narrowing of {x:#010x}: reference {r:#06x}, oracle {o:#06x}",
-            dtype.name()
-        );
+        assert!(same(dtype, r, o), "{} narrowing of {x:#010x}: reference {r:#06x}, oracle {o:#06x}", dtype.name());
         if lanes::f32_is_nan(x) {
             assert!(is_nan(dtype, r), "{x:#x} -> {r:#x}");
         }

@@ -63,10 +63,7 @@ const FLOATS: [Bits; 3] = [
 /// Reduces `inputs` (one value per contribution, replicated over [`LANES`] lanes) on kernel set
 /// `k` with every way of finishing, and asserts every lane is `want` (`None`: any NaN).
 fn check(k: &Kernels, op: ReduceOp, dtype: Dtype, inputs: &[u32], want: Option<u32>) {
-    let payloads: Vec<Vec<u8>> = inputs
-        .iter()
-        .map(|&x| to_wire(dtype, &[x; LANES]))
-        .collect();
+    let payloads: Vec<Vec<u8>> = inputs.iter().map(|&x| to_wire(dtype, &[x; LANES])).collect();
     for finish in FINISHES {
         let (got, _) = reduce(k, op, dtype, &payloads, finish);
         for (i, &lane) in got.iter().enumerate() {
@@ -156,13 +153,7 @@ fn infinities_and_ordinary_values() {
             check(&k, Sum, d, &[s, b.neg_zero], Some(s));
             check(&k, Max, d, &[b.pos_zero, s], Some(s));
             check(&k, Min, d, &[b.pos_zero, s], Some(b.pos_zero));
-            check(
-                &k,
-                Min,
-                d,
-                &[b.pos_zero, s | b.neg_zero],
-                Some(s | b.neg_zero),
-            );
+            check(&k, Min, d, &[b.pos_zero, s | b.neg_zero], Some(s | b.neg_zero));
         }
     }
 }
@@ -174,23 +165,11 @@ fn integer_ops() {
     let neg = |x: i32| x as u32;
     for k in super::kernel_sets() {
         check(&k, Sum, d, &[neg(-5), 3, neg(-1)], Some(neg(-3)));
-        check(
-            &k,
-            Sum,
-            d,
-            &[i32::MAX as u32, i32::MAX as u32],
-            Some(neg(-2)),
-        );
+        check(&k, Sum, d, &[i32::MAX as u32, i32::MAX as u32], Some(neg(-2)));
         check(&k, Max, d, &[neg(-5), neg(-7), neg(-6)], Some(neg(-5)));
         check(&k, Max, d, &[neg(i32::MIN), 0], Some(0));
         check(&k, Min, d, &[neg(-1), 1], Some(neg(-1)));
-        check(
-            &k,
-            Min,
-            d,
-            &[i32::MAX as u32, neg(i32::MIN)],
-            Some(neg(i32::MIN)),
-        );
+        check(&k, Min, d, &[i32::MAX as u32, neg(i32::MIN)], Some(neg(i32::MIN)));
     }
 }
 
@@ -231,14 +210,7 @@ fn store_rounds_once_to_nearest_even() {
                 let mut out = vec![0u8; LANES * 2];
                 k.store(dtype, &acc, &mut out);
                 for lane in super::from_wire(dtype, &out) {
-                    assert_eq!(
-                        lane,
-                        want,
-                        "{} {} store of {:#x}",
-                        k.name(),
-                        dtype.name(),
-                        acc[0]
-                    );
+                    assert_eq!(lane, want, "{} {} store of {:#x}", k.name(), dtype.name(), acc[0]);
                 }
             }
         }

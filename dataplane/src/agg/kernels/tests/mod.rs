@@ -35,11 +35,7 @@ fn same(dtype: Dtype, a: u32, b: u32) -> bool {
 
 /// Whether two accumulators of `dtype` match lane for lane (f32 NaN rules for float dtypes).
 fn same_acc(dtype: Dtype, a: &[u32], b: &[u32]) -> bool {
-    let acc_dtype = if dtype == Dtype::I32 {
-        Dtype::I32
-    } else {
-        Dtype::F32
-    };
+    let acc_dtype = if dtype == Dtype::I32 { Dtype::I32 } else { Dtype::F32 };
     a.len() == b.len() && a.iter().zip(b).all(|(&x, &y)| same(acc_dtype, x, y))
 }
 
@@ -89,13 +85,7 @@ const FINISHES: [Finish; 3] = [Finish::FoldThenStore, Finish::FoldStore, Finish:
 /// Reduces `inputs` (wire payloads, at least one, in arrival order) the way the aggregator does:
 /// `load` the first, `fold` the others, and end with `finish`. Returns the result lanes and the
 /// accumulator as it is before the last contribution (or after the only one).
-fn reduce(
-    k: &Kernels,
-    op: ReduceOp,
-    dtype: Dtype,
-    inputs: &[Vec<u8>],
-    finish: Finish,
-) -> (Vec<u32>, Vec<u32>) {
+fn reduce(k: &Kernels, op: ReduceOp, dtype: Dtype, inputs: &[Vec<u8>], finish: Finish) -> (Vec<u32>, Vec<u32>) {
     let lanes = inputs[0].len() / dtype.size();
     let mut acc = vec![0u32; lanes];
     k.load(dtype, &mut acc, &inputs[0]);
@@ -147,23 +137,16 @@ fn detect_picks_the_widest_available_set() {
 
 #[test]
 fn dtype_and_op_codes_round_trip() {
-    for (dtype, code, size, name) in [
-        (Dtype::F32, 1, 4, "f32"),
-        (Dtype::F16, 2, 2, "f16"),
-        (Dtype::Bf16, 3, 2, "bf16"),
-        (Dtype::I32, 4, 4, "i32"),
-    ] {
+    for (dtype, code, size, name) in
+        [(Dtype::F32, 1, 4, "f32"), (Dtype::F16, 2, 2, "f16"), (Dtype::Bf16, 3, 2, "bf16"), (Dtype::I32, 4, 4, "i32")]
+    {
         assert_eq!(dtype.wire(), code);
         assert_eq!(Dtype::from_wire(code), Some(dtype));
         assert_eq!(dtype.size(), size);
         assert_eq!(dtype.name(), name);
         assert_eq!(Dtype::from_name(name), Some(dtype));
     }
-    for (op, code, name) in [
-        (ReduceOp::Sum, 1, "sum"),
-        (ReduceOp::Max, 2, "max"),
-        (ReduceOp::Min, 3, "min"),
-    ] {
+    for (op, code, name) in [(ReduceOp::Sum, 1, "sum"), (ReduceOp::Max, 2, "max"), (ReduceOp::Min, 3, "min")] {
         assert_eq!(op.wire(), code);
         assert_eq!(ReduceOp::from_wire(code), Some(op));
         assert_eq!(op.name(), name);

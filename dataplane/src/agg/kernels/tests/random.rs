@@ -51,16 +51,7 @@ const BF16_SPECIALS: [u32; 17] = [
     0x3f80, 0xbf80, 0x3f81, // ±1, 1 + ulp
 ];
 
-const I32_SPECIALS: [u32; 8] = [
-    0,
-    1,
-    0xffff_ffff,
-    0x7fff_ffff,
-    0x8000_0000,
-    0x8000_0001,
-    0x7fff_fffe,
-    0x0001_0000,
-];
+const I32_SPECIALS: [u32; 8] = [0, 1, 0xffff_ffff, 0x7fff_ffff, 0x8000_0000, 0x8000_0001, 0x7fff_fffe, 0x0001_0000];
 
 /// Lane bits of `dtype`: fully random patterns, special values, and values of nearby
 /// magnitude (so that sums cancel, carry and land on ties), with random signs.
@@ -76,28 +67,17 @@ fn lane_bits(dtype: Dtype) -> BoxedStrategy<u32> {
         Dtype::F16 => (
             &F16_SPECIALS,
             // Around 1, around the subnormal boundary, and near the largest finite values.
-            (
-                any::<bool>(),
-                select(vec![0u32, 1, 2, 14, 15, 16, 29, 30]),
-                any::<u32>(),
-            )
+            (any::<bool>(), select(vec![0u32, 1, 2, 14, 15, 16, 29, 30]), any::<u32>())
                 .prop_map(|(s, e, m)| (s as u32) << 15 | e << 10 | (m & 0x3ff))
                 .boxed(),
         ),
         Dtype::Bf16 => (
             &BF16_SPECIALS,
-            (
-                any::<bool>(),
-                select(vec![0u32, 1, 2, 126, 127, 128, 253, 254]),
-                any::<u32>(),
-            )
+            (any::<bool>(), select(vec![0u32, 1, 2, 126, 127, 128, 253, 254]), any::<u32>())
                 .prop_map(|(s, e, m)| (s as u32) << 15 | e << 7 | (m & 0x7f))
                 .boxed(),
         ),
-        Dtype::I32 => (
-            &I32_SPECIALS,
-            (-1000i32..1000).prop_map(|x| x as u32).boxed(),
-        ),
+        Dtype::I32 => (&I32_SPECIALS, (-1000i32..1000).prop_map(|x| x as u32).boxed()),
     };
     let width = if dtype.size() == 2 { 0xffff } else { u32::MAX };
     prop_oneof![
@@ -121,24 +101,15 @@ struct Case {
 }
 
 fn case() -> impl Strategy<Value = Case> {
-    (
-        select(ReduceOp::ALL.to_vec()),
-        select(Dtype::ALL.to_vec()),
-        0usize..=1100,
-        1usize..=4,
-        0usize..64,
-        0usize..16,
-    )
+    (select(ReduceOp::ALL.to_vec()), select(Dtype::ALL.to_vec()), 0usize..=1100, 1usize..=4, 0usize..64, 0usize..16)
         .prop_flat_map(|(op, dtype, lanes, count, offset, acc_offset)| {
-            prop::collection::vec(prop::collection::vec(lane_bits(dtype), lanes), count).prop_map(
-                move |inputs| Case {
-                    op,
-                    dtype,
-                    inputs,
-                    offset,
-                    acc_offset,
-                },
-            )
+            prop::collection::vec(prop::collection::vec(lane_bits(dtype), lanes), count).prop_map(move |inputs| Case {
+                op,
+                dtype,
+                inputs,
+                offset,
+                acc_offset,
+            })
         })
 }
 
@@ -188,11 +159,7 @@ struct Acc {
 
 impl Acc {
     fn new(len: usize, offset: usize) -> Acc {
-        Acc {
-            buf: vec![GUARD_LANE; offset + len + GUARD_LEN],
-            offset,
-            len,
-        }
+        Acc { buf: vec![GUARD_LANE; offset + len + GUARD_LEN], offset, len }
     }
 
     fn lanes(&self) -> &[u32] {
@@ -205,10 +172,7 @@ impl Acc {
 
     fn guards_intact(&self) -> bool {
         let (before, rest) = self.buf.split_at(self.offset);
-        before
-            .iter()
-            .chain(&rest[self.len..])
-            .all(|&x| x == GUARD_LANE)
+        before.iter().chain(&rest[self.len..]).all(|&x| x == GUARD_LANE)
     }
 }
 
@@ -216,11 +180,7 @@ impl Acc {
 /// the result lanes of every way of finishing (in [`FINISHES`] order).
 fn run(k: &Kernels, c: &Case) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
     let (op, dtype) = (c.op, c.dtype);
-    let payloads: Vec<Payload> = c
-        .inputs
-        .iter()
-        .map(|lanes| Payload::new(dtype, lanes, c.offset))
-        .collect();
+    let payloads: Vec<Payload> = c.inputs.iter().map(|lanes| Payload::new(dtype, lanes, c.offset)).collect();
     let lanes = c.inputs[0].len();
     let mut acc = Acc::new(lanes, c.acc_offset);
     let mut accs = Vec::new();
@@ -245,15 +205,9 @@ fn run(k: &Kernels, c: &Case) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
                 k.fold(op, dtype, fin.lanes_mut(), last.bytes());
                 accs.push(fin.lanes().to_vec());
                 k.store(dtype, fin.lanes(), out.bytes_mut());
-                assert!(
-                    fin.guards_intact(),
-                    "{}: fold wrote past the accumulator",
-                    k.name()
-                );
+                assert!(fin.guards_intact(), "{}: fold wrote past the accumulator", k.name());
             }
-            Finish::FoldStore => {
-                k.fold_store(op, dtype, acc.lanes(), last.bytes(), out.bytes_mut())
-            }
+            Finish::FoldStore => k.fold_store(op, dtype, acc.lanes(), last.bytes(), out.bytes_mut()),
             Finish::InPlace => {
                 out = Payload::new(dtype, c.inputs.last().unwrap(), c.offset);
                 k.fold_store_in_place(op, dtype, acc.lanes(), out.bytes_mut());
@@ -261,16 +215,8 @@ fn run(k: &Kernels, c: &Case) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
         }
         // fold_store and fold_store_in_place leave the accumulator alone.
         assert_eq!(acc.lanes(), &before_last[..]);
-        assert!(
-            acc.guards_intact(),
-            "{}: wrote past the accumulator",
-            k.name()
-        );
-        assert!(
-            out.guards_intact(),
-            "{}: {finish:?} wrote past the payload",
-            k.name()
-        );
+        assert!(acc.guards_intact(), "{}: wrote past the accumulator", k.name());
+        assert!(out.guards_intact(), "{}: {finish:?} wrote past the payload", k.name());
         results.push(from_wire(dtype, out.bytes()));
     }
     (accs, results)
@@ -348,12 +294,7 @@ fn reduction_matches_a_plain_model() {
         seed
     };
     let inputs: Vec<Vec<u32>> = (0..8)
-        .map(|_| {
-            (0..lanes)
-                .map(|_| (next() % 2001) as u32)
-                .map(|x| (x as i32 - 1000) as u32)
-                .collect()
-        })
+        .map(|_| (0..lanes).map(|_| (next() % 2001) as u32).map(|x| (x as i32 - 1000) as u32).collect())
         .collect();
     for k in super::kernel_sets() {
         for op in ReduceOp::ALL {
@@ -376,12 +317,7 @@ fn reduction_matches_a_plain_model() {
                 };
                 let payloads: Vec<Vec<u8>> = inputs
                     .iter()
-                    .map(|l| {
-                        to_wire(
-                            dtype,
-                            &l.iter().map(|&x| to_dtype(x as i32)).collect::<Vec<_>>(),
-                        )
-                    })
+                    .map(|l| to_wire(dtype, &l.iter().map(|&x| to_dtype(x as i32)).collect::<Vec<_>>()))
                     .collect();
                 let (got, _) = reduce(&k, op, dtype, &payloads, Finish::FoldStore);
                 for (i, &lane) in got.iter().enumerate() {
@@ -397,14 +333,7 @@ fn reduction_matches_a_plain_model() {
                         Dtype::F16 => half::f16::from_f64(want).to_bits() as u32,
                         Dtype::Bf16 => half::bf16::from_f64(want).to_bits() as u32,
                     };
-                    assert_eq!(
-                        lane,
-                        want_bits,
-                        "{} {} {} lane {i}: model {want}",
-                        k.name(),
-                        op.name(),
-                        dtype.name()
-                    );
+                    assert_eq!(lane, want_bits, "{} {} {} lane {i}: model {want}", k.name(), op.name(), dtype.name());
                 }
             }
         }

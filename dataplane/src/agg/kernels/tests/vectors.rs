@@ -37,10 +37,7 @@ struct Case {
 
 fn parse(csv: &str) -> Vec<Case> {
     let mut lines = csv.lines();
-    assert_eq!(
-        lines.next(),
-        Some("case,dtype,op,inputs_hex_in_arrival_order,expected_hex")
-    );
+    assert_eq!(lines.next(), Some("case,dtype,op,inputs_hex_in_arrival_order,expected_hex"));
     lines
         .map(|line| {
             // The quoted name holds no quote and no further comma-separated field.
@@ -72,11 +69,7 @@ fn every_case_on_every_kernel_set() {
     for k in super::kernel_sets() {
         for case in &cases {
             for lanes in LANE_COUNTS {
-                let inputs: Vec<Vec<u8>> = case
-                    .inputs
-                    .iter()
-                    .map(|&x| to_wire(case.dtype, &vec![x; lanes]))
-                    .collect();
+                let inputs: Vec<Vec<u8>> = case.inputs.iter().map(|&x| to_wire(case.dtype, &vec![x; lanes])).collect();
                 for finish in FINISHES {
                     let (got, _) = reduce(&k, case.op, case.dtype, &inputs, finish);
                     for (i, &lane) in got.iter().enumerate() {

@@ -1,0 +1,323 @@
+//! The aggregator on built frames: every rule of spec section 4, NAKs (section 5) and the
+//! result packets (section 6).
+
+use super::*;
+use crate::buf::{VecBuf, VecIo};
+use crate::config::load_str;
+use crate::parse::parse;
+use crate::wire::build::UD_SEND_ONLY;
+use std::path::Path;
+
+const APP_MAC: &str = "02:00:00:00:00:fe";
+
+fn conf(op: &str, dtype: &str, carriage: &str, v6: bool, extra: &str, n: usize, tensor: u64, chunk: u32) -> String {
+    let mut s = format!(
+        "[[port]]\nvdev = \"net_null0\"\nmac = \"{APP_MAC}\"\nipv4 = \"10.0.0.254\"\nipv6 = \"fd00::fe\"\n\
+         [[collective]]\ncollective_id = 7\nop = \"{op}\"\ndtype = \"{dtype}\"\ncarriage = \"{carriage}\"\n\
+         tensor_elements = {tensor}\nchunk_elements = {chunk}\ndscp = 10\n{extra}\n"
+    );
+    for k in 0..n {
+        let ip = if v6 { format!("fd00::{}", k + 1) } else { format!("10.0.0.{}", k + 1) };
+        s += &format!(
+            "[[collective.member]]\nrank = {k}\nip = \"{ip}\"\nmac = \"02:00:00:00:01:{k:02x}\"\nudp_port = {}\nqpn = {}\nqkey = 286331153\n",
+            50000 + k,
+            0x100 + k
+        );
+    }
+    s
+}
+
+struct Rig {
+    dp: crate::datapath::Datapath,
+    coll: Collective,
+}
+
+impl Rig {
+    fn new(text: &str) -> Rig {
+        let l = load_str(text, Path::new("t.toml")).unwrap_or_else(|e| panic!("{e}"));
+        let ports = vec![PortAddr { mac: APP_MAC.parse().unwrap(), ipv4: l.port_ipv4[0], ipv6: l.port_ipv6[0] }];
+        let agg = Aggregator::new(&l.collectives, ports, 49374, 1);
+        Rig {
+            dp: crate::datapath::Datapath::new(l.pipeline, 1, 49374).with_aggregator(agg),
+            coll: l.collectives[0].clone(),
+        }
+    }
+
+    /// A contribution frame from `rank`.
+    fn frame(&self, rank: usize, offset: u32, round: u32, payload: &[u8], tweak: impl Fn(&mut FrameSpec)) -> Vec<u8> {
+        let m = self.coll.members[rank];
+        let roce = self.coll.carriage == Carriage::Rocev2;
+        let dst_ip = if m.ip.is_v6() {
+            IpAddr::V6("fd00::fe".parse::<std::net::Ipv6Addr>().unwrap().octets())
+        } else {
+            IpAddr::V4([10, 0, 0, 254])
+        };
+        let mut spec = FrameSpec {
+            src_mac: m.mac,
+            dst_mac: APP_MAC.parse().unwrap(),
+            vlan: None,
+            src_ip: m.ip,
+            dst_ip,
+            dscp: 0,
+            ecn: 2,
+            ttl: 64,
+            src_port: if roce { 0xc123 } else { m.udp_port },
+            dst_port: if roce { 4791 } else { 49374 },
+            roce: roce.then_some(Roce { dest_qp: 1, psn: 0, pkey: 0xffff, qkey: m.qkey, src_qp: m.qpn }),
+            header: GradientRepr {
+                version: 1,
+                flags: 0,
+                op_type: self.coll.op.wire(),
+                collective_id: self.coll.id,
+                dtype: self.coll.dtype.wire(),
+                reason: 0,
+                worker_rank: rank as u16,
+                tensor_offset: offset,
+                data_length: payload.len() as u32,
+                round,
+            },
+        };
+        tweak(&mut spec);
+        let mut buf = vec![0u8; spec.frame_len(payload.len())];
+        build::build(&spec, payload, &mut buf).unwrap();
+        buf
+    }
+
+    fn send(&mut self, io: &mut VecIo, frame: Vec<u8>, now_us: u64) {
+        let mut b = VecBuf::from_frame(&frame);
+        b.timestamp_us = Some(now_us);
+        self.dp.process(io, 0, b, 0);
+    }
+
+    fn agg(&self) -> &AggCounters {
+        &self.dp.agg.as_ref().unwrap().counters
+    }
+}
+
+fn f32s(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// (dst IP, header, payload) of every sent frame, which must parse with valid checksums/ICRC.
+fn decode(io: &VecIo) -> Vec<(Vec<u8>, GradientRepr, Vec<u8>, Parsed)> {
+    io.sent
+        .iter()
+        .map(|(_, f)| {
+            let p = parse(f, 49374).unwrap_or_else(|e| panic!("sent frame does not parse: {e}"));
+            // Results leave from the gradient port: the parser finds the header only on the way in
+            // (destination port), so for the UDP carriage it starts right after the UDP header.
+            let at = if p.has(Layers::GRADIENT) { p.grad_offset as usize } else { p.l4_offset as usize + 8 };
+            assert!(p.has(Layers::GRADIENT) || p.udp_src == 49374);
+            let g = GradientRepr::parse(&GradientHeader::new_checked(&f[at..]).unwrap());
+            let payload = f[at + 20..at + 20 + g.data_length as usize].to_vec();
+            (p.ip_dst().to_vec(), g, payload, p)
+        })
+        .collect()
+}
+
+#[test]
+fn sums_every_chunk_and_replicates_to_every_member() {
+    let mut rig = Rig::new(&conf("sum", "f32", "udp", false, "", 3, 10, 4));
+    let mut io = VecIo::new(1);
+    let vals = |k: usize, off: u32, n: usize| -> Vec<f32> {
+        (0..n).map(|i| (k * 100 + off as usize + i) as f32 + 0.5).collect()
+    };
+    for (off, n) in [(0u32, 4usize), (4, 4), (8, 2)] {
+        for k in 0..3 {
+            let f = rig.frame(k, off, 1, &f32s(&vals(k, off, n)), |_| {});
+            rig.send(&mut io, f, 10);
+        }
+    }
+    let out = decode(&io);
+    assert_eq!(out.len(), 9, "3 slots x 3 members");
+    for (i, (dst, g, payload, p)) in out.iter().enumerate() {
+        let (off, n) = [(0u32, 4usize), (4, 4), (8, 2)][i / 3];
+        let want: Vec<f32> = (0..n).map(|j| (0..3).map(|k| vals(k, off, n)[j]).sum()).collect();
+        assert_eq!(payload, &f32s(&want));
+        assert_eq!(dst, &vec![10, 0, 0, (i % 3) as u8 + 1]);
+        assert_eq!(
+            (g.flags, g.worker_rank, g.tensor_offset, g.round, g.collective_id),
+            (Flags::RESULT, 0xffff, off, 1, 7)
+        );
+        assert_eq!((p.dscp, p.ecn, p.ttl, p.udp_src, p.udp_dst), (10, 2, 64, 49374, 50000 + (i % 3) as u16));
+        assert_eq!(p.eth_dst.0, [2, 0, 0, 0, 1, (i % 3) as u8]);
+    }
+    assert_eq!((rig.agg().folded, rig.agg().completed, rig.agg().results), (9, 3, 9));
+}
+
+#[test]
+fn rules_1_3_4_duplicates_late_resends_stale_rounds_and_overlap() {
+    let mut rig = Rig::new(&conf("sum", "i32", "udp", false, "", 2, 4, 4));
+    let mut io = VecIo::new(1);
+    let p = |v: i32| -> Vec<u8> { [v; 4].iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let f0 = rig.frame(0, 0, 3, &p(1), |_| {});
+    rig.send(&mut io, f0.clone(), 0);
+    rig.send(&mut io, f0.clone(), 1); // rule 1: duplicate
+    assert_eq!(rig.dp.counters.dropped(Reason::GradDuplicate), 1);
+    let f1 = rig.frame(1, 0, 3, &p(2), |_| {});
+    rig.send(&mut io, f1, 2); // completes round 3: 2 results
+    assert_eq!(io.sent.len(), 2);
+    rig.send(&mut io, f0.clone(), 3); // rule 3: late, unicast resend to rank 0
+    assert_eq!(io.sent.len(), 3);
+    let out = decode(&io);
+    assert_eq!((out[2].0.clone(), out[2].2.clone()), (vec![10, 0, 0, 1], p(3)));
+    assert_eq!(rig.agg().resends, 1);
+    // Round 4 starts; round 3 is still answered; 5 and 2 are premature/stale: NAK 7 says 4.
+    rig.send(&mut io, rig.frame(1, 0, 4, &p(10), |_| {}), 4);
+    rig.send(&mut io, rig.frame(0, 0, 3, &p(1), |_| {}), 5);
+    rig.send(&mut io, rig.frame(0, 0, 5, &p(1), |_| {}), 200_000);
+    let out = decode(&io);
+    assert_eq!(out.len(), 5);
+    assert_eq!(out[3].1.flags, Flags::RESULT);
+    let nak = &out[4].1;
+    assert_eq!((nak.flags, nak.reason, nak.round, nak.data_length, nak.worker_rank), (Flags::NAK, 7, 4, 0, 0xffff));
+    assert_eq!(out[4].3.udp_dst, 50000);
+    rig.send(&mut io, rig.frame(0, 0, 4, &p(20), |_| {}), 200_001);
+    let out = decode(&io);
+    assert_eq!(out.len(), 7);
+    assert_eq!(out[5].2, p(30));
+    assert_eq!(rig.dp.counters.dropped(Reason::GradStaleRound), 1);
+}
+
+#[test]
+fn rule_5_validation_drops_and_naks_by_reason() {
+    let mut rig = Rig::new(&conf("sum", "f32", "udp", false, "", 2, 8, 4));
+    let pl = f32s(&[1.0; 4]);
+    let cases: Vec<(Vec<u8>, Reason, Option<u8>)> = vec![
+        (rig.frame(0, 0, 1, &pl, |s| s.header.flags = Flags::RESULT), Reason::GradFlags, None),
+        (rig.frame(0, 0, 1, &pl, |s| s.header.flags = Flags::NAK), Reason::GradFlags, None),
+        (rig.frame(0, 0, 1, &pl, |s| s.header.collective_id = 8), Reason::GradUnknownCollective, Some(1)),
+        (rig.frame(0, 0, 1, &pl, |s| s.header.version = 2), Reason::GradBadVersion, Some(2)),
+        (rig.frame(0, 0, 1, &pl, |s| s.header.op_type = 2), Reason::GradMismatch, Some(3)),
+        (rig.frame(0, 0, 1, &pl, |s| s.header.dtype = 9), Reason::GradMismatch, Some(3)),
+        (rig.frame(0, 0, 1, &pl, |s| s.header.worker_rank = 2), Reason::GradBadRank, Some(4)),
+        (rig.frame(0, 0, 1, &pl, |s| s.src_port = 1234), Reason::GradNotMember, Some(5)),
+        (rig.frame(0, 0, 1, &pl, |s| s.src_ip = IpAddr::V4([10, 0, 0, 66])), Reason::GradNotMember, Some(5)),
+        (rig.frame(0, 0, 1, &pl, |s| s.header.worker_rank = 1), Reason::GradNotMember, Some(5)),
+        (rig.frame(0, 0, 1, &pl, |s| s.header.data_length = 15), Reason::GradBadLength, Some(6)),
+        (rig.frame(0, 0, 1, &pl, |s| s.header.data_length = 12), Reason::GradBadLength, Some(6)),
+        (rig.frame(0, 0, 1, &pl, |s| s.header.data_length = 20), Reason::GradBadLength, Some(6)),
+        (rig.frame(0, 2, 1, &pl, |_| {}), Reason::GradBadOffset, Some(6)),
+        (rig.frame(0, 8, 1, &pl, |_| {}), Reason::GradBadOffset, Some(6)),
+        (rig.frame(0, 0, 1, &f32s(&[1.0; 3]), |_| {}), Reason::GradBadOffset, Some(6)),
+        (rig.frame(0, 4, 1, &f32s(&[1.0; 8]), |_| {}), Reason::GradBadOffset, Some(6)),
+    ];
+    for (i, (f, reason, nak)) in cases.into_iter().enumerate() {
+        let mut io = VecIo::new(1);
+        let before = rig.dp.counters.dropped(reason);
+        // Far apart in time: the NAK rate limit does not hide any.
+        rig.send(&mut io, f, i as u64 * 1_000_000);
+        assert_eq!(rig.dp.counters.dropped(reason), before + 1, "case {i}: {reason:?}");
+        let out = decode(&io);
+        match nak {
+            None => assert!(out.is_empty(), "case {i}: no NAK"),
+            Some(r) => {
+                assert_eq!(out.len(), 1, "case {i}");
+                assert_eq!((out[0].1.flags, out[0].1.reason, out[0].1.data_length), (Flags::NAK, r, 0), "case {i}");
+            }
+        }
+    }
+    assert_eq!(rig.agg().folded, 0, "nothing refused was folded");
+}
+
+#[test]
+fn naks_are_rate_limited_per_source() {
+    let mut rig = Rig::new(&conf("sum", "f32", "udp", false, "", 2, 8, 4));
+    let mut io = VecIo::new(1);
+    let bad = rig.frame(0, 0, 1, &f32s(&[1.0; 4]), |s| s.header.collective_id = 99);
+    for t in [0, 10, 50_000, 99_999, 100_000, 150_000] {
+        rig.send(&mut io, bad.clone(), t);
+    }
+    assert_eq!(decode(&io).len(), 2, "at 0 and at 100 ms");
+    assert_eq!(rig.agg().naks_suppressed, 4);
+    assert_eq!(rig.dp.counters.dropped(Reason::GradUnknownCollective), 6);
+}
+
+#[test]
+fn rule_8_slot_timeout_discards_the_partial_sum() {
+    let mut rig = Rig::new(&conf("sum", "f32", "udp", false, "slot_timeout_ms = 5", 2, 4, 4));
+    let mut io = VecIo::new(1);
+    rig.send(&mut io, rig.frame(0, 0, 1, &f32s(&[100.0; 4]), |_| {}), 0);
+    // 6 ms later rank 1 arrives: the round was reclaimed, this starts it afresh.
+    rig.send(&mut io, rig.frame(1, 0, 1, &f32s(&[2.0; 4]), |_| {}), 6_000);
+    assert!(io.sent.is_empty());
+    assert_eq!(rig.agg().slot_timeouts, 1);
+    rig.send(&mut io, rig.frame(0, 0, 1, &f32s(&[1.0; 4]), |_| {}), 7_000);
+    let out = decode(&io);
+    assert_eq!(out.len(), 2);
+    assert_eq!(out[0].2, f32s(&[3.0; 4]), "the discarded 100s are not in the sum");
+}
+
+#[test]
+fn deterministic_results_do_not_depend_on_arrival_order() {
+    let vals: Vec<Vec<f32>> = vec![vec![1e8, 1.0, -0.0], vec![-1e8, 1e-8, -0.0], vec![1.0, 3.0, -0.0]];
+    let mut results = Vec::new();
+    for order in [[0usize, 1, 2], [2, 1, 0], [1, 2, 0]] {
+        let mut rig = Rig::new(&conf("sum", "f32", "udp", false, "deterministic = true", 3, 3, 3));
+        let mut io = VecIo::new(1);
+        for k in order {
+            rig.send(&mut io, rig.frame(k, 0, 1, &f32s(&vals[k]), |_| {}), 0);
+        }
+        results.push(decode(&io)[0].2.clone());
+    }
+    // Rank order: ((1e8 + -1e8) + 1) = 1; (1 + 1e-8) + 3 = 4; -0 + -0 + -0 = -0.
+    assert_eq!(results[0], f32s(&[1.0, 4.0, -0.0]));
+    assert!(results.iter().all(|r| *r == results[0]));
+}
+
+#[test]
+fn bf16_and_f16_round_once_at_emit_and_max_min() {
+    // bf16 sum: 0x3f80 + 0x3b81 (1 + a bit over 2^-8) rounds to 0x3f81 (sum_vectors.csv row).
+    let mut rig = Rig::new(&conf("sum", "bf16", "udp", false, "", 2, 1, 1));
+    let mut io = VecIo::new(1);
+    rig.send(&mut io, rig.frame(0, 0, 1, &0x3f80u16.to_le_bytes(), |_| {}), 0);
+    rig.send(&mut io, rig.frame(1, 0, 1, &0x3b81u16.to_le_bytes(), |_| {}), 0);
+    assert_eq!(decode(&io)[0].2, 0x3f81u16.to_le_bytes());
+    let mut rig = Rig::new(&conf("max", "f32", "udp", false, "", 2, 2, 2));
+    let mut io = VecIo::new(1);
+    rig.send(&mut io, rig.frame(0, 0, 1, &f32s(&[-0.0, 1.0]), |_| {}), 0);
+    rig.send(&mut io, rig.frame(1, 0, 1, &f32s(&[0.0, f32::NAN]), |_| {}), 0);
+    let r = &decode(&io)[0].2;
+    assert_eq!(&r[..4], &0.0f32.to_le_bytes(), "max(-0, +0) = +0");
+    assert!(f32::from_le_bytes(r[4..8].try_into().unwrap()).is_nan());
+}
+
+#[test]
+fn rocev2_results_carry_per_member_psns_and_valid_icrc_over_ipv6_and_vlan() {
+    let extra = "";
+    let mut text = conf("sum", "f16", "rocev2", true, extra, 2, 6, 3);
+    text = text.replace("qkey = 286331153\n", "qkey = 286331153\nvlan = 30\n");
+    let mut rig = Rig::new(&text);
+    let mut io = VecIo::new(1);
+    let one = 0x3c00u16.to_le_bytes().repeat(3);
+    for off in [0u32, 3] {
+        for k in 0..2 {
+            rig.send(&mut io, rig.frame(k, off, 1, &one, |_| {}), 0);
+        }
+    }
+    rig.send(&mut io, rig.frame(1, 3, 1, &one, |_| {}), 1); // late: unicast resend, PSN goes on
+    let out = decode(&io);
+    assert_eq!(out.len(), 5);
+    let mut psns = [Vec::new(), Vec::new()];
+    for (dst, g, payload, p) in &out {
+        assert!(p.has(Layers::BTH.union(Layers::DETH).union(Layers::IPV6)));
+        assert_eq!(p.bth_opcode, UD_SEND_ONLY);
+        assert_eq!((p.udp_dst, p.deth_src_qp, p.deth_qkey, p.vid_outer), (4791, 1, 0x1111_1111, 30));
+        assert_eq!(payload, &0x4000u16.to_le_bytes().repeat(3), "1 + 1 = 2 in f16");
+        assert_eq!((g.data_length, p.bth_pad), (6, 2), "20 + 6 bytes padded to 28");
+        let k = dst[15] as usize - 1;
+        assert_eq!(p.bth_dest_qp, 0x100 + k as u32);
+        psns[k].push(p.bth_psn);
+    }
+    assert_eq!(psns, [vec![0, 1], vec![0, 1, 2]]);
+}
+
+#[test]
+fn gradient_packets_for_other_addresses_go_to_the_tables() {
+    let mut rig = Rig::new(&conf("sum", "f32", "udp", false, "", 1, 4, 4));
+    let mut io = VecIo::new(1);
+    let f = rig.frame(0, 0, 1, &f32s(&[1.0; 4]), |s| s.dst_ip = IpAddr::V4([10, 9, 9, 9]));
+    rig.send(&mut io, f, 0);
+    assert_eq!(rig.agg().folded, 0);
+    assert_eq!(rig.dp.counters.dropped(Reason::NoEgress), 1, "no table: not forwarded, not aggregated");
+}
