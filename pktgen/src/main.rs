@@ -1,1 +1,170 @@
-fn main() {}
+//! `pktgen`: writes gradient AllReduce workloads as pcap files with the appliance config and
+//! the expected results.
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+use dataplane::agg::config::Carriage;
+use dataplane::agg::kernels::{Dtype, ReduceOp};
+use pktgen::workload::{Family, Impairments, Params, Workload};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Traffic generator for the gradient aggregation protocol.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Writes an AllReduce workload: DIR/input.pcap (every worker's contributions),
+    /// DIR/appliance.toml (the appliance config) and DIR/expected.json (reference results).
+    Allreduce(AllreduceArgs),
+}
+
+#[derive(Args, Debug)]
+struct AllreduceArgs {
+    /// Output directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// Number of workers (1..=253).
+    #[arg(long, default_value_t = 4)]
+    workers: u16,
+    /// Elements in the tensor.
+    #[arg(long, default_value_t = 4096)]
+    tensor_elements: u64,
+    /// Elements per chunk (one packet; at most 8900 bytes of payload).
+    #[arg(long, default_value_t = 256)]
+    chunk_elements: u32,
+    /// Lane type: f32, f16, bf16, i32.
+    #[arg(long, default_value = "f32", value_parser = parse_dtype)]
+    dtype: Dtype,
+    /// Reduction: sum, max, min.
+    #[arg(long, default_value = "sum", value_parser = parse_op)]
+    op: ReduceOp,
+    /// Carriage: udp or rocev2.
+    #[arg(long, default_value = "udp", value_parser = parse_carriage)]
+    carriage: Carriage,
+    /// IP family: v4 or v6.
+    #[arg(long, default_value = "v4", value_parser = parse_family)]
+    family: Family,
+    /// Tag every frame with this 802.1Q VID (1..=4094).
+    #[arg(long)]
+    vlan: Option<u16>,
+    /// Number of rounds; each re-sends every chunk.
+    #[arg(long, default_value_t = 1)]
+    rounds: u32,
+    /// The first round's number (later rounds count up modulo 2^32).
+    #[arg(long, default_value_t = 0)]
+    first_round: u32,
+    /// Collective id.
+    #[arg(long, default_value_t = 1)]
+    collective_id: u16,
+    /// Seed of the values and the schedule.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Time between two consecutive sends (µs).
+    #[arg(long, default_value_t = 1)]
+    gap_us: u64,
+    /// Write `deterministic = false` (arrival-order float sums) into the config.
+    #[arg(long)]
+    non_deterministic: bool,
+    /// Send each round's contributions in a random order across ranks and chunks.
+    #[arg(long)]
+    shuffle: bool,
+    /// Fraction of contributions delivered twice.
+    #[arg(long, default_value_t = 0.0)]
+    duplicate: f64,
+    /// Fraction of contributions lost and retransmitted (flag RETRANSMIT).
+    #[arg(long, default_value_t = 0.0)]
+    drop: f64,
+    /// Fraction of contributions resent (RETRANSMIT) after their round completed.
+    #[arg(long, default_value_t = 0.0)]
+    late: f64,
+    /// Delay of a lost contribution's retransmission (µs).
+    #[arg(long, default_value_t = 200)]
+    retransmit_delay_us: u64,
+}
+
+fn parse_dtype(s: &str) -> Result<Dtype, String> {
+    Dtype::from_name(s).ok_or_else(|| format!("expected f32, f16, bf16 or i32, found {s:?}"))
+}
+
+fn parse_op(s: &str) -> Result<ReduceOp, String> {
+    ReduceOp::from_name(s).ok_or_else(|| format!("expected sum, max or min, found {s:?}"))
+}
+
+fn parse_carriage(s: &str) -> Result<Carriage, String> {
+    match s {
+        "udp" => Ok(Carriage::Udp),
+        "rocev2" => Ok(Carriage::Rocev2),
+        _ => Err(format!("expected udp or rocev2, found {s:?}")),
+    }
+}
+
+fn parse_family(s: &str) -> Result<Family, String> {
+    match s {
+        "v4" | "ipv4" => Ok(Family::V4),
+        "v6" | "ipv6" => Ok(Family::V6),
+        _ => Err(format!("expected v4 or v6, found {s:?}")),
+    }
+}
+
+fn allreduce(a: AllreduceArgs) -> Result<()> {
+    let params = Params {
+        workers: a.workers,
+        tensor_elements: a.tensor_elements,
+        chunk_elements: a.chunk_elements,
+        dtype: a.dtype,
+        op: a.op,
+        carriage: a.carriage,
+        family: a.family,
+        vlan: a.vlan,
+        rounds: a.rounds,
+        first_round: a.first_round,
+        collective_id: a.collective_id,
+        seed: a.seed,
+        gap_us: a.gap_us,
+        deterministic: !a.non_deterministic,
+        impair: Impairments {
+            shuffle: a.shuffle,
+            duplicate: a.duplicate,
+            drop: a.drop,
+            late: a.late,
+            retransmit_delay_us: a.retransmit_delay_us,
+        },
+    };
+    let w = Workload::generate(params)?;
+    let s = pktgen::write_dir(&w, &a.out)?;
+    let c = w.counts;
+    println!(
+        "pktgen: {} packets, {} bytes, {} slots x {} workers, {} rounds ({} dropped+retransmitted, {} duplicates, {} late); {} results due -> {}",
+        s.packets,
+        s.bytes,
+        s.slots,
+        w.params.workers,
+        s.rounds,
+        c.dropped,
+        c.duplicates,
+        c.late,
+        s.result_packets,
+        a.out.display()
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Allreduce(a) => allreduce(a),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pktgen: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! Traffic generator for the gradient aggregation protocol (`gradient-protocol.md`).
+//!
+//! - [`workload`]: the AllReduce workload model (parameters, schedule with impairments, tensors,
+//!   reference results), shared by every way of sending it;
+//! - [`plan`]: the address plan (MACs, IPs, ports, QPs of members and appliance);
+//! - [`frame`]: the contribution frame of an event;
+//! - [`pcap`]: the pcap writer;
+//! - [`appliance`]: the appliance config and the expected results that go with a pcap;
+//! - [`write_dir`]: all three files into a directory.
+#![warn(missing_docs, missing_debug_implementations)]
+
+pub mod appliance;
+pub mod frame;
+pub mod pcap;
+pub mod plan;
+pub mod workload;
+
+use anyhow::Context;
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::Path;
+use workload::Workload;
+
+/// File names written by [`write_dir`].
+pub const INPUT_PCAP: &str = "input.pcap";
+/// The appliance configuration.
+pub const APPLIANCE_TOML: &str = "appliance.toml";
+/// The expected results.
+pub const EXPECTED_JSON: &str = "expected.json";
+
+/// What [`write_dir`] wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    /// Frames in the pcap.
+    pub packets: u64,
+    /// Bytes of those frames.
+    pub bytes: u64,
+    /// Slots (chunks) per round.
+    pub slots: u64,
+    /// Rounds.
+    pub rounds: u32,
+    /// RESULT packets the appliance must send.
+    pub result_packets: u64,
+}
+
+/// Writes `dir/input.pcap`, `dir/appliance.toml` and `dir/expected.json` for `w`, creating
+/// `dir` if needed. The config is first loaded with the appliance's own loader
+/// (`dataplane::config::load_str`), so a config the appliance would refuse is never written.
+///
+/// # Errors
+/// An I/O error, or the appliance's refusal of the config (for example slot memory).
+pub fn write_dir(w: &Workload, dir: &Path) -> anyhow::Result<Summary> {
+    std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
+    let conf_path = dir.join(APPLIANCE_TOML);
+    let conf = appliance::appliance_toml(w);
+    dataplane::config::load_str(&conf, &conf_path)
+        .map_err(|e| anyhow::anyhow!("the generated config is refused by the appliance's loader: {e}"))?;
+    std::fs::write(&conf_path, &conf).with_context(|| format!("{}: cannot write", conf_path.display()))?;
+    let pcap_path = dir.join(INPUT_PCAP);
+    let f = File::create(&pcap_path).with_context(|| format!("{}: cannot create", pcap_path.display()))?;
+    let written =
+        pcap::write_pcap(w, BufWriter::new(f)).with_context(|| format!("{}: cannot write", pcap_path.display()))?;
+    let exp_path = dir.join(EXPECTED_JSON);
+    let exp = appliance::expected_json(w, written.packets, written.bytes);
+    std::fs::write(&exp_path, serde_json::to_string_pretty(&exp)? + "\n")
+        .with_context(|| format!("{}: cannot write", exp_path.display()))?;
+    Ok(Summary {
+        packets: written.packets,
+        bytes: written.bytes,
+        slots: w.params.slots(),
+        rounds: w.params.rounds,
+        result_packets: appliance::expected_result_packets(w),
+    })
+}
