@@ -51,12 +51,20 @@ impl Rng {
 }
 
 fn ipv4(s: &str) -> u32 {
-    u32::from(s.trim().parse::<std::net::Ipv4Addr>().expect("an IPv4 address"))
+    u32::from(
+        s.trim()
+            .parse::<std::net::Ipv4Addr>()
+            .expect("an IPv4 address"),
+    )
 }
 
-/// The route prefixes `(network, length)` and the ACL permits `(src value, src mask, lo, hi)`
-/// of the bench config.
-fn config_flows(text: &str) -> (Vec<(u32, u32)>, Vec<(u32, u32, u16, u16)>) {
+/// A route prefix: (network, length).
+type Route = (u32, u32);
+/// An ACL permit: (source value, source mask, lowest and highest UDP destination port).
+type Permit = (u32, u32, u16, u16);
+
+/// The route prefixes and the ACL permits of the bench config.
+fn config_flows(text: &str) -> (Vec<Route>, Vec<Permit>) {
     let v: toml::Value = toml::from_str(text).expect("the bench config is TOML");
     let tables = v["table"].as_array().expect("[[table]]");
     let table = |name: &str| {
@@ -112,8 +120,7 @@ fn frame(size: usize, src: u32, dst: u32, sport: u16, dport: u16, fill: u8) -> V
     for (i, b) in f[HEADERS..].iter_mut().enumerate() {
         *b = fill.wrapping_add(i as u8);
     }
-    UdpPacket::new_unchecked(&mut f[34..])
-        .fill_checksum_v4(src.to_be_bytes(), dst.to_be_bytes());
+    UdpPacket::new_unchecked(&mut f[34..]).fill_checksum_v4(src.to_be_bytes(), dst.to_be_bytes());
     f
 }
 
@@ -125,7 +132,11 @@ fn frames(size: usize, pipeline: &Pipeline) -> Vec<Vec<u8>> {
     let mut check = pipeline.clone();
     while out.len() < BATCH {
         let (net, len) = routes[rng.below(routes.len() as u64) as usize];
-        let host = if len == 32 { 0 } else { rng.next() as u32 & (u32::MAX >> len) };
+        let host = if len == 32 {
+            0
+        } else {
+            rng.next() as u32 & (u32::MAX >> len)
+        };
         let (sv, sm, lo, hi) = permits[rng.below(permits.len() as u64) as usize];
         let src = sv | (rng.next() as u32 & !sm);
         let lo = lo.max(1024);
