@@ -24,8 +24,12 @@ run: build
 test: build
 	$(CARGO) test --release --workspace
 
+# The packet core alone (criterion, ns per packet), then the dpu beside dpdk-testpmd on the same
+# vdevs (Mpps, one worker core): prints one table, also written to target/bench/results.md.
+# BENCH_SECONDS and BENCH_REPS (default 5 and 3) set the length of the DPDK runs.
 bench: build
-	$(CARGO) bench -p dataplane
+	$(CARGO) bench -p dataplane --no-default-features --bench packet_core -- --noplot
+	python3 tools/bench/run.py
 
 fmt:
 	$(CARGO) fmt --all

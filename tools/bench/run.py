@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""`make bench`: Mpps of the dpu beside dpdk-testpmd, in the same run, and a markdown table.
+
+    tools/bench/run.py [--seconds 5] [--reps 3]
+
+Every measurement runs one program for SECONDS on the same vdevs: net_pcap with infinite_rx=1
+replaying a capture of 1024 UDP/IPv4 frames (port 0) into net_null without rx (port 1), one
+worker lcore on CPU 1 and the main lcore on CPU 0, no hugepages. Per frame size, the runs
+alternate testpmd io, the dpu with the full pipeline (conf/bench/pipeline.toml) and the dpu
+with an empty pipeline (conf/bench/empty.toml), REPS times; the table gives the median and the
+min-max, and the ratio of medians to testpmd at the same size.
+
+Rates: testpmd, the mean of its per-second Rx-pps samples on port 0 (the first, partial one
+left out); the dpu, port 0's `workers.rx_packets` / `seconds` from --stats-json (every packet
+received is forwarded: the script checks port 1's opackets and the drops).
+
+When target/criterion holds the packet_core criterion results (make bench runs them first), a
+second table gives their ns per packet. Output: stdout and target/bench/results.md.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT = os.path.join(ROOT, "target", "bench")
+DPU = os.path.join(ROOT, "target", "release", "dpu")
+SIZES = (60, 1066)
+EAL = ["--no-huge", "-m", "1024", "--no-pci", "--no-shconf", "--lcores", "0@0,1@1",
+       "--log-level", "*:warning"]
+GOALS = {60: 0.5, 1066: 0.9}
+BATCH = 256  # frames per iteration of dataplane/benches/packet_core.rs
+
+
+def pcap(size):
+    return os.path.join(OUT, f"udp-{size}.pcap")
+
+
+def ensure_inputs():
+    os.makedirs(OUT, exist_ok=True)
+    conf = os.path.join(ROOT, "conf", "bench", "pipeline.toml")
+    if all(os.path.exists(pcap(s)) and os.path.getmtime(pcap(s)) >= os.path.getmtime(conf)
+           for s in SIZES):
+        return
+    subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench", "gen.py"), "pcaps",
+                    conf, OUT], check=True)
+
+
+def dpu_config(name, size):
+    """conf/bench/NAME.toml with port 0 reading the SIZE capture (written to target/bench)."""
+    with open(os.path.join(ROOT, "conf", "bench", f"{name}.toml")) as f:
+        text = f.read()
+    text = text.replace("rx_pcap=target/bench/udp-60.pcap", f"rx_pcap={pcap(size)}")
+    path = os.path.join(OUT, f"{name}-{size}.toml")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def run_dpu(name, size, seconds):
+    conf = dpu_config(name, size)
+    stats = os.path.join(OUT, f"stats-{name}-{size}.json")
+    r = subprocess.run([DPU, "-q", "-c", conf, "--duration", str(seconds), "--stats-json", stats],
+                       cwd=ROOT, capture_output=True, text=True, timeout=seconds + 60)
+    if r.returncode != 0:
+        sys.exit(f"run.py: dpu {name} {size} B failed ({r.returncode}): {r.stderr.strip()}")
+    with open(stats) as f:
+        s = json.load(f)
+    rx = s["ports"][0]["workers"]["rx_packets"]
+    tx = s["ports"][1]["ethdev"]["opackets"]
+    dropped = sum(s["drops"].values())
+    if dropped or rx - tx > 4096:
+        sys.exit(f"run.py: dpu {name} {size} B: {rx} received, {tx} sent, drops {s['drops']}: "
+                 "the bench traffic should all be forwarded")
+    return rx / s["seconds"] / 1e6
+
+
+def run_testpmd(size, seconds):
+    cmd = ["dpdk-testpmd", *EAL,
+           "--vdev", f"net_pcap0,rx_pcap={pcap(size)},infinite_rx=1",
+           "--vdev", "net_null0,no-rx=1",
+           "--", "--nb-cores=1", "--forward-mode=io", "--total-num-mbufs=32768",
+           "--no-flush-rx", "--stats-period", "1"]
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL, text=True)
+    # Port 0's Rx-pps, one sample per second once forwarding has started.
+    samples = []
+    port = None
+    deadline = time.monotonic() + seconds + 60
+    log = []
+    for line in p.stdout:
+        log.append(line)
+        m = re.search(r"NIC statistics for port (\d+)", line)
+        if m:
+            port = int(m.group(1))
+        m = re.search(r"Rx-pps:\s+(\d+)", line)
+        if m and port == 0:
+            samples.append(int(m.group(1)))
+            if len([x for x in samples if x > 0]) >= seconds + 1:
+                break
+        if time.monotonic() > deadline:
+            break
+    p.send_signal(signal.SIGINT)
+    try:
+        p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+    live = [x for x in samples if x > 0][1:]
+    if not live:
+        sys.exit("run.py: testpmd gave no forwarding stats:\n" + "".join(log[-30:]))
+    return statistics.mean(live) / 1e6
+
+
+def lscpu():
+    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    get = lambda k: next((l.split(":", 1)[1].strip() for l in out.splitlines()
+                          if l.startswith(k + ":")), "?")
+    return f"{get('Model name')}, {get('CPU(s)')} CPUs ({get('Hypervisor vendor')} guest)"
+
+
+def fmt(xs):
+    return f"{statistics.median(xs):.2f} [{min(xs):.2f}-{max(xs):.2f}]"
+
+
+def criterion_table():
+    base = os.path.join(ROOT, "target", "criterion")
+    rows = []
+    for size in SIZES:
+        for name in ("parse", "parse+empty_pipeline", "parse+pipeline"):
+            est = os.path.join(base, f"packet_core_{size}B", name, "new", "estimates.json")
+            if not os.path.exists(est):
+                continue
+            with open(est) as f:
+                e = json.load(f)
+            med = e["median"]["point_estimate"] / BATCH
+            lo = e["median"]["confidence_interval"]["lower_bound"] / BATCH
+            hi = e["median"]["confidence_interval"]["upper_bound"] / BATCH
+            rows.append(f"| {name} | {size} B | {med:.1f} [{lo:.1f}-{hi:.1f}] | {1e3 / med:.2f} |")
+    for table in ("route", "acl", "l2"):
+        est = os.path.join(base, "packet_core_lookup", table, "new", "estimates.json")
+        if os.path.exists(est):
+            with open(est) as f:
+                e = json.load(f)
+            med = e["median"]["point_estimate"] / BATCH
+            lo = e["median"]["confidence_interval"]["lower_bound"] / BATCH
+            hi = e["median"]["confidence_interval"]["upper_bound"] / BATCH
+            rows.append(f"| lookup {table} alone | 60 B | {med:.1f} [{lo:.1f}-{hi:.1f}] | {1e3 / med:.2f} |")
+    if not rows:
+        return []
+    return ["", "Packet core alone (criterion, `dataplane/benches/packet_core.rs`, heap buffers, "
+            "no DPDK; median [95% CI] per packet):", "",
+            "| what | frame | ns/packet | Mpps equivalent |", "|---|---|---|---|", *rows]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=int, default=int(os.environ.get("BENCH_SECONDS", 5)))
+    ap.add_argument("--reps", type=int, default=int(os.environ.get("BENCH_REPS", 3)))
+    a = ap.parse_args()
+    if not os.path.exists(DPU):
+        sys.exit(f"run.py: {DPU} is missing: cargo build --release first")
+    ensure_inputs()
+    load = os.getloadavg()[0]
+    res = {}
+    for size in SIZES:
+        for rep in range(a.reps):
+            for what, fn in (("testpmd", lambda: run_testpmd(size, a.seconds)),
+                             ("dpu", lambda: run_dpu("pipeline", size, a.seconds)),
+                             ("empty", lambda: run_dpu("empty", size, a.seconds))):
+                mpps = fn()
+                res.setdefault((what, size), []).append(mpps)
+                print(f"run.py: {size} B run {rep + 1}/{a.reps}: {what} {mpps:.2f} Mpps",
+                      file=sys.stderr, flush=True)
+    label = {
+        "dpu": "dpu: parse + route (LPM, 312 prefixes) + ACL (40 ternary/range) + L2 (exact)",
+        "empty": "dpu: parse + empty pipeline (one exact table, miss -> forward(1))",
+        "testpmd": "dpdk-testpmd io (no parse, no tables)",
+    }
+    lines = [
+        f"Machine: {lscpu()}; {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}; "
+        f"load average {load:.1f} at start.",
+        f"Input: net_pcap infinite_rx (1024 UDP/IPv4 frames, sizes without FCS) -> net_null; one "
+        f"worker lcore; {a.reps} x {a.seconds} s per row, alternating programs.",
+        "",
+        "| what | frame | Mpps median [min-max] | ratio to testpmd |",
+        "|---|---|---|---|",
+    ]
+    verdicts = []
+    for size in SIZES:
+        tp = statistics.median(res[("testpmd", size)])
+        for what in ("dpu", "empty", "testpmd"):
+            xs = res[(what, size)]
+            ratio = statistics.median(xs) / tp
+            lines.append(f"| {label[what]} | {size} B | {fmt(xs)} | {ratio:.2f} |")
+        r = statistics.median(res[("dpu", size)]) / tp
+        verdicts.append(f"Goal at {size} B: dpu/testpmd >= {GOALS[size]}: "
+                        f"{'met' if r >= GOALS[size] else 'NOT met'} ({r:.2f}).")
+    lines += ["", *verdicts]
+    lines += criterion_table()
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(OUT, "results.md"), "w") as f:
+        f.write(text)
+    print(text, end="")
+
+
+if __name__ == "__main__":
+    main()
