@@ -38,27 +38,16 @@ fn main() {
     if !out.status.success() {
         fail(&String::from_utf8_lossy(&out.stderr));
     }
-    let cflags: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect();
+    let cflags: Vec<String> = String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_owned).collect();
 
     let mut build = cc::Build::new();
-    build
-        .file("shim/shim.c")
-        .include("shim")
-        .opt_level(3)
-        .warnings(false);
+    build.file("shim/shim.c").include("shim").opt_level(3).warnings(false);
     for flag in &cflags {
         build.flag(flag);
     }
     build.compile("dpdk_shim");
 
-    let mut clang_args: Vec<String> = cflags
-        .iter()
-        .filter(|f| !f.starts_with("-march"))
-        .cloned()
-        .collect();
+    let mut clang_args: Vec<String> = cflags.iter().filter(|f| !f.starts_with("-march")).cloned().collect();
     for path in &lib.include_paths {
         clang_args.push(format!("-I{}", path.display()));
     }
@@ -96,7 +85,5 @@ fn main() {
         .unwrap_or_else(|e| fail(&format!("bindgen failed: {e}")));
 
     let out_path = PathBuf::from(env::var("OUT_DIR").unwrap()).join("bindings.rs");
-    bindings
-        .write_to_file(out_path)
-        .expect("dpdk-sys: cannot write bindings.rs");
+    bindings.write_to_file(out_path).expect("dpdk-sys: cannot write bindings.rs");
 }

@@ -31,13 +31,7 @@ impl Rng {
 }
 
 /// Runs `lookup` over every key of `keys` per iteration.
-fn bench_batch<K>(
-    c: &mut Criterion,
-    group: &str,
-    name: &str,
-    keys: &[K],
-    lookup: impl Fn(&K) -> Option<u32>,
-) {
+fn bench_batch<K>(c: &mut Criterion, group: &str, name: &str, keys: &[K], lookup: impl Fn(&K) -> Option<u32>) {
     let mut g = c.benchmark_group(group);
     g.throughput(Throughput::Elements(keys.len() as u64));
     g.bench_function(name, |b| {
@@ -82,9 +76,7 @@ fn exact(c: &mut Criterion) {
             flows.push(k);
         }
     }
-    let hits: Vec<[u8; 13]> = (0..BATCH)
-        .map(|_| flows[rng.below(100_000) as usize])
-        .collect();
+    let hits: Vec<[u8; 13]> = (0..BATCH).map(|_| flows[rng.below(100_000) as usize]).collect();
     bench_batch(c, "exact_5tuple_100k", "hit", &hits, |k| t.lookup(k));
 }
 
@@ -106,12 +98,8 @@ fn lpm(c: &mut Criterion) {
             prefixes.push(a);
         }
     }
-    let random: Vec<[u8; 4]> = (0..BATCH)
-        .map(|_| (rng.next() as u32).to_be_bytes())
-        .collect();
-    let inside: Vec<[u8; 4]> = (0..BATCH)
-        .map(|_| prefixes[rng.below(10_000) as usize])
-        .collect();
+    let random: Vec<[u8; 4]> = (0..BATCH).map(|_| (rng.next() as u32).to_be_bytes()).collect();
+    let inside: Vec<[u8; 4]> = (0..BATCH).map(|_| prefixes[rng.below(10_000) as usize]).collect();
     eprintln!("lpm ipv4: {t:?}");
     bench_batch(c, "lpm_ipv4_10k", "random", &random, |k| t.lookup(k));
     bench_batch(c, "lpm_ipv4_10k", "inside", &inside, |k| t.lookup(k));
@@ -123,18 +111,12 @@ fn lpm(c: &mut Criterion) {
         let mut k = [0u8; 6];
         k[1] = rng.below(8) as u8;
         k[2..].copy_from_slice(&(rng.next() as u32).to_be_bytes());
-        let len = if rng.below(2) == 0 {
-            24
-        } else {
-            8 + rng.below(25) as u8
-        };
+        let len = if rng.below(2) == 0 { 24 } else { 8 + rng.below(25) as u8 };
         if t.insert(&k, len, keys.len() as u32).is_ok() {
             keys.push(k);
         }
     }
-    let inside: Vec<[u8; 6]> = (0..BATCH)
-        .map(|_| keys[rng.below(10_000) as usize])
-        .collect();
+    let inside: Vec<[u8; 6]> = (0..BATCH).map(|_| keys[rng.below(10_000) as usize]).collect();
     bench_batch(c, "lpm_vrf_ipv4_10k", "inside", &inside, |k| t.lookup(k));
 
     // IPv6, 10k prefixes of /32 to /64 under 2000::/3, looked up inside them.
@@ -151,9 +133,7 @@ fn lpm(c: &mut Criterion) {
         }
     }
     eprintln!("lpm ipv6: {t:?}");
-    let inside: Vec<[u8; 16]> = (0..BATCH)
-        .map(|_| prefixes[rng.below(10_000) as usize])
-        .collect();
+    let inside: Vec<[u8; 16]> = (0..BATCH).map(|_| prefixes[rng.below(10_000) as usize]).collect();
     bench_batch(c, "lpm_ipv6_10k", "inside", &inside, |k| t.lookup(k));
 }
 
@@ -180,11 +160,7 @@ fn ternary(c: &mut Criterion) {
         m[12] = 0xff;
         let ranges = if i % 3 == 0 {
             let lo = rng.below(60_000) as u128;
-            vec![RangeCond {
-                field: 10..12,
-                lo,
-                hi: lo + 1000,
-            }]
+            vec![RangeCond { field: 10..12, lo, hi: lo + 1000 }]
         } else {
             vec![]
         };
@@ -209,9 +185,7 @@ fn ternary(c: &mut Criterion) {
         })
         .collect();
     bench_batch(c, "ternary_5tuple_100", "random", &random, |k| t.lookup(k));
-    bench_batch(c, "ternary_5tuple_100", "first_half", &first_half, |k| {
-        t.lookup(k)
-    });
+    bench_batch(c, "ternary_5tuple_100", "first_half", &first_half, |k| t.lookup(k));
 }
 
 criterion_group!(benches, exact, lpm, ternary);

@@ -51,11 +51,7 @@ impl Rng {
 }
 
 fn ipv4(s: &str) -> u32 {
-    u32::from(
-        s.trim()
-            .parse::<std::net::Ipv4Addr>()
-            .expect("an IPv4 address"),
-    )
+    u32::from(s.trim().parse::<std::net::Ipv4Addr>().expect("an IPv4 address"))
 }
 
 /// A route prefix: (network, length).
@@ -87,12 +83,7 @@ fn config_flows(text: &str) -> (Vec<Route>, Vec<Permit>) {
         .filter_map(|e| {
             let (val, mask) = e["key"][0].as_str()?.split_once("&&&")?;
             let (lo, hi) = e["key"][2].as_str()?.split_once("->")?;
-            Some((
-                ipv4(val),
-                ipv4(mask),
-                lo.trim().parse().ok()?,
-                hi.trim().parse().ok()?,
-            ))
+            Some((ipv4(val), ipv4(mask), lo.trim().parse().ok()?, hi.trim().parse().ok()?))
         })
         .collect();
     (routes, permits)
@@ -132,11 +123,7 @@ fn frames(size: usize, pipeline: &Pipeline) -> Vec<Vec<u8>> {
     let mut check = pipeline.clone();
     while out.len() < BATCH {
         let (net, len) = routes[rng.below(routes.len() as u64) as usize];
-        let host = if len == 32 {
-            0
-        } else {
-            rng.next() as u32 & (u32::MAX >> len)
-        };
+        let host = if len == 32 { 0 } else { rng.next() as u32 & (u32::MAX >> len) };
         let (sv, sm, lo, hi) = permits[rng.below(permits.len() as u64) as usize];
         let src = sv | (rng.next() as u32 & !sm);
         let lo = lo.max(1024);
@@ -156,9 +143,7 @@ fn frames(size: usize, pipeline: &Pipeline) -> Vec<Vec<u8>> {
 }
 
 fn pipeline(text: &str) -> Pipeline {
-    load_str(text, Path::new("conf/bench"))
-        .expect("the bench config loads")
-        .pipeline
+    load_str(text, Path::new("conf/bench")).expect("the bench config loads").pipeline
 }
 
 fn packet_core(c: &mut Criterion) {
@@ -186,8 +171,7 @@ fn packet_core(c: &mut Criterion) {
                     let mut n = 0u32;
                     for (buf, f) in bufs.iter_mut().zip(&pristine) {
                         buf.data_mut()[..HEADERS].copy_from_slice(&f[..HEADERS]);
-                        let Ok(mut p) = parse(black_box(buf.data()), DEFAULT_GRADIENT_UDP_PORT)
-                        else {
+                        let Ok(mut p) = parse(black_box(buf.data()), DEFAULT_GRADIENT_UDP_PORT) else {
                             continue;
                         };
                         if let Egress::Port(port) = pl.apply(buf, &mut p, 0) {

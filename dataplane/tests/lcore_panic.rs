@@ -26,12 +26,8 @@ fn worker_panic_is_caught_and_reported() {
     let eal = Eal::init(&args).expect("EAL init");
     assert_eq!(eal.worker_lcores(), vec![1]);
     static HOOK: AtomicBool = AtomicBool::new(false);
-    let h = lcore::launch(
-        1,
-        || panic!("boom on purpose"),
-        Some(Arc::new(|| HOOK.store(true, Ordering::SeqCst))),
-    )
-    .unwrap();
+    let h =
+        lcore::launch(1, || panic!("boom on purpose"), Some(Arc::new(|| HOOK.store(true, Ordering::SeqCst)))).unwrap();
     let err = h.join().unwrap_err();
     assert_eq!(err, "boom on purpose");
     assert!(HOOK.load(Ordering::SeqCst), "on_panic ran");

@@ -73,19 +73,11 @@ impl Udp4 {
             dont_frag: true,
         };
         ip.emit(&mut f[l2..]).unwrap();
-        Ipv4Packet::new_checked(&mut f[l2..])
-            .unwrap()
-            .fill_checksum();
-        let u = UdpRepr {
-            src_port: self.sport,
-            dst_port: self.dport,
-            payload_len: self.payload.len() as u16,
-        };
+        Ipv4Packet::new_checked(&mut f[l2..]).unwrap().fill_checksum();
+        let u = UdpRepr { src_port: self.sport, dst_port: self.dport, payload_len: self.payload.len() as u16 };
         u.emit(&mut f[l2 + 20..]).unwrap();
         f[l2 + 28..].copy_from_slice(&self.payload);
-        UdpPacket::new_checked(&mut f[l2 + 20..])
-            .unwrap()
-            .fill_checksum_v4(self.src, self.dst);
+        UdpPacket::new_checked(&mut f[l2 + 20..]).unwrap().fill_checksum_v4(self.src, self.dst);
         f
     }
 }
@@ -94,14 +86,7 @@ impl Udp4 {
 /// with IPv4 and UDP checksum validation on. `None` if tshark is not installed.
 pub fn tshark_fields(pcap: &std::path::Path, fields: &[&str]) -> Option<Vec<String>> {
     let mut cmd = std::process::Command::new("tshark");
-    cmd.arg("-r").arg(pcap).args([
-        "-o",
-        "ip.check_checksum:TRUE",
-        "-o",
-        "udp.check_checksum:TRUE",
-        "-T",
-        "fields",
-    ]);
+    cmd.arg("-r").arg(pcap).args(["-o", "ip.check_checksum:TRUE", "-o", "udp.check_checksum:TRUE", "-T", "fields"]);
     for f in fields {
         cmd.args(["-e", f]);
     }
@@ -109,10 +94,5 @@ pub fn tshark_fields(pcap: &std::path::Path, fields: &[&str]) -> Option<Vec<Stri
     if !out.status.success() {
         panic!("tshark failed: {}", String::from_utf8_lossy(&out.stderr));
     }
-    Some(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::to_string)
-            .collect(),
-    )
+    Some(String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect())
 }

@@ -13,30 +13,19 @@ use std::time::{Duration, Instant};
 
 /// The repository's root.
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
 /// The `dpu` binary.
 pub fn dpu_bin() -> PathBuf {
-    let p = std::env::var_os("DPU_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target/release/dpu"));
-    assert!(
-        p.exists(),
-        "{} does not exist: build it first (`make` or `cargo build --release`)",
-        p.display()
-    );
+    let p = std::env::var_os("DPU_BIN").map(PathBuf::from).unwrap_or_else(|| root().join("target/release/dpu"));
+    assert!(p.exists(), "{} does not exist: build it first (`make` or `cargo build --release`)", p.display());
     p
 }
 
 /// A fresh directory for one test's files.
 pub fn scratch(name: &str) -> PathBuf {
-    let d = root()
-        .join("target/functional")
-        .join(format!("{name}-{}", std::process::id()));
+    let d = root().join("target/functional").join(format!("{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -45,11 +34,7 @@ pub fn scratch(name: &str) -> PathBuf {
 /// A file of the shared cases (`../shared/cases/...`).
 pub fn case(rel: &str) -> PathBuf {
     let p = root().join("../shared/cases").join(rel);
-    assert!(
-        p.exists(),
-        "{} is missing: the shared cases must sit beside the repository",
-        p.display()
-    );
+    assert!(p.exists(), "{} is missing: the shared cases must sit beside the repository", p.display());
     p
 }
 
@@ -79,25 +64,15 @@ impl Run {
     }
     /// The stats, or a panic showing what the run printed.
     pub fn stats(&self) -> &serde_json::Value {
-        self.stats
-            .as_ref()
-            .unwrap_or_else(|| panic!("no stats; exit {}; stderr:\n{}", self.code(), self.stderr()))
+        self.stats.as_ref().unwrap_or_else(|| panic!("no stats; exit {}; stderr:\n{}", self.code(), self.stderr()))
     }
     /// A drop counter by reason name.
     pub fn drops(&self, reason: &str) -> u64 {
-        self.stats()["drops"][reason]
-            .as_u64()
-            .unwrap_or_else(|| panic!("no drop reason {reason}"))
+        self.stats()["drops"][reason].as_u64().unwrap_or_else(|| panic!("no drop reason {reason}"))
     }
     /// Asserts a zero exit status, showing the output otherwise.
     pub fn assert_ok(&self) -> &Self {
-        assert_eq!(
-            self.code(),
-            0,
-            "dpu failed:\nstdout:\n{}\nstderr:\n{}",
-            self.stdout(),
-            self.stderr()
-        );
+        assert_eq!(self.code(), 0, "dpu failed:\nstdout:\n{}\nstderr:\n{}", self.stdout(), self.stderr());
         self
     }
 }
@@ -107,22 +82,11 @@ pub fn run_dpu(dir: &Path, config: &Path, args: &[String]) -> Run {
     let stats = dir.join(format!("stats-{}.json", rand_suffix()));
     let start = Instant::now();
     let mut cmd = Command::new(dpu_bin());
-    cmd.current_dir(dir)
-        .arg("-c")
-        .arg(config)
-        .arg("--stats-json")
-        .arg(&stats)
-        .args(args);
+    cmd.current_dir(dir).arg("-c").arg(config).arg("--stats-json").arg(&stats).args(args);
     let output = run_with_timeout(cmd, Duration::from_secs(120));
     let elapsed = start.elapsed();
-    let stats = std::fs::read_to_string(&stats)
-        .ok()
-        .map(|s| serde_json::from_str(&s).unwrap());
-    Run {
-        output,
-        stats,
-        elapsed,
-    }
+    let stats = std::fs::read_to_string(&stats).ok().map(|s| serde_json::from_str(&s).unwrap());
+    Run { output, stats, elapsed }
 }
 
 fn rand_suffix() -> u64 {
@@ -134,11 +98,7 @@ fn rand_suffix() -> u64 {
 /// Runs `cmd`, killing it after `limit` (a stalled appliance fails the test instead of hanging it).
 pub fn run_with_timeout(mut cmd: Command, limit: Duration) -> Output {
     use std::process::Stdio;
-    let child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
     let id = child.id();
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let d2 = done.clone();
@@ -177,12 +137,7 @@ pub fn write_pcap(path: &Path, frames: &[(Vec<u8>, Option<u32>)]) {
     let mut w = PcapWriter::new(File::create(path).unwrap()).unwrap();
     for (i, (f, orig)) in frames.iter().enumerate() {
         let orig = orig.unwrap_or(f.len() as u32);
-        w.write_packet(&PcapPacket::new(
-            Duration::from_micros(1_000_000 + i as u64),
-            orig,
-            f,
-        ))
-        .unwrap();
+        w.write_packet(&PcapPacket::new(Duration::from_micros(1_000_000 + i as u64), orig, f)).unwrap();
     }
 }
 

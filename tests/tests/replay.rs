@@ -21,14 +21,7 @@ fn nccl_capture_is_forwarded_byte_identical() {
     let conf = write_config(&dir, "c.toml", &two_ports(TO_PORT1));
     let input = case("pcap/nccl_ring_allreduce_rocev2.pcap");
     let out = dir.join("out1.pcap");
-    let run = run_dpu(
-        &dir,
-        &conf,
-        &[
-            format!("--rx=0={}", input.display()),
-            format!("--tx=1={}", out.display()),
-        ],
-    );
+    let run = run_dpu(&dir, &conf, &[format!("--rx=0={}", input.display()), format!("--tx=1={}", out.display())]);
     run.assert_ok();
     let want = read_pcap(&input);
     let got = read_pcap(&out);
@@ -73,23 +66,12 @@ action = "forward(1)"
     let all = read_pcap(&input);
     let want1: Vec<_> = all.iter().filter(|f| f[..6] == host).cloned().collect();
     let want0: Vec<_> = all.iter().filter(|f| f[..6] != host).cloned().collect();
-    assert!(
-        !want1.is_empty() && !want0.is_empty(),
-        "the capture mixes both hosts"
-    );
+    assert!(!want1.is_empty() && !want0.is_empty(), "the capture mixes both hosts");
     assert_eq!(read_pcap(&o1), want1);
     assert_eq!(read_pcap(&o0), want0);
     let t = &run.stats()["tables"];
-    assert_eq!(
-        t[0]["counter"]["packets"],
-        want1.len() as u64,
-        "entry counter"
-    );
-    assert_eq!(
-        t[1]["counter"]["packets"],
-        want0.len() as u64,
-        "miss counter"
-    );
+    assert_eq!(t[0]["counter"]["packets"], want1.len() as u64, "entry counter");
+    assert_eq!(t[1]["counter"]["packets"], want0.len() as u64, "miss counter");
 }
 
 #[test]
@@ -101,34 +83,20 @@ fn runts_and_truncated_frames_are_counted_without_stalling() {
         (good[0].clone(), None),
         (vec![], Some(60)),                                     // empty record
         (vec![0xff; 1], None),                                  // one byte
-        (vec![0x02; 13], Some(64)), // one byte short of an Ethernet header
+        (vec![0x02; 13], Some(64)),                             // one byte short of an Ethernet header
         (good[10][..20].to_vec(), Some(good[10].len() as u32)), // truncated capture
         (good[1].clone(), None),
     ];
     let input = dir.join("in.pcap");
     write_pcap(&input, &frames);
     let out = dir.join("out.pcap");
-    let run = run_dpu(
-        &dir,
-        &conf,
-        &[
-            format!("--rx=0={}", input.display()),
-            format!("--tx=1={}", out.display()),
-        ],
-    );
+    let run = run_dpu(&dir, &conf, &[format!("--rx=0={}", input.display()), format!("--tx=1={}", out.display())]);
     run.assert_ok();
     assert!(run.elapsed.as_secs() < 30, "took {:?}", run.elapsed);
     assert_eq!(run.drops("runt"), 3);
-    assert_eq!(
-        run.drops("malformed_ipv4"),
-        1,
-        "the truncated capture's IPv4 header claims more bytes than present"
-    );
+    assert_eq!(run.drops("malformed_ipv4"), 1, "the truncated capture's IPv4 header claims more bytes than present");
     let s = run.stats();
-    assert_eq!(
-        s["ports"][0]["workers"]["rx_packets"], 6,
-        "every record was received"
-    );
+    assert_eq!(s["ports"][0]["workers"]["rx_packets"], 6, "every record was received");
     let got = read_pcap(&out);
     assert_eq!(got.first(), Some(&good[0]));
     assert_eq!(got.last(), Some(&good[1]));
@@ -138,20 +106,10 @@ fn runts_and_truncated_frames_are_counted_without_stalling() {
 fn missing_input_file_is_a_clear_error() {
     let dir = scratch("missing");
     let conf = write_config(&dir, "c.toml", &two_ports(TO_PORT1));
-    let run = run_dpu(
-        &dir,
-        &conf,
-        &[
-            "--rx=0=/nonexistent/in.pcap".into(),
-            "--tx=1=out.pcap".into(),
-        ],
-    );
+    let run = run_dpu(&dir, &conf, &["--rx=0=/nonexistent/in.pcap".into(), "--tx=1=out.pcap".into()]);
     assert_eq!(run.code(), 1);
     let e = run.stderr();
-    assert!(
-        e.contains("/nonexistent/in.pcap") && e.contains("cannot open"),
-        "{e}"
-    );
+    assert!(e.contains("/nonexistent/in.pcap") && e.contains("cannot open"), "{e}");
 }
 
 #[test]
@@ -171,9 +129,7 @@ fn port_that_fails_to_start_is_a_clear_error() {
     assert_eq!(run.code(), 1, "{}", run.stderr());
     let e = run.stderr();
     assert!(
-        e.contains("dpu: error: port 0 (port0)")
-            && e.contains("net_pcap0")
-            && e.contains("failed to probe"),
+        e.contains("dpu: error: port 0 (port0)") && e.contains("net_pcap0") && e.contains("failed to probe"),
         "{e}"
     );
 }
@@ -213,11 +169,7 @@ fn lcore_that_eal_does_not_run_is_refused() {
     let conf = write_config(&dir, "c.toml", &text);
     let run = run_dpu(&dir, &conf, &["--duration=1".into()]);
     assert_eq!(run.code(), 2, "{}", run.stderr());
-    assert!(
-        run.stderr().contains("lcore[0].id") && run.stderr().contains("not a worker lcore"),
-        "{}",
-        run.stderr()
-    );
+    assert!(run.stderr().contains("lcore[0].id") && run.stderr().contains("not a worker lcore"), "{}", run.stderr());
 }
 
 #[test]
@@ -236,9 +188,7 @@ fn default_config_runs_out_of_the_box() {
     let p0 = read_pcap(&dir.join("out/p0.pcap"));
     let p1 = read_pcap(&dir.join("out/p1.pcap"));
     assert_eq!(p0.len() + p1.len(), 275);
-    assert!(p1
-        .iter()
-        .all(|f| f[..6] == [0xfa, 0x16, 0x3e, 0xa3, 0x16, 0x62]));
+    assert!(p1.iter().all(|f| f[..6] == [0xfa, 0x16, 0x3e, 0xa3, 0x16, 0x62]));
     assert!(run.stdout().contains("final stats"));
 }
 
@@ -259,21 +209,10 @@ fn sigint_stops_rx_flushes_and_prints_final_stats() {
         .unwrap();
     // net_null ports never run dry: only the signal stops this run.
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    assert!(Command::new("kill")
-        .arg("-INT")
-        .arg(child.id().to_string())
-        .status()
-        .unwrap()
-        .success());
+    assert!(Command::new("kill").arg("-INT").arg(child.id().to_string()).status().unwrap().success());
     let out = child.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let s: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
     let rx = s["ports"][0]["workers"]["rx_packets"].as_u64().unwrap();
     assert!(rx > 1000, "net_null delivered {rx} packets");
     assert_eq!(s["input_records"], serde_json::Value::Null);

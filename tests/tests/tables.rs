@@ -15,22 +15,12 @@ fn ports(n: usize) -> String {
 }
 
 /// Replays `frames` into port 0 and returns each port's output frames.
-fn replay(
-    name: &str,
-    conf: &str,
-    nports: usize,
-    frames: &[Vec<u8>],
-) -> (Vec<Vec<Vec<u8>>>, Run, Vec<PathBuf>) {
+fn replay(name: &str, conf: &str, nports: usize, frames: &[Vec<u8>]) -> (Vec<Vec<Vec<u8>>>, Run, Vec<PathBuf>) {
     let dir = scratch(name);
     let conf = write_config(&dir, "c.toml", conf);
     let input = dir.join("in.pcap");
-    write_pcap(
-        &input,
-        &frames.iter().map(|f| (f.clone(), None)).collect::<Vec<_>>(),
-    );
-    let outs: Vec<PathBuf> = (0..nports)
-        .map(|i| dir.join(format!("out{i}.pcap")))
-        .collect();
+    write_pcap(&input, &frames.iter().map(|f| (f.clone(), None)).collect::<Vec<_>>());
+    let outs: Vec<PathBuf> = (0..nports).map(|i| dir.join(format!("out{i}.pcap"))).collect();
     let mut args = vec![format!("--rx=0={}", input.display())];
     for (i, o) in outs.iter().enumerate() {
         args.push(format!("--tx={i}={}", o.display()));
@@ -51,10 +41,7 @@ fn checksums_valid_by_tshark(pcap: &Path, frames: usize) {
     };
     assert_eq!(lines.len(), frames);
     for l in lines {
-        assert_eq!(
-            l, "1\t1",
-            "tshark: IPv4 and UDP checksums good (status 1), got {l:?}"
-        );
+        assert_eq!(l, "1\t1", "tshark: IPv4 and UDP checksums good (status 1), got {l:?}");
     }
 }
 
@@ -82,35 +69,13 @@ key = ["10.1.2.3/32"]
 action = "forward(0); dec_ttl"
 "#
     );
-    let dsts: [[u8; 4]; 6] = [
-        [10, 9, 9, 9],
-        [10, 1, 9, 9],
-        [10, 1, 2, 9],
-        [10, 1, 2, 3],
-        [11, 0, 0, 1],
-        [10, 1, 2, 4],
-    ];
-    let frames: Vec<Vec<u8>> = dsts
-        .iter()
-        .map(|d| {
-            Udp4 {
-                dst: *d,
-                ..Default::default()
-            }
-            .build()
-        })
-        .collect();
+    let dsts: [[u8; 4]; 6] = [[10, 9, 9, 9], [10, 1, 9, 9], [10, 1, 2, 9], [10, 1, 2, 3], [11, 0, 0, 1], [10, 1, 2, 4]];
+    let frames: Vec<Vec<u8>> = dsts.iter().map(|d| Udp4 { dst: *d, ..Default::default() }.build()).collect();
     let (got, run, outs) = replay("lpm", &conf, 3, &frames);
     let dst_of = |f: &Vec<u8>| ip(&f[30..34]);
-    assert_eq!(
-        got[0].iter().map(dst_of).collect::<Vec<_>>(),
-        vec![dsts[0], dsts[3]]
-    );
+    assert_eq!(got[0].iter().map(dst_of).collect::<Vec<_>>(), vec![dsts[0], dsts[3]]);
     assert_eq!(got[1].iter().map(dst_of).collect::<Vec<_>>(), vec![dsts[1]]);
-    assert_eq!(
-        got[2].iter().map(dst_of).collect::<Vec<_>>(),
-        vec![dsts[2], dsts[5]]
-    );
+    assert_eq!(got[2].iter().map(dst_of).collect::<Vec<_>>(), vec![dsts[2], dsts[5]]);
     assert!(got[2].iter().all(|f| f[..6] == [2, 0, 0, 0, 2, 2]));
     assert!(got.iter().flatten().all(|f| f[22] == 63), "TTL decremented");
     assert_eq!(run.drops("table_miss"), 1, "11.0.0.1 has no route");
@@ -118,9 +83,7 @@ action = "forward(0); dec_ttl"
         checksums_valid_by_tshark(o, g.len());
     }
     let t = &run.stats()["tables"];
-    let hits: Vec<u64> = (0..5)
-        .map(|i| t[i]["counter"]["packets"].as_u64().unwrap())
-        .collect();
+    let hits: Vec<u64> = (0..5).map(|i| t[i]["counter"]["packets"].as_u64().unwrap()).collect();
     assert_eq!(hits, vec![1, 1, 2, 1, 1], "per-entry counters, then misses");
 }
 
@@ -160,27 +123,12 @@ action = "drop"
         ([192, 168, 0, 1], 7500), // p5 drop
         ([192, 168, 0, 1], 80),   // miss -> port 1
     ];
-    let frames: Vec<Vec<u8>> = cases
-        .iter()
-        .map(|(s, p)| {
-            Udp4 {
-                src: *s,
-                dport: *p,
-                ..Default::default()
-            }
-            .build()
-        })
-        .collect();
+    let frames: Vec<Vec<u8>> =
+        cases.iter().map(|(s, p)| Udp4 { src: *s, dport: *p, ..Default::default() }.build()).collect();
     let (got, run, outs) = replay("acl", &conf, 2, &frames);
     let src_of = |f: &Vec<u8>| ip(&f[26..30]);
-    assert_eq!(
-        got[0].iter().map(src_of).collect::<Vec<_>>(),
-        vec![cases[0].0, cases[3].0]
-    );
-    assert_eq!(
-        got[1].iter().map(src_of).collect::<Vec<_>>(),
-        vec![cases[2].0, cases[5].0]
-    );
+    assert_eq!(got[0].iter().map(src_of).collect::<Vec<_>>(), vec![cases[0].0, cases[3].0]);
+    assert_eq!(got[1].iter().map(src_of).collect::<Vec<_>>(), vec![cases[2].0, cases[5].0]);
     assert_eq!(got[1][0][15] >> 2, 46);
     assert_eq!(got[1][1][15] >> 2, 0);
     assert_eq!(run.drops("explicit_drop"), 2);
@@ -208,25 +156,11 @@ action = "pop_vlan; forward(0)"
 "#
     );
     let untagged = Udp4::default().build();
-    let tagged = Udp4 {
-        vlan: Some(42),
-        ..Default::default()
-    }
-    .build();
+    let tagged = Udp4 { vlan: Some(42), ..Default::default() }.build();
     let (got, _run, outs) = replay("vlan", &conf, 2, &[untagged.clone(), tagged.clone()]);
-    assert_eq!(
-        got[1],
-        vec![[&untagged[..12], &[0x81, 0x00, 0x00, 100], &untagged[12..]].concat()]
-    );
-    assert_eq!(
-        got[0],
-        vec![untagged.clone()],
-        "popping the tag gives the untagged frame back"
-    );
-    if let Some(lines) = tshark_fields(
-        &outs[1],
-        &["vlan.id", "ip.checksum.status", "udp.checksum.status"],
-    ) {
+    assert_eq!(got[1], vec![[&untagged[..12], &[0x81, 0x00, 0x00, 100], &untagged[12..]].concat()]);
+    assert_eq!(got[0], vec![untagged.clone()], "popping the tag gives the untagged frame back");
+    if let Some(lines) = tshark_fields(&outs[1], &["vlan.id", "ip.checksum.status", "udp.checksum.status"]) {
         assert_eq!(lines, vec!["100\t1\t1"]);
     }
 }
@@ -258,13 +192,7 @@ key = ["239.1.1.1"]
 action = "multicast(1)"
 "#
     );
-    let f = Udp4 {
-        dst: [239, 1, 1, 1],
-        ecn: 2,
-        payload: vec![7; 100],
-        ..Default::default()
-    }
-    .build();
+    let f = Udp4 { dst: [239, 1, 1, 1], ecn: 2, payload: vec![7; 100], ..Default::default() }.build();
     let (got, run, outs) = replay("mcast", &conf, 4, &[f.clone(), f.clone()]);
     assert!(got[0].is_empty());
     for p in 1..4 {
@@ -280,15 +208,7 @@ action = "multicast(1)"
     let g3 = &got[3][0];
     assert_eq!(&g3[..6], &[2, 0, 0, 0, 3, 3]);
     assert_eq!(g3[15], (10 << 2) | 3, "DSCP 10, CE");
-    assert_eq!(
-        &g3[16..],
-        &f[16..24]
-            .iter()
-            .chain(&g3[24..26])
-            .chain(&f[26..])
-            .cloned()
-            .collect::<Vec<_>>()[..]
-    );
+    assert_eq!(&g3[16..], &f[16..24].iter().chain(&g3[24..26]).chain(&f[26..]).cloned().collect::<Vec<_>>()[..]);
     assert_eq!(run.stats()["ports"][0]["workers"]["rx_packets"], 2);
     for (o, g) in outs.iter().zip(&got).skip(1) {
         checksums_valid_by_tshark(o, g.len());
