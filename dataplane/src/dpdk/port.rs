@@ -137,7 +137,9 @@ impl Port {
             let mut addr = dpdk_sys::rte_ether_addr { addr_bytes: mac.0 };
             // SAFETY: valid out/in parameter.
             let ret = unsafe { dpdk_sys::rte_eth_dev_default_mac_addr_set(id, &mut addr) };
-            if ret != 0 {
+            // Drivers without MAC programming (net_pcap, net_null) refuse with ENOTSUP: the
+            // configured MAC is then only the source of the appliance's own packets.
+            if ret != 0 && ret != -(libc::ENOTSUP) {
                 return Err(DpdkError::from_ret(what("rte_eth_dev_default_mac_addr_set"), ret));
             }
         }
