@@ -1,9 +1,8 @@
 //! AVX-512 (F, BW, VL) kernels: 16 lanes per step; a masked head that aligns the stores to the
 //! vector size, and a masked tail.
 //!
-//! - f16 widen/narrow: `vcvtph2ps` / `vcvtps2ph` with round-to-nearest-even, which are exact and
-//!   keep subnormals in both directions (MXCSR's FTZ and DAZ, off in Rust programs, are the only
-//!   way to change that).
+//! - f16 widen/narrow: `vcvtph2ps` / `vcvtps2ph` with round-to-nearest-even, exact and keeping
+//!   subnormals in both directions under the default MXCSR (no FTZ, no DAZ).
 //! - bf16 narrow: round-to-nearest-even on the bit pattern, NaN quieted by a separate path
 //!   (`vcvtneps2bf16` is not used: it flushes subnormals).
 //! - max/min: `vmaxps`/`vminps` return their second operand when either is NaN or both are zero,
