@@ -142,13 +142,23 @@ fn plan_ports(loaded: &Loaded, opts: &Options, workers: usize) -> Result<Vec<Por
             // file, ports without an output write nowhere.
             let device = format!("net_pcap_dpu{i}");
             let mut args = vec![device.clone()];
-            let rx_files: Vec<PathBuf> = if rx.is_empty() {
-                std::fs::create_dir_all(&tmp).map_err(|e| AppError::Other(format!("{}: {e}", tmp.display())))?;
-                let empty = tmp.join(format!("empty{i}.pcap"));
-                pcapfile::write_empty(&empty).map_err(AppError::Other)?;
-                vec![empty]
+            let rx_files: Vec<PathBuf> = if rx.len() == 1 {
+                vec![rx[0].to_path_buf()]
             } else {
-                rx.iter().map(|f| f.to_path_buf()).collect()
+                // No input: an empty file. Several inputs: merged by capture time into one, so
+                // that the appliance sees them in time order (as a checker replaying them does).
+                std::fs::create_dir_all(&tmp).map_err(|e| AppError::Other(format!("{}: {e}", tmp.display())))?;
+                let merged = tmp.join(format!("rx{i}.pcap"));
+                if rx.is_empty() {
+                    pcapfile::write_empty(&merged).map_err(AppError::Other)?;
+                } else {
+                    for f in &rx {
+                        pcapfile::count_records(f).map_err(|e| AppError::Other(format!("port {i} input: {e}")))?;
+                    }
+                    let parts: Vec<&Path> = rx.iter().map(|f| f.as_path()).collect();
+                    pcapfile::merge(&parts, &merged).map_err(AppError::Other)?;
+                }
+                vec![merged]
             };
             for f in &rx_files {
                 args.push(format!("rx_pcap={}", f.display()));

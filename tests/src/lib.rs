@@ -4,6 +4,7 @@
 //! The binary is `target/release/dpu` (override with `DPU_BIN`); `make test` builds it first.
 
 pub mod frames;
+pub mod grad;
 
 use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
 use std::fs::File;
@@ -154,3 +155,11 @@ pub const EAL: &str = r#"
 [eal]
 args = ["--no-huge", "-m", "256", "--no-pci", "--no-shconf", "--lcores", "0@0,1@1", "--log-level", "*:error"]
 "#;
+
+/// Writes frames with explicit capture times (µs since the epoch) to a pcap file.
+pub fn write_pcap_at(path: &Path, frames: &[(u64, Vec<u8>)]) {
+    let mut w = PcapWriter::new(File::create(path).unwrap()).unwrap();
+    for (us, f) in frames {
+        w.write_packet(&PcapPacket::new(Duration::from_micros(*us), f.len() as u32, f)).unwrap();
+    }
+}

@@ -21,8 +21,8 @@ struct Cli {
     /// The TOML configuration.
     #[arg(short, long, default_value = "conf/default.toml")]
     config: PathBuf,
-    /// Replay: read PORT's input from a pcap file (PORT=FILE; repeatable, several files per port
-    /// make several rx queues). Every port then becomes a net_pcap vdev.
+    /// Replay: read PORT's input from a pcap file (PORT=FILE; repeatable: several files for one
+    /// port are merged by capture time). Every port then becomes a net_pcap vdev.
     #[arg(long, value_parser = port_file, value_name = "PORT=FILE")]
     rx: Vec<(usize, PathBuf)>,
     /// Replay: write what PORT sends to a pcap file (PORT=FILE).

@@ -1,0 +1,164 @@
+//! Gradient workloads for the functional tests: the traffic generator's workloads, hand-built
+//! contributions for the rules it does not exercise, and the independent checker.
+
+use crate::{root, run_with_timeout};
+use dataplane::wire::build::{self, FrameSpec, IpAddr, Roce};
+use dataplane::wire::gradient::GradientRepr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// `target/release/pktgen`.
+pub fn pktgen_bin() -> PathBuf {
+    let p = std::env::var_os("PKTGEN_BIN").map(PathBuf::from).unwrap_or_else(|| root().join("target/release/pktgen"));
+    assert!(p.exists(), "{} does not exist: build it first (`make`)", p.display());
+    p
+}
+
+/// Runs `pktgen allreduce --out DIR ARGS` and returns DIR (holding input.pcap, appliance.toml).
+pub fn pktgen(dir: &Path, args: &[&str]) -> PathBuf {
+    let out = Command::new(pktgen_bin()).arg("allreduce").arg("--out").arg(dir).args(args).output().expect("pktgen");
+    assert!(out.status.success(), "pktgen {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    dir.to_path_buf()
+}
+
+/// Runs the shared checker; returns (passed, its last lines).
+pub fn gradcheck(config: &Path, inputs: &[&Path], outputs: &[&Path]) -> (bool, String) {
+    let script = root().join("../shared/tools/gradcheck.py");
+    assert!(script.exists(), "{} is missing: the shared tools must sit beside the repository", script.display());
+    let mut cmd = Command::new("python3");
+    cmd.arg(&script).arg("--config").arg(config);
+    for i in inputs {
+        cmd.arg("--in").arg(i);
+    }
+    for o in outputs {
+        cmd.arg("--out").arg(o);
+    }
+    let out = run_with_timeout(cmd, Duration::from_secs(300));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+/// A collective written by hand, with pktgen's address plan: member k is 10.0.0.(k+1) or
+/// fd00::(k+1), UDP port 50000+k, QPN 0x100+k, MAC 02:00:00:00:01:kk; the appliance is
+/// 10.0.0.254 / fd00::fe, MAC 02:00:00:00:00:fe, QPN 1.
+#[derive(Debug, Clone)]
+pub struct Coll {
+    /// collective_id.
+    pub id: u16,
+    /// "sum", "max", "min".
+    pub op: &'static str,
+    /// "f32", ...
+    pub dtype: &'static str,
+    /// RoCEv2 carriage.
+    pub roce: bool,
+    /// IPv6 members.
+    pub v6: bool,
+    /// Workers.
+    pub n: usize,
+    /// Tensor elements.
+    pub tensor: u64,
+    /// Chunk elements.
+    pub chunk: u32,
+    /// Extra keys of the `[[collective]]` table.
+    pub extra: &'static str,
+}
+
+impl Default for Coll {
+    fn default() -> Self {
+        Coll { id: 1, op: "sum", dtype: "f32", roce: false, v6: false, n: 2, tensor: 8, chunk: 4, extra: "" }
+    }
+}
+
+/// The `[[port]]` of hand-written configs.
+pub const PORT: &str = "[[port]]\nname = \"p0\"\nvdev = \"net_null0\"\nmac = \"02:00:00:00:00:fe\"\nipv4 = \"10.0.0.254\"\nipv6 = \"fd00::fe\"\n";
+
+impl Coll {
+    /// Member k's IP.
+    pub fn ip(&self, k: usize) -> IpAddr {
+        if self.v6 {
+            let mut a: [u8; 16] = "fd00::".parse::<std::net::Ipv6Addr>().unwrap().octets();
+            a[15] = k as u8 + 1;
+            IpAddr::V6(a)
+        } else {
+            IpAddr::V4([10, 0, 0, k as u8 + 1])
+        }
+    }
+
+    /// The `[[collective]]` table.
+    pub fn toml(&self) -> String {
+        let mut s = format!(
+            "[[collective]]\ncollective_id = {}\nop = \"{}\"\ndtype = \"{}\"\ncarriage = \"{}\"\ntensor_elements = {}\nchunk_elements = {}\n{}\n",
+            self.id,
+            self.op,
+            self.dtype,
+            if self.roce { "rocev2" } else { "udp" },
+            self.tensor,
+            self.chunk,
+            self.extra
+        );
+        for k in 0..self.n {
+            s += &format!(
+                "[[collective.member]]\nrank = {k}\nip = \"{}\"\nmac = \"02:00:00:00:01:{k:02x}\"\nudp_port = {}\nqpn = {}\nqkey = 286331153\n",
+                self.ip(k),
+                50000 + k,
+                0x100 + k
+            );
+        }
+        s
+    }
+
+    /// A contribution from rank `k`; `tweak` may change anything (spoofing, bad fields).
+    pub fn frame(&self, k: usize, offset: u32, round: u32, payload: &[u8], tweak: impl Fn(&mut FrameSpec)) -> Vec<u8> {
+        let dst = if self.v6 {
+            IpAddr::V6("fd00::fe".parse::<std::net::Ipv6Addr>().unwrap().octets())
+        } else {
+            IpAddr::V4([10, 0, 0, 254])
+        };
+        let op = match self.op {
+            "sum" => 1,
+            "max" => 2,
+            _ => 3,
+        };
+        let dtype = match self.dtype {
+            "f32" => 1,
+            "f16" => 2,
+            "bf16" => 3,
+            _ => 4,
+        };
+        let mut spec = FrameSpec {
+            src_mac: format!("02:00:00:00:01:{k:02x}").parse().unwrap(),
+            dst_mac: "02:00:00:00:00:fe".parse().unwrap(),
+            vlan: None,
+            src_ip: self.ip(k),
+            dst_ip: dst,
+            dscp: 0,
+            ecn: 2,
+            ttl: 64,
+            src_port: 50000 + k as u16,
+            dst_port: if self.roce { 4791 } else { 49374 },
+            roce: self.roce.then_some(Roce { dest_qp: 1, psn: 0, pkey: 0xffff, qkey: 0x1111_1111, src_qp: 0x100 + k as u32 }),
+            header: GradientRepr {
+                version: 1,
+                flags: 0,
+                op_type: op,
+                collective_id: self.id,
+                dtype,
+                reason: 0,
+                worker_rank: k as u16,
+                tensor_offset: offset,
+                data_length: payload.len() as u32,
+                round,
+            },
+        };
+        tweak(&mut spec);
+        let mut buf = vec![0u8; spec.frame_len(payload.len())];
+        build::build(&spec, payload, &mut buf).unwrap();
+        buf
+    }
+}
+
+/// f32 lanes, little-endian.
+pub fn f32s(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}

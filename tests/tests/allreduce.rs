@@ -1,0 +1,196 @@
+//! AllReduce through the real binary, checked by the project's own assertions and by the shared
+//! independent checker (gradcheck.py), which replays the inputs through the spec and checks
+//! every RESULT and NAK the appliance sent.
+
+use functional_tests::grad::*;
+use functional_tests::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// Replays `inputs` into port 0 with `conf`, runs gradcheck, and returns the stats.
+fn replay_and_check(dir: &Path, conf: &Path, inputs: &[PathBuf]) -> Value {
+    let out = dir.join("out.pcap");
+    let mut args: Vec<String> = inputs.iter().map(|i| format!("--rx=0={}", i.display())).collect();
+    args.push(format!("--tx=0={}", out.display()));
+    let run = run_dpu(dir, conf, &args);
+    run.assert_ok();
+    let ins: Vec<&Path> = inputs.iter().map(|p| p.as_path()).collect();
+    let (ok, text) = gradcheck(conf, &ins, &[&out]);
+    assert!(ok, "gradcheck failed for {}:\n{text}", conf.display());
+    let s = run.stats().clone();
+    assert_eq!(s["mbufs_in_use_after"], 0, "the mempool is back at its baseline");
+    s
+}
+
+fn workload(name: &str, args: &[&str]) -> Value {
+    let dir = scratch(name);
+    pktgen(&dir, args);
+    let s = replay_and_check(&dir, &dir.join("appliance.toml"), &[dir.join("input.pcap")]);
+    let expected: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
+    let results = s["aggregation"]["results"].as_u64().unwrap() + s["aggregation"]["resends"].as_u64().unwrap();
+    if let Some(due) = expected["result_packets"].as_u64() {
+        assert_eq!(results, due, "{name}: RESULT packets sent vs due");
+    }
+    s
+}
+
+const DTYPES: [&str; 4] = ["f32", "f16", "bf16", "i32"];
+const OPS: [&str; 3] = ["sum", "max", "min"];
+
+#[test]
+fn every_dtype_and_op_udp_ipv4() {
+    for dt in DTYPES {
+        for op in OPS {
+            let s = workload(
+                &format!("udp4-{dt}-{op}"),
+                &["--workers", "4", "--tensor-elements", "1000", "--chunk-elements", "256", "--dtype", dt, "--op", op, "--non-deterministic"],
+            );
+            assert_eq!(s["aggregation"]["completed"], 4, "{dt} {op}: 4 slots");
+        }
+    }
+}
+
+#[test]
+fn rocev2_ipv4_every_dtype() {
+    for (i, dt) in DTYPES.iter().enumerate() {
+        workload(
+            &format!("roce4-{dt}"),
+            &["--workers", "3", "--tensor-elements", "777", "--chunk-elements", "128", "--dtype", dt, "--op", OPS[i % 3], "--carriage", "rocev2"],
+        );
+    }
+}
+
+#[test]
+fn ipv6_with_vlan_both_carriages() {
+    for carriage in ["udp", "rocev2"] {
+        for (i, dt) in DTYPES.iter().enumerate() {
+            workload(
+                &format!("v6-{carriage}-{dt}"),
+                &[
+                    "--workers", "3", "--tensor-elements", "500", "--chunk-elements", "100", "--dtype", dt, "--op", OPS[(i + 1) % 3],
+                    "--carriage", carriage, "--family", "v6", "--vlan", "42",
+                ],
+            );
+        }
+    }
+}
+
+#[test]
+fn loss_duplication_reordering_and_late_retransmissions() {
+    for det in [true, false] {
+        let mut args = vec![
+            "--workers", "8", "--tensor-elements", "4096", "--chunk-elements", "256", "--rounds", "3", "--shuffle", "--drop", "0.1",
+            "--duplicate", "0.1", "--late", "0.1",
+        ];
+        if !det {
+            args.push("--non-deterministic");
+        }
+        let s = workload(&format!("impaired-{det}"), &args);
+        assert!(s["aggregation"]["resends"].as_u64().unwrap() > 0, "late retransmissions were answered");
+        assert!(s["drops"]["grad_duplicate"].as_u64().unwrap() > 0, "duplicates were dropped");
+        assert_eq!(s["aggregation"]["completed"], 48, "16 slots x 3 rounds");
+    }
+}
+
+#[test]
+fn jumbo_chunks_of_1024_lanes_rocev2() {
+    let s = workload(
+        "jumbo",
+        &["--workers", "4", "--tensor-elements", "8192", "--chunk-elements", "1024", "--carriage", "rocev2", "--rounds", "2"],
+    );
+    assert_eq!(s["drops"]["multi_segment"], 0);
+    assert_eq!(s["aggregation"]["completed"], 16);
+}
+
+/// A hand-built scenario: round overlap, stale and premature rounds with NAKs, a slot timeout
+/// on capture timestamps, malformed and spoofed contributions, and a second collective whose
+/// traffic interleaves with the first's.
+#[test]
+fn rules_naks_timeouts_spoofing_and_two_tenants() {
+    let dir = scratch("rules");
+    let a = Coll { id: 1, n: 2, tensor: 8, chunk: 4, extra: "slot_timeout_ms = 50", ..Default::default() };
+    let b = Coll { id: 2, op: "max", dtype: "i32", n: 3, tensor: 4, chunk: 4, ..Default::default() };
+    let conf = write_config(
+        &dir,
+        "c.toml",
+        &format!(
+            "{EAL}[mempool]\nmbufs = 4095\n[dataplane]\nreplay_idle_ms = 3000\n{PORT}\n{}\n{}",
+            a.toml(),
+            b.toml()
+        ),
+    );
+    let one = f32s(&[1.0; 4]);
+    let two = f32s(&[2.0; 4]);
+    let i32s = |v: i32| -> Vec<u8> { [v; 4].iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let t0 = 1_700_000_000_000_000u64;
+    let ms = 1000u64;
+    let mut f: Vec<(u64, Vec<u8>)> = vec![
+        // Collective 1, slot 0, round 0: complete.
+        (t0, a.frame(0, 0, 0, &one, |_| {})),
+        (t0 + ms, b.frame(0, 0, 7, &i32s(5), |_| {})), // tenant 2 interleaves
+        (t0 + 2 * ms, a.frame(1, 0, 0, &two, |_| {})),
+        // Round 1 starts; a late round-0 contribution is answered from the kept result
+        // (overlap); round 3 is premature: NAK 7 carrying round 1.
+        (t0 + 3 * ms, a.frame(0, 0, 1, &two, |_| {})),
+        (t0 + 4 * ms, a.frame(1, 0, 0, &two, |_| {})),
+        (t0 + 5 * ms, a.frame(1, 0, 3, &two, |_| {})),
+        (t0 + 6 * ms, a.frame(1, 0, 1, &two, |_| {})),
+        // Slot 4: rank 0 contributes, then nothing for 100 ms (> 50 ms timeout): reclaimed;
+        // rank 1 then starts it afresh and rank 0 resends.
+        (t0 + 10 * ms, a.frame(0, 4, 0, &f32s(&[100.0; 4]), |_| {})),
+        (t0 + 110 * ms, a.frame(1, 4, 0, &two, |_| {})),
+        (t0 + 111 * ms, a.frame(0, 4, 0, &one, |s| s.header.flags = 0x2)),
+        // Spoofed: rank 1's header from rank 0's address, and a wrong UDP port: NAK 5.
+        (t0 + 200 * ms, a.frame(0, 0, 2, &one, |s| s.header.worker_rank = 1)),
+        (t0 + 400 * ms, a.frame(1, 0, 2, &one, |s| s.src_port = 40000)),
+        // Malformed: a bad length (NAK 6), an unknown collective (NAK 1), a result on input
+        // (dropped, no NAK).
+        (t0 + 600 * ms, b.frame(1, 0, 7, &i32s(1), |s| s.header.data_length = 6)),
+        (t0 + 800 * ms, a.frame(1, 0, 2, &one, |s| s.header.collective_id = 9)),
+        (t0 + 900 * ms, a.frame(1, 0, 2, &one, |s| s.header.flags = 0x1)),
+        // Tenant 2 completes despite tenant 1's bad traffic.
+        (t0 + 950 * ms, b.frame(1, 0, 7, &i32s(-3), |_| {})),
+        (t0 + 960 * ms, b.frame(2, 0, 7, &i32s(9), |_| {})),
+    ];
+    // A frame with a bad UDP checksum is dropped before any of this, without a NAK.
+    let mut bad = a.frame(0, 0, 2, &one, |_| {});
+    let n = bad.len();
+    bad[n - 1] ^= 0xff;
+    f.push((t0 + 970 * ms, bad));
+    let input = dir.join("in.pcap");
+    write_pcap_at(&input, &f);
+    let s = replay_and_check(&dir, &conf, &[input]);
+    let agg = &s["aggregation"];
+    assert_eq!(agg["completed"], 4, "c1 slot 0 rounds 0 and 1, c1 slot 4, c2 slot 0");
+    assert_eq!(agg["resends"], 1);
+    assert_eq!(agg["slot_timeouts"], 1);
+    let d = &s["drops"];
+    for (reason, n) in [
+        ("grad_stale_round", 1),
+        ("grad_not_member", 2),
+        ("grad_bad_length", 1),
+        ("grad_unknown_collective", 1),
+        ("grad_result_or_nak_input", 1),
+        ("bad_udp_checksum", 1),
+    ] {
+        assert_eq!(d[reason], n, "{reason}");
+    }
+    assert_eq!(agg["naks"], 5, "stale, two spoofed, bad length, unknown collective");
+}
+
+#[test]
+fn two_concurrent_collectives_from_the_generator() {
+    let dir = scratch("tenants");
+    let d1 = pktgen(&dir.join("a"), &["--workers", "4", "--tensor-elements", "2048", "--collective-id", "1", "--shuffle", "--drop", "0.1"]);
+    let d2 = pktgen(
+        &dir.join("b"),
+        &["--workers", "4", "--tensor-elements", "1024", "--collective-id", "2", "--dtype", "bf16", "--seed", "7", "--duplicate", "0.2"],
+    );
+    // One config with both collectives: the first's file plus the second's [[collective]].
+    let c1 = std::fs::read_to_string(d1.join("appliance.toml")).unwrap();
+    let c2 = std::fs::read_to_string(d2.join("appliance.toml")).unwrap();
+    let second = &c2[c2.find("[[collective]]").unwrap()..];
+    let conf = write_config(&dir, "both.toml", &format!("{c1}\n{second}"));
+    let s = replay_and_check(&dir, &conf, &[d1.join("input.pcap"), d2.join("input.pcap")]);
+    assert_eq!(s["aggregation"]["completed"], 8 + 4);
+}
