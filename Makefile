@@ -15,10 +15,11 @@ deps:
 build: deps
 	$(CARGO) build --release --workspace --bins
 
-# The main job: run the appliance on the default config (a sample capture through two pcap
-# ports) and print what went where.
+# The main job: an AllReduce. The generator makes a 4-worker workload, the appliance aggregates
+# it on conf/default.toml, the independent checker verifies every result, and a summary shows
+# results, resends, drops by reason and the rate.
 run: build
-	$(BIN) -c $(CONFIG)
+	tools/run-allreduce.sh
 
 # Every test: unit tests, property tests, and the functional replays through the real binary.
 test: build

@@ -88,14 +88,7 @@ fn bench_alignment(c: &mut Criterion) {
             let src = Payload::new(Dtype::F32, lanes, src_shift);
             let id = format!("{}/acc+{}lanes/src+{}bytes", k.name(), acc_shift, src_shift);
             group.bench_function(id, |b| {
-                b.iter(|| {
-                    k.fold(
-                        ReduceOp::Sum,
-                        Dtype::F32,
-                        black_box(acc.get()),
-                        black_box(src.bytes()),
-                    )
-                })
+                b.iter(|| k.fold(ReduceOp::Sum, Dtype::F32, black_box(acc.get()), black_box(src.bytes())))
             });
         }
     }
@@ -138,9 +131,7 @@ fn bench_emit(c: &mut Criterion) {
                 group.bench_with_input(BenchmarkId::new(k.name(), lanes), &lanes, |b, _| {
                     // Each pass adds the accumulator to the previous result: the values only
                     // grow (to infinity at worst), never into slow subnormals.
-                    b.iter(|| {
-                        k.fold_store_in_place(ReduceOp::Sum, dtype, acc, black_box(buf.bytes_mut()))
-                    })
+                    b.iter(|| k.fold_store_in_place(ReduceOp::Sum, dtype, acc, black_box(buf.bytes_mut())))
                 });
             }
         }

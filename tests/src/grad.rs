@@ -137,7 +137,13 @@ impl Coll {
             ttl: 64,
             src_port: 50000 + k as u16,
             dst_port: if self.roce { 4791 } else { 49374 },
-            roce: self.roce.then_some(Roce { dest_qp: 1, psn: 0, pkey: 0xffff, qkey: 0x1111_1111, src_qp: 0x100 + k as u32 }),
+            roce: self.roce.then_some(Roce {
+                dest_qp: 1,
+                psn: 0,
+                pkey: 0xffff,
+                qkey: 0x1111_1111,
+                src_qp: 0x100 + k as u32,
+            }),
             header: GradientRepr {
                 version: 1,
                 flags: 0,

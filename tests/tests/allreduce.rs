@@ -43,7 +43,19 @@ fn every_dtype_and_op_udp_ipv4() {
         for op in OPS {
             let s = workload(
                 &format!("udp4-{dt}-{op}"),
-                &["--workers", "4", "--tensor-elements", "1000", "--chunk-elements", "256", "--dtype", dt, "--op", op, "--non-deterministic"],
+                &[
+                    "--workers",
+                    "4",
+                    "--tensor-elements",
+                    "1000",
+                    "--chunk-elements",
+                    "256",
+                    "--dtype",
+                    dt,
+                    "--op",
+                    op,
+                    "--non-deterministic",
+                ],
             );
             assert_eq!(s["aggregation"]["completed"], 4, "{dt} {op}: 4 slots");
         }
@@ -55,7 +67,20 @@ fn rocev2_ipv4_every_dtype() {
     for (i, dt) in DTYPES.iter().enumerate() {
         workload(
             &format!("roce4-{dt}"),
-            &["--workers", "3", "--tensor-elements", "777", "--chunk-elements", "128", "--dtype", dt, "--op", OPS[i % 3], "--carriage", "rocev2"],
+            &[
+                "--workers",
+                "3",
+                "--tensor-elements",
+                "777",
+                "--chunk-elements",
+                "128",
+                "--dtype",
+                dt,
+                "--op",
+                OPS[i % 3],
+                "--carriage",
+                "rocev2",
+            ],
         );
     }
 }
@@ -67,8 +92,22 @@ fn ipv6_with_vlan_both_carriages() {
             workload(
                 &format!("v6-{carriage}-{dt}"),
                 &[
-                    "--workers", "3", "--tensor-elements", "500", "--chunk-elements", "100", "--dtype", dt, "--op", OPS[(i + 1) % 3],
-                    "--carriage", carriage, "--family", "v6", "--vlan", "42",
+                    "--workers",
+                    "3",
+                    "--tensor-elements",
+                    "500",
+                    "--chunk-elements",
+                    "100",
+                    "--dtype",
+                    dt,
+                    "--op",
+                    OPS[(i + 1) % 3],
+                    "--carriage",
+                    carriage,
+                    "--family",
+                    "v6",
+                    "--vlan",
+                    "42",
                 ],
             );
         }
@@ -79,8 +118,21 @@ fn ipv6_with_vlan_both_carriages() {
 fn loss_duplication_reordering_and_late_retransmissions() {
     for det in [true, false] {
         let mut args = vec![
-            "--workers", "8", "--tensor-elements", "4096", "--chunk-elements", "256", "--rounds", "3", "--shuffle", "--drop", "0.1",
-            "--duplicate", "0.1", "--late", "0.1",
+            "--workers",
+            "8",
+            "--tensor-elements",
+            "4096",
+            "--chunk-elements",
+            "256",
+            "--rounds",
+            "3",
+            "--shuffle",
+            "--drop",
+            "0.1",
+            "--duplicate",
+            "0.1",
+            "--late",
+            "0.1",
         ];
         if !det {
             args.push("--non-deterministic");
@@ -96,7 +148,18 @@ fn loss_duplication_reordering_and_late_retransmissions() {
 fn jumbo_chunks_of_1024_lanes_rocev2() {
     let s = workload(
         "jumbo",
-        &["--workers", "4", "--tensor-elements", "8192", "--chunk-elements", "1024", "--carriage", "rocev2", "--rounds", "2"],
+        &[
+            "--workers",
+            "4",
+            "--tensor-elements",
+            "8192",
+            "--chunk-elements",
+            "1024",
+            "--carriage",
+            "rocev2",
+            "--rounds",
+            "2",
+        ],
     );
     assert_eq!(s["drops"]["multi_segment"], 0);
     assert_eq!(s["aggregation"]["completed"], 16);
@@ -181,10 +244,26 @@ fn rules_naks_timeouts_spoofing_and_two_tenants() {
 #[test]
 fn two_concurrent_collectives_from_the_generator() {
     let dir = scratch("tenants");
-    let d1 = pktgen(&dir.join("a"), &["--workers", "4", "--tensor-elements", "2048", "--collective-id", "1", "--shuffle", "--drop", "0.1"]);
+    let d1 = pktgen(
+        &dir.join("a"),
+        &["--workers", "4", "--tensor-elements", "2048", "--collective-id", "1", "--shuffle", "--drop", "0.1"],
+    );
     let d2 = pktgen(
         &dir.join("b"),
-        &["--workers", "4", "--tensor-elements", "1024", "--collective-id", "2", "--dtype", "bf16", "--seed", "7", "--duplicate", "0.2"],
+        &[
+            "--workers",
+            "4",
+            "--tensor-elements",
+            "1024",
+            "--collective-id",
+            "2",
+            "--dtype",
+            "bf16",
+            "--seed",
+            "7",
+            "--duplicate",
+            "0.2",
+        ],
     );
     // One config with both collectives: the first's file plus the second's [[collective]].
     let c1 = std::fs::read_to_string(d1.join("appliance.toml")).unwrap();

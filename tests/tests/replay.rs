@@ -173,9 +173,9 @@ fn lcore_that_eal_does_not_run_is_refused() {
 }
 
 #[test]
-fn default_config_runs_out_of_the_box() {
+fn l2_forward_config_runs_out_of_the_box() {
     let root = root();
-    let dir = scratch("default");
+    let dir = scratch("l2-default");
     // Run from a scratch copy so the repository's out/ is untouched.
     std::fs::create_dir_all(dir.join("samples")).unwrap();
     std::fs::copy(
@@ -183,13 +183,43 @@ fn default_config_runs_out_of_the_box() {
         dir.join("samples/nccl_ring_allreduce_rocev2.pcap"),
     )
     .unwrap();
-    let run = run_dpu(&dir, &root.join("conf/default.toml"), &[]);
+    let run = run_dpu(&dir, &root.join("conf/l2-forward.toml"), &[]);
     run.assert_ok();
     let p0 = read_pcap(&dir.join("out/p0.pcap"));
     let p1 = read_pcap(&dir.join("out/p1.pcap"));
     assert_eq!(p0.len() + p1.len(), 275);
     assert!(p1.iter().all(|f| f[..6] == [0xfa, 0x16, 0x3e, 0xa3, 0x16, 0x62]));
     assert!(run.stdout().contains("final stats"));
+}
+
+/// The main job: `make run`'s workload through conf/default.toml, verified by the checker; and
+/// the default config's collective is exactly the one the generator writes for that workload.
+#[test]
+fn default_config_aggregates_the_make_run_workload() {
+    let root = root();
+    let dir = scratch("default");
+    let script = std::fs::read_to_string(root.join("tools/run-allreduce.sh")).unwrap();
+    let args_line =
+        script.lines().skip_while(|l| !l.starts_with("PKTGEN_ARGS=(")).take(2).collect::<Vec<_>>().join(" ");
+    let inner = &args_line[args_line.find('(').unwrap() + 1..args_line.rfind(')').unwrap()];
+    let args: Vec<&str> = inner.split_whitespace().collect();
+    functional_tests::grad::pktgen(&dir.join("out/allreduce"), &args);
+    let generated = std::fs::read_to_string(dir.join("out/allreduce/appliance.toml")).unwrap();
+    let default = std::fs::read_to_string(root.join("conf/default.toml")).unwrap();
+    let coll = |t: &str| -> toml::Value { toml::from_str::<toml::Value>(t).unwrap()["collective"].clone() };
+    assert_eq!(coll(&generated), coll(&default), "conf/default.toml's collective drifted from the make-run workload");
+    let run = run_dpu(&dir, &root.join("conf/default.toml"), &[]);
+    run.assert_ok();
+    let s = run.stats();
+    assert_eq!(s["aggregation"]["completed"], 512, "256 slots x 2 rounds");
+    assert_eq!(s["aggregation"]["results"], 2048);
+    let conf = root.join("conf/default.toml");
+    let (ok, text) = functional_tests::grad::gradcheck(
+        &conf,
+        &[&dir.join("out/allreduce/input.pcap")],
+        &[&dir.join("out/allreduce/results.pcap")],
+    );
+    assert!(ok, "{text}");
 }
 
 #[test]

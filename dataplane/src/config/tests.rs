@@ -26,8 +26,8 @@ fn shipped_configs_load() {
 }
 
 #[test]
-fn default_config_values() {
-    let l = load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../conf/default.toml")).unwrap();
+fn l2_forward_config_values() {
+    let l = load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../conf/l2-forward.toml")).unwrap();
     assert_eq!(l.config.ports.len(), 2);
     assert_eq!(l.config.ports[0].device_name(), "net_pcap0");
     assert_eq!(
