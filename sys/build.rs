@@ -75,6 +75,7 @@ fn main() {
         .allowlist_type("rte_ether_.*")
         .allowlist_var("RTE_.*")
         .allowlist_var("SOCKET_ID_ANY")
+        .allowlist_var("RING_F_.*")
         .blocklist_item("per_lcore_.*")
         .opaque_type("rte_arp_(hdr|ipv4)")
         .no_debug("rte_flow_item_gtp_psc")

@@ -346,6 +346,15 @@ fn run_with_eal(
     let drain_tsc = hz / 1_000_000 * cfg.dataplane.tx_drain_us.max(1);
     let results: Vec<Arc<Mutex<Option<Datapath>>>> = lcores.iter().map(|_| Arc::new(Mutex::new(None))).collect();
     worker::QUIT.store(false, std::sync::atomic::Ordering::Relaxed);
+    worker::STOPPED_RX.store(0, std::sync::atomic::Ordering::SeqCst);
+    // One hand-off ring per worker when several share the collectives (software steering).
+    let rings: Vec<crate::dpdk::ring::Ring> = if lcores.len() > 1 && !loaded.collectives.is_empty() {
+        (0..lcores.len())
+            .map(|w| crate::dpdk::ring::Ring::new(&format!("dpu_handoff{w}"), 8192))
+            .collect::<Result<_, _>>()?
+    } else {
+        Vec::new()
+    };
     let on_panic: Arc<dyn Fn() + Send + Sync> = Arc::new(worker::request_quit);
     let mut handles = Vec::new();
     let started = Instant::now();
@@ -366,15 +375,19 @@ fn run_with_eal(
                 if loaded.collectives.is_empty() {
                     dp
                 } else {
-                    dp.with_aggregator(crate::agg::Aggregator::new(
+                    dp.with_aggregator(crate::agg::Aggregator::for_worker(
                         &loaded.collectives,
                         port_addrs.clone(),
                         cfg.dataplane.gradient_udp_port,
                         cfg.dataplane.appliance_qpn,
+                        wi as u16,
+                        lcores.len() as u16,
                     ))
                 }
             },
             pool,
+            rings: rings.clone(),
+            index: wi,
         };
         let slot = results[wi].clone();
         let h = lcore::launch(

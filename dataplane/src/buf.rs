@@ -52,6 +52,13 @@ pub trait PacketIo {
     /// Number of ports: valid egress ports are `0..ports()`.
     fn ports(&self) -> u16;
 
+    /// Hands `buf` to worker `worker`, which owns its state (the software steering of gradient
+    /// packets between cores). Gives the buffer back when that worker's ring is full.
+    fn hand_off(&mut self, worker: u16, buf: Self::Buf) -> Result<(), Self::Buf> {
+        let _ = worker;
+        Err(buf)
+    }
+
     /// A new frame holding a copy of `src`'s bytes; `None` when the pool is exhausted.
     fn copy_of(&mut self, src: &[u8]) -> Option<Self::Buf> {
         let mut b = self.alloc()?;
@@ -154,12 +161,14 @@ pub struct VecIo {
     pub sent: Vec<(u16, Vec<u8>)>,
     /// How many more allocations succeed (`None`: unlimited), to test pool exhaustion.
     pub alloc_budget: Option<usize>,
+    /// Frames handed to other workers: (worker, frame bytes).
+    pub handed_off: Vec<(u16, Vec<u8>)>,
 }
 
 impl VecIo {
     /// An I/O with `nb_ports` ports and unlimited allocation.
     pub fn new(nb_ports: u16) -> Self {
-        VecIo { nb_ports, sent: Vec::new(), alloc_budget: None }
+        VecIo { nb_ports, sent: Vec::new(), alloc_budget: None, handed_off: Vec::new() }
     }
 }
 
@@ -179,6 +188,10 @@ impl PacketIo for VecIo {
     }
     fn ports(&self) -> u16 {
         self.nb_ports
+    }
+    fn hand_off(&mut self, worker: u16, buf: VecBuf) -> Result<(), VecBuf> {
+        self.handed_off.push((worker, buf.data().to_vec()));
+        Ok(())
     }
 }
 

@@ -56,6 +56,15 @@ impl Datapath {
         };
         if let Some(agg) = self.agg.as_mut() {
             if agg.wants(&p, in_port) {
+                let owner = agg.owner(&p);
+                if owner != agg.me() {
+                    // Software steering: the collective's state lives on another worker.
+                    match io.hand_off(owner, pkt) {
+                        Ok(()) => agg.counters.handed_off += 1,
+                        Err(_) => self.counters.drop(Reason::HandOffFull),
+                    }
+                    return;
+                }
                 let now = pkt.rx_timestamp_us().unwrap_or(now_us);
                 agg.process(io, in_port, pkt, &p, now, &mut self.counters);
                 return;

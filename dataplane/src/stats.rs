@@ -45,6 +45,8 @@ pub enum Reason {
     NoMbuf,
     /// The tx queue stayed full: the packet could not be sent.
     TxFull,
+    /// The ring to the worker owning the packet's collective was full.
+    HandOffFull,
     /// A gradient packet with the RESULT or NAK flag on input (spec rule 5; no NAK).
     GradFlags,
     /// Gradient: unknown collective (NAK reason 1).
@@ -69,7 +71,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in counter order.
-    pub const ALL: [Reason; 27] = [
+    pub const ALL: [Reason; 28] = [
         Reason::Runt,
         Reason::VlanDepth,
         Reason::MalformedIpv4,
@@ -87,6 +89,7 @@ impl Reason {
         Reason::TtlExpired,
         Reason::NoMbuf,
         Reason::TxFull,
+        Reason::HandOffFull,
         Reason::GradFlags,
         Reason::GradUnknownCollective,
         Reason::GradBadVersion,
@@ -121,6 +124,7 @@ impl Reason {
             Reason::TtlExpired => "ttl_expired",
             Reason::NoMbuf => "no_mbuf",
             Reason::TxFull => "tx_full",
+            Reason::HandOffFull => "hand_off_full",
             Reason::GradFlags => "grad_result_or_nak_input",
             Reason::GradUnknownCollective => "grad_unknown_collective",
             Reason::GradBadVersion => "grad_bad_version",

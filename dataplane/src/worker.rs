@@ -5,10 +5,11 @@
 use crate::buf::PacketIo;
 use crate::datapath::Datapath;
 use crate::dpdk::mbuf::free_bulk;
+use crate::dpdk::ring::Ring;
 use crate::dpdk::{rdtsc, Mbuf, Mempool};
 use crate::stats::Reason;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Largest rx burst (packets).
 pub const MAX_BURST: usize = 512;
@@ -20,6 +21,10 @@ const TX_RETRIES: u32 = 8;
 /// Set to make every worker stop: by SIGINT/SIGTERM, a worker's panic, the end of a replay or
 /// of `--duration`.
 pub static QUIT: AtomicBool = AtomicBool::new(false);
+
+/// Workers that have stopped polling their rx queues (the second phase of a stop: then no more
+/// hand-offs can happen, and each worker drains its ring once more).
+pub static STOPPED_RX: AtomicUsize = AtomicUsize::new(0);
 
 /// True once a stop was requested.
 #[inline(always)]
@@ -62,6 +67,10 @@ pub struct Worker {
     pub datapath: Datapath,
     /// The pool new frames (copies) come from.
     pub pool: Mempool,
+    /// Every worker's hand-off ring, by worker index (empty with one worker).
+    pub rings: Vec<Ring>,
+    /// This worker's index.
+    pub index: usize,
 }
 
 /// Buffered transmission on every port: the worker's [`PacketIo`].
@@ -73,6 +82,7 @@ struct TxIo {
     pool: Mempool,
     /// Packets dropped because a tx queue stayed full.
     tx_full: u64,
+    rings: Vec<Ring>,
 }
 
 impl TxIo {
@@ -133,6 +143,14 @@ impl PacketIo for TxIo {
     fn ports(&self) -> u16 {
         self.lens.len() as u16
     }
+
+    #[inline]
+    fn hand_off(&mut self, worker: u16, buf: Mbuf) -> Result<(), Mbuf> {
+        match self.rings.get(worker as usize) {
+            Some(r) => r.push(buf),
+            None => Err(buf),
+        }
+    }
 }
 
 impl Worker {
@@ -147,7 +165,14 @@ impl Worker {
             queue: self.tx_queue,
             pool: self.pool,
             tx_full: 0,
+            rings: self.rings.clone(),
         };
+        // DPDK port id -> port index, for packets handed over by another worker.
+        let mut port_index = vec![0u16; 1 + *self.port_ids.iter().max().unwrap_or(&0) as usize];
+        for (i, id) in self.port_ids.iter().enumerate() {
+            port_index[*id as usize] = i as u16;
+        }
+        let workers = self.rings.len();
         let burst = self.burst.min(MAX_BURST);
         let mut pkts: [*mut dpdk_sys::rte_mbuf; MAX_BURST] = [std::ptr::null_mut(); MAX_BURST];
         let mut last_drain = rdtsc();
@@ -172,10 +197,46 @@ impl Worker {
                     self.datapath.process(&mut io, rxq.port, m, now_us);
                 }
             }
+            self.drain_ring(&mut io, &mut pkts[..burst], &port_index, now_us);
+        }
+        if workers > 1 {
+            // Second phase of the stop: once every worker has stopped rx, nothing more is handed
+            // over; drain what was.
+            STOPPED_RX.fetch_add(1, Ordering::SeqCst);
+            loop {
+                let all_stopped = STOPPED_RX.load(Ordering::SeqCst) >= workers;
+                let now_us = rdtsc() / self.tsc_per_us;
+                let n = self.drain_ring(&mut io, &mut pkts[..burst], &port_index, now_us);
+                if all_stopped && n == 0 {
+                    break;
+                }
+            }
         }
         io.flush_all();
         self.datapath.counters.drop_n(Reason::TxFull, io.tx_full);
         self.datapath
+    }
+}
+
+impl Worker {
+    /// Processes what other workers handed to this one; returns how many.
+    #[inline]
+    fn drain_ring(
+        &mut self,
+        io: &mut TxIo,
+        pkts: &mut [*mut dpdk_sys::rte_mbuf],
+        port_index: &[u16],
+        now_us: u64,
+    ) -> usize {
+        let Some(ring) = self.rings.get(self.index).copied() else { return 0 };
+        let n = ring.pop_burst(pkts);
+        for p in pkts.iter().take(n) {
+            // SAFETY: the ring handed us ownership of a valid mbuf.
+            let m = unsafe { Mbuf::from_raw(NonNull::new_unchecked(*p)) };
+            let port = port_index.get(m.port() as usize).copied().unwrap_or(0);
+            self.datapath.process(io, port, m, now_us);
+        }
+        n
     }
 }
 

@@ -273,3 +273,92 @@ fn two_concurrent_collectives_from_the_generator() {
     let s = replay_and_check(&dir, &conf, &[d1.join("input.pcap"), d2.join("input.pcap")]);
     assert_eq!(s["aggregation"]["completed"], 8 + 4);
 }
+
+/// Two worker lcores (mapped onto the 2 CPUs), two ports, two collectives: every slot's
+/// contributions arrive half on port 0 (polled by worker 1) and half on port 1 (worker 2), so
+/// each worker hands the other's collective over its ring. Results stay exact.
+#[test]
+fn two_workers_with_contributions_split_across_ports() {
+    let dir = scratch("multicore");
+    // One round each: the two ports' files are read concurrently, so a later round from one
+    // file could overtake an earlier one from the other (real workers wait for the result).
+    let d1 = pktgen(&dir.join("a"), &["--workers", "4", "--tensor-elements", "4096", "--collective-id", "1", "--shuffle"]);
+    let d2 = pktgen(
+        &dir.join("b"),
+        &["--workers", "4", "--tensor-elements", "2048", "--collective-id", "2", "--dtype", "f32", "--non-deterministic"],
+    );
+    // Split every input by rank: ranks 0-1 arrive on port 0, ranks 2-3 on port 1.
+    let mut by_port: [Vec<(u64, Vec<u8>)>; 2] = [Vec::new(), Vec::new()];
+    for d in [&d1, &d2] {
+        let f = std::fs::File::open(d.join("input.pcap")).unwrap();
+        let mut r = pcap_file::pcap::PcapReader::new(f).unwrap();
+        while let Some(p) = r.next_packet() {
+            let p = p.unwrap();
+            let rank = p.data[11] as usize; // source MAC 02:00:00:00:01:rr
+            by_port[rank / 2].push((p.timestamp.as_micros() as u64, p.data.into_owned()));
+        }
+    }
+    for v in by_port.iter_mut() {
+        v.sort_by_key(|(t, _)| *t);
+    }
+    let (in0, in1) = (dir.join("in0.pcap"), dir.join("in1.pcap"));
+    write_pcap_at(&in0, &by_port[0]);
+    write_pcap_at(&in1, &by_port[1]);
+    // The config: both collectives, members 2-3 reached through port 1.
+    let body = |d: &Path| {
+        let t = std::fs::read_to_string(d.join("appliance.toml")).unwrap();
+        t[t.find("[[collective]]").unwrap()..].to_string()
+    };
+    let colls = format!("{}\n{}", body(&d1), body(&d2))
+        .replace("rank = 2\n", "rank = 2\nport = 1\n")
+        .replace("rank = 3\n", "rank = 3\nport = 1\n");
+    let text = format!(
+        r#"[eal]
+args = ["--no-huge", "-m", "512", "--no-pci", "--no-shconf", "--lcores", "0@0,1@0,2@1", "--log-level", "*:error"]
+[[port]]
+name = "p0"
+vdev = "net_null0"
+mac = "02:00:00:00:00:fe"
+ipv4 = "10.0.0.254"
+[[port]]
+name = "p1"
+vdev = "net_null1"
+mac = "02:00:00:00:00:fd"
+ipv4 = "10.0.0.254"
+[[lcore]]
+id = 1
+rx = [{{ port = 0, queue = 0 }}]
+[[lcore]]
+id = 2
+rx = [{{ port = 1, queue = 0 }}]
+{colls}"#
+    );
+    let conf = write_config(&dir, "c.toml", &text);
+    let (o0, o1) = (dir.join("out0.pcap"), dir.join("out1.pcap"));
+    let run = run_dpu(
+        &dir,
+        &conf,
+        &[
+            format!("--rx=0={}", in0.display()),
+            format!("--rx=1={}", in1.display()),
+            format!("--tx=0={}", o0.display()),
+            format!("--tx=1={}", o1.display()),
+        ],
+    );
+    run.assert_ok();
+    let s = run.stats();
+    assert_eq!(s["workers"], 2);
+    assert_eq!(s["aggregation"]["completed"], 16 + 8);
+    assert_eq!(s["drops"]["hand_off_full"], 0);
+    // Half of each collective's contributions arrive at the worker that does not own it.
+    assert_eq!(s["aggregation"]["handed_off"], (16 + 8) * 4 / 2);
+    assert_eq!(s["mbufs_in_use_after"], 0);
+    // Results to ranks 0-1 leave on port 0, to ranks 2-3 on port 1.
+    for (i, o) in [&o0, &o1].iter().enumerate() {
+        let frames = read_pcap(o);
+        assert_eq!(frames.len(), (16 + 8) * 2, "port {i}");
+        assert!(frames.iter().all(|f| f[5] as usize / 2 == i), "port {i} only reaches its members");
+    }
+    let (ok, text) = gradcheck(&conf, &[&in0, &in1], &[&o0, &o1]);
+    assert!(ok, "{text}");
+}

@@ -57,6 +57,8 @@ pub struct AggCounters {
     pub slot_timeouts: u64,
     /// Bytes of gradient payload folded.
     pub payload_bytes: u64,
+    /// Packets handed to the worker owning their collective (software steering).
+    pub handed_off: u64,
 }
 
 impl AggCounters {
@@ -70,6 +72,7 @@ impl AggCounters {
         self.naks_suppressed += o.naks_suppressed;
         self.slot_timeouts += o.slot_timeouts;
         self.payload_bytes += o.payload_bytes;
+        self.handed_off += o.handed_off;
     }
 }
 
@@ -110,6 +113,20 @@ impl CollState {
         }
     }
 
+    /// The state of a collective another worker owns: its spec only, no slot memory.
+    fn unowned(spec: Collective) -> CollState {
+        CollState {
+            slots: Vec::new(),
+            bitmaps: Vec::new(),
+            words: 0,
+            acc: Vec::new(),
+            result: Vec::new(),
+            ranks: Vec::new(),
+            psn: Vec::new(),
+            spec,
+        }
+    }
+
     /// Lanes of slot `s` (the tensor's last chunk may be shorter).
     fn lanes(&self, s: usize) -> usize {
         let chunk = self.spec.chunk_elements as u64;
@@ -137,6 +154,10 @@ pub struct Aggregator {
     appliance_qpn: u32,
     kernels: Kernels,
     naks: nak::NakLimiter,
+    /// This worker's index and the number of workers: collective `i` is owned by worker
+    /// `i % workers` (its slots and PSN counters live there only).
+    me: u16,
+    workers: u16,
     /// The aggregator's counters.
     pub counters: AggCounters,
 }
@@ -145,12 +166,39 @@ impl Aggregator {
     /// An aggregator for `collectives`, answering from `ports`' addresses. Allocates every slot
     /// now (spec section 3).
     pub fn new(collectives: &[Collective], ports: Vec<PortAddr>, gradient_udp_port: u16, appliance_qpn: u32) -> Self {
+        Self::for_worker(collectives, ports, gradient_udp_port, appliance_qpn, 0, 1)
+    }
+
+    /// The aggregator of worker `me` of `workers`: it allocates the slots of the collectives it
+    /// owns (collective `i` belongs to worker `i % workers`); packets of the others are handed
+    /// to their owner ([`Aggregator::owner`]).
+    pub fn for_worker(
+        collectives: &[Collective],
+        ports: Vec<PortAddr>,
+        gradient_udp_port: u16,
+        appliance_qpn: u32,
+        me: u16,
+        workers: u16,
+    ) -> Self {
         let mut index = vec![0u16; 1 << 16];
         for (i, c) in collectives.iter().enumerate() {
             index[c.id as usize] = i as u16 + 1;
         }
+        let workers = workers.max(1);
         Aggregator {
-            colls: collectives.iter().cloned().map(CollState::new).collect(),
+            colls: collectives
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    if i as u16 % workers == me {
+                        CollState::new(c.clone())
+                    } else {
+                        CollState::unowned(c.clone())
+                    }
+                })
+                .collect(),
+            me,
+            workers,
             index,
             ports,
             gradient_udp_port,
@@ -179,6 +227,22 @@ impl Aggregator {
             a.ipv4.is_none_or(|ip| p.ip_dst() == ip)
         } else {
             a.ipv6.is_none_or(|ip| p.ip_dst() == ip)
+        }
+    }
+
+    /// This worker's index.
+    #[inline]
+    pub fn me(&self) -> u16 {
+        self.me
+    }
+
+    /// The worker that owns `p`'s collective (this one for unknown collectives: it answers
+    /// with the NAK).
+    #[inline]
+    pub fn owner(&self, p: &Parsed) -> u16 {
+        match self.index[p.grad_collective_id as usize] {
+            0 => self.me,
+            i => (i - 1) % self.workers,
         }
     }
 

@@ -8,6 +8,7 @@ pub mod lcore;
 pub mod mbuf;
 pub mod mempool;
 pub mod port;
+pub mod ring;
 
 pub use eal::Eal;
 pub use mbuf::Mbuf;

@@ -1,0 +1,56 @@
+//! Rings of mbufs between lcores (`rte_ring`): the software hand-off of packets to the worker
+//! that owns their state.
+
+use super::{DpdkError, Mbuf};
+use std::ffi::CString;
+use std::ptr::NonNull;
+
+/// A multi-producer, single-consumer ring of mbuf pointers. Lives as long as the process.
+#[derive(Debug, Clone, Copy)]
+pub struct Ring {
+    raw: NonNull<dpdk_sys::rte_ring>,
+}
+
+// SAFETY: rte_ring is lock-free and safe for concurrent producers; the single consumer is the
+// worker that owns the ring (by construction in the appliance).
+unsafe impl Send for Ring {}
+// SAFETY: as above.
+unsafe impl Sync for Ring {}
+
+impl Ring {
+    /// Creates a ring of `count` slots (a power of two; holds `count - 1` mbufs) named `name`.
+    pub fn new(name: &str, count: u32) -> Result<Ring, DpdkError> {
+        let c = CString::new(name).expect("ring names hold no NUL");
+        // SAFETY: valid name; flags select single-consumer dequeue.
+        let raw = unsafe { dpdk_sys::rte_ring_create(c.as_ptr(), count, -1, dpdk_sys::RING_F_SC_DEQ) };
+        NonNull::new(raw)
+            .map(|raw| Ring { raw })
+            .ok_or_else(|| DpdkError::from_errno(format!("rte_ring_create({name}, {count})")))
+    }
+
+    /// Enqueues one mbuf; gives it back when the ring is full.
+    #[inline]
+    pub fn push(&self, m: Mbuf) -> Result<(), Mbuf> {
+        let p = m.into_raw();
+        let objs = [p as *mut std::ffi::c_void];
+        // SAFETY: one valid pointer; on success the ring owns the mbuf.
+        let n = unsafe { dpdk_sys::shim_ring_enqueue_burst(self.raw.as_ptr(), objs.as_ptr(), 1) };
+        if n == 1 {
+            Ok(())
+        } else {
+            // SAFETY: the ring did not take it: we still own it.
+            Err(unsafe { Mbuf::from_raw(NonNull::new_unchecked(p)) })
+        }
+    }
+
+    /// Dequeues up to `out.len()` mbufs into `out`; returns how many. Only the owning worker
+    /// calls this.
+    #[inline]
+    pub fn pop_burst(&self, out: &mut [*mut dpdk_sys::rte_mbuf]) -> usize {
+        // SAFETY: out has room for out.len() pointers; single consumer.
+        unsafe {
+            dpdk_sys::shim_ring_dequeue_burst(self.raw.as_ptr(), out.as_mut_ptr() as *mut *mut std::ffi::c_void, out.len() as u32)
+                as usize
+        }
+    }
+}
