@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/dpu
 CONFIG ?= conf/default.toml
 
-.PHONY: all build run test bench deps fuzz fmt clippy clean
+.PHONY: all build run test bench deps fuzz fuzz-ci fuzz-tools fmt clippy clean
 
 all: build
 
@@ -31,6 +31,28 @@ test: build
 bench: build
 	$(CARGO) bench -p dataplane --no-default-features --bench packet_core -- --noplot
 	python3 tools/bench/run.py
+
+# Fuzzing (fuzz/, a cargo-fuzz crate outside the workspace): every target for FUZZ_SECONDS
+# each, starting from the committed seeds (fuzz/seeds/<target>/) plus whatever earlier runs
+# added to fuzz/corpus/<target>/. libFuzzer needs nightly flags; RUSTC_BOOTSTRAP=1 lets the
+# stable toolchain accept them. A crash stops the run and leaves its input in fuzz/artifacts/.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := parse pipeline
+
+fuzz-tools:
+	@command -v cargo-fuzz >/dev/null 2>&1 || $(CARGO) install cargo-fuzz --locked || $(CARGO) install cargo-fuzz
+
+fuzz: fuzz-tools
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		mkdir -p fuzz/corpus/$$t; cp fuzz/seeds/$$t/* fuzz/corpus/$$t/; \
+		echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
+		(cd fuzz && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t corpus/$$t -- \
+			-max_total_time=$(FUZZ_SECONDS) -print_final_stats=1); \
+	done
+
+# The CI's bounded run.
+fuzz-ci:
+	$(MAKE) fuzz FUZZ_SECONDS=30
 
 fmt:
 	$(CARGO) fmt --all

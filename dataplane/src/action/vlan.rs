@@ -60,9 +60,14 @@ pub fn pop<B: PacketBuf>(buf: &mut B, p: &mut Parsed) {
     f.copy_within(0..12, HEADER_LEN);
     buf.adj(HEADER_LEN);
     if p.has(Layers::VLAN_INNER) {
+        // The inner tag becomes the outer one, with its own TPID (0x8100 or 0x88a8); the inner
+        // fields are zero again, as for any absent layer.
+        let f = buf.data();
+        p.vlan_outer_tpid = u16::from_be_bytes([f[12], f[13]]);
         p.vid_outer = p.vid_inner;
         p.pcp_outer = p.pcp_inner;
-        p.vlan_outer_tpid = TPID_8021Q;
+        p.vid_inner = 0;
+        p.pcp_inner = 0;
         p.layers.remove(Layers::VLAN_INNER);
     } else {
         p.layers.remove(Layers::VLAN_OUTER);
@@ -83,4 +88,64 @@ pub fn set_vid(frame: &mut [u8], p: &mut Parsed, vid: u16) {
     let tci = u16::from_be_bytes([frame[14], frame[15]]);
     frame[14..16].copy_from_slice(&((tci & 0xf000) | (vid & 0x0fff)).to_be_bytes());
     p.vid_outer = vid & 0x0fff;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buf::VecBuf;
+    use crate::parse::parse;
+    use crate::wire::vlan::TPID_8021AD;
+
+    /// 02:..:02 <- 02:..:01, an S-tag (VID 100) over a C-tag (VID 200) or two S-tags, then a
+    /// 4-byte non-IP payload.
+    fn double_tagged(inner_tpid: u16) -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+        f.extend_from_slice(&TPID_8021AD.to_be_bytes());
+        f.extend_from_slice(&(0x2000u16 | 100).to_be_bytes());
+        f.extend_from_slice(&inner_tpid.to_be_bytes());
+        f.extend_from_slice(&(0xa000u16 | 200).to_be_bytes());
+        f.extend_from_slice(&[0x88, 0xb5, 1, 2, 3, 4]);
+        f
+    }
+
+    /// After each pop, the Parsed the action keeps is what parsing the frame gives (found by
+    /// fuzzing: the inner tag's VID and PCP stayed set after it was gone, and an 802.1ad inner
+    /// tag became the outer one with TPID 0x8100).
+    #[test]
+    fn pop_keeps_the_parse_current() {
+        for inner in [TPID_8021Q, TPID_8021AD] {
+            let mut buf = VecBuf::from_frame(&double_tagged(inner));
+            let mut p = parse(buf.data(), 0).unwrap();
+            assert_eq!(p.vlan_tags(), 2);
+            pop(&mut buf, &mut p);
+            assert_eq!(p, parse(buf.data(), 0).unwrap());
+            assert_eq!(
+                (p.vlan_outer_tpid, p.vid_outer, p.pcp_outer),
+                (inner, 200, 5)
+            );
+            pop(&mut buf, &mut p);
+            assert_eq!(p, parse(buf.data(), 0).unwrap());
+            assert_eq!(p.vlan_tags(), 0);
+            assert_eq!(
+                buf.data(),
+                &[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x88, 0xb5, 1, 2, 3, 4]
+            );
+            pop(&mut buf, &mut p);
+            assert_eq!(p, parse(buf.data(), 0).unwrap());
+        }
+    }
+
+    #[test]
+    fn push_then_pop_round_trips() {
+        let frame = double_tagged(TPID_8021Q);
+        let mut buf = VecBuf::from_frame(&frame);
+        let mut p = parse(buf.data(), 0).unwrap();
+        pop(&mut buf, &mut p);
+        push(&mut buf, &mut p, 7).unwrap();
+        assert_eq!(p, parse(buf.data(), 0).unwrap());
+        assert_eq!(push(&mut buf, &mut p, 8), Err(Reason::VlanDepth));
+        set_vid(buf.data_mut(), &mut p, 9);
+        assert_eq!(p, parse(buf.data(), 0).unwrap());
+    }
 }
