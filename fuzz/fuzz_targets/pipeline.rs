@@ -197,7 +197,7 @@ fuzz_target!(|data: &[u8]| {
 fn check(dp: &mut Datapath, pipeline: &mut Pipeline, in_port: u16, frame: &[u8]) {
     dp.counters = Counters::new(PORTS);
     let mut io = VecIo::new(PORTS);
-    dp.process(&mut io, in_port, VecBuf::from_frame(frame));
+    dp.process(&mut io, in_port, VecBuf::from_frame(frame), 0);
 
     // Ports, lengths and counters.
     let c = &dp.counters;
