@@ -282,10 +282,21 @@ fn two_workers_with_contributions_split_across_ports() {
     let dir = scratch("multicore");
     // One round each: the two ports' files are read concurrently, so a later round from one
     // file could overtake an earlier one from the other (real workers wait for the result).
-    let d1 = pktgen(&dir.join("a"), &["--workers", "4", "--tensor-elements", "4096", "--collective-id", "1", "--shuffle"]);
+    let d1 =
+        pktgen(&dir.join("a"), &["--workers", "4", "--tensor-elements", "4096", "--collective-id", "1", "--shuffle"]);
     let d2 = pktgen(
         &dir.join("b"),
-        &["--workers", "4", "--tensor-elements", "2048", "--collective-id", "2", "--dtype", "f32", "--non-deterministic"],
+        &[
+            "--workers",
+            "4",
+            "--tensor-elements",
+            "2048",
+            "--collective-id",
+            "2",
+            "--dtype",
+            "f32",
+            "--non-deterministic",
+        ],
     );
     // Split every input by rank: ranks 0-1 arrive on port 0, ranks 2-3 on port 1.
     let mut by_port: [Vec<(u64, Vec<u8>)>; 2] = [Vec::new(), Vec::new()];

@@ -120,17 +120,11 @@ mod tests {
             assert_eq!(p.vlan_tags(), 2);
             pop(&mut buf, &mut p);
             assert_eq!(p, parse(buf.data(), 0).unwrap());
-            assert_eq!(
-                (p.vlan_outer_tpid, p.vid_outer, p.pcp_outer),
-                (inner, 200, 5)
-            );
+            assert_eq!((p.vlan_outer_tpid, p.vid_outer, p.pcp_outer), (inner, 200, 5));
             pop(&mut buf, &mut p);
             assert_eq!(p, parse(buf.data(), 0).unwrap());
             assert_eq!(p.vlan_tags(), 0);
-            assert_eq!(
-                buf.data(),
-                &[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x88, 0xb5, 1, 2, 3, 4]
-            );
+            assert_eq!(buf.data(), &[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x88, 0xb5, 1, 2, 3, 4]);
             pop(&mut buf, &mut p);
             assert_eq!(p, parse(buf.data(), 0).unwrap());
         }

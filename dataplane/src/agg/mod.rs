@@ -189,13 +189,15 @@ impl Aggregator {
             colls: collectives
                 .iter()
                 .enumerate()
-                .map(|(i, c)| {
-                    if i as u16 % workers == me {
-                        CollState::new(c.clone())
-                    } else {
-                        CollState::unowned(c.clone())
-                    }
-                })
+                .map(
+                    |(i, c)| {
+                        if i as u16 % workers == me {
+                            CollState::new(c.clone())
+                        } else {
+                            CollState::unowned(c.clone())
+                        }
+                    },
+                )
                 .collect(),
             me,
             workers,

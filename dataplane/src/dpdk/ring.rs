@@ -49,8 +49,11 @@ impl Ring {
     pub fn pop_burst(&self, out: &mut [*mut dpdk_sys::rte_mbuf]) -> usize {
         // SAFETY: out has room for out.len() pointers; single consumer.
         unsafe {
-            dpdk_sys::shim_ring_dequeue_burst(self.raw.as_ptr(), out.as_mut_ptr() as *mut *mut std::ffi::c_void, out.len() as u32)
-                as usize
+            dpdk_sys::shim_ring_dequeue_burst(
+                self.raw.as_ptr(),
+                out.as_mut_ptr() as *mut *mut std::ffi::c_void,
+                out.len() as u32,
+            ) as usize
         }
     }
 }

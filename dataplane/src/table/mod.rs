@@ -270,6 +270,9 @@ impl Table {
     /// Looks a packet up; returns the hit entry's index, or `None` on a miss.
     #[inline(always)]
     pub fn lookup(&self, p: &Parsed, ingress_port: u16) -> Option<usize> {
+        if self.actions.is_empty() {
+            return None;
+        }
         let mut key = Key { len: self.key_len as u8, bytes: [0; KEY_MAX] };
         for kf in &self.key {
             let w = kf.field.width();
