@@ -105,6 +105,8 @@ pub struct Summary {
     pub aggregation: crate::agg::AggCounters,
     /// Configured collectives.
     pub collectives: usize,
+    /// ARP replies and neighbour advertisements sent for the appliance's addresses.
+    pub neighbor_replies: u64,
 }
 
 /// A port as it will be probed: its EAL device argument and replay files.
@@ -371,7 +373,8 @@ fn run_with_eal(
             drain_tsc,
             tsc_per_us: (hz / 1_000_000).max(1),
             datapath: {
-                let dp = Datapath::new(loaded.pipeline.clone(), ports.len() as u16, cfg.dataplane.gradient_udp_port);
+                let dp = Datapath::new(loaded.pipeline.clone(), ports.len() as u16, cfg.dataplane.gradient_udp_port)
+                    .with_local_addresses(port_addrs.clone());
                 if loaded.collectives.is_empty() {
                     dp
                 } else {
@@ -485,6 +488,7 @@ fn run_with_eal(
         workers: lcores.len(),
         aggregation: agg,
         collectives: loaded.collectives.len(),
+        neighbor_replies: total.neighbor_replies,
     };
     Ok(summary)
 }
@@ -556,6 +560,9 @@ impl Summary {
         }
         let drops: Vec<String> = self.drops.iter().filter(|(_, n)| **n > 0).map(|(k, n)| format!("{k}={n}")).collect();
         let _ = writeln!(s, "drops: {}", if drops.is_empty() { "none".to_string() } else { drops.join(" ") });
+        if self.neighbor_replies > 0 {
+            let _ = writeln!(s, "ARP replies and neighbour advertisements sent: {}", self.neighbor_replies);
+        }
         for t in &self.tables {
             let which = t.entry.map(|e| format!("entry {e}")).unwrap_or_else(|| "miss".to_string());
             let _ = writeln!(

@@ -4,9 +4,9 @@
 //! and the tests (heap buffers) run the same code.
 
 use crate::action::Egress;
-use crate::agg::Aggregator;
+use crate::agg::{Aggregator, PortAddr};
 use crate::buf::{PacketBuf, PacketIo};
-use crate::parse::{parse, Parsed};
+use crate::parse::{parse, Layers, Parsed};
 use crate::stats::{Counters, Reason};
 use crate::table::Pipeline;
 
@@ -19,6 +19,8 @@ pub struct Datapath {
     pub counters: Counters,
     /// The aggregator, when collectives are configured.
     pub agg: Option<Aggregator>,
+    /// The appliance's own addresses per port (ARP and neighbour discovery are answered for them).
+    pub local: Vec<PortAddr>,
     ports: u16,
     gradient_udp_port: u16,
 }
@@ -27,7 +29,14 @@ impl Datapath {
     /// A datapath over `ports` ports running `pipeline`; `gradient_udp_port` is the UDP port of
     /// the gradient protocol's UDP carriage (spec section 1).
     pub fn new(pipeline: Pipeline, ports: u16, gradient_udp_port: u16) -> Self {
-        Datapath { pipeline, counters: Counters::new(ports), agg: None, ports, gradient_udp_port }
+        Datapath { pipeline, counters: Counters::new(ports), agg: None, local: Vec::new(), ports, gradient_udp_port }
+    }
+
+    /// Sets the appliance's own addresses per port: ARP requests and IPv6 neighbour
+    /// solicitations for them are answered.
+    pub fn with_local_addresses(mut self, local: Vec<PortAddr>) -> Self {
+        self.local = local;
+        self
     }
 
     /// Adds an aggregator: gradient packets addressed to the appliance go to it instead of the
@@ -54,6 +63,15 @@ impl Datapath {
                 return;
             }
         };
+        if p.has(Layers::ARP) || (p.has(Layers::IPV6) && p.ip_proto == crate::wire::ndp::NEXT_HEADER_ICMPV6) {
+            if let Some(addr) = self.local.get(in_port as usize) {
+                if crate::neighbor::answer(&mut pkt, &p, addr) {
+                    self.counters.neighbor_replies += 1;
+                    self.send(io, in_port, pkt);
+                    return;
+                }
+            }
+        }
         if let Some(agg) = self.agg.as_mut() {
             if agg.wants(&p, in_port) {
                 let owner = agg.owner(&p);

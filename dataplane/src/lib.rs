@@ -19,6 +19,7 @@ pub mod agg;
 pub mod buf;
 pub mod config;
 pub mod datapath;
+pub mod neighbor;
 pub mod parse;
 pub mod pcapfile;
 pub mod stats;

@@ -186,12 +186,18 @@ pub struct Counters {
     pub ports: Vec<PortCounters>,
     /// Drops, indexed by `Reason as usize`.
     pub drops: [u64; Reason::COUNT],
+    /// ARP replies and neighbour advertisements sent for the appliance's own addresses.
+    pub neighbor_replies: u64,
 }
 
 impl Counters {
     /// Zeroed counters for `ports` ports.
     pub fn new(ports: u16) -> Self {
-        Counters { ports: vec![PortCounters::default(); ports as usize], drops: [0; Reason::COUNT] }
+        Counters {
+            ports: vec![PortCounters::default(); ports as usize],
+            drops: [0; Reason::COUNT],
+            neighbor_replies: 0,
+        }
     }
 
     /// Counts a received packet of `len` bytes on `port`.
@@ -245,6 +251,7 @@ impl Counters {
         for (a, b) in self.drops.iter_mut().zip(&o.drops) {
             *a += b;
         }
+        self.neighbor_replies += o.neighbor_replies;
     }
 
     /// Drops by reason name, only the non-zero ones.

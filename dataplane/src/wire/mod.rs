@@ -14,6 +14,7 @@ pub mod gradient;
 pub mod icrc;
 pub mod ipv4;
 pub mod ipv6;
+pub mod ndp;
 pub mod udp;
 pub mod vlan;
 

@@ -1,0 +1,88 @@
+//! IPv6 Neighbor Discovery (RFC 4861 sections 4.3, 4.4) over ICMPv6 (RFC 4443): Neighbor
+//! Solicitation and Advertisement with the link-layer address options, and the ICMPv6
+//! checksum (over the IPv6 pseudo-header, RFC 8200 section 8.1).
+
+use super::checksum;
+use super::EthernetAddress;
+
+/// IPv6 next header of ICMPv6.
+pub const NEXT_HEADER_ICMPV6: u8 = 58;
+/// ICMPv6 type of a Neighbor Solicitation.
+pub const TYPE_NS: u8 = 135;
+/// ICMPv6 type of a Neighbor Advertisement.
+pub const TYPE_NA: u8 = 136;
+/// Length of an NS or NA without options (bytes): type, code, checksum, flags/reserved, target.
+pub const BODY_LEN: usize = 24;
+/// Length of a link-layer address option for Ethernet (bytes).
+pub const LLADDR_OPT_LEN: usize = 8;
+/// NA flags: Solicited.
+pub const FLAG_SOLICITED: u8 = 0x40;
+/// NA flags: Override.
+pub const FLAG_OVERRIDE: u8 = 0x20;
+
+/// A Neighbor Solicitation's target address, if `icmp` (the ICMPv6 message, to the end of the
+/// IPv6 payload) is a well-formed NS (code 0, at least 24 bytes). The hop-limit-255 rule is the
+/// caller's (it has the IP header).
+pub fn solicitation_target(icmp: &[u8]) -> Option<[u8; 16]> {
+    if icmp.len() < BODY_LEN || icmp[0] != TYPE_NS || icmp[1] != 0 {
+        return None;
+    }
+    let mut t = [0u8; 16];
+    t.copy_from_slice(&icmp[8..24]);
+    Some(t)
+}
+
+/// Writes a Neighbor Advertisement for `target` with the target link-layer address option
+/// (`mac`) into `buf` (at least 32 bytes), checksummed for `src` -> `dst`. Returns its length.
+pub fn emit_advertisement(
+    buf: &mut [u8],
+    target: &[u8; 16],
+    mac: EthernetAddress,
+    solicited: bool,
+    src: &[u8; 16],
+    dst: &[u8; 16],
+) -> usize {
+    let len = BODY_LEN + LLADDR_OPT_LEN;
+    let b = &mut buf[..len];
+    b.fill(0);
+    b[0] = TYPE_NA;
+    b[4] = FLAG_OVERRIDE | if solicited { FLAG_SOLICITED } else { 0 };
+    b[8..24].copy_from_slice(target);
+    b[24] = 2; // option: target link-layer address
+    b[25] = 1; // length in units of 8 bytes
+    b[26..32].copy_from_slice(&mac.0);
+    let ph = checksum::pseudo_header_v6(src, dst, NEXT_HEADER_ICMPV6, len as u32);
+    let ck = !checksum::combine(ph, checksum::sum(b));
+    b[2..4].copy_from_slice(&ck.to_be_bytes());
+    len
+}
+
+/// True if the ICMPv6 checksum of `icmp` from `src` to `dst` verifies.
+pub fn checksum_ok(icmp: &[u8], src: &[u8; 16], dst: &[u8; 16]) -> bool {
+    let ph = checksum::pseudo_header_v6(src, dst, NEXT_HEADER_ICMPV6, icmp.len() as u32);
+    checksum::combine(ph, checksum::sum(icmp)) == 0xffff
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advertisement_checksums_and_parses_back() {
+        let mut src = [0u8; 16];
+        src[0] = 0xfd;
+        src[15] = 0xfe;
+        let mut dst = src;
+        dst[15] = 1;
+        let mut buf = [0u8; 64];
+        let n = emit_advertisement(&mut buf, &src, "02:00:00:00:00:fe".parse().unwrap(), true, &src, &dst);
+        assert_eq!(n, 32);
+        assert!(checksum_ok(&buf[..n], &src, &dst));
+        assert_eq!(buf[4], 0x60);
+        assert_eq!(solicitation_target(&buf[..n]), None, "an NA is not an NS");
+        let mut ns = buf;
+        ns[0] = TYPE_NS;
+        assert_eq!(solicitation_target(&ns[..n]), Some(src));
+        assert_eq!(solicitation_target(&ns[..20]), None);
+    }
+}
