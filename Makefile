@@ -30,7 +30,9 @@ test: build
 # BENCH_SECONDS and BENCH_REPS (default 5 and 3) set the length of the DPDK runs.
 bench: build
 	$(CARGO) bench -p dataplane --no-default-features --bench packet_core -- --noplot
+	$(CARGO) bench -p dataplane --no-default-features --bench aggregation -- --noplot
 	python3 tools/bench/run.py
+	python3 tools/bench/agg.py
 
 # Fuzzing (fuzz/, a cargo-fuzz crate outside the workspace): every target for FUZZ_SECONDS
 # each, starting from the committed seeds (fuzz/seeds/<target>/) plus whatever earlier runs

@@ -1,0 +1,327 @@
+#!/usr/bin/env python3
+"""`make bench`, aggregation rows: the dpu's gradient aggregation beside dpdk-testpmd io.
+
+    tools/bench/agg.py [--seconds 2] [--reps 3] [--no-callgrind]   (callgrind only with AGG_CALLGRIND=1)
+
+Cases: 4 and 16 workers x 256 and 1024 f32 lanes per chunk (1 KiB and 4 KiB payloads) x the
+UDP and RoCEv2 carriages. Inputs come from `pktgen allreduce` (64 slots, one round), written
+with configs into target/bench/agg/.
+
+1. Steady state (rule 3 resends), through DPDK: port 0 is net_pcap with infinite_rx=1 replaying
+   the capture, port 1 net_null without rx; the members' `port = 1`, so every result leaves on
+   the null port, as testpmd io forwards port 0 -> 1. One worker lcore on CPU 1. After the first
+   pass every contribution is for a round its slot already completed: the appliance answers each
+   with the kept result, unicast (spec rule 3). One contribution in, one result out, no fold.
+   Per (carriage, lanes) the runs alternate testpmd io on the same capture (the same frames) and
+   the dpu with 4 then 16 workers, REPS x SECONDS. Checked per run: no drops, results + resends
+   == contributions received (1:1), and port 1 sent as many frames.
+   Rates: testpmd, the mean of its per-second Rx-pps on port 0 (first sample left out); the dpu,
+   port 0's workers.rx_packets / seconds. Gbit/s and elements/s count the payload only
+   (lanes x 4 bytes per contribution).
+2. The folding path (criterion, dataplane/benches/aggregation.rs, run by make bench before
+   this script): every contribution folded, every completion replicated to N members, in memory.
+3. Instructions per packet (valgrind --tool=callgrind over the dpu, AVX2 path), differencing two
+   runs to cancel EAL start-up and shutdown: steady state with --duration 3 and 9 (packets from
+   the stats JSON), and the fold path with finite captures of R1 and R2 rounds (no infinite_rx;
+   every contribution folded, N results per completion).
+
+Output: stdout, and appended to target/bench/results.md.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT = os.path.join(ROOT, "target", "bench", "agg")
+DPU = os.path.join(ROOT, "target", "release", "dpu")
+PKTGEN = os.path.join(ROOT, "target", "release", "pktgen")
+EAL = ["--no-huge", "-m", "1024", "--no-pci", "--no-shconf", "--lcores", "0@0,1@1",
+       "--log-level", "*:warning"]
+WORKERS = (4, 16)
+LANES = (256, 1024)
+CARRIAGES = ("udp", "rocev2")
+SLOTS = 64
+GOALS = {"udp": 0.8, "rocev2": 0.6}
+CRIT_SLOTS, CRIT_ROUNDS = 16, 8  # dataplane/benches/aggregation.rs
+
+
+def name(carriage, n, lanes, tag="inf"):
+    return f"{carriage}-{n}w-{lanes}l-{tag}"
+
+
+def config(src, pcap, dst, infinite, mbufs):
+    """The pktgen config with the bench's two ports: pcap in (port 0), null out (port 1)."""
+    with open(src) as f:
+        t = f.read()
+    t = re.sub(r"\[\[port\]\].*?(?=\n\[\[collective\]\])", "", t, flags=re.S)
+    t = t.replace('"-m", "512"', '"-m", "1024"')
+    room = "" if "data_room" in t else "data_room = 9344\n"
+    t = t.replace("[mempool]\n", f"[mempool]\nmbufs = {mbufs}\ncache = 256\n{room}", 1)
+    addr = 'mac = "02:00:00:00:00:fe"\nipv4 = "10.0.0.254"\nipv6 = "fd00::fe"\n'
+    inf = ",infinite_rx=1" if infinite else ""
+    ports = (f'[[port]]\nname = "in"\nvdev = "net_pcap0,rx_pcap={pcap}{inf}"\n{addr}\n'
+             f'[[port]]\nname = "out"\nvdev = "net_null0,no-rx=1"\n{addr}\n'
+             "[[lcore]]\nid = 1\nrx = [{ port = 0, queue = 0 }]\n\n")
+    t = t.replace("[[collective]]", ports + "[[collective]]", 1)
+    t = t.replace("[[collective.member]]\n", "[[collective.member]]\nport = 1\n")
+    with open(dst, "w") as f:
+        f.write(t)
+
+
+def gen(carriage, n, lanes, rounds=1, slots=SLOTS, tag="inf"):
+    d = os.path.join(OUT, name(carriage, n, lanes, tag))
+    pcap = os.path.join(d, "input.pcap")
+    conf = os.path.join(d, "bench.toml")
+    if not (os.path.exists(conf) and os.path.getmtime(conf) >= os.path.getmtime(PKTGEN)):
+        subprocess.run([PKTGEN, "allreduce", "--out", d, "--workers", str(n), "--chunk-elements",
+                        str(lanes), "--tensor-elements", str(slots * lanes), "--carriage",
+                        carriage, "--rounds", str(rounds)], check=True, stdout=subprocess.DEVNULL)
+        config(os.path.join(d, "appliance.toml"), pcap, conf, tag == "inf",
+               32767 if tag == "inf" else 4095)
+    return pcap, conf
+
+
+def check(s, what):
+    a = s["aggregation"]
+    rx = s["ports"][0]["workers"]["rx_packets"]
+    out = a["results"] + a["resends"]
+    tx = s["ports"][1]["ethdev"]["opackets"]
+    dropped = {k: v for k, v in s["drops"].items() if v}
+    if dropped or a["naks"] or abs(rx - out) > 64 or abs(out - tx) > 4096:
+        sys.exit(f"agg.py: {what}: {rx} contributions in, {a['results']} results + "
+                 f"{a['resends']} resends, {tx} sent, naks {a['naks']}, drops {dropped}: "
+                 "expected one frame out per contribution in, no drops")
+    return rx, a
+
+
+def run_dpu(conf, seconds, tag):
+    stats = os.path.join(OUT, f"stats-{tag}.json")
+    r = subprocess.run([DPU, "-q", "-c", conf, "--duration", str(seconds), "--stats-json", stats],
+                       cwd=ROOT, capture_output=True, text=True, timeout=seconds + 60)
+    if r.returncode != 0:
+        sys.exit(f"agg.py: dpu {tag} failed ({r.returncode}): {r.stderr.strip()}")
+    with open(stats) as f:
+        s = json.load(f)
+    rx, _ = check(s, tag)
+    return rx / s["seconds"] / 1e6
+
+
+def run_testpmd(pcap, seconds):
+    cmd = ["dpdk-testpmd", *EAL, "--vdev", f"net_pcap0,rx_pcap={pcap},infinite_rx=1",
+           "--vdev", "net_null0,no-rx=1", "--", "--nb-cores=1", "--forward-mode=io",
+           "--total-num-mbufs=32768", "--mbuf-size=9344", "--max-pkt-len=9000",
+           "--no-flush-rx", "--stats-period", "1"]
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL, text=True)
+    samples, port, log = [], None, []
+    deadline = time.monotonic() + seconds + 60
+    for line in p.stdout:
+        log.append(line)
+        m = re.search(r"NIC statistics for port (\d+)", line)
+        if m:
+            port = int(m.group(1))
+        m = re.search(r"Rx-pps:\s+(\d+)", line)
+        if m and port == 0:
+            samples.append(int(m.group(1)))
+            if len([x for x in samples if x > 0]) >= seconds + 1:
+                break
+        if time.monotonic() > deadline:
+            break
+    p.send_signal(signal.SIGINT)
+    try:
+        p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+    live = [x for x in samples if x > 0][1:]
+    if not live:
+        sys.exit("agg.py: testpmd gave no forwarding stats:\n" + "".join(log[-30:]))
+    return statistics.mean(live) / 1e6
+
+
+def callgrind(conf, extra, tag):
+    """(instructions, stats) of one dpu run under callgrind."""
+    out = os.path.join(OUT, f"callgrind-{tag}.out")
+    stats = os.path.join(OUT, f"stats-cg-{tag}.json")
+    r = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", DPU, "-q",
+                        "-c", conf, "--stats-json", stats, *extra], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        sys.exit(f"agg.py: callgrind {tag} failed: {r.stderr[-2000:]}")
+    m = re.search(r"Collected\s*:\s*(\d+)", r.stderr)
+    with open(stats) as f:
+        s = json.load(f)
+    return int(m.group(1)), s
+
+
+def ipp_steady(carriage, n, lanes):
+    _, conf = gen(carriage, n, lanes)
+    i1, s1 = callgrind(conf, ["--duration", "3"], f"{name(carriage, n, lanes)}-a")
+    i2, s2 = callgrind(conf, ["--duration", "9"], f"{name(carriage, n, lanes)}-b")
+    p1, _ = check(s1, "callgrind")
+    p2, _ = check(s2, "callgrind")
+    return (i2 - i1) / (p2 - p1), p2 - p1
+
+
+def ipp_fold(carriage, n, lanes, r1=4, r2=12):
+    ins, pk = [], []
+    for r in (r1, r2):
+        _, conf = gen(carriage, n, lanes, rounds=r, slots=16, tag=f"fold{r}")
+        i, s = callgrind(conf, [], f"{name(carriage, n, lanes)}-fold{r}")
+        rx, a = check(s, "callgrind fold")
+        if a["folded"] != rx or a["resends"]:
+            sys.exit(f"agg.py: fold run {r} rounds: {rx} in, {a['folded']} folded")
+        ins.append(i)
+        pk.append(rx)
+    return (ins[1] - ins[0]) / (pk[1] - pk[0]), pk[1] - pk[0]
+
+
+def criterion_rows():
+    base = os.path.join(ROOT, "target", "criterion", "aggregation")
+    rows = []
+    for carriage in CARRIAGES:
+        for lanes in LANES:
+            for n in WORKERS:
+                est = os.path.join(base, f"{carriage}_{lanes}lanes", f"{n}workers", "new",
+                                   "estimates.json")
+                if not os.path.exists(est):
+                    continue
+                with open(est) as f:
+                    e = json.load(f)
+                per = n * CRIT_SLOTS * CRIT_ROUNDS
+                med = e["median"]["point_estimate"] / per
+                lo = e["median"]["confidence_interval"]["lower_bound"] / per
+                hi = e["median"]["confidence_interval"]["upper_bound"] / per
+                mpps = 1e3 / med
+                rows.append(f"| {carriage} | {n} | {lanes} ({lanes * 4} B) | {med:.0f} "
+                            f"[{lo:.0f}-{hi:.0f}] | {mpps:.2f} | {mpps * lanes * 32 / 1e3:.1f} | "
+                            f"{mpps * lanes / 1e3:.2f} G |")
+    return rows
+
+
+def lscpu():
+    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    get = lambda k: next((l.split(":", 1)[1].strip() for l in out.splitlines()
+                          if l.startswith(k + ":")), "?")
+    return f"{get('Model name')}, {get('CPU(s)')} CPUs ({get('Hypervisor vendor')} guest)"
+
+
+def fmt(xs, k=1.0, d=2):
+    return f"{statistics.median(xs) * k:.{d}f} [{min(xs) * k:.{d}f}-{max(xs) * k:.{d}f}]"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=int, default=int(os.environ.get("AGG_SECONDS", 2)))
+    ap.add_argument("--reps", type=int, default=int(os.environ.get("AGG_REPS", 3)))
+    ap.add_argument("--no-callgrind", action="store_true",
+                    default=os.environ.get("AGG_CALLGRIND", "0") != "1")
+    a = ap.parse_args()
+    for exe in (DPU, PKTGEN):
+        if not os.path.exists(exe):
+            sys.exit(f"agg.py: {exe} is missing: cargo build --release first")
+    os.makedirs(OUT, exist_ok=True)
+    load = os.getloadavg()[0]
+    res = {}
+    for carriage in CARRIAGES:
+        for lanes in LANES:
+            pcaps = {n: gen(carriage, n, lanes) for n in WORKERS}
+            for rep in range(a.reps):
+                tp = run_testpmd(pcaps[4][0], a.seconds)
+                res.setdefault((carriage, lanes, "testpmd"), []).append(tp)
+                msg = [f"testpmd {tp:.2f}"]
+                for n in WORKERS:
+                    r = run_dpu(pcaps[n][1], a.seconds, name(carriage, n, lanes))
+                    res.setdefault((carriage, lanes, n), []).append(r)
+                    msg.append(f"dpu {n}w {r:.2f}")
+                print(f"agg.py: {carriage} {lanes} lanes run {rep + 1}/{a.reps}: "
+                      f"{', '.join(msg)} Mpps", file=sys.stderr, flush=True)
+    cg = {}
+    if not a.no_callgrind:
+        for carriage in CARRIAGES:
+            cg[("steady", carriage)] = ipp_steady(carriage, 4, 1024)
+            cg[("fold", carriage)] = ipp_fold(carriage, 4, 1024)
+            print(f"agg.py: callgrind {carriage}: steady {cg[('steady', carriage)][0]:.0f}, "
+                  f"fold {cg[('fold', carriage)][0]:.0f} instructions/packet",
+                  file=sys.stderr, flush=True)
+
+    frame = {}
+    for carriage in CARRIAGES:
+        for lanes in LANES:
+            with open(os.path.join(OUT, name(carriage, 4, lanes), "input.pcap"), "rb") as f:
+                f.seek(24 + 8)
+                frame[(carriage, lanes)] = int.from_bytes(f.read(4), "little")
+    lines = [
+        "",
+        "### Aggregation",
+        "",
+        f"Machine: {lscpu()}; {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}; "
+        f"load average {load:.1f} at start.",
+        "",
+        "Steady state (rule 3 resends): net_pcap infinite_rx replaying one round of a pktgen "
+        "AllReduce (64 slots x N workers, f32 sum) -> the dpu (one worker lcore) -> net_null; "
+        "after the first pass every contribution is for a completed round and is answered with "
+        "its kept result, unicast: one frame in, one out, no folding. testpmd io forwards the "
+        f"same capture (4 workers) 0 -> 1. {a.reps} x {a.seconds} s per row, alternating. "
+        "Payload Gbit/s and elements/s count lanes x 4 B per contribution.",
+        "",
+        "| carriage | workers | lanes (frame) | Mpps median [min-max] | payload Gbit/s | "
+        "elements/s | ratio to testpmd | goal |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    verdicts = []
+    for carriage in CARRIAGES:
+        for lanes in LANES:
+            tp = statistics.median(res[(carriage, lanes, "testpmd")])
+            for n in WORKERS:
+                xs = res[(carriage, lanes, n)]
+                r = statistics.median(xs) / tp
+                goal = GOALS[carriage]
+                ok = "met" if r >= goal else "NOT met"
+                verdicts.append(r >= goal)
+                lines.append(f"| {carriage} | {n} | {lanes} ({frame[(carriage, lanes)]} B) | "
+                             f"{fmt(xs)} | {fmt(xs, lanes * 32 / 1e3, 1)} | "
+                             f"{statistics.median(xs) * lanes / 1e3:.2f} G | {r:.2f} | "
+                             f">= {goal}: {ok} |")
+            xs = res[(carriage, lanes, "testpmd")]
+            lines.append(f"| {carriage}, dpdk-testpmd io | - | {lanes} "
+                         f"({frame[(carriage, lanes)]} B) | {fmt(xs)} | "
+                         f"{fmt(xs, lanes * 32 / 1e3, 1)} | - | 1.00 | |")
+    lines += ["", f"Goals (>= {GOALS['udp']} of testpmd on UDP, >= {GOALS['rocev2']} on RoCEv2): "
+              f"{sum(verdicts)} of {len(verdicts)} rows met."]
+    rows = criterion_rows()
+    if rows:
+        lines += ["", "Folding path (criterion, `dataplane/benches/aggregation.rs`, no DPDK: "
+                  f"{CRIT_SLOTS} slots x {CRIT_ROUNDS} fresh rounds per iteration, every "
+                  "contribution copied into a pooled buffer, parsed, validated and folded, every "
+                  "completion replicated to the N members; median [95% CI]):", "",
+                  "| carriage | workers | lanes | ns/contribution | Mpps | payload Gbit/s | "
+                  "elements/s |", "|---|---|---|---|---|---|---|", *rows]
+    if cg:
+        lines += ["", "Instructions per packet (callgrind, dpu binary, AVX2 path; 4 workers, "
+                  "1024 lanes; the difference of two runs divided by the difference of their "
+                  "packet counts, so EAL start-up cancels; includes net_pcap rx copy and "
+                  "net_null tx):", "",
+                  "| carriage | steady state (resend) | fold path (finite capture, "
+                  "16 slots, 4 vs 12 rounds) |", "|---|---|---|"]
+        for carriage in CARRIAGES:
+            s, sp = cg[("steady", carriage)]
+            f_, fp = cg[("fold", carriage)]
+            lines.append(f"| {carriage} | {s:.0f} (over {sp} packets) | "
+                         f"{f_:.0f} (over {fp} contributions) |")
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(ROOT, "target", "bench", "results.md"), "a") as f:
+        f.write(text)
+    print(text, end="")
+
+
+if __name__ == "__main__":
+    main()
