@@ -186,7 +186,13 @@ impl Case {
                         ttl: 64,
                         src_port: if roce { 50000 + rank as u16 } else { m.udp_port },
                         dst_port: if roce { 4791 } else { 49374 },
-                        roce: roce.then_some(Roce { dest_qp: 1, psn: psn[rank], pkey: 0xffff, qkey: m.qkey, src_qp: m.qpn }),
+                        roce: roce.then_some(Roce {
+                            dest_qp: 1,
+                            psn: psn[rank],
+                            pkey: 0xffff,
+                            qkey: m.qkey,
+                            src_qp: m.qpn,
+                        }),
                         header: GradientRepr {
                             version: 1,
                             flags: 0,

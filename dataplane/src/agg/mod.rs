@@ -92,6 +92,9 @@ struct CollState {
     ranks: Vec<u8>,
     /// Per-member RoCEv2 PSN counters (section 6).
     psn: Vec<u32>,
+    /// Per slot: the kept result's checksum sum and CRC, computed once at completion and
+    /// reused for every copy and every resend.
+    sums: Vec<build::PayloadSums>,
 }
 
 impl CollState {
@@ -109,6 +112,7 @@ impl CollState {
             result: vec![0; slots * chunk * size],
             ranks: if spec.deterministic { vec![0; slots * n * chunk * size] } else { Vec::new() },
             psn: vec![0; n],
+            sums: vec![build::PayloadSums::of(&[], 0); slots],
             spec,
         }
     }
@@ -123,6 +127,7 @@ impl CollState {
             result: Vec::new(),
             ranks: Vec::new(),
             psn: Vec::new(),
+            sums: Vec::new(),
             spec,
         }
     }
@@ -425,6 +430,11 @@ impl Aggregator {
         let size = st.spec.dtype.size();
         let chunk = st.spec.chunk_elements as usize;
         let payload = &st.result[s * chunk * size..s * chunk * size + lanes * size];
+        if only.is_none() {
+            let pad = if st.spec.carriage == Carriage::Rocev2 { (4 - (20 + payload.len()) % 4) % 4 } else { 0 };
+            st.sums[s] = build::PayloadSums::of(payload, pad);
+        }
+        let sums = &st.sums[s];
         let header = GradientRepr {
             version: 1,
             flags: Flags::RESULT,
@@ -467,7 +477,7 @@ impl Aggregator {
                 roce,
                 header,
             };
-            if send_frame(io, m.port, &spec, payload, counters) {
+            if send_frame(io, m.port, &spec, payload, Some(sums), counters) {
                 if only.is_none() {
                     self.counters.results += 1;
                 }
@@ -539,7 +549,7 @@ impl Aggregator {
             }),
             header,
         };
-        if send_frame(io, in_port, &spec, &[], counters) {
+        if send_frame(io, in_port, &spec, &[], None, counters) {
             self.counters.naks += 1;
         }
     }
@@ -547,13 +557,20 @@ impl Aggregator {
 
 /// Builds `spec` with `payload` into a new mbuf and sends it on `port`. False (counted
 /// `no_mbuf`) without an mbuf large enough.
-fn send_frame<I: PacketIo>(io: &mut I, port: u16, spec: &FrameSpec, payload: &[u8], counters: &mut Counters) -> bool {
+fn send_frame<I: PacketIo>(
+    io: &mut I,
+    port: u16,
+    spec: &FrameSpec,
+    payload: &[u8],
+    sums: Option<&build::PayloadSums>,
+    counters: &mut Counters,
+) -> bool {
     let len = spec.frame_len(payload.len());
     let Some(mut b) = io.alloc() else {
         counters.drop(Reason::NoMbuf);
         return false;
     };
-    if !b.append(len) || build::build(spec, payload, b.data_mut()).is_err() {
+    if !b.append(len) || build::build_with(spec, payload, sums, b.data_mut()).is_err() {
         counters.drop(Reason::NoMbuf);
         return false;
     }

@@ -6,6 +6,7 @@
 //! contributions with it. Nothing allocates: the frame is written into a caller's buffer.
 
 use super::bth::{self, BthRepr, DethHeader};
+use super::checksum;
 use super::error::WireError;
 use super::gradient::{GradientRepr, HEADER_LEN as GRAD_LEN};
 use super::icrc::{self, ICRC_LEN};
@@ -141,6 +142,41 @@ impl FrameSpec {
 /// [`WireError::Truncated`] if `buf` is shorter than [`FrameSpec::frame_len`];
 /// [`WireError::BadLength`] if the address families differ or the datagram exceeds 65535 bytes.
 pub fn build(spec: &FrameSpec, payload: &[u8], buf: &mut [u8]) -> Result<usize, WireError> {
+    build_with(spec, payload, None, buf)
+}
+
+/// What one payload contributes to the checksums of every frame that carries it: computed once
+/// ([`PayloadSums::of`]) and reused for each copy of a result (and for resends), so that the
+/// payload is read once per result instead of once per copy.
+#[derive(Debug, Clone)]
+pub struct PayloadSums {
+    /// The ones'-complement sum of the payload (RFC 1071), native to a 16-bit-aligned position.
+    pub sum: u16,
+    /// The CRC-32 state over the payload and its RoCEv2 pad (`pad` zero bytes).
+    pub crc: crc32fast::Hasher,
+    /// The pad the CRC covers.
+    pub pad: usize,
+}
+
+impl PayloadSums {
+    /// The sums of `payload`, followed by `pad` zero bytes for the CRC.
+    pub fn of(payload: &[u8], pad: usize) -> PayloadSums {
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(payload);
+        crc.update(&[0u8; 3][..pad.min(3)]);
+        PayloadSums { sum: checksum::sum(payload), crc, pad }
+    }
+}
+
+/// As [`build`], with the payload's checksum contributions computed beforehand (`pre`, for this
+/// payload and this spec's pad): the payload is copied but not read again. The payload starts at
+/// an even offset of the UDP datagram, so its sum adds in as it is.
+pub fn build_with(
+    spec: &FrameSpec,
+    payload: &[u8],
+    pre: Option<&PayloadSums>,
+    buf: &mut [u8],
+) -> Result<usize, WireError> {
     let len = spec.frame_len(payload.len());
     if buf.len() < len {
         return Err(WireError::Truncated);
@@ -220,21 +256,44 @@ pub fn build(spec: &FrameSpec, payload: &[u8], buf: &mut [u8]) -> Result<usize, 
     let pad = spec.pad(payload.len());
     f[g + GRAD_LEN + payload.len()..g + GRAD_LEN + payload.len() + pad].fill(0);
     let datagram_end = len;
+    let pay = g + GRAD_LEN; // where the payload starts
+    let pre = pre.filter(|p| p.pad == pad);
+    // The UDP checksum over the datagram from `l4` to `end`, reusing the payload's sum.
+    let udp_sum = |f: &[u8], pseudo: u16, end: usize| -> u16 {
+        match pre {
+            Some(p) => {
+                let head = checksum::sum(&f[l4..pay]);
+                let tail = checksum::sum(&f[pay + payload.len()..end]);
+                checksum::combine(checksum::combine(pseudo, head), checksum::combine(p.sum, tail))
+            }
+            None => checksum::combine(pseudo, checksum::sum(&f[l4..end])),
+        }
+    };
+    let nonzero = |ck: u16| if ck == 0 { 0xffff } else { ck };
+    if spec.roce.is_some() {
+        f[l4 + 6..l4 + 8].fill(0);
+        match pre {
+            Some(p) => {
+                let head = icrc::head_hasher(&f[l3..pay], l4 - l3)?;
+                let crc = icrc::combine(head, &p.crc);
+                f[datagram_end - ICRC_LEN..datagram_end].copy_from_slice(&crc.to_le_bytes());
+            }
+            None => icrc::fill(&mut f[l3..datagram_end], l4 - l3)?,
+        }
+    }
     match (spec.roce.is_some(), spec.src_ip, spec.dst_ip) {
-        (false, IpAddr::V4(s), IpAddr::V4(d)) => {
-            UdpPacket::new_checked(&mut f[l4..])?.fill_checksum_v4(s, d);
-        }
-        (false, IpAddr::V6(s), IpAddr::V6(d)) => {
-            UdpPacket::new_checked(&mut f[l4..])?.fill_checksum_v6(&s, &d);
-        }
-        (true, IpAddr::V4(_), _) => {
+        (true, IpAddr::V4(_), IpAddr::V4(_)) => {}
+        (_, IpAddr::V4(s), IpAddr::V4(d)) => {
             f[l4 + 6..l4 + 8].fill(0);
-            icrc::fill(&mut f[l3..datagram_end], l4 - l3)?;
+            let ph = checksum::pseudo_header_v4(s, d, 17, udp_len as u16);
+            let ck = nonzero(!udp_sum(f, ph, datagram_end));
+            f[l4 + 6..l4 + 8].copy_from_slice(&ck.to_be_bytes());
         }
-        (true, IpAddr::V6(s), IpAddr::V6(d)) => {
+        (_, IpAddr::V6(s), IpAddr::V6(d)) => {
             f[l4 + 6..l4 + 8].fill(0);
-            icrc::fill(&mut f[l3..datagram_end], l4 - l3)?;
-            UdpPacket::new_checked(&mut f[l4..])?.fill_checksum_v6(&s, &d);
+            let ph = checksum::pseudo_header_v6(&s, &d, 17, udp_len as u32);
+            let ck = nonzero(!udp_sum(f, ph, datagram_end));
+            f[l4 + 6..l4 + 8].copy_from_slice(&ck.to_be_bytes());
         }
         _ => return Err(WireError::BadLength),
     }
@@ -312,6 +371,25 @@ mod tests {
                     if let Some(v) = vlan {
                         assert_eq!(p.vid_outer, v);
                     }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn precomputed_payload_sums_give_the_same_frames() {
+        for v6 in [false, true] {
+            for roce in [false, true] {
+                for n in [2usize, 6, 8, 1024] {
+                    let payload: Vec<u8> = (0..n).map(|i| (i * 37 + 11) as u8).collect();
+                    let mut s = spec(v6, roce, Some(5));
+                    s.header.data_length = n as u32;
+                    let mut a = vec![0u8; s.frame_len(n)];
+                    let mut b = a.clone();
+                    build(&s, &payload, &mut a).unwrap();
+                    let pre = PayloadSums::of(&payload, s.pad(n));
+                    build_with(&s, &payload, Some(&pre), &mut b).unwrap();
+                    assert_eq!(a, b, "v6 {v6} roce {roce} n {n}");
                 }
             }
         }
