@@ -37,14 +37,19 @@ pub fn sum(data: &[u8]) -> u16 {
         let (s, carry) = t.overflowing_add(*a);
         s + carry as u64
     });
+    // The tail (0..15 bytes): whole 32-bit words, then 1..3 bytes padded with zeros at the end,
+    // without a variable-length copy.
     let rest = chunks.remainder();
-    if !rest.is_empty() {
-        let mut tail = [0u8; 16];
-        tail[..rest.len()].copy_from_slice(rest);
-        for w in tail.chunks_exact(4) {
-            let (s, carry) = total.overflowing_add(u32::from_ne_bytes([w[0], w[1], w[2], w[3]]) as u64);
-            total = s + carry as u64;
-        }
+    let mut words = rest.chunks_exact(4);
+    for w in &mut words {
+        let (s, carry) = total.overflowing_add(u32::from_ne_bytes([w[0], w[1], w[2], w[3]]) as u64);
+        total = s + carry as u64;
+    }
+    let r = words.remainder();
+    if !r.is_empty() {
+        let b = |i: usize| r.get(i).copied().unwrap_or(0);
+        let (s, carry) = total.overflowing_add(u32::from_ne_bytes([b(0), b(1), b(2), 0]) as u64);
+        total = s + carry as u64;
     }
     let native = fold64(total);
     u16::from_be(native)
