@@ -151,7 +151,7 @@ fn dec_ttl_drops_at_one() {
 #[test]
 fn vlan_push_pop_set() {
     let plain = frames("c02_ipv4_options.pcap")[0].clone();
-    let out = run(&mut with_actions("push_vlan(100); forward(1)", ""), &[plain.clone()]);
+    let out = run(&mut with_actions("push_vlan(100); forward(1)", ""), std::slice::from_ref(&plain));
     let o = &out[0].1;
     assert_eq!(o.len(), plain.len() + 4);
     assert_eq!(&o[12..16], &[0x81, 0x00, 0x00, 100]);
@@ -161,13 +161,16 @@ fn vlan_push_pop_set() {
     assert_eq!((p.vid_outer, p.l3_offset), (100, 18));
 
     // Push then pop is the identity; push twice stacks (outer first); a third is refused.
-    let out = run(&mut with_actions("push_vlan(7); pop_vlan; forward(1)", ""), &[plain.clone()]);
+    let out = run(&mut with_actions("push_vlan(7); pop_vlan; forward(1)", ""), std::slice::from_ref(&plain));
     assert_eq!(out[0].1, plain);
-    let out = run(&mut with_actions("push_vlan(10); push_vlan(20); set_vlan(30); forward(1)", ""), &[plain.clone()]);
+    let out = run(
+        &mut with_actions("push_vlan(10); push_vlan(20); set_vlan(30); forward(1)", ""),
+        std::slice::from_ref(&plain),
+    );
     let p = parse(&out[0].1, 49374).unwrap();
     assert_eq!((p.vid_outer, p.vid_inner, p.l3_offset), (30, 10, 22));
     let mut dp = with_actions("push_vlan(1); push_vlan(2); push_vlan(3); forward(1)", "");
-    assert!(run(&mut dp, &[plain.clone()]).is_empty());
+    assert!(run(&mut dp, std::slice::from_ref(&plain)).is_empty());
     assert_eq!(dp.counters.dropped(Reason::VlanDepth), 1);
 
     // c09: pop the outer tag of a QinQ frame: the inner tag becomes the only one.

@@ -352,7 +352,7 @@ impl Aggregator {
         let size = spec.dtype.size() as u64;
         let dl = g.data_length() as u64;
         let present = p.grad_payload_len as u64;
-        if dl % size != 0 || dl > present || (carriage == Carriage::Udp && present != dl) {
+        if !dl.is_multiple_of(size) || dl > present || (carriage == Carriage::Udp && present != dl) {
             return Err((Reason::GradBadLength, Some(6)));
         }
         let count = dl / size;
@@ -360,7 +360,7 @@ impl Aggregator {
         let chunk = spec.chunk_elements as u64;
         let last = off + count >= spec.tensor_elements;
         if count == 0
-            || off % chunk != 0
+            || !off.is_multiple_of(chunk)
             || off + count > spec.tensor_elements
             || count > chunk
             || (count < chunk && !last)
@@ -477,10 +477,8 @@ impl Aggregator {
                 roce,
                 header,
             };
-            if send_frame(io, m.port, &spec, payload, Some(sums), counters) {
-                if only.is_none() {
-                    self.counters.results += 1;
-                }
+            if send_frame(io, m.port, &spec, payload, Some(sums), counters) && only.is_none() {
+                self.counters.results += 1;
             }
         }
     }

@@ -10,6 +10,7 @@ use std::path::Path;
 
 const APP_MAC: &str = "02:00:00:00:00:fe";
 
+#[allow(clippy::too_many_arguments)]
 fn conf(op: &str, dtype: &str, carriage: &str, v6: bool, extra: &str, n: usize, tensor: u64, chunk: u32) -> String {
     let mut s = format!(
         "[[port]]\nvdev = \"net_null0\"\nmac = \"{APP_MAC}\"\nipv4 = \"10.0.0.254\"\nipv6 = \"fd00::fe\"\n\

@@ -12,7 +12,7 @@ use super::gradient::{GradientRepr, HEADER_LEN as GRAD_LEN};
 use super::icrc::{self, ICRC_LEN};
 use super::ipv4::{Ipv4Packet, Ipv4Repr};
 use super::ipv6::Ipv6Repr;
-use super::udp::{UdpPacket, UdpRepr};
+use super::udp::UdpRepr;
 use super::EthernetAddress;
 
 /// The UDP destination port of RoCEv2 (IANA).
