@@ -9,6 +9,9 @@ use crate::wire::EthernetAddress;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+/// Most members (workers) of one collective.
+pub const MAX_WORKERS: usize = 4096;
+
 /// `[[collective]]` as written in the file (spec section 3).
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -222,6 +225,12 @@ pub fn validate(
         }
         if c.members.is_empty() {
             return Err(err(format!("{k}.member"), "expected at least one [[collective.member]]".into()));
+        }
+        if c.members.len() > MAX_WORKERS {
+            return Err(err(
+                format!("{k}.member"),
+                format!("expected at most {MAX_WORKERS} members, found {}", c.members.len()),
+            ));
         }
         let n = c.members.len();
         let mut members: Vec<Option<Member>> = vec![None; n];

@@ -150,3 +150,44 @@ fn table_errors_name_the_key() {
         assert!(e.contains(key) && e.contains(want), "{text:?}: got {e:?}, want {key} and {want:?}");
     }
 }
+
+#[test]
+fn collective_errors_name_the_key() {
+    let port = "[[port]]\nvdev = \"n\"\nipv4 = \"10.0.0.254\"\n";
+    let coll = |extra: &str, member: &str| {
+        format!(
+            "{port}[[collective]]\ncollective_id = 1\nop = \"sum\"\ndtype = \"f32\"\ntensor_elements = 8\nchunk_elements = 4\n{extra}\n[[collective.member]]\nrank = 0\nip = \"10.0.0.1\"\nmac = \"02:00:00:00:01:00\"\n{member}\n"
+        )
+    };
+    let cases: Vec<(String, &str, &str)> = vec![
+        (coll("", "udp_port = 5"), "", ""),
+        (
+            coll("op = \"avg\"", "udp_port = 5").replace("op = \"sum\"\n", ""),
+            "`collective[0].op`",
+            "\"sum\", \"max\" or \"min\"",
+        ),
+        (coll("", ""), "`collective[0].member[0].udp_port`", "UDP port"),
+        (coll("carriage = \"rocev2\"", "qkey = 1"), "`collective[0].member[0].qpn`", "QP number"),
+        (coll("", "udp_port = 5\nrank = 1").replace("rank = 0\n", ""), "`collective[0].member[0].rank`", "below 1"),
+        (coll("", "udp_port = 5").replace("10.0.0.1", "fd00::1"), "`collective[0].member[0].ip`", "no IPv6 address"),
+        (
+            coll("chunk_elements = 4000", "udp_port = 5").replace("chunk_elements = 4\n", ""),
+            "`collective[0].chunk_elements`",
+            "at most 8900 bytes",
+        ),
+    ];
+    for (text, key, want) in cases {
+        match load_str(&text, Path::new("bad.toml")) {
+            Ok(_) => assert!(key.is_empty(), "{text:?} loaded"),
+            Err(e) => {
+                let e = e.to_string();
+                assert!(e.contains(key) && e.contains(want), "{text:?}: got {e:?}, want {key} and {want:?}");
+            }
+        }
+    }
+    // Slot memory beyond the limit is refused with the sizes.
+    let big = coll("", "udp_port = 5").replace("tensor_elements = 8", "tensor_elements = 400000000");
+    let e =
+        load_str(&format!("[dataplane]\nmemory_limit_mb = 64\n{big}"), Path::new("bad.toml")).unwrap_err().to_string();
+    assert!(e.contains("`collective[0]`") && e.contains("memory_limit_mb = 64"), "{e}");
+}
