@@ -39,6 +39,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import testpmd_mpps  # noqa: E402  (the same testpmd runner as the packet-core rows)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "target", "bench", "agg")
 DPU = os.path.join(ROOT, "target", "release", "dpu")
@@ -119,32 +122,7 @@ def run_testpmd(pcap, seconds):
            "--vdev", "net_null0,no-rx=1", "--", "--nb-cores=1", "--forward-mode=io",
            "--total-num-mbufs=32768", "--mbuf-size=9344", "--max-pkt-len=9000",
            "--no-flush-rx", "--stats-period", "1"]
-    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         stdin=subprocess.DEVNULL, text=True)
-    samples, port, log = [], None, []
-    deadline = time.monotonic() + seconds + 60
-    for line in p.stdout:
-        log.append(line)
-        m = re.search(r"NIC statistics for port (\d+)", line)
-        if m:
-            port = int(m.group(1))
-        m = re.search(r"Rx-pps:\s+(\d+)", line)
-        if m and port == 0:
-            samples.append(int(m.group(1)))
-            if len([x for x in samples if x > 0]) >= seconds + 1:
-                break
-        if time.monotonic() > deadline:
-            break
-    p.send_signal(signal.SIGINT)
-    try:
-        p.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.communicate()
-    live = [x for x in samples if x > 0][1:]
-    if not live:
-        sys.exit("agg.py: testpmd gave no forwarding stats:\n" + "".join(log[-30:]))
-    return statistics.mean(live) / 1e6
+    return testpmd_mpps(cmd, seconds, "agg.py")
 
 
 def callgrind(conf, extra, tag):

@@ -88,13 +88,16 @@ def run_testpmd(size, seconds):
            "--vdev", "net_null0,no-rx=1",
            "--", "--nb-cores=1", "--forward-mode=io", "--total-num-mbufs=32768",
            "--no-flush-rx", "--stats-period", "1"]
+    return testpmd_mpps(cmd, seconds, "run.py")
+
+
+def testpmd_mpps(cmd, seconds, who):
+    """Runs testpmd `cmd` (with --stats-period 1) for `seconds` of forwarding and returns port
+    0's mean Rx rate in Mpps (per-second samples, the first partial one left out)."""
     p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          stdin=subprocess.DEVNULL, text=True)
-    # Port 0's Rx-pps, one sample per second once forwarding has started.
-    samples = []
-    port = None
+    samples, port, log = [], None, []
     deadline = time.monotonic() + seconds + 60
-    log = []
     for line in p.stdout:
         log.append(line)
         m = re.search(r"NIC statistics for port (\d+)", line)
@@ -115,7 +118,7 @@ def run_testpmd(size, seconds):
         p.communicate()
     live = [x for x in samples if x > 0][1:]
     if not live:
-        sys.exit("run.py: testpmd gave no forwarding stats:\n" + "".join(log[-30:]))
+        sys.exit(f"{who}: testpmd gave no forwarding stats:\n" + "".join(log[-30:]))
     return statistics.mean(live) / 1e6
 
 
