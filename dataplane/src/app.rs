@@ -69,6 +69,8 @@ pub struct PortSummary {
     pub workers: crate::stats::PortCounters,
     /// What the PMD counted (`rte_eth_stats`).
     pub ethdev: PortStats,
+    /// The PMD's extended counters (`rte_eth_xstats_get`), the non-zero ones.
+    pub xstats: Vec<(String, u64)>,
 }
 
 /// One table entry's (or miss's) counter.
@@ -451,6 +453,8 @@ fn run_with_eal(
         }
     }
     let ethdev: Vec<PortStats> = ports.iter().map(|p| p.stats()).collect();
+    let xstats: Vec<Vec<(String, u64)>> =
+        ports.iter().map(|p| p.xstats().into_iter().filter(|(_, v)| *v != 0).collect()).collect();
     for p in ports.iter_mut() {
         p.stop()?;
     }
@@ -477,6 +481,7 @@ fn run_with_eal(
                 device: p.device.clone(),
                 workers: total.ports[i],
                 ethdev: ethdev[i],
+                xstats: xstats[i].clone(),
             })
             .collect(),
         drops: crate::stats::Reason::ALL.iter().map(|r| (r.name().to_string(), total.dropped(*r))).collect(),

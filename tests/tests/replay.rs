@@ -34,6 +34,9 @@ fn nccl_capture_is_forwarded_byte_identical() {
     assert_eq!(s["input_records"], 275);
     assert_eq!(s["ports"][0]["workers"]["rx_packets"], 275);
     assert_eq!(s["ports"][1]["ethdev"]["opackets"], 275);
+    // The PMD's extended counters come along (net_pcap: per-queue packets and bytes).
+    let x = s["ports"][0]["xstats"].as_array().unwrap();
+    assert!(x.iter().any(|kv| kv[0] == "rx_good_packets" && kv[1] == 275), "{x:?}");
     assert_eq!(s["mbufs_in_use_after"], 0);
 }
 
