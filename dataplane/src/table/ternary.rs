@@ -221,6 +221,30 @@ struct RangeCheck {
     field: Range<usize>,
     lo: u128,
     hi: u128,
+    /// For a field inside one key word (every field up to 8 bytes that does not straddle a
+    /// word): (word, bit shift, width in bytes), so a lookup reads it from the loaded words.
+    fast: Option<(usize, u32, u32)>,
+}
+
+impl RangeCheck {
+    fn new(r: &RangeCond) -> RangeCheck {
+        let (s, e) = (r.field.start, r.field.end);
+        let w = s / 8;
+        let fast = (e - s <= 8 && e <= 8 * w + 8).then(|| (w, 8 * (s - 8 * w) as u32, (e - s) as u32));
+        RangeCheck { field: r.field.clone(), lo: r.lo, hi: r.hi, fast }
+    }
+
+    /// True if the field of `key` (whose little-endian words are `k`) lies in `lo..=hi`.
+    #[inline(always)]
+    fn holds<const W: usize>(&self, k: &[u64; W], key: &[u8]) -> bool {
+        let v = match self.fast {
+            // The field's bytes, in key order, are the low `width` bytes of the word shifted
+            // down; reversing them gives the big-endian value.
+            Some((w, shift, width)) => ((k[w] >> shift).swap_bytes() >> (64 - 8 * width)) as u128,
+            None => be_value(&key[self.field.clone()]),
+        };
+        self.lo <= v && v <= self.hi
+    }
 }
 
 /// The sorted entries for keys of `W` words.
@@ -241,7 +265,7 @@ fn new_rules<const W: usize>() -> Rules<W> {
 impl<const W: usize> Rules<W> {
     fn insert(&mut self, masked: &[u8], mask: &[u8], ranges: &[RangeCond], priority: i32, entry: u32) {
         let start = self.ranges.len() as u32;
-        self.ranges.extend(ranges.iter().map(|r| RangeCheck { field: r.field.clone(), lo: r.lo, hi: r.hi }));
+        self.ranges.extend(ranges.iter().map(RangeCheck::new));
         let meta = Meta { entry, priority, ranges: (start, self.ranges.len() as u32) };
         // After every entry of the same or higher priority.
         let at = self.meta.partition_point(|m| m.priority >= priority);
@@ -257,7 +281,7 @@ impl<const W: usize> Rules<W> {
             for ((k, m), v) in k.iter().zip(&row.mask).zip(&row.value) {
                 diff |= (k & m) ^ v;
             }
-            if diff == 0 && self.ranges_hold(meta, key) {
+            if diff == 0 && self.ranges_hold(meta, &k, key) {
                 return Some(meta.entry);
             }
         }
@@ -266,15 +290,12 @@ impl<const W: usize> Rules<W> {
 
     /// True if every range condition of the entry holds for `key` (of the table's length).
     #[inline(always)]
-    fn ranges_hold(&self, meta: &Meta, key: &[u8]) -> bool {
+    fn ranges_hold(&self, meta: &Meta, k: &[u64; W], key: &[u8]) -> bool {
         let (start, end) = meta.ranges;
         if start == end {
             return true;
         }
-        self.ranges[start as usize..end as usize].iter().all(|r| {
-            let v = be_value(&key[r.field.clone()]);
-            r.lo <= v && v <= r.hi
-        })
+        self.ranges[start as usize..end as usize].iter().all(|r| r.holds(k, key))
     }
 }
 
