@@ -322,3 +322,53 @@ fn gradient_packets_for_other_addresses_go_to_the_tables() {
     assert_eq!(rig.agg().folded, 0);
     assert_eq!(rig.dp.counters.dropped(Reason::NoEgress), 1, "no table: not forwarded, not aggregated");
 }
+
+#[test]
+fn every_kernel_set_gives_the_same_results() {
+    // Lanes that exercise rounding (sums of non-representable halves and thirds), signed zeros
+    // and large magnitudes; no NaNs, so every kernel set must give bit-identical frames.
+    let lane = |dtype: &str, i: usize, r: usize| -> Vec<u8> {
+        let x = ((i * 37 + r * 11) % 97) as f32 / 3.0 - 16.0 + if i % 13 == 0 { 65000.0 } else { 0.0 };
+        let x = if i % 17 == 0 { -0.0 } else { x };
+        match dtype {
+            "f32" => x.to_le_bytes().to_vec(),
+            "f16" => half::f16::from_f32(x).to_le_bytes().to_vec(),
+            "bf16" => half::bf16::from_f32(x).to_le_bytes().to_vec(),
+            _ => ((i as i32).wrapping_mul(-1_640_531_535) ^ r as i32).to_le_bytes().to_vec(),
+        }
+    };
+    let mut reference: Vec<(&str, &str, Vec<(u16, Vec<u8>)>)> = Vec::new();
+    for k in Kernels::available() {
+        for (dtype, op) in
+            [("f32", "sum"), ("bf16", "sum"), ("f16", "sum"), ("f16", "max"), ("bf16", "min"), ("i32", "sum")]
+        {
+            let l = load_str(&conf(op, dtype, "udp", false, "", 3, 300, 100), Path::new("t.toml")).unwrap();
+            let ports = vec![PortAddr { mac: APP_MAC.parse().unwrap(), ipv4: l.port_ipv4[0], ipv6: l.port_ipv6[0] }];
+            let agg = Aggregator::new(&l.collectives, ports, 49374, 1).with_kernels(k);
+            let rig = Rig {
+                dp: crate::datapath::Datapath::new(l.pipeline, 1, 49374).with_aggregator(agg),
+                coll: l.collectives[0].clone(),
+            };
+            let mut rig = rig;
+            let mut io = VecIo::new(1);
+            for off in (0..300u32).step_by(100) {
+                for r in 0..3 {
+                    let payload: Vec<u8> = (0..100).flat_map(|i| lane(dtype, off as usize + i, r)).collect();
+                    rig.send(&mut io, rig.frame(r, off, 1, &payload, |_| {}), 0);
+                }
+            }
+            assert_eq!(io.sent.len(), 9, "{} {dtype} {op}", k.name());
+            match reference.iter().find(|(d, o, _)| *d == dtype && *o == op) {
+                None => reference.push((dtype, op, io.sent)),
+                Some((_, _, want)) => assert_eq!(
+                    &io.sent,
+                    want,
+                    "{} differs from {} for {dtype} {op}",
+                    k.name(),
+                    Kernels::scalar().name()
+                ),
+            }
+        }
+    }
+    assert_eq!(Kernels::available()[0].name(), "scalar", "the reference is the first set");
+}
