@@ -328,8 +328,8 @@ fn every_kernel_set_gives_the_same_results() {
     // Lanes that exercise rounding (sums of non-representable halves and thirds), signed zeros
     // and large magnitudes; no NaNs, so every kernel set must give bit-identical frames.
     let lane = |dtype: &str, i: usize, r: usize| -> Vec<u8> {
-        let x = ((i * 37 + r * 11) % 97) as f32 / 3.0 - 16.0 + if i % 13 == 0 { 65000.0 } else { 0.0 };
-        let x = if i % 17 == 0 { -0.0 } else { x };
+        let x = ((i * 37 + r * 11) % 97) as f32 / 3.0 - 16.0 + if i.is_multiple_of(13) { 65000.0 } else { 0.0 };
+        let x = if i.is_multiple_of(17) { -0.0 } else { x };
         match dtype {
             "f32" => x.to_le_bytes().to_vec(),
             "f16" => half::f16::from_f32(x).to_le_bytes().to_vec(),
@@ -337,7 +337,8 @@ fn every_kernel_set_gives_the_same_results() {
             _ => ((i as i32).wrapping_mul(-1_640_531_535) ^ r as i32).to_le_bytes().to_vec(),
         }
     };
-    let mut reference: Vec<(&str, &str, Vec<(u16, Vec<u8>)>)> = Vec::new();
+    type Sent = Vec<(u16, Vec<u8>)>;
+    let mut reference: Vec<(&str, &str, Sent)> = Vec::new();
     for k in Kernels::available() {
         for (dtype, op) in
             [("f32", "sum"), ("bf16", "sum"), ("f16", "sum"), ("f16", "max"), ("bf16", "min"), ("i32", "sum")]
