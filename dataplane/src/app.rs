@@ -181,11 +181,9 @@ fn plan_ports(loaded: &Loaded, opts: &Options, workers: usize) -> Result<Vec<Por
                 }
                 merge = Some((parts, out));
             } else {
+                // One tx queue per worker (here: one worker, or output to /dev/null).
                 for _ in 0..workers.max(1) {
                     args.push(format!("tx_pcap={}", out.display()));
-                    if out != Path::new("/dev/null") {
-                        break;
-                    }
                 }
             }
             (device, Some(args.join(",")), merge)

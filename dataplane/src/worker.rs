@@ -190,7 +190,7 @@ impl Worker {
                 for i in 0..n {
                     if i + 1 < n {
                         // SAFETY: a valid mbuf pointer returned by rx_burst.
-                        prefetch(unsafe { dpdk_sys::shim_pktmbuf_mtod(pkts[i + 1]) });
+                        prefetch(unsafe { crate::dpdk::mbuf::data_ptr(pkts[i + 1]) });
                     }
                     // SAFETY: rx_burst handed us ownership of pkts[i], which is non-NULL.
                     let m = unsafe { Mbuf::from_raw(NonNull::new_unchecked(pkts[i])) };
@@ -241,7 +241,7 @@ impl Worker {
 }
 
 #[inline(always)]
-fn prefetch(p: *const std::ffi::c_void) {
+fn prefetch(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint; it never faults.
     unsafe {

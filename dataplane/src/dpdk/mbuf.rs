@@ -130,6 +130,16 @@ pub fn register_rx_timestamp() -> Result<(), super::DpdkError> {
     Ok(())
 }
 
+/// The first data byte of `m` (`rte_pktmbuf_mtod`), computed in Rust: no call per packet.
+///
+/// # Safety
+/// `m` must be a valid mbuf.
+#[inline(always)]
+pub unsafe fn data_ptr(m: *const dpdk_sys::rte_mbuf) -> *const u8 {
+    // SAFETY: the caller guarantees a valid mbuf; buf_addr + data_off is its data.
+    unsafe { ((*m).buf_addr as *const u8).add((*m).data_off as usize) }
+}
+
 /// Frees `mbufs` in one call (`rte_pktmbuf_free_bulk`).
 ///
 /// # Safety

@@ -123,50 +123,51 @@ impl Field {
         self.width() as u32 * 8
     }
 
-    /// Writes the field's big-endian bytes to `out` (exactly `width()` bytes).
+    /// Writes the field's big-endian bytes to `out` (exactly `width()` bytes). Each arm tests
+    /// only its own header's validity bit.
     #[inline(always)]
     pub fn extract(self, p: &Parsed, ingress_port: u16, out: &mut [u8]) {
-        let v4 = p.has(Layers::IPV4);
-        let v6 = p.has(Layers::IPV6);
-        let udp = p.has(Layers::UDP);
-        let bth = p.has(Layers::BTH);
-        let grad = p.has(Layers::GRADIENT);
-        let outer = p.has(Layers::VLAN_OUTER);
-        let inner = p.has(Layers::VLAN_INNER);
+        let v4 = || p.has(Layers::IPV4);
+        let v6 = || p.has(Layers::IPV6);
+        let udp = || p.has(Layers::UDP);
+        let bth = || p.has(Layers::BTH);
+        let grad = || p.has(Layers::GRADIENT);
+        let outer = || p.has(Layers::VLAN_OUTER);
+        let inner = || p.has(Layers::VLAN_INNER);
         match self {
             Field::IngressPort => out.copy_from_slice(&ingress_port.to_be_bytes()),
             Field::EthDst => out.copy_from_slice(&p.eth_dst.0),
             Field::EthSrc => out.copy_from_slice(&p.eth_src.0),
             Field::EthType => out.copy_from_slice(&p.ethertype.to_be_bytes()),
-            Field::VlanOuterValid => out[0] = outer as u8,
-            Field::VlanOuterVid => out.copy_from_slice(&(if outer { p.vid_outer } else { 0 }).to_be_bytes()),
-            Field::VlanInnerValid => out[0] = inner as u8,
-            Field::VlanInnerVid => out.copy_from_slice(&(if inner { p.vid_inner } else { 0 }).to_be_bytes()),
-            Field::Ipv4Valid => out[0] = v4 as u8,
-            Field::Ipv4Src => out.copy_from_slice(if v4 { &p.ip_src_bytes[..4] } else { &[0; 4] }),
-            Field::Ipv4Dst => out.copy_from_slice(if v4 { &p.ip_dst_bytes[..4] } else { &[0; 4] }),
-            Field::Ipv4Dscp => out[0] = if v4 { p.dscp } else { 0 },
-            Field::Ipv4Ecn => out[0] = if v4 { p.ecn } else { 0 },
-            Field::Ipv4Proto => out[0] = if v4 { p.ip_proto } else { 0 },
-            Field::Ipv4Ttl => out[0] = if v4 { p.ttl } else { 0 },
-            Field::Ipv6Valid => out[0] = v6 as u8,
-            Field::Ipv6Src => out.copy_from_slice(if v6 { &p.ip_src_bytes } else { &[0; 16] }),
-            Field::Ipv6Dst => out.copy_from_slice(if v6 { &p.ip_dst_bytes } else { &[0; 16] }),
-            Field::Ipv6Dscp => out[0] = if v6 { p.dscp } else { 0 },
-            Field::Ipv6Ecn => out[0] = if v6 { p.ecn } else { 0 },
-            Field::Ipv6NextHdr => out[0] = if v6 { p.ip_proto } else { 0 },
-            Field::Ipv6HopLimit => out[0] = if v6 { p.ttl } else { 0 },
-            Field::UdpValid => out[0] = udp as u8,
-            Field::UdpSrcPort => out.copy_from_slice(&(if udp { p.udp_src } else { 0 }).to_be_bytes()),
-            Field::UdpDstPort => out.copy_from_slice(&(if udp { p.udp_dst } else { 0 }).to_be_bytes()),
-            Field::BthValid => out[0] = bth as u8,
-            Field::BthOpcode => out[0] = if bth { p.bth_opcode } else { 0 },
-            Field::BthDestQp => out.copy_from_slice(&(if bth { p.bth_dest_qp } else { 0 }).to_be_bytes()[1..]),
-            Field::GradientValid => out[0] = grad as u8,
+            Field::VlanOuterValid => out[0] = outer() as u8,
+            Field::VlanOuterVid => out.copy_from_slice(&(if outer() { p.vid_outer } else { 0 }).to_be_bytes()),
+            Field::VlanInnerValid => out[0] = inner() as u8,
+            Field::VlanInnerVid => out.copy_from_slice(&(if inner() { p.vid_inner } else { 0 }).to_be_bytes()),
+            Field::Ipv4Valid => out[0] = v4() as u8,
+            Field::Ipv4Src => out.copy_from_slice(if v4() { &p.ip_src_bytes[..4] } else { &[0; 4] }),
+            Field::Ipv4Dst => out.copy_from_slice(if v4() { &p.ip_dst_bytes[..4] } else { &[0; 4] }),
+            Field::Ipv4Dscp => out[0] = if v4() { p.dscp } else { 0 },
+            Field::Ipv4Ecn => out[0] = if v4() { p.ecn } else { 0 },
+            Field::Ipv4Proto => out[0] = if v4() { p.ip_proto } else { 0 },
+            Field::Ipv4Ttl => out[0] = if v4() { p.ttl } else { 0 },
+            Field::Ipv6Valid => out[0] = v6() as u8,
+            Field::Ipv6Src => out.copy_from_slice(if v6() { &p.ip_src_bytes } else { &[0; 16] }),
+            Field::Ipv6Dst => out.copy_from_slice(if v6() { &p.ip_dst_bytes } else { &[0; 16] }),
+            Field::Ipv6Dscp => out[0] = if v6() { p.dscp } else { 0 },
+            Field::Ipv6Ecn => out[0] = if v6() { p.ecn } else { 0 },
+            Field::Ipv6NextHdr => out[0] = if v6() { p.ip_proto } else { 0 },
+            Field::Ipv6HopLimit => out[0] = if v6() { p.ttl } else { 0 },
+            Field::UdpValid => out[0] = udp() as u8,
+            Field::UdpSrcPort => out.copy_from_slice(&(if udp() { p.udp_src } else { 0 }).to_be_bytes()),
+            Field::UdpDstPort => out.copy_from_slice(&(if udp() { p.udp_dst } else { 0 }).to_be_bytes()),
+            Field::BthValid => out[0] = bth() as u8,
+            Field::BthOpcode => out[0] = if bth() { p.bth_opcode } else { 0 },
+            Field::BthDestQp => out.copy_from_slice(&(if bth() { p.bth_dest_qp } else { 0 }).to_be_bytes()[1..]),
+            Field::GradientValid => out[0] = grad() as u8,
             Field::GradientCollectiveId => {
-                out.copy_from_slice(&(if grad { p.grad_collective_id } else { 0 }).to_be_bytes())
+                out.copy_from_slice(&(if grad() { p.grad_collective_id } else { 0 }).to_be_bytes())
             }
-            Field::GradientOp => out[0] = if grad { p.grad_op } else { 0 },
+            Field::GradientOp => out[0] = if grad() { p.grad_op } else { 0 },
         }
     }
 }
