@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/dpu
 CONFIG ?= conf/default.toml
 
-.PHONY: all build run test bench deps fuzz fuzz-ci fuzz-tools fmt clippy clean
+.PHONY: all build run demo test bench deps fuzz fuzz-ci fuzz-tools fmt clippy clean
 
 all: build
 
@@ -20,6 +20,14 @@ build: deps
 # results, resends, drops by reason and the rate.
 run: build
 	tools/run-allreduce.sh
+
+# Real workers on kernel sockets (root: network namespaces): 4 worker processes all-reduce
+# 1M-element f32 and bf16 tensors through the appliance on a veth (net_af_packet), without and
+# with 1% loss, beside a ring AllReduce over TCP on the same veths; prints per-worker algbw.
+# DEMO_ARGS passes options to tools/e2e/run.py (e.g. --clients rust, --repeat 10).
+DEMO_ARGS ?=
+demo: build
+	python3 tools/e2e/run.py --demo $(DEMO_ARGS)
 
 # Every test: unit tests, property tests, and the functional replays through the real binary.
 test: build

@@ -413,6 +413,16 @@ fn run_with_eal(
         }
     }
 
+    if !opts.quiet && expected.is_none() {
+        // Live or endless input: say when the ports are forwarding (scripts wait for this line).
+        let names: Vec<&str> = ports.iter().map(|p| p.name()).collect();
+        println!(
+            "dpu: running on {} worker lcore(s), ports [{}]; stop with Ctrl-C (SIGINT) or SIGTERM",
+            lcores.len(),
+            names.join(", ")
+        );
+        let _ = std::io::Write::flush(&mut std::io::stdout());
+    }
     let input_short =
         monitor(&ports, expected, opts.duration, Duration::from_millis(cfg.dataplane.replay_idle_ms), opts.quiet);
     worker::request_quit();

@@ -1,0 +1,75 @@
+//! End to end over kernel sockets: 4 worker processes in network namespaces all-reduce
+//! one-million-element f32 and bf16 tensors through the appliance (net_af_packet on a veth),
+//! with the Rust and the Python client side by side, without and with 1% loss per link
+//! direction, and one worker rejoining after a wrong round. The harness (tools/e2e/run.py)
+//! checks every result bit for bit against numpy's reference under the spec's arithmetic and
+//! removes its namespaces whatever happens; this test reads its report and checks it again.
+
+use functional_tests::{root, scratch};
+use std::process::Command;
+
+#[test]
+fn four_workers_allreduce_over_veths_with_and_without_loss() {
+    let dir = scratch("e2e");
+    let report = dir.join("report.json");
+    let out = Command::new("python3")
+        .arg(root().join("tools/e2e/run.py"))
+        .args(["--clients", "python,rust,python,rust", "--loss", "1"])
+        .arg("--work")
+        .arg(&dir)
+        .arg("--report")
+        .arg(&report)
+        .output()
+        .expect("python3 runs");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the end-to-end run failed:\n{text}");
+
+    let phases: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let phases = phases.as_array().unwrap();
+    assert_eq!(phases.len(), 2, "{text}");
+    for (ph, loss) in phases.iter().zip([0, 1]) {
+        assert_eq!(ph["loss_percent"], loss);
+        let colls = ph["collectives"].as_array().unwrap();
+        let dtypes: Vec<&str> = colls.iter().map(|c| c["dtype"].as_str().unwrap()).collect();
+        assert_eq!(dtypes, ["f32", "bf16"]);
+        let mut retransmits = 0;
+        for c in colls {
+            assert_eq!(c["elements"], 1 << 20);
+            let workers = c["workers"].as_array().unwrap();
+            assert_eq!(workers.len(), 4);
+            let impls: Vec<&str> = workers.iter().map(|w| w["impl"].as_str().unwrap()).collect();
+            assert_eq!(impls, ["python", "rust", "python", "rust"]);
+            for w in workers {
+                assert_eq!(w["exact"], true);
+                // 1 KiB of payload per chunk: 4096 chunks of f32 or of bf16.
+                assert_eq!(w["chunks"], 4096);
+                assert_eq!(w["naks"], 0, "{w}");
+                retransmits += w["retransmits"].as_u64().unwrap();
+            }
+        }
+        let agg = &ph["appliance"]["aggregation"];
+        // Both tensors complete every chunk once: 4096 + 4096 rounds (the clean phase adds the
+        // rejoin run's 4096 of collective 1).
+        let rounds = if loss == 0 { 3 * 4096 } else { 2 * 4096 };
+        assert_eq!(agg["completed"], rounds, "{agg}");
+        // Rule 1: each worker's contribution is folded once, unless a slot timed out under loss
+        // (rule 8: its partial sum is discarded and the contributions are folded afresh).
+        if agg["slot_timeouts"] == 0 {
+            assert_eq!(agg["folded"], 4 * rounds, "{agg}");
+        } else {
+            assert!(agg["folded"].as_u64().unwrap() > 4 * rounds, "{agg}");
+        }
+        assert_eq!(ph["appliance"]["mbufs_in_use_after"], 0);
+        if loss == 0 {
+            assert_eq!(agg["slot_timeouts"], 0);
+            let w0 = &ph["rejoin"]["worker0"];
+            assert!(w0["rejoins"].as_u64().unwrap() >= 1 && w0["naks"].as_u64().unwrap() >= 1, "{w0}");
+            assert!(ph["appliance"]["drops"]["grad_stale_round"].as_u64().unwrap() >= 1);
+        } else {
+            // The loss shows on both sides: clients resent contributions, and the appliance
+            // answered late ones with kept results (rule 3).
+            assert!(retransmits > 0, "no client retransmissions under loss");
+            assert!(agg["resends"].as_u64().unwrap() > 0, "{agg}");
+        }
+    }
+}

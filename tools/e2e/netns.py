@@ -1,0 +1,125 @@
+"""A small switched network on one machine for end-to-end runs: N worker hosts and the appliance
+in their own network namespaces, joined by veth pairs to a Linux bridge in a namespace of its own.
+
+    ns <prefix>w0 .. w<N-1>: eth0 = 10.77.0.<k+1>/24, MAC 02:00:00:77:00:<k>  (a training host)
+    ns <prefix>ap:           dpu0 (no kernel address: the appliance owns 10.77.0.100 through DPDK's
+                             net_af_packet, and answers ARP for it itself)
+    ns <prefix>br:           br0 with the other ends of every veth
+
+Only namespaces this module creates are touched. Transmit checksum offload is turned off on every
+veth (`ethtool -K IF tx off`): otherwise the kernel hands DPDK UDP packets whose checksum is left
+for a NIC to finish, and the appliance rightly drops them as bad checksums.
+"""
+
+import os
+import subprocess
+
+SUBNET = "10.77.0"
+APPLIANCE_IP = f"{SUBNET}.100"
+APPLIANCE_MAC = "02:00:00:77:00:fe"
+APPLIANCE_IFACE = "dpu0"
+WORKER_UDP_PORT = 50000
+RING_TCP_PORT = 51000
+
+
+def worker_ip(rank):
+    return f"{SUBNET}.{rank + 1}"
+
+
+def worker_mac(rank):
+    return f"02:00:00:77:{rank >> 8:02x}:{rank & 0xFF:02x}"
+
+
+def _run(*argv, check=True, quiet=False):
+    r = subprocess.run(argv, capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"`{' '.join(argv)}` failed ({r.returncode}): {r.stderr.strip()}")
+    return r
+
+
+def sweep_stale(base="gdpu"):
+    """Deletes namespaces left by earlier runs whose process is gone (a run killed by SIGKILL)."""
+    out = _run("ip", "netns", "list", check=False).stdout
+    for line in out.splitlines():
+        name = line.split()[0] if line.split() else ""
+        if not name.startswith(base + "-"):
+            continue
+        pid = name[len(base) + 1 :].split("-")[0]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            _run("ip", "netns", "del", name, check=False)
+
+
+class Topology:
+    """The namespaces of one run; `with Topology(4) as t:` builds them and always removes them."""
+
+    def __init__(self, workers, base="gdpu"):
+        self.workers = workers
+        self.prefix = f"{base}-{os.getpid()}-"
+        self.bridge_ns = self.prefix + "br"
+        self.appliance_ns = self.prefix + "ap"
+        self.worker_ns = [f"{self.prefix}w{k}" for k in range(workers)]
+        self.created = []
+
+    def __enter__(self):
+        try:
+            self.up()
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.down()
+        return False
+
+    def _netns(self, name):
+        _run("ip", "netns", "add", name)
+        self.created.append(name)
+        _run("ip", "-n", name, "link", "set", "lo", "up")
+
+    def _attach(self, ns, iface, mac, bridge_end):
+        _run("ip", "link", "add", iface, "netns", ns, "type", "veth", "peer", "name", bridge_end, "netns", self.bridge_ns)
+        _run("ip", "-n", ns, "link", "set", iface, "address", mac)
+        # IPv6 off on the hosts' links: no router solicitations or DAD chatter to count as drops.
+        _run("ip", "netns", "exec", ns, "sysctl", "-q", "-w", f"net.ipv6.conf.{iface}.disable_ipv6=1")
+        _run("ip", "netns", "exec", ns, "ethtool", "-K", iface, "tx", "off")
+        _run("ip", "-n", ns, "link", "set", iface, "up")
+        _run("ip", "-n", self.bridge_ns, "link", "set", bridge_end, "master", "br0")
+        _run("ip", "-n", self.bridge_ns, "link", "set", bridge_end, "up")
+
+    def up(self):
+        sweep_stale()
+        self._netns(self.bridge_ns)
+        _run("ip", "-n", self.bridge_ns, "link", "add", "br0", "type", "bridge")
+        _run("ip", "-n", self.bridge_ns, "link", "set", "br0", "up")
+        for k, ns in enumerate(self.worker_ns):
+            self._netns(ns)
+            self._attach(ns, "eth0", worker_mac(k), f"w{k}")
+            _run("ip", "-n", ns, "addr", "add", f"{worker_ip(k)}/24", "dev", "eth0")
+        self._netns(self.appliance_ns)
+        self._attach(self.appliance_ns, APPLIANCE_IFACE, APPLIANCE_MAC, "ap")
+
+    def down(self):
+        for name in reversed(self.created):
+            _run("ip", "netns", "del", name, check=False)
+        self.created = []
+
+    def exec_argv(self, ns, argv):
+        return ["ip", "netns", "exec", ns, *argv]
+
+    def set_loss(self, percent):
+        """Drops `percent` % of UDP packets at random in each direction on every worker's link
+        (nftables `numgen random`; this kernel has no netem). 0 removes the rules."""
+        for ns in self.worker_ns:
+            _run("ip", "netns", "exec", ns, "nft", "delete", "table", "inet", "loss", check=False)
+            if percent <= 0:
+                continue
+            rules = f"""
+table inet loss {{
+  chain in  {{ type filter hook input priority 0; meta l4proto udp numgen random mod 100 lt {percent} drop; }}
+  chain out {{ type filter hook output priority 0; meta l4proto udp numgen random mod 100 lt {percent} drop; }}
+}}
+"""
+            r = subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=rules, capture_output=True, text=True)
+            if r.returncode != 0:
+                raise RuntimeError(f"nft in {ns} failed: {r.stderr.strip()}")
