@@ -113,7 +113,7 @@ def main(argv=None) -> int:
                     stats["ring_seconds"].append(time.monotonic() - t0)
             with open(a.output + ".ring", "wb") as f:
                 f.write(ring_result.astype(wire_dtype, copy=False).tobytes())
-    except (GradientError, RingError) as e:
+    except (GradientError, RingError, OSError) as e:
         error = f"{type(e).__name__}: {e}"
         print(f"gradclient: rank {a.rank}: {error}", file=sys.stderr)
         status = EXIT_ALLREDUCE

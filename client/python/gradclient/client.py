@@ -225,7 +225,8 @@ class Client:
         os_error: OSError | None = None
         st["chunks"] += n
 
-        def send(idx: int, flags_byte: int) -> None:
+        def send(idx: int, flags_byte: int) -> bool:
+            """Sends chunk `idx`; False when the OS did not take it (its timer will resend)."""
             nonlocal os_error
             b0 = idx * chunk_bytes
             b1 = min(b0 + chunk_bytes, total_bytes)
@@ -234,13 +235,15 @@ class Client:
             sendview[HEADER_LEN : HEADER_LEN + dl] = src[b0:b1]
             try:
                 sock.send(sendview[: HEADER_LEN + dl])
-                st["sent"] += 1
             except (BlockingIOError, TimeoutError):
-                pass  # socket buffer full: the chunk's timer resends it
+                return False  # socket buffer full
             except OSError as e:
                 if e.errno not in _UNREACHABLE_ERRNOS:
                     raise
                 os_error = e
+                return False
+            st["sent"] += 1
+            return True
 
         now = time.monotonic()
         last_progress = now
@@ -267,8 +270,8 @@ class Client:
                 if due > now:
                     break
                 heapq.heappop(timers)
-                send(idx, vf_resend)
-                st["retransmits"] += 1
+                if send(idx, vf_resend):
+                    st["retransmits"] += 1
                 rto[idx] = min(rto[idx] * 2, self.rto_max)
                 heapq.heappush(timers, (now + rto[idx], idx, s))
 
@@ -315,8 +318,8 @@ class Client:
                 for i in inflight:
                     seq[i] += 1
                     rto[i] = self.rto
-                    send(i, vf_resend)
-                    st["retransmits"] += 1
+                    if send(i, vf_resend):
+                        st["retransmits"] += 1
                     heapq.heappush(timers, (now + rto[i], i, seq[i]))
                 last_progress = now
                 continue

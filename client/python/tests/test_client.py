@@ -194,6 +194,12 @@ class ClientTest(unittest.TestCase):
         want = np.array([11, 18, 33, -(2**31), 0, 55, 66, 77, 88, 2**31 - 1], dtype=np.int32).reshape(2, 5)
         self.check_sum("i32", a, b, want)
 
+    def test_f16_sum(self):
+        a = np.array([1, 2, 0.5, -3, 1024, 0, -0.0, 7, 8, 9], dtype=np.float16)
+        b = np.array([1, 2, 0.25, 3, 1024, 0, -0.0, 1, 2, 3], dtype=np.float16)
+        fake, _ = self.check_sum("f16", a, b, a + b)
+        self.assertEqual(len(fake.completed), 3)
+
     def test_bf16_bit_patterns(self):
         # Integers up to 256 are exact in bf16, so the sums are too: 1+2, 3+4, ...
         xs = np.arange(1, 2 * TENSOR + 1, dtype=np.float32)
@@ -253,7 +259,7 @@ class ClientTest(unittest.TestCase):
             t0 = time.monotonic()
             with self.assertRaisesRegex(UnreachableError, r"appliance unreachable: no answer from 127\.0\.0\.1:\d+ in 0\.3 s"):
                 c.allreduce(np.ones(TENSOR, np.float32))
-            self.assertLess(time.monotonic() - t0, 0.6)
+            self.assertLess(time.monotonic() - t0, 1.0)
             self.assertGreater(c.stats["retransmits"], 0)
             c.close()
 
