@@ -37,6 +37,7 @@ from gradclient import (  # noqa: E402
     load_endpoint,
     ring_allreduce,
 )
+from gradclient.lanes import BFLOAT16  # noqa: E402
 from gradclient.wire import FLAG_RETRANSMIT  # noqa: E402
 
 # 10 elements in chunks of 4: chunks at offsets 0, 4, 8, the last one 2 elements long.
@@ -208,6 +209,11 @@ class ClientTest(unittest.TestCase):
         want = ((xs[0::2] + xs[1::2]).view(np.uint32) >> 16).astype(np.uint16)
         self.assertEqual(int(a[0]), 0x3F80)
         self.check_sum("bf16", a, b, want)
+
+    @unittest.skipIf(BFLOAT16 is None, "ml_dtypes is not installed")
+    def test_ml_dtypes_bfloat16(self):
+        a = np.arange(TENSOR).astype(BFLOAT16)
+        fake, _ = self.check_sum("bf16", a, a, (2 * np.arange(TENSOR)).astype(BFLOAT16))
 
     def test_lost_contributions_and_results_are_retransmitted(self):
         a = np.arange(TENSOR, dtype=np.float32)
