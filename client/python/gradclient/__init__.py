@@ -1,0 +1,32 @@
+"""Pure-Python client of the gradient aggregation protocol (UDP carriage), and a TCP ring
+AllReduce baseline. See client/python/README.md."""
+
+from .client import (
+    AllreduceTimeout,
+    Client,
+    GradientError,
+    NakError,
+    UnreachableError,
+)
+from .config import Collective, ConfigError, Endpoint, load_endpoint
+from .lanes import bf16_to_f32, f32_to_bf16
+from .ring import Ring, RingError, ring_allreduce
+from .wire import Header
+
+__all__ = [
+    "AllreduceTimeout",
+    "Client",
+    "Collective",
+    "ConfigError",
+    "Endpoint",
+    "GradientError",
+    "Header",
+    "NakError",
+    "Ring",
+    "RingError",
+    "UnreachableError",
+    "bf16_to_f32",
+    "f32_to_bf16",
+    "load_endpoint",
+    "ring_allreduce",
+]

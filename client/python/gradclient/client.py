@@ -1,0 +1,355 @@
+"""A worker's side of the gradient protocol over the UDP carriage (spec sections 2 to 5).
+
+One datagram per chunk, a window of chunks in flight, a retransmit timer per chunk with
+exponential backoff, rounds per chunk (rule 4) with rejoin on a stale-round NAK (reason 7), and
+clear errors instead of silent hangs.
+"""
+
+from __future__ import annotations
+
+import errno
+import heapq
+import ipaddress
+import socket
+import time
+
+import numpy as np
+
+from .config import Collective, load_endpoint
+from .lanes import wire_view
+from .wire import (
+    DEFAULT_UDP_PORT,
+    DTYPES,
+    FLAG_NAK,
+    FLAG_RESULT,
+    FLAG_RETRANSMIT,
+    HEADER,
+    HEADER_LEN,
+    NAK_STALE_ROUND,
+    OPS,
+    RANK_APPLIANCE,
+    ROUND_MOD,
+    VERSION,
+    nak_reason_text,
+)
+
+#: Rejoins (reason-7 NAKs acted upon) allowed in one call before giving up.
+MAX_REJOINS = 8
+#: Receive buffer asked of the kernel: a full window of results from every call in a burst.
+RCVBUF_BYTES = 4 << 20
+#: OS errors that mean the appliance (or the path to it) is not there.
+_UNREACHABLE_ERRNOS = {errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN}
+
+
+class GradientError(Exception):
+    """Base of the errors an allreduce call raises."""
+
+
+class NakError(GradientError):
+    """The appliance refused a contribution (spec section 5)."""
+
+    def __init__(self, reason: int, offset: int, collective_id: int, detail: str = ""):
+        self.reason = reason
+        self.offset = offset
+        self.collective_id = collective_id
+        msg = (
+            f"appliance refused the chunk at tensor_offset {offset} of collective {collective_id}: "
+            f"NAK reason {reason} ({nak_reason_text(reason)})"
+        )
+        super().__init__(msg + (f"; {detail}" if detail else ""))
+
+
+class UnreachableError(GradientError, ConnectionError):
+    """Nothing at all came back from the appliance before the deadline."""
+
+
+class AllreduceTimeout(GradientError, TimeoutError):
+    """The appliance answered, but some chunks never completed (peers absent or too slow)."""
+
+    def __init__(self, msg: str, missing: int):
+        super().__init__(msg)
+        self.missing = missing
+
+
+def _fmt_addr(addr) -> str:
+    ip, port = addr[0], addr[1]
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+class Client:
+    """A member of one collective, talking to the appliance over UDP.
+
+    `bind` is this member's (ip, udp_port) as the appliance's config names it (port 0 picks a free
+    one); `appliance` is the appliance port's (ip, gradient_udp_port). `rto` and `rto_max` are
+    seconds; `deadline` is the seconds an allreduce call may go without a chunk completing
+    before it fails. Rounds start at `start_round` and advance by one per call.
+    """
+
+    def __init__(
+        self,
+        collective: Collective,
+        bind: tuple,
+        appliance: tuple = ("127.0.0.1", DEFAULT_UDP_PORT),
+        window: int = 64,
+        rto: float = 0.02,
+        rto_max: float = 0.5,
+        deadline: float = 10.0,
+        start_round: int = 0,
+    ):
+        if window < 1:
+            raise ValueError("window must be at least 1")
+        if rto <= 0 or rto_max < rto or deadline <= 0:
+            raise ValueError("need 0 < rto <= rto_max and deadline > 0")
+        self.collective = collective
+        self.window = window
+        self.rto = rto
+        self.rto_max = rto_max
+        self.deadline = deadline
+        ip = appliance[0]
+        port = appliance[1] if len(appliance) > 1 else DEFAULT_UDP_PORT
+        self.appliance = (ip, port)
+        family = socket.AF_INET6 if ipaddress.ip_address(ip).version == 6 else socket.AF_INET
+        if ipaddress.ip_address(bind[0]).version != ipaddress.ip_address(ip).version:
+            raise ValueError(f"bind address {bind[0]} and appliance address {ip} are of different IP families")
+        self._sock = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            try:
+                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF_BYTES)
+            except OSError:
+                pass  # best effort: the kernel caps it at rmem_max
+            self._sock.bind((bind[0], bind[1]))
+            # Connected: the kernel keeps only the appliance's datagrams and reports ICMP errors.
+            self._sock.connect(self.appliance)
+        except OSError:
+            self._sock.close()
+            raise
+        self.bind = self._sock.getsockname()[:2]
+
+        c = collective
+        self._op = OPS[c.op]
+        self._dtype_code, self._lane_bytes, self._wire_dtype = DTYPES[c.dtype]
+        n = c.num_chunks
+        self._rounds = [start_round % ROUND_MOD] * n
+        self._sendbuf = bytearray(HEADER_LEN + c.chunk_elements * self._lane_bytes)
+        self._sendview = memoryview(self._sendbuf)
+        self._recvbuf = bytearray(65536)
+        self._recvview = memoryview(self._recvbuf)
+        self.stats = {
+            "chunks": 0,
+            "sent": 0,
+            "retransmits": 0,
+            "results": 0,
+            "stale_results": 0,
+            "naks": 0,
+            "rejoins": 0,
+            "seconds": 0.0,
+        }
+
+    @classmethod
+    def from_appliance_config(cls, path: str, collective_id: int, rank: int, **opts) -> "Client":
+        """A client for member `rank` of collective `collective_id` in the appliance TOML `path`.
+
+        `opts` are the constructor's keywords; `bind` and `appliance` given here override the
+        config's addresses.
+        """
+        ep = load_endpoint(path, collective_id, rank)
+        opts.setdefault("bind", ep.bind)
+        opts.setdefault("appliance", ep.appliance)
+        return cls(ep.collective, **opts)
+
+    @property
+    def rounds(self) -> list[int]:
+        """Each chunk's round for the next call."""
+        return list(self._rounds)
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def allreduce(self, array: np.ndarray) -> np.ndarray:
+        """The reduction of `array` over every member: a new array of the same shape and dtype.
+
+        Raises ValueError (dtype or size mismatch), NakError, UnreachableError, AllreduceTimeout.
+        """
+        c = self.collective
+        array = np.asarray(array)
+        lanes = wire_view(array, c.dtype)
+        if lanes.size != c.tensor_elements:
+            raise ValueError(f"array has {lanes.size} elements, collective {c.collective_id} has tensor_elements = {c.tensor_elements}")
+        out = np.empty(c.tensor_elements, dtype=self._wire_dtype)
+        start = time.monotonic()
+        try:
+            self._run(memoryview(lanes.view(np.uint8)), memoryview(out.view(np.uint8)))
+        finally:
+            # Successive calls are successive rounds, even after a failure: a round whose result
+            # the appliance may already keep is never reused for other data.
+            self._rounds[:] = [(r + 1) % ROUND_MOD for r in self._rounds]
+            self.stats["seconds"] = time.monotonic() - start
+        if array.dtype.byteorder != ">":
+            out = out.view(array.dtype)
+        return out.reshape(array.shape)
+
+    def _run(self, src: memoryview, dst: memoryview) -> None:
+        c = self.collective
+        st = self.stats
+        sock = self._sock
+        n = c.num_chunks
+        ce = c.chunk_elements
+        lb = self._lane_bytes
+        total_bytes = c.tensor_elements * lb
+        chunk_bytes = ce * lb
+        rounds = self._rounds
+        cid = c.collective_id
+        hdr_pack = HEADER.pack_into
+        hdr_unpack = HEADER.unpack_from
+        sendbuf, sendview = self._sendbuf, self._sendview
+        recvview = self._recvview
+        vf_first = VERSION << 4
+        vf_resend = (VERSION << 4) | FLAG_RETRANSMIT
+        op, dt, rank = self._op, self._dtype_code, c.rank
+
+        done = bytearray(n)
+        inflight: set[int] = set()
+        rto = [self.rto] * n
+        seq = [0] * n  # generation of each chunk's live timer; heap entries of older ones are stale
+        timers: list[tuple[float, int, int]] = []
+        next_idx = 0
+        completed = 0
+        rejoins = 0
+        answered = False
+        os_error: OSError | None = None
+        st["chunks"] += n
+
+        def send(idx: int, flags_byte: int) -> bool:
+            """Sends chunk `idx`; False when the OS did not take it (its timer will resend)."""
+            nonlocal os_error
+            b0 = idx * chunk_bytes
+            b1 = min(b0 + chunk_bytes, total_bytes)
+            dl = b1 - b0
+            hdr_pack(sendbuf, 0, flags_byte, op, cid, dt, 0, rank, idx * ce, dl, rounds[idx])
+            sendview[HEADER_LEN : HEADER_LEN + dl] = src[b0:b1]
+            try:
+                sock.send(sendview[: HEADER_LEN + dl])
+            except (BlockingIOError, TimeoutError):
+                return False  # socket buffer full
+            except OSError as e:
+                if e.errno not in _UNREACHABLE_ERRNOS:
+                    raise
+                os_error = e
+                return False
+            st["sent"] += 1
+            return True
+
+        now = time.monotonic()
+        last_progress = now
+        while completed < n:
+            # Fill the window.
+            while len(inflight) < self.window and next_idx < n:
+                idx = next_idx
+                next_idx += 1
+                inflight.add(idx)
+                send(idx, vf_first)
+                heapq.heappush(timers, (time.monotonic() + rto[idx], idx, seq[idx]))
+
+            now = time.monotonic()
+            give_up = last_progress + self.deadline
+            if now >= give_up:
+                self._fail(n - completed, n, answered, os_error)
+
+            # Fire due timers; drop entries of completed or re-armed chunks.
+            while timers:
+                due, idx, s = timers[0]
+                if done[idx] or s != seq[idx]:
+                    heapq.heappop(timers)
+                    continue
+                if due > now:
+                    break
+                heapq.heappop(timers)
+                if send(idx, vf_resend):
+                    st["retransmits"] += 1
+                rto[idx] = min(rto[idx] * 2, self.rto_max)
+                heapq.heappush(timers, (now + rto[idx], idx, s))
+
+            wake = min(timers[0][0], give_up) if timers else give_up
+            sock.settimeout(max(wake - now, 1e-4))
+            try:
+                size = sock.recv_into(recvview)
+            except TimeoutError:
+                continue
+            except OSError as e:
+                if e.errno not in _UNREACHABLE_ERRNOS:
+                    raise
+                os_error = e  # an ICMP error from an earlier send
+                continue
+            answered = True
+            if size < HEADER_LEN:
+                continue
+            vf, r_op, r_cid, r_dt, reason, r_rank, off, dl, rnd = hdr_unpack(recvview)
+            if vf >> 4 != VERSION or r_cid != cid:
+                continue
+            flags = vf & 0xF
+            if flags & FLAG_NAK:
+                st["naks"] += 1
+                if reason != NAK_STALE_ROUND:
+                    raise NakError(reason, off, cid)
+                if off % ce or off >= c.tensor_elements:
+                    continue
+                idx = off // ce
+                if idx not in inflight:
+                    continue  # about a chunk already done, or a packet of an earlier call
+                delta = (rnd - rounds[idx]) % ROUND_MOD
+                if delta == 0:
+                    continue  # already rejoined at that round
+                rejoins += 1
+                st["rejoins"] += 1
+                if rejoins > MAX_REJOINS:
+                    raise NakError(reason, off, cid, f"gave up after {MAX_REJOINS} rejoins (last expected round {rnd})")
+                # The appliance NAKs at most once per source per 100 ms: move every chunk not yet
+                # done by the same amount, then resend what is in flight at once.
+                for i in range(n):
+                    if not done[i]:
+                        rounds[i] = (rounds[i] + delta) % ROUND_MOD
+                now = time.monotonic()
+                for i in inflight:
+                    seq[i] += 1
+                    rto[i] = self.rto
+                    if send(i, vf_resend):
+                        st["retransmits"] += 1
+                    heapq.heappush(timers, (now + rto[i], i, seq[i]))
+                last_progress = now
+                continue
+            if not flags & FLAG_RESULT or r_rank != RANK_APPLIANCE or r_op != op or r_dt != dt:
+                continue
+            if off % ce or off >= c.tensor_elements:
+                continue
+            idx = off // ce
+            b0 = idx * chunk_bytes
+            b1 = min(b0 + chunk_bytes, total_bytes)
+            if dl != b1 - b0 or size != HEADER_LEN + dl:
+                continue
+            if done[idx] or idx not in inflight or rnd != rounds[idx]:
+                st["stale_results"] += 1
+                continue
+            dst[b0:b1] = recvview[HEADER_LEN:size]
+            done[idx] = 1
+            inflight.discard(idx)
+            completed += 1
+            st["results"] += 1
+            last_progress = time.monotonic()
+
+    def _fail(self, missing: int, n: int, answered: bool, os_error: OSError | None):
+        where = _fmt_addr(self.appliance)
+        if not answered:
+            why = f" ({os_error.strerror})" if os_error is not None else ""
+            raise UnreachableError(f"appliance unreachable: no answer from {where} in {self.deadline:g} s{why}")
+        raise AllreduceTimeout(
+            f"allreduce timed out: {missing} of {n} chunks of collective {self.collective.collective_id} missing after "
+            f"{self.deadline:g} s without progress; the appliance at {where} answered, so peers may be absent "
+            f"({self.collective.num_workers} workers expected)",
+            missing,
+        )
