@@ -29,9 +29,11 @@ DEMO_ARGS ?=
 demo: build
 	python3 tools/e2e/run.py --demo $(DEMO_ARGS)
 
-# Every test: unit tests, property tests, and the functional replays through the real binary.
+# Every test: unit tests, property tests, the functional replays through the real binary, the
+# end-to-end run in network namespaces, and the Python client's tests.
 test: build
 	$(CARGO) test --release --workspace
+	python3 -m unittest discover -s client/python/tests
 
 # The packet core alone (criterion, ns per packet), then the dpu beside dpdk-testpmd on the same
 # vdevs (Mpps, one worker core): prints one table, also written to target/bench/results.md.

@@ -159,7 +159,7 @@ def worker_argv(impl, config, cid, rank, inp, out, stats, repeat, start_round, r
             "--output", str(out), "--repeat", str(repeat), "--start-round", str(start_round),
             "--timeout-ms", "60000", "--stats-json", str(stats)]
     if ring:
-        args += ["--ring", ring]
+        args += ["--ring", ring, "--ring-only"]
     if impl == "rust":
         return [str(RUST_CLIENT), *args]
     return ["env", f"PYTHONPATH={PY_CLIENT}", sys.executable, "-m", "gradclient", *args]
@@ -232,7 +232,7 @@ def ring_phase(topo, work, cid, dtype, inputs, ref, repeat):
         outs.append(work / f"ring-{tag}.bin")
         stats.append(work / f"ring-stats-{tag}.json")
         logs.append(work / f"ring-{tag}.log")
-        argv = worker_argv("python", work / "appliance.toml", cid, k, work / f"in-{tag}.bin", outs[k], stats[k], 0, 0, ring=peers)
+        argv = worker_argv("python", work / "appliance.toml", cid, k, work / f"in-{tag}.bin", outs[k], stats[k], repeat, 0, ring=peers)
         argvs.append(argv)
     run_workers(topo, argvs, logs)
     seconds, close = [], True
@@ -348,14 +348,14 @@ def main():
 
     if os.geteuid() != 0:
         sys.exit("e2e: needs root (network namespaces, veth, nftables)")
-    for tool in (DPU, RUST_CLIENT):
-        if not tool.exists():
-            sys.exit(f"e2e: {tool} is missing: run `make build` first")
     names = args.clients.split(",")
     clients = [names[k % len(names)] for k in range(args.workers)]
     for c in clients:
         if c not in ("python", "rust"):
             sys.exit(f"e2e: --clients: '{c}' is neither python nor rust")
+    for tool in [DPU] + ([RUST_CLIENT] if "rust" in clients else []):
+        if not tool.exists():
+            sys.exit(f"e2e: {tool} is missing: run `make build` first")
     repeat = args.repeat or (5 if args.demo else 1)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 
     python3 -m gradclient --config APPLIANCE.toml --collective ID --rank K --input IN.bin
         --output OUT.bin [--repeat N] [--start-round R] [--window W] [--timeout-ms T]
-        [--stats-json FILE] [--ring HOST:PORT,HOST:PORT,...]
+        [--stats-json FILE] [--ring HOST:PORT,HOST:PORT,... [--ring-only]]
 
 Exit status: 0 success, 1 allreduce error, 2 usage or config error.
 """
@@ -48,7 +48,10 @@ def _args(argv):
     p.add_argument("--timeout-ms", type=int, default=10000, help="ms a call may go without progress")
     p.add_argument("--stats-json", help="write counters and per-call seconds here")
     p.add_argument("--ring", help="also run the TCP ring AllReduce with these peers, rank order")
+    p.add_argument("--ring-only", action="store_true", help="run only the ring (--repeat times), not the appliance")
     a = p.parse_args(argv)
+    if a.ring_only and not a.ring:
+        p.error("--ring-only needs --ring")
     if a.repeat < 1 or a.window < 1 or a.timeout_ms < 1:
         p.error("--repeat, --window and --timeout-ms must be at least 1")
     return a
@@ -88,7 +91,7 @@ def main(argv=None) -> int:
     client = None
     try:
         try:
-            client = Client(
+            client = None if a.ring_only else Client(
                 coll,
                 bind=ep.bind,
                 appliance=ep.appliance,
@@ -98,12 +101,13 @@ def main(argv=None) -> int:
             )
         except OSError as e:
             return usage(f"cannot bind {ep.bind[0]}:{ep.bind[1]} (member {a.rank}) towards {ep.appliance[0]}: {e.strerror}")
-        result = None
-        for _ in range(a.repeat):
-            result = client.allreduce(data)
-            stats["seconds"].append(client.stats["seconds"])
-        with open(a.output, "wb") as f:
-            f.write(result.astype(wire_dtype, copy=False).tobytes())
+        if client is not None:
+            result = None
+            for _ in range(a.repeat):
+                result = client.allreduce(data)
+                stats["seconds"].append(client.stats["seconds"])
+            with open(a.output, "wb") as f:
+                f.write(result.astype(wire_dtype, copy=False).tobytes())
 
         if peers is not None:
             with Ring(a.rank, peers) as ring:
@@ -122,7 +126,7 @@ def main(argv=None) -> int:
             for k in ("chunks", "sent", "retransmits", "results", "stale_results", "naks", "rejoins"):
                 stats[k] = client.stats[k]
             client.close()
-        if a.stats_json and client is not None:
+        if a.stats_json and (client is not None or a.ring_only):
             if error is not None:
                 stats["error"] = error
             with open(a.stats_json, "w") as f:

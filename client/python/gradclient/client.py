@@ -39,6 +39,9 @@ MAX_REJOINS = 8
 RCVBUF_BYTES = 4 << 20
 #: OS errors that mean the appliance (or the path to it) is not there.
 _UNREACHABLE_ERRNOS = {errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN}
+# A datagram the host itself refused to send: a netfilter rule dropped it on output (EPERM) or a
+# queue was full (ENOBUFS). Like loss on the wire: the chunk's timer resends it.
+_LOST_ERRNOS = {errno.EPERM, errno.ENOBUFS}
 
 
 class GradientError(Exception):
@@ -238,6 +241,8 @@ class Client:
             except (BlockingIOError, TimeoutError):
                 return False  # socket buffer full
             except OSError as e:
+                if e.errno in _LOST_ERRNOS:
+                    return False  # dropped on the way out (a local firewall rule, a full queue): lost
                 if e.errno not in _UNREACHABLE_ERRNOS:
                     raise
                 os_error = e

@@ -7,6 +7,7 @@ from the repository root (no install, no pytest).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -222,6 +223,39 @@ class ClientTest(unittest.TestCase):
         self.assertGreater(clients[0].stats["retransmits"] + clients[1].stats["retransmits"], 0)
         self.assertGreater(clients[0].stats["retransmits"], 0)  # both lost their first offset 0
         self.assertEqual(sorted(fake.completed), [(0, 0), (4, 0), (8, 0)])
+
+    def test_datagrams_refused_by_a_local_firewall_are_resent(self):
+        # A netfilter rule that drops on output makes send() fail with EPERM (ENOBUFS when a
+        # queue is full): like loss on the wire, the chunk's timer resends it.
+        class Refusing:
+            def __init__(self, sock, errs):
+                self.sock, self.errs = sock, errs
+
+            def send(self, data):
+                if self.errs:
+                    raise OSError(self.errs.pop(), "refused")
+                return self.sock.send(data)
+
+            def __getattr__(self, name):
+                return getattr(self.sock, name)
+
+        a = np.arange(TENSOR, dtype=np.float32)
+        with FakeAppliance("f32") as fake:
+            clients = [Client(coll(rank=k), bind=(fake.addr[0], 0), appliance=fake.addr, deadline=3.0) for k in range(2)]
+            clients[0]._sock = Refusing(clients[0]._sock, [errno.EPERM, errno.ENOBUFS, errno.EPERM])
+            out = [None, None]
+            ts = [threading.Thread(target=lambda k=k: out.__setitem__(k, clients[k].allreduce(a))) for k in range(2)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(10)
+            for c in clients:
+                c.close()
+        for k in range(2):
+            np.testing.assert_array_equal(out[k], a * 2)
+        # Three chunks, each refused once, then each resent once: 3 sent (+ 3 retransmits).
+        self.assertEqual(clients[0].stats["retransmits"], 3)
+        self.assertEqual(clients[0].stats["sent"], 3)
 
     def test_retransmit_flag_on_resends(self):
         seen = []
