@@ -34,6 +34,7 @@ pub struct Seen {
     pub offset: u32,
     pub round: u32,
     pub flags: u8,
+    pub data_length: u32,
 }
 
 #[derive(Default)]
@@ -103,6 +104,7 @@ fn serve(
             offset: r.tensor_offset,
             round: r.round,
             flags: r.flags,
+            data_length: r.data_length,
         });
         members.insert(r.worker_rank, src);
         let mut nak = |reason: u8, round: u32| {
