@@ -221,3 +221,38 @@ fn reduce(dtype: Dtype, contribs: &[Option<Vec<u8>>]) -> Vec<u8> {
     }
     out
 }
+
+/// An appliance configuration file for a collective whose members are on 127.0.0.1 (IPv4) or
+/// ::1 (IPv6), ranks in order with the given UDP ports, and the appliance at `gradient_port` (the
+/// key is left out for `None`: its default applies). Written to a fresh file named after `tag`.
+pub fn write_config(
+    tag: &str,
+    gradient_port: Option<u16>,
+    extra: &str,
+    member_ports: &[u16],
+    v6: bool,
+) -> std::path::PathBuf {
+    let mut t = String::from("[[port]]\nvdev = \"net_null0\"\nipv4 = \"127.0.0.1\"\nipv6 = \"::1\"\n\n");
+    if let Some(p) = gradient_port {
+        t += &format!("[dataplane]\ngradient_udp_port = {p}\n\n");
+    }
+    t += "[[collective]]\ncollective_id = 9\nop = \"sum\"\ndtype = \"f32\"\ntensor_elements = 1000\nchunk_elements = 64\n";
+    t += extra;
+    for (rank, port) in member_ports.iter().enumerate() {
+        let ip = if v6 { "::1" } else { "127.0.0.1" };
+        t += &format!(
+            "\n[[collective.member]]\nrank = {rank}\nip = \"{ip}\"\nudp_port = {port}\nmac = \"02:00:00:00:01:0{rank}\"\nqpn = {}\nqkey = 7\n",
+            rank + 16
+        );
+    }
+    let dir = std::env::temp_dir().join(format!("gradclient-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{tag}.toml"));
+    std::fs::write(&path, t).unwrap();
+    path
+}
+
+/// A UDP port free on 127.0.0.1 right now.
+pub fn free_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
