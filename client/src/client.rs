@@ -83,6 +83,8 @@ pub struct Client {
     read_timeout: Option<Duration>,
     /// Anything at all came from the appliance since the client was created.
     heard: bool,
+    /// When the current (or last) call started.
+    started: Instant,
 }
 
 /// What a received datagram did.
@@ -144,6 +146,7 @@ impl Client {
             stats: ClientStats::default(),
             read_timeout: None,
             heard: false,
+            started: now,
         })
     }
 
@@ -238,6 +241,7 @@ impl Client {
 
     fn call<L: Lanes>(&mut self, lanes: &mut L) -> Result<(), Error> {
         let start = Instant::now();
+        self.started = start;
         for c in &mut self.chunks {
             *c = Chunk { done: false, sent: false, pos: NOT_IN_FLIGHT, rto: self.opts.initial_rto, due: start };
         }
@@ -293,7 +297,7 @@ impl Client {
                 {
                     continue
                 }
-                Err(e) => return Err(self.socket_error(e, "receiving", start.elapsed())),
+                Err(e) => return Err(self.socket_error(e, "receiving")),
             };
             self.heard = true;
             match self.on_datagram(len, lanes, &mut rejoins)? {
@@ -345,7 +349,7 @@ impl Client {
             Ok(_) => Ok(due),
             // Transient: the chunk's timer resends it.
             Err(e) if is_transient(&e) => Ok(due),
-            Err(e) => Err(self.socket_error(e, "sending", Duration::ZERO)),
+            Err(e) => Err(self.socket_error(e, "sending")),
         }
     }
 
@@ -500,8 +504,9 @@ impl Client {
         }
     }
 
-    fn socket_error(&self, e: io::Error, what: &'static str, waited: Duration) -> Error {
+    fn socket_error(&self, e: io::Error, what: &'static str) -> Error {
         let addr = self.ep.appliance;
+        let waited = self.started.elapsed();
         match e.raw_os_error() {
             Some(libc::ECONNREFUSED) => Error::Refused { addr },
             Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EHOSTDOWN) => {
