@@ -326,3 +326,70 @@ fn bytes_entry_point_matches_typed() {
     assert_eq!(bytes, before);
     assert_eq!(c.stats().results, 16);
 }
+
+/// The datagrams byte for byte (spec section 2), and what the client does with stale,
+/// duplicate and malformed results, against a scripted appliance.
+#[test]
+fn wire_bytes_and_result_filtering() {
+    let app = UdpSocket::bind("127.0.0.1:0").unwrap();
+    app.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let c = Collective {
+        collective_id: 0x0102,
+        op: Op::Max,
+        dtype: Dtype::Bf16,
+        tensor_elements: 3,
+        chunk_elements: 2,
+        num_workers: 4,
+        rank: 3,
+    };
+    let opts = Options { start_round: 0x0a0b_0c0d, initial_rto: Duration::from_millis(50), ..fast() };
+    let addr = app.local_addr().unwrap();
+    let worker = std::thread::spawn(move || {
+        let mut cl = client(addr, c, opts);
+        let mut d = [bf16::from_f32(1.0), bf16::from_f32(-2.0), bf16::from_f32(0.5)];
+        cl.allreduce(&mut d).map(|_| (d, cl.stats().clone(), cl.rounds().to_vec()))
+    });
+    let mut buf = [0u8; 64];
+    let (n, src) = app.recv_from(&mut buf).unwrap();
+    #[rustfmt::skip]
+    let first: [u8; 24] = [
+        0x10, 0x02, 0x01, 0x02, 0x03, 0x00, 0x00, 0x03, // v1 flags 0, MAX, collective 0x0102, bf16, reason 0, rank 3
+        0, 0, 0, 0, 0, 0, 0, 4, 0x0a, 0x0b, 0x0c, 0x0d, // offset 0, 4 bytes, round
+        0x80, 0x3f, 0x00, 0xc0,                         // 1.0, -2.0 as bf16, little-endian
+    ];
+    assert_eq!(&buf[..n], &first);
+    let (n, _) = app.recv_from(&mut buf).unwrap();
+    let second = buf[..n].to_vec();
+    assert_eq!(
+        &second[..],
+        &[0x10, 0x02, 0x01, 0x02, 0x03, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 2, 0x0a, 0x0b, 0x0c, 0x0d, 0x00, 0x3f]
+    );
+    // Both go unanswered: their resends carry RETRANSMIT (0x12), the rest unchanged.
+    let mut resent = Vec::new();
+    for _ in 0..2 {
+        let (n, _) = app.recv_from(&mut buf).unwrap();
+        assert_eq!(buf[0], 0x12);
+        let orig = if buf[11] == 0 { &first[..] } else { &second[..] };
+        assert_eq!(&buf[1..n], &orig[1..]);
+        resent.push(buf[11]);
+    }
+    resent.sort();
+    assert_eq!(resent, [0, 2]);
+    let result = |offset: u8, len: u8, round_lo: u8, payload: &[u8]| {
+        let mut p = vec![
+            0x11, 0x02, 0x01, 0x02, 0x03, 0, 0xff, 0xff, 0, 0, 0, offset, 0, 0, 0, len, 0x0a, 0x0b, 0x0c, round_lo,
+        ];
+        p.extend_from_slice(payload);
+        p
+    };
+    let r0 = [0x00, 0x40, 0x80, 0x3f]; // 2.0, 1.0
+    app.send_to(&result(0, 4, 0x0e, &r0), src).unwrap(); // another round: stale
+    app.send_to(&result(0, 2, 0x0d, &r0[..2]), src).unwrap(); // wrong length: ignored
+    app.send_to(&result(0, 4, 0x0d, &r0), src).unwrap(); // the result
+    app.send_to(&result(0, 4, 0x0d, &r0), src).unwrap(); // duplicate: stale
+    app.send_to(&result(2, 2, 0x0d, &[0x40, 0x40]), src).unwrap(); // 3.0
+    let (d, s, rounds) = worker.join().unwrap().unwrap();
+    assert_eq!(d.map(|x| x.to_f32()), [2.0, 1.0, 3.0]);
+    assert_eq!((s.results, s.stale_results, s.ignored), (2, 2, 1));
+    assert_eq!(rounds, [0x0a0b_0c0e, 0x0a0b_0c0e]);
+}
