@@ -68,9 +68,10 @@ pub enum Error {
         round: u32,
     },
 
-    /// Nothing at all came from the appliance before the deadline, or the network said the
-    /// appliance's host cannot be reached (`EHOSTUNREACH`, `ENETUNREACH`: no ARP/NDP answer, no
-    /// route).
+    /// The deadline passed and nothing at all ever came from the appliance to this client (no
+    /// result, no NAK), or the network said the appliance's host cannot be reached
+    /// (`EHOSTUNREACH`, `ENETUNREACH`: no ARP/NDP answer, no route). The protocol does not
+    /// acknowledge contributions, so a first call whose peers are all absent also ends here.
     #[error("appliance unreachable: no answer from {addr} in {waited_ms} ms{note}")]
     Unreachable {
         /// The appliance's address (IP, `gradient_udp_port`).
