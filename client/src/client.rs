@@ -1,0 +1,541 @@
+//! The allreduce engine: a window of chunks in flight over one connected UDP socket, results
+//! written in place, retransmission with exponential backoff, NAK handling and rejoin (spec
+//! sections 2, 4 rules 3-4, 5).
+
+use crate::element::{Element, Lanes, Raw, Typed};
+use crate::{Collective, Endpoint, Error, Options};
+use dataplane::wire::gradient::{Flags, GradientHeader, GradientRepr, HEADER_LEN, RANK_NONE, VERSION};
+use serde::Serialize;
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// NAK reason 7: stale or premature round; the NAK's round field is the expected round.
+const NAK_STALE_ROUND: u8 = 7;
+/// `inflight` position of a chunk that is not in flight.
+const NOT_IN_FLIGHT: u32 = u32::MAX;
+/// Granularity of the socket's read timeout: a wait is rounded up to it, and the timeout is not
+/// reset for a change smaller than it.
+const TIMEOUT_STEP: Duration = Duration::from_millis(1);
+/// Receive buffer: the largest UDP payload.
+const RECV_BUF: usize = 65536;
+
+/// Counters of a [`Client`], cumulative over its calls except `seconds`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ClientStats {
+    /// Chunks reduced: the tensor's chunk count times the calls made.
+    pub chunks: u64,
+    /// Contribution datagrams sent (first sends, resends after a rejoin, retransmits).
+    pub sent: u64,
+    /// Contributions resent because their retransmit timer expired.
+    pub retransmits: u64,
+    /// RESULT packets written into the tensor.
+    pub results: u64,
+    /// RESULT packets dropped as duplicates or for another round than the chunk's.
+    pub stale_results: u64,
+    /// NAK packets received (any reason).
+    pub naks: u64,
+    /// Rejoins: realignments of every chunk's round on a NAK 7.
+    pub rejoins: u64,
+    /// Datagrams from the appliance that were neither a usable RESULT nor a NAK of this
+    /// collective (truncated, another collective, inconsistent lengths).
+    pub ignored: u64,
+    /// Duration of the last call (seconds).
+    pub seconds: f64,
+}
+
+/// Per-chunk state of one call.
+#[derive(Debug, Clone, Copy)]
+struct Chunk {
+    /// Its result arrived in this call.
+    done: bool,
+    /// Sent at least once at its current round (later sends carry RETRANSMIT).
+    sent: bool,
+    /// Position in `inflight`, or [`NOT_IN_FLIGHT`].
+    pos: u32,
+    /// Current retransmit timeout.
+    rto: Duration,
+    /// When its timer fires.
+    due: Instant,
+}
+
+/// A worker's side of one collective: allreduce calls over UDP through the appliance.
+///
+/// Each call is one round per chunk: the client keeps a round per chunk (all starting at
+/// [`Options::start_round`]) and advances a chunk's round by one after the call in which its
+/// result arrived, so successive calls on one client are successive rounds.
+#[derive(Debug)]
+pub struct Client {
+    coll: Collective,
+    ep: Endpoint,
+    opts: Options,
+    sock: UdpSocket,
+    /// Per chunk: the round of its next contribution.
+    rounds: Vec<u32>,
+    chunks: Vec<Chunk>,
+    /// Chunks in flight (indices), at most `window`.
+    inflight: Vec<u32>,
+    send_buf: Vec<u8>,
+    recv_buf: Vec<u8>,
+    stats: ClientStats,
+    /// The read timeout the socket has now.
+    read_timeout: Option<Duration>,
+    /// Anything at all came from the appliance since the client was created.
+    heard: bool,
+    /// When the current (or last) call started.
+    started: Instant,
+}
+
+/// What a received datagram did.
+enum Event {
+    Nothing,
+    /// Chunk `i`'s result was written.
+    Done(u32),
+    /// Every incomplete chunk moved to another round: resend what is in flight.
+    Rejoined,
+}
+
+impl Client {
+    /// Binds `endpoint.bind` and connects to `endpoint.appliance` (so only the appliance's
+    /// datagrams are received, and ICMP errors surface as [`Error::Refused`] or
+    /// [`Error::Unreachable`]).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for an inconsistent collective or options, [`Error::Socket`] when the
+    /// address cannot be bound (not this host's, or in use) or connected.
+    pub fn new(collective: Collective, endpoint: Endpoint, options: Options) -> Result<Client, Error> {
+        collective.validate()?;
+        if options.window == 0 {
+            return Err(Error::Invalid("window is 0 chunks".into()));
+        }
+        if options.initial_rto.is_zero() || options.max_rto < options.initial_rto {
+            return Err(Error::Invalid(format!(
+                "retransmit timeouts: initial {:?} must be above 0 and at most the cap {:?}",
+                options.initial_rto, options.max_rto
+            )));
+        }
+        let sock = UdpSocket::bind(endpoint.bind).map_err(|source| Error::Socket {
+            what: "bind",
+            addr: endpoint.bind,
+            source,
+        })?;
+        sock.connect(endpoint.appliance).map_err(|source| Error::Socket {
+            what: "connect",
+            addr: endpoint.appliance,
+            source,
+        })?;
+        let n = collective.chunks() as usize;
+        let chunk_bytes = collective.chunk_elements as usize * collective.dtype.size();
+        let datagram = HEADER_LEN + chunk_bytes;
+        // Results of a whole window may arrive at once: ask for room for them (best effort; the
+        // kernel caps it at net.core.rmem_max).
+        set_recv_buffer(&sock, options.window.saturating_mul(datagram + 64).saturating_mul(2));
+        let now = Instant::now();
+        let idle = Chunk { done: false, sent: false, pos: NOT_IN_FLIGHT, rto: options.initial_rto, due: now };
+        Ok(Client {
+            coll: collective,
+            ep: endpoint,
+            opts: options,
+            sock,
+            rounds: vec![options.start_round; n],
+            chunks: vec![idle; n],
+            inflight: Vec::with_capacity(options.window.min(n)),
+            send_buf: vec![0; datagram],
+            recv_buf: vec![0; RECV_BUF],
+            stats: ClientStats::default(),
+            read_timeout: None,
+            heard: false,
+            started: now,
+        })
+    }
+
+    /// [`crate::from_appliance_config`] then [`Client::new`].
+    pub fn from_appliance_config(
+        path: &Path,
+        collective_id: u16,
+        rank: u16,
+        options: Options,
+    ) -> Result<Client, Error> {
+        let (c, ep) = crate::from_appliance_config(path, collective_id, rank)?;
+        Client::new(c, ep, options)
+    }
+
+    /// The collective.
+    pub fn collective(&self) -> &Collective {
+        &self.coll
+    }
+
+    /// The endpoint as configured.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.ep
+    }
+
+    /// The socket's local address (the bound port when `bind` asked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.sock.local_addr().unwrap_or(self.ep.bind)
+    }
+
+    /// The options.
+    pub fn options(&self) -> &Options {
+        &self.opts
+    }
+
+    /// Per chunk: the round its next contribution will carry.
+    pub fn rounds(&self) -> &[u32] {
+        &self.rounds
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &ClientStats {
+        &self.stats
+    }
+
+    /// Reduces `data` (the whole tensor, `tensor_elements` elements) with the other members, in
+    /// place: on success `data` holds the reduced tensor. The element type must be the
+    /// collective's dtype.
+    ///
+    /// On error the call ends within [`Options::deadline`]; `data` then holds the result for
+    /// the chunks whose result arrived and the input for the others. Rounds advance only for
+    /// chunks whose result arrived, so retrying with the original input resumes the others.
+    ///
+    /// # Errors
+    /// [`Error::DtypeMismatch`], [`Error::Length`] (nothing sent); [`Error::Nak`] for NAK
+    /// reasons 1-6 (at once); [`Error::Rejoins`]; [`Error::Unreachable`], [`Error::Refused`],
+    /// [`Error::Timeout`], [`Error::Io`].
+    pub fn allreduce<E: Element>(&mut self, data: &mut [E]) -> Result<(), Error> {
+        if E::DTYPE != self.coll.dtype {
+            return Err(Error::DtypeMismatch {
+                collective: self.coll.collective_id,
+                expected: self.coll.dtype,
+                found: E::DTYPE,
+            });
+        }
+        if data.len() as u64 != self.coll.tensor_elements {
+            return Err(Error::Length {
+                collective: self.coll.collective_id,
+                expected: self.coll.tensor_elements,
+                found: data.len() as u64,
+                unit: "elements",
+            });
+        }
+        self.call(&mut Typed(data))
+    }
+
+    /// [`Client::allreduce`] on raw lanes: `data` is `tensor_elements` lanes of the collective's
+    /// dtype, little-endian (f16 and bf16 as their 16-bit patterns), `tensor_elements x dtype
+    /// size` bytes.
+    pub fn allreduce_bytes(&mut self, data: &mut [u8]) -> Result<(), Error> {
+        let size = self.coll.dtype.size();
+        let expected = self.coll.tensor_elements * size as u64;
+        if data.len() as u64 != expected {
+            return Err(Error::Length {
+                collective: self.coll.collective_id,
+                expected,
+                found: data.len() as u64,
+                unit: "bytes",
+            });
+        }
+        self.call(&mut Raw { bytes: data, size })
+    }
+
+    fn call<L: Lanes>(&mut self, lanes: &mut L) -> Result<(), Error> {
+        let start = Instant::now();
+        self.started = start;
+        for c in &mut self.chunks {
+            *c = Chunk { done: false, sent: false, pos: NOT_IN_FLIGHT, rto: self.opts.initial_rto, due: start };
+        }
+        self.inflight.clear();
+        self.stats.chunks += self.chunks.len() as u64;
+        let r = self.exchange(lanes, start);
+        for (round, c) in self.rounds.iter_mut().zip(&self.chunks) {
+            if c.done {
+                *round = round.wrapping_add(1);
+            }
+        }
+        self.stats.seconds = start.elapsed().as_secs_f64();
+        r
+    }
+
+    /// The window loop: fill the window, fire due timers, wait for the next datagram or timer.
+    fn exchange<L: Lanes>(&mut self, lanes: &mut L, start: Instant) -> Result<(), Error> {
+        let deadline = start + self.opts.deadline;
+        let n = self.chunks.len();
+        let mut next = 0usize;
+        let mut remaining = n;
+        let mut rejoins = 0u32;
+        // Earliest timer of the chunks in flight (may be early: then nothing fires).
+        let mut next_due = deadline;
+        loop {
+            while self.inflight.len() < self.opts.window && next < n {
+                let i = next as u32;
+                self.chunks[next].pos = self.inflight.len() as u32;
+                self.inflight.push(i);
+                let due = self.send_chunk(i, lanes, Instant::now())?;
+                next_due = next_due.min(due);
+                next += 1;
+            }
+            if remaining == 0 {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(self.deadline_error(remaining, now - start));
+            }
+            if now >= next_due {
+                next_due = self.fire_timers(lanes, now, deadline)?;
+                continue;
+            }
+            self.set_wait(next_due.min(deadline) - now)?;
+            let len = match self.sock.recv(&mut self.recv_buf) {
+                Ok(len) => len,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    continue
+                }
+                Err(e) => return Err(self.socket_error(e, "receiving")),
+            };
+            self.heard = true;
+            match self.on_datagram(len, lanes, &mut rejoins)? {
+                Event::Nothing => {}
+                Event::Done(i) => {
+                    self.leave_flight(i);
+                    remaining -= 1;
+                }
+                Event::Rejoined => {
+                    let now = Instant::now();
+                    for k in 0..self.inflight.len() {
+                        let i = self.inflight[k];
+                        self.chunks[i as usize].rto = self.opts.initial_rto;
+                        let due = self.send_chunk(i, lanes, now)?;
+                        next_due = next_due.min(due);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends chunk `i` at its current round, arms its timer with its current timeout and
+    /// returns when it fires.
+    fn send_chunk<L: Lanes>(&mut self, i: u32, lanes: &L, now: Instant) -> Result<Instant, Error> {
+        let c = &self.coll;
+        let len = c.chunk_len(i as u64) as usize;
+        let bytes = len * c.dtype.size();
+        let offset = i * c.chunk_elements;
+        let chunk = &mut self.chunks[i as usize];
+        let repr = GradientRepr {
+            version: VERSION,
+            flags: if chunk.sent { Flags::RETRANSMIT } else { 0 },
+            op_type: c.op as u8,
+            collective_id: c.collective_id,
+            dtype: c.dtype as u8,
+            reason: 0,
+            worker_rank: c.rank,
+            tensor_offset: offset,
+            data_length: bytes as u32,
+            round: self.rounds[i as usize],
+        };
+        chunk.sent = true;
+        chunk.due = now + chunk.rto;
+        let due = chunk.due;
+        repr.emit(&mut self.send_buf).expect("the send buffer holds a header and a chunk");
+        lanes.load(offset as usize, &mut self.send_buf[HEADER_LEN..HEADER_LEN + bytes]);
+        self.stats.sent += 1;
+        match self.sock.send(&self.send_buf[..HEADER_LEN + bytes]) {
+            Ok(_) => Ok(due),
+            // Transient: the chunk's timer resends it.
+            Err(e) if is_transient(&e) => Ok(due),
+            Err(e) => Err(self.socket_error(e, "sending")),
+        }
+    }
+
+    /// Resends every chunk in flight whose timer is due, doubling its timeout (capped); returns
+    /// the earliest timer left.
+    fn fire_timers<L: Lanes>(&mut self, lanes: &L, now: Instant, deadline: Instant) -> Result<Instant, Error> {
+        let mut next_due = deadline;
+        for k in 0..self.inflight.len() {
+            let i = self.inflight[k];
+            let c = &mut self.chunks[i as usize];
+            let due = if c.due <= now {
+                c.rto = (c.rto * 2).min(self.opts.max_rto);
+                self.stats.retransmits += 1;
+                self.send_chunk(i, lanes, now)?
+            } else {
+                c.due
+            };
+            next_due = next_due.min(due);
+        }
+        Ok(next_due)
+    }
+
+    fn leave_flight(&mut self, i: u32) {
+        let pos = self.chunks[i as usize].pos as usize;
+        self.chunks[i as usize].pos = NOT_IN_FLIGHT;
+        self.inflight.swap_remove(pos);
+        if let Some(&moved) = self.inflight.get(pos) {
+            self.chunks[moved as usize].pos = pos as u32;
+        }
+    }
+
+    /// Handles one datagram from the appliance (spec sections 2, 5).
+    fn on_datagram<L: Lanes>(&mut self, len: usize, lanes: &mut L, rejoins: &mut u32) -> Result<Event, Error> {
+        let Ok(h) = GradientHeader::new_checked(&self.recv_buf[..len]) else {
+            self.stats.ignored += 1;
+            return Ok(Event::Nothing);
+        };
+        let r = GradientRepr::parse(&h);
+        let c = &self.coll;
+        if r.collective_id != c.collective_id {
+            self.stats.ignored += 1;
+            return Ok(Event::Nothing);
+        }
+        if r.flags & Flags::NAK != 0 {
+            self.stats.naks += 1;
+            return self.on_nak(&r, rejoins);
+        }
+        let size = c.dtype.size();
+        let chunk = c.chunk_elements;
+        let index = (r.tensor_offset % chunk == 0 && (r.tensor_offset as u64) < c.tensor_elements)
+            .then_some(r.tensor_offset / chunk);
+        let usable = r.flags & Flags::RESULT != 0
+            && r.version == VERSION
+            && r.worker_rank == RANK_NONE
+            && r.op_type == c.op as u8
+            && r.dtype == c.dtype as u8
+            && index.is_some_and(|i| r.data_length as usize == c.chunk_len(i as u64) as usize * size)
+            && h.rest().len() >= r.data_length as usize;
+        let Some(i) = index.filter(|_| usable) else {
+            self.stats.ignored += 1;
+            return Ok(Event::Nothing);
+        };
+        if self.chunks[i as usize].done || r.round != self.rounds[i as usize] {
+            self.stats.stale_results += 1;
+            return Ok(Event::Nothing);
+        }
+        lanes.store(r.tensor_offset as usize, &h.rest()[..r.data_length as usize]);
+        self.chunks[i as usize].done = true;
+        self.stats.results += 1;
+        Ok(Event::Done(i))
+    }
+
+    /// A NAK (spec section 5): reasons other than 7 end the call; reason 7 realigns every
+    /// incomplete chunk on the appliance's expected round (one NAK suffices, as NAKs are limited
+    /// to one per source per 100 ms).
+    fn on_nak(&mut self, r: &GradientRepr, rejoins: &mut u32) -> Result<Event, Error> {
+        let c = &self.coll;
+        if r.reason != NAK_STALE_ROUND {
+            return Err(Error::Nak {
+                collective: c.collective_id,
+                reason: r.reason,
+                offset: r.tensor_offset,
+                round: r.round,
+            });
+        }
+        let index = (r.tensor_offset % c.chunk_elements == 0 && (r.tensor_offset as u64) < c.tensor_elements)
+            .then_some((r.tensor_offset / c.chunk_elements) as usize);
+        let Some(i) = index else {
+            return Ok(Event::Nothing);
+        };
+        let sent = self.rounds[i];
+        // A late NAK of a packet sent before a rejoin, or of a chunk already done: nothing to fix.
+        if self.chunks[i].done || !self.chunks[i].sent || sent == r.round {
+            return Ok(Event::Nothing);
+        }
+        if *rejoins >= self.opts.max_rejoins {
+            return Err(Error::Rejoins {
+                limit: self.opts.max_rejoins,
+                offset: r.tensor_offset,
+                sent,
+                expected: r.round,
+            });
+        }
+        *rejoins += 1;
+        self.stats.rejoins += 1;
+        let delta = r.round.wrapping_sub(sent);
+        for (round, ch) in self.rounds.iter_mut().zip(self.chunks.iter_mut()) {
+            if !ch.done {
+                *round = round.wrapping_add(delta);
+                ch.sent = false;
+            }
+        }
+        Ok(Event::Rejoined)
+    }
+
+    /// Sets the socket's read timeout to `wait` rounded up to [`TIMEOUT_STEP`], unless it is
+    /// already within one step of it (one system call saved per datagram in steady state).
+    fn set_wait(&mut self, wait: Duration) -> Result<(), Error> {
+        let want = wait.max(TIMEOUT_STEP);
+        if let Some(cur) = self.read_timeout {
+            if cur >= want && cur <= want + TIMEOUT_STEP {
+                return Ok(());
+            }
+        }
+        let want = Duration::from_millis(want.as_millis() as u64 + 1);
+        self.sock.set_read_timeout(Some(want)).map_err(|source| Error::Io {
+            what: "setting the read timeout",
+            addr: self.ep.appliance,
+            source,
+        })?;
+        self.read_timeout = Some(want);
+        Ok(())
+    }
+
+    fn deadline_error(&self, remaining: usize, waited: Duration) -> Error {
+        let waited_ms = waited.as_millis() as u64;
+        if self.heard {
+            Error::Timeout {
+                collective: self.coll.collective_id,
+                missing: remaining,
+                chunks: self.chunks.len(),
+                addr: self.ep.appliance,
+                waited_ms,
+            }
+        } else {
+            Error::Unreachable {
+                addr: self.ep.appliance,
+                waited_ms,
+                note: " (no result and no NAK ever came: the appliance is down or unreachable, or no peer has contributed yet)"
+                    .into(),
+            }
+        }
+    }
+
+    fn socket_error(&self, e: io::Error, what: &'static str) -> Error {
+        let addr = self.ep.appliance;
+        let waited = self.started.elapsed();
+        match e.raw_os_error() {
+            Some(libc::ECONNREFUSED) => Error::Refused { addr },
+            Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EHOSTDOWN) => {
+                Error::Unreachable { addr, waited_ms: waited.as_millis() as u64, note: format!(" ({e})") }
+            }
+            _ => Error::Io { what, addr, source: e },
+        }
+    }
+}
+
+/// Send errors the retransmit timer recovers from.
+fn is_transient(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted)
+        || e.raw_os_error() == Some(libc::ENOBUFS)
+}
+
+/// Asks for a receive buffer of `bytes` (best effort: errors are ignored, the kernel caps it).
+fn set_recv_buffer(sock: &UdpSocket, bytes: usize) {
+    use std::os::fd::AsRawFd;
+    let v: libc::c_int = bytes.min(libc::c_int::MAX as usize) as libc::c_int;
+    // SAFETY: the fd is an open socket owned by `sock` for the duration of the call; the option
+    // value points to a live c_int of the size passed.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}

@@ -1,0 +1,175 @@
+//! What a worker needs to know of its collective (spec section 3), where to send (the appliance's
+//! address and the worker's own), and how to retry; read from the appliance's TOML file by
+//! [`from_appliance_config`].
+
+use crate::{Dtype, Error, Op};
+use dataplane::agg::config::Carriage;
+use dataplane::wire::build::IpAddr as WireIp;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::Path;
+use std::time::Duration;
+
+/// The gradient protocol's default UDP port (spec section 1: 49374, 0xC0DE).
+pub const DEFAULT_GRADIENT_UDP_PORT: u16 = dataplane::wire::gradient::DEFAULT_UDP_PORT;
+
+/// One collective as this worker takes part in it (spec section 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Collective {
+    /// Which collective (the header's `collective_id`).
+    pub collective_id: u16,
+    /// The reduction.
+    pub op: Op,
+    /// The lane type.
+    pub dtype: Dtype,
+    /// Elements in the tensor.
+    pub tensor_elements: u64,
+    /// Elements per chunk, one chunk per datagram (the last chunk may be shorter).
+    pub chunk_elements: u32,
+    /// Members of the collective (ranks are `0..num_workers`).
+    pub num_workers: u16,
+    /// This worker's rank.
+    pub rank: u16,
+}
+
+impl Collective {
+    /// Number of chunks: ceil(tensor_elements / chunk_elements).
+    pub fn chunks(&self) -> u64 {
+        self.tensor_elements.div_ceil(self.chunk_elements.max(1) as u64)
+    }
+
+    /// Elements of chunk `i` (the last one may be shorter).
+    pub fn chunk_len(&self, i: u64) -> u32 {
+        let first = i * self.chunk_elements as u64;
+        (self.tensor_elements - first).min(self.chunk_elements as u64) as u32
+    }
+
+    /// Checks what the wire can carry: a non-empty tensor whose offsets fit in 32 bits, chunks
+    /// of 1 or more elements whose datagram fits in UDP, and `rank < num_workers`.
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |m: String| Err(Error::Invalid(format!("collective {}: {m}", self.collective_id)));
+        if self.tensor_elements == 0 {
+            return bad("tensor_elements is 0".into());
+        }
+        if self.tensor_elements > u32::MAX as u64 + 1 {
+            return bad(format!(
+                "tensor_elements = {} does not fit the 32-bit tensor_offset field",
+                self.tensor_elements
+            ));
+        }
+        if self.chunk_elements == 0 {
+            return bad("chunk_elements is 0".into());
+        }
+        let bytes = self.chunk_elements as u64 * self.dtype.size() as u64;
+        if bytes > MAX_PAYLOAD as u64 {
+            return bad(format!("a chunk of {} elements is {bytes} bytes, more than a UDP datagram carries after the 20-byte header ({MAX_PAYLOAD})", self.chunk_elements));
+        }
+        if self.rank >= self.num_workers {
+            return bad(format!("rank {} is not below num_workers = {}", self.rank, self.num_workers));
+        }
+        Ok(())
+    }
+}
+
+/// The largest payload (bytes) a UDP datagram carries after the 20-byte gradient header.
+pub const MAX_PAYLOAD: usize = 65507 - dataplane::wire::gradient::HEADER_LEN;
+
+/// Where this worker sends from and to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The local address to bind: the member's `ip` and `udp_port` (the appliance accepts
+    /// contributions only from them, spec section 4 rule 5, and sends results there).
+    pub bind: SocketAddr,
+    /// The appliance: its address on the member's port and `gradient_udp_port`.
+    pub appliance: SocketAddr,
+}
+
+/// Timers and limits of an allreduce call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// Chunks sent and not yet answered at any time (default 64).
+    pub window: usize,
+    /// First retransmit timeout of a chunk (default 20 ms); doubled at each resend.
+    pub initial_rto: Duration,
+    /// Upper bound of the retransmit timeout (default 500 ms).
+    pub max_rto: Duration,
+    /// Longest one allreduce call may take before it fails (default 10 s).
+    pub deadline: Duration,
+    /// The round every chunk starts at (default 0); each completed call advances it by one.
+    pub start_round: u32,
+    /// Rejoins (NAK 7 realignments) allowed per call (default 8).
+    pub max_rejoins: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            window: 64,
+            initial_rto: Duration::from_millis(20),
+            max_rto: Duration::from_millis(500),
+            deadline: Duration::from_secs(10),
+            start_round: 0,
+            max_rejoins: 8,
+        }
+    }
+}
+
+/// Reads the appliance's TOML configuration at `path` (with the appliance's own loader, so a
+/// file the appliance refuses is refused here too) and returns collective `collective_id` as
+/// seen by `rank`, with its endpoint: bind to the member's `ip` and `udp_port`; send to the
+/// `ipv4` (or `ipv6` for an IPv6 member) of the `[[port]]` the member names (`port`, default 0),
+/// at `[dataplane] gradient_udp_port` (default 49374).
+///
+/// # Errors
+/// [`Error::Config`] when the file does not load, has no such collective or rank, or the
+/// collective uses the RoCEv2 carriage (this client speaks only UDP; RoCEv2 needs verbs).
+pub fn from_appliance_config(path: &Path, collective_id: u16, rank: u16) -> Result<(Collective, Endpoint), Error> {
+    let loaded = dataplane::config::load(path).map_err(|e| Error::Config(e.to_string()))?;
+    let c = loaded.collectives.iter().find(|c| c.id == collective_id).ok_or_else(|| {
+        let ids: Vec<String> = loaded.collectives.iter().map(|c| c.id.to_string()).collect();
+        Error::Config(format!(
+            "{}: no [[collective]] with collective_id = {collective_id} (configured: [{}])",
+            path.display(),
+            ids.join(", ")
+        ))
+    })?;
+    if c.carriage == Carriage::Rocev2 {
+        return Err(Error::Config(format!(
+            "{}: collective {collective_id} uses the rocev2 carriage: this client speaks only the UDP carriage (RoCEv2 needs verbs)",
+            path.display()
+        )));
+    }
+    let m = c.members.get(rank as usize).ok_or_else(|| {
+        Error::Config(format!(
+            "{}: collective {collective_id} has {} members (ranks 0..{}), no rank {rank}",
+            path.display(),
+            c.members.len(),
+            c.members.len()
+        ))
+    })?;
+    let port = m.port as usize;
+    let (local, appliance): (IpAddr, Option<IpAddr>) = match m.ip {
+        WireIp::V4(a) => (Ipv4Addr::from(a).into(), loaded.port_ipv4[port].map(|a| Ipv4Addr::from(a).into())),
+        WireIp::V6(a) => (Ipv6Addr::from(a).into(), loaded.port_ipv6[port].map(|a| Ipv6Addr::from(a).into())),
+    };
+    // The loader already refuses a member whose port lacks an address of its family.
+    let appliance = appliance.ok_or_else(|| {
+        Error::Config(format!("{}: port[{port}] has no address of member {rank}'s family", path.display()))
+    })?;
+    let op = Op::from_wire(c.op as u8).expect("the loader's ops have the wire codes");
+    let dtype = Dtype::from_wire(c.dtype as u8).expect("the loader's dtypes have the wire codes");
+    let coll = Collective {
+        collective_id,
+        op,
+        dtype,
+        tensor_elements: c.tensor_elements,
+        chunk_elements: c.chunk_elements,
+        num_workers: c.members.len() as u16,
+        rank,
+    };
+    coll.validate()?;
+    let ep = Endpoint {
+        bind: SocketAddr::new(local, m.udp_port),
+        appliance: SocketAddr::new(appliance, loaded.config.dataplane.gradient_udp_port),
+    };
+    Ok((coll, ep))
+}

@@ -1,0 +1,395 @@
+//! Allreduce through the fake appliance: exact results, loss, NAKs, rejoin, rounds, deadlines.
+
+mod fake;
+
+use fake::{Fake, Faults};
+use gradclient::half::bf16;
+use gradclient::{Client, ClientStats, Collective, Dtype, Element, Endpoint, Error, Op, Options};
+use std::net::{SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+const ID: u16 = 9;
+/// 16 chunks of 64 elements, the last one 40.
+const TENSOR: u64 = 1000;
+const CHUNK: u32 = 64;
+
+fn collective(dtype: Dtype, workers: u16, rank: u16) -> Collective {
+    Collective {
+        collective_id: ID,
+        op: Op::Sum,
+        dtype,
+        tensor_elements: TENSOR,
+        chunk_elements: CHUNK,
+        num_workers: workers,
+        rank,
+    }
+}
+
+fn client(appliance: SocketAddr, c: Collective, opts: Options) -> Client {
+    let ep = Endpoint { bind: "127.0.0.1:0".parse().unwrap(), appliance };
+    Client::new(c, ep, opts).unwrap()
+}
+
+fn fast() -> Options {
+    Options {
+        initial_rto: Duration::from_millis(10),
+        max_rto: Duration::from_millis(80),
+        deadline: Duration::from_secs(3),
+        ..Options::default()
+    }
+}
+
+/// Both ranks allreduce their input through `fake` in `calls` successive calls (the same input
+/// each time); returns each rank's buffer and counters.
+fn run2<E: Element + Send + Sync>(
+    fake: &Fake,
+    dtype: Dtype,
+    inputs: [&[E]; 2],
+    opts: Options,
+    calls: u32,
+) -> Vec<(Vec<E>, ClientStats)> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2u16)
+            .map(|rank| {
+                let input = inputs[rank as usize];
+                let addr = fake.addr;
+                s.spawn(move || {
+                    let mut c = client(addr, collective(dtype, 2, rank), opts);
+                    let mut data = input.to_vec();
+                    for _ in 0..calls {
+                        data.copy_from_slice(input);
+                        c.allreduce(&mut data).unwrap();
+                    }
+                    (data, c.stats().clone())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn f32_inputs() -> [Vec<f32>; 2] {
+    [(0..TENSOR).map(|i| i as f32 * 0.5 + 0.1).collect(), (0..TENSOR).map(|i| 1.0 - i as f32 * 0.25).collect()]
+}
+
+#[test]
+fn f32_two_workers_exact() {
+    let fake = Fake::start(ID, 2, Dtype::F32, Faults::default());
+    let [a, b] = f32_inputs();
+    let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+    let out = run2(&fake, Dtype::F32, [&a, &b], fast(), 1);
+    for (data, stats) in &out {
+        assert_eq!(
+            data.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            want.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        );
+        assert_eq!((stats.chunks, stats.results, stats.naks, stats.rejoins), (16, 16, 0, 0));
+    }
+    // Every chunk went out with its length in bytes, the short last one (40 elements) too.
+    for x in fake.seen() {
+        assert_eq!(x.data_length, if x.offset == 960 { 160 } else { 256 }, "{x:?}");
+    }
+}
+
+#[test]
+fn bf16_two_workers_exact() {
+    let fake = Fake::start(ID, 2, Dtype::Bf16, Faults::default());
+    let a: Vec<bf16> = (0..TENSOR).map(|i| bf16::from_f32(i as f32 * 1.5 - 300.0)).collect();
+    let b: Vec<bf16> = (0..TENSOR).map(|i| bf16::from_f32(0.0078125 * i as f32)).collect();
+    // Widened to f32, added, rounded once (spec section 4 rule 6).
+    let want: Vec<u16> = a.iter().zip(&b).map(|(x, y)| bf16::from_f32(x.to_f32() + y.to_f32()).to_bits()).collect();
+    for (data, _) in run2(&fake, Dtype::Bf16, [&a, &b], fast(), 1) {
+        assert_eq!(data.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), want);
+    }
+}
+
+#[test]
+fn i32_two_workers_exact_and_wrapping() {
+    let fake = Fake::start(ID, 2, Dtype::I32, Faults::default());
+    let a: Vec<i32> = (0..TENSOR as i32).map(|i| i * 7 - 3000).collect();
+    let mut b: Vec<i32> = (0..TENSOR as i32).map(|i| -i * 3).collect();
+    b[999] = i32::MAX;
+    let want: Vec<i32> = a.iter().zip(&b).map(|(x, y)| x.wrapping_add(*y)).collect();
+    assert!(want[999] < 0, "the last lane wraps");
+    for (data, _) in run2(&fake, Dtype::I32, [&a, &b], fast(), 1) {
+        assert_eq!(data, want);
+    }
+}
+
+#[test]
+fn lost_contributions_and_results_are_retransmitted() {
+    let faults =
+        Faults { drop_first_contribution: vec![0, 128, 960], drop_first_result: vec![64, 512], ..Faults::default() };
+    let fake = Fake::start(ID, 2, Dtype::F32, faults);
+    let [a, b] = f32_inputs();
+    let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+    let out = run2(&fake, Dtype::F32, [&a, &b], fast(), 1);
+    for (data, _) in &out {
+        assert_eq!(data, &want);
+    }
+    let retransmits: u64 = out.iter().map(|(_, s)| s.retransmits).sum();
+    assert!(retransmits >= 3, "{retransmits} retransmits");
+    // First sends carry no flag (one per rank and chunk), resends carry RETRANSMIT. (A resend
+    // may still be on its way to the fake when the results are in: at most `retransmits`.)
+    let seen = fake.seen();
+    assert_eq!(seen.iter().filter(|s| s.flags == 0).count(), 32);
+    assert!(seen.iter().filter(|s| s.flags == 0x2).count() as u64 <= retransmits);
+    assert_eq!(seen.len() as u64, 32 + seen.iter().filter(|s| s.flags == 0x2).count() as u64);
+    for (_, s) in &out {
+        assert_eq!(s.sent, 16 + s.retransmits);
+        assert_eq!(s.results, 16);
+    }
+}
+
+#[test]
+fn nak_reason_3_fails_at_once() {
+    let fake = Fake::start(ID, 1, Dtype::F32, Faults { nak_all: Some(3), ..Faults::default() });
+    let mut c = client(fake.addr, collective(Dtype::F32, 1, 0), fast());
+    let t = Instant::now();
+    let e = c.allreduce(&mut vec![0f32; TENSOR as usize]).unwrap_err();
+    assert!(t.elapsed() < Duration::from_millis(500), "{:?}", t.elapsed());
+    assert!(matches!(e, Error::Nak { reason: 3, offset: 0, .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(msg.contains("op/dtype/carriage mismatch") && msg.contains("offset 0"), "{msg}");
+    assert_eq!(c.stats().naks, 1);
+}
+
+#[test]
+fn silent_appliance_is_unreachable_within_the_deadline() {
+    // Bound, never read: no answer, no ICMP.
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap();
+    let opts = Options { deadline: Duration::from_millis(300), ..fast() };
+    let mut c = client(addr, collective(Dtype::F32, 2, 0), opts);
+    let t = Instant::now();
+    let e = c.allreduce(&mut vec![0f32; TENSOR as usize]).unwrap_err();
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(300) && took < Duration::from_millis(1500), "{took:?}");
+    assert!(matches!(e, Error::Unreachable { .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(msg.starts_with(&format!("appliance unreachable: no answer from {addr} in 3")), "{msg}");
+    assert!(c.stats().retransmits > 0);
+    // Nothing completed: the rounds stay, a retry resumes round 0.
+    assert!(c.rounds().iter().all(|r| *r == 0));
+}
+
+#[test]
+fn closed_port_is_refused() {
+    let addr = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let mut c = client(addr, collective(Dtype::F32, 1, 0), fast());
+    let t = Instant::now();
+    let e = c.allreduce(&mut vec![0f32; TENSOR as usize]).unwrap_err();
+    assert!(t.elapsed() < Duration::from_millis(500));
+    assert!(matches!(e, Error::Refused { .. }), "{e:?}");
+}
+
+#[test]
+fn absent_peer_is_a_timeout_naming_the_missing_chunks() {
+    let fake = Fake::start(ID, 2, Dtype::F32, Faults::default());
+    let [a, b] = f32_inputs();
+    run2(&fake, Dtype::F32, [&a, &b], fast(), 1);
+    // Rank 1 is gone: rank 0's round 1 cannot complete, and the appliance says nothing. A client
+    // that never heard the appliance cannot tell this from an unreachable appliance...
+    let opts = Options { deadline: Duration::from_millis(300), start_round: 1, ..fast() };
+    let mut c = client(fake.addr, collective(Dtype::F32, 2, 0), opts);
+    let e = c.allreduce(&mut a.clone()).unwrap_err();
+    assert!(matches!(e, Error::Unreachable { .. }), "{e:?}");
+    // ...one that heard it before reports a timeout naming the missing chunks.
+    let fake1 = Fake::start(ID, 2, Dtype::F32, Faults::default());
+    let outs = std::thread::scope(|s| {
+        let h: Vec<_> = (0..2u16)
+            .map(|rank| {
+                let addr = fake1.addr;
+                let input = [&a, &b][rank as usize].clone();
+                s.spawn(move || {
+                    let opts = Options { deadline: Duration::from_millis(300), ..fast() };
+                    let mut c = client(addr, collective(Dtype::F32, 2, rank), opts);
+                    let mut d = input.clone();
+                    c.allreduce(&mut d).unwrap();
+                    if rank == 0 {
+                        d.copy_from_slice(&input);
+                        Some(c.allreduce(&mut d).unwrap_err())
+                    } else {
+                        None
+                    }
+                })
+            })
+            .collect();
+        h.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
+    });
+    let e = outs[0].as_ref().unwrap();
+    assert!(matches!(e, Error::Timeout { missing: 16, chunks: 16, .. }), "{e:?}");
+    assert!(e.to_string().contains("16 of 16 chunks"), "{e}");
+}
+
+#[test]
+fn nak_7_rejoins_at_the_expected_round() {
+    // The appliance's slots completed round 41: it expects 42; the client starts at 0.
+    let fake = Fake::start(ID, 1, Dtype::I32, Faults { history: Some(41), ..Faults::default() });
+    let opts = Options { window: 4, ..fast() };
+    let mut c = client(fake.addr, collective(Dtype::I32, 1, 0), opts);
+    let input: Vec<i32> = (0..TENSOR as i32).collect();
+    let mut d = input.clone();
+    c.allreduce(&mut d).unwrap();
+    assert_eq!(d, input);
+    let s = c.stats();
+    // One NAK (the appliance limits them to one per source per 100 ms) realigned every chunk:
+    // one rejoin, not one per chunk (later NAKs of round-0 resends, if any, are ignored).
+    assert_eq!((s.rejoins, s.results), (1, 16));
+    assert!(s.naks >= 1);
+    assert!(s.seconds < 1.0, "{}", s.seconds);
+    let seen = fake.seen();
+    assert!(seen.iter().all(|x| x.round == 0 || x.round == 42), "{seen:?}");
+    // Only the first window (4 chunks) went out at round 0; every chunk completed at 42.
+    assert!(seen.iter().filter(|x| x.round == 0).all(|x| x.offset < 4 * CHUNK), "{seen:?}");
+    for off in (0..TENSOR as u32).step_by(CHUNK as usize) {
+        assert!(seen.iter().any(|x| x.offset == off && x.round == 42), "offset {off}");
+    }
+    assert!(c.rounds().iter().all(|r| *r == 43));
+    // The next call is round 43, with no NAK.
+    let naks = c.stats().naks;
+    c.allreduce(&mut d).unwrap();
+    assert_eq!(c.stats().naks, naks);
+    assert_eq!(c.stats().rejoins, 1);
+    assert!(fake.seen().iter().filter(|x| x.round == 43 && x.flags == 0).count() == 16);
+}
+
+#[test]
+fn rejoins_are_bounded() {
+    let fake = Fake::start(ID, 1, Dtype::F32, Faults { history: Some(41), ..Faults::default() });
+    let mut c = client(fake.addr, collective(Dtype::F32, 1, 0), Options { max_rejoins: 0, ..fast() });
+    let e = c.allreduce(&mut vec![0f32; TENSOR as usize]).unwrap_err();
+    assert!(matches!(e, Error::Rejoins { limit: 0, expected: 42, sent: 0, .. }), "{e:?}");
+}
+
+#[test]
+fn successive_calls_are_successive_rounds() {
+    let fake = Fake::start(ID, 2, Dtype::F32, Faults::default());
+    let [a, b] = f32_inputs();
+    let opts = Options { start_round: 5, ..fast() };
+    let out = run2(&fake, Dtype::F32, [&a, &b], opts, 2);
+    let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+    for (data, s) in &out {
+        assert_eq!(data, &want);
+        assert_eq!((s.chunks, s.results, s.naks), (32, 32, 0));
+    }
+    let seen = fake.seen();
+    for rank in 0..2 {
+        for off in (0..TENSOR as u32).step_by(CHUNK as usize) {
+            let mut rounds: Vec<u32> =
+                seen.iter().filter(|x| x.rank == rank && x.offset == off).map(|x| x.round).collect();
+            // (a resend under load repeats a round)
+            rounds.dedup();
+            assert_eq!(rounds, [5, 6], "rank {rank} offset {off}");
+        }
+    }
+}
+
+#[test]
+fn rounds_wrap_modulo_2_32() {
+    let fake = Fake::start(ID, 1, Dtype::F32, Faults::default());
+    let mut c = client(fake.addr, collective(Dtype::F32, 1, 0), Options { start_round: u32::MAX, ..fast() });
+    let mut d = vec![1f32; TENSOR as usize];
+    c.allreduce(&mut d).unwrap();
+    c.allreduce(&mut d).unwrap();
+    let mut rounds: Vec<u32> = fake.seen().iter().map(|x| x.round).collect();
+    rounds.dedup();
+    assert_eq!(rounds, [u32::MAX, 0]);
+    assert!(c.rounds().iter().all(|r| *r == 1));
+}
+
+#[test]
+fn wrong_element_type_or_length_is_refused_before_sending() {
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut c = client(silent.local_addr().unwrap(), collective(Dtype::F32, 1, 0), fast());
+    let e = c.allreduce(&mut vec![0i32; TENSOR as usize]).unwrap_err();
+    assert!(matches!(e, Error::DtypeMismatch { expected: Dtype::F32, found: Dtype::I32, .. }), "{e:?}");
+    assert!(e.to_string().contains("dtype mismatch"), "{e}");
+    let e = c.allreduce(&mut vec![bf16::ZERO; TENSOR as usize]).unwrap_err();
+    assert!(matches!(e, Error::DtypeMismatch { found: Dtype::Bf16, .. }), "{e:?}");
+    let e = c.allreduce(&mut vec![0f32; 999]).unwrap_err();
+    assert!(matches!(e, Error::Length { expected: 1000, found: 999, .. }), "{e:?}");
+    let e = c.allreduce_bytes(&mut [0u8; 3999]).unwrap_err();
+    assert!(matches!(e, Error::Length { expected: 4000, found: 3999, unit: "bytes", .. }), "{e:?}");
+    assert_eq!(c.stats().sent, 0);
+}
+
+#[test]
+fn bytes_entry_point_matches_typed() {
+    let fake = Fake::start(ID, 1, Dtype::Bf16, Faults::default());
+    let mut c = client(fake.addr, collective(Dtype::Bf16, 1, 0), fast());
+    let v: Vec<bf16> = (0..TENSOR).map(|i| bf16::from_f32(i as f32)).collect();
+    let mut bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let before = bytes.clone();
+    c.allreduce_bytes(&mut bytes).unwrap();
+    // One worker: the sum is the input itself.
+    assert_eq!(bytes, before);
+    assert_eq!(c.stats().results, 16);
+}
+
+/// The datagrams byte for byte (spec section 2), and what the client does with stale,
+/// duplicate and malformed results, against a scripted appliance.
+#[test]
+fn wire_bytes_and_result_filtering() {
+    let app = UdpSocket::bind("127.0.0.1:0").unwrap();
+    app.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let c = Collective {
+        collective_id: 0x0102,
+        op: Op::Max,
+        dtype: Dtype::Bf16,
+        tensor_elements: 3,
+        chunk_elements: 2,
+        num_workers: 4,
+        rank: 3,
+    };
+    let opts = Options { start_round: 0x0a0b_0c0d, initial_rto: Duration::from_millis(50), ..fast() };
+    let addr = app.local_addr().unwrap();
+    let worker = std::thread::spawn(move || {
+        let mut cl = client(addr, c, opts);
+        let mut d = [bf16::from_f32(1.0), bf16::from_f32(-2.0), bf16::from_f32(0.5)];
+        cl.allreduce(&mut d).map(|_| (d, cl.stats().clone(), cl.rounds().to_vec()))
+    });
+    let mut buf = [0u8; 64];
+    let (n, src) = app.recv_from(&mut buf).unwrap();
+    #[rustfmt::skip]
+    let first: [u8; 24] = [
+        0x10, 0x02, 0x01, 0x02, 0x03, 0x00, 0x00, 0x03, // v1 flags 0, MAX, collective 0x0102, bf16, reason 0, rank 3
+        0, 0, 0, 0, 0, 0, 0, 4, 0x0a, 0x0b, 0x0c, 0x0d, // offset 0, 4 bytes, round
+        0x80, 0x3f, 0x00, 0xc0,                         // 1.0, -2.0 as bf16, little-endian
+    ];
+    assert_eq!(&buf[..n], &first);
+    let (n, _) = app.recv_from(&mut buf).unwrap();
+    let second = buf[..n].to_vec();
+    assert_eq!(
+        &second[..],
+        &[0x10, 0x02, 0x01, 0x02, 0x03, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 2, 0x0a, 0x0b, 0x0c, 0x0d, 0x00, 0x3f]
+    );
+    // Both go unanswered: their resends carry RETRANSMIT (0x12), the rest unchanged.
+    let mut resent = Vec::new();
+    for _ in 0..2 {
+        let (n, _) = app.recv_from(&mut buf).unwrap();
+        assert_eq!(buf[0], 0x12);
+        let orig = if buf[11] == 0 { &first[..] } else { &second[..] };
+        assert_eq!(&buf[1..n], &orig[1..]);
+        resent.push(buf[11]);
+    }
+    resent.sort();
+    assert_eq!(resent, [0, 2]);
+    let result = |offset: u8, len: u8, round_lo: u8, payload: &[u8]| {
+        let mut p = vec![
+            0x11, 0x02, 0x01, 0x02, 0x03, 0, 0xff, 0xff, 0, 0, 0, offset, 0, 0, 0, len, 0x0a, 0x0b, 0x0c, round_lo,
+        ];
+        p.extend_from_slice(payload);
+        p
+    };
+    let r0 = [0x00, 0x40, 0x80, 0x3f]; // 2.0, 1.0
+    app.send_to(&result(0, 4, 0x0e, &r0), src).unwrap(); // another round: stale
+    app.send_to(&result(0, 2, 0x0d, &r0[..2]), src).unwrap(); // wrong length: ignored
+    app.send_to(&result(0, 4, 0x0d, &r0), src).unwrap(); // the result
+    app.send_to(&result(0, 4, 0x0d, &r0), src).unwrap(); // duplicate: stale
+    app.send_to(&result(2, 2, 0x0d, &[0x40, 0x40]), src).unwrap(); // 3.0
+    let (d, s, rounds) = worker.join().unwrap().unwrap();
+    assert_eq!(d.map(|x| x.to_f32()), [2.0, 1.0, 3.0]);
+    assert_eq!((s.results, s.stale_results, s.ignored), (2, 2, 1));
+    assert_eq!(rounds, [0x0a0b_0c0e, 0x0a0b_0c0e]);
+}
