@@ -517,10 +517,12 @@ impl Client {
     }
 }
 
-/// Send errors the retransmit timer recovers from.
+/// Send errors the retransmit timer recovers from: a full socket or device queue (EAGAIN,
+/// ENOBUFS), a signal, and a datagram the host itself dropped on output (EPERM: a netfilter rule
+/// such as a firewall's or an injected-loss rule), which is loss like any other.
 fn is_transient(e: &io::Error) -> bool {
     matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted)
-        || e.raw_os_error() == Some(libc::ENOBUFS)
+        || matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::EPERM))
 }
 
 /// Asks for a receive buffer of `bytes` (best effort: errors are ignored, the kernel caps it).
