@@ -24,10 +24,12 @@ run: build
 # Real workers on kernel sockets (root: network namespaces): 4 worker processes all-reduce
 # 1M-element f32 and bf16 tensors through the appliance on a veth (net_af_packet), without and
 # with 1% loss, beside a ring AllReduce over TCP on the same veths; prints per-worker algbw.
-# DEMO_ARGS passes options to tools/e2e/run.py (e.g. --clients rust, --repeat 10).
-DEMO_ARGS ?=
+# Twice: jumbo frames (MTU 9000, 8 KiB chunks) and standard ones (MTU 1500, 1 KiB chunks).
+# DEMO_ARGS adds options to tools/e2e/run.py (e.g. --clients python, --repeat 10).
+DEMO_ARGS ?= --clients rust
 demo: build
-	python3 tools/e2e/run.py --demo $(DEMO_ARGS)
+	python3 tools/e2e/run.py --demo --mtu 9000 --work out/e2e/mtu9000 $(DEMO_ARGS)
+	python3 tools/e2e/run.py --demo --mtu 1500 --work out/e2e/mtu1500 $(DEMO_ARGS)
 
 # Every test: unit tests, property tests, the functional replays through the real binary, the
 # end-to-end run in network namespaces, and the Python client's tests.

@@ -1,5 +1,5 @@
 //! The training worker's side of the gradient aggregation protocol
-//! (`/work/shared/spec/gradient-protocol.md`, version 1): allreduce of a tensor through the
+//! (`../shared/spec/gradient-protocol.md` beside the repository, version 1): allreduce of a tensor through the
 //! appliance, over plain UDP sockets (the UDP carriage of spec section 1; RoCEv2 needs verbs and
 //! is not spoken here).
 //!

@@ -52,8 +52,9 @@ def sweep_stale(base="gdpu"):
 class Topology:
     """The namespaces of one run; `with Topology(4) as t:` builds them and always removes them."""
 
-    def __init__(self, workers, base="gdpu"):
+    def __init__(self, workers, mtu=1500, base="gdpu"):
         self.workers = workers
+        self.mtu = mtu
         self.prefix = f"{base}-{os.getpid()}-"
         self.bridge_ns = self.prefix + "br"
         self.appliance_ns = self.prefix + "ap"
@@ -79,7 +80,8 @@ class Topology:
 
     def _attach(self, ns, iface, mac, bridge_end):
         _run("ip", "link", "add", iface, "netns", ns, "type", "veth", "peer", "name", bridge_end, "netns", self.bridge_ns)
-        _run("ip", "-n", ns, "link", "set", iface, "address", mac)
+        _run("ip", "-n", ns, "link", "set", iface, "address", mac, "mtu", str(self.mtu))
+        _run("ip", "-n", self.bridge_ns, "link", "set", bridge_end, "mtu", str(self.mtu))
         # IPv6 off on the hosts' links: no router solicitations or DAD chatter to count as drops.
         _run("ip", "netns", "exec", ns, "sysctl", "-q", "-w", f"net.ipv6.conf.{iface}.disable_ipv6=1")
         _run("ip", "netns", "exec", ns, "ethtool", "-K", iface, "tx", "off")
@@ -91,6 +93,7 @@ class Topology:
         sweep_stale()
         self._netns(self.bridge_ns)
         _run("ip", "-n", self.bridge_ns, "link", "add", "br0", "type", "bridge")
+        _run("ip", "-n", self.bridge_ns, "link", "set", "br0", "mtu", str(self.mtu))
         _run("ip", "-n", self.bridge_ns, "link", "set", "br0", "up")
         for k, ns in enumerate(self.worker_ns):
             self._netns(ns)
