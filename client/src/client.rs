@@ -54,10 +54,43 @@ struct Chunk {
     sent: bool,
     /// Position in `inflight`, or [`NOT_IN_FLIGHT`].
     pos: u32,
+    /// Resent at its current round (its round trip is then no sample: Karn's rule).
+    resent: bool,
     /// Current retransmit timeout.
     rto: Duration,
+    /// When it was first sent at its current round.
+    sent_at: Instant,
     /// When its timer fires.
     due: Instant,
+}
+
+/// The round-trip estimator of RFC 6298 section 2 (SRTT, RTTVAR), in seconds.
+#[derive(Debug, Clone, Copy, Default)]
+struct RttEstimator {
+    srtt: f64,
+    rttvar: f64,
+    samples: u64,
+}
+
+impl RttEstimator {
+    fn sample(&mut self, rtt: f64) {
+        if self.samples == 0 {
+            self.srtt = rtt;
+            self.rttvar = rtt / 2.0;
+        } else {
+            self.rttvar = 0.75 * self.rttvar + 0.25 * (self.srtt - rtt).abs();
+            self.srtt = 0.875 * self.srtt + 0.125 * rtt;
+        }
+        self.samples += 1;
+    }
+
+    /// The retransmit timeout for a fresh send: `initial` before any sample.
+    fn rto(&self, opts: &Options) -> Duration {
+        if self.samples == 0 {
+            return opts.initial_rto;
+        }
+        Duration::from_secs_f64(self.srtt + 4.0 * self.rttvar).clamp(opts.min_rto, opts.max_rto)
+    }
 }
 
 /// A worker's side of one collective: allreduce calls over UDP through the appliance.
@@ -85,6 +118,8 @@ pub struct Client {
     heard: bool,
     /// When the current (or last) call started.
     started: Instant,
+    /// Round trips measured so far (they carry over from call to call).
+    rtt: RttEstimator,
 }
 
 /// What a received datagram did.
@@ -109,10 +144,14 @@ impl Client {
         if options.window == 0 {
             return Err(Error::Invalid("window is 0 chunks".into()));
         }
-        if options.initial_rto.is_zero() || options.max_rto < options.initial_rto {
+        if options.initial_rto.is_zero()
+            || options.min_rto.is_zero()
+            || options.max_rto < options.initial_rto
+            || options.max_rto < options.min_rto
+        {
             return Err(Error::Invalid(format!(
-                "retransmit timeouts: initial {:?} must be above 0 and at most the cap {:?}",
-                options.initial_rto, options.max_rto
+                "retransmit timeouts: initial {:?} and floor {:?} must be above 0 and at most the cap {:?}",
+                options.initial_rto, options.min_rto, options.max_rto
             )));
         }
         let sock = UdpSocket::bind(endpoint.bind).map_err(|source| Error::Socket {
@@ -132,7 +171,15 @@ impl Client {
         // kernel caps it at net.core.rmem_max).
         set_recv_buffer(&sock, options.window.saturating_mul(datagram + 64).saturating_mul(2));
         let now = Instant::now();
-        let idle = Chunk { done: false, sent: false, pos: NOT_IN_FLIGHT, rto: options.initial_rto, due: now };
+        let idle = Chunk {
+            done: false,
+            sent: false,
+            resent: false,
+            pos: NOT_IN_FLIGHT,
+            rto: options.initial_rto,
+            sent_at: now,
+            due: now,
+        };
         Ok(Client {
             coll: collective,
             ep: endpoint,
@@ -147,6 +194,7 @@ impl Client {
             read_timeout: None,
             heard: false,
             started: now,
+            rtt: RttEstimator::default(),
         })
     }
 
@@ -243,7 +291,15 @@ impl Client {
         let start = Instant::now();
         self.started = start;
         for c in &mut self.chunks {
-            *c = Chunk { done: false, sent: false, pos: NOT_IN_FLIGHT, rto: self.opts.initial_rto, due: start };
+            *c = Chunk {
+                done: false,
+                sent: false,
+                resent: false,
+                pos: NOT_IN_FLIGHT,
+                rto: self.rtt.rto(&self.opts),
+                sent_at: start,
+                due: start,
+            };
         }
         self.inflight.clear();
         self.stats.chunks += self.chunks.len() as u64;
@@ -303,6 +359,10 @@ impl Client {
             match self.on_datagram(len, lanes, &mut rejoins)? {
                 Event::Nothing => {}
                 Event::Done(i) => {
+                    let c = &self.chunks[i as usize];
+                    if !c.resent {
+                        self.rtt.sample(c.sent_at.elapsed().as_secs_f64());
+                    }
                     self.leave_flight(i);
                     remaining -= 1;
                 }
@@ -310,7 +370,7 @@ impl Client {
                     let now = Instant::now();
                     for k in 0..self.inflight.len() {
                         let i = self.inflight[k];
-                        self.chunks[i as usize].rto = self.opts.initial_rto;
+                        self.chunks[i as usize].rto = self.rtt.rto(&self.opts);
                         let due = self.send_chunk(i, lanes, now)?;
                         next_due = next_due.min(due);
                     }
@@ -339,6 +399,11 @@ impl Client {
             data_length: bytes as u32,
             round: self.rounds[i as usize],
         };
+        if chunk.sent {
+            chunk.resent = true;
+        } else {
+            chunk.sent_at = now;
+        }
         chunk.sent = true;
         chunk.due = now + chunk.rto;
         let due = chunk.due;
@@ -460,6 +525,7 @@ impl Client {
             if !ch.done {
                 *round = round.wrapping_add(delta);
                 ch.sent = false;
+                ch.resent = false;
             }
         }
         Ok(Event::Rejoined)
@@ -539,5 +605,45 @@ fn set_recv_buffer(sock: &UdpSocket, bytes: usize) {
             (&v as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> Options {
+        Options {
+            initial_rto: Duration::from_millis(20),
+            min_rto: Duration::from_millis(2),
+            max_rto: Duration::from_millis(500),
+            ..Options::default()
+        }
+    }
+
+    #[test]
+    fn rto_follows_rfc_6298() {
+        let mut e = RttEstimator::default();
+        // No sample yet: the initial timeout.
+        assert_eq!(e.rto(&opts()), Duration::from_millis(20));
+        // First sample R: SRTT = R, RTTVAR = R/2, RTO = R + 4 R/2 = 3R (section 2.2).
+        e.sample(0.010);
+        assert!((e.srtt - 0.010).abs() < 1e-12 && (e.rttvar - 0.005).abs() < 1e-12);
+        assert_eq!(e.rto(&opts()).as_micros(), 30_000);
+        // Next sample R': RTTVAR = 3/4 RTTVAR + 1/4 |SRTT - R'|, SRTT = 7/8 SRTT + 1/8 R' (2.3).
+        e.sample(0.002);
+        assert!((e.rttvar - (0.75 * 0.005 + 0.25 * 0.008)).abs() < 1e-12);
+        assert!((e.srtt - (0.875 * 0.010 + 0.125 * 0.002)).abs() < 1e-12);
+        assert_eq!(e.rto(&opts()).as_micros(), ((0.009 + 4.0 * 0.00575) * 1e6_f64).round() as u128);
+    }
+
+    #[test]
+    fn rto_is_clamped() {
+        let mut e = RttEstimator::default();
+        e.sample(0.000_050); // 50 µs on a quiet LAN: the floor
+        assert_eq!(e.rto(&opts()), Duration::from_millis(2));
+        let mut e = RttEstimator::default();
+        e.sample(2.0); // a peer that took seconds: the cap
+        assert_eq!(e.rto(&opts()), Duration::from_millis(500));
     }
 }

@@ -88,8 +88,14 @@ pub struct Endpoint {
 pub struct Options {
     /// Chunks sent and not yet answered at any time (default 64).
     pub window: usize,
-    /// First retransmit timeout of a chunk (default 20 ms); doubled at each resend.
+    /// Retransmit timeout of a chunk until the first round-trip sample (default 20 ms). After
+    /// that a chunk's first timeout follows the measured round trip (RFC 6298: SRTT + 4 RTTVAR,
+    /// samples only from chunks answered without a resend), kept within
+    /// [`min_rto`](Self::min_rto)..[`max_rto`](Self::max_rto); each resend doubles it.
     pub initial_rto: Duration,
+    /// Lower bound of the retransmit timeout (default 10 ms: below that, a worker descheduled on a
+    /// busy host resends chunks that were not lost).
+    pub min_rto: Duration,
     /// Upper bound of the retransmit timeout (default 500 ms).
     pub max_rto: Duration,
     /// Longest one allreduce call may take before it fails (default 10 s).
@@ -105,6 +111,7 @@ impl Default for Options {
         Options {
             window: 64,
             initial_rto: Duration::from_millis(20),
+            min_rto: Duration::from_millis(10),
             max_rto: Duration::from_millis(500),
             deadline: Duration::from_secs(10),
             start_round: 0,

@@ -83,8 +83,10 @@ class Client:
     """A member of one collective, talking to the appliance over UDP.
 
     `bind` is this member's (ip, udp_port) as the appliance's config names it (port 0 picks a free
-    one); `appliance` is the appliance port's (ip, gradient_udp_port). `rto` and `rto_max` are
-    seconds; `deadline` is the seconds an allreduce call may go without a chunk completing
+    one); `appliance` is the appliance port's (ip, gradient_udp_port). `rto` (the retransmit
+    timeout until the first round-trip sample), `rto_min` and `rto_max` are seconds: once chunks
+    come back, a chunk's first timeout is RFC 6298's SRTT + 4 RTTVAR (samples only from chunks
+    answered without a resend, Karn's rule) within [rto_min, rto_max], doubled per resend; `deadline` is the seconds an allreduce call may go without a chunk completing
     before it fails. Rounds start at `start_round` and advance by one per call.
     """
 
@@ -98,15 +100,21 @@ class Client:
         rto_max: float = 0.5,
         deadline: float = 10.0,
         start_round: int = 0,
+        rto_min: float = 0.01,
     ):
         if window < 1:
             raise ValueError("window must be at least 1")
-        if rto <= 0 or rto_max < rto or deadline <= 0:
-            raise ValueError("need 0 < rto <= rto_max and deadline > 0")
+        if rto <= 0 or rto_min <= 0 or rto_max < rto or rto_max < rto_min or deadline <= 0:
+            raise ValueError("need 0 < rto <= rto_max, 0 < rto_min <= rto_max and deadline > 0")
         self.collective = collective
         self.window = window
         self.rto = rto
+        self.rto_min = rto_min
         self.rto_max = rto_max
+        # Round-trip estimator (RFC 6298 section 2), carried over from call to call.
+        self._srtt = 0.0
+        self._rttvar = 0.0
+        self._rtt_samples = 0
         self.deadline = deadline
         ip = appliance[0]
         port = appliance[1] if len(appliance) > 1 else DEFAULT_UDP_PORT
@@ -197,6 +205,20 @@ class Client:
             out = out.view(array.dtype)
         return out.reshape(array.shape)
 
+    def current_rto(self) -> float:
+        """The retransmit timeout (s) a fresh chunk gets now: `rto` before any round-trip sample."""
+        if self._rtt_samples == 0:
+            return self.rto
+        return min(max(self._srtt + 4 * self._rttvar, self.rto_min), self.rto_max)
+
+    def _rtt_sample(self, rtt: float) -> None:
+        if self._rtt_samples == 0:
+            self._srtt, self._rttvar = rtt, rtt / 2
+        else:
+            self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self._srtt - rtt)
+            self._srtt = 0.875 * self._srtt + 0.125 * rtt
+        self._rtt_samples += 1
+
     def _run(self, src: memoryview, dst: memoryview) -> None:
         c = self.collective
         st = self.stats
@@ -218,7 +240,9 @@ class Client:
 
         done = bytearray(n)
         inflight: set[int] = set()
-        rto = [self.rto] * n
+        rto = [self.current_rto()] * n
+        sent_at = [0.0] * n  # first send at the chunk's current round
+        resent = bytearray(n)  # resent at its current round: no round-trip sample (Karn)
         seq = [0] * n  # generation of each chunk's live timer; heap entries of older ones are stale
         timers: list[tuple[float, int, int]] = []
         next_idx = 0
@@ -258,8 +282,9 @@ class Client:
                 idx = next_idx
                 next_idx += 1
                 inflight.add(idx)
+                sent_at[idx] = time.monotonic()
                 send(idx, vf_first)
-                heapq.heappush(timers, (time.monotonic() + rto[idx], idx, seq[idx]))
+                heapq.heappush(timers, (sent_at[idx] + rto[idx], idx, seq[idx]))
 
             now = time.monotonic()
             give_up = last_progress + self.deadline
@@ -275,6 +300,7 @@ class Client:
                 if due > now:
                     break
                 heapq.heappop(timers)
+                resent[idx] = 1
                 if send(idx, vf_resend):
                     st["retransmits"] += 1
                 rto[idx] = min(rto[idx] * 2, self.rto_max)
@@ -320,9 +346,11 @@ class Client:
                     if not done[i]:
                         rounds[i] = (rounds[i] + delta) % ROUND_MOD
                 now = time.monotonic()
+                base = self.current_rto()
                 for i in inflight:
                     seq[i] += 1
-                    rto[i] = self.rto
+                    rto[i] = base
+                    sent_at[i], resent[i] = now, 0
                     if send(i, vf_resend):
                         st["retransmits"] += 1
                     heapq.heappush(timers, (now + rto[i], i, seq[i]))
@@ -346,6 +374,8 @@ class Client:
             completed += 1
             st["results"] += 1
             last_progress = time.monotonic()
+            if not resent[idx]:
+                self._rtt_sample(last_progress - sent_at[idx])
 
     def _fail(self, missing: int, n: int, answered: bool, os_error: OSError | None):
         where = _fmt_addr(self.appliance)

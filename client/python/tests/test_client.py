@@ -257,6 +257,32 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(clients[0].stats["retransmits"], 3)
         self.assertEqual(clients[0].stats["sent"], 3)
 
+    def test_retransmit_timeout_follows_rfc_6298(self):
+        c = Client(coll(), bind=("127.0.0.1", 0), appliance=("127.0.0.1", 9), rto=0.02, rto_min=0.002, rto_max=0.5)
+        try:
+            self.assertEqual(c.current_rto(), 0.02)  # no sample yet
+            c._rtt_sample(0.010)  # first: SRTT = R, RTTVAR = R/2, RTO = 3R
+            self.assertAlmostEqual(c.current_rto(), 0.030)
+            c._rtt_sample(0.002)  # then RTTVAR = 3/4 RTTVAR + 1/4 |SRTT - R|, SRTT = 7/8 SRTT + 1/8 R
+            self.assertAlmostEqual(c.current_rto(), 0.875 * 0.010 + 0.125 * 0.002 + 4 * (0.75 * 0.005 + 0.25 * 0.008))
+            for _ in range(100):
+                c._rtt_sample(0.00005)  # a quiet LAN: the floor
+            self.assertEqual(c.current_rto(), 0.002)
+            c._rtt_sample(5.0)  # a peer that took seconds: the cap
+            self.assertEqual(c.current_rto(), 0.5)
+        finally:
+            c.close()
+
+    def test_a_call_measures_round_trips(self):
+        a = np.arange(TENSOR, dtype=np.float32)
+        _, clients = self.check_sum("f32", a, a, a * 2)
+        # Each of the three chunks answered without a resend is a sample (Karn's rule: a resent
+        # one is not); loopback round trips are well under the 20 ms first guess.
+        st = clients[0].stats
+        self.assertEqual(clients[0]._rtt_samples, 3 - min(st["retransmits"], 3))
+        if st["retransmits"] == 0:
+            self.assertLess(clients[0].current_rto(), 0.02)
+
     def test_retransmit_flag_on_resends(self):
         seen = []
         with FakeAppliance("f32", drop_contrib={0}) as fake:
