@@ -2,8 +2,9 @@
 //! one-million-element f32 and bf16 tensors through the appliance (net_af_packet on a veth),
 //! with the Rust and the Python client side by side, without and with 1% loss per link
 //! direction, and one worker rejoining after a wrong round. The harness (tools/e2e/run.py)
-//! checks every result bit for bit against numpy's reference under the spec's arithmetic and
-//! removes its namespaces whatever happens; this test reads its report and checks it again.
+//! checks every result bit for bit against numpy's reference under the spec's arithmetic,
+//! captures the appliance's port and runs ../shared/tools/gradcheck.py over every frame in and
+//! out, and removes its namespaces whatever happens; this test reads its report and checks it.
 
 use functional_tests::{root, scratch};
 use std::process::Command;
@@ -14,7 +15,7 @@ fn four_workers_allreduce_over_veths_with_and_without_loss() {
     let report = dir.join("report.json");
     let out = Command::new("python3")
         .arg(root().join("tools/e2e/run.py"))
-        .args(["--clients", "python,rust,python,rust", "--loss", "1"])
+        .args(["--clients", "python,rust,python,rust", "--loss", "1", "--gradcheck"])
         .arg("--work")
         .arg(&dir)
         .arg("--report")
@@ -61,6 +62,12 @@ fn four_workers_allreduce_over_veths_with_and_without_loss() {
             assert!(agg["folded"].as_u64().unwrap() > 4 * rounds, "{agg}");
         }
         assert_eq!(ph["appliance"]["mbufs_in_use_after"], 0);
+        // The independent checker replayed every captured input frame through the spec and
+        // checked every result the appliance sent (results, rule 3 resends, NAKs).
+        let verdict = ph["gradcheck"]["verdict"].as_str().unwrap();
+        let results = agg["results"].as_u64().unwrap() + agg["resends"].as_u64().unwrap();
+        assert!(verdict.starts_with(&format!("gradcheck: {results} result packets checked")), "{verdict}");
+        assert!(verdict.ends_with(" 0 failures"), "{verdict}");
         if loss == 0 {
             assert_eq!(agg["slot_timeouts"], 0);
             let w0 = &ph["rejoin"]["worker0"];

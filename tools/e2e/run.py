@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import netns  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
+CHECKER = ROOT.parent / "shared/tools/gradcheck.py"
 DPU = ROOT / "target/release/dpu"
 RUST_CLIENT = ROOT / "target/release/gradclient"
 PY_CLIENT = ROOT / "client/python"
@@ -163,6 +164,61 @@ class Appliance:
         return json.loads(Path(self.stats_json).read_text())
 
 
+class Capture:
+    """Every frame crossing the appliance's bridge port, captured by dumpcap in the bridge's
+    namespace, for the independent checker: frames from the appliance's MAC are its output, the
+    rest its input."""
+
+    def __init__(self, topo, path):
+        self.path = Path(path)
+        argv = topo.exec_argv(topo.bridge_ns, ["dumpcap", "-q", "-i", "ap", "-B", "256", "-s", "0", "-P", "-w", str(path)])
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 10
+        while not self.path.exists() or self.path.stat().st_size < 24:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"dumpcap did not start: {self.proc.stderr.read() if self.proc.poll() is not None else 'timeout'}")
+            time.sleep(0.05)
+        time.sleep(0.3)
+
+    def stop(self):
+        time.sleep(0.3)  # the last frames
+        self.proc.send_signal(signal.SIGINT)
+        err = self.proc.communicate(timeout=30)[1]
+        m = [ln for ln in err.splitlines() if "dropped" in ln.lower()]
+        return m
+
+    def split(self, inp, out):
+        """Writes the frames to and from the appliance into two classic pcap files."""
+        mac = bytes.fromhex(netns.APPLIANCE_MAC.replace(":", ""))
+        data = self.path.read_bytes()
+        head, pos = data[:24], 24
+        fi, fo = open(inp, "wb"), open(out, "wb")
+        fi.write(head)
+        fo.write(head)
+        counts = [0, 0]
+        while pos + 16 <= len(data):
+            incl = int.from_bytes(data[pos + 8 : pos + 12], "little")
+            rec = data[pos : pos + 16 + incl]
+            frame = rec[16:]
+            from_appliance = frame[6:12] == mac
+            (fo if from_appliance else fi).write(rec)
+            counts[from_appliance] += 1
+            pos += 16 + incl
+        fi.close()
+        fo.close()
+        return counts
+
+
+def gradcheck(config, inp, out):
+    """The independent checker over the captured input and output; returns its last line."""
+    r = subprocess.run([sys.executable, str(CHECKER), "--config", str(config), "--in", str(inp), "--out", str(out)],
+                       capture_output=True, text=True)
+    lines = (r.stdout + r.stderr).strip().splitlines()
+    if r.returncode != 0:
+        raise AssertionError("gradcheck failed on the captured traffic:\n" + "\n".join(lines[-15:]))
+    return lines[-1] if lines else ""
+
+
 # ---- the workers ----
 
 def worker_argv(impl, config, cid, rank, inp, out, stats, repeat, start_round, ring=None):
@@ -288,12 +344,13 @@ def rejoin_phase(topo, work, config, clients, elements, seed):
     return {"worker0": st}
 
 
-def phase(topo, work, name, clients, elements, seed, repeat, loss, ring=False, rejoin=False):  # noqa: PLR0913
+def phase(topo, work, name, clients, elements, seed, repeat, loss, ring=False, rejoin=False, check=False):  # noqa: PLR0913
     work = work / name
     work.mkdir(parents=True, exist_ok=True)
     config = work / "appliance.toml"
     config.write_text(appliance_config(len(clients), elements, topo.mtu))
     topo.set_loss(loss)
+    cap = Capture(topo, work / "appliance-port.pcap") if check else None
     app = Appliance(topo, config, work / "dpu-stats.json", work / "dpu.log")
     try:
         rows = allreduce_phase(topo, work, config, clients, elements, seed, repeat, ring)
@@ -301,9 +358,15 @@ def phase(topo, work, name, clients, elements, seed, repeat, loss, ring=False, r
     finally:
         dpu = app.stop()
         topo.set_loss(0)
+        drops = cap.stop() if cap else None
     result = {"phase": name, "loss_percent": loss, "collectives": rows, "appliance": dpu}
     if rj:
         result["rejoin"] = rj
+    if cap:
+        n_in, n_out = cap.split(work / "input.pcap", work / "output.pcap")
+        result["gradcheck"] = {"input_frames": n_in, "output_frames": n_out,
+                               "verdict": gradcheck(config, work / "input.pcap", work / "output.pcap"),
+                               "capture": drops}
     return result
 
 
@@ -322,6 +385,10 @@ def print_report(results):
         print(f"   appliance: {agg['folded']} contributions folded, {agg['completed']} rounds completed, "
               f"{agg['results']} results sent, {agg['resends']} resends (lost results), {agg['naks']} NAKs, "
               f"{agg['slot_timeouts']} slot timeouts; drops {drops or 'none'}")
+        if "gradcheck" in ph:
+            g = ph["gradcheck"]
+            print(f"   independent checker on the appliance port's capture ({g['input_frames']} frames in, "
+                  f"{g['output_frames']} out): {g['verdict']}")
         if "rejoin" in ph:
             w = ph["rejoin"]["worker0"]
             print(f"   rejoin: worker 0 started at a wrong round, got {w['naks']} NAK(s), rejoined {w['rejoins']} time(s), result exact")
@@ -357,6 +424,9 @@ def main():
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--work", default=str(ROOT / "out/e2e"), help="directory for configs, tensors, logs, stats")
     ap.add_argument("--report", help="write the results as JSON here")
+    ap.add_argument("--gradcheck", action="store_true",
+                    help="capture the appliance's port and run the independent checker (../shared/tools/gradcheck.py) "
+                         "over every frame in and out (slow: minutes for a million elements at MTU 1500)")
     args = ap.parse_args()
 
     if os.geteuid() != 0:
@@ -382,8 +452,11 @@ def main():
         print(f"e2e: {args.workers} workers ({', '.join(clients)}) in namespaces {topo.prefix}*, appliance "
               f"{netns.APPLIANCE_IP} on net_af_packet, MTU {args.mtu}; tensors of {args.elements} elements in "
               f"{CHUNK_BYTES}-byte chunks, {repeat} call(s) each")
-        results.append(phase(topo, work, "clean", clients, args.elements, args.seed, repeat, 0, ring=args.demo, rejoin=True))
-        results.append(phase(topo, work, "loss", clients, args.elements, args.seed + 1000, repeat, args.loss))
+        check = args.gradcheck
+        if check and not CHECKER.exists():
+            sys.exit(f"e2e: --gradcheck: {CHECKER} not found")
+        results.append(phase(topo, work, "clean", clients, args.elements, args.seed, repeat, 0, ring=args.demo, rejoin=True, check=check))
+        results.append(phase(topo, work, "loss", clients, args.elements, args.seed + 1000, repeat, args.loss, check=check))
     print_report(results)
 
     loss = results[1]
