@@ -275,8 +275,7 @@ impl Table {
         }
         let mut key = Key { len: self.key_len as u8, bytes: [0; KEY_MAX] };
         for kf in &self.key {
-            let w = kf.field.width();
-            kf.field.extract(p, ingress_port, &mut key.bytes[kf.offset..kf.offset + w]);
+            kf.field.write_key(p, ingress_port, &mut key.bytes, kf.offset);
         }
         let k = key.as_slice();
         match &self.matcher {
