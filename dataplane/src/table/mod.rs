@@ -4,8 +4,10 @@
 //!
 //! Each table picks the lookup structure that fits its key's match kinds: all `exact` fields use
 //! a hash ([`exact`]); one `lpm` field (with any `exact` ones) a multibit trie ([`lpm`]); any
-//! `ternary` or `range` field a priority-ordered list ([`ternary`]). Lookups never allocate.
+//! `ternary` or `range` field a bit-vector classifier over a priority-ordered list
+//! ([`ternary`], [`classifier`]). Lookups never allocate.
 
+pub mod classifier;
 pub mod exact;
 pub mod field;
 pub mod key;
