@@ -4,6 +4,7 @@
 //! A field of a header the packet does not have reads as zeros; match on the header's validity
 //! bit (`ipv4.valid`, ...) to tell the two apart, as P4 programs use `isValid()`.
 
+use super::key::KEY_MAX;
 use crate::parse::{Layers, Parsed};
 
 /// How a field's values are written in configs.
@@ -125,8 +126,20 @@ impl Field {
 
     /// Writes the field's big-endian bytes to `out` (exactly `width()` bytes). Each arm tests
     /// only its own header's validity bit.
-    #[inline(always)]
     pub fn extract(self, p: &Parsed, ingress_port: u16, out: &mut [u8]) {
+        let mut key = [0u8; KEY_MAX];
+        self.write_key(p, ingress_port, &mut key, 0);
+        out.copy_from_slice(&key[..self.width()]);
+    }
+
+    /// Writes the field's big-endian bytes to `key[at..at + width()]`; nothing if they do not fit
+    /// (tables check their key length when they are built).
+    ///
+    /// Not inlined on purpose: a table calls it once per key field, and inlined into that loop
+    /// the compiler computes every field's value up front for every table (about 130
+    /// instructions a table) instead of the one each call needs. Each arm is a fixed-size store.
+    #[inline(never)]
+    pub fn write_key(self, p: &Parsed, ingress_port: u16, key: &mut [u8; KEY_MAX], at: usize) {
         let v4 = || p.has(Layers::IPV4);
         let v6 = || p.has(Layers::IPV6);
         let udp = || p.has(Layers::UDP);
@@ -134,41 +147,62 @@ impl Field {
         let grad = || p.has(Layers::GRADIENT);
         let outer = || p.has(Layers::VLAN_OUTER);
         let inner = || p.has(Layers::VLAN_INNER);
+        let b16 = |valid: bool, v: u16| if valid { v } else { 0 }.to_be_bytes();
+        let b8 = |valid: bool, v: u8| [if valid { v } else { 0 }];
         match self {
-            Field::IngressPort => out.copy_from_slice(&ingress_port.to_be_bytes()),
-            Field::EthDst => out.copy_from_slice(&p.eth_dst.0),
-            Field::EthSrc => out.copy_from_slice(&p.eth_src.0),
-            Field::EthType => out.copy_from_slice(&p.ethertype.to_be_bytes()),
-            Field::VlanOuterValid => out[0] = outer() as u8,
-            Field::VlanOuterVid => out.copy_from_slice(&(if outer() { p.vid_outer } else { 0 }).to_be_bytes()),
-            Field::VlanInnerValid => out[0] = inner() as u8,
-            Field::VlanInnerVid => out.copy_from_slice(&(if inner() { p.vid_inner } else { 0 }).to_be_bytes()),
-            Field::Ipv4Valid => out[0] = v4() as u8,
-            Field::Ipv4Src => out.copy_from_slice(if v4() { &p.ip_src_bytes[..4] } else { &[0; 4] }),
-            Field::Ipv4Dst => out.copy_from_slice(if v4() { &p.ip_dst_bytes[..4] } else { &[0; 4] }),
-            Field::Ipv4Dscp => out[0] = if v4() { p.dscp } else { 0 },
-            Field::Ipv4Ecn => out[0] = if v4() { p.ecn } else { 0 },
-            Field::Ipv4Proto => out[0] = if v4() { p.ip_proto } else { 0 },
-            Field::Ipv4Ttl => out[0] = if v4() { p.ttl } else { 0 },
-            Field::Ipv6Valid => out[0] = v6() as u8,
-            Field::Ipv6Src => out.copy_from_slice(if v6() { &p.ip_src_bytes } else { &[0; 16] }),
-            Field::Ipv6Dst => out.copy_from_slice(if v6() { &p.ip_dst_bytes } else { &[0; 16] }),
-            Field::Ipv6Dscp => out[0] = if v6() { p.dscp } else { 0 },
-            Field::Ipv6Ecn => out[0] = if v6() { p.ecn } else { 0 },
-            Field::Ipv6NextHdr => out[0] = if v6() { p.ip_proto } else { 0 },
-            Field::Ipv6HopLimit => out[0] = if v6() { p.ttl } else { 0 },
-            Field::UdpValid => out[0] = udp() as u8,
-            Field::UdpSrcPort => out.copy_from_slice(&(if udp() { p.udp_src } else { 0 }).to_be_bytes()),
-            Field::UdpDstPort => out.copy_from_slice(&(if udp() { p.udp_dst } else { 0 }).to_be_bytes()),
-            Field::BthValid => out[0] = bth() as u8,
-            Field::BthOpcode => out[0] = if bth() { p.bth_opcode } else { 0 },
-            Field::BthDestQp => out.copy_from_slice(&(if bth() { p.bth_dest_qp } else { 0 }).to_be_bytes()[1..]),
-            Field::GradientValid => out[0] = grad() as u8,
-            Field::GradientCollectiveId => {
-                out.copy_from_slice(&(if grad() { p.grad_collective_id } else { 0 }).to_be_bytes())
+            Field::IngressPort => put(key, at, ingress_port.to_be_bytes()),
+            Field::EthDst => put(key, at, p.eth_dst.0),
+            Field::EthSrc => put(key, at, p.eth_src.0),
+            Field::EthType => put(key, at, p.ethertype.to_be_bytes()),
+            Field::VlanOuterValid => put(key, at, [outer() as u8]),
+            Field::VlanOuterVid => put(key, at, b16(outer(), p.vid_outer)),
+            Field::VlanInnerValid => put(key, at, [inner() as u8]),
+            Field::VlanInnerVid => put(key, at, b16(inner(), p.vid_inner)),
+            Field::Ipv4Valid => put(key, at, [v4() as u8]),
+            Field::Ipv4Src => put(key, at, addr4(v4(), &p.ip_src_bytes)),
+            Field::Ipv4Dst => put(key, at, addr4(v4(), &p.ip_dst_bytes)),
+            Field::Ipv4Dscp => put(key, at, b8(v4(), p.dscp)),
+            Field::Ipv4Ecn => put(key, at, b8(v4(), p.ecn)),
+            Field::Ipv4Proto => put(key, at, b8(v4(), p.ip_proto)),
+            Field::Ipv4Ttl => put(key, at, b8(v4(), p.ttl)),
+            Field::Ipv6Valid => put(key, at, [v6() as u8]),
+            Field::Ipv6Src => put(key, at, if v6() { p.ip_src_bytes } else { [0; 16] }),
+            Field::Ipv6Dst => put(key, at, if v6() { p.ip_dst_bytes } else { [0; 16] }),
+            Field::Ipv6Dscp => put(key, at, b8(v6(), p.dscp)),
+            Field::Ipv6Ecn => put(key, at, b8(v6(), p.ecn)),
+            Field::Ipv6NextHdr => put(key, at, b8(v6(), p.ip_proto)),
+            Field::Ipv6HopLimit => put(key, at, b8(v6(), p.ttl)),
+            Field::UdpValid => put(key, at, [udp() as u8]),
+            Field::UdpSrcPort => put(key, at, b16(udp(), p.udp_src)),
+            Field::UdpDstPort => put(key, at, b16(udp(), p.udp_dst)),
+            Field::BthValid => put(key, at, [bth() as u8]),
+            Field::BthOpcode => put(key, at, b8(bth(), p.bth_opcode)),
+            Field::BthDestQp => {
+                let q = (if bth() { p.bth_dest_qp } else { 0 }).to_be_bytes();
+                put(key, at, [q[1], q[2], q[3]])
             }
-            Field::GradientOp => out[0] = if grad() { p.grad_op } else { 0 },
+            Field::GradientValid => put(key, at, [grad() as u8]),
+            Field::GradientCollectiveId => put(key, at, b16(grad(), p.grad_collective_id)),
+            Field::GradientOp => put(key, at, b8(grad(), p.grad_op)),
         }
+    }
+}
+
+/// The first four bytes of an address when `valid`, else zeros.
+#[inline(always)]
+fn addr4(valid: bool, a: &[u8; 16]) -> [u8; 4] {
+    if valid {
+        [a[0], a[1], a[2], a[3]]
+    } else {
+        [0; 4]
+    }
+}
+
+/// Stores `v` at `key[at..at + N]` when it fits.
+#[inline(always)]
+fn put<const N: usize>(key: &mut [u8; KEY_MAX], at: usize, v: [u8; N]) {
+    if let Some(dst) = key.get_mut(at..at + N) {
+        dst.copy_from_slice(&v);
     }
 }
 

@@ -8,7 +8,7 @@
 //! |-------------------|----------------------------------------------|------------------------------------------|
 //! | `exact`           | [`ExactMatcher`]: open addressing, keys inline | hash of `ceil(len/8)` words, ~1.5 slots  |
 //! | `lpm`             | [`LpmMatcher`]: 16-8-8-... multibit trie      | one read per level: 3 for IPv4           |
-//! | `ternary`, `range`| [`TernaryMatcher`]: priority-sorted scan     | `ceil(len/8)` masked compares per entry  |
+//! | `ternary`, `range`| [`TernaryMatcher`]: bit-vector classifier (scan beyond 512 entries) | one AND per masked byte and range field per 64 entries |
 //!
 //! Lookups take `&self`, never allocate, lock or panic; a key of the wrong length finds
 //! nothing. Inserts run at configuration time, may allocate, and report a [`MatchError`].

@@ -4,8 +4,10 @@
 //!
 //! Each table picks the lookup structure that fits its key's match kinds: all `exact` fields use
 //! a hash ([`exact`]); one `lpm` field (with any `exact` ones) a multibit trie ([`lpm`]); any
-//! `ternary` or `range` field a priority-ordered list ([`ternary`]). Lookups never allocate.
+//! `ternary` or `range` field a bit-vector classifier over a priority-ordered list
+//! ([`ternary`], [`classifier`]). Lookups never allocate.
 
+pub mod classifier;
 pub mod exact;
 pub mod field;
 pub mod key;
@@ -275,8 +277,7 @@ impl Table {
         }
         let mut key = Key { len: self.key_len as u8, bytes: [0; KEY_MAX] };
         for kf in &self.key {
-            let w = kf.field.width();
-            kf.field.extract(p, ingress_port, &mut key.bytes[kf.offset..kf.offset + w]);
+            kf.field.write_key(p, ingress_port, &mut key.bytes, kf.offset);
         }
         let k = key.as_slice();
         match &self.matcher {

@@ -1,5 +1,5 @@
-//! Ternary and range match: value/mask entries with optional range conditions, scanned in
-//! priority order.
+//! Ternary and range match: value/mask entries with optional range conditions, the highest
+//! priority winning.
 //!
 //! # Shape
 //! An entry matches a key when `key & mask == value & mask` over the whole key and every one of
@@ -14,16 +14,25 @@
 //! a word at a time without branching inside a row, and only on a value/mask hit reads the
 //! entry's index and range conditions.
 //!
-//! # Cost
+//! # Lookup
+//! Up to [`classifier::MAX_ENTRIES`] entries and [`classifier::MAX_RANGE_DIMS`] distinct range
+//! fields, lookups use a bit-vector [`Classifier`] built beside the rows: one bitmap per masked
+//! key byte and per range field, ANDed, the lowest bit winning, so the cost does not grow with
+//! the entries ahead of the winner. Beyond those limits they scan the rows, as below.
+//!
+//! # Cost of the scan
 //! `O(entries before the first hit)`, each `W` AND/XOR/OR and one branch: a miss in 100 entries
-//! of a 13-byte IPv4 5-tuple key (`W = 2`) reads 3.2 KB of rows. This is the structure for
-//! small ACL-like tables (up to a few hundred entries); a larger ternary table needs a
-//! classifier (tuple space search, decision tree), which this is not.
+//! of a 13-byte IPv4 5-tuple key (`W = 2`) reads 3.2 KB of rows.
+//!
+//! [`classifier::MAX_ENTRIES`]: super::classifier::MAX_ENTRIES
+//! [`classifier::MAX_RANGE_DIMS`]: super::classifier::MAX_RANGE_DIMS
 //!
 //! # Memory
-//! `16W` bytes of row plus 16 bytes of metadata per entry, plus 48 bytes per range condition;
-//! insert-time only: a hash set of the entries for duplicate detection.
+//! `16W` bytes of row plus 16 bytes of metadata per entry, plus 48 bytes per range condition,
+//! plus the classifier's bitmaps (see its docs); insert-time only: a hash set of the entries for
+//! duplicate detection.
 
+use super::classifier::Classifier;
 use super::matcher::{be_value, check_key_len, check_len, MatchError};
 use super::words::{by_words, dispatch, load, word_count};
 use core::fmt;
@@ -54,6 +63,9 @@ pub struct TernaryMatcher {
     max_entries: usize,
     /// The rows, specialised for the key's word count.
     inner: Inner,
+    /// The same entries as a bit-vector classifier, which lookups use while the table is within
+    /// its limits (entries, range fields).
+    classifier: Option<Box<Classifier>>,
     /// Every entry's identity, for duplicate detection. Insert-time only.
     seen: HashSet<EntryId>,
 }
@@ -83,6 +95,7 @@ impl TernaryMatcher {
             key_len,
             max_entries: usize::MAX,
             inner: by_words!(Inner, word_count(key_len), new_rules()),
+            classifier: Some(Box::default()),
             seen: HashSet::new(),
         })
     }
@@ -111,11 +124,14 @@ impl TernaryMatcher {
 
     /// Heap memory read by lookups: rows, metadata and range conditions (bytes).
     pub fn memory_bytes(&self) -> usize {
-        dispatch!(Inner, &self.inner, t => {
-            core::mem::size_of_val(&*t.rows)
-                + core::mem::size_of_val(&*t.meta)
-                + core::mem::size_of_val(&*t.ranges)
-        })
+        match &self.classifier {
+            Some(c) => c.memory_bytes(),
+            None => dispatch!(Inner, &self.inner, t => {
+                core::mem::size_of_val(&*t.rows)
+                    + core::mem::size_of_val(&*t.meta)
+                    + core::mem::size_of_val(&*t.ranges)
+            }),
+        }
     }
 
     /// Adds an entry matching keys with `key & mask == value & mask` and every condition of
@@ -152,6 +168,10 @@ impl TernaryMatcher {
             return Err(MatchError::DuplicateKey);
         }
         dispatch!(Inner, &mut self.inner, t => t.insert(&masked, mask, ranges, priority, entry));
+        match &mut self.classifier {
+            Some(c) if c.fits(ranges) => c.insert(&masked, mask, ranges, priority, entry),
+            _ => self.classifier = None,
+        }
         Ok(())
     }
 
@@ -182,7 +202,24 @@ impl TernaryMatcher {
         if key.len() != self.key_len {
             return None;
         }
+        match &self.classifier {
+            Some(c) => c.lookup(key),
+            None => self.scan(key),
+        }
+    }
+
+    /// The linear scan in priority order (the lookup beyond the classifier's limits).
+    #[inline]
+    fn scan(&self, key: &[u8]) -> Option<u32> {
+        if key.len() != self.key_len {
+            return None;
+        }
         dispatch!(Inner, &self.inner, t => t.find(key))
+    }
+
+    /// True while lookups use the bit-vector classifier rather than the scan.
+    pub fn uses_classifier(&self) -> bool {
+        self.classifier.is_some()
     }
 }
 
@@ -626,6 +663,42 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Many entries on a short key (at most 6 range fields: within the classifier's limits):
+        /// bitmaps of several words, priorities inserted in random
+        /// order; the classifier, the scan and the reference agree.
+        #[test]
+        fn classifier_agrees_with_the_scan_beyond_one_word(
+            (len, rules, probes) in (1usize..=3).prop_flat_map(|len| (
+                Just(len),
+                prop::collection::vec(rule(len), 60..200),
+                prop::collection::vec(prop::collection::vec(byte(), len), 0..60),
+            ))
+        ) {
+            let mut t = TernaryMatcher::new(len).unwrap();
+            let mut naive = Naive::default();
+            for (i, (v, m, ranges, p)) in rules.iter().enumerate() {
+                let p = *p * 37 + (i as i32 % 5);
+                if !naive.is_duplicate(v, m, ranges, p) {
+                    t.insert(v, m, ranges, p, i as u32).unwrap();
+                    naive.rules.push((v.clone(), m.clone(), ranges.clone(), p, i as u32));
+                }
+            }
+            prop_assert!(t.uses_classifier());
+            let mut keys = probes.clone();
+            for (v, _, ranges, _) in &rules {
+                keys.push(at_bounds(v, ranges, false));
+                keys.push(at_bounds(v, ranges, true));
+            }
+            for k in &keys {
+                let want = naive.lookup(k);
+                prop_assert_eq!(t.lookup(k), want, "key {:?}", k);
+                prop_assert_eq!(t.scan(k), want, "scan, key {:?}", k);
+            }
+        }
+    }
+
+    proptest! {
         #[test]
         fn agrees_with_a_vec_scan(
             (len, rules, probes) in (1usize..=64).prop_flat_map(|len| (
@@ -657,6 +730,7 @@ mod tests {
             }
             for k in &keys {
                 prop_assert_eq!(t.lookup(k), naive.lookup(k), "key {:?}", k);
+                prop_assert_eq!(t.scan(k), naive.lookup(k), "scan, key {:?}", k);
             }
         }
     }
