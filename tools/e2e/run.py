@@ -209,14 +209,21 @@ class Capture:
         return counts
 
 
-def gradcheck(config, inp, out):
-    """The independent checker over the captured input and output; returns its last line."""
-    r = subprocess.run([sys.executable, str(CHECKER), "--config", str(config), "--in", str(inp), "--out", str(out)],
-                       capture_output=True, text=True)
-    lines = (r.stdout + r.stderr).strip().splitlines()
-    if r.returncode != 0:
-        raise AssertionError("gradcheck failed on the captured traffic:\n" + "\n".join(lines[-15:]))
-    return lines[-1] if lines else ""
+class Gradcheck:
+    """The independent checker over a phase's captured input and output, in the background (it
+    reads every frame with scapy: minutes at MTU 1500), so that phases overlap with it."""
+
+    def __init__(self, config, inp, out):
+        argv = [sys.executable, str(CHECKER), "--config", str(config), "--in", str(inp), "--out", str(out)]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def verdict(self):
+        """Its last line; AssertionError naming the failures when it fails."""
+        text = self.proc.communicate()[0]
+        lines = text.strip().splitlines()
+        if self.proc.returncode != 0:
+            raise AssertionError("gradcheck failed on the captured traffic:\n" + "\n".join(lines[-15:]))
+        return lines[-1] if lines else ""
 
 
 # ---- the workers ----
@@ -232,12 +239,23 @@ def worker_argv(impl, config, cid, rank, inp, out, stats, repeat, start_round, r
     return ["env", f"PYTHONPATH={PY_CLIENT}", sys.executable, "-m", "gradclient", *args]
 
 
+# The workers run on CPU 0: the appliance's worker lcore polls CPU 1 (its config's --lcores
+# 0@0,1@1). This also keeps the kernel's path from the workers to the appliance (veth, bridge,
+# veth, AF_PACKET ring, all in the sender's softirq) on one CPU, so that the order in which the
+# capture sees contributions is the order in which the appliance receives them: with senders on
+# two CPUs, two frames tapped in one order can reach the appliance in the other, and the
+# independent checker would expect, say, a rule-3 resend for a contribution the appliance rightly
+# took as a duplicate.
+WORKER_CPUS = ["taskset", "-c", "0"] if (os.cpu_count() or 1) >= 2 else []
+
+
 def run_workers(topo, argvs, logs, timeout=180):
     """Starts one process per worker namespace at once; waits for all; fails naming the worker."""
     procs = []
     for k, argv in enumerate(argvs):
         log = open(logs[k], "w")
-        procs.append((subprocess.Popen(topo.exec_argv(topo.worker_ns[k], argv), stdout=log, stderr=subprocess.STDOUT), log))
+        argv = topo.exec_argv(topo.worker_ns[k], [*WORKER_CPUS, *argv])
+        procs.append((subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), log))
     deadline = time.monotonic() + timeout
     failed = []
     for k, (p, log) in enumerate(procs):
@@ -364,9 +382,8 @@ def phase(topo, work, name, clients, elements, seed, repeat, loss, ring=False, r
         result["rejoin"] = rj
     if cap:
         n_in, n_out = cap.split(work / "input.pcap", work / "output.pcap")
-        result["gradcheck"] = {"input_frames": n_in, "output_frames": n_out,
-                               "verdict": gradcheck(config, work / "input.pcap", work / "output.pcap"),
-                               "capture": drops}
+        result["gradcheck"] = {"input_frames": n_in, "output_frames": n_out, "capture": drops,
+                               "running": Gradcheck(config, work / "input.pcap", work / "output.pcap")}
     return result
 
 
@@ -455,8 +472,19 @@ def main():
         check = args.gradcheck
         if check and not CHECKER.exists():
             sys.exit(f"e2e: --gradcheck: {CHECKER} not found")
-        results.append(phase(topo, work, "clean", clients, args.elements, args.seed, repeat, 0, ring=args.demo, rejoin=True, check=check))
-        results.append(phase(topo, work, "loss", clients, args.elements, args.seed + 1000, repeat, args.loss, check=check))
+        try:
+            results.append(phase(topo, work, "clean", clients, args.elements, args.seed, repeat, 0, ring=args.demo,
+                                 rejoin=True, check=check))
+            results.append(phase(topo, work, "loss", clients, args.elements, args.seed + 1000, repeat, args.loss,
+                                 check=check))
+        except BaseException:
+            for ph in results:
+                if "running" in ph.get("gradcheck", {}):
+                    ph["gradcheck"]["running"].proc.kill()
+            raise
+    for ph in results:
+        if "gradcheck" in ph:
+            ph["gradcheck"]["verdict"] = ph["gradcheck"].pop("running").verdict()
     print_report(results)
 
     loss = results[1]
