@@ -95,6 +95,10 @@ struct CollState {
     /// Per slot: the kept result's checksum sum and CRC, computed once at completion and
     /// reused for every copy and every resend.
     sums: Vec<build::PayloadSums>,
+    /// Whether a result frame of this collective needs the payload's ones'-complement sum (the
+    /// UDP carriage, or RoCEv2 to an IPv6 member: spec section 1) and its CRC (RoCEv2).
+    need_sum: bool,
+    need_crc: bool,
 }
 
 impl CollState {
@@ -112,7 +116,9 @@ impl CollState {
             result: vec![0; slots * chunk * size],
             ranks: if spec.deterministic { vec![0; slots * n * chunk * size] } else { Vec::new() },
             psn: vec![0; n],
-            sums: vec![build::PayloadSums::of(&[], 0); slots],
+            sums: vec![build::PayloadSums::EMPTY; slots],
+            need_sum: spec.carriage == Carriage::Udp || spec.members.iter().any(|m| m.ip.is_v6()),
+            need_crc: spec.carriage == Carriage::Rocev2,
             spec,
         }
     }
@@ -128,6 +134,8 @@ impl CollState {
             ranks: Vec::new(),
             psn: Vec::new(),
             sums: Vec::new(),
+            need_sum: false,
+            need_crc: false,
             spec,
         }
     }
@@ -432,7 +440,7 @@ impl Aggregator {
         let payload = &st.result[s * chunk * size..s * chunk * size + lanes * size];
         if only.is_none() {
             let pad = if st.spec.carriage == Carriage::Rocev2 { (4 - (20 + payload.len()) % 4) % 4 } else { 0 };
-            st.sums[s] = build::PayloadSums::of(payload, pad);
+            st.sums[s] = build::PayloadSums::only(payload, pad, st.need_sum, st.need_crc);
         }
         let sums = &st.sums[s];
         let header = GradientRepr {
