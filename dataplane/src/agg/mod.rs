@@ -88,13 +88,21 @@ struct CollState {
     acc: Vec<u32>,
     /// Kept results: `chunk * size` bytes per slot.
     result: Vec<u8>,
-    /// Deterministic mode: every rank's payload, `workers * chunk * size` bytes per slot.
+    /// Deterministic mode: every rank's payload, `workers * chunk * size` bytes per slot (only
+    /// the ranks that arrive before a lower one are copied here).
     ranks: Vec<u8>,
+    /// Deterministic mode, per slot: how many ranks (0, 1, ...) are folded into the accumulator,
+    /// in rank order, in the current round.
+    folded: Vec<u32>,
     /// Per-member RoCEv2 PSN counters (section 6).
     psn: Vec<u32>,
     /// Per slot: the kept result's checksum sum and CRC, computed once at completion and
     /// reused for every copy and every resend.
     sums: Vec<build::PayloadSums>,
+    /// Whether a result frame of this collective needs the payload's ones'-complement sum (the
+    /// UDP carriage, or RoCEv2 to an IPv6 member: spec section 1) and its CRC (RoCEv2).
+    need_sum: bool,
+    need_crc: bool,
 }
 
 impl CollState {
@@ -111,8 +119,11 @@ impl CollState {
             acc: vec![0; slots * chunk],
             result: vec![0; slots * chunk * size],
             ranks: if spec.deterministic { vec![0; slots * n * chunk * size] } else { Vec::new() },
+            folded: if spec.deterministic { vec![0; slots] } else { Vec::new() },
             psn: vec![0; n],
-            sums: vec![build::PayloadSums::of(&[], 0); slots],
+            sums: vec![build::PayloadSums::EMPTY; slots],
+            need_sum: spec.carriage == Carriage::Udp || spec.members.iter().any(|m| m.ip.is_v6()),
+            need_crc: spec.carriage == Carriage::Rocev2,
             spec,
         }
     }
@@ -126,8 +137,11 @@ impl CollState {
             acc: Vec::new(),
             result: Vec::new(),
             ranks: Vec::new(),
+            folded: Vec::new(),
             psn: Vec::new(),
             sums: Vec::new(),
+            need_sum: false,
+            need_crc: false,
             spec,
         }
     }
@@ -383,24 +397,47 @@ impl Aggregator {
         let res = c.slot * chunk * size;
         let result = &mut st.result[res..res + lanes * size];
         if st.spec.deterministic {
-            // Rule 7: keep every rank's lanes; reduce in rank order when the round completes.
+            // Rule 7: reduce in rank order. The accumulator holds ranks 0..folded; a rank that
+            // arrives in turn is folded straight from its frame (then any later ranks already
+            // kept), one that arrives early is kept until its turn. The last contribution is
+            // always the one in turn (every other rank has arrived), so the round ends folded.
+            // The kernel calls are those of a fold of every rank in order: load rank 0, fold the
+            // middle ranks, fold_store rank n-1 (load and store when n is 1).
             let n = st.spec.workers();
             let base = c.slot * n * chunk * size;
-            let at = base + c.rank * chunk * size;
-            st.ranks[at..at + lanes * size].copy_from_slice(payload);
-            if last {
-                let acc = &mut st.acc[c.slot * chunk..c.slot * chunk + lanes];
-                let lanes_of = |r: usize| &st.ranks[base + r * chunk * size..base + r * chunk * size + lanes * size];
-                k.load(dt, acc, lanes_of(0));
-                if n == 1 {
-                    k.store(dt, acc, result);
-                } else {
-                    for r in 1..n - 1 {
-                        k.fold(op, dt, acc, lanes_of(r));
-                    }
-                    k.fold_store(op, dt, acc, lanes_of(n - 1), result);
-                }
+            if first {
+                st.folded[c.slot] = 0;
             }
+            let next = st.folded[c.slot] as usize;
+            if c.rank != next {
+                let at = base + c.rank * chunk * size;
+                st.ranks[at..at + lanes * size].copy_from_slice(payload);
+                return;
+            }
+            let acc = &mut st.acc[c.slot * chunk..c.slot * chunk + lanes];
+            let step = |r: usize, acc: &mut [u32], src: &[u8], result: &mut [u8]| {
+                if r == 0 {
+                    k.load(dt, acc, src);
+                    if n == 1 {
+                        k.store(dt, acc, result);
+                    }
+                } else if r == n - 1 {
+                    k.fold_store(op, dt, acc, src, result);
+                } else {
+                    k.fold(op, dt, acc, src);
+                }
+            };
+            step(next, acc, payload, result);
+            let words = st.words;
+            let bm = &st.bitmaps[c.slot * words..(c.slot + 1) * words];
+            let mut r = next + 1;
+            while r < n && bm[r / 64] & (1 << (r % 64)) != 0 {
+                let at = base + r * chunk * size;
+                step(r, acc, &st.ranks[at..at + lanes * size], result);
+                r += 1;
+            }
+            st.folded[c.slot] = r as u32;
+            debug_assert!(!last || r == n, "the last contribution completes the rank-order fold");
             return;
         }
         let acc = &mut st.acc[c.slot * chunk..c.slot * chunk + lanes];
@@ -432,7 +469,7 @@ impl Aggregator {
         let payload = &st.result[s * chunk * size..s * chunk * size + lanes * size];
         if only.is_none() {
             let pad = if st.spec.carriage == Carriage::Rocev2 { (4 - (20 + payload.len()) % 4) % 4 } else { 0 };
-            st.sums[s] = build::PayloadSums::of(payload, pad);
+            st.sums[s] = build::PayloadSums::only(payload, pad, st.need_sum, st.need_crc);
         }
         let sums = &st.sums[s];
         let header = GradientRepr {

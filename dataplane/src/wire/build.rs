@@ -146,26 +146,44 @@ pub fn build(spec: &FrameSpec, payload: &[u8], buf: &mut [u8]) -> Result<usize, 
 }
 
 /// What one payload contributes to the checksums of every frame that carries it: computed once
-/// ([`PayloadSums::of`]) and reused for each copy of a result (and for resends), so that the
-/// payload is read once per result instead of once per copy.
-#[derive(Debug, Clone)]
+/// ([`PayloadSums::of`], [`PayloadSums::only`]) and reused for each copy of a result (and for
+/// resends), so that the payload is read once per result instead of once per copy.
+#[derive(Debug, Clone, Copy)]
 pub struct PayloadSums {
-    /// The ones'-complement sum of the payload (RFC 1071), native to a 16-bit-aligned position.
-    pub sum: u16,
-    /// The CRC-32 state over the payload and its RoCEv2 pad (`pad` zero bytes).
-    pub crc: crc32fast::Hasher,
-    /// The pad the CRC covers.
+    /// The ones'-complement sum of the payload (RFC 1071), native to a 16-bit-aligned position;
+    /// `None` when no frame needs it (RoCEv2 over IPv4 carries no UDP checksum, spec section 1).
+    pub sum: Option<u16>,
+    /// The finalized CRC-32 of the payload and its RoCEv2 pad (`pad` zero bytes); `None` for the
+    /// UDP carriage.
+    pub crc: Option<u32>,
+    /// [`icrc::shift_factor`] of the payload and pad's length: joins `crc` to a head's CRC with
+    /// one multiplication.
+    pub factor: u32,
+    /// The pad the CRC covers (bytes).
     pub pad: usize,
 }
 
 impl PayloadSums {
-    /// The sums of `payload`, followed by `pad` zero bytes for the CRC.
+    /// The sum and the CRC of `payload`, followed by `pad` zero bytes for the CRC.
     pub fn of(payload: &[u8], pad: usize) -> PayloadSums {
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(payload);
-        crc.update(&[0u8; 3][..pad.min(3)]);
-        PayloadSums { sum: checksum::sum(payload), crc, pad }
+        Self::only(payload, pad, true, true)
     }
+
+    /// As [`PayloadSums::of`], computing the ones'-complement sum only if `sum` and the CRC only
+    /// if `crc` (frames that need a part left out compute it over their own copy).
+    pub fn only(payload: &[u8], pad: usize, sum: bool, crc: bool) -> PayloadSums {
+        let crc = crc.then(|| {
+            let mut h = crc32fast::Hasher::new();
+            h.update(payload);
+            h.update(&[0u8; 3][..pad.min(3)]);
+            h.finalize()
+        });
+        let factor = if crc.is_some() { icrc::shift_factor((payload.len() + pad.min(3)) as u64) } else { 0 };
+        PayloadSums { sum: sum.then(|| checksum::sum(payload)), crc, factor, pad }
+    }
+
+    /// Sums of an empty payload (placeholders for slots that have no result yet).
+    pub const EMPTY: PayloadSums = PayloadSums { sum: Some(0), crc: None, factor: 0, pad: 0 };
 }
 
 /// As [`build`], with the payload's checksum contributions computed beforehand (`pre`, for this
@@ -260,11 +278,11 @@ pub fn build_with(
     let pre = pre.filter(|p| p.pad == pad);
     // The UDP checksum over the datagram from `l4` to `end`, reusing the payload's sum.
     let udp_sum = |f: &[u8], pseudo: u16, end: usize| -> u16 {
-        match pre {
-            Some(p) => {
+        match pre.and_then(|p| p.sum) {
+            Some(psum) => {
                 let head = checksum::sum(&f[l4..pay]);
                 let tail = checksum::sum(&f[pay + payload.len()..end]);
-                checksum::combine(checksum::combine(pseudo, head), checksum::combine(p.sum, tail))
+                checksum::combine(checksum::combine(pseudo, head), checksum::combine(psum, tail))
             }
             None => checksum::combine(pseudo, checksum::sum(&f[l4..end])),
         }
@@ -272,10 +290,10 @@ pub fn build_with(
     let nonzero = |ck: u16| if ck == 0 { 0xffff } else { ck };
     if spec.roce.is_some() {
         f[l4 + 6..l4 + 8].fill(0);
-        match pre {
-            Some(p) => {
+        match pre.and_then(|p| Some((p.crc?, p.factor))) {
+            Some((tail, factor)) => {
                 let head = icrc::head_hasher(&f[l3..pay], l4 - l3)?;
-                let crc = icrc::combine(head, &p.crc);
+                let crc = icrc::combine_factor(head, factor, tail);
                 f[datagram_end - ICRC_LEN..datagram_end].copy_from_slice(&crc.to_le_bytes());
             }
             None => icrc::fill(&mut f[l3..datagram_end], l4 - l3)?,
@@ -387,9 +405,12 @@ mod tests {
                     let mut a = vec![0u8; s.frame_len(n)];
                     let mut b = a.clone();
                     build(&s, &payload, &mut a).unwrap();
-                    let pre = PayloadSums::of(&payload, s.pad(n));
-                    build_with(&s, &payload, Some(&pre), &mut b).unwrap();
-                    assert_eq!(a, b, "v6 {v6} roce {roce} n {n}");
+                    for (sum, crc) in [(true, true), (true, false), (false, true), (false, false)] {
+                        let pre = PayloadSums::only(&payload, s.pad(n), sum, crc);
+                        b.fill(0);
+                        build_with(&s, &payload, Some(&pre), &mut b).unwrap();
+                        assert_eq!(a, b, "v6 {v6} roce {roce} n {n} sum {sum} crc {crc}");
+                    }
                 }
             }
         }
