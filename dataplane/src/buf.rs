@@ -4,6 +4,8 @@
 //! implement them with [`VecBuf`] and [`VecIo`]. The data path is generic over them, so the code
 //! that runs in the appliance is the code that the unit tests run.
 
+use crate::parse::RxChecksum;
+
 /// A single-segment frame buffer that the packet core can read, rewrite and resize.
 ///
 /// Lengths are bytes. Growing at the front uses the buffer's headroom (DPDK:
@@ -28,6 +30,13 @@ pub trait PacketBuf {
     /// contiguous frames and drops the others with a reason.
     fn is_segmented(&self) -> bool {
         false
+    }
+    /// The NIC's rx checksum verdicts for the frame as received (DPDK: the
+    /// `RTE_MBUF_F_RX_IP_CKSUM_*` and `RTE_MBUF_F_RX_L4_CKSUM_*` bits of `ol_flags`), which the
+    /// parser trusts instead of summing again. [`RxChecksum::UNKNOWN`] (the default) when the
+    /// port does not verify checksums. Only meaningful before the frame is rewritten.
+    fn rx_checksum(&self) -> RxChecksum {
+        RxChecksum::UNKNOWN
     }
 
     /// Sets the frame to exactly `len` bytes by appending or trimming at the back.
@@ -83,6 +92,8 @@ pub struct VecBuf {
     end: usize,
     /// The rx timestamp (µs) that [`PacketBuf::rx_timestamp_us`] reports.
     pub timestamp_us: Option<u64>,
+    /// The rx checksum verdicts that [`PacketBuf::rx_checksum`] reports (default: unknown).
+    pub rx_checksum: RxChecksum,
 }
 
 impl VecBuf {
@@ -93,6 +104,7 @@ impl VecBuf {
             start: VEC_HEADROOM,
             end: VEC_HEADROOM,
             timestamp_us: None,
+            rx_checksum: RxChecksum::UNKNOWN,
         }
     }
 
@@ -149,6 +161,9 @@ impl PacketBuf for VecBuf {
     }
     fn rx_timestamp_us(&self) -> Option<u64> {
         self.timestamp_us
+    }
+    fn rx_checksum(&self) -> RxChecksum {
+        self.rx_checksum
     }
 }
 

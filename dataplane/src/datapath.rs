@@ -6,7 +6,7 @@
 use crate::action::Egress;
 use crate::agg::{Aggregator, PortAddr};
 use crate::buf::{PacketBuf, PacketIo};
-use crate::parse::{parse, Layers, Parsed};
+use crate::parse::{parse_with, Layers, Parsed};
 use crate::stats::{Counters, Reason};
 use crate::table::Pipeline;
 
@@ -56,7 +56,7 @@ impl Datapath {
             self.counters.drop(Reason::MultiSegment);
             return;
         }
-        let mut p = match parse(pkt.data(), self.gradient_udp_port) {
+        let mut p = match parse_with(pkt.data(), self.gradient_udp_port, pkt.rx_checksum()) {
             Ok(p) => p,
             Err(r) => {
                 self.counters.drop(r.into());
@@ -237,5 +237,38 @@ mod tests {
         assert_eq!(dp.counters.dropped(Reason::Runt), 2);
         assert_eq!(dp.counters.dropped(Reason::ExplicitDrop), 1);
         assert_eq!(dp.counters.total_drops(), 3);
+    }
+
+    #[test]
+    fn rx_checksum_verdicts_reach_the_parser() {
+        use crate::parse::{CsumStatus, RxChecksum};
+        use crate::wire::ipv4::Ipv4Packet;
+        use crate::wire::udp::UdpPacket;
+        // 02:00:00:00:00:01 (forwarded to port 1), 10.0.0.1:49152 -> 10.0.0.2:9000, 4 bytes.
+        let mut good = frame([2, 0, 0, 0, 0, 1])[..46].to_vec();
+        good[12..14].copy_from_slice(&[0x08, 0x00]);
+        good[14..34].copy_from_slice(&[0x45, 0, 0, 32, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+        Ipv4Packet::new_unchecked(&mut good[14..]).fill_checksum();
+        good[34..46].copy_from_slice(&[0xc0, 0x00, 0x23, 0x28, 0, 12, 0, 0, 1, 2, 3, 4]);
+        UdpPacket::new_unchecked(&mut good[34..]).fill_checksum_v4([10, 0, 0, 1], [10, 0, 0, 2]);
+        let mut bad_udp = good.clone();
+        let n = bad_udp.len();
+        bad_udp[n - 1] ^= 1;
+        let mut dp = datapath();
+        let mut io = VecIo::new(3);
+        let send = |dp: &mut Datapath, io: &mut VecIo, f: &[u8], ip, l4| {
+            let mut b = VecBuf::from_frame(f);
+            b.rx_checksum = RxChecksum { ip, l4 };
+            dp.process(io, 0, b, 0);
+        };
+        use CsumStatus::{Bad, Good, Unknown};
+        send(&mut dp, &mut io, &good, Unknown, Unknown);
+        send(&mut dp, &mut io, &bad_udp, Good, Good);
+        send(&mut dp, &mut io, &bad_udp, Unknown, Unknown);
+        send(&mut dp, &mut io, &good, Good, Bad);
+        send(&mut dp, &mut io, &good, Bad, Good);
+        assert_eq!(io.sent.len(), 2);
+        assert_eq!(dp.counters.dropped(Reason::BadUdpChecksum), 2);
+        assert_eq!(dp.counters.dropped(Reason::BadIpv4Checksum), 1);
     }
 }

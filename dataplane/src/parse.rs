@@ -32,6 +32,11 @@
 //! - Gradient header (spec sections 1, 2): after UDP when the destination port is the configured
 //!   gradient port, or after BTH + DETH of a UD SEND Only (0x64); only its 20 bytes are checked
 //!   here. The gradient payload excludes RoCEv2 pad and ICRC.
+//! - Checksum offload ([`parse_with`], [`RxChecksum`]): where the NIC already verified the IPv4
+//!   header checksum or the UDP checksum, [`CsumStatus::Good`] skips the software sum and
+//!   [`CsumStatus::Bad`] drops with the same reason as a software failure; [`CsumStatus::Unknown`]
+//!   (no offload, e.g. net_pcap) verifies in software. Length checks and the UDP zero-checksum
+//!   rules always apply; the RoCEv2 ICRC is always verified in software.
 
 use crate::wire::ethernet::{self, EtherType, EthernetAddress, EthernetFrame};
 use crate::wire::{arp, bth, gradient, icrc, ipv4, ipv6, udp, vlan};
@@ -333,7 +338,37 @@ impl Parsed {
     }
 }
 
-/// Parses `frame` (an Ethernet frame without FCS) from Ethernet to the gradient header.
+/// What the NIC found when it verified one checksum of a received frame (DPDK 22.11
+/// `rte_mbuf_core.h`: `RTE_MBUF_F_RX_IP_CKSUM_*` and `RTE_MBUF_F_RX_L4_CKSUM_*` in
+/// `mbuf->ol_flags`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum CsumStatus {
+    /// Not verified (no offload, or a flag the parser does not trust): verify in software.
+    #[default]
+    Unknown,
+    /// Verified good by the NIC: the software sum is skipped.
+    Good,
+    /// Verified bad by the NIC: dropped with the reason a software failure gives.
+    Bad,
+}
+
+/// The NIC's rx checksum verdicts for a frame: the IPv4 header checksum and the L4 (UDP)
+/// checksum. [`RxChecksum::UNKNOWN`] (the default) makes the parser verify both in software.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct RxChecksum {
+    /// The IPv4 header checksum (RFC 791); ignored for IPv6, which has none.
+    pub ip: CsumStatus,
+    /// The UDP checksum (RFC 768, RFC 8200 section 8.1), pseudo-header included.
+    pub l4: CsumStatus,
+}
+
+impl RxChecksum {
+    /// Nothing verified by the NIC: every checksum is verified in software.
+    pub const UNKNOWN: RxChecksum = RxChecksum { ip: CsumStatus::Unknown, l4: CsumStatus::Unknown };
+}
+
+/// Parses `frame` (an Ethernet frame without FCS) from Ethernet to the gradient header, verifying
+/// every checksum in software: [`parse_with`] and [`RxChecksum::UNKNOWN`].
 ///
 /// `udp_gradient_port` is the UDP destination port of the gradient protocol's UDP carriage
 /// (`gradient_udp_port`, default [`gradient::DEFAULT_UDP_PORT`]). See the module docs for the
@@ -341,7 +376,21 @@ impl Parsed {
 ///
 /// # Errors
 /// A [`DropReason`] for the first layer that is malformed or fails its checksum.
+#[inline]
 pub fn parse(frame: &[u8], udp_gradient_port: u16) -> Result<Parsed, DropReason> {
+    parse_with(frame, udp_gradient_port, RxChecksum::UNKNOWN)
+}
+
+/// [`parse`] with the NIC's rx checksum verdicts `rx` (from the mbuf's `ol_flags`): a
+/// [`CsumStatus::Good`] checksum is not summed again, a [`CsumStatus::Bad`] one is
+/// [`DropReason::BadIpv4Checksum`] or [`DropReason::BadUdpChecksum`] once the header it covers
+/// has passed its length checks, as a software failure would be. A UDP checksum field of 0 keeps
+/// its software meaning whatever the NIC says (none over IPv4; invalid over IPv6 except for
+/// RoCEv2, spec section 1).
+///
+/// # Errors
+/// A [`DropReason`] for the first layer that is malformed or fails its checksum.
+pub fn parse_with(frame: &[u8], udp_gradient_port: u16, rx: RxChecksum) -> Result<Parsed, DropReason> {
     let mut p = Parsed::default();
     let eth = EthernetFrame::new_checked(frame).map_err(|_| DropReason::Runt)?;
     p.layers.insert(Layers::ETH);
@@ -375,8 +424,8 @@ pub fn parse(frame: &[u8], udp_gradient_port: u16) -> Result<Parsed, DropReason>
     p.l3_offset = off as u32;
 
     match ty {
-        EtherType::IPV4 => parse_ipv4(frame, off, udp_gradient_port, &mut p)?,
-        EtherType::IPV6 => parse_ipv6(frame, off, udp_gradient_port, &mut p)?,
+        EtherType::IPV4 => parse_ipv4(frame, off, udp_gradient_port, rx, &mut p)?,
+        EtherType::IPV6 => parse_ipv6(frame, off, udp_gradient_port, rx.l4, &mut p)?,
         EtherType::ARP if arp::ArpPacket::new_checked(&frame[off..]).is_ok() => {
             p.layers.insert(Layers::ARP);
         }
@@ -386,9 +435,14 @@ pub fn parse(frame: &[u8], udp_gradient_port: u16) -> Result<Parsed, DropReason>
 }
 
 /// IPv4 at `l3`, then UDP.
-fn parse_ipv4(frame: &[u8], l3: usize, port: u16, p: &mut Parsed) -> Result<(), DropReason> {
+fn parse_ipv4(frame: &[u8], l3: usize, port: u16, rx: RxChecksum, p: &mut Parsed) -> Result<(), DropReason> {
     let ip = ipv4::Ipv4Packet::new_checked(&frame[l3..]).map_err(|_| DropReason::MalformedIpv4)?;
-    if !ip.verify_checksum() {
+    let ip_ok = match rx.ip {
+        CsumStatus::Good => true,
+        CsumStatus::Bad => false,
+        CsumStatus::Unknown => ip.verify_checksum(),
+    };
+    if !ip_ok {
         return Err(DropReason::BadIpv4Checksum);
     }
     p.layers.insert(Layers::IPV4);
@@ -414,14 +468,20 @@ fn parse_ipv4(frame: &[u8], l3: usize, port: u16, p: &mut Parsed) -> Result<(), 
     let l4 = l3 + hl;
     let u = udp::UdpPacket::new_checked(&frame[l4..end]).map_err(|_| DropReason::MalformedUdp)?;
     // Over IPv4 a zero checksum means none, RoCEv2 or not.
-    if !u.verify_checksum_v4(src, dst) {
+    let udp_ok = u.checksum() == 0
+        || match rx.l4 {
+            CsumStatus::Good => true,
+            CsumStatus::Bad => false,
+            CsumStatus::Unknown => u.verify_checksum_v4(src, dst),
+        };
+    if !udp_ok {
         return Err(DropReason::BadUdpChecksum);
     }
     parse_udp(frame, &u, port, p)
 }
 
-/// IPv6 at `l3`, its extension headers, then UDP.
-fn parse_ipv6(frame: &[u8], l3: usize, port: u16, p: &mut Parsed) -> Result<(), DropReason> {
+/// IPv6 at `l3`, its extension headers, then UDP (`l4`: the NIC's UDP checksum verdict).
+fn parse_ipv6(frame: &[u8], l3: usize, port: u16, l4_rx: CsumStatus, p: &mut Parsed) -> Result<(), DropReason> {
     let ip = ipv6::Ipv6Packet::new_checked(&frame[l3..]).map_err(|_| DropReason::MalformedIpv6)?;
     let chain = ip.walk_extensions().map_err(|_| DropReason::MalformedIpv6)?;
     p.layers.insert(Layers::IPV6);
@@ -446,8 +506,15 @@ fn parse_ipv6(frame: &[u8], l3: usize, port: u16, p: &mut Parsed) -> Result<(), 
     }
     let u = udp::UdpPacket::new_checked(&frame[l4..end]).map_err(|_| DropReason::MalformedUdp)?;
     // Mandatory over IPv6, except that RoCEv2 may leave it 0 (spec section 1).
-    let ok =
-        if u.dst_port() == bth::ROCEV2_UDP_PORT && u.checksum() == 0 { true } else { u.verify_checksum_v6(&src, &dst) };
+    let ok = if u.checksum() == 0 {
+        u.dst_port() == bth::ROCEV2_UDP_PORT
+    } else {
+        match l4_rx {
+            CsumStatus::Good => true,
+            CsumStatus::Bad => false,
+            CsumStatus::Unknown => u.verify_checksum_v6(&src, &dst),
+        }
+    };
     if !ok {
         return Err(DropReason::BadUdpChecksum);
     }
@@ -721,6 +788,98 @@ mod tests {
             assert_case_udp(&p, 22, 20);
         }
         assert_eq!(parse(&f[2], GRAD_PORT), Err(DropReason::VlanDepth));
+    }
+
+    /// The NIC verdicts, for the offload tests.
+    fn rx(ip: CsumStatus, l4: CsumStatus) -> RxChecksum {
+        RxChecksum { ip, l4 }
+    }
+
+    const STATUSES: [CsumStatus; 3] = [CsumStatus::Unknown, CsumStatus::Good, CsumStatus::Bad];
+
+    #[test]
+    fn offload_verdicts_on_ipv4_udp() {
+        use CsumStatus::{Bad, Good, Unknown};
+        let good = frames("c02_ipv4_options.pcap").remove(0);
+        let mut bad_ip = good.clone();
+        bad_ip[14 + 10] ^= 0x01;
+        let mut bad_udp = good.clone();
+        bad_udp[38 + 8] ^= 0x01;
+        let with = |f: &[u8], ip, l4| parse_with(f, GRAD_PORT, rx(ip, l4)).map(|p| p.layers);
+        let layers = ok(&good).layers;
+        for l4 in STATUSES {
+            // IPv4 header: GOOD is trusted (even over a wrong checksum), BAD drops (even over a
+            // right one), UNKNOWN verifies in software.
+            assert_eq!(with(&good, Good, l4).is_ok(), l4 != Bad);
+            assert_eq!(with(&good, Bad, l4), Err(DropReason::BadIpv4Checksum));
+            assert_eq!(with(&bad_ip, Unknown, l4), Err(DropReason::BadIpv4Checksum));
+            assert_eq!(with(&bad_ip, Bad, l4), Err(DropReason::BadIpv4Checksum));
+        }
+        assert_eq!(with(&bad_ip, Good, Good), Ok(layers));
+        assert_eq!(with(&bad_ip, Good, Unknown), Ok(layers));
+        for ip in [Unknown, Good] {
+            // UDP: the same three verdicts.
+            assert_eq!(with(&good, ip, Unknown), Ok(layers));
+            assert_eq!(with(&good, ip, Good), Ok(layers));
+            assert_eq!(with(&good, ip, Bad), Err(DropReason::BadUdpChecksum));
+            assert_eq!(with(&bad_udp, ip, Unknown), Err(DropReason::BadUdpChecksum));
+            assert_eq!(with(&bad_udp, ip, Good), Ok(layers));
+            assert_eq!(with(&bad_udp, ip, Bad), Err(DropReason::BadUdpChecksum));
+        }
+        // Length checks come first whatever the NIC says.
+        for f in frames("c01_ipv4_bad_ihl.pcap") {
+            for (ip, l4) in STATUSES.iter().flat_map(|&i| STATUSES.map(|l| (i, l))) {
+                assert_eq!(with(&f, ip, l4), Err(DropReason::MalformedIpv4));
+            }
+        }
+        let mut long_udp = good.clone();
+        long_udp[38 + 4..38 + 6].copy_from_slice(&13u16.to_be_bytes());
+        assert_eq!(with(&long_udp, Good, Good), Err(DropReason::MalformedUdp));
+        // A zero UDP checksum over IPv4 means none, whatever the NIC says.
+        let zero = frames("c04_udp_csum_ffff_and_zero.pcap").remove(1);
+        for l4 in STATUSES {
+            assert!(with(&zero, Unknown, l4).is_ok());
+        }
+        // `parse` is `parse_with` UNKNOWN.
+        for f in [&good, &bad_ip, &bad_udp] {
+            assert_eq!(parse(f, GRAD_PORT), parse_with(f, GRAD_PORT, RxChecksum::UNKNOWN));
+        }
+        assert_eq!(RxChecksum::default(), RxChecksum::UNKNOWN);
+    }
+
+    #[test]
+    fn offload_verdicts_on_ipv6_udp() {
+        use CsumStatus::{Bad, Good, Unknown};
+        let good = frames("c07_ipv6_tc_ecn_flowlabel.pcap").remove(0);
+        let mut bad_udp = good.clone();
+        bad_udp[62] ^= 0x01;
+        let mut zero = good.clone();
+        zero[60] = 0;
+        zero[61] = 0;
+        let with = |f: &[u8], ip, l4| parse_with(f, GRAD_PORT, rx(ip, l4)).map(|_| ());
+        for ip in STATUSES {
+            // IPv6 has no header checksum: the IP verdict is ignored.
+            assert_eq!(with(&good, ip, Unknown), Ok(()));
+            assert_eq!(with(&good, ip, Good), Ok(()));
+            assert_eq!(with(&good, ip, Bad), Err(DropReason::BadUdpChecksum));
+            assert_eq!(with(&bad_udp, ip, Unknown), Err(DropReason::BadUdpChecksum));
+            assert_eq!(with(&bad_udp, ip, Good), Ok(()));
+            assert_eq!(with(&bad_udp, ip, Bad), Err(DropReason::BadUdpChecksum));
+            // A zero checksum over IPv6 stays invalid outside RoCEv2, even if the NIC passes it.
+            for l4 in STATUSES {
+                assert_eq!(with(&zero, ip, l4), Err(DropReason::BadUdpChecksum));
+            }
+        }
+    }
+
+    #[test]
+    fn offload_never_skips_the_icrc() {
+        use CsumStatus::Good;
+        let f = frames("c10_rocev2_ipv4_icrc.pcap").remove(0);
+        assert!(parse_with(&f, GRAD_PORT, rx(Good, Good)).unwrap().has(Layers::BTH));
+        let mut b = f.clone();
+        b[60] ^= 1;
+        assert_eq!(parse_with(&b, GRAD_PORT, rx(Good, Good)), Err(DropReason::BadIcrc));
     }
 
     #[test]

@@ -37,3 +37,5 @@ unsigned int shim_ring_dequeue_burst(struct rte_ring *r, void **objs, unsigned i
 unsigned int shim_ring_count(const struct rte_ring *r) { return rte_ring_count(r); }
 
 uint64_t shim_rss_hf_ip_udp(void) { return RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP; }
+uint64_t shim_rx_offload_ipv4_udp_cksum(void)
+{ return RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM; }

@@ -53,5 +53,8 @@ unsigned int shim_ring_count(const struct rte_ring *r);
 
 /* RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP (macros bindgen cannot evaluate). */
 uint64_t shim_rss_hf_ip_udp(void);
+/* RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM (RTE_BIT64 macros, which bindgen
+ * cannot evaluate): rx checksum verification by the NIC. */
+uint64_t shim_rx_offload_ipv4_udp_cksum(void);
 
 #endif

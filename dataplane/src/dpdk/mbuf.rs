@@ -1,6 +1,7 @@
 //! An owned mbuf ([`Mbuf`], freed on drop) and bursts of them.
 
 use crate::buf::PacketBuf;
+use crate::parse::{CsumStatus, RxChecksum};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
@@ -109,6 +110,42 @@ impl PacketBuf for Mbuf {
     fn is_segmented(&self) -> bool {
         self.hdr().nb_segs > 1
     }
+
+    #[inline(always)]
+    fn rx_checksum(&self) -> RxChecksum {
+        rx_checksum_of(self.hdr().ol_flags)
+    }
+}
+
+/// The rx checksum verdicts in an mbuf's `ol_flags` (DPDK 22.11 `rte_mbuf_core.h`).
+///
+/// `RTE_MBUF_F_RX_IP_CKSUM_GOOD` / `_BAD` and `RTE_MBUF_F_RX_L4_CKSUM_GOOD` / `_BAD` map to
+/// [`CsumStatus::Good`] / [`CsumStatus::Bad`]. `_UNKNOWN` (no offload: net_pcap, net_af_packet)
+/// and `_NONE` (both bits: the checksum in the data is wrong but the data's integrity was
+/// verified, as virtio may report) map to [`CsumStatus::Unknown`], so the frame is checked in
+/// software as without offload: the packet core forwards checksums it has verified, and
+/// updates them incrementally (RFC 1624), which needs a right checksum to start from.
+#[inline(always)]
+pub fn rx_checksum_of(ol_flags: u64) -> RxChecksum {
+    let status = |flags: u64, mask: u32, good: u32, bad: u32| match flags & mask as u64 {
+        f if f == good as u64 => CsumStatus::Good,
+        f if f == bad as u64 => CsumStatus::Bad,
+        _ => CsumStatus::Unknown,
+    };
+    RxChecksum {
+        ip: status(
+            ol_flags,
+            dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_MASK,
+            dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_GOOD,
+            dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_BAD,
+        ),
+        l4: status(
+            ol_flags,
+            dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_MASK,
+            dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_GOOD,
+            dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_BAD,
+        ),
+    }
 }
 
 static TS_OFFSET: AtomicI32 = AtomicI32::new(-1);
@@ -148,5 +185,36 @@ pub unsafe fn data_ptr(m: *const dpdk_sys::rte_mbuf) -> *const u8 {
 pub unsafe fn free_bulk(mbufs: &mut [*mut dpdk_sys::rte_mbuf]) {
     if !mbufs.is_empty() {
         dpdk_sys::rte_pktmbuf_free_bulk(mbufs.as_mut_ptr(), mbufs.len() as u32);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dpdk_sys as sys;
+
+    #[test]
+    fn ol_flags_map_to_verdicts() {
+        use CsumStatus::{Bad, Good, Unknown};
+        let ip = [
+            (sys::RTE_MBUF_F_RX_IP_CKSUM_UNKNOWN, Unknown),
+            (sys::RTE_MBUF_F_RX_IP_CKSUM_GOOD, Good),
+            (sys::RTE_MBUF_F_RX_IP_CKSUM_BAD, Bad),
+            (sys::RTE_MBUF_F_RX_IP_CKSUM_NONE, Unknown),
+        ];
+        let l4 = [
+            (sys::RTE_MBUF_F_RX_L4_CKSUM_UNKNOWN, Unknown),
+            (sys::RTE_MBUF_F_RX_L4_CKSUM_GOOD, Good),
+            (sys::RTE_MBUF_F_RX_L4_CKSUM_BAD, Bad),
+            (sys::RTE_MBUF_F_RX_L4_CKSUM_NONE, Unknown),
+        ];
+        // Other flags (VLAN stripped, RSS hash, ...) do not matter.
+        let other = 1u64 << 0 | 1u64 << 1 | 1u64 << 6;
+        for (fi, si) in ip {
+            for (fl, sl) in l4 {
+                let flags = fi as u64 | fl as u64 | other;
+                assert_eq!(rx_checksum_of(flags), RxChecksum { ip: si, l4: sl }, "{flags:#x}");
+            }
+        }
     }
 }

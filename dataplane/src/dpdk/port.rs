@@ -27,6 +27,7 @@ pub struct Port {
     id: u16,
     name: String,
     started: bool,
+    rx_offloads: u64,
 }
 
 /// The basic counters of a port (`struct rte_eth_stats`): packets and bytes.
@@ -102,6 +103,13 @@ impl Port {
         if let Some(mtu) = setup.mtu {
             conf.rxmode.mtu = mtu as u32;
         }
+        // Rx checksum verification (RTE_ETH_RX_OFFLOAD_IPV4_CKSUM, RTE_ETH_RX_OFFLOAD_UDP_CKSUM),
+        // each only if the device offers it (`rx_offload_capa`): the PMD then sets the
+        // RTE_MBUF_F_RX_*_CKSUM_GOOD/BAD flags that the parser trusts instead of summing again.
+        // Without it (net_pcap, net_af_packet) the flags stay UNKNOWN and the parser verifies.
+        // SAFETY: returns a constant.
+        let rx_offloads = info.rx_offload_capa & unsafe { dpdk_sys::shim_rx_offload_ipv4_udp_cksum() };
+        conf.rxmode.offloads |= rx_offloads;
         // SAFETY: conf is fully initialised.
         let ret = unsafe { dpdk_sys::rte_eth_dev_configure(id, setup.rx_queues, setup.tx_queues, &conf) };
         if ret != 0 {
@@ -151,7 +159,7 @@ impl Port {
         // Promiscuous mode is best effort: some PMDs (net_null) do not support it.
         // SAFETY: a started port.
         unsafe { dpdk_sys::rte_eth_promiscuous_enable(id) };
-        Ok(Port { id, name: name.to_string(), started: true })
+        Ok(Port { id, name: name.to_string(), started: true, rx_offloads })
     }
 
     /// The DPDK port id.
@@ -162,6 +170,12 @@ impl Port {
     /// The device name (vdev name or PCI address).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The rx checksum offloads enabled on the port (`RTE_ETH_RX_OFFLOAD_IPV4_CKSUM` and
+    /// `RTE_ETH_RX_OFFLOAD_UDP_CKSUM` bits, those of the two the device supports).
+    pub fn rx_checksum_offloads(&self) -> u64 {
+        self.rx_offloads
     }
 
     /// The port's MAC address (`rte_eth_macaddr_get`).
