@@ -243,7 +243,8 @@ impl Client {
     /// place: on success `data` holds the reduced tensor. The element type must be the
     /// collective's dtype.
     ///
-    /// On error the call ends within [`Options::deadline`]; `data` then holds the result for
+    /// On error the call ends at most [`Options::deadline`] after its last progress (a chunk's
+    /// result, a rejoin), never later; `data` then holds the result for
     /// the chunks whose result arrived and the input for the others. Rounds advance only for
     /// chunks whose result arrived, so retrying with the original input resumes the others.
     ///
@@ -315,7 +316,9 @@ impl Client {
 
     /// The window loop: fill the window, fire due timers, wait for the next datagram or timer.
     fn exchange<L: Lanes>(&mut self, lanes: &mut L, start: Instant) -> Result<(), Error> {
-        let deadline = start + self.opts.deadline;
+        // The call fails when no chunk completes for `deadline` (a large tensor may take longer
+        // than that in all; a stuck one fails as soon as it is stuck that long).
+        let mut deadline = start + self.opts.deadline;
         let n = self.chunks.len();
         let mut next = 0usize;
         let mut remaining = n;
@@ -336,7 +339,7 @@ impl Client {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(self.deadline_error(remaining, now - start));
+                return Err(self.deadline_error(remaining, self.opts.deadline));
             }
             if now >= next_due {
                 next_due = self.fire_timers(lanes, now, deadline)?;
@@ -365,9 +368,11 @@ impl Client {
                     }
                     self.leave_flight(i);
                     remaining -= 1;
+                    deadline = Instant::now() + self.opts.deadline;
                 }
                 Event::Rejoined => {
                     let now = Instant::now();
+                    deadline = now + self.opts.deadline;
                     for k in 0..self.inflight.len() {
                         let i = self.inflight[k];
                         self.chunks[i as usize].rto = self.rtt.rto(&self.opts);

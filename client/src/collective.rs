@@ -98,7 +98,8 @@ pub struct Options {
     pub min_rto: Duration,
     /// Upper bound of the retransmit timeout (default 500 ms).
     pub max_rto: Duration,
-    /// Longest one allreduce call may take before it fails (default 10 s).
+    /// Longest an allreduce call may go without progress (no chunk's result, no rejoin) before it
+    /// fails (default 10 s).
     pub deadline: Duration,
     /// The round every chunk starts at (default 0); each completed call advances it by one.
     pub start_round: u32,

@@ -78,6 +78,22 @@ fn usage_and_config_errors_exit_2() {
     assert!(stderr(&o).contains("no rank 5"), "{}", stderr(&o));
     let o = Command::new(env!("CARGO_BIN_EXE_gradclient")).args(["--rank", "0"]).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
+    // The input is checked before the socket: on a host that does not own the member's address
+    // (conf/default.toml's 10.0.0.1), a wrong input is still reported as a wrong input...
+    let default = Path::new(env!("CARGO_MANIFEST_DIR")).join("../conf/default.toml");
+    let on_default = |input: &Path| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_gradclient"));
+        c.arg("--config").arg(&default).args(["--collective", "1", "--rank", "0"]);
+        c.arg("--input").arg(input).arg("--output").arg(&out).output().unwrap()
+    };
+    let o = on_default(&short);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("3999 bytes, expected 262144"), "{}", stderr(&o));
+    // ...and a right one then fails on the bind, naming the address.
+    let right = file("right.bin", &[0u8; 262144]);
+    let o = on_default(&right);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("10.0.0.1:50000"), "{}", stderr(&o));
 }
 
 #[test]

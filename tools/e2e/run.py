@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -390,8 +391,7 @@ def phase(topo, work, name, clients, elements, seed, repeat, loss, ring=False, r
 # ---- report ----
 
 def median(xs):
-    xs = sorted(xs)
-    return xs[len(xs) // 2] if xs else float("nan")
+    return statistics.median(xs) if xs else float("nan")
 
 
 def print_report(results):
@@ -416,6 +416,8 @@ def print_report(results):
         print(hdr)
         for row in ph["collectives"]:
             nbytes = row["elements"] * ELEM_BYTES[row["dtype"]]
+            meds = [median(w["seconds"]) for w in row["workers"]]
+            rmeds = [median(x) for x in row["ring"]["seconds"]] if "ring" in row else []
             for k, w in enumerate(row["workers"]):
                 s = median(w["seconds"])
                 line = (f"   {row['elements']:>7} x {row['dtype']:<5} {k:>6} {w['impl']:>7} {'yes' if w['exact'] else 'NO':>5} "
@@ -424,6 +426,13 @@ def print_report(results):
                     rs = median(row["ring"]["seconds"][k])
                     line += f" {rs:>11.3f} {nbytes / rs / 1e6:>10.1f} {rs / s:>6.2f}"
                 print(line)
+            s, n = median(meds), len(meds)
+            line = (f"   {row['elements']:>7} x {row['dtype']:<5} {'median':>6} {'':>7} {'':>5} {s:>8.3f} "
+                    f"{nbytes / s / 1e6:>11.1f} {'':>8} {'':>5}")
+            if rmeds:
+                rs = median(rmeds)
+                line += f" {rs:>11.3f} {nbytes / rs / 1e6:>10.1f} {rs / s:>6.2f}"
+            print(line + f"   (median of the {n} workers)")
     print("\n   algbw = tensor bytes / median seconds per allreduce call; ratio = ring seconds / appliance seconds")
 
 

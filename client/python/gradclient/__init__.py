@@ -6,6 +6,7 @@ from .client import (
     Client,
     GradientError,
     NakError,
+    SocketError,
     UnreachableError,
 )
 from .config import Collective, ConfigError, Endpoint, load_endpoint

@@ -99,8 +99,8 @@ def main(argv=None) -> int:
                 deadline=a.timeout_ms / 1000,
                 start_round=a.start_round,
             )
-        except OSError as e:
-            return usage(f"cannot bind {ep.bind[0]}:{ep.bind[1]} (member {a.rank}) towards {ep.appliance[0]}: {e.strerror}")
+        except OSError as e:  # SocketError: names the address, the rank and the reason
+            return usage(str(e))
         if client is not None:
             result = None
             for _ in range(a.repeat):

@@ -63,7 +63,12 @@ class NakError(GradientError):
 
 
 class UnreachableError(GradientError, ConnectionError):
-    """Nothing at all came back from the appliance before the deadline."""
+    """Nothing at all came back from the appliance before the deadline, or the host reported it
+    unreachable (ICMP port or host unreachable: ECONNREFUSED, EHOSTUNREACH, ENETUNREACH)."""
+
+
+class SocketError(GradientError, OSError):
+    """The member's address cannot be bound (not this host's, or in use) or connected."""
 
 
 class AllreduceTimeout(GradientError, TimeoutError):
@@ -131,10 +136,15 @@ class Client:
             self._sock.bind((bind[0], bind[1]))
             # Connected: the kernel keeps only the appliance's datagrams and reports ICMP errors.
             self._sock.connect(self.appliance)
-        except OSError:
+        except OSError as e:
             self._sock.close()
-            raise
+            raise SocketError(
+                e.errno,
+                f"cannot bind {_fmt_addr(bind)} (member {collective.rank}'s address) or connect to "
+                f"{_fmt_addr(self.appliance)}: {e.strerror}; run rank {collective.rank} on the host that owns it",
+            ) from e
         self.bind = self._sock.getsockname()[:2]
+        self._heard = False
 
         c = collective
         self._op = OPS[c.op]
@@ -248,13 +258,11 @@ class Client:
         next_idx = 0
         completed = 0
         rejoins = 0
-        answered = False
-        os_error: OSError | None = None
+        answered = self._heard  # anything from the appliance over this client's life
         st["chunks"] += n
 
         def send(idx: int, flags_byte: int) -> bool:
             """Sends chunk `idx`; False when the OS did not take it (its timer will resend)."""
-            nonlocal os_error
             b0 = idx * chunk_bytes
             b1 = min(b0 + chunk_bytes, total_bytes)
             dl = b1 - b0
@@ -269,8 +277,7 @@ class Client:
                     return False  # dropped on the way out (a local firewall rule, a full queue): lost
                 if e.errno not in _UNREACHABLE_ERRNOS:
                     raise
-                os_error = e
-                return False
+                self._unreachable(e)
             st["sent"] += 1
             return True
 
@@ -289,7 +296,7 @@ class Client:
             now = time.monotonic()
             give_up = last_progress + self.deadline
             if now >= give_up:
-                self._fail(n - completed, n, answered, os_error)
+                self._fail(n - completed, n, answered)
 
             # Fire due timers; drop entries of completed or re-armed chunks.
             while timers:
@@ -315,9 +322,8 @@ class Client:
             except OSError as e:
                 if e.errno not in _UNREACHABLE_ERRNOS:
                     raise
-                os_error = e  # an ICMP error from an earlier send
-                continue
-            answered = True
+                self._unreachable(e)  # an ICMP error from an earlier send
+            answered = self._heard = True
             if size < HEADER_LEN:
                 continue
             vf, r_op, r_cid, r_dt, reason, r_rank, off, dl, rnd = hdr_unpack(recvview)
@@ -377,11 +383,22 @@ class Client:
             if not resent[idx]:
                 self._rtt_sample(last_progress - sent_at[idx])
 
-    def _fail(self, missing: int, n: int, answered: bool, os_error: OSError | None):
+    def _unreachable(self, e: OSError):
+        where = _fmt_addr(self.appliance)
+        if e.errno == errno.ECONNREFUSED:
+            raise UnreachableError(
+                f"appliance refused: {where} answered ICMP port unreachable (nothing listens there: "
+                f"is it the appliance's address and gradient_udp_port?)"
+            ) from e
+        raise UnreachableError(f"appliance unreachable: {where}: {e.strerror}") from e
+
+    def _fail(self, missing: int, n: int, answered: bool):
         where = _fmt_addr(self.appliance)
         if not answered:
-            why = f" ({os_error.strerror})" if os_error is not None else ""
-            raise UnreachableError(f"appliance unreachable: no answer from {where} in {self.deadline:g} s{why}")
+            raise UnreachableError(
+                f"appliance unreachable: no answer from {where} in {self.deadline:g} s (no result and no "
+                f"NAK ever came: the appliance is down or unreachable, or no peer has contributed yet)"
+            )
         raise AllreduceTimeout(
             f"allreduce timed out: {missing} of {n} chunks of collective {self.collective.collective_id} missing after "
             f"{self.deadline:g} s without progress; the appliance at {where} answered, so peers may be absent "

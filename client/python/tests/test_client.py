@@ -32,6 +32,7 @@ from gradclient import (  # noqa: E402
     ConfigError,
     Header,
     NakError,
+    SocketError,
     UnreachableError,
     bf16_to_f32,
     f32_to_bf16,
@@ -334,10 +335,26 @@ class ClientTest(unittest.TestCase):
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()
         s.close()
-        c = Client(coll(), bind=("127.0.0.1", 0), appliance=closed, deadline=0.3)
-        with self.assertRaisesRegex(UnreachableError, "refused"):
+        # Deadline 5 s, but the ICMP port unreachable ends the call at once.
+        c = Client(coll(), bind=("127.0.0.1", 0), appliance=closed, deadline=5.0)
+        t0 = time.monotonic()
+        with self.assertRaisesRegex(UnreachableError, "refused.*ICMP port unreachable"):
             c.allreduce(np.ones(TENSOR, np.float32))
+        self.assertLess(time.monotonic() - t0, 1.0)
         c.close()
+
+    def test_an_address_this_host_does_not_own_is_a_socket_error(self):
+        # 192.0.2.0/24 is TEST-NET-1 (RFC 5737): never this host's.
+        with self.assertRaisesRegex(SocketError, r"cannot bind 192\.0\.2\.1:50000 \(member 0's address\)"):
+            Client(coll(), bind=("192.0.2.1", 50000), appliance=("192.0.2.254", 49374))
+
+    def test_absent_peer_from_the_start_says_so(self):
+        # The appliance folds the contribution and says nothing: the error must not only blame it.
+        with FakeAppliance("f32") as fake:
+            c = Client(coll(), bind=(fake.addr[0], 0), appliance=fake.addr, deadline=0.3)
+            with self.assertRaisesRegex(UnreachableError, "or no peer has contributed yet"):
+                c.allreduce(np.ones(TENSOR, np.float32))
+            c.close()
 
     def test_absent_peer_is_a_timeout_naming_missing_chunks(self):
         with FakeAppliance("f32") as fake:

@@ -39,7 +39,7 @@ struct Args {
     /// Chunks in flight.
     #[arg(long, value_name = "W", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     window: u32,
-    /// Deadline of each allreduce call (ms).
+    /// How long an allreduce call may go without progress (no chunk completing) before it fails (ms).
     #[arg(long, value_name = "T", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     timeout_ms: u64,
     /// Write the counters and per-call durations here as JSON.
@@ -76,13 +76,15 @@ fn run(a: &Args) -> Result<(), Failure> {
         start_round: a.start_round,
         ..Options::default()
     };
-    let mut client = Client::from_appliance_config(&a.config, a.collective, a.rank, opts).map_err(|e| match e {
+    let config_error = |e: Error| match e {
         Error::Config(_) | Error::Invalid(_) | Error::Socket { .. } => Failure::Usage(e.to_string()),
         e => Failure::Allreduce(e.to_string()),
-    })?;
+    };
+    // The collective and the input first, then the socket: a wrong input is reported as such
+    // even on a host that does not own the member's address.
+    let (c, endpoint) = gradclient::from_appliance_config(&a.config, a.collective, a.rank).map_err(config_error)?;
     let input = std::fs::read(&a.input)
         .map_err(|e| Failure::Usage(format!("cannot read the input {}: {e}", a.input.display())))?;
-    let c = *client.collective();
     let want = c.tensor_elements * c.dtype.size() as u64;
     if input.len() as u64 != want {
         return Err(Failure::Usage(format!(
@@ -94,6 +96,7 @@ fn run(a: &Args) -> Result<(), Failure> {
             c.collective_id
         )));
     }
+    let mut client = Client::new(c, endpoint, opts).map_err(config_error)?;
     let mut data = input.clone();
     let mut seconds = Vec::with_capacity(a.repeat as usize);
     let mut failure = None;
