@@ -222,8 +222,10 @@ fn plan_ports(loaded: &Loaded, opts: &Options, workers: usize) -> Result<Vec<Por
             if !is_pcap && !device.starts_with("net_null") {
                 plan.live_rx = true; // memif, af_packet, ring, tap...: input never "ends"
             }
-            if device.starts_with("net_null") {
-                plan.infinite = true; // net_null generates packets forever
+            // net_null generates packets forever, unless it has no rx (`no-rx=1`: an output only).
+            let no_rx = args.iter().any(|(k, val)| k == "no-rx" && val == "1");
+            if device.starts_with("net_null") && !no_rx {
+                plan.infinite = true;
             }
         }
         plan.tx_merge = merge;

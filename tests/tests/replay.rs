@@ -40,6 +40,27 @@ fn nccl_capture_is_forwarded_byte_identical() {
     assert_eq!(s["mbufs_in_use_after"], 0);
 }
 
+/// A net_null port with `no-rx=1` is an output only: a finite replay into it still ends by
+/// itself once the input is consumed (as `make bench`'s fold-path replays rely on).
+#[test]
+fn finite_replay_into_a_null_port_without_rx_ends_by_itself() {
+    let dir = scratch("null-no-rx");
+    let input = case("pcap/nccl_ring_allreduce_rocev2.pcap");
+    let text = format!(
+        "{EAL}\n[[port]]\nname = \"in\"\nvdev = \"net_pcap0,rx_pcap={}\"\n\
+         [[port]]\nname = \"out\"\nvdev = \"net_null0,no-rx=1\"\n{TO_PORT1}",
+        input.display()
+    );
+    let conf = write_config(&dir, "c.toml", &text);
+    let run = run_dpu(&dir, &conf, &[]);
+    run.assert_ok();
+    let s = run.stats();
+    assert_eq!(s["input_records"], 275);
+    assert_eq!(s["input_short"], false);
+    assert_eq!(s["ports"][1]["ethdev"]["opackets"], 275);
+    assert!(run.elapsed < std::time::Duration::from_secs(30), "took {:?}", run.elapsed);
+}
+
 #[test]
 fn table_entry_splits_a_mixed_capture_exactly() {
     let dir = scratch("split");

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """`make bench`, aggregation rows: the dpu's gradient aggregation beside dpdk-testpmd io.
 
-    tools/bench/agg.py [--seconds 2] [--reps 3] [--no-callgrind]   (callgrind only with AGG_CALLGRIND=1)
+    tools/bench/agg.py [--seconds 2] [--reps 3] [--fold-reps 5] [--no-callgrind]
+                       (callgrind only with AGG_CALLGRIND=1; binaries: DPU_BIN, PKTGEN_BIN,
+                        default target/release/{dpu,pktgen})
 
 Cases: 4 and 16 workers x 256 and 1024 f32 lanes per chunk (1 KiB and 4 KiB payloads) x the
-UDP and RoCEv2 carriages. Inputs come from `pktgen allreduce` (64 slots, one round), written
-with configs into target/bench/agg/.
+UDP and RoCEv2 carriages. Inputs come from `pktgen allreduce` (64 slots; one round, or R for 2),
+written with configs into target/bench/agg/.
 
 1. Steady state (rule 3 resends), through DPDK: port 0 is net_pcap with infinite_rx=1 replaying
    the capture, port 1 net_null without rx; the members' `port = 1`, so every result leaves on
@@ -18,9 +20,18 @@ with configs into target/bench/agg/.
    Rates: testpmd, the mean of its per-second Rx-pps on port 0 (first sample left out); the dpu,
    port 0's workers.rx_packets / seconds. Gbit/s and elements/s count the payload only
    (lanes x 4 bytes per contribution).
-2. The folding path (criterion, dataplane/benches/aggregation.rs, run by make bench before
+2. The folding path through DPDK (finite replay): per case, two captures of R1 and R2 fresh
+   rounds (64 slots x N workers x R, R2 sized to about FOLD_MB, R1 = R2 / FOLD_SPLIT), port 0
+   net_pcap without infinite_rx (the dpu counts the records and stops when all are in), port 1
+   net_null. Every contribution is folded and every completion replicated to the N members.
+   Checked per run: folded == contributions, results == N x completed == port 1's frames, no
+   resends, NAKs or drops. Rate = (folded2 - folded1) / (seconds2 - seconds1), so start-up
+   and shutdown cancel. Baseline in the same run on the same captures: the dpu without the
+   aggregator forwarding every frame to port 1 through an L2 table (conf/bench/empty.toml),
+   the I/O cost of the finite replay; the ratio is the median of per-rep ratios.
+3. The folding path (criterion, dataplane/benches/aggregation.rs, run by make bench before
    this script): every contribution folded, every completion replicated to N members, in memory.
-3. Instructions per packet (valgrind --tool=callgrind over the dpu, AVX2 path), differencing two
+4. Instructions per packet (valgrind --tool=callgrind over the dpu, AVX2 path), differencing two
    runs to cancel EAL start-up and shutdown: steady state with --duration 3 and 9 (packets from
    the stats JSON), and the fold path with finite captures of R1 and R2 rounds (no infinite_rx;
    every contribution folded, N results per completion).
@@ -44,8 +55,8 @@ from run import testpmd_mpps  # noqa: E402  (the same testpmd runner as the pack
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "target", "bench", "agg")
-DPU = os.path.join(ROOT, "target", "release", "dpu")
-PKTGEN = os.path.join(ROOT, "target", "release", "pktgen")
+DPU = os.environ.get("DPU_BIN", os.path.join(ROOT, "target", "release", "dpu"))
+PKTGEN = os.environ.get("PKTGEN_BIN", os.path.join(ROOT, "target", "release", "pktgen"))
 EAL = ["--no-huge", "-m", "1024", "--no-pci", "--no-shconf", "--lcores", "0@0,1@1",
        "--log-level", "*:warning"]
 WORKERS = (4, 16)
@@ -54,6 +65,8 @@ CARRIAGES = ("udp", "rocev2")
 SLOTS = 64
 GOALS = {"udp": 0.8, "rocev2": 0.6}
 CRIT_SLOTS, CRIT_ROUNDS = 16, 8  # dataplane/benches/aggregation.rs
+FOLD_MB = 192  # size of the larger fold-path capture (MB); the smaller has 1/FOLD_SPLIT the rounds
+FOLD_SPLIT = 8
 
 
 def name(carriage, n, lanes, tag="inf"):
@@ -123,6 +136,90 @@ def run_testpmd(pcap, seconds):
            "--total-num-mbufs=32768", "--mbuf-size=9344", "--max-pkt-len=9000",
            "--no-flush-rx", "--stats-period", "1"]
     return testpmd_mpps(cmd, seconds, "agg.py")
+
+
+def fold_rounds(n, lanes):
+    """(R1, R2): rounds of the two fold-path captures; the larger is about FOLD_MB."""
+    per_round = SLOTS * n * (lanes * 4 + 116)  # frame + pcap record header
+    r2 = max(FOLD_SPLIT, round(FOLD_MB * 1e6 / per_round))
+    return max(1, r2 // FOLD_SPLIT), r2
+
+
+def forward_config(pcap, dst):
+    """conf/bench/empty.toml (no aggregator: one exact table whose miss forwards to port 1) on
+    the finite capture PCAP."""
+    with open(os.path.join(ROOT, "conf", "bench", "empty.toml")) as f:
+        t = f.read()
+    t = re.sub(r'vdev = "net_pcap0,[^"]*"', f'vdev = "net_pcap0,rx_pcap={pcap}"', t)
+    t = re.sub(r"mbufs = \d+.*", "mbufs = 4095\ndata_room = 9344", t)
+    with open(dst, "w") as f:
+        f.write(t)
+    return dst
+
+
+def run_finite(conf, tag):
+    """The stats of one dpu run replaying a finite capture to its end (no --duration)."""
+    stats = os.path.join(OUT, f"stats-{tag}.json")
+    r = subprocess.run([DPU, "-q", "-c", conf, "--stats-json", stats], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        sys.exit(f"agg.py: dpu {tag} failed ({r.returncode}): {r.stderr.strip()}")
+    with open(stats) as f:
+        s = json.load(f)
+    if s["input_short"]:
+        sys.exit(f"agg.py: dpu {tag}: the replay ended short of its input")
+    return s
+
+
+def check_fold(s, n, rounds, what):
+    """Every contribution folded, every completion sent to the N members, nothing dropped."""
+    want = SLOTS * n * rounds
+    a = s["aggregation"]
+    rx = s["ports"][0]["workers"]["rx_packets"]
+    tx = s["ports"][1]["ethdev"]["opackets"]
+    dropped = {k: v for k, v in s["drops"].items() if v}
+    if (rx != want or a["folded"] != want or a["completed"] != SLOTS * rounds
+            or a["results"] != n * a["completed"] or tx != a["results"] or a["resends"]
+            or a["naks"] or dropped):
+        sys.exit(f"agg.py: {what}: {rx} of {want} contributions in, {a['folded']} folded, "
+                 f"{a['completed']} completed, {a['results']} results, {tx} sent, "
+                 f"{a['resends']} resends, naks {a['naks']}, drops {dropped}")
+    return a["folded"], s["seconds"]
+
+
+def check_forward(s, want, what):
+    rx = s["ports"][0]["workers"]["rx_packets"]
+    tx = s["ports"][1]["ethdev"]["opackets"]
+    dropped = {k: v for k, v in s["drops"].items() if v}
+    if rx != want or tx != want or dropped:
+        sys.exit(f"agg.py: {what}: {rx} of {want} frames in, {tx} sent, drops {dropped}")
+    return rx, s["seconds"]
+
+
+def fold_rates(carriage, n, lanes, reps):
+    """Per rep, (fold Mpps, forward Mpps), each (packets2 - packets1) / (seconds2 - seconds1)
+    over the R1- and R2-round captures: start-up and shutdown cancel."""
+    rounds = fold_rounds(n, lanes)
+    runs = []
+    for r in rounds:
+        pcap, conf = gen(carriage, n, lanes, rounds=r, tag=f"rate{r}")
+        fwd = forward_config(pcap, os.path.join(os.path.dirname(conf), "forward.toml"))
+        runs.append((r, conf, fwd))
+    out = []
+    for rep in range(reps):
+        fold, fwd = [], []
+        for r, conf, fconf in runs:
+            tag = name(carriage, n, lanes, f"rate{r}")
+            fwd.append(check_forward(run_finite(fconf, tag + "-fwd"), SLOTS * n * r,
+                                     f"forward {tag}"))
+            fold.append(check_fold(run_finite(conf, tag), n, r, f"fold {tag}"))
+        rate = lambda x: (x[1][0] - x[0][0]) / (x[1][1] - x[0][1]) / 1e6
+        out.append((rate(fold), rate(fwd)))
+        print(f"agg.py: fold {carriage} {n}w {lanes} lanes run {rep + 1}/{reps}: "
+              f"{out[-1][0]:.2f} Mpps folded, forward {out[-1][1]:.2f} Mpps "
+              f"({fold[1][1] - fold[0][1]:.3f} s over {fold[1][0] - fold[0][0]} contributions)",
+              file=sys.stderr, flush=True)
+    return rounds, out
 
 
 def callgrind(conf, extra, tag):
@@ -200,6 +297,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=int, default=int(os.environ.get("AGG_SECONDS", 2)))
     ap.add_argument("--reps", type=int, default=int(os.environ.get("AGG_REPS", 3)))
+    ap.add_argument("--fold-reps", type=int, default=int(os.environ.get("AGG_FOLD_REPS", 5)),
+                    help="repetitions of the fold-path replays (0: leave the table out)")
     ap.add_argument("--no-callgrind", action="store_true",
                     default=os.environ.get("AGG_CALLGRIND", "0") != "1")
     a = ap.parse_args()
@@ -222,6 +321,12 @@ def main():
                     msg.append(f"dpu {n}w {r:.2f}")
                 print(f"agg.py: {carriage} {lanes} lanes run {rep + 1}/{a.reps}: "
                       f"{', '.join(msg)} Mpps", file=sys.stderr, flush=True)
+    fold = {}
+    for carriage in CARRIAGES:
+        for lanes in LANES:
+            for n in WORKERS:
+                if a.fold_reps > 0:
+                    fold[(carriage, n, lanes)] = fold_rates(carriage, n, lanes, a.fold_reps)
     cg = {}
     if not a.no_callgrind:
         for carriage in CARRIAGES:
@@ -275,6 +380,34 @@ def main():
                          f"{fmt(xs, lanes * 32 / 1e3, 1)} | - | 1.00 | |")
     lines += ["", f"Goals (>= {GOALS['udp']} of testpmd on UDP, >= {GOALS['rocev2']} on RoCEv2): "
               f"{sum(verdicts)} of {len(verdicts)} rows met."]
+    if fold:
+        lines += ["", "Folding path through DPDK (finite replay, the dpu binary): net_pcap (no "
+                  "infinite_rx) reads a capture of R fresh rounds of a pktgen AllReduce (64 slots "
+                  "x N workers x R rounds, f32 sum, deterministic) -> the dpu (one worker lcore) "
+                  "-> net_null; every contribution is folded and every completion sent to the N "
+                  "members (N in, N out per slot); each run checks folded == contributions, "
+                  "results == N x completed == frames sent, no resends, NAKs or drops. Rate = "
+                  "(packets(R2) - packets(R1)) / (seconds(R2) - seconds(R1)) of two captures "
+                  f"(R2 about {FOLD_MB} MB, R1 = R2 / {FOLD_SPLIT}), so start-up and shutdown "
+                  "cancel. Baseline, in the same run on the same two captures: the dpu without "
+                  "the aggregator forwarding every frame 0 -> 1 through an L2 table "
+                  "(conf/bench/empty.toml: parse incl. IPv4/UDP checksum verification, one "
+                  "exact lookup whose miss forwards), i.e. the I/O cost of a finite net_pcap "
+                  f"replay. {a.fold_reps} reps per row, alternating; median [min-max]; the ratio is "
+                  "the median of the per-rep ratios.", "",
+                  "| carriage | workers | lanes (frame) | rounds R1/R2 | Mpps median [min-max] | "
+                  "payload Gbit/s | elements/s | L2 forward Mpps | ratio to forward |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for carriage in CARRIAGES:
+            for lanes in LANES:
+                for n in WORKERS:
+                    (r1, r2), reps = fold[(carriage, n, lanes)]
+                    xs = [x for x, _ in reps]
+                    fw = [y for _, y in reps]
+                    lines.append(f"| {carriage} | {n} | {lanes} ({frame[(carriage, lanes)]} B) | "
+                                 f"{r1}/{r2} | {fmt(xs)} | {fmt(xs, lanes * 32 / 1e3, 1)} | "
+                                 f"{statistics.median(xs) * lanes / 1e3:.2f} G | {fmt(fw)} | "
+                                 f"{statistics.median([x / y for x, y in reps]):.2f} |")
     rows = criterion_rows()
     if rows:
         lines += ["", "Folding path (criterion, `dataplane/benches/aggregation.rs`, no DPDK: "
