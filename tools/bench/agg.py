@@ -2,7 +2,7 @@
 """`make bench`, aggregation rows: the dpu's gradient aggregation beside dpdk-testpmd io.
 
     tools/bench/agg.py [--seconds 2] [--reps 3] [--fold-reps 5] [--no-callgrind]
-                       (callgrind only with AGG_CALLGRIND=1; binaries: DPU_BIN, PKTGEN_BIN,
+                       (callgrind unless AGG_CALLGRIND=0 or --no-callgrind; binaries: DPU_BIN, PKTGEN_BIN,
                         default target/release/{dpu,pktgen})
 
 Cases: 4 and 16 workers x 256 and 1024 f32 lanes per chunk (1 KiB and 4 KiB payloads) x the
@@ -31,10 +31,12 @@ written with configs into target/bench/agg/.
    the I/O cost of the finite replay; the ratio is the median of per-rep ratios.
 3. The folding path (criterion, dataplane/benches/aggregation.rs, run by make bench before
    this script): every contribution folded, every completion replicated to N members, in memory.
-4. Instructions per packet (valgrind --tool=callgrind over the dpu, AVX2 path), differencing two
-   runs to cancel EAL start-up and shutdown: steady state with --duration 3 and 9 (packets from
-   the stats JSON), and the fold path with finite captures of R1 and R2 rounds (no infinite_rx;
-   every contribution folded, N results per completion).
+4. Instructions per packet (valgrind --tool=callgrind over the dpu, AVX2 path): steady state
+   differencing two runs (--duration 3 and 9, packets from the stats JSON) to cancel EAL start-up
+   and shutdown, whole program (net_pcap's rx copy and net_null's tx included); the fold path on
+   a finite capture of 12 rounds (no infinite_rx; every contribution folded, N results per
+   completion), counting only inside Datapath::process (--toggle-collect), because the worker
+   busy-polls while a finite replay starts and ends.
 
 Output: stdout, and appended to target/bench/results.md.
 """
@@ -222,11 +224,13 @@ def fold_rates(carriage, n, lanes, reps):
     return rounds, out
 
 
-def callgrind(conf, extra, tag):
-    """(instructions, stats) of one dpu run under callgrind."""
+def callgrind(conf, extra, tag, toggle=None):
+    """(instructions, stats) of one dpu run under callgrind; with `toggle` (a function name
+    pattern), only the instructions executed inside that function are counted."""
     out = os.path.join(OUT, f"callgrind-{tag}.out")
     stats = os.path.join(OUT, f"stats-cg-{tag}.json")
-    r = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", DPU, "-q",
+    only = [f"--toggle-collect={toggle}"] if toggle else []
+    r = subprocess.run(["valgrind", "--tool=callgrind", *only, f"--callgrind-out-file={out}", DPU, "-q",
                         "-c", conf, "--stats-json", stats, *extra], cwd=ROOT,
                        capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
@@ -246,17 +250,17 @@ def ipp_steady(carriage, n, lanes):
     return (i2 - i1) / (p2 - p1), p2 - p1
 
 
-def ipp_fold(carriage, n, lanes, r1=4, r2=12):
-    ins, pk = [], []
-    for r in (r1, r2):
-        _, conf = gen(carriage, n, lanes, rounds=r, slots=16, tag=f"fold{r}")
-        i, s = callgrind(conf, [], f"{name(carriage, n, lanes)}-fold{r}")
-        rx, a = check(s, "callgrind fold")
-        if a["folded"] != rx or a["resends"]:
-            sys.exit(f"agg.py: fold run {r} rounds: {rx} in, {a['folded']} folded")
-        ins.append(i)
-        pk.append(rx)
-    return (ins[1] - ins[0]) / (pk[1] - pk[0]), pk[1] - pk[0]
+def ipp_fold(carriage, n, lanes, rounds=12):
+    """Instructions per contribution inside Datapath::process on a finite capture (every
+    contribution folded, N results per completion). Only that function is counted: the worker
+    lcore busy-polls while the replay starts and ends, so whole-program counts of a finite run
+    measure the wait, not the packets."""
+    _, conf = gen(carriage, n, lanes, rounds=rounds, slots=16, tag=f"fold{rounds}")
+    i, s = callgrind(conf, [], f"{name(carriage, n, lanes)}-fold{rounds}", toggle="*Datapath*process*")
+    rx, a = check(s, "callgrind fold")
+    if a["folded"] != rx or a["resends"]:
+        sys.exit(f"agg.py: fold run {rounds} rounds: {rx} in, {a['folded']} folded")
+    return i / rx, rx
 
 
 def criterion_rows():
@@ -300,7 +304,7 @@ def main():
     ap.add_argument("--fold-reps", type=int, default=int(os.environ.get("AGG_FOLD_REPS", 5)),
                     help="repetitions of the fold-path replays (0: leave the table out)")
     ap.add_argument("--no-callgrind", action="store_true",
-                    default=os.environ.get("AGG_CALLGRIND", "0") != "1")
+                    default=os.environ.get("AGG_CALLGRIND", "1") == "0")
     a = ap.parse_args()
     for exe in (DPU, PKTGEN):
         if not os.path.exists(exe):
@@ -418,11 +422,12 @@ def main():
                   "elements/s |", "|---|---|---|---|---|---|---|", *rows]
     if cg:
         lines += ["", "Instructions per packet (callgrind, dpu binary, AVX2 path; 4 workers, "
-                  "1024 lanes; the difference of two runs divided by the difference of their "
-                  "packet counts, so EAL start-up cancels; includes net_pcap rx copy and "
-                  "net_null tx):", "",
+                  "1024 lanes; steady state: the difference of two runs divided by the difference "
+                  "of their packet counts, so EAL start-up cancels, net_pcap rx copy and net_null "
+                  "tx included):", "",
                   "| carriage | steady state (resend) | fold path (finite capture, "
-                  "16 slots, 4 vs 12 rounds) |", "|---|---|---|"]
+                  "16 slots, 12 rounds; inside Datapath::process only: parse, validate, fold, "
+                  "N results per completion, no DPDK rx/tx) |", "|---|---|---|"]
         for carriage in CARRIAGES:
             s, sp = cg[("steady", carriage)]
             f_, fp = cg[("fold", carriage)]
