@@ -64,32 +64,46 @@ struct Chunk {
     due: Instant,
 }
 
-/// The round-trip estimator of RFC 6298 section 2 (SRTT, RTTVAR), in seconds.
-#[derive(Debug, Clone, Copy, Default)]
+/// The retransmit timeout from measured round trips, in seconds: 4 x the smallest round trip of
+/// the current or the previous call (samples only from chunks answered without a resend, Karn's
+/// rule). Not RFC 6298's smoothed mean: in a collective a chunk's round trip also holds the wait
+/// for the slowest peer, which under loss is that peer's own retransmit timeout, so a mean
+/// would feed each worker's timeouts into the others' and grow call after call. The smallest
+/// sample is a chunk whose peers were all on time: the network and the appliance alone.
+#[derive(Debug, Clone, Copy)]
 struct RttEstimator {
-    srtt: f64,
-    rttvar: f64,
-    samples: u64,
+    /// Smallest sample of the current call (`INFINITY`: none yet).
+    best: f64,
+    /// Smallest sample of the previous call that had one.
+    last: f64,
+}
+
+impl Default for RttEstimator {
+    fn default() -> Self {
+        RttEstimator { best: f64::INFINITY, last: f64::INFINITY }
+    }
 }
 
 impl RttEstimator {
     fn sample(&mut self, rtt: f64) {
-        if self.samples == 0 {
-            self.srtt = rtt;
-            self.rttvar = rtt / 2.0;
-        } else {
-            self.rttvar = 0.75 * self.rttvar + 0.25 * (self.srtt - rtt).abs();
-            self.srtt = 0.875 * self.srtt + 0.125 * rtt;
+        self.best = self.best.min(rtt);
+    }
+
+    /// At the end of a call: its smallest sample becomes the previous call's.
+    fn end_call(&mut self) {
+        if self.best.is_finite() {
+            self.last = self.best;
+            self.best = f64::INFINITY;
         }
-        self.samples += 1;
     }
 
     /// The retransmit timeout for a fresh send: `initial` before any sample.
     fn rto(&self, opts: &Options) -> Duration {
-        if self.samples == 0 {
+        let rtt = self.best.min(self.last);
+        if !rtt.is_finite() {
             return opts.initial_rto;
         }
-        Duration::from_secs_f64(self.srtt + 4.0 * self.rttvar).clamp(opts.min_rto, opts.max_rto)
+        Duration::from_secs_f64(4.0 * rtt).clamp(opts.min_rto, opts.max_rto)
     }
 }
 
@@ -305,6 +319,7 @@ impl Client {
         self.inflight.clear();
         self.stats.chunks += self.chunks.len() as u64;
         let r = self.exchange(lanes, start);
+        self.rtt.end_call();
         for (round, c) in self.rounds.iter_mut().zip(&self.chunks) {
             if c.done {
                 *round = round.wrapping_add(1);
@@ -627,19 +642,29 @@ mod tests {
     }
 
     #[test]
-    fn rto_follows_rfc_6298() {
+    fn rto_is_four_smallest_round_trips_of_this_or_the_last_call() {
         let mut e = RttEstimator::default();
         // No sample yet: the initial timeout.
         assert_eq!(e.rto(&opts()), Duration::from_millis(20));
-        // First sample R: SRTT = R, RTTVAR = R/2, RTO = R + 4 R/2 = 3R (section 2.2).
+        // The smallest sample counts, not the mean: a chunk that waited 80 ms for a peer's
+        // retransmission does not raise the timeout.
         e.sample(0.010);
-        assert!((e.srtt - 0.010).abs() < 1e-12 && (e.rttvar - 0.005).abs() < 1e-12);
-        assert_eq!(e.rto(&opts()).as_micros(), 30_000);
-        // Next sample R': RTTVAR = 3/4 RTTVAR + 1/4 |SRTT - R'|, SRTT = 7/8 SRTT + 1/8 R' (2.3).
-        e.sample(0.002);
-        assert!((e.rttvar - (0.75 * 0.005 + 0.25 * 0.008)).abs() < 1e-12);
-        assert!((e.srtt - (0.875 * 0.010 + 0.125 * 0.002)).abs() < 1e-12);
-        assert_eq!(e.rto(&opts()).as_micros(), ((0.009 + 4.0 * 0.00575) * 1e6_f64).round() as u128);
+        e.sample(0.080);
+        e.sample(0.004);
+        assert_eq!(e.rto(&opts()), Duration::from_millis(16));
+        // The next call starts from it, and a smaller sample lowers it at once.
+        e.end_call();
+        assert_eq!(e.rto(&opts()), Duration::from_millis(16));
+        e.sample(0.003);
+        assert_eq!(e.rto(&opts()), Duration::from_millis(12));
+        // A call whose samples are all larger (the path got slower) raises it for the next one.
+        e.end_call();
+        e.sample(0.050);
+        e.end_call();
+        assert_eq!(e.rto(&opts()), Duration::from_millis(200));
+        // A call without any sample (every chunk resent) keeps the last.
+        e.end_call();
+        assert_eq!(e.rto(&opts()), Duration::from_millis(200));
     }
 
     #[test]
@@ -648,7 +673,7 @@ mod tests {
         e.sample(0.000_050); // 50 µs on a quiet LAN: the floor
         assert_eq!(e.rto(&opts()), Duration::from_millis(2));
         let mut e = RttEstimator::default();
-        e.sample(2.0); // a peer that took seconds: the cap
+        e.sample(2.0); // a path that took seconds: the cap
         assert_eq!(e.rto(&opts()), Duration::from_millis(500));
     }
 }

@@ -89,8 +89,8 @@ pub struct Options {
     /// Chunks sent and not yet answered at any time (default 64).
     pub window: usize,
     /// Retransmit timeout of a chunk until the first round-trip sample (default 20 ms). After
-    /// that a chunk's first timeout follows the measured round trip (RFC 6298: SRTT + 4 RTTVAR,
-    /// samples only from chunks answered without a resend), kept within
+    /// that a chunk's first timeout is 4 x the smallest round trip of the current or previous
+    /// call (samples only from chunks answered without a resend, Karn's rule), kept within
     /// [`min_rto`](Self::min_rto)..[`max_rto`](Self::max_rto); each resend doubles it.
     pub initial_rto: Duration,
     /// Lower bound of the retransmit timeout (default 10 ms: below that, a worker descheduled on a

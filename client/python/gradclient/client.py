@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import heapq
 import ipaddress
+import math
 import socket
 import time
 
@@ -90,8 +91,10 @@ class Client:
     `bind` is this member's (ip, udp_port) as the appliance's config names it (port 0 picks a free
     one); `appliance` is the appliance port's (ip, gradient_udp_port). `rto` (the retransmit
     timeout until the first round-trip sample), `rto_min` and `rto_max` are seconds: once chunks
-    come back, a chunk's first timeout is RFC 6298's SRTT + 4 RTTVAR (samples only from chunks
-    answered without a resend, Karn's rule) within [rto_min, rto_max], doubled per resend; `deadline` is the seconds an allreduce call may go without a chunk completing
+    come back, a chunk's first timeout is 4 x the smallest round trip of the current or previous
+    call (samples only from chunks answered without a resend, Karn's rule; the smallest, because
+    a chunk's round trip also holds the wait for the slowest peer, under loss that peer's own
+    timeout) within [rto_min, rto_max], doubled per resend; `deadline` is the seconds an allreduce call may go without a chunk completing
     before it fails. Rounds start at `start_round` and advance by one per call.
     """
 
@@ -116,9 +119,9 @@ class Client:
         self.rto = rto
         self.rto_min = rto_min
         self.rto_max = rto_max
-        # Round-trip estimator (RFC 6298 section 2), carried over from call to call.
-        self._srtt = 0.0
-        self._rttvar = 0.0
+        # Smallest round trip (s) of the current call and of the previous call that had one.
+        self._rtt_best = math.inf
+        self._rtt_last = math.inf
         self._rtt_samples = 0
         self.deadline = deadline
         ip = appliance[0]
@@ -207,6 +210,7 @@ class Client:
         try:
             self._run(memoryview(lanes.view(np.uint8)), memoryview(out.view(np.uint8)))
         finally:
+            self._rtt_end_call()
             # Successive calls are successive rounds, even after a failure: a round whose result
             # the appliance may already keep is never reused for other data.
             self._rounds[:] = [(r + 1) % ROUND_MOD for r in self._rounds]
@@ -217,17 +221,18 @@ class Client:
 
     def current_rto(self) -> float:
         """The retransmit timeout (s) a fresh chunk gets now: `rto` before any round-trip sample."""
-        if self._rtt_samples == 0:
+        rtt = min(self._rtt_best, self._rtt_last)
+        if math.isinf(rtt):
             return self.rto
-        return min(max(self._srtt + 4 * self._rttvar, self.rto_min), self.rto_max)
+        return min(max(4 * rtt, self.rto_min), self.rto_max)
 
     def _rtt_sample(self, rtt: float) -> None:
-        if self._rtt_samples == 0:
-            self._srtt, self._rttvar = rtt, rtt / 2
-        else:
-            self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self._srtt - rtt)
-            self._srtt = 0.875 * self._srtt + 0.125 * rtt
+        self._rtt_best = min(self._rtt_best, rtt)
         self._rtt_samples += 1
+
+    def _rtt_end_call(self) -> None:
+        if not math.isinf(self._rtt_best):
+            self._rtt_last, self._rtt_best = self._rtt_best, math.inf
 
     def _run(self, src: memoryview, dst: memoryview) -> None:
         c = self.collective

@@ -258,18 +258,30 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(clients[0].stats["retransmits"], 3)
         self.assertEqual(clients[0].stats["sent"], 3)
 
-    def test_retransmit_timeout_follows_rfc_6298(self):
+    def test_retransmit_timeout_is_four_smallest_round_trips(self):
         c = Client(coll(), bind=("127.0.0.1", 0), appliance=("127.0.0.1", 9), rto=0.02, rto_min=0.002, rto_max=0.5)
         try:
             self.assertEqual(c.current_rto(), 0.02)  # no sample yet
-            c._rtt_sample(0.010)  # first: SRTT = R, RTTVAR = R/2, RTO = 3R
-            self.assertAlmostEqual(c.current_rto(), 0.030)
-            c._rtt_sample(0.002)  # then RTTVAR = 3/4 RTTVAR + 1/4 |SRTT - R|, SRTT = 7/8 SRTT + 1/8 R
-            self.assertAlmostEqual(c.current_rto(), 0.875 * 0.010 + 0.125 * 0.002 + 4 * (0.75 * 0.005 + 0.25 * 0.008))
-            for _ in range(100):
-                c._rtt_sample(0.00005)  # a quiet LAN: the floor
+            # The smallest sample counts, not the mean: a chunk that waited 80 ms for a peer's
+            # retransmission does not raise the timeout.
+            for rtt in (0.010, 0.080, 0.004):
+                c._rtt_sample(rtt)
+            self.assertAlmostEqual(c.current_rto(), 0.016)
+            c._rtt_end_call()  # the next call starts from it; a smaller sample lowers it at once
+            self.assertAlmostEqual(c.current_rto(), 0.016)
+            c._rtt_sample(0.003)
+            self.assertAlmostEqual(c.current_rto(), 0.012)
+            c._rtt_end_call()  # a call whose samples are all larger raises it for the next one
+            c._rtt_sample(0.050)
+            c._rtt_end_call()
+            self.assertAlmostEqual(c.current_rto(), 0.2)
+            c._rtt_end_call()  # a call without samples keeps the last
+            self.assertAlmostEqual(c.current_rto(), 0.2)
+            c._rtt_sample(0.00005)  # a quiet LAN: the floor
             self.assertEqual(c.current_rto(), 0.002)
-            c._rtt_sample(5.0)  # a peer that took seconds: the cap
+            c._rtt_end_call()
+            c._rtt_sample(5.0)
+            c._rtt_end_call()  # a path that took seconds: the cap
             self.assertEqual(c.current_rto(), 0.5)
         finally:
             c.close()
