@@ -363,7 +363,7 @@ def rejoin_phase(topo, work, config, clients, elements, seed):
     return {"worker0": st}
 
 
-def phase(topo, work, name, clients, elements, seed, repeat, loss, ring=False, rejoin=False, check=False):  # noqa: PLR0913
+def phase(topo, work, name, clients, elements, seed, repeat, loss, ring=False, rejoin=False, check=False):
     work = work / name
     work.mkdir(parents=True, exist_ok=True)
     config = work / "appliance.toml"
@@ -470,7 +470,10 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
 
     # SIGTERM (a test harness giving up) still removes the namespaces: turn it into an exception.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    def on_sigterm(*_):
+        raise KeyboardInterrupt("SIGTERM")
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     results = []
     global CHUNK_BYTES
     CHUNK_BYTES = 1024 if args.mtu <= 1500 else 8192

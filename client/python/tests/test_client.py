@@ -57,6 +57,12 @@ def run_workers(fake, arrays, dtype="f32", calls=1, **opts):
         Client(coll(dtype, rank=k, tensor=arrays[0].size), bind=(fake.addr[0], 0), appliance=fake.addr, **opts)
         for k in range(len(arrays))
     ]
+    return run_clients(clients, arrays, calls), clients
+
+
+def run_clients(clients, arrays, calls=1):
+    """Each client's `calls` allreduces of its array, in a thread each; closes the clients.
+    Returns per rank the list of results, or the exception raised."""
     results: list = [None] * len(arrays)
 
     def work(k):
@@ -72,7 +78,7 @@ def run_workers(fake, arrays, dtype="f32", calls=1, **opts):
         t.join(10)
     for c in clients:
         c.close()
-    return results, clients
+    return results
 
 
 class WireTest(unittest.TestCase):
@@ -244,16 +250,9 @@ class ClientTest(unittest.TestCase):
         with FakeAppliance("f32") as fake:
             clients = [Client(coll(rank=k), bind=(fake.addr[0], 0), appliance=fake.addr, deadline=3.0) for k in range(2)]
             clients[0]._sock = Refusing(clients[0]._sock, [errno.EPERM, errno.ENOBUFS, errno.EPERM])
-            out = [None, None]
-            ts = [threading.Thread(target=lambda k=k: out.__setitem__(k, clients[k].allreduce(a))) for k in range(2)]
-            for t in ts:
-                t.start()
-            for t in ts:
-                t.join(10)
-            for c in clients:
-                c.close()
+            out = run_clients(clients, [a, a])
         for k in range(2):
-            np.testing.assert_array_equal(out[k], a * 2)
+            np.testing.assert_array_equal(out[k][0], a * 2)
         # Three chunks, each refused once, then each resent once: 3 sent (+ 3 retransmits).
         self.assertEqual(clients[0].stats["retransmits"], 3)
         self.assertEqual(clients[0].stats["sent"], 3)
@@ -413,16 +412,9 @@ class ClientTest(unittest.TestCase):
         a = np.arange(n, dtype=np.float32)
         with FakeAppliance("f32", drop_contrib={0, 256, 4088}) as fake:
             clients = [Client(Collective(7, "sum", "f32", n, 256, 2, k), bind=("127.0.0.1", 0), appliance=fake.addr, window=16) for k in range(2)]
-            out = [None, None]
-            ts = [threading.Thread(target=lambda k=k: out.__setitem__(k, clients[k].allreduce(a))) for k in range(2)]
-            for t in ts:
-                t.start()
-            for t in ts:
-                t.join(10)
-            for c in clients:
-                c.close()
-        np.testing.assert_array_equal(out[0], 2 * a)
-        np.testing.assert_array_equal(out[1], 2 * a)
+            out = run_clients(clients, [a, a])
+        np.testing.assert_array_equal(out[0][0], 2 * a)
+        np.testing.assert_array_equal(out[1][0], 2 * a)
 
 
 def free_port(kind=socket.SOCK_STREAM):
