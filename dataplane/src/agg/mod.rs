@@ -15,6 +15,7 @@ pub mod config;
 pub mod kernels;
 pub mod nak;
 pub mod slot;
+pub mod template;
 
 use crate::buf::{PacketBuf, PacketIo};
 use crate::parse::{Layers, Parsed};
@@ -103,6 +104,9 @@ struct CollState {
     /// UDP carriage, or RoCEv2 to an IPv6 member: spec section 1) and its CRC (RoCEv2).
     need_sum: bool,
     need_crc: bool,
+    /// Per-member headers of full-chunk RESULT frames (none for collectives another worker
+    /// owns, or when the builder refused a member's frame: those go through the builder).
+    templates: Option<template::Templates>,
 }
 
 impl CollState {
@@ -124,6 +128,7 @@ impl CollState {
             sums: vec![build::PayloadSums::EMPTY; slots],
             need_sum: spec.carriage == Carriage::Udp || spec.members.iter().any(|m| m.ip.is_v6()),
             need_crc: spec.carriage == Carriage::Rocev2,
+            templates: None,
             spec,
         }
     }
@@ -142,6 +147,7 @@ impl CollState {
             sums: Vec::new(),
             need_sum: false,
             need_crc: false,
+            templates: None,
             spec,
         }
     }
@@ -208,15 +214,19 @@ impl Aggregator {
             colls: collectives
                 .iter()
                 .enumerate()
-                .map(
-                    |(i, c)| {
-                        if i as u16 % workers == me {
-                            CollState::new(c.clone())
-                        } else {
-                            CollState::unowned(c.clone())
-                        }
-                    },
-                )
+                .map(|(i, c)| {
+                    if i as u16 % workers == me {
+                        let mut st = CollState::new(c.clone());
+                        let full = st.spec.chunk_elements as usize;
+                        let specs: Vec<FrameSpec> = (0..st.spec.workers())
+                            .map(|r| result_spec(&st.spec, &ports, gradient_udp_port, appliance_qpn, r, 0, 0, 0, full))
+                            .collect();
+                        st.templates = template::Templates::new(&specs, full * st.spec.dtype.size()).ok();
+                        st
+                    } else {
+                        CollState::unowned(c.clone())
+                    }
+                })
                 .collect(),
             me,
             workers,
@@ -472,49 +482,46 @@ impl Aggregator {
             st.sums[s] = build::PayloadSums::only(payload, pad, st.need_sum, st.need_crc);
         }
         let sums = &st.sums[s];
-        let header = GradientRepr {
-            version: 1,
-            flags: Flags::RESULT,
-            op_type: st.spec.op.wire(),
-            collective_id: st.spec.id,
-            dtype: st.spec.dtype.wire(),
-            reason: 0,
-            worker_rank: RANK_NONE,
-            tensor_offset: (s * chunk) as u32,
-            data_length: (lanes * size) as u32,
-            round,
-        };
         let members = match only {
             Some(r) => r..r + 1,
             None => 0..st.spec.workers(),
         };
+        let roce = st.spec.carriage == Carriage::Rocev2;
+        let templates = st.templates.as_ref().filter(|t| t.fits(payload.len(), sums));
         for r in members {
-            let m = st.spec.members[r];
-            let port = self.ports[m.port as usize];
-            let src_ip = match m.ip {
-                IpAddr::V4(_) => IpAddr::V4(port.ipv4.unwrap_or_default()),
-                IpAddr::V6(_) => IpAddr::V6(port.ipv6.unwrap_or_default()),
-            };
-            let roce = (st.spec.carriage == Carriage::Rocev2).then(|| {
+            let psn = if roce {
                 let psn = st.psn[r];
                 st.psn[r] = (psn + 1) & 0xff_ffff;
-                Roce { dest_qp: m.qpn, psn, pkey: 0xffff, qkey: m.qkey, src_qp: self.appliance_qpn }
-            });
-            let spec = FrameSpec {
-                src_mac: port.mac,
-                dst_mac: m.mac,
-                vlan: m.vlan,
-                src_ip,
-                dst_ip: m.ip,
-                dscp: st.spec.dscp,
-                ecn: 2,
-                ttl: 64,
-                src_port: if roce.is_some() { 0xc000 | (s as u16 & 0x3fff) } else { self.gradient_udp_port },
-                dst_port: if roce.is_some() { ROCEV2_PORT } else { m.udp_port },
-                roce,
-                header,
+                psn
+            } else {
+                0
             };
-            if send_frame(io, m.port, &spec, payload, Some(sums), counters) && only.is_none() {
+            let port = st.spec.members[r].port;
+            let sent = match templates {
+                Some(t) => {
+                    let patch = template::Patch {
+                        tensor_offset: (s * chunk) as u32,
+                        round,
+                        roce: roce.then_some((result_source_port(s), psn)),
+                    };
+                    send_templated(io, port, t, r, &patch, payload, sums, counters)
+                }
+                None => {
+                    let spec = result_spec(
+                        &st.spec,
+                        &self.ports,
+                        self.gradient_udp_port,
+                        self.appliance_qpn,
+                        r,
+                        s,
+                        round,
+                        psn,
+                        lanes,
+                    );
+                    send_frame(io, port, &spec, payload, Some(sums), counters)
+                }
+            };
+            if sent && only.is_none() {
                 self.counters.results += 1;
             }
         }
@@ -588,6 +595,93 @@ impl Aggregator {
             self.counters.naks += 1;
         }
     }
+}
+
+/// The UDP source port of slot `s`'s RoCEv2 RESULT frames (spec section 6: entropy for ECMP).
+#[inline]
+fn result_source_port(s: usize) -> u16 {
+    0xc000 | (s as u16 & 0x3fff)
+}
+
+/// The headers of member `r`'s RESULT frame for slot `s` of `spec` in `round` (spec section 6):
+/// from the appliance's addresses on the member's port, with `lanes` lanes of payload and, on
+/// RoCEv2, BTH PSN `psn`.
+#[allow(clippy::too_many_arguments)]
+fn result_spec(
+    spec: &Collective,
+    ports: &[PortAddr],
+    gradient_udp_port: u16,
+    appliance_qpn: u32,
+    r: usize,
+    s: usize,
+    round: u32,
+    psn: u32,
+    lanes: usize,
+) -> FrameSpec {
+    let m = spec.members[r];
+    let port = ports.get(m.port as usize).copied().unwrap_or_default();
+    let roce = (spec.carriage == Carriage::Rocev2).then_some(Roce {
+        dest_qp: m.qpn,
+        psn,
+        pkey: 0xffff,
+        qkey: m.qkey,
+        src_qp: appliance_qpn,
+    });
+    let chunk = spec.chunk_elements as usize;
+    FrameSpec {
+        src_mac: port.mac,
+        dst_mac: m.mac,
+        vlan: m.vlan,
+        src_ip: template::source_ip(&port, &m.ip),
+        dst_ip: m.ip,
+        dscp: spec.dscp,
+        ecn: 2,
+        ttl: 64,
+        src_port: if roce.is_some() { result_source_port(s) } else { gradient_udp_port },
+        dst_port: if roce.is_some() { ROCEV2_PORT } else { m.udp_port },
+        roce,
+        header: GradientRepr {
+            version: 1,
+            flags: Flags::RESULT,
+            op_type: spec.op.wire(),
+            collective_id: spec.id,
+            dtype: spec.dtype.wire(),
+            reason: 0,
+            worker_rank: RANK_NONE,
+            tensor_offset: (s * chunk) as u32,
+            data_length: (lanes * spec.dtype.size()) as u32,
+            round,
+        },
+    }
+}
+
+/// Writes member `r`'s RESULT frame from its template into a new mbuf and sends it on `port`.
+/// False (counted `no_mbuf`) without an mbuf large enough.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn send_templated<I: PacketIo>(
+    io: &mut I,
+    port: u16,
+    t: &template::Templates,
+    r: usize,
+    patch: &template::Patch,
+    payload: &[u8],
+    sums: &build::PayloadSums,
+    counters: &mut Counters,
+) -> bool {
+    let len = t.frame_len(r);
+    let Some(mut b) = io.alloc() else {
+        counters.drop(Reason::NoMbuf);
+        return false;
+    };
+    if !b.append(len) {
+        counters.drop(Reason::NoMbuf);
+        return false;
+    }
+    t.write(r, patch, payload, sums, b.data_mut());
+    counters.tx(port, len);
+    io.send(port, b);
+    true
 }
 
 /// Builds `spec` with `payload` into a new mbuf and sends it on `port`. False (counted
