@@ -335,6 +335,7 @@ impl Aggregator {
     }
 
     /// Rule 5, in the spec's order. Err: the drop reason and the NAK reason (none for flags).
+    #[inline(always)]
     fn validate(&self, frame: &[u8], p: &Parsed) -> Result<Contribution, (Reason, Option<u8>)> {
         let g = GradientHeader::new_checked(&frame[p.grad_offset as usize..])
             .map_err(|_| (Reason::MalformedGradient, None))?;
