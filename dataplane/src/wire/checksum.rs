@@ -282,8 +282,10 @@ mod x86 {
     use core::arch::x86_64::*;
 
     /// Most 64-byte (AVX2) or 128-byte (AVX-512) steps between two widenings of the 32-bit
-    /// lanes: each step adds at most 0xFFFF to a lane, so 2^16 steps cannot overflow it.
-    const STEPS_PER_BLOCK: usize = 1 << 16;
+    /// lanes: each step adds at most 0xFFFF to a lane of each of the four accumulators, and
+    /// the widening first adds the four in 32 bits, so `4 * (2^13 + 1) * 0xFFFF < 2^32` (the
+    /// `+ 1`: the AVX-512 kernel's tail step) cannot overflow.
+    const STEPS_PER_BLOCK: usize = 1 << 13;
 
     /// The AVX2 kernel: 64 bytes per step into four vectors of 32-bit lanes.
     ///
@@ -320,12 +322,13 @@ mod x86 {
         add_carry(total, sum_short(&data[done..]))
     }
 
-    /// Sum of the 32-bit lanes of four vectors, in 64 bits.
+    /// Sum of the 32-bit lanes of four vectors, in 64 bits: the four added lane by lane in 32
+    /// bits (no overflow: see [`STEPS_PER_BLOCK`]), then widened once.
     #[target_feature(enable = "avx2")]
     fn hsum256(a: __m256i, b: __m256i, c: __m256i, d: __m256i) -> u64 {
         let z = _mm256_setzero_si256();
-        let wide = |x: __m256i| _mm256_add_epi64(_mm256_unpacklo_epi32(x, z), _mm256_unpackhi_epi32(x, z));
-        let s = _mm256_add_epi64(_mm256_add_epi64(wide(a), wide(b)), _mm256_add_epi64(wide(c), wide(d)));
+        let x = _mm256_add_epi32(_mm256_add_epi32(a, b), _mm256_add_epi32(c, d));
+        let s = _mm256_add_epi64(_mm256_unpacklo_epi32(x, z), _mm256_unpackhi_epi32(x, z));
         let s = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
         (_mm_cvtsi128_si64(s) as u64).wrapping_add(_mm_extract_epi64::<1>(s) as u64)
     }
@@ -359,11 +362,15 @@ mod x86 {
                 // SAFETY: stays within `data` or one past its end (see above).
                 p = unsafe { p.add(128) };
             }
-            total = add_carry(total, hsum512(a0, a1, a2, a3));
-            a0 = _mm512_setzero_si512();
-            a1 = _mm512_setzero_si512();
-            a2 = _mm512_setzero_si512();
-            a3 = _mm512_setzero_si512();
+            if steps > 0 {
+                // Another block follows: widen now. The last block's lanes take the tail first
+                // and are widened once, below.
+                total = add_carry(total, hsum512(a0, a1, a2, a3));
+                a0 = _mm512_setzero_si512();
+                a1 = _mm512_setzero_si512();
+                a2 = _mm512_setzero_si512();
+                a3 = _mm512_setzero_si512();
+            }
         }
         // The last 0..127 bytes, from an even offset: a full vector if 64 or more are left, then
         // a masked load of the 0..63 after it (masked-off bytes read as 0 and are not accessed).
@@ -386,16 +393,15 @@ mod x86 {
         add_carry(total, hsum512(a0, a1, a2, a3))
     }
 
-    /// Sum of the 32-bit lanes of four vectors, in 64 bits.
+    /// Sum of the 32-bit lanes of four vectors, in 64 bits: the four added lane by lane in 32
+    /// bits (no overflow: see [`STEPS_PER_BLOCK`]), then widened once.
     #[target_feature(enable = "avx512f,avx512bw")]
     fn hsum512(a: __m512i, b: __m512i, c: __m512i, d: __m512i) -> u64 {
-        let wide = |x: __m512i| {
-            _mm512_add_epi64(
-                _mm512_cvtepu32_epi64(_mm512_castsi512_si256(x)),
-                _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64::<1>(x)),
-            )
-        };
-        let s = _mm512_add_epi64(_mm512_add_epi64(wide(a), wide(b)), _mm512_add_epi64(wide(c), wide(d)));
+        let x = _mm512_add_epi32(_mm512_add_epi32(a, b), _mm512_add_epi32(c, d));
+        let s = _mm512_add_epi64(
+            _mm512_cvtepu32_epi64(_mm512_castsi512_si256(x)),
+            _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64::<1>(x)),
+        );
         _mm512_reduce_add_epi64(s) as u64
     }
 }
@@ -660,8 +666,8 @@ mod tests {
 
     #[test]
     fn longer_than_a_lane_block() {
-        // More than 2^16 vector steps (8 MiB of 0xFF.. bytes): the 32-bit lanes are widened
-        // before they can overflow.
+        // Many blocks of vector steps (8 MiB of mostly 0xFE bytes): the 32-bit lanes are
+        // widened before they can overflow.
         let len = 128 * 65536 + 4096 + 3;
         let data: Vec<u8> = (0..len).map(|i| if i % 7 == 0 { 0x5a } else { 0xfe }).collect();
         let want = naive(&data);
