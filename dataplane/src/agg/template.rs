@@ -81,6 +81,8 @@ pub struct Templates {
     payload_len: usize,
     pad: usize,
     roce: bool,
+    /// True when some member's frames carry a UDP checksum (so the payload's sum is needed).
+    needs_sum: bool,
     /// RoCEv2: per patched byte (in the order of `ROCE_PATCHED`), its effect on the ICRC by value.
     tables: Vec<[u32; 256]>,
 }
@@ -160,7 +162,8 @@ impl Templates {
         } else {
             Vec::new()
         };
-        Ok(Templates { members, payload_len, pad, roce, tables })
+        let needs_sum = members.iter().any(|m| m.udp_sum.is_some());
+        Ok(Templates { members, payload_len, pad, roce, needs_sum, tables })
     }
 
     /// True when a payload of `len` bytes, with `sums` computed for it, can be sent from the
@@ -170,7 +173,7 @@ impl Templates {
         len == self.payload_len
             && sums.pad == self.pad
             && (!self.roce || sums.crc.is_some())
-            && (sums.sum.is_some() || self.members.iter().all(|m| m.udp_sum.is_none()))
+            && (sums.sum.is_some() || !self.needs_sum)
     }
 
     /// The length of member `rank`'s frames (bytes).
