@@ -373,3 +373,56 @@ fn every_kernel_set_gives_the_same_results() {
     }
     assert_eq!(Kernels::available()[0].name(), "scalar", "the reference is the first set");
 }
+
+#[test]
+fn results_equal_the_builder_byte_for_byte_and_reuse_the_triggering_buffer() {
+    // 600 elements in chunks of 256: slots 0 and 1 are full chunks (sent from the per-member
+    // templates), slot 2 has 88 lanes (the general builder). The contribution that completes a
+    // slot carries its first copy, so a completion needs N - 1 new buffers and a resend none.
+    for carriage in ["udp", "rocev2"] {
+        for v6 in [false, true] {
+            let mut rig = Rig::new(&conf("sum", "f32", carriage, v6, "", 3, 600, 256));
+            let ports = vec![PortAddr {
+                mac: APP_MAC.parse().unwrap(),
+                ipv4: Some([10, 0, 0, 254]),
+                ipv6: Some("fd00::fe".parse::<std::net::Ipv6Addr>().unwrap().octets()),
+            }];
+            let mut io = VecIo::new(1);
+            io.alloc_budget = Some(3 * 2);
+            let lanes = |s: usize| if s < 2 { 256 } else { 88 };
+            for s in 0..3 {
+                for rank in 0..3 {
+                    let v: Vec<f32> = (0..lanes(s)).map(|i| ((rank + 1) * (i + s)) as f32).collect();
+                    let f = rig.frame(rank, (s * 256) as u32, 5, &f32s(&v), |_| {});
+                    rig.send(&mut io, f, 0);
+                }
+            }
+            assert_eq!(io.alloc_budget, Some(0), "{carriage} v6 {v6}");
+            let coll = rig.coll.clone();
+            let expected = |r: usize, s: usize, psn: u32| {
+                let sum: Vec<f32> = (0..lanes(s)).map(|i| (6 * (i + s)) as f32).collect();
+                let payload = f32s(&sum);
+                let spec = result_spec(&coll, &ports, 49374, 1, r, s, 5, psn, lanes(s));
+                let mut f = vec![0u8; spec.frame_len(payload.len())];
+                build::build(&spec, &payload, &mut f).unwrap();
+                f
+            };
+            assert_eq!(io.sent.len(), 9);
+            for s in 0..3 {
+                for r in 0..3 {
+                    assert_eq!(io.sent[s * 3 + r].1, expected(r, s, s as u32), "{carriage} v6 {v6} slot {s} rank {r}");
+                }
+            }
+            // A late copy from rank 1 for each slot: resent to it alone, in its own buffer.
+            for s in 0..3 {
+                let v: Vec<f32> = (0..lanes(s)).map(|i| (2 * (i + s)) as f32).collect();
+                let f = rig.frame(1, (s * 256) as u32, 5, &f32s(&v), |_| {});
+                rig.send(&mut io, f, 0);
+                assert_eq!(io.sent.last().unwrap().1, expected(1, s, 3 + s as u32), "{carriage} v6 {v6} resend {s}");
+            }
+            assert_eq!(io.sent.len(), 12);
+            assert_eq!(rig.agg().resends, 3);
+            assert_eq!(rig.dp.counters.dropped(Reason::NoMbuf), 0);
+        }
+    }
+}
