@@ -6,9 +6,11 @@
 Every measurement runs one program for SECONDS on the same vdevs: net_pcap with infinite_rx=1
 replaying a capture of 1024 UDP/IPv4 frames (port 0) into net_null without rx (port 1), one
 worker lcore on CPU 1 and the main lcore on CPU 0, no hugepages. Per frame size, the runs
-alternate testpmd io, the dpu with the full pipeline (conf/bench/pipeline.toml) and the dpu
-with an empty pipeline (conf/bench/empty.toml), REPS times; the table gives the median and the
-min-max, and the ratio of medians to testpmd at the same size.
+alternate testpmd io, the dpu with the full pipeline (conf/bench/pipeline.toml), the dpu
+with an empty pipeline (conf/bench/empty.toml) and testpmd in csum mode (for reference: DPDK's
+own engine that parses each packet and computes its IPv4 and UDP checksums in software), REPS
+times; the table gives the median and the min-max, and the ratio of medians to testpmd io at
+the same size.
 
 Rates: testpmd, the mean of its per-second Rx-pps samples on port 0 (the first, partial one
 left out); the dpu, port 0's `workers.rx_packets` / `seconds` from --stats-json (every packet
@@ -82,11 +84,14 @@ def run_dpu(name, size, seconds):
     return rx / s["seconds"] / 1e6
 
 
-def run_testpmd(size, seconds):
+def run_testpmd(size, seconds, mode="io"):
+    """testpmd forwarding port 0 -> 1 in `mode`: `io` (no packet access) or `csum` (parses
+    each packet and, without tx checksum offload, recomputes its IPv4 and UDP checksums in
+    software)."""
     cmd = ["dpdk-testpmd", *EAL,
            "--vdev", f"net_pcap0,rx_pcap={pcap(size)},infinite_rx=1",
            "--vdev", "net_null0,no-rx=1",
-           "--", "--nb-cores=1", "--forward-mode=io", "--total-num-mbufs=32768",
+           "--", "--nb-cores=1", f"--forward-mode={mode}", "--total-num-mbufs=32768",
            "--no-flush-rx", "--stats-period", "1"]
     return testpmd_mpps(cmd, seconds, "run.py")
 
@@ -177,7 +182,8 @@ def main():
         for rep in range(a.reps):
             for what, fn in (("testpmd", lambda: run_testpmd(size, a.seconds)),
                              ("dpu", lambda: run_dpu("pipeline", size, a.seconds)),
-                             ("empty", lambda: run_dpu("empty", size, a.seconds))):
+                             ("empty", lambda: run_dpu("empty", size, a.seconds)),
+                             ("csum", lambda: run_testpmd(size, a.seconds, "csum"))):
                 mpps = fn()
                 res.setdefault((what, size), []).append(mpps)
                 print(f"run.py: {size} B run {rep + 1}/{a.reps}: {what} {mpps:.2f} Mpps",
@@ -186,6 +192,7 @@ def main():
         "dpu": "dpu: parse + route (LPM, 312 prefixes) + ACL (40 ternary/range) + L2 (exact)",
         "empty": "dpu: parse + empty pipeline (one exact table, miss -> forward(1))",
         "testpmd": "dpdk-testpmd io (no parse, no tables)",
+        "csum": "dpdk-testpmd csum (parse, IPv4 + UDP checksums in software, no tables)",
     }
     lines = [
         f"Machine: {lscpu()}; {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}; "
@@ -199,7 +206,7 @@ def main():
     verdicts = []
     for size in SIZES:
         tp = statistics.median(res[("testpmd", size)])
-        for what in ("dpu", "empty", "testpmd"):
+        for what in ("dpu", "empty", "csum", "testpmd"):
             xs = res[(what, size)]
             ratio = statistics.median(xs) / tp
             lines.append(f"| {label[what]} | {size} B | {fmt(xs)} | {ratio:.2f} |")
