@@ -14,8 +14,10 @@ written with configs into target/bench/agg/.
    the null port, as testpmd io forwards port 0 -> 1. One worker lcore on CPU 1. After the first
    pass every contribution is for a round its slot already completed: the appliance answers each
    with the kept result, unicast (spec rule 3). One contribution in, one result out, no fold.
-   Per (carriage, lanes) the runs alternate testpmd io on the same capture (the same frames) and
-   the dpu with 4 then 16 workers, REPS x SECONDS. Checked per run: no drops, results + resends
+   Per (carriage, lanes) the runs alternate testpmd io on the same capture (the same frames),
+   on the UDP carriage testpmd csum (for reference: DPDK's engine that parses each packet and
+   computes its IPv4 and UDP checksums in software), and the dpu with 4 then 16 workers, REPS x
+   SECONDS. Checked per run: no drops, results + resends
    == contributions received (1:1), and port 1 sent as many frames.
    Rates: testpmd, the mean of its per-second Rx-pps on port 0 (first sample left out); the dpu,
    port 0's workers.rx_packets / seconds. Gbit/s and elements/s count the payload only
@@ -132,9 +134,11 @@ def run_dpu(conf, seconds, tag):
     return rx / s["seconds"] / 1e6
 
 
-def run_testpmd(pcap, seconds):
+def run_testpmd(pcap, seconds, mode="io"):
+    """testpmd forwarding the capture 0 -> 1 in `mode` (io, or csum: parse + IPv4/UDP checksums
+    recomputed in software)."""
     cmd = ["dpdk-testpmd", *EAL, "--vdev", f"net_pcap0,rx_pcap={pcap},infinite_rx=1",
-           "--vdev", "net_null0,no-rx=1", "--", "--nb-cores=1", "--forward-mode=io",
+           "--vdev", "net_null0,no-rx=1", "--", "--nb-cores=1", f"--forward-mode={mode}",
            "--total-num-mbufs=32768", "--mbuf-size=9344", "--max-pkt-len=9000",
            "--no-flush-rx", "--stats-period", "1"]
     return testpmd_mpps(cmd, seconds, "agg.py")
@@ -319,6 +323,10 @@ def main():
                 tp = run_testpmd(pcaps[4][0], a.seconds)
                 res.setdefault((carriage, lanes, "testpmd"), []).append(tp)
                 msg = [f"testpmd {tp:.2f}"]
+                if carriage == "udp":
+                    cs = run_testpmd(pcaps[4][0], a.seconds, "csum")
+                    res.setdefault((carriage, lanes, "csum"), []).append(cs)
+                    msg.append(f"testpmd csum {cs:.2f}")
                 for n in WORKERS:
                     r = run_dpu(pcaps[n][1], a.seconds, name(carriage, n, lanes))
                     res.setdefault((carriage, lanes, n), []).append(r)
@@ -378,6 +386,12 @@ def main():
                              f"{fmt(xs)} | {fmt(xs, lanes * 32 / 1e3, 1)} | "
                              f"{statistics.median(xs) * lanes / 1e3:.2f} G | {r:.2f} | "
                              f">= {goal}: {ok} |")
+            if (carriage, lanes, "csum") in res:
+                xs = res[(carriage, lanes, "csum")]
+                lines.append(f"| {carriage}, dpdk-testpmd csum (software IPv4/UDP checksums) | - | "
+                             f"{lanes} ({frame[(carriage, lanes)]} B) | {fmt(xs)} | "
+                             f"{fmt(xs, lanes * 32 / 1e3, 1)} | - | "
+                             f"{statistics.median(xs) / tp:.2f} | |")
             xs = res[(carriage, lanes, "testpmd")]
             lines.append(f"| {carriage}, dpdk-testpmd io | - | {lanes} "
                          f"({frame[(carriage, lanes)]} B) | {fmt(xs)} | "
