@@ -173,7 +173,7 @@ impl PayloadSums {
     /// if `crc` (frames that need a part left out compute it over their own copy).
     pub fn only(payload: &[u8], pad: usize, sum: bool, crc: bool) -> PayloadSums {
         let crc = crc.then(|| {
-            let mut h = crc32fast::Hasher::new();
+            let mut h = icrc::hasher();
             h.update(payload);
             h.update(&[0u8; 3][..pad.min(3)]);
             h.finalize()

@@ -80,7 +80,7 @@ pub fn head_hasher(head: &[u8], l4_offset: usize) -> Result<Hasher, WireError> {
         ip[10] = 0xff; // header checksum
         ip[11] = 0xff;
     }
-    let mut h = Hasher::new();
+    let mut h = hasher();
     if fits {
         let ub = &mut buf[8 + l4_offset..8 + masked_end];
         ub[6] = 0xff; // UDP checksum
@@ -99,6 +99,14 @@ pub fn head_hasher(head: &[u8], l4_offset: usize) -> Result<Hasher, WireError> {
     }
     h.update(&head[masked_end..]);
     Ok(h)
+}
+
+/// A fresh CRC-32 state: a copy of one made once (`Hasher::new` detects the CPU's features on
+/// every call, which shows per packet).
+#[inline]
+pub fn hasher() -> Hasher {
+    static PROTO: std::sync::OnceLock<Hasher> = std::sync::OnceLock::new();
+    PROTO.get_or_init(Hasher::new).clone()
 }
 
 /// Bytes of [`head_hasher`]'s stack buffer: the 8 bytes of 0xFF, an IPv4 header with the
@@ -183,7 +191,7 @@ pub fn byte_table(dist: u64) -> [u32; 256] {
 
 /// A CRC state over `tail` alone, to be joined after a head with [`combine`].
 pub fn tail_hasher(tail: &[u8]) -> Hasher {
-    let mut h = Hasher::new();
+    let mut h = hasher();
     h.update(tail);
     h
 }
