@@ -199,9 +199,9 @@ mod tests {
         let ports: Vec<u16> = io.sent.iter().map(|(p, _)| *p).collect();
         assert_eq!(ports, vec![1, 0, 1]);
         assert_eq!(io.sent[1].1, frame([2, 0, 0, 0, 0, 2]));
-        assert_eq!(dp.pipeline.tables[0].counters[0].packets, 2);
-        assert_eq!(dp.pipeline.tables[0].counters[0].bytes, 120);
-        assert_eq!(dp.pipeline.tables[0].miss_counter.packets, 1);
+        assert_eq!(dp.pipeline.tables[0].counter(0).packets, 2);
+        assert_eq!(dp.pipeline.tables[0].counter(0).bytes, 120);
+        assert_eq!(dp.pipeline.tables[0].miss_counter().packets, 1);
         assert_eq!(dp.counters.ports[1].tx_packets, 2);
         assert_eq!(dp.counters.ports[2].rx_packets, 3);
     }
