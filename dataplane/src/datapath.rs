@@ -6,7 +6,7 @@
 use crate::action::Egress;
 use crate::agg::{Aggregator, PortAddr};
 use crate::buf::{PacketBuf, PacketIo};
-use crate::parse::{parse_with, Layers, Parsed};
+use crate::parse::{parse_into, Layers, Parsed};
 use crate::stats::{Counters, Reason};
 use crate::table::Pipeline;
 
@@ -49,23 +49,28 @@ impl Datapath {
     /// Processes one received packet: it is sent, copied, consumed by the aggregator, or dropped
     /// and counted. `now_us` is the appliance's clock (µs) for packets without an rx timestamp.
     #[inline]
-    pub fn process<I: PacketIo>(&mut self, io: &mut I, in_port: u16, mut pkt: I::Buf, now_us: u64) {
+    pub fn process<I: PacketIo>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, now_us: u64) {
         let len = pkt.data().len();
         self.counters.rx(in_port, len);
         if pkt.is_segmented() {
             self.counters.drop(Reason::MultiSegment);
             return;
         }
-        let mut p = match parse_with(pkt.data(), self.gradient_udp_port, pkt.rx_checksum()) {
-            Ok(p) => p,
-            Err(r) => {
-                self.counters.drop(r.into());
-                return;
-            }
-        };
+        let mut p = Parsed::default();
+        if let Err(r) = parse_into(pkt.data(), self.gradient_udp_port, pkt.rx_checksum(), &mut p) {
+            self.counters.drop(r.into());
+            return;
+        }
+        self.deliver(io, in_port, pkt, &mut p, now_us);
+    }
+
+    /// The rest of [`Datapath::process`] for a counted, parsed packet (`p` is its parse, kept
+    /// up to date by rewrites): neighbour answering, the aggregator, or the pipeline and egress.
+    #[inline(always)]
+    fn deliver<I: PacketIo>(&mut self, io: &mut I, in_port: u16, mut pkt: I::Buf, p: &mut Parsed, now_us: u64) {
         if p.has(Layers::ARP) || (p.has(Layers::IPV6) && p.ip_proto == crate::wire::ndp::NEXT_HEADER_ICMPV6) {
             if let Some(addr) = self.local.get(in_port as usize) {
-                if crate::neighbor::answer(&mut pkt, &p, addr) {
+                if crate::neighbor::answer(&mut pkt, p, addr) {
                     self.counters.neighbor_replies += 1;
                     self.send(io, in_port, pkt);
                     return;
@@ -73,8 +78,8 @@ impl Datapath {
             }
         }
         if let Some(agg) = self.agg.as_mut() {
-            if agg.wants(&p, in_port) {
-                let owner = agg.owner(&p);
+            if agg.wants(p, in_port) {
+                let owner = agg.owner(p);
                 if owner != agg.me() {
                     // Software steering: the collective's state lives on another worker.
                     match io.hand_off(owner, pkt) {
@@ -84,11 +89,11 @@ impl Datapath {
                     return;
                 }
                 let now = pkt.rx_timestamp_us().unwrap_or(now_us);
-                agg.process(io, in_port, pkt, &p, now, &mut self.counters);
+                agg.process(io, in_port, pkt, p, now, &mut self.counters);
                 return;
             }
         }
-        match self.pipeline.apply(&mut pkt, &mut p, in_port) {
+        match self.pipeline.apply(&mut pkt, p, in_port) {
             Egress::Port(port) => self.send(io, port, pkt),
             Egress::Flood => self.flood(io, in_port, pkt),
             Egress::Multicast(g) => self.multicast(io, g as usize, pkt, p),
@@ -120,14 +125,14 @@ impl Datapath {
 
     /// Sends one copy per member of group `g`, each a full copy of the frame (copies never share
     /// bytes written per copy) with that copy's rewrites; the original becomes the last copy.
-    fn multicast<I: PacketIo>(&mut self, io: &mut I, g: usize, mut pkt: I::Buf, p: Parsed) {
+    fn multicast<I: PacketIo>(&mut self, io: &mut I, g: usize, mut pkt: I::Buf, p: &Parsed) {
         let n = self.pipeline.groups[g].copies.len();
         for c in 0..n - 1 {
             let Some(mut copy) = io.copy_of(pkt.data()) else {
                 self.counters.drop(Reason::NoMbuf);
                 continue;
             };
-            let mut cp = p;
+            let mut cp = *p;
             match self.pipeline.apply_copy(g, c, &mut copy, &mut cp) {
                 Ok(()) => {
                     let port = self.pipeline.groups[g].copies[c].0;
@@ -136,7 +141,7 @@ impl Datapath {
                 Err(r) => self.counters.drop(r),
             }
         }
-        let mut cp = p;
+        let mut cp = *p;
         match self.pipeline.apply_copy(g, n - 1, &mut pkt, &mut cp) {
             Ok(()) => {
                 let port = self.pipeline.groups[g].copies[n - 1].0;
