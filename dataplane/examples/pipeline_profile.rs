@@ -4,9 +4,10 @@
 //! config come from the bench's own workload module (`benches/common/pipeline_workload.rs`).
 //!
 //! Modes: `parse`; `pipeline` (parse + `Pipeline::apply`); `process` (`Datapath::process` per
-//! packet: the appliance's whole per-packet path, counters and transmission included); or a
-//! table's name (its lookup alone). `process` transmits into an I/O that only keeps the
-//! buffers for the next round (no allocation, no copy).
+//! packet: the appliance's whole per-packet path, counters and transmission included);
+//! `burst` (`Datapath::process_burst` over bursts of `BURST` packets, as the worker runs it);
+//! or a table's name (its lookup alone). `process` and `burst` transmit into an I/O that only
+//! keeps the buffers for the next round (no allocation, no copy).
 //!
 //! ```text
 //! cargo build --release -p dataplane --no-default-features --example pipeline_profile
@@ -27,6 +28,9 @@ use std::hint::black_box;
 #[path = "../benches/common/pipeline_workload.rs"]
 mod pipeline_workload;
 use pipeline_workload::{frames, pipeline, BATCH, HEADERS, PIPELINE};
+
+/// Packets per `Datapath::process_burst` call in `burst` mode (the bench config's `burst`).
+const BURST: usize = 32;
 
 /// An I/O whose transmission keeps the buffers (for the next round) and counts them.
 struct RecycleIo {
@@ -60,6 +64,7 @@ fn run(
 ) -> u64 {
     let mut n = 0u64;
     let mut io = RecycleIo { sent: Vec::with_capacity(bufs.len()) };
+    let mut slots: Vec<Option<VecBuf>> = Vec::with_capacity(BURST);
     for _ in 0..rounds {
         match mode {
             "process" => {
@@ -67,6 +72,22 @@ fn run(
                     b.data_mut()[..HEADERS].copy_from_slice(&f[..HEADERS]);
                     dp.process(&mut io, 0, black_box(b), 0);
                 }
+                n += io.sent.len() as u64;
+                std::mem::swap(bufs, &mut io.sent);
+            }
+            "burst" => {
+                let mut frames = pristine.iter();
+                for mut b in bufs.drain(..) {
+                    let f = frames.next().expect("one frame per buffer");
+                    b.data_mut()[..HEADERS].copy_from_slice(&f[..HEADERS]);
+                    slots.push(Some(b));
+                    if slots.len() == BURST {
+                        dp.process_burst(&mut io, 0, black_box(&mut slots[..]), 0);
+                        slots.clear();
+                    }
+                }
+                dp.process_burst(&mut io, 0, &mut slots[..], 0);
+                slots.clear();
                 n += io.sent.len() as u64;
                 std::mem::swap(bufs, &mut io.sent);
             }

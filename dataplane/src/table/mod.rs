@@ -287,14 +287,20 @@ impl Table {
         self.miss.actions(&self.pool)
     }
 
-    /// The packet's key: its key fields' values, each at its offset.
-    #[inline(always)]
-    fn key_of(&self, p: &Parsed, ingress_port: u16) -> Key {
-        let mut key = Key { len: self.key_len as u8, bytes: [0; KEY_MAX] };
-        for kf in &self.key {
-            kf.field.write_key(p, ingress_port, &mut key.bytes, kf.offset);
+    /// Prefetches what a [`Table::lookup`] of the packet will read first, so that a burst of
+    /// lookups overlaps its cache misses: for an LPM table without exact fields, the trie's
+    /// root slot for the key. A no-op for the other kinds (a hash probe or the classifier's
+    /// small bit vectors gain nothing from it) and for an empty table.
+    #[inline]
+    pub fn prefetch(&self, p: &Parsed, ingress_port: u16) {
+        // Without exact fields, the LPM field is the whole key.
+        if let (Matcher::Lpm(m), [kf]) = (&self.matcher, &self.key[..]) {
+            if !self.entries.is_empty() {
+                let mut bytes = [0; KEY_MAX];
+                kf.field.write_key(p, ingress_port, &mut bytes, kf.offset);
+                m.prefetch(&bytes[..self.key_len]);
+            }
         }
-        key
     }
 
     /// Looks a packet up; returns the hit entry's index, or `None` on a miss.
@@ -303,7 +309,10 @@ impl Table {
         if self.entries.is_empty() {
             return None;
         }
-        let key = self.key_of(p, ingress_port);
+        let mut key = Key { len: self.key_len as u8, bytes: [0; KEY_MAX] };
+        for kf in &self.key {
+            kf.field.write_key(p, ingress_port, &mut key.bytes, kf.offset);
+        }
         let k = key.as_slice();
         match &self.matcher {
             Matcher::Exact(m) => m.lookup(k),
@@ -339,12 +348,55 @@ impl Pipeline {
     /// (keeping `p` up to date) and returns the egress.
     #[inline]
     pub fn apply<B: PacketBuf>(&mut self, buf: &mut B, p: &mut Parsed, ingress_port: u16) -> Egress {
+        self.apply_inner(buf, p, ingress_port, None)
+    }
+
+    /// Looks the packet up in the first table, as [`Pipeline::apply`] would first, and
+    /// prefetches the entry it hits: the first stage of a burst, whose
+    /// result [`Pipeline::apply_with_first_hit`] takes. `None` without tables or on a miss.
+    #[inline]
+    pub fn first_lookup(&self, p: &Parsed, ingress_port: u16) -> Option<usize> {
+        let table = self.tables.first()?;
+        let hit = table.lookup(p, ingress_port);
+        if let Some(e) = hit.and_then(|i| table.entries.get(i)) {
+            crate::prefetch::prefetch(e);
+        }
+        hit
+    }
+
+    /// [`Pipeline::apply`] with the first table's lookup already done: `first_hit` is what
+    /// [`Pipeline::first_lookup`] (or the first table's [`Table::lookup`]) returned for this
+    /// `p` and `ingress_port`, before any rewrite.
+    #[inline]
+    pub fn apply_with_first_hit<B: PacketBuf>(
+        &mut self,
+        buf: &mut B,
+        p: &mut Parsed,
+        ingress_port: u16,
+        first_hit: Option<usize>,
+    ) -> Egress {
+        self.apply_inner(buf, p, ingress_port, Some(first_hit))
+    }
+
+    /// The pipeline; `first`, when known, is the first table's lookup result.
+    #[inline(always)]
+    fn apply_inner<B: PacketBuf>(
+        &mut self,
+        buf: &mut B,
+        p: &mut Parsed,
+        ingress_port: u16,
+        mut first: Option<Option<usize>>,
+    ) -> Egress {
         let mut egress = Egress::Unset;
         let mut t = 0;
         while t < self.tables.len() {
             let len = buf.data().len();
             let table = &mut self.tables[t];
-            let (entry, miss) = match table.lookup(p, ingress_port) {
+            let hit = match first.take() {
+                Some(hit) if t == 0 => hit,
+                _ => table.lookup(p, ingress_port),
+            };
+            let (entry, miss) = match hit {
                 Some(i) => (&mut table.entries[i], false),
                 None => (&mut table.miss, true),
             };
