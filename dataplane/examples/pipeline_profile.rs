@@ -3,6 +3,12 @@
 //! parse + pipeline, or one table's lookup, with nothing else in [`run`]. The frames and the
 //! config come from the bench's own workload module (`benches/common/pipeline_workload.rs`).
 //!
+//! Modes: `parse`; `pipeline` (parse + `Pipeline::apply`); `process` (`Datapath::process` per
+//! packet: the appliance's whole per-packet path, counters and transmission included);
+//! `burst` (`Datapath::process_burst` over bursts of `BURST` packets, as the worker runs it);
+//! or a table's name (its lookup alone). `process` and `burst` transmit into an I/O that only
+//! keeps the buffers for the next round (no allocation, no copy).
+//!
 //! ```text
 //! cargo build --release -p dataplane --no-default-features --example pipeline_profile
 //! valgrind --tool=callgrind --toggle-collect='*pipeline_profile*run*' \
@@ -12,8 +18,9 @@
 //! Instructions per packet = the `run` total / (`ROUNDS` * 256).
 
 use dataplane::action::Egress;
-use dataplane::buf::{PacketBuf, VecBuf};
+use dataplane::buf::{PacketBuf, PacketIo, VecBuf};
 use dataplane::config::DEFAULT_GRADIENT_UDP_PORT;
+use dataplane::datapath::Datapath;
 use dataplane::parse::{parse, Parsed};
 use dataplane::table::Pipeline;
 use std::hint::black_box;
@@ -22,19 +29,68 @@ use std::hint::black_box;
 mod pipeline_workload;
 use pipeline_workload::{frames, pipeline, BATCH, HEADERS, PIPELINE};
 
+/// Packets per `Datapath::process_burst` call in `burst` mode (the bench config's `burst`).
+const BURST: usize = 32;
+
+/// An I/O whose transmission keeps the buffers (for the next round) and counts them.
+struct RecycleIo {
+    sent: Vec<VecBuf>,
+}
+
+impl PacketIo for RecycleIo {
+    type Buf = VecBuf;
+    fn alloc(&mut self) -> Option<VecBuf> {
+        None
+    }
+    fn send(&mut self, _port: u16, buf: VecBuf) {
+        self.sent.push(buf);
+    }
+    fn ports(&self) -> u16 {
+        2
+    }
+}
+
 /// The measured work: `rounds` passes over the batch.
 #[inline(never)]
+#[allow(clippy::too_many_arguments)]
 fn run(
     mode: &str,
     rounds: usize,
     pl: &mut Pipeline,
-    bufs: &mut [VecBuf],
+    dp: &mut Datapath,
+    bufs: &mut Vec<VecBuf>,
     pristine: &[Vec<u8>],
     parsed: &[Parsed],
 ) -> u64 {
     let mut n = 0u64;
+    let mut io = RecycleIo { sent: Vec::with_capacity(bufs.len()) };
+    let mut slots: Vec<Option<VecBuf>> = Vec::with_capacity(BURST);
     for _ in 0..rounds {
         match mode {
+            "process" => {
+                for (mut b, f) in bufs.drain(..).zip(pristine) {
+                    b.data_mut()[..HEADERS].copy_from_slice(&f[..HEADERS]);
+                    dp.process(&mut io, 0, black_box(b), 0);
+                }
+                n += io.sent.len() as u64;
+                std::mem::swap(bufs, &mut io.sent);
+            }
+            "burst" => {
+                let mut frames = pristine.iter();
+                for mut b in bufs.drain(..) {
+                    let f = frames.next().expect("one frame per buffer");
+                    b.data_mut()[..HEADERS].copy_from_slice(&f[..HEADERS]);
+                    slots.push(Some(b));
+                    if slots.len() == BURST {
+                        dp.process_burst(&mut io, 0, black_box(&mut slots[..]), 0);
+                        slots.clear();
+                    }
+                }
+                dp.process_burst(&mut io, 0, &mut slots[..], 0);
+                slots.clear();
+                n += io.sent.len() as u64;
+                std::mem::swap(bufs, &mut io.sent);
+            }
             "parse" => {
                 for b in bufs.iter() {
                     n += parse(black_box(b.data()), DEFAULT_GRADIENT_UDP_PORT).map(|p| p.l4_offset as u64).unwrap_or(0);
@@ -68,6 +124,7 @@ fn main() {
     let mut pl = pipeline(PIPELINE);
     let pristine = frames(size, &pl);
     let mut bufs: Vec<VecBuf> = pristine.iter().map(|f| VecBuf::from_frame(f)).collect();
+    let mut dp = Datapath::new(pl.clone(), 2, DEFAULT_GRADIENT_UDP_PORT);
     let mut warm = pl.clone();
     let parsed: Vec<Parsed> = pristine
         .iter()
@@ -78,6 +135,9 @@ fn main() {
             p
         })
         .collect();
-    let n = run(mode, rounds, &mut pl, &mut bufs, &pristine, &parsed);
+    let n = run(mode, rounds, &mut pl, &mut dp, &mut bufs, &pristine, &parsed);
+    if matches!(mode, "process" | "burst") {
+        assert_eq!(n as usize, rounds * BATCH, "every frame is forwarded");
+    }
     println!("{mode} {size} B: {} packets, checksum {n}", rounds * BATCH);
 }

@@ -456,7 +456,7 @@ fn run_with_eal(
                 let mut c = Counter::default();
                 for p in &pipelines {
                     let tt = &p.tables[ti];
-                    c.add(if e < t.len() { &tt.counters[e] } else { &tt.miss_counter });
+                    c.add(if e < t.len() { tt.counter(e) } else { tt.miss_counter() });
                 }
                 tables.push(EntrySummary { table: t.name.clone(), entry: (e < t.len()).then_some(e), counter: c });
             }

@@ -22,6 +22,7 @@ pub mod datapath;
 pub mod neighbor;
 pub mod parse;
 pub mod pcapfile;
+pub mod prefetch;
 pub mod stats;
 pub mod table;
 pub mod wire;

@@ -1,6 +1,7 @@
-//! The poll-mode worker, in the shape of DPDK's l2fwd: rx burst, process each packet, buffered
-//! tx with a drain period in TSC ticks. One per worker lcore; its state is one struct that no
-//! other lcore touches.
+//! The poll-mode worker, in the shape of DPDK's l2fwd: rx burst, process the burst
+//! ([`Datapath::process_burst`]: parse all, prefetch, then each packet's path), buffered tx with
+//! a drain period in TSC ticks. One per worker lcore; its state is one struct that no other
+//! lcore touches.
 
 use crate::buf::PacketIo;
 use crate::datapath::Datapath;
@@ -12,7 +13,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Largest rx burst (packets).
-pub const MAX_BURST: usize = 512;
+pub const MAX_BURST: usize = crate::datapath::MAX_BURST;
 /// Packets buffered per port before a tx burst (as l2fwd's `MAX_PKT_BURST`).
 pub const TX_BUFFER: usize = 32;
 /// Tx bursts retried before the rest of a full tx queue's packets are dropped (`tx_full`).
@@ -175,6 +176,8 @@ impl Worker {
         let workers = self.rings.len();
         let burst = self.burst.min(MAX_BURST);
         let mut pkts: [*mut dpdk_sys::rte_mbuf; MAX_BURST] = [std::ptr::null_mut(); MAX_BURST];
+        // The rx burst as owned mbufs, for Datapath::process_burst (all `None` between bursts).
+        let mut mbufs: [Option<Mbuf>; MAX_BURST] = std::array::from_fn(|_| None);
         let mut last_drain = rdtsc();
         while !quitting() {
             let now = rdtsc();
@@ -187,15 +190,14 @@ impl Worker {
                 // SAFETY: pkts has room for `burst` pointers; this lcore owns the queue.
                 let n = unsafe { dpdk_sys::shim_rx_burst(rxq.port_id, rxq.queue, pkts.as_mut_ptr(), burst as u16) }
                     as usize;
-                for i in 0..n {
-                    if i + 1 < n {
-                        // SAFETY: a valid mbuf pointer returned by rx_burst.
-                        prefetch(unsafe { crate::dpdk::mbuf::data_ptr(pkts[i + 1]) });
-                    }
-                    // SAFETY: rx_burst handed us ownership of pkts[i], which is non-NULL.
-                    let m = unsafe { Mbuf::from_raw(NonNull::new_unchecked(pkts[i])) };
-                    self.datapath.process(&mut io, rxq.port, m, now_us);
+                if n == 0 {
+                    continue;
                 }
+                for (slot, &p) in mbufs.iter_mut().zip(&pkts[..n]) {
+                    // SAFETY: rx_burst handed us ownership of p, which is non-NULL.
+                    *slot = Some(unsafe { Mbuf::from_raw(NonNull::new_unchecked(p)) });
+                }
+                self.datapath.process_burst(&mut io, rxq.port, &mut mbufs[..n], now_us);
             }
             self.drain_ring(&mut io, &mut pkts[..burst], &port_index, now_us);
         }
@@ -238,15 +240,4 @@ impl Worker {
         }
         n
     }
-}
-
-#[inline(always)]
-fn prefetch(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint; it never faults.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch(p as *const i8, std::arch::x86_64::_MM_HINT_T0)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }

@@ -99,7 +99,7 @@ pub enum Egress {
 ///
 /// Errors: the reason to drop the packet (`ttl_expired`, `vlan_depth`, `no_mbuf` for a push
 /// without headroom).
-#[inline]
+#[inline(always)]
 pub fn rewrite<B: PacketBuf>(a: &Action, buf: &mut B, p: &mut Parsed) -> Result<(), Reason> {
     match *a {
         Action::SetDscp(d) => dscp::set_dscp(buf.data_mut(), p, d),

@@ -426,3 +426,118 @@ fn results_equal_the_builder_byte_for_byte_and_reuse_the_triggering_buffer() {
         }
     }
 }
+
+/// A mixed rx burst through `Datapath::process_burst` (whole, or cut into smaller bursts) sends
+/// the same frames in the same order and counts the same as `Datapath::process` packet after
+/// packet: contributions that complete a chunk (results to every member), a duplicate, ARP
+/// requests (one answered), runts, and pipeline packets that are forwarded, dropped by an entry,
+/// missed or expire their TTL.
+#[test]
+fn a_burst_is_processed_as_packet_after_packet() {
+    const TABLES: &str = r#"
+        [[table]]
+        name = "route"
+        key = [{ field = "ipv4.dst", match = "lpm" }]
+        default_action = "drop"
+        [[table.entry]]
+        key = ["10.0.0.0/24"]
+        action = "set_eth_dst(02:00:00:00:09:09); dec_ttl"
+        [[table.entry]]
+        key = ["10.0.0.66/32"]
+        action = "drop"
+        [[table]]
+        name = "l2"
+        key = [{ field = "eth.dst", match = "exact" }]
+        default_action = "count(l2_miss); drop"
+        [[table.entry]]
+        key = ["02:00:00:00:09:09"]
+        action = "count(l2_hit); forward(0)"
+    "#;
+    let text = conf("sum", "f32", "udp", false, "", 3, 8, 4) + TABLES;
+    let rig = Rig::new(&text);
+    let routed = |dst: [u8; 4], ttl: u8| {
+        rig.frame(0, 0, 1, &f32s(&[1.0; 4]), |s| {
+            s.dst_ip = IpAddr::V4(dst);
+            s.dst_port = 9000;
+            s.ttl = ttl;
+        })
+    };
+    let arp = |target: [u8; 4]| {
+        let mut f = vec![0xff; 6];
+        f.extend_from_slice(&[2, 0, 0, 0, 1, 1, 0x08, 0x06]);
+        let req = crate::wire::arp::ArpRepr {
+            operation: crate::wire::arp::OP_REQUEST,
+            sender_mac: "02:00:00:00:01:01".parse().unwrap(),
+            sender_ip: [10, 0, 0, 1],
+            target_mac: Default::default(),
+            target_ip: target,
+        };
+        let mut a = [0u8; 28];
+        req.emit(&mut a).unwrap();
+        f.extend_from_slice(&a);
+        f.resize(60, 0);
+        f
+    };
+    let chunk = |rank: usize, off: u32| rig.frame(rank, off, 1, &f32s(&[rank as f32 + 0.5; 4]), |_| {});
+    let frames = vec![
+        chunk(0, 0),
+        routed([10, 0, 0, 77], 64),
+        arp([10, 0, 0, 254]),
+        vec![1, 2, 3],
+        chunk(1, 0),
+        routed([10, 0, 0, 66], 64),
+        routed([192, 168, 1, 1], 64),
+        chunk(2, 0),
+        chunk(0, 0),
+        routed([10, 0, 0, 78], 1),
+        arp([10, 0, 0, 9]),
+        chunk(0, 4),
+        routed([10, 0, 0, 79], 64),
+        Vec::new(),
+    ];
+    let local = vec![PortAddr { mac: APP_MAC.parse().unwrap(), ipv4: Some([10, 0, 0, 254]), ipv6: None }];
+    let run = |cuts: &[usize]| {
+        let mut r = Rig::new(&text);
+        r.dp.local = local.clone();
+        let mut io = VecIo::new(1);
+        if cuts.is_empty() {
+            for f in &frames {
+                r.send(&mut io, f.clone(), 10);
+            }
+        } else {
+            let mut slots: Vec<Option<VecBuf>> = frames
+                .iter()
+                .map(|f| {
+                    let mut b = VecBuf::from_frame(f);
+                    b.timestamp_us = Some(10);
+                    Some(b)
+                })
+                .collect();
+            let mut rest = &mut slots[..];
+            for &c in cuts {
+                let (now, later) = rest.split_at_mut(c.min(rest.len()));
+                r.dp.process_burst(&mut io, 0, now, 0);
+                assert!(now.iter().all(Option::is_none), "every packet of the burst is taken");
+                rest = later;
+            }
+        }
+        let tables: Vec<Vec<crate::table::Counter>> =
+            r.dp.pipeline
+                .tables
+                .iter()
+                .map(|t| (0..t.len()).map(|e| *t.counter(e)).chain([*t.miss_counter()]).collect())
+                .collect();
+        let named: Vec<crate::table::Counter> = r.dp.pipeline.counters.iter().map(|(_, c)| *c).collect();
+        (io.sent, r.dp.counters.clone(), *r.agg(), tables, named)
+    };
+    let one_by_one = run(&[]);
+    assert!(one_by_one.0.len() >= 6, "results, the ARP reply and forwarded packets: {}", one_by_one.0.len());
+    assert_eq!(one_by_one.1.neighbor_replies, 1);
+    assert_eq!(one_by_one.1.dropped(Reason::TtlExpired), 1);
+    assert_eq!(one_by_one.1.dropped(Reason::Runt), 2);
+    assert_eq!(one_by_one.1.dropped(Reason::ExplicitDrop), 1, "10.0.0.66");
+    assert_eq!(one_by_one.1.dropped(Reason::TableMiss), 2, "192.168.1.1 and the unanswered ARP request");
+    for cuts in [&[frames.len()][..], &[1, 4, 2, 100], &[3; 5]] {
+        assert!(run(cuts) == one_by_one, "bursts cut at {cuts:?}");
+    }
+}

@@ -8,6 +8,7 @@
 //! ([`ternary`], [`classifier`]). Lookups never allocate.
 
 pub mod classifier;
+pub mod entry;
 pub mod exact;
 pub mod field;
 pub mod key;
@@ -21,6 +22,7 @@ use crate::action::{self, Action, ActionList, Egress};
 use crate::buf::PacketBuf;
 use crate::parse::Parsed;
 use crate::stats::Reason;
+use entry::Entry;
 use exact::ExactMatcher;
 pub use field::Field;
 pub use key::{Key, KEY_MAX};
@@ -71,7 +73,12 @@ pub struct KeyField {
 }
 
 /// Packet and byte counters (P4 counter, `packets_and_bytes`).
+///
+/// Aligned to its 16 bytes, so that it never straddles two cache lines wherever it is stored
+/// (a named counter sits after its name in a tuple): a split counter's load cannot be
+/// forwarded from the previous packet's store to it, which stalls every packet that counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[repr(align(16))]
 pub struct Counter {
     /// Packets counted.
     pub packets: u64,
@@ -137,13 +144,12 @@ pub struct Table {
     pub key: Vec<KeyField>,
     key_len: usize,
     matcher: Matcher,
-    actions: Vec<ActionList>,
-    /// Per-entry counters, by entry index (the order entries were added).
-    pub counters: Vec<Counter>,
-    /// The action list run on a miss.
-    pub default_action: ActionList,
-    /// Misses.
-    pub miss_counter: Counter,
+    /// Counter and actions per entry, by entry index (the order entries were added).
+    entries: Vec<Entry>,
+    /// The miss counter and the default action.
+    miss: Entry,
+    /// Action lists too long to be held inline in their [`Entry`].
+    pool: Vec<Action>,
 }
 
 impl Table {
@@ -177,16 +183,9 @@ impl Table {
         } else {
             Matcher::Exact(ExactMatcher::new(key_len).map_err(|e| e.to_string())?)
         };
-        Ok(Table {
-            name: name.to_string(),
-            key,
-            key_len,
-            matcher,
-            actions: Vec::new(),
-            counters: Vec::new(),
-            default_action,
-            miss_counter: Counter::default(),
-        })
+        let mut pool = Vec::new();
+        let miss = Entry::new(&default_action.0, &mut pool);
+        Ok(Table { name: name.to_string(), key, key_len, matcher, entries: Vec::new(), miss, pool })
     }
 
     /// True when entries need a priority (the table has ternary or range fields).
@@ -211,7 +210,7 @@ impl Table {
         if values.len() != self.key.len() {
             return Err(EntryError::Arity { expected: self.key.len(), got: values.len() });
         }
-        let idx = self.actions.len() as u32;
+        let idx = self.entries.len() as u32;
         let mut bytes = vec![0u8; self.key_len];
         let mut mask = vec![0u8; self.key_len];
         let mut ranges = Vec::new();
@@ -254,25 +253,65 @@ impl Table {
             Matcher::Exact(m) => m.insert(&bytes, idx)?,
             Matcher::Lpm(m) => m.insert(&bytes, prefix.unwrap_or(0), idx)?,
         }
-        self.actions.push(actions);
-        self.counters.push(Counter::default());
+        let entry = Entry::new(&actions.0, &mut self.pool);
+        self.entries.push(entry);
         Ok(idx as usize)
     }
 
     /// Number of entries.
     pub fn len(&self) -> usize {
-        self.actions.len()
+        self.entries.len()
     }
 
     /// True without entries.
     pub fn is_empty(&self) -> bool {
-        self.actions.is_empty()
+        self.entries.is_empty()
+    }
+
+    /// Entry `entry`'s counter (entries are indexed in the order they were added).
+    ///
+    /// Panics if `entry >= self.len()`.
+    pub fn counter(&self, entry: usize) -> &Counter {
+        &self.entries[entry].counter
+    }
+
+    /// Entry `entry`'s actions, in order.
+    ///
+    /// Panics if `entry >= self.len()`.
+    pub fn actions(&self, entry: usize) -> &[Action] {
+        self.entries[entry].actions(&self.pool)
+    }
+
+    /// The miss counter.
+    pub fn miss_counter(&self) -> &Counter {
+        &self.miss.counter
+    }
+
+    /// The actions run on a miss, in order.
+    pub fn default_action(&self) -> &[Action] {
+        self.miss.actions(&self.pool)
+    }
+
+    /// Prefetches what a [`Table::lookup`] of the packet will read first, so that a burst of
+    /// lookups overlaps its cache misses: for an LPM table without exact fields, the trie's
+    /// root slot for the key. A no-op for the other kinds (a hash probe or the classifier's
+    /// small bit vectors gain nothing from it) and for an empty table.
+    #[inline]
+    pub fn prefetch(&self, p: &Parsed, ingress_port: u16) {
+        // Without exact fields, the LPM field is the whole key.
+        if let (Matcher::Lpm(m), [kf]) = (&self.matcher, &self.key[..]) {
+            if !self.entries.is_empty() {
+                let mut bytes = [0; KEY_MAX];
+                kf.field.write_key(p, ingress_port, &mut bytes, kf.offset);
+                m.prefetch(&bytes[..self.key_len]);
+            }
+        }
     }
 
     /// Looks a packet up; returns the hit entry's index, or `None` on a miss.
     #[inline(always)]
     pub fn lookup(&self, p: &Parsed, ingress_port: u16) -> Option<usize> {
-        if self.actions.is_empty() {
+        if self.entries.is_empty() {
             return None;
         }
         let mut key = Key { len: self.key_len as u8, bytes: [0; KEY_MAX] };
@@ -314,23 +353,62 @@ impl Pipeline {
     /// (keeping `p` up to date) and returns the egress.
     #[inline]
     pub fn apply<B: PacketBuf>(&mut self, buf: &mut B, p: &mut Parsed, ingress_port: u16) -> Egress {
+        self.apply_inner(buf, p, ingress_port, None)
+    }
+
+    /// Looks the packet up in the first table, as [`Pipeline::apply`] would first, and
+    /// prefetches the entry it hits: the first stage of a burst, whose
+    /// result [`Pipeline::apply_with_first_hit`] takes. `None` without tables or on a miss.
+    #[inline]
+    pub fn first_lookup(&self, p: &Parsed, ingress_port: u16) -> Option<usize> {
+        let table = self.tables.first()?;
+        let hit = table.lookup(p, ingress_port);
+        if let Some(e) = hit.and_then(|i| table.entries.get(i)) {
+            crate::prefetch::prefetch(e);
+        }
+        hit
+    }
+
+    /// [`Pipeline::apply`] with the first table's lookup already done: `first_hit` is what
+    /// [`Pipeline::first_lookup`] (or the first table's [`Table::lookup`]) returned for this
+    /// `p` and `ingress_port`, before any rewrite.
+    #[inline]
+    pub fn apply_with_first_hit<B: PacketBuf>(
+        &mut self,
+        buf: &mut B,
+        p: &mut Parsed,
+        ingress_port: u16,
+        first_hit: Option<usize>,
+    ) -> Egress {
+        self.apply_inner(buf, p, ingress_port, Some(first_hit))
+    }
+
+    /// The pipeline; `first`, when known, is the first table's lookup result.
+    #[inline(always)]
+    fn apply_inner<B: PacketBuf>(
+        &mut self,
+        buf: &mut B,
+        p: &mut Parsed,
+        ingress_port: u16,
+        mut first: Option<Option<usize>>,
+    ) -> Egress {
         let mut egress = Egress::Unset;
         let mut t = 0;
         while t < self.tables.len() {
             let len = buf.data().len();
             let table = &mut self.tables[t];
-            let (actions, miss) = match table.lookup(p, ingress_port) {
-                Some(i) => {
-                    table.counters[i].hit(len);
-                    (&table.actions[i], false)
-                }
-                None => {
-                    table.miss_counter.hit(len);
-                    (&table.default_action, true)
-                }
+            let hit = match first.take() {
+                Some(hit) if t == 0 => hit,
+                _ => table.lookup(p, ingress_port),
             };
+            let (entry, miss) = match hit {
+                Some(i) => (&mut table.entries[i], false),
+                None => (&mut table.miss, true),
+            };
+            entry.counter.hit(len);
+            let actions = entry.actions(&table.pool);
             let mut next = t + 1;
-            for a in &actions.0 {
+            for a in actions {
                 match a {
                     Action::Forward(port) => egress = Egress::Port(*port),
                     Action::Flood => egress = Egress::Flood,
