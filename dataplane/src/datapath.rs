@@ -117,6 +117,7 @@ impl Datapath {
     ///
     /// Every `Some` slot of `pkts` is taken (left `None`); `None` slots are skipped. Bursts of
     /// more than [`MAX_BURST`] packets are handled in chunks of it. Never allocates.
+    #[inline(never)]
     pub fn process_burst<I: PacketIo>(&mut self, io: &mut I, in_port: u16, pkts: &mut [Option<I::Buf>], now_us: u64) {
         for chunk in pkts.chunks_mut(MAX_BURST) {
             self.process_chunk(io, in_port, chunk, now_us);

@@ -37,7 +37,7 @@ written with configs into target/bench/agg/.
    differencing two runs (--duration 3 and 9, packets from the stats JSON) to cancel EAL start-up
    and shutdown, whole program (net_pcap's rx copy and net_null's tx included); the fold path on
    a finite capture of 12 rounds (no infinite_rx; every contribution folded, N results per
-   completion), counting only inside Datapath::process (--toggle-collect), because the worker
+   completion), counting only inside Datapath::process_burst (--toggle-collect), because the worker
    busy-polls while a finite replay starts and ends.
 
 Output: stdout, and appended to target/bench/results.md.
@@ -255,12 +255,15 @@ def ipp_steady(carriage, n, lanes):
 
 
 def ipp_fold(carriage, n, lanes, rounds=12):
-    """Instructions per contribution inside Datapath::process on a finite capture (every
+    """Instructions per contribution inside Datapath::process_burst on a finite capture (every
     contribution folded, N results per completion). Only that function is counted: the worker
     lcore busy-polls while the replay starts and ends, so whole-program counts of a finite run
     measure the wait, not the packets."""
     _, conf = gen(carriage, n, lanes, rounds=rounds, slots=16, tag=f"fold{rounds}")
-    i, s = callgrind(conf, [], f"{name(carriage, n, lanes)}-fold{rounds}", toggle="*Datapath*process*")
+    i, s = callgrind(conf, [], f"{name(carriage, n, lanes)}-fold{rounds}", toggle="*Datapath*process_burst*")
+    if i == 0:
+        sys.exit("agg.py: callgrind counted nothing inside Datapath::process_burst (inlined into the "
+                 "worker loop? it must stay #[inline(never)])")
     rx, a = check(s, "callgrind fold")
     if a["folded"] != rx or a["resends"]:
         sys.exit(f"agg.py: fold run {rounds} rounds: {rx} in, {a['folded']} folded")
@@ -440,7 +443,7 @@ def main():
                   "of their packet counts, so EAL start-up cancels, net_pcap rx copy and net_null "
                   "tx included):", "",
                   "| carriage | steady state (resend) | fold path (finite capture, "
-                  "16 slots, 12 rounds; inside Datapath::process only: parse, validate, fold, "
+                  "16 slots, 12 rounds; inside Datapath::process_burst only: parse, validate, fold, "
                   "N results per completion, no DPDK rx/tx) |", "|---|---|---|"]
         for carriage in CARRIAGES:
             s, sp = cg[("steady", carriage)]
