@@ -76,7 +76,7 @@ pub fn answer<B: PacketBuf>(buf: &mut B, p: &Parsed, port: &PortAddr) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::buf::VecBuf;
     use crate::parse::parse;
@@ -89,7 +89,9 @@ mod tests {
         PortAddr { mac: "02:00:00:00:00:fe".parse().unwrap(), ipv4: Some([10, 0, 0, 254]), ipv6: Some(v6) }
     }
 
-    fn arp_request(target: [u8; 4], vlan: bool) -> Vec<u8> {
+    /// A broadcast ARP request from 02:00:00:00:01:01 / 10.0.0.2 for `target`, optionally
+    /// tagged with VID 7, padded to 60 bytes.
+    pub(crate) fn arp_request(target: [u8; 4], vlan: bool) -> Vec<u8> {
         let mut f = vec![0xff; 6];
         f.extend_from_slice(&[2, 0, 0, 0, 1, 1]);
         if vlan {

@@ -462,22 +462,7 @@ fn a_burst_is_processed_as_packet_after_packet() {
             s.ttl = ttl;
         })
     };
-    let arp = |target: [u8; 4]| {
-        let mut f = vec![0xff; 6];
-        f.extend_from_slice(&[2, 0, 0, 0, 1, 1, 0x08, 0x06]);
-        let req = crate::wire::arp::ArpRepr {
-            operation: crate::wire::arp::OP_REQUEST,
-            sender_mac: "02:00:00:00:01:01".parse().unwrap(),
-            sender_ip: [10, 0, 0, 1],
-            target_mac: Default::default(),
-            target_ip: target,
-        };
-        let mut a = [0u8; 28];
-        req.emit(&mut a).unwrap();
-        f.extend_from_slice(&a);
-        f.resize(60, 0);
-        f
-    };
+    let arp = |target: [u8; 4]| crate::neighbor::tests::arp_request(target, false);
     let chunk = |rank: usize, off: u32| rig.frame(rank, off, 1, &f32s(&[rank as f32 + 0.5; 4]), |_| {});
     let frames = vec![
         chunk(0, 0),
