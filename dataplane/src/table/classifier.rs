@@ -271,6 +271,9 @@ impl Classifier {
     /// or `None`.
     #[inline]
     pub fn lookup(&self, key: &[u8]) -> Option<u32> {
+        if self.words == 1 {
+            return self.lookup_one_word(key);
+        }
         let words = self.words;
         let mut at = [0usize; MAX_RANGE_DIMS];
         for (a, d) in at.iter_mut().zip(&self.ranges) {
@@ -293,6 +296,24 @@ impl Classifier {
             }
         }
         None
+    }
+
+    /// [`Classifier::lookup`] for at most 64 entries (one word per bitmap, the common case):
+    /// one load and AND per dimension, without the per-word loop.
+    #[inline(always)]
+    fn lookup_one_word(&self, key: &[u8]) -> Option<u32> {
+        let mut acc = self.all.first().copied().unwrap_or(0);
+        // With one word, `byte_bits` holds one table per byte dimension, in `byte_at` order.
+        for (t, &b) in self.byte_bits.iter().zip(&self.byte_at) {
+            acc &= t[key.get(b).copied().unwrap_or(0) as usize];
+        }
+        for d in &self.ranges {
+            acc &= d.bits.get(d.interval_of(key)).copied().unwrap_or(0);
+        }
+        if acc == 0 {
+            return None;
+        }
+        self.entries.get(acc.trailing_zeros() as usize).copied()
     }
 }
 
