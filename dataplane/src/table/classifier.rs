@@ -20,7 +20,8 @@
 //! word at a time and stops at the first word with a bit set.
 //!
 //! # Cost
-//! Lookup: a binary search per range dimension, then per word of entries up to the winner's, one
+//! Lookup: per range dimension two loads (a two-byte field) or a binary search among the
+//! intervals of the field's first byte (most first bytes have one, found without a search), then per word of entries up to the winner's, one
 //! load and AND per dimension. Memory: `256 * ceil(n / 64)` words per byte dimension and one
 //! word per interval and 64 entries per range dimension. Insert: `O(bitmaps * words)`, an entry
 //! shifting one bit in every bitmap. Beyond [`MAX_ENTRIES`] entries or [`MAX_RANGE_DIMS`] range
@@ -56,11 +57,24 @@ struct RangeDim {
     /// By the field's first byte: the first and last interval holding values that start with
     /// it. Most bytes see one interval, found without a search.
     top: Box<[(u32, u32); 256]>,
+    /// Two-byte fields (ports, VLAN ids): by the first byte, the block of `second` that gives,
+    /// by the second byte, the interval's index minus `top`'s first. Block 0 is all zeros and
+    /// serves every first byte that sees one interval, so a lookup is two loads and no branch.
+    block: Box<[u16; 256]>,
+    /// Blocks of 256 offsets (two-byte fields only; empty otherwise).
+    second: Vec<u16>,
 }
 
 impl RangeDim {
     fn new(field: Range<usize>, all: &[u64]) -> RangeDim {
-        let mut d = RangeDim { field, starts: vec![0], bits: all.to_vec(), top: Box::new([(0, 0); 256]) };
+        let mut d = RangeDim {
+            field,
+            starts: vec![0],
+            bits: all.to_vec(),
+            top: Box::new([(0, 0); 256]),
+            block: Box::new([0; 256]),
+            second: Vec::new(),
+        };
         d.index_top();
         d
     }
@@ -75,12 +89,31 @@ impl RangeDim {
             *e = (self.interval(lo) as u32, self.interval(hi) as u32);
         }
         *self.top = top;
+        if self.field.len() == 2 {
+            self.second = vec![0; 256];
+            for (t, &(first, last)) in top.iter().enumerate() {
+                if first == last {
+                    self.block[t] = 0;
+                    continue;
+                }
+                self.block[t] = (self.second.len() / 256) as u16;
+                for low in 0..256u128 {
+                    let i = self.interval(((t as u128) << 8) | low);
+                    self.second.push((i - first as usize) as u16);
+                }
+            }
+        }
     }
 
     /// Index of the interval holding the field of `key`.
     #[inline(always)]
     fn interval_of(&self, key: &[u8]) -> usize {
         let Some(f) = key.get(self.field.clone()) else { return 0 };
+        if let [hi, lo] = *f {
+            let first = self.top[hi as usize].0 as usize;
+            let at = (self.block[hi as usize] as usize) << 8 | lo as usize;
+            return first + self.second.get(at).copied().unwrap_or(0) as usize;
+        }
         let (first, last) = self.top[f[0] as usize];
         if first == last {
             return first as usize;
@@ -174,6 +207,7 @@ impl Classifier {
     pub fn memory_bytes(&self) -> usize {
         8 * (self.bytes.iter().map(|d| d.bits.len()).sum::<usize>()
             + self.ranges.iter().map(|d| d.bits.len() + 2 * d.starts.len()).sum::<usize>())
+            + self.ranges.iter().map(|d| 2 * d.second.len()).sum::<usize>()
     }
 
     /// True if an entry with these range conditions can be added within the limits.
@@ -352,5 +386,50 @@ mod tests {
         assert!(!c.fits(&[]));
         assert_eq!(c.lookup(&[0; 16]), Some(0));
         assert_eq!(c.lookup(&[2; 16]), Some(1));
+    }
+
+    /// A two-byte range field (a port) behind a one-byte exact-ish field, its ranges cutting
+    /// first bytes anywhere (inside a first byte, on its edges, across several): every one of
+    /// the 65536 values of each first byte pattern gives the answer of evaluating the entries
+    /// in priority order, in tables of one word and of several.
+    #[test]
+    fn two_byte_ranges_agree_with_the_entries_on_every_value() {
+        let ranges: [(u128, u128, i32); 9] = [
+            (0, 1023, 90),
+            (2000, 2999, 80),
+            (0x0700, 0x07ff, 85),
+            (0x1234, 0x1234, 70),
+            (0x12ff, 0x1301, 75),
+            (4791, 4791, 95),
+            (49152, 65535, 10),
+            (30000, 30100, 60),
+            (1, 65534, 0),
+        ];
+        for copies in [1, 9] {
+            let mut c = Classifier::default();
+            let mut rules = Vec::new();
+            for k in 0..copies {
+                for (j, &(lo, hi, prio)) in ranges.iter().enumerate() {
+                    let proto = [17u8, 6][(j + k) % 2];
+                    let entry = (k * ranges.len() + j) as u32;
+                    let cond = [RangeCond { field: 1..3, lo, hi }];
+                    c.insert(&[proto, 0, 0], &[0xff, 0, 0], &cond, prio - k as i32, entry);
+                    rules.push((proto, lo, hi, prio - k as i32, entry));
+                }
+            }
+            assert_eq!(c.words, (rules.len() + 63) / 64);
+            // Priority order, then insertion order among equals.
+            rules.sort_by_key(|r| (-r.3, r.4));
+            for proto in [17u8, 6, 1] {
+                for v in 0..=u16::MAX {
+                    let [hi, lo] = v.to_be_bytes();
+                    let want = rules
+                        .iter()
+                        .find(|r| r.0 == proto && r.1 <= v as u128 && v as u128 <= r.2)
+                        .map(|r| r.4);
+                    assert_eq!(c.lookup(&[proto, hi, lo]), want, "proto {proto}, port {v}, {copies} copies");
+                }
+            }
+        }
     }
 }
