@@ -417,7 +417,7 @@ mod tests {
                     rules.push((proto, lo, hi, prio - k as i32, entry));
                 }
             }
-            assert_eq!(c.words, (rules.len() + 63) / 64);
+            assert_eq!(c.words, rules.len().div_ceil(64));
             // Priority order, then insertion order among equals.
             rules.sort_by_key(|r| (-r.3, r.4));
             for proto in [17u8, 6, 1] {
