@@ -1148,6 +1148,66 @@ mod tests {
         assert_eq!(parse(&f, GRAD_PORT), Err(DropReason::MalformedBth));
     }
 
+    /// XRC (IBTA Vol. 1 table 35, transport 101b) is RoCEv2 like RC: every opcode parses, its
+    /// ICRC is verified, and the headers it needs (XRCETH first on requests) must fit.
+    #[test]
+    fn xrc_opcodes_parse_with_their_xrceth() {
+        let ops: [(u8, usize); 23] = [
+            (0xa0, 4),
+            (0xa1, 4),
+            (0xa2, 4),
+            (0xa3, 8),
+            (0xa4, 4),
+            (0xa5, 8),
+            (0xa6, 20),
+            (0xa7, 4),
+            (0xa8, 4),
+            (0xa9, 8),
+            (0xaa, 20),
+            (0xab, 24),
+            (0xac, 20),
+            (0xad, 4),
+            (0xae, 0),
+            (0xaf, 4),
+            (0xb0, 4),
+            (0xb1, 4),
+            (0xb2, 12),
+            (0xb3, 32),
+            (0xb4, 32),
+            (0xb6, 8),
+            (0xb7, 8),
+        ];
+        for (op, ext_len) in ops {
+            for (v6, vlan) in [(false, None), (true, Some(9))] {
+                let build = |headers: usize| {
+                    let mut l4p = vec![0u8; 12];
+                    bth::BthRepr { opcode: op, pkey: 0xffff, dest_qp: 0x42, psn: 3, ..Default::default() }
+                        .emit(&mut l4p)
+                        .unwrap();
+                    l4p.resize(12 + headers + 4, 0x5a);
+                    let mut f = udp_frame(v6, vlan, bth::ROCEV2_UDP_PORT, &l4p, true);
+                    let l3 = if vlan.is_some() { 18 } else { 14 };
+                    icrc::fill(&mut f[l3..], if v6 { 40 } else { 20 }).unwrap();
+                    f
+                };
+                let f = build(ext_len);
+                let p = parse(&f, GRAD_PORT).unwrap_or_else(|e| panic!("opcode {op:#x}: {e}"));
+                assert!(p.has(Layers::UDP.union(Layers::BTH)), "opcode {op:#x}");
+                assert_eq!((p.bth_opcode, p.bth_dest_qp, p.bth_psn), (op, 0x42, 3));
+                assert!(!p.has(Layers::DETH) && !p.has(Layers::GRADIENT));
+                // One byte short of its headers: malformed, whatever the ICRC.
+                if ext_len > 0 {
+                    assert_eq!(parse(&build(ext_len - 1), GRAD_PORT), Err(DropReason::MalformedBth), "opcode {op:#x}");
+                }
+                // A bad ICRC is caught.
+                let mut b = f.clone();
+                let n = b.len();
+                b[n - 1] ^= 1;
+                assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::BadIcrc), "opcode {op:#x}");
+            }
+        }
+    }
+
     #[test]
     fn fragments_never_udp() {
         // IPv4: MF set, or a non-zero offset.
