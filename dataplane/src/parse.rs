@@ -20,7 +20,8 @@
 //! - IPv4: IHL >= 5, header and total length within the frame, header checksum verified
 //!   (RFC 791). The total length bounds the datagram; Ethernet padding after it is ignored.
 //! - IPv6: payload length within the frame; at most 8 extension headers, each inside the payload
-//!   (RFC 8200 section 4).
+//!   (RFC 8200 section 4; AH and the generic-format headers walked too). The UDP checksum's
+//!   pseudo-header takes the final destination of a Routing header (RFC 8200 section 8.1).
 //! - Fragments (IPv4 MF or offset, IPv6 Fragment header with M or offset): L3 only
 //!   ([`Layers::IP_FRAGMENT`]); their upper layer is never parsed as UDP.
 //! - UDP: 8 <= length <= IP payload; the length bounds the datagram. Checksum: over IPv4, 0 means
@@ -524,7 +525,8 @@ fn parse_ipv6(frame: &[u8], l3: usize, port: u16, l4_rx: CsumStatus, p: &mut Par
         match l4_rx {
             CsumStatus::Good => true,
             CsumStatus::Bad => false,
-            CsumStatus::Unknown => u.verify_checksum_v6(&src, &dst),
+            // The pseudo-header holds the final destination (RFC 8200 section 8.1).
+            CsumStatus::Unknown => u.verify_checksum_v6(&src, &ip.checksum_dst_addr(&chain)),
         }
     };
     if !ok {
@@ -1146,6 +1148,118 @@ mod tests {
         let mut f = udp_frame(false, None, 4791, &l4p[..12 + 4 + 4], true);
         icrc::fill(&mut f[14..], 20).unwrap();
         assert_eq!(parse(&f, GRAD_PORT), Err(DropReason::MalformedBth));
+    }
+
+    /// XRC (IBTA Vol. 1 table 35, transport 101b) is RoCEv2 like RC: every opcode parses, its
+    /// ICRC is verified, and the headers it needs (XRCETH first on requests) must fit.
+    #[test]
+    fn xrc_opcodes_parse_with_their_xrceth() {
+        let ops: [(u8, usize); 23] = [
+            (0xa0, 4),
+            (0xa1, 4),
+            (0xa2, 4),
+            (0xa3, 8),
+            (0xa4, 4),
+            (0xa5, 8),
+            (0xa6, 20),
+            (0xa7, 4),
+            (0xa8, 4),
+            (0xa9, 8),
+            (0xaa, 20),
+            (0xab, 24),
+            (0xac, 20),
+            (0xad, 4),
+            (0xae, 0),
+            (0xaf, 4),
+            (0xb0, 4),
+            (0xb1, 4),
+            (0xb2, 12),
+            (0xb3, 32),
+            (0xb4, 32),
+            (0xb6, 8),
+            (0xb7, 8),
+        ];
+        for (op, ext_len) in ops {
+            for (v6, vlan) in [(false, None), (true, Some(9))] {
+                let build = |headers: usize| {
+                    let mut l4p = vec![0u8; 12];
+                    bth::BthRepr { opcode: op, pkey: 0xffff, dest_qp: 0x42, psn: 3, ..Default::default() }
+                        .emit(&mut l4p)
+                        .unwrap();
+                    l4p.resize(12 + headers + 4, 0x5a);
+                    let mut f = udp_frame(v6, vlan, bth::ROCEV2_UDP_PORT, &l4p, true);
+                    let l3 = if vlan.is_some() { 18 } else { 14 };
+                    icrc::fill(&mut f[l3..], if v6 { 40 } else { 20 }).unwrap();
+                    f
+                };
+                let f = build(ext_len);
+                let p = parse(&f, GRAD_PORT).unwrap_or_else(|e| panic!("opcode {op:#x}: {e}"));
+                assert!(p.has(Layers::UDP.union(Layers::BTH)), "opcode {op:#x}");
+                assert_eq!((p.bth_opcode, p.bth_dest_qp, p.bth_psn), (op, 0x42, 3));
+                assert!(!p.has(Layers::DETH) && !p.has(Layers::GRADIENT));
+                // One byte short of its headers: malformed, whatever the ICRC.
+                if ext_len > 0 {
+                    assert_eq!(parse(&build(ext_len - 1), GRAD_PORT), Err(DropReason::MalformedBth), "opcode {op:#x}");
+                }
+                // A bad ICRC is caught.
+                let mut b = f.clone();
+                let n = b.len();
+                b[n - 1] ^= 1;
+                assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::BadIcrc), "opcode {op:#x}");
+            }
+        }
+    }
+
+    /// UDP behind an Authentication Header is found and verified; behind a Segment Routing
+    /// Header with segments left, its checksum is over the final destination (RFC 8200
+    /// section 8.1), not the header's current one.
+    #[test]
+    fn ipv6_udp_behind_ah_and_routing_headers() {
+        let udp = |dst: &[u8; 16]| {
+            let mut u = vec![0u8; 12];
+            udp::UdpRepr { src_port: 1000, dst_port: 9000, payload_len: 4 }.emit(&mut u).unwrap();
+            u[8..].copy_from_slice(&[1, 2, 3, 4]);
+            udp::UdpPacket::new_checked(&mut u[..]).unwrap().fill_checksum_v6(&V6_SRC, dst);
+            u
+        };
+        let frame = |nh: u8, ext: &[u8], u: &[u8]| {
+            let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x86, 0xdd];
+            f.resize(14 + 40, 0);
+            ipv6::Ipv6Repr {
+                src_addr: V6_SRC,
+                dst_addr: V6_DST,
+                next_header: nh,
+                payload_len: (ext.len() + u.len()) as u16,
+                hop_limit: 64,
+                traffic_class: 0,
+                flow_label: 0,
+            }
+            .emit(&mut f[14..])
+            .unwrap();
+            f.extend_from_slice(ext);
+            f.extend_from_slice(u);
+            f
+        };
+        // AH (next header UDP, length byte 4: 24 bytes with a 12-byte ICV).
+        let mut ah = vec![17u8, 4];
+        ah.resize(24, 0);
+        let f = frame(51, &ah, &udp(&V6_DST));
+        let p = ok(&f);
+        assert!(p.has(Layers::IPV6.union(Layers::UDP)));
+        assert_eq!((p.ip_proto, p.l4_offset, p.udp_dst), (17, 14 + 40 + 24, 9000));
+        assert_eq!(&f[p.udp_payload()], &[1, 2, 3, 4]);
+        // SRH (type 4), segments left 1, Segment List[0] = the final destination.
+        let fin = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9];
+        let mut srh = vec![17u8, 2, 4, 1, 0, 0, 0, 0];
+        srh.extend_from_slice(&fin);
+        let f = frame(43, &srh, &udp(&fin));
+        let p = ok(&f);
+        assert_eq!((p.ip_proto, p.l4_offset, p.ip_dst()), (17, 14 + 40 + 24, &V6_DST[..]));
+        // The same over the header's destination is wrong.
+        assert_eq!(parse(&frame(43, &srh, &udp(&V6_DST)), GRAD_PORT), Err(DropReason::BadUdpChecksum));
+        // With segments left 0 the header's destination is the final one.
+        srh[3] = 0;
+        assert!(ok(&frame(43, &srh, &udp(&V6_DST))).has(Layers::UDP));
     }
 
     #[test]

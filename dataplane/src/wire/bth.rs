@@ -1,6 +1,6 @@
 //! InfiniBand transport headers as RoCEv2 carries them in UDP (destination port 4791): the Base
 //! Transport Header (BTH, IBTA Vol. 1 section 9.2) and the extension headers its opcode requires
-//! (section 9.3): DETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH.
+//! (section 9.3): DETH, XRCETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH.
 //!
 //! ```text
 //!  BTH (12 bytes)
@@ -12,7 +12,7 @@
 //!  8  AckReq(1) resv7 | PSN (3)
 //! ```
 //!
-//! Extension headers follow the BTH in a fixed order (DETH, RETH, AtomicETH, AETH,
+//! Extension headers follow the BTH in a fixed order (DETH, XRCETH, RETH, AtomicETH, AETH,
 //! AtomicAckETH, ImmDt, IETH); [`extensions`] says, for an opcode, which are present. Then come
 //! the payload, PadCnt pad bytes and the 4-byte ICRC.
 
@@ -50,6 +50,8 @@ pub const HEADER_LEN: usize = 12;
 pub const ICRC_LEN: usize = 4;
 /// Length of a DETH (bytes).
 pub const DETH_LEN: usize = 8;
+/// Length of an XRCETH (bytes: the XRC SRQ number).
+pub const XRCETH_LEN: usize = 4;
 /// Length of a RETH (bytes).
 pub const RETH_LEN: usize = 16;
 /// Length of an AtomicETH (bytes).
@@ -66,7 +68,7 @@ pub const IETH_LEN: usize = 4;
 pub const CNP_RESERVED_LEN: usize = 16;
 
 /// BTH opcodes (IBTA Vol. 1 table 35): transport in the top 3 bits (RC 0x00, UC 0x20, UD 0x60,
-/// CNP 0x80), operation in the low 5.
+/// CNP 0x80, XRC 0xA0), operation in the low 5.
 #[derive(Debug, Clone, Copy)]
 pub struct Opcode;
 
@@ -127,11 +129,17 @@ impl Opcode {
     pub const UD_SEND_ONLY_IMM: u8 = 0x65;
     /// RoCEv2 Congestion Notification Packet (Annex A17.9.3).
     pub const CNP: u8 = 0x81;
+    /// XRC SEND Only.
+    pub const XRC_SEND_ONLY: u8 = 0xa4;
+    /// XRC RDMA WRITE Only.
+    pub const XRC_WRITE_ONLY: u8 = 0xaa;
+    /// XRC Acknowledge.
+    pub const XRC_ACK: u8 = 0xb1;
 }
 
 /// The set of extension headers that follow a BTH, in their wire order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Extensions(u8);
+pub struct Extensions(u16);
 
 impl Extensions {
     /// No extension header.
@@ -152,10 +160,13 @@ impl Extensions {
     pub const IETH: Extensions = Extensions(1 << 6);
     /// The 16 reserved bytes of a RoCEv2 CNP.
     pub const CNP_RESERVED: Extensions = Extensions(1 << 7);
+    /// XRC ETH (4 bytes: the XRC SRQ number), on every XRC request.
+    pub const XRCETH: Extensions = Extensions(1 << 8);
 
     /// Every header in wire order, with its length (bytes).
-    const ORDER: [(Extensions, usize); 8] = [
+    const ORDER: [(Extensions, usize); 9] = [
         (Self::DETH, DETH_LEN),
+        (Self::XRCETH, XRCETH_LEN),
         (Self::RETH, RETH_LEN),
         (Self::ATOMIC_ETH, ATOMIC_ETH_LEN),
         (Self::AETH, AETH_LEN),
@@ -195,27 +206,43 @@ impl Extensions {
     }
 }
 
+/// The extension headers of the RC (and XRC) operation `op` (the opcode's low 5 bits), XRCETH
+/// aside.
+fn rc_extensions(op: u8) -> Result<Extensions, WireError> {
+    use Extensions as E;
+    Ok(match op {
+        0x00 | 0x01 | 0x02 | 0x04 | 0x07 | 0x08 | 0x0e => E::NONE,
+        0x03 | 0x05 | 0x09 => E::IMM_DT,
+        0x06 | 0x0a | 0x0c => E::RETH,
+        0x0b => E::RETH.union(E::IMM_DT),
+        0x0d | 0x0f | 0x10 | 0x11 => E::AETH,
+        0x12 => E::AETH.union(E::ATOMIC_ACK_ETH),
+        0x13 | 0x14 => E::ATOMIC_ETH,
+        0x16 | 0x17 => E::IETH,
+        _ => return Err(WireError::UnknownOpcode),
+    })
+}
+
 /// The extension headers that follow a BTH with `opcode` (IBTA Vol. 1 table 35 and section
-/// 9.3), for the RC, UC and UD transports and the RoCEv2 CNP.
+/// 9.3), for the RC, UC, UD and XRC transports and the RoCEv2 CNP.
+///
+/// XRC has the operations of RC; every request (SEND, RDMA WRITE, RDMA READ Request, atomics)
+/// carries an XRCETH right after the BTH, responses (RDMA READ Response, Acknowledge, Atomic
+/// Acknowledge) do not.
 ///
 /// # Errors
 /// [`WireError::UnknownOpcode`] for reserved opcodes and transports the appliance does not
-/// handle (RD, XRC, manufacturer-specific).
+/// handle (RD, manufacturer-specific).
 pub fn extensions(opcode: u8) -> Result<Extensions, WireError> {
     use Extensions as E;
     let op = opcode & 0x1f;
     let ext = match opcode & 0xe0 {
         // RC
-        0x00 => match op {
-            0x00 | 0x01 | 0x02 | 0x04 | 0x07 | 0x08 | 0x0e => E::NONE,
-            0x03 | 0x05 | 0x09 => E::IMM_DT,
-            0x06 | 0x0a | 0x0c => E::RETH,
-            0x0b => E::RETH.union(E::IMM_DT),
-            0x0d | 0x0f | 0x10 | 0x11 => E::AETH,
-            0x12 => E::AETH.union(E::ATOMIC_ACK_ETH),
-            0x13 | 0x14 => E::ATOMIC_ETH,
-            0x16 | 0x17 => E::IETH,
-            _ => return Err(WireError::UnknownOpcode),
+        0x00 => rc_extensions(op)?,
+        // XRC: RC's operations, with an XRCETH on requests.
+        0xa0 => match op {
+            0x0d..=0x12 => rc_extensions(op)?,
+            _ => E::XRCETH.union(rc_extensions(op)?),
         },
         // UC: the SEND and RDMA WRITE opcodes of RC.
         0x20 => match op {
@@ -633,9 +660,45 @@ mod tests {
             assert_eq!(extensions(op), Ok(ext), "opcode {op:#x}");
             assert_eq!(ext.len(), len, "opcode {op:#x}");
         }
-        for op in [0x15u8, 0x18, 0x1f, 0x2c, 0x31, 0x40, 0x63, 0x66, 0x80, 0xa0, 0xc0, 0xff] {
+        for op in [0x15u8, 0x18, 0x1f, 0x2c, 0x31, 0x40, 0x63, 0x66, 0x80, 0xb5, 0xb8, 0xbf, 0xc0, 0xff] {
             assert_eq!(extensions(op), Err(WireError::UnknownOpcode), "opcode {op:#x}");
         }
+        // XRC (IBTA Vol. 1 table 35, transport 101b): RC's operations; an XRCETH (4 bytes) right
+        // after the BTH on every request, none on the responder's READ responses and ACKs.
+        let xrc: [(u8, Extensions, usize); 23] = [
+            (0xa0, E::XRCETH, 4),
+            (0xa1, E::XRCETH, 4),
+            (0xa2, E::XRCETH, 4),
+            (0xa3, E::XRCETH.union(E::IMM_DT), 8),
+            (Opcode::XRC_SEND_ONLY, E::XRCETH, 4),
+            (0xa5, E::XRCETH.union(E::IMM_DT), 8),
+            (0xa6, E::XRCETH.union(E::RETH), 20),
+            (0xa7, E::XRCETH, 4),
+            (0xa8, E::XRCETH, 4),
+            (0xa9, E::XRCETH.union(E::IMM_DT), 8),
+            (Opcode::XRC_WRITE_ONLY, E::XRCETH.union(E::RETH), 20),
+            (0xab, E::XRCETH.union(E::RETH).union(E::IMM_DT), 24),
+            (0xac, E::XRCETH.union(E::RETH), 20),
+            (0xad, E::AETH, 4),
+            (0xae, E::NONE, 0),
+            (0xaf, E::AETH, 4),
+            (0xb0, E::AETH, 4),
+            (Opcode::XRC_ACK, E::AETH, 4),
+            (0xb2, E::AETH.union(E::ATOMIC_ACK_ETH), 12),
+            (0xb3, E::XRCETH.union(E::ATOMIC_ETH), 32),
+            (0xb4, E::XRCETH.union(E::ATOMIC_ETH), 32),
+            (0xb6, E::XRCETH.union(E::IETH), 8),
+            (0xb7, E::XRCETH.union(E::IETH), 8),
+        ];
+        for (op, ext, len) in xrc {
+            assert_eq!(extensions(op), Ok(ext), "opcode {op:#x}");
+            assert_eq!(ext.len(), len, "opcode {op:#x}");
+        }
+        let e = E::XRCETH.union(E::RETH).union(E::IMM_DT);
+        assert_eq!(
+            (e.offset_of(E::XRCETH), e.offset_of(E::RETH), e.offset_of(E::IMM_DT)),
+            (Some(0), Some(4), Some(20))
+        );
         let e = E::RETH.union(E::IMM_DT);
         assert_eq!((e.offset_of(E::RETH), e.offset_of(E::IMM_DT), e.offset_of(E::AETH)), (Some(0), Some(16), None));
         let e = E::DETH.union(E::IMM_DT);

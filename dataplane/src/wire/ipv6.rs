@@ -29,6 +29,11 @@ mod field {
     // 8-byte units not counting the first 8 bytes.
     pub const EXT_NEXT_HEADER: usize = 0;
     pub const EXT_LEN: usize = 1;
+    // Routing header (RFC 8200 section 4.4): routing type, segments left, then type-specific
+    // data from byte 8 (the addresses of types 0 and 2, the segment list of type 4).
+    pub const RT_TYPE: usize = 2;
+    pub const RT_SEGMENTS_LEFT: usize = 3;
+    pub const RT_ADDRESSES: usize = 8;
     // Fragment header (RFC 8200 section 4.5), 8 bytes.
     pub const FRAG_OFF_M: Field = 2..4;
     pub const FRAG_IDENT: Field = 4..8;
@@ -54,6 +59,17 @@ impl NextHeader {
     pub const FRAGMENT: u8 = 44;
     /// Destination Options.
     pub const DEST_OPTS: u8 = 60;
+    /// Authentication Header (RFC 4302): its length byte counts 4-byte units, minus 2.
+    pub const AUTH: u8 = 51;
+    /// Encapsulating Security Payload (RFC 4303): what follows is encrypted, so the walk ends
+    /// there, as at an upper layer.
+    pub const ESP: u8 = 50;
+    /// Mobility header (RFC 6275), in the generic format (RFC 6564).
+    pub const MOBILITY: u8 = 135;
+    /// Host Identity Protocol (RFC 7401), in the generic format.
+    pub const HIP: u8 = 139;
+    /// Shim6 (RFC 5533), in the generic format.
+    pub const SHIM6: u8 = 140;
     /// No next header: nothing follows (RFC 8200 section 4.7).
     pub const NO_NEXT: u8 = 59;
 }
@@ -89,6 +105,11 @@ pub struct ExtensionChain {
     pub frag_offset: u16,
     /// Fragment identification, 0 without a Fragment header.
     pub frag_ident: u32,
+    /// Where a Routing header with segments left names the final destination (offset of its
+    /// 16 bytes from the start of the IPv6 header), 0 otherwise. The upper-layer checksum's
+    /// pseudo-header uses that address instead of the header's destination (RFC 8200 section
+    /// 8.1): see [`Ipv6Packet::checksum_dst_addr`].
+    pub final_dst_offset: u16,
 }
 
 impl ExtensionChain {
@@ -210,6 +231,20 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
         a
     }
 
+    /// The destination address of upper-layer checksums (RFC 8200 section 8.1): the final
+    /// destination a Routing header of `chain` names, else the header's destination.
+    #[inline]
+    pub fn checksum_dst_addr(&self, chain: &ExtensionChain) -> [u8; 16] {
+        match chain.final_dst_offset as usize {
+            0 => self.dst_addr(),
+            o => {
+                let mut a = [0u8; 16];
+                a.copy_from_slice(&self.buffer.as_ref()[o..o + 16]);
+                a
+            }
+        }
+    }
+
     /// The payload: `payload_len` bytes after the fixed header (padding excluded).
     #[inline]
     pub fn payload(&self) -> &[u8] {
@@ -217,9 +252,12 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     }
 
     /// Walks the extension headers after the fixed header (RFC 8200 section 4): Hop-by-Hop (0,
-    /// first only), Routing (43), Fragment (44) and Destination Options (60). Any other next
-    /// header ends the walk as the upper layer. Every length is checked against the payload
-    /// length; the walk stops at a Fragment header with a non-zero offset.
+    /// first only), Routing (43), Fragment (44), Destination Options (60), Authentication Header
+    /// (51, RFC 4302) and the generic-format Mobility (135), HIP (139) and Shim6 (140) headers
+    /// (RFC 6564). Any other next header (ESP and No Next Header included) ends the walk as the
+    /// upper layer. Every length is checked against the payload length; the walk stops at a
+    /// Fragment header with a non-zero offset. A datagram is a fragment when any of its
+    /// Fragment headers says so.
     ///
     /// # Errors
     /// - [`WireError::BadHeaderLen`]: an extension header runs past the payload.
@@ -233,7 +271,12 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
         loop {
             let nh = chain.upper_protocol;
             let len = match nh {
-                NextHeader::HOP_BY_HOP | NextHeader::ROUTING | NextHeader::DEST_OPTS => {
+                NextHeader::HOP_BY_HOP
+                | NextHeader::ROUTING
+                | NextHeader::DEST_OPTS
+                | NextHeader::MOBILITY
+                | NextHeader::HIP
+                | NextHeader::SHIM6 => {
                     if nh == NextHeader::HOP_BY_HOP && off != HEADER_LEN {
                         return Err(WireError::BadExtensionChain);
                     }
@@ -241,6 +284,12 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
                         return Err(WireError::BadHeaderLen);
                     }
                     (b[off + field::EXT_LEN] as usize + 1) * 8
+                }
+                NextHeader::AUTH => {
+                    if off + 2 > end {
+                        return Err(WireError::BadHeaderLen);
+                    }
+                    (b[off + field::EXT_LEN] as usize + 2) * 4
                 }
                 NextHeader::FRAGMENT => FRAGMENT_HEADER_LEN,
                 _ => break,
@@ -253,11 +302,25 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
             }
             chain.count += 1;
             chain.upper_protocol = b[off + field::EXT_NEXT_HEADER];
+            if nh == NextHeader::ROUTING && chain.final_dst_offset == 0 && b[off + field::RT_SEGMENTS_LEFT] != 0 {
+                // The final destination (RFC 8200 section 8.1): the last address of a type 0
+                // (RFC 5095) or type 2 (RFC 6275) header, Segment List[0] of a Segment Routing
+                // Header (type 4, RFC 8754 section 2). Other types keep the header's.
+                let addrs = (len - field::RT_ADDRESSES) / 16;
+                let last = match b[off + field::RT_TYPE] {
+                    0 | 2 if addrs > 0 => Some(addrs - 1),
+                    4 if addrs > 0 => Some(0),
+                    _ => None,
+                };
+                if let Some(i) = last {
+                    chain.final_dst_offset = (off + field::RT_ADDRESSES + 16 * i) as u16;
+                }
+            }
             if nh == NextHeader::FRAGMENT {
                 let v = be16(b, off + field::FRAG_OFF_M.start);
                 chain.has_fragment_header = true;
                 chain.frag_offset = v & 0xfff8;
-                chain.more_fragments = v & 1 != 0;
+                chain.more_fragments |= v & 1 != 0;
                 chain.frag_ident = be32(b, off + field::FRAG_IDENT.start);
                 if chain.frag_offset != 0 {
                     chain.non_first_fragment = true;
@@ -534,6 +597,76 @@ mod tests {
         v[5] = 4;
         let e = Ipv6Packet::new_checked(&v[..]).unwrap().walk_extensions().unwrap_err();
         assert_eq!(e, WireError::BadHeaderLen);
+    }
+
+    /// AH (RFC 4302 section 2.2: length in 4-byte units minus 2) and the generic-format
+    /// headers (RFC 6564) are walked to the upper layer; ESP and No Next Header end the walk.
+    #[test]
+    fn authentication_and_generic_headers() {
+        // Hop-by-Hop, then AH with a 12-byte ICV (length byte 4: (4 + 2) * 4 = 24 bytes), then
+        // Destination Options, then UDP at 40 + 8 + 24 + 8.
+        let mut v = chain(&[(0, 0)], 51);
+        v.extend_from_slice(&[60, 4]);
+        v.extend_from_slice(&[0; 22]);
+        v.extend_from_slice(&[17, 0, 0, 0, 0, 0, 0, 0]);
+        let pl = (v.len() - 40) as u16;
+        v[4..6].copy_from_slice(&pl.to_be_bytes());
+        let c = Ipv6Packet::new_checked(&v[..]).unwrap().walk_extensions().unwrap();
+        assert_eq!((c.upper_protocol, c.header_len, c.count), (17, 80, 3));
+        // AH whose length runs one 4-byte unit past the payload.
+        let mut w = v.clone();
+        w[49] = 7;
+        assert_eq!(Ipv6Packet::new_checked(&w[..]).unwrap().walk_extensions().unwrap_err(), WireError::BadHeaderLen);
+        // Mobility, HIP and Shim6 in the generic format.
+        for nh in [135u8, 139, 140] {
+            let v = chain(&[(nh, 1)], 17);
+            let c = Ipv6Packet::new_checked(&v[..]).unwrap().walk_extensions().unwrap();
+            assert_eq!((c.upper_protocol, c.header_len, c.count), (17, 56, 1), "next header {nh}");
+        }
+        // ESP and No Next Header: the walk ends there.
+        for nh in [50u8, 59] {
+            let mut v = chain(&[(60, 0)], nh);
+            v.extend_from_slice(&[17, 0, 0, 0, 0, 0, 0, 0]);
+            let pl = (v.len() - 40) as u16;
+            v[4..6].copy_from_slice(&pl.to_be_bytes());
+            let c = Ipv6Packet::new_checked(&v[..]).unwrap().walk_extensions().unwrap();
+            assert_eq!((c.upper_protocol, c.header_len), (nh, 48));
+        }
+    }
+
+    /// Two Fragment headers: the datagram is a fragment if either says so (the second one's
+    /// clear M flag does not make a first fragment whole).
+    #[test]
+    fn any_fragment_header_makes_a_fragment() {
+        let mut v = chain(&[(44, 0), (44, 0)], 17);
+        v[43] = 1; // first header: M set, offset 0
+        let c = Ipv6Packet::new_checked(&v[..]).unwrap().walk_extensions().unwrap();
+        assert!(c.is_fragment() && c.more_fragments);
+        assert_eq!((c.count, c.header_len), (2, 56));
+    }
+
+    /// The pseudo-header's destination with a Routing header whose segments left is not 0 is
+    /// the final destination (RFC 8200 section 8.1): the last address of types 0 and 2,
+    /// Segment List[0] of an SRH (type 4, RFC 8754).
+    #[test]
+    fn routing_header_final_destination() {
+        let a = |x: u8| [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, x];
+        for (rt_type, left, want) in [(0u8, 2u8, a(8)), (2, 1, a(8)), (4, 1, a(7)), (0, 0, a(2)), (3, 1, a(2))] {
+            // Two addresses (length byte 4: 8 + 32 bytes), fd00::7 then fd00::8.
+            let mut v = chain(&[(43, 4)], 17);
+            v[24..40].copy_from_slice(&a(2));
+            v[42] = rt_type;
+            v[43] = left;
+            v[48..64].copy_from_slice(&a(7));
+            v[64..80].copy_from_slice(&a(8));
+            let p = Ipv6Packet::new_checked(&v[..]).unwrap();
+            let c = p.walk_extensions().unwrap();
+            assert_eq!(p.checksum_dst_addr(&c), want, "type {rt_type}, segments left {left}");
+            assert_eq!(p.dst_addr(), a(2));
+        }
+        // Without a Routing header: the header's destination.
+        let p = Ipv6Packet::new_checked(&C07[..]).unwrap();
+        assert_eq!(p.checksum_dst_addr(&p.walk_extensions().unwrap()), p.dst_addr());
     }
 
     #[test]
