@@ -123,6 +123,7 @@ fuzz_target!(|data: &[u8]| {
         src_mac: "02:00:00:00:01:00".parse().unwrap(),
         dst_mac: "02:00:00:00:00:fe".parse().unwrap(),
         vlan: (b(10) & 1 == 1).then_some(b(10) as u16),
+        outer_tag: None,
         src_ip,
         dst_ip,
         dscp: 0,

@@ -21,6 +21,7 @@ pub fn frame_spec(p: &Params, e: &Event) -> FrameSpec {
         src_mac: plan::member_mac(k),
         dst_mac: plan::APPLIANCE_MAC,
         vlan: p.vlan,
+        outer_tag: None,
         src_ip: plan::member_ip(p.family, k),
         dst_ip: plan::appliance_ip(p.family),
         dscp: 0,

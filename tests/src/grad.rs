@@ -130,6 +130,7 @@ impl Coll {
             src_mac: format!("02:00:00:00:01:{k:02x}").parse().unwrap(),
             dst_mac: "02:00:00:00:00:fe".parse().unwrap(),
             vlan: None,
+            outer_tag: None,
             src_ip: self.ip(k),
             dst_ip: dst,
             dscp: 0,

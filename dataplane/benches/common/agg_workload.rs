@@ -165,6 +165,7 @@ impl Case {
                         src_mac: m.mac,
                         dst_mac: APP_MAC.parse().unwrap(),
                         vlan: None,
+                        outer_tag: None,
                         src_ip: m.ip,
                         dst_ip: IpAddr::V4([10, 0, 0, 254]),
                         dscp: 0,

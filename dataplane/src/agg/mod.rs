@@ -577,10 +577,20 @@ impl Aggregator {
             0 => 0,
             i => self.colls[i as usize - 1].spec.dscp,
         };
+        // Back the way the packet came: its tags mirrored, an 802.1ad (or second 802.1Q) tag
+        // first, then the 802.1Q one.
+        let outer = (p.vlan_outer_tpid, p.vid_outer);
+        let (outer_tag, vlan) = match (p.has(Layers::VLAN_OUTER), p.has(Layers::VLAN_INNER)) {
+            (true, true) => (Some(outer), Some(p.vid_inner)),
+            (true, false) if p.vlan_outer_tpid != 0x8100 => (Some(outer), None),
+            (true, false) => (None, Some(p.vid_outer)),
+            _ => (None, None),
+        };
         let spec = FrameSpec {
             src_mac: port.mac,
             dst_mac: p.eth_src,
-            vlan: p.has(Layers::VLAN_OUTER).then_some(p.vid_outer),
+            vlan,
+            outer_tag,
             src_ip,
             dst_ip,
             dscp: coll_dscp,
@@ -638,6 +648,7 @@ fn result_spec(
         src_mac: port.mac,
         dst_mac: m.mac,
         vlan: m.vlan,
+        outer_tag: None,
         src_ip: template::source_ip(&port, &m.ip),
         dst_ip: m.ip,
         dscp: spec.dscp,

@@ -264,6 +264,7 @@ mod tests {
             src_mac: EthernetAddress([2, 0, 0, 0, 0, 0x64]),
             dst_mac: EthernetAddress([2, 0, 0, 0, 0, member]),
             vlan,
+            outer_tag: None,
             src_ip,
             dst_ip,
             dscp: 26,

@@ -57,6 +57,7 @@ impl Rig {
             src_mac: m.mac,
             dst_mac: APP_MAC.parse().unwrap(),
             vlan: None,
+            outer_tag: None,
             src_ip: m.ip,
             dst_ip,
             dscp: 0,
@@ -219,6 +220,41 @@ fn rule_5_validation_drops_and_naks_by_reason() {
         }
     }
     assert_eq!(rig.agg().folded, 0, "nothing refused was folded");
+}
+
+/// A NAK goes back the way the refused packet came: its VLAN tags mirrored, both of a
+/// double-tagged (802.1ad + 802.1Q, or 802.1Q + 802.1Q) packet in their order, an S-tag alone
+/// as an S-tag, on both carriages; its checksums (and ICRC) valid.
+#[test]
+fn naks_mirror_the_refused_packets_vlan_tags() {
+    let tags: [(Option<(u16, u16)>, Option<u16>); 5] = [
+        (None, None),
+        (None, Some(100)),
+        (Some((0x88a8, 300)), Some(100)),
+        (Some((0x8100, 300)), Some(100)),
+        (Some((0x88a8, 300)), None),
+    ];
+    for carriage in ["udp", "rocev2"] {
+        for (i, &(outer_tag, vlan)) in tags.iter().enumerate() {
+            let mut rig = Rig::new(&conf("sum", "f32", carriage, false, "", 2, 8, 4));
+            let mut io = VecIo::new(1);
+            let bad = rig.frame(0, 0, 1, &f32s(&[1.0; 4]), |s| {
+                s.header.collective_id = 99;
+                s.outer_tag = outer_tag;
+                s.vlan = vlan;
+            });
+            rig.send(&mut io, bad, 0);
+            let out = decode(&io);
+            assert_eq!(out.len(), 1, "{carriage} case {i}");
+            let (_, g, _, p) = &out[0];
+            assert_eq!((g.flags, g.reason), (Flags::NAK, 1), "{carriage} case {i}");
+            let want_outer = outer_tag.or(vlan.map(|v| (0x8100, v)));
+            let got_outer = p.has(Layers::VLAN_OUTER).then_some((p.vlan_outer_tpid, p.vid_outer));
+            assert_eq!(got_outer, want_outer, "{carriage} case {i}: outer tag");
+            let want_inner = if outer_tag.is_some() { vlan } else { None };
+            assert_eq!(p.has(Layers::VLAN_INNER).then_some(p.vid_inner), want_inner, "{carriage} case {i}: inner tag");
+        }
+    }
 }
 
 #[test]

@@ -77,6 +77,10 @@ pub struct FrameSpec {
     pub dst_mac: EthernetAddress,
     /// An 802.1Q VID, if tagged.
     pub vlan: Option<u16>,
+    /// A tag written before the 802.1Q one, as (TPID, VID): the 802.1ad S-tag (0x88A8, or a
+    /// second 0x8100) of a reply that mirrors a double-tagged request's tags (or its only tag,
+    /// when that is an S-tag and `vlan` is `None`).
+    pub outer_tag: Option<(u16, u16)>,
     /// IP source (its family decides the frame's).
     pub src_ip: IpAddr,
     /// IP destination (same family as `src_ip`).
@@ -100,11 +104,7 @@ pub struct FrameSpec {
 impl FrameSpec {
     /// Bytes of the L2 header.
     fn l2_len(&self) -> usize {
-        if self.vlan.is_some() {
-            18
-        } else {
-            14
-        }
+        14 + 4 * (self.vlan.is_some() as usize + self.outer_tag.is_some() as usize)
     }
 
     /// Bytes of the IP header.
@@ -203,9 +203,11 @@ pub fn build_with(
     let l2 = spec.l2_len();
     f[0..6].copy_from_slice(&spec.dst_mac.0);
     f[6..12].copy_from_slice(&spec.src_mac.0);
-    if let Some(vid) = spec.vlan {
-        f[12..14].copy_from_slice(&0x8100u16.to_be_bytes());
-        f[14..16].copy_from_slice(&(vid & 0x0fff).to_be_bytes());
+    let mut at = 12;
+    for (tpid, vid) in [spec.outer_tag, spec.vlan.map(|v| (0x8100, v))].into_iter().flatten() {
+        f[at..at + 2].copy_from_slice(&tpid.to_be_bytes());
+        f[at + 2..at + 4].copy_from_slice(&(vid & 0x0fff).to_be_bytes());
+        at += 4;
     }
     let l3 = l2;
     let l4 = l3 + spec.l3_len();
@@ -339,6 +341,7 @@ mod tests {
             src_mac: "02:00:00:00:00:01".parse().unwrap(),
             dst_mac: "02:00:00:00:00:fe".parse().unwrap(),
             vlan,
+            outer_tag: None,
             src_ip: s,
             dst_ip: d,
             dscp: 26,
