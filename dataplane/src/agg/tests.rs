@@ -227,7 +227,9 @@ fn rule_5_validation_drops_and_naks_by_reason() {
 /// as an S-tag, on both carriages; its checksums (and ICRC) valid.
 #[test]
 fn naks_mirror_the_refused_packets_vlan_tags() {
-    let tags: [(Option<(u16, u16)>, Option<u16>); 5] = [
+    // (the tag before the 802.1Q one as (TPID, VID), the 802.1Q VID)
+    type Tags = (Option<(u16, u16)>, Option<u16>);
+    let tags: [Tags; 5] = [
         (None, None),
         (None, Some(100)),
         (Some((0x88a8, 300)), Some(100)),
