@@ -1150,11 +1150,14 @@ mod tests {
         assert_eq!(parse(&f, GRAD_PORT), Err(DropReason::MalformedBth));
     }
 
-    /// XRC (IBTA Vol. 1 table 35, transport 101b) is RoCEv2 like RC: every opcode parses, its
-    /// ICRC is verified, and the headers it needs (XRCETH first on requests) must fit.
+    /// XRC (IBTA Vol. 1 table 35, transport 101b) is RoCEv2 like RC, and so are RC's RDMA FLUSH
+    /// (FETH, RETH) and ATOMIC WRITE (RETH) of release 1.5: every opcode parses, its ICRC is
+    /// verified, and the headers it needs (XRCETH first on XRC requests) must fit.
     #[test]
-    fn xrc_opcodes_parse_with_their_xrceth() {
-        let ops: [(u8, usize); 23] = [
+    fn xrc_and_rc_flush_opcodes_parse_with_their_headers() {
+        let ops: [(u8, usize); 25] = [
+            (bth::Opcode::RC_FLUSH, 20),
+            (bth::Opcode::RC_ATOMIC_WRITE, 16),
             (0xa0, 4),
             (0xa1, 4),
             (0xa2, 4),

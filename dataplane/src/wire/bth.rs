@@ -1,6 +1,6 @@
 //! InfiniBand transport headers as RoCEv2 carries them in UDP (destination port 4791): the Base
 //! Transport Header (BTH, IBTA Vol. 1 section 9.2) and the extension headers its opcode requires
-//! (section 9.3): DETH, XRCETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH.
+//! (section 9.3): DETH, XRCETH, FETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH.
 //!
 //! ```text
 //!  BTH (12 bytes)
@@ -12,7 +12,7 @@
 //!  8  AckReq(1) resv7 | PSN (3)
 //! ```
 //!
-//! Extension headers follow the BTH in a fixed order (DETH, XRCETH, RETH, AtomicETH, AETH,
+//! Extension headers follow the BTH in a fixed order (DETH, XRCETH, FETH, RETH, AtomicETH, AETH,
 //! AtomicAckETH, ImmDt, IETH); [`extensions`] says, for an opcode, which are present. Then come
 //! the payload, PadCnt pad bytes and the 4-byte ICRC.
 
@@ -52,6 +52,8 @@ pub const ICRC_LEN: usize = 4;
 pub const DETH_LEN: usize = 8;
 /// Length of an XRCETH (bytes: the XRC SRQ number).
 pub const XRCETH_LEN: usize = 4;
+/// Length of a FETH (bytes: RDMA FLUSH's type and placement).
+pub const FETH_LEN: usize = 4;
 /// Length of a RETH (bytes).
 pub const RETH_LEN: usize = 16;
 /// Length of an AtomicETH (bytes).
@@ -119,6 +121,10 @@ impl Opcode {
     pub const RC_SEND_LAST_INV: u8 = 0x16;
     /// RC SEND Only with Invalidate.
     pub const RC_SEND_ONLY_INV: u8 = 0x17;
+    /// RC RDMA FLUSH (IBTA Vol. 1 1.5; Linux rxe): FETH then RETH, no payload.
+    pub const RC_FLUSH: u8 = 0x1c;
+    /// RC ATOMIC WRITE (IBTA Vol. 1 1.5; Linux rxe): RETH then an 8-byte payload.
+    pub const RC_ATOMIC_WRITE: u8 = 0x1d;
     /// UC SEND Only.
     pub const UC_SEND_ONLY: u8 = 0x24;
     /// UC RDMA WRITE Only.
@@ -162,11 +168,14 @@ impl Extensions {
     pub const CNP_RESERVED: Extensions = Extensions(1 << 7);
     /// XRC ETH (4 bytes: the XRC SRQ number), on every XRC request.
     pub const XRCETH: Extensions = Extensions(1 << 8);
+    /// FLUSH ETH (4 bytes: the flush type and placement), on RDMA FLUSH.
+    pub const FETH: Extensions = Extensions(1 << 9);
 
     /// Every header in wire order, with its length (bytes).
-    const ORDER: [(Extensions, usize); 9] = [
+    const ORDER: [(Extensions, usize); 10] = [
         (Self::DETH, DETH_LEN),
         (Self::XRCETH, XRCETH_LEN),
+        (Self::FETH, FETH_LEN),
         (Self::RETH, RETH_LEN),
         (Self::ATOMIC_ETH, ATOMIC_ETH_LEN),
         (Self::AETH, AETH_LEN),
@@ -219,6 +228,9 @@ fn rc_extensions(op: u8) -> Result<Extensions, WireError> {
         0x12 => E::AETH.union(E::ATOMIC_ACK_ETH),
         0x13 | 0x14 => E::ATOMIC_ETH,
         0x16 | 0x17 => E::IETH,
+        // RDMA FLUSH and ATOMIC WRITE (IBTA Vol. 1 release 1.5).
+        0x1c => E::FETH.union(E::RETH),
+        0x1d => E::RETH,
         _ => return Err(WireError::UnknownOpcode),
     })
 }
@@ -242,6 +254,8 @@ pub fn extensions(opcode: u8) -> Result<Extensions, WireError> {
         // XRC: RC's operations, with an XRCETH on requests.
         0xa0 => match op {
             0x0d..=0x12 => rc_extensions(op)?,
+            // FLUSH and ATOMIC WRITE are defined for RC here, not for XRC.
+            0x1c | 0x1d => return Err(WireError::UnknownOpcode),
             _ => E::XRCETH.union(rc_extensions(op)?),
         },
         // UC: the SEND and RDMA WRITE opcodes of RC.
@@ -640,7 +654,7 @@ mod tests {
     #[test]
     fn opcode_table() {
         use Extensions as E;
-        let cases: [(u8, Extensions, usize); 14] = [
+        let cases: [(u8, Extensions, usize); 16] = [
             (Opcode::RC_SEND_FIRST, E::NONE, 0),
             (Opcode::RC_SEND_ONLY_IMM, E::IMM_DT, 4),
             (Opcode::RC_WRITE_FIRST, E::RETH, 16),
@@ -655,12 +669,14 @@ mod tests {
             (Opcode::UD_SEND_ONLY, E::DETH, 8),
             (Opcode::UD_SEND_ONLY_IMM, E::DETH.union(E::IMM_DT), 12),
             (Opcode::CNP, E::CNP_RESERVED, 16),
+            (Opcode::RC_FLUSH, E::FETH.union(E::RETH), 20),
+            (Opcode::RC_ATOMIC_WRITE, E::RETH, 16),
         ];
         for (op, ext, len) in cases {
             assert_eq!(extensions(op), Ok(ext), "opcode {op:#x}");
             assert_eq!(ext.len(), len, "opcode {op:#x}");
         }
-        for op in [0x15u8, 0x18, 0x1f, 0x2c, 0x31, 0x40, 0x63, 0x66, 0x80, 0xb5, 0xb8, 0xbf, 0xc0, 0xff] {
+        for op in [0x15u8, 0x18, 0x1e, 0x1f, 0x2c, 0x31, 0x3c, 0x40, 0x63, 0x66, 0x80, 0xb5, 0xb8, 0xbc, 0xbd, 0xbf, 0xc0, 0xff] {
             assert_eq!(extensions(op), Err(WireError::UnknownOpcode), "opcode {op:#x}");
         }
         // XRC (IBTA Vol. 1 table 35, transport 101b): RC's operations; an XRCETH (4 bytes) right
