@@ -166,47 +166,60 @@ class Appliance:
 
 
 class Capture:
-    """Every frame crossing the appliance's bridge port, captured by dumpcap in the bridge's
-    namespace, for the independent checker: frames from the appliance's MAC are its output, the
-    rest its input."""
+    """The appliance's traffic for the independent checker, captured by dumpcap: its input on
+    the appliance's own interface (in the appliance's namespace, where dumpcap's packet socket
+    and the appliance's AF_PACKET socket are handed each received frame one after the other, so
+    the capture's order is the appliance's), its output on the bridge's end of that link (frames
+    the appliance sends through AF_PACKET bypass the sending interface's taps). A capture on the
+    bridge port alone saw the input in the order the bridge forwarded it, which, under load, was
+    not always the order in which the appliance received it: the checker then expected, say, a
+    rule-3 resend for a contribution the appliance rightly took as a duplicate."""
 
     def __init__(self, topo, path):
         self.path = Path(path)
-        argv = topo.exec_argv(topo.bridge_ns, ["dumpcap", "-q", "-i", "ap", "-B", "256", "-s", "0", "-P", "-w", str(path)])
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 10
-        while not self.path.exists() or self.path.stat().st_size < 24:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"dumpcap did not start: {self.proc.stderr.read() if self.proc.poll() is not None else 'timeout'}")
-            time.sleep(0.05)
+        self.inp_path = self.path.with_name(self.path.stem + "-in.pcap")
+        self.out_path = self.path.with_name(self.path.stem + "-out.pcap")
+        self.procs = [self._start(topo, topo.appliance_ns, netns.APPLIANCE_IFACE, self.inp_path),
+                      self._start(topo, topo.bridge_ns, "ap", self.out_path)]
         time.sleep(0.3)
+
+    @staticmethod
+    def _start(topo, ns, iface, path):
+        argv = topo.exec_argv(ns, ["dumpcap", "-q", "-i", iface, "-B", "256", "-s", "0", "-P", "-w", str(path)])
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 10
+        while not path.exists() or path.stat().st_size < 24:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"dumpcap on {iface} did not start: {proc.stderr.read() if proc.poll() is not None else 'timeout'}")
+            time.sleep(0.05)
+        return proc
 
     def stop(self):
         time.sleep(0.3)  # the last frames
-        self.proc.send_signal(signal.SIGINT)
-        err = self.proc.communicate(timeout=30)[1]
-        m = [ln for ln in err.splitlines() if "dropped" in ln.lower()]
-        return m
+        lines = []
+        for proc in self.procs:
+            proc.send_signal(signal.SIGINT)
+            err = proc.communicate(timeout=30)[1]
+            lines += [ln for ln in err.splitlines() if "dropped" in ln.lower()]
+        return lines
 
     def split(self, inp, out):
-        """Writes the frames to and from the appliance into two classic pcap files."""
+        """Writes the frames to the appliance (from the input capture) and from it (from the
+        output capture) into two classic pcap files."""
         mac = bytes.fromhex(netns.APPLIANCE_MAC.replace(":", ""))
-        data = self.path.read_bytes()
-        head, pos = data[:24], 24
-        fi, fo = open(inp, "wb"), open(out, "wb")
-        fi.write(head)
-        fo.write(head)
         counts = [0, 0]
-        while pos + 16 <= len(data):
-            incl = int.from_bytes(data[pos + 8 : pos + 12], "little")
-            rec = data[pos : pos + 16 + incl]
-            frame = rec[16:]
-            from_appliance = frame[6:12] == mac
-            (fo if from_appliance else fi).write(rec)
-            counts[from_appliance] += 1
-            pos += 16 + incl
-        fi.close()
-        fo.close()
+        for src, dst, from_appliance in ((self.inp_path, inp, False), (self.out_path, out, True)):
+            data = src.read_bytes()
+            pos = 24
+            with open(dst, "wb") as f:
+                f.write(data[:24])
+                while pos + 16 <= len(data):
+                    incl = int.from_bytes(data[pos + 8 : pos + 12], "little")
+                    rec = data[pos : pos + 16 + incl]
+                    if (rec[16 + 6 : 16 + 12] == mac) == from_appliance:
+                        f.write(rec)
+                        counts[from_appliance] += 1
+                    pos += 16 + incl
         return counts
 
 
@@ -241,12 +254,9 @@ def worker_argv(impl, config, cid, rank, inp, out, stats, repeat, start_round, r
 
 
 # The workers run on CPU 0: the appliance's worker lcore polls CPU 1 (its config's --lcores
-# 0@0,1@1). This also keeps the kernel's path from the workers to the appliance (veth, bridge,
-# veth, AF_PACKET ring, all in the sender's softirq) on one CPU, so that the order in which the
-# capture sees contributions is the order in which the appliance receives them: with senders on
-# two CPUs, two frames tapped in one order can reach the appliance in the other, and the
-# independent checker would expect, say, a rule-3 resend for a contribution the appliance rightly
-# took as a duplicate.
+# 0@0,1@1). This also keeps most of the kernel's path from the workers to the appliance (veth,
+# bridge, veth, AF_PACKET ring, in the sender's softirq) on one CPU; the capture's order is made
+# the appliance's by where it taps (see Capture).
 WORKER_CPUS = ["taskset", "-c", "0"] if (os.cpu_count() or 1) >= 2 else []
 
 
