@@ -178,7 +178,9 @@ pub struct Aggregator {
     gradient_udp_port: u16,
     appliance_qpn: u32,
     kernels: Kernels,
-    naks: nak::NakLimiter,
+    /// The per-source NAK limit, shared with the other workers' aggregators (section 5 limits
+    /// what the appliance sends to a source, whichever worker refuses it).
+    naks: nak::SharedNakLimiter,
     /// This worker's index and the number of workers: collective `i` is owned by worker
     /// `i % workers` (its slots and PSN counters live there only).
     me: u16,
@@ -235,9 +237,16 @@ impl Aggregator {
             gradient_udp_port,
             appliance_qpn,
             kernels: Kernels::detect(),
-            naks: nak::NakLimiter::default(),
+            naks: nak::shared(),
             counters: AggCounters::default(),
         }
+    }
+
+    /// Shares `limiter` (one per appliance: every worker's aggregator gets the same) for the
+    /// per-source NAK limit instead of a limiter of its own.
+    pub fn with_nak_limiter(mut self, limiter: nak::SharedNakLimiter) -> Self {
+        self.naks = limiter;
+        self
     }
 
     /// Uses these kernels instead of the best detected ones (tests compare kernel sets).
@@ -550,7 +559,10 @@ impl Aggregator {
         let mut key = [0u8; 16];
         key[..p.ip_src().len()].copy_from_slice(p.ip_src());
         let src: nak::Source = (key, if roce { p.deth_src_qp } else { p.udp_src as u32 });
-        if !self.naks.allow(src, now_us) {
+        // A poisoned lock only means another worker panicked while holding it; the table is
+        // still consistent (`allow` updates one entry with plain stores).
+        let allowed = self.naks.lock().unwrap_or_else(|e| e.into_inner()).allow(src, now_us);
+        if !allowed {
             self.counters.naks_suppressed += 1;
             return;
         }
