@@ -625,6 +625,17 @@ impl Aggregator {
     }
 }
 
+/// The longest RESULT frame of `spec` (a full chunk, to the member whose headers are the
+/// longest: an 802.1Q tag, IPv6), in bytes. Results are built in one mbuf segment, so the
+/// mempool's data room (less its headroom) must hold it.
+pub fn max_result_frame_len(spec: &Collective) -> usize {
+    let full = (spec.chunk_elements as u64).min(spec.tensor_elements) as usize;
+    (0..spec.workers())
+        .map(|r| result_spec(spec, &[], 0, 0, r, 0, 0, 0, full).frame_len(full * spec.dtype.size()))
+        .max()
+        .unwrap_or(0)
+}
+
 /// The UDP source port of slot `s`'s RoCEv2 RESULT frames (spec section 6: entropy for ECMP).
 #[inline]
 fn result_source_port(s: usize) -> u16 {
