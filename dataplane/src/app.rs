@@ -360,6 +360,9 @@ fn run_with_eal(
         Vec::new()
     };
     let on_panic: Arc<dyn Fn() + Send + Sync> = Arc::new(worker::request_quit);
+    // One NAK limiter for all workers: spec section 5's limit is per source, whichever worker
+    // refuses it.
+    let nak_limiter = crate::agg::nak::shared();
     let mut handles = Vec::new();
     let started = Instant::now();
     for (wi, l) in lcores.iter().enumerate() {
@@ -380,14 +383,17 @@ fn run_with_eal(
                 if loaded.collectives.is_empty() {
                     dp
                 } else {
-                    dp.with_aggregator(crate::agg::Aggregator::for_worker(
-                        &loaded.collectives,
-                        port_addrs.clone(),
-                        cfg.dataplane.gradient_udp_port,
-                        cfg.dataplane.appliance_qpn,
-                        wi as u16,
-                        lcores.len() as u16,
-                    ))
+                    dp.with_aggregator(
+                        crate::agg::Aggregator::for_worker(
+                            &loaded.collectives,
+                            port_addrs.clone(),
+                            cfg.dataplane.gradient_udp_port,
+                            cfg.dataplane.appliance_qpn,
+                            wi as u16,
+                            lcores.len() as u16,
+                        )
+                        .with_nak_limiter(nak_limiter.clone()),
+                    )
                 }
             },
             pool,

@@ -373,3 +373,85 @@ rx = [{{ port = 1, queue = 0 }}]
     let (ok, text) = gradcheck(&conf, &[&in0, &in1], &[&o0, &o1]);
     assert!(ok, "{text}");
 }
+
+/// Section 5's limit, at most one NAK per source per 100 ms, holds for the appliance, not per
+/// worker: with two worker lcores, one source refused on both (an unknown collective arriving on
+/// each port, bad offsets for collectives owned by different workers, handed over) gets one NAK
+/// per 100 ms.
+#[test]
+fn nak_rate_limit_holds_per_source_across_workers() {
+    let dir = scratch("nak-two-workers");
+    let a = Coll { id: 1, n: 2, tensor: 4, chunk: 4, ..Default::default() };
+    let b = Coll { id: 2, n: 2, tensor: 4, chunk: 4, ..Default::default() };
+    let text = format!(
+        r#"[eal]
+args = ["--no-huge", "-m", "512", "--no-pci", "--no-shconf", "--lcores", "0@0,1@0,2@1", "--log-level", "*:error"]
+[dataplane]
+replay_idle_ms = 3000
+{PORT}
+[[port]]
+name = "p1"
+vdev = "net_null1"
+mac = "02:00:00:00:00:fe"
+ipv4 = "10.0.0.254"
+[[lcore]]
+id = 1
+rx = [{{ port = 0, queue = 0 }}]
+[[lcore]]
+id = 2
+rx = [{{ port = 1, queue = 0 }}]
+{}
+{}"#,
+        a.toml(),
+        b.toml()
+    );
+    let conf = write_config(&dir, "c.toml", &text);
+    let one = f32s(&[1.0; 4]);
+    let t0 = 1_700_000_000_000_000u64;
+    let ms = 1000u64;
+    // Every refused packet comes from rank 0's address. Collective 1 belongs to worker 1 (port 0),
+    // collective 2 to worker 2 (port 1); each port also carries the other's.
+    let p0 = vec![
+        (t0, a.frame(0, 0, 0, &one, |s| s.header.collective_id = 9)),
+        (t0 + 10 * ms, b.frame(0, 2, 0, &one, |_| {})),
+        (t0 + 200 * ms, a.frame(0, 0, 0, &one, |s| s.header.collective_id = 9)),
+        // Collective 1 completes, so that there are results to check.
+        (t0 + 400 * ms, a.frame(0, 0, 0, &one, |_| {})),
+        (t0 + 401 * ms, a.frame(1, 0, 0, &one, |_| {})),
+    ];
+    let p1 = vec![
+        (t0 + 20 * ms, b.frame(0, 0, 0, &one, |s| s.header.collective_id = 9)),
+        (t0 + 30 * ms, a.frame(0, 2, 0, &one, |_| {})),
+        (t0 + 220 * ms, b.frame(0, 0, 0, &one, |s| s.header.collective_id = 9)),
+    ];
+    let (in0, in1) = (dir.join("in0.pcap"), dir.join("in1.pcap"));
+    write_pcap_at(&in0, &p0);
+    write_pcap_at(&in1, &p1);
+    let (o0, o1) = (dir.join("out0.pcap"), dir.join("out1.pcap"));
+    let run = run_dpu(
+        &dir,
+        &conf,
+        &[
+            format!("--rx=0={}", in0.display()),
+            format!("--rx=1={}", in1.display()),
+            format!("--tx=0={}", o0.display()),
+            format!("--tx=1={}", o1.display()),
+        ],
+    );
+    run.assert_ok();
+    let s = run.stats();
+    assert_eq!(s["workers"], 2);
+    assert_eq!(s["aggregation"]["handed_off"], 2);
+    assert_eq!(s["drops"]["grad_unknown_collective"], 4);
+    assert_eq!(s["drops"]["grad_bad_offset"], 2);
+    // Whatever the order the two workers take their packets in: the first refusal (at 0 or
+    // 20 ms) is answered, the others within 100 ms of it are not, then one of those at 200 and
+    // 220 ms is.
+    assert_eq!(s["aggregation"]["naks"], 2, "one NAK per source per 100 ms");
+    assert_eq!(s["aggregation"]["naks_suppressed"], 4);
+    assert_eq!(s["mbufs_in_use_after"], 0);
+    let naks: usize = [&o0, &o1].iter().map(|o| read_pcap(o).iter().filter(|f| f[42] & 0x0f == 0x4).count()).sum();
+    assert_eq!(naks, 2);
+    let (ok, text) = gradcheck(&conf, &[&in0, &in1], &[&o0, &o1]);
+    assert!(ok, "{text}");
+}

@@ -119,7 +119,7 @@ impl PacketIo for Sink {
 
 pub fn conf(carriage: &str, n: usize, chunk: usize) -> String {
     let mut s = format!(
-        "[[port]]\nvdev = \"net_null0\"\nmac = \"{APP_MAC}\"\nipv4 = \"10.0.0.254\"\n\
+        "[mempool]\ndata_room = 9344\n[[port]]\nvdev = \"net_null0\"\nmac = \"{APP_MAC}\"\nipv4 = \"10.0.0.254\"\n\
          [[collective]]\ncollective_id = 1\nop = \"sum\"\ndtype = \"f32\"\ncarriage = \"{carriage}\"\n\
          tensor_elements = {}\nchunk_elements = {chunk}\ndeterministic = true\n",
         SLOTS * chunk

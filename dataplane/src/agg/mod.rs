@@ -178,7 +178,9 @@ pub struct Aggregator {
     gradient_udp_port: u16,
     appliance_qpn: u32,
     kernels: Kernels,
-    naks: nak::NakLimiter,
+    /// The per-source NAK limit, shared with the other workers' aggregators (section 5 limits
+    /// what the appliance sends to a source, whichever worker refuses it).
+    naks: nak::SharedNakLimiter,
     /// This worker's index and the number of workers: collective `i` is owned by worker
     /// `i % workers` (its slots and PSN counters live there only).
     me: u16,
@@ -235,9 +237,16 @@ impl Aggregator {
             gradient_udp_port,
             appliance_qpn,
             kernels: Kernels::detect(),
-            naks: nak::NakLimiter::default(),
+            naks: nak::shared(),
             counters: AggCounters::default(),
         }
+    }
+
+    /// Shares `limiter` (one per appliance: every worker's aggregator gets the same) for the
+    /// per-source NAK limit instead of a limiter of its own.
+    pub fn with_nak_limiter(mut self, limiter: nak::SharedNakLimiter) -> Self {
+        self.naks = limiter;
+        self
     }
 
     /// Uses these kernels instead of the best detected ones (tests compare kernel sets).
@@ -550,7 +559,10 @@ impl Aggregator {
         let mut key = [0u8; 16];
         key[..p.ip_src().len()].copy_from_slice(p.ip_src());
         let src: nak::Source = (key, if roce { p.deth_src_qp } else { p.udp_src as u32 });
-        if !self.naks.allow(src, now_us) {
+        // A poisoned lock only means another worker panicked while holding it; the table is
+        // still consistent (`allow` updates one entry with plain stores).
+        let allowed = self.naks.lock().unwrap_or_else(|e| e.into_inner()).allow(src, now_us);
+        if !allowed {
             self.counters.naks_suppressed += 1;
             return;
         }
@@ -611,6 +623,17 @@ impl Aggregator {
             self.counters.naks += 1;
         }
     }
+}
+
+/// The longest RESULT frame of `spec` (a full chunk, to the member whose headers are the
+/// longest: an 802.1Q tag, IPv6), in bytes. Results are built in one mbuf segment, so the
+/// mempool's data room (less its headroom) must hold it.
+pub fn max_result_frame_len(spec: &Collective) -> usize {
+    let full = (spec.chunk_elements as u64).min(spec.tensor_elements) as usize;
+    (0..spec.workers())
+        .map(|r| result_spec(spec, &[], 0, 0, r, 0, 0, 0, full).frame_len(full * spec.dtype.size()))
+        .max()
+        .unwrap_or(0)
 }
 
 /// The UDP source port of slot `s`'s RoCEv2 RESULT frames (spec section 6: entropy for ECMP).

@@ -2,6 +2,11 @@
 //! never amplify traffic. A fixed-size set-associative table: no allocation per packet; when a
 //! set is full of sources NAKed within the interval, the NAK is suppressed (never more than the
 //! limit allows).
+//!
+//! The limit is the appliance's, not a worker's: a source can be refused by every worker (an
+//! unknown collective on each worker's rx queues, collectives owned by different workers), so
+//! all workers consult one table ([`SharedNakLimiter`]). Only refusals take its lock; the path of
+//! valid contributions never does.
 
 /// The minimum interval between two NAKs to one source (µs).
 pub const NAK_INTERVAL_US: u64 = 100_000;
@@ -10,6 +15,14 @@ const WAYS: usize = 4;
 
 /// A NAK's destination: IP address (IPv4 in the first 4 bytes) and UDP port or RoCEv2 QP.
 pub type Source = ([u8; 16], u32);
+
+/// The limiter every worker's aggregator shares.
+pub type SharedNakLimiter = std::sync::Arc<std::sync::Mutex<NakLimiter>>;
+
+/// A new limiter to share between workers.
+pub fn shared() -> SharedNakLimiter {
+    std::sync::Arc::new(std::sync::Mutex::new(NakLimiter::default()))
+}
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Entry {

@@ -35,9 +35,14 @@ struct Rig {
 
 impl Rig {
     fn new(text: &str) -> Rig {
+        Rig::with(text, |c, ports| Aggregator::new(c, ports, 49374, 1))
+    }
+
+    /// A rig whose aggregator `make` builds from the collectives and ports.
+    fn with(text: &str, make: impl Fn(&[Collective], Vec<PortAddr>) -> Aggregator) -> Rig {
         let l = load_str(text, Path::new("t.toml")).unwrap_or_else(|e| panic!("{e}"));
         let ports = vec![PortAddr { mac: APP_MAC.parse().unwrap(), ipv4: l.port_ipv4[0], ipv6: l.port_ipv6[0] }];
-        let agg = Aggregator::new(&l.collectives, ports, 49374, 1);
+        let agg = make(&l.collectives, ports);
         Rig {
             dp: crate::datapath::Datapath::new(l.pipeline, 1, 49374).with_aggregator(agg),
             coll: l.collectives[0].clone(),
@@ -270,6 +275,28 @@ fn naks_are_rate_limited_per_source() {
     assert_eq!(decode(&io).len(), 2, "at 0 and at 100 ms");
     assert_eq!(rig.agg().naks_suppressed, 4);
     assert_eq!(rig.dp.counters.dropped(Reason::GradUnknownCollective), 6);
+}
+
+#[test]
+fn workers_sharing_the_nak_limiter_send_one_nak_per_source_between_them() {
+    let text = conf("sum", "f32", "udp", false, "", 2, 8, 4);
+    let shared = nak::shared();
+    let mut rigs: Vec<Rig> = (0..2u16)
+        .map(|w| {
+            Rig::with(&text, |c, ports| {
+                Aggregator::for_worker(c, ports, 49374, 1, w, 2).with_nak_limiter(shared.clone())
+            })
+        })
+        .collect();
+    let mut io = VecIo::new(1);
+    // An unknown collective is refused by whichever worker receives it.
+    let bad = rigs[0].frame(0, 0, 1, &f32s(&[1.0; 4]), |s| s.header.collective_id = 99);
+    for (w, t) in [(0, 0), (1, 10), (1, 50_000), (0, 100_000), (1, 150_000), (0, 199_999)] {
+        rigs[w].send(&mut io, bad.clone(), t);
+    }
+    assert_eq!(decode(&io).len(), 2, "at 0 and at 100 ms, whichever worker refused");
+    let suppressed: u64 = rigs.iter().map(|r| r.agg().naks_suppressed).sum();
+    assert_eq!(suppressed, 4);
 }
 
 #[test]

@@ -22,6 +22,8 @@ pub const DEFAULT_CACHE: u32 = 256;
 /// Default data room per mbuf (bytes, including the 128-byte headroom): DPDK's
 /// `RTE_MBUF_DEFAULT_BUF_SIZE`, for frames up to 2048 bytes.
 pub const DEFAULT_DATA_ROOM: u16 = 2176;
+/// Headroom DPDK reserves at the front of every mbuf's data room (RTE_PKTMBUF_HEADROOM).
+pub const MBUF_HEADROOM: usize = 128;
 /// Default rx burst (packets).
 pub const DEFAULT_BURST: u16 = 32;
 /// Default tx drain period (µs): a partly filled tx buffer is sent after this long.
@@ -412,6 +414,24 @@ fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
         config.dataplane.memory_limit_mb.saturating_mul(1 << 20),
         path,
     )?;
+    // Every RESULT frame is built in a single mbuf segment: a collective whose full-chunk
+    // results do not fit one would fold contributions and never send their results (spec
+    // section 4, rule 2). Contributions that arrive untagged for members with a `vlan` are
+    // 4 bytes shorter than their results, so the contributions fitting is not enough.
+    let room = (config.mempool.data_room as usize).saturating_sub(MBUF_HEADROOM);
+    for (i, c) in collectives.iter().enumerate() {
+        let len = crate::agg::max_result_frame_len(c);
+        if len > room {
+            return Err(err(
+                format!("collective[{i}].chunk_elements"),
+                format!(
+                    "a full chunk's RESULT frame is {len} bytes, more than an mbuf holds (mempool.data_room {} less {MBUF_HEADROOM} bytes of headroom = {room}): raise mempool.data_room to at least {}",
+                    config.mempool.data_room,
+                    len + MBUF_HEADROOM
+                ),
+            ));
+        }
+    }
     let loaded = Loaded { config, pipeline, port_macs, port_ipv4, port_ipv6, collectives };
     for p in 0..nports as u16 {
         let n = loaded.rx_queues(p);
