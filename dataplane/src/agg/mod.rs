@@ -180,7 +180,7 @@ pub struct Aggregator {
     kernels: Kernels,
     /// The per-source NAK limit, shared with the other workers' aggregators (section 5 limits
     /// what the appliance sends to a source, whichever worker refuses it).
-    naks: nak::SharedNakLimiter,
+    naks: std::sync::Arc<nak::SharedNakLimiter>,
     /// This worker's index and the number of workers: collective `i` is owned by worker
     /// `i % workers` (its slots and PSN counters live there only).
     me: u16,
@@ -244,7 +244,7 @@ impl Aggregator {
 
     /// Shares `limiter` (one per appliance: every worker's aggregator gets the same) for the
     /// per-source NAK limit instead of a limiter of its own.
-    pub fn with_nak_limiter(mut self, limiter: nak::SharedNakLimiter) -> Self {
+    pub fn with_nak_limiter(mut self, limiter: std::sync::Arc<nak::SharedNakLimiter>) -> Self {
         self.naks = limiter;
         self
     }
@@ -559,10 +559,7 @@ impl Aggregator {
         let mut key = [0u8; 16];
         key[..p.ip_src().len()].copy_from_slice(p.ip_src());
         let src: nak::Source = (key, if roce { p.deth_src_qp } else { p.udp_src as u32 });
-        // A poisoned lock only means another worker panicked while holding it; the table is
-        // still consistent (`allow` updates one entry with plain stores).
-        let allowed = self.naks.lock().unwrap_or_else(|e| e.into_inner()).allow(src, now_us);
-        if !allowed {
+        if !self.naks.allow(src, now_us) {
             self.counters.naks_suppressed += 1;
             return;
         }

@@ -1,72 +1,68 @@
 //! NAK rate limiting (spec section 5): at most one NAK per source per 100 ms, so that NAKs can
-//! never amplify traffic. A fixed-size set-associative table: no allocation per packet; when a
-//! set is full of sources NAKed within the interval, the NAK is suppressed (never more than the
-//! limit allows).
+//! never amplify traffic.
 //!
 //! The limit is the appliance's, not a worker's: a source can be refused by every worker (an
 //! unknown collective on each worker's rx queues, collectives owned by different workers), so
-//! all workers consult one table ([`SharedNakLimiter`]). Only refusals take its lock; the path of
-//! valid contributions never does.
+//! all workers consult one table ([`SharedNakLimiter`], behind an `Arc`). The table is
+//! lock-free: one 64-bit word per bucket holds the time of the bucket's last NAK, and a NAK is
+//! granted by a compare-and-swap of that word, so however many workers refuse one source at
+//! once, exactly one of them sends within an interval. Two sources that share a bucket share
+//! its interval: the second is suppressed (never more NAKs than the limit allows). No
+//! allocation, lock or syscall per packet.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// The minimum interval between two NAKs to one source (µs).
 pub const NAK_INTERVAL_US: u64 = 100_000;
-const SETS: usize = 1024;
-const WAYS: usize = 4;
+/// Buckets of the table (32 KiB of words).
+const BUCKETS: usize = 4096;
 
 /// A NAK's destination: IP address (IPv4 in the first 4 bytes) and UDP port or RoCEv2 QP.
 pub type Source = ([u8; 16], u32);
 
-/// The limiter every worker's aggregator shares.
-pub type SharedNakLimiter = std::sync::Arc<std::sync::Mutex<NakLimiter>>;
-
-/// A new limiter to share between workers.
-pub fn shared() -> SharedNakLimiter {
-    std::sync::Arc::new(std::sync::Mutex::new(NakLimiter::default()))
+/// The per-source NAK limiter every worker's aggregator shares (see the module docs).
+#[derive(Debug)]
+pub struct SharedNakLimiter {
+    /// Per bucket: 0 when no NAK went out yet, else the time of the last one (µs) plus one.
+    buckets: Box<[AtomicU64]>,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
-struct Entry {
-    used: bool,
-    key: Source,
-    last_us: u64,
+/// A new limiter, to share between the workers.
+pub fn shared() -> Arc<SharedNakLimiter> {
+    Arc::new(SharedNakLimiter::default())
 }
 
-/// Per-source NAK rate limiter.
-#[derive(Debug, Clone)]
-pub struct NakLimiter {
-    table: Vec<[Entry; WAYS]>,
-}
-
-impl Default for NakLimiter {
+impl Default for SharedNakLimiter {
     fn default() -> Self {
-        NakLimiter { table: vec![[Entry::default(); WAYS]; SETS] }
+        SharedNakLimiter { buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect() }
     }
 }
 
-fn set_of(k: &Source) -> usize {
+fn bucket_of(k: &Source) -> usize {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in k.0.iter().chain(&k.1.to_le_bytes()) {
         h = (h ^ *b as u64).wrapping_mul(0x100_0000_01b3);
     }
-    (h as usize) % SETS
+    (h as usize) % BUCKETS
 }
 
-impl NakLimiter {
-    /// True if a NAK may go to `src` at `now_us`; records it.
-    pub fn allow(&mut self, src: Source, now_us: u64) -> bool {
-        let set = &mut self.table[set_of(&src)];
-        if let Some(e) = set.iter_mut().find(|e| e.used && e.key == src) {
-            if now_us.saturating_sub(e.last_us) < NAK_INTERVAL_US {
+impl SharedNakLimiter {
+    /// True if a NAK may go to `src` at `now_us` (µs, the appliance's clock); records it. A
+    /// time earlier than the bucket's last NAK (workers' clocks, or two ports' capture times,
+    /// need not agree) counts as within the interval: suppressed, never an extra NAK.
+    pub fn allow(&self, src: Source, now_us: u64) -> bool {
+        let bucket = &self.buckets[bucket_of(&src)];
+        let mut cur = bucket.load(Ordering::Acquire);
+        loop {
+            if cur != 0 && now_us.saturating_sub(cur - 1) < NAK_INTERVAL_US {
                 return false;
             }
-            e.last_us = now_us;
-            return true;
+            match bucket.compare_exchange_weak(cur, now_us.saturating_add(1), Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return true,
+                Err(seen) => cur = seen,
+            }
         }
-        if let Some(e) = set.iter_mut().find(|e| !e.used || now_us.saturating_sub(e.last_us) >= NAK_INTERVAL_US) {
-            *e = Entry { used: true, key: src, last_us: now_us };
-            return true;
-        }
-        false
     }
 }
 
@@ -76,7 +72,7 @@ mod tests {
 
     #[test]
     fn one_nak_per_source_per_interval() {
-        let mut l = NakLimiter::default();
+        let l = SharedNakLimiter::default();
         let a = ([10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 5000);
         let b = ([10, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 5000);
         assert!(l.allow(a, 0));
@@ -88,8 +84,8 @@ mod tests {
     }
 
     #[test]
-    fn a_full_set_suppresses_instead_of_forgetting() {
-        let mut l = NakLimiter::default();
+    fn colliding_sources_are_suppressed_never_granted_twice() {
+        let l = SharedNakLimiter::default();
         // Many sources at the same instant: each gets at most one NAK, whatever collides.
         let mut granted = std::collections::HashMap::new();
         for round in 0..3 {
@@ -101,6 +97,42 @@ mod tests {
             }
         }
         assert!(granted.values().all(|&n| n == 1));
-        assert!(granted.len() <= SETS * WAYS);
+        assert!(granted.len() <= BUCKETS);
+    }
+
+    /// A time before the bucket's last NAK (another worker's clock, another port's capture)
+    /// suppresses.
+    #[test]
+    fn an_earlier_time_suppresses() {
+        let l = SharedNakLimiter::default();
+        let a = ([10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 5000);
+        assert!(l.allow(a, 500_000));
+        assert!(!l.allow(a, 450_000));
+        assert!(!l.allow(a, 0));
+        assert!(l.allow(a, 600_000));
+    }
+
+    /// Workers refusing one source at the same instants: exactly one NAK per interval between
+    /// them.
+    #[test]
+    fn racing_workers_grant_one_nak_per_interval() {
+        let l = shared();
+        let a = ([10, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 6000);
+        let granted: u64 = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..4)
+                .map(|_| {
+                    let l = &l;
+                    s.spawn(move || {
+                        // Ten intervals, every worker refusing the source 1000 times in each.
+                        (0..10u64)
+                            .flat_map(|i| (0..1000u64).map(move |k| i * NAK_INTERVAL_US + k))
+                            .filter(|&t| l.allow(a, t))
+                            .count() as u64
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).sum()
+        });
+        assert_eq!(granted, 10);
     }
 }

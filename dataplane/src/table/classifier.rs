@@ -423,10 +423,7 @@ mod tests {
             for proto in [17u8, 6, 1] {
                 for v in 0..=u16::MAX {
                     let [hi, lo] = v.to_be_bytes();
-                    let want = rules
-                        .iter()
-                        .find(|r| r.0 == proto && r.1 <= v as u128 && v as u128 <= r.2)
-                        .map(|r| r.4);
+                    let want = rules.iter().find(|r| r.0 == proto && r.1 <= v as u128 && v as u128 <= r.2).map(|r| r.4);
                     assert_eq!(c.lookup(&[proto, hi, lo]), want, "proto {proto}, port {v}, {copies} copies");
                 }
             }
