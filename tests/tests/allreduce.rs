@@ -345,17 +345,7 @@ rx = [{{ port = 1, queue = 0 }}]
 {colls}"#
     );
     let conf = write_config(&dir, "c.toml", &text);
-    let (o0, o1) = (dir.join("out0.pcap"), dir.join("out1.pcap"));
-    let run = run_dpu(
-        &dir,
-        &conf,
-        &[
-            format!("--rx=0={}", in0.display()),
-            format!("--rx=1={}", in1.display()),
-            format!("--tx=0={}", o0.display()),
-            format!("--tx=1={}", o1.display()),
-        ],
-    );
+    let (run, o0, o1) = run_two_ports(&dir, &conf, &in0, &in1);
     run.assert_ok();
     let s = run.stats();
     assert_eq!(s["workers"], 2);
@@ -427,17 +417,7 @@ rx = [{{ port = 1, queue = 0 }}]
     let (in0, in1) = (dir.join("in0.pcap"), dir.join("in1.pcap"));
     write_pcap_at(&in0, &p0);
     write_pcap_at(&in1, &p1);
-    let (o0, o1) = (dir.join("out0.pcap"), dir.join("out1.pcap"));
-    let run = run_dpu(
-        &dir,
-        &conf,
-        &[
-            format!("--rx=0={}", in0.display()),
-            format!("--rx=1={}", in1.display()),
-            format!("--tx=0={}", o0.display()),
-            format!("--tx=1={}", o1.display()),
-        ],
-    );
+    let (run, o0, o1) = run_two_ports(&dir, &conf, &in0, &in1);
     run.assert_ok();
     let s = run.stats();
     assert_eq!(s["workers"], 2);
@@ -454,4 +434,21 @@ rx = [{{ port = 1, queue = 0 }}]
     assert_eq!(naks, 2);
     let (ok, text) = gradcheck(&conf, &[&in0, &in1], &[&o0, &o1]);
     assert!(ok, "{text}");
+}
+
+/// Runs the dpu on `conf` with two replay ports (`in0`, `in1`); returns the run and the two
+/// ports' output captures.
+fn run_two_ports(dir: &Path, conf: &Path, in0: &Path, in1: &Path) -> (Run, PathBuf, PathBuf) {
+    let (o0, o1) = (dir.join("out0.pcap"), dir.join("out1.pcap"));
+    let run = run_dpu(
+        dir,
+        conf,
+        &[
+            format!("--rx=0={}", in0.display()),
+            format!("--rx=1={}", in1.display()),
+            format!("--tx=0={}", o0.display()),
+            format!("--tx=1={}", o1.display()),
+        ],
+    );
+    (run, o0, o1)
 }
