@@ -324,8 +324,7 @@ fn two_workers_with_contributions_split_across_ports() {
         .replace("rank = 2\n", "rank = 2\nport = 1\n")
         .replace("rank = 3\n", "rank = 3\nport = 1\n");
     let text = format!(
-        r#"[eal]
-args = ["--no-huge", "-m", "512", "--no-pci", "--no-shconf", "--lcores", "0@0,1@0,2@1", "--log-level", "*:error"]
+        r#"{TWO_WORKERS}
 [[port]]
 name = "p0"
 vdev = "net_null0"
@@ -336,12 +335,6 @@ name = "p1"
 vdev = "net_null1"
 mac = "02:00:00:00:00:fd"
 ipv4 = "10.0.0.254"
-[[lcore]]
-id = 1
-rx = [{{ port = 0, queue = 0 }}]
-[[lcore]]
-id = 2
-rx = [{{ port = 1, queue = 0 }}]
 {colls}"#
     );
     let conf = write_config(&dir, "c.toml", &text);
@@ -374,8 +367,7 @@ fn nak_rate_limit_holds_per_source_across_workers() {
     let a = Coll { id: 1, n: 2, tensor: 4, chunk: 4, ..Default::default() };
     let b = Coll { id: 2, n: 2, tensor: 4, chunk: 4, ..Default::default() };
     let text = format!(
-        r#"[eal]
-args = ["--no-huge", "-m", "512", "--no-pci", "--no-shconf", "--lcores", "0@0,1@0,2@1", "--log-level", "*:error"]
+        r#"{TWO_WORKERS}
 [dataplane]
 replay_idle_ms = 3000
 {PORT}
@@ -384,12 +376,6 @@ name = "p1"
 vdev = "net_null1"
 mac = "02:00:00:00:00:fe"
 ipv4 = "10.0.0.254"
-[[lcore]]
-id = 1
-rx = [{{ port = 0, queue = 0 }}]
-[[lcore]]
-id = 2
-rx = [{{ port = 1, queue = 0 }}]
 {}
 {}"#,
         a.toml(),
@@ -435,6 +421,17 @@ rx = [{{ port = 1, queue = 0 }}]
     let (ok, text) = gradcheck(&conf, &[&in0, &in1], &[&o0, &o1]);
     assert!(ok, "{text}");
 }
+
+/// EAL options and lcores of a two-worker appliance: worker lcore 1 polls port 0, worker lcore 2
+/// port 1 (lcores 0 and 1 share CPU 0, lcore 2 runs on CPU 1).
+const TWO_WORKERS: &str = r#"[eal]
+args = ["--no-huge", "-m", "512", "--no-pci", "--no-shconf", "--lcores", "0@0,1@0,2@1", "--log-level", "*:error"]
+[[lcore]]
+id = 1
+rx = [{ port = 0, queue = 0 }]
+[[lcore]]
+id = 2
+rx = [{ port = 1, queue = 0 }]"#;
 
 /// Runs the dpu on `conf` with two replay ports (`in0`, `in1`); returns the run and the two
 /// ports' output captures.

@@ -21,10 +21,12 @@
 //!
 //! # Cost
 //! Lookup: per range dimension two loads (a two-byte field) or a binary search among the
-//! intervals of the field's first byte (most first bytes have one, found without a search), then per word of entries up to the winner's, one
-//! load and AND per dimension. Memory: `256 * ceil(n / 64)` words per byte dimension and one
-//! word per interval and 64 entries per range dimension. Insert: `O(bitmaps * words)`, an entry
-//! shifting one bit in every bitmap. Beyond [`MAX_ENTRIES`] entries or [`MAX_RANGE_DIMS`] range
+//! intervals of the field's first byte (most first bytes have one, found without a search),
+//! then per word of entries up to the winner's, one load and AND per dimension. Memory:
+//! `256 * ceil(n / 64)` words per byte dimension; per range dimension one word per interval
+//! and 64 entries, and for a two-byte field 512 bytes per first byte that several intervals
+//! share. Insert: `O(bitmaps * words)`, an entry shifting one bit in every bitmap, plus
+//! rebuilding a two-byte field's blocks. Beyond [`MAX_ENTRIES`] entries or [`MAX_RANGE_DIMS`] range
 //! fields the table falls back to the scan.
 
 use super::matcher::be_value;
