@@ -117,6 +117,17 @@ impl ExactMatcher {
         dispatch!(Inner, &self.inner, t => t.find(&load(key)))
     }
 
+    /// [`ExactMatcher::lookup`] of a key of at most 8 bytes given as its word: `w` is the key's
+    /// bytes loaded little-endian, zero above `key_len` (see `Field::word`). `None` for a table
+    /// of longer keys.
+    #[inline(always)]
+    pub fn lookup_word(&self, w: u64) -> Option<u32> {
+        match &self.inner {
+            Inner::W1(t) => t.find(&[w]),
+            _ => None,
+        }
+    }
+
     /// The entry of `key` with its bytes ANDed with `mask` first: `mask` holds the table's
     /// key-length bytes as words (`words::load` of a byte mask, zero-padded to eight words).
     /// The keys were inserted already masked. The LPM matcher uses this to find the trie of a

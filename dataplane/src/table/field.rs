@@ -140,6 +140,25 @@ impl Field {
     /// instructions a table) instead of the one each call needs. Each arm is a fixed-size store.
     #[inline(never)]
     pub fn write_key(self, p: &Parsed, ingress_port: u16, key: &mut [u8; KEY_MAX], at: usize) {
+        self.write(p, ingress_port, key, at)
+    }
+
+    /// The key of a table whose key is this one field, at most 8 bytes wide, as the word an
+    /// exact or LPM lookup reads: the field's big-endian bytes loaded little-endian, zero
+    /// above `width()` bytes (what loading `key[..8]` after [`Field::write_key`] at offset 0
+    /// gives). Saves such tables the key buffer. For wider fields, their first 8 bytes.
+    #[inline(never)]
+    pub fn word(self, p: &Parsed, ingress_port: u16) -> u64 {
+        let mut key = [0u8; KEY_MAX];
+        self.write(p, ingress_port, &mut key, 0);
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&key[..8]);
+        u64::from_le_bytes(w)
+    }
+
+    /// The body of [`Field::write_key`].
+    #[inline(always)]
+    fn write(self, p: &Parsed, ingress_port: u16, key: &mut [u8; KEY_MAX], at: usize) {
         let v4 = || p.has(Layers::IPV4);
         let v6 = || p.has(Layers::IPV6);
         let udp = || p.has(Layers::UDP);

@@ -262,6 +262,29 @@ impl LpmMatcher {
         v.checked_sub(1)
     }
 
+    /// True when the key is one 4-byte field (IPv4) and nothing else: then
+    /// [`LpmMatcher::lookup_word`] and [`LpmMatcher::prefetch_word`] take it as a word.
+    pub fn is_ipv4_only(&self) -> bool {
+        self.exact.is_none() && self.key_len == 4 && self.field == (0..4) && self.root_bits == 16
+    }
+
+    /// [`LpmMatcher::lookup`] for a table where [`LpmMatcher::is_ipv4_only`] holds, of the key
+    /// `w`: its 4 bytes loaded little-endian (`w as u8` is the address's first byte).
+    #[inline(always)]
+    pub fn lookup_word(&self, w: u64) -> Option<u32> {
+        let b = w.to_le_bytes();
+        self.lookup_ipv4(b[0], b[1], b[2], b[3])
+    }
+
+    /// [`LpmMatcher::prefetch`] of the key `w` of [`LpmMatcher::lookup_word`].
+    #[inline(always)]
+    pub fn prefetch_word(&self, w: u64) {
+        let b = w.to_le_bytes();
+        if let Some(s) = self.slots.get((usize::from(b[0]) << 8) | usize::from(b[1])) {
+            crate::prefetch::prefetch(s);
+        }
+    }
+
     /// [`LpmMatcher::lookup`] of a 4-byte field (IPv4) without exact part: the 16-bit root and
     /// at most two 8-bit levels, read without branching on the trie's depth (a packet stream
     /// over routes of mixed lengths mispredicts that branch about once a packet). A level that

@@ -15,6 +15,8 @@ pub mod key;
 pub mod lpm;
 pub mod matcher;
 pub mod ternary;
+#[cfg(test)]
+mod tests;
 pub mod value;
 mod words;
 
@@ -135,6 +137,17 @@ pub enum EntryError {
     Priority(&'static str),
 }
 
+/// How a table's lookup reads its key from a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyPath {
+    /// Field by field into a zero-padded key buffer ([`Field::write_key`]): any key.
+    Bytes,
+    /// An exact table whose key is one field of at most 8 bytes: its [`Field::word`].
+    ExactWord(Field),
+    /// An LPM table whose key is one IPv4 address and nothing else: its [`Field::word`].
+    LpmWord(Field),
+}
+
 /// One match-action table.
 #[derive(Debug, Clone)]
 pub struct Table {
@@ -143,6 +156,8 @@ pub struct Table {
     /// Its key fields, in key order.
     pub key: Vec<KeyField>,
     key_len: usize,
+    /// How lookups read the key (the same key either way).
+    path: KeyPath,
     matcher: Matcher,
     /// Counter and actions per entry, by entry index (the order entries were added).
     entries: Vec<Entry>,
@@ -183,9 +198,14 @@ impl Table {
         } else {
             Matcher::Exact(ExactMatcher::new(key_len).map_err(|e| e.to_string())?)
         };
+        let path = match (&matcher, &key[..]) {
+            (Matcher::Exact(_), [kf]) if kf.field.width() <= 8 => KeyPath::ExactWord(kf.field),
+            (Matcher::Lpm(m), [kf]) if m.is_ipv4_only() => KeyPath::LpmWord(kf.field),
+            _ => KeyPath::Bytes,
+        };
         let mut pool = Vec::new();
         let miss = Entry::new(&default_action.0, &mut pool);
-        Ok(Table { name: name.to_string(), key, key_len, matcher, entries: Vec::new(), miss, pool })
+        Ok(Table { name: name.to_string(), key, key_len, path, matcher, entries: Vec::new(), miss, pool })
     }
 
     /// True when entries need a priority (the table has ternary or range fields).
@@ -298,19 +318,43 @@ impl Table {
     /// small bit vectors gain nothing from it) and for an empty table.
     #[inline]
     pub fn prefetch(&self, p: &Parsed, ingress_port: u16) {
-        // Without exact fields, the LPM field is the whole key.
-        if let (Matcher::Lpm(m), [kf]) = (&self.matcher, &self.key[..]) {
-            if !self.entries.is_empty() {
+        if self.entries.is_empty() {
+            return;
+        }
+        match (self.path, &self.matcher, &self.key[..]) {
+            (KeyPath::LpmWord(f), Matcher::Lpm(m), _) => m.prefetch_word(f.word(p, ingress_port)),
+            // Without exact fields, the LPM field is the whole key.
+            (_, Matcher::Lpm(m), [kf]) => {
                 let mut bytes = [0; KEY_MAX];
                 kf.field.write_key(p, ingress_port, &mut bytes, kf.offset);
                 m.prefetch(&bytes[..self.key_len]);
             }
+            _ => {}
         }
     }
 
     /// Looks a packet up; returns the hit entry's index, or `None` on a miss.
     #[inline(always)]
     pub fn lookup(&self, p: &Parsed, ingress_port: u16) -> Option<usize> {
+        if self.entries.is_empty() {
+            return None;
+        }
+        match (self.path, &self.matcher) {
+            (KeyPath::ExactWord(f), Matcher::Exact(m)) => {
+                return m.lookup_word(f.word(p, ingress_port)).map(|i| i as usize)
+            }
+            (KeyPath::LpmWord(f), Matcher::Lpm(m)) => {
+                return m.lookup_word(f.word(p, ingress_port)).map(|i| i as usize)
+            }
+            _ => {}
+        }
+        self.lookup_bytes(p, ingress_port)
+    }
+
+    /// [`Table::lookup`] through the key buffer, whatever the table's [`KeyPath`] (the
+    /// general path; the word paths must agree with it).
+    #[inline(always)]
+    fn lookup_bytes(&self, p: &Parsed, ingress_port: u16) -> Option<usize> {
         if self.entries.is_empty() {
             return None;
         }

@@ -1,0 +1,137 @@
+//! The word key paths (`KeyPath::ExactWord`, `KeyPath::LpmWord`) against the general path
+//! through the key buffer, on random parses: every header validity combination, every field a
+//! one-field exact table can use, both IPv4 address fields in LPM tables.
+
+use super::*;
+use crate::action::Action;
+use crate::parse::Layers;
+use proptest::prelude::*;
+
+/// Each layer bit, for building random validity combinations.
+const LAYERS: [Layers; 11] = [
+    Layers::ETH,
+    Layers::VLAN_OUTER,
+    Layers::VLAN_INNER,
+    Layers::IPV4,
+    Layers::IPV6,
+    Layers::IP_FRAGMENT,
+    Layers::UDP,
+    Layers::BTH,
+    Layers::DETH,
+    Layers::GRADIENT,
+    Layers::ARP,
+];
+
+/// A parse with every field random and the layers of `bits` valid.
+fn parsed(bits: u16, bytes: &[u8; 64]) -> Parsed {
+    let mut p = Parsed::default();
+    for (i, l) in LAYERS.iter().enumerate() {
+        if bits & (1 << i) != 0 {
+            p.layers.insert(*l);
+        }
+    }
+    let u16at = |i: usize| u16::from_le_bytes([bytes[i], bytes[i + 1]]);
+    p.eth_dst.0.copy_from_slice(&bytes[0..6]);
+    p.eth_src.0.copy_from_slice(&bytes[6..12]);
+    p.ethertype = u16at(12);
+    p.vid_outer = u16at(14) & 0xfff;
+    p.vid_inner = u16at(16) & 0xfff;
+    p.ip_src_bytes.copy_from_slice(&bytes[18..34]);
+    p.ip_dst_bytes.copy_from_slice(&bytes[34..50]);
+    p.dscp = bytes[50] & 0x3f;
+    p.ecn = bytes[51] & 3;
+    p.ip_proto = bytes[52];
+    p.ttl = bytes[53];
+    p.udp_src = u16at(54);
+    p.udp_dst = u16at(56);
+    p.bth_opcode = bytes[58];
+    p.bth_dest_qp = u32::from_le_bytes([bytes[59], bytes[60], bytes[61], 0]);
+    p.grad_collective_id = u16at(62);
+    p.grad_op = bytes[63] & 3;
+    p
+}
+
+fn table(field: Field, kind: MatchKind) -> Table {
+    Table::new("t", vec![(field, kind)], ActionList(vec![Action::Drop])).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// One-field exact tables of every field up to 8 bytes: the word path finds what the
+    /// key-buffer path finds, hits (the packet's own value is an entry) and misses alike.
+    #[test]
+    fn exact_word_path_agrees(bits in any::<u16>(), bytes in prop::array::uniform32(any::<u8>()),
+                              more in prop::array::uniform32(any::<u8>()), port in 0u16..4,
+                              others in prop::collection::vec(any::<u64>(), 0..20), own in any::<bool>()) {
+        let mut all = [0u8; 64];
+        all[..32].copy_from_slice(&bytes);
+        all[32..].copy_from_slice(&more);
+        let p = parsed(bits, &all);
+        for f in Field::ALL.iter().copied().filter(|f| f.width() <= 8) {
+            let mut t = table(f, MatchKind::Exact);
+            prop_assert_eq!(t.path, KeyPath::ExactWord(f), "{}", f.name());
+            let mut mine = vec![0u8; f.width()];
+            f.extract(&p, port, &mut mine);
+            let mut keys: Vec<Vec<u8>> = others.iter().map(|o| o.to_be_bytes()[8 - f.width()..].to_vec()).collect();
+            if own {
+                keys.push(mine.clone());
+            }
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                t.insert(&[MatchValue::Exact(k)], None, ActionList(vec![])).unwrap();
+            }
+            prop_assert_eq!(t.lookup(&p, port), t.lookup_bytes(&p, port), "{}", f.name());
+            if own {
+                prop_assert!(t.lookup(&p, port).is_some(), "{} finds its own value", f.name());
+            }
+        }
+    }
+
+    /// LPM tables on `ipv4.src` or `ipv4.dst`: the word path agrees with the key buffer's,
+    /// with prefixes of every length, including ones that cover the packet's address.
+    #[test]
+    fn lpm_word_path_agrees(bits in any::<u16>(), bytes in prop::array::uniform32(any::<u8>()),
+                            more in prop::array::uniform32(any::<u8>()),
+                            routes in prop::collection::vec((any::<u32>(), 0u8..=32), 0..40),
+                            own in prop::collection::vec(0u8..=32, 0..4)) {
+        let mut all = [0u8; 64];
+        all[..32].copy_from_slice(&bytes);
+        all[32..].copy_from_slice(&more);
+        let p = parsed(bits, &all);
+        for f in [Field::Ipv4Src, Field::Ipv4Dst] {
+            let mut t = table(f, MatchKind::Lpm);
+            prop_assert_eq!(t.path, KeyPath::LpmWord(f));
+            let mut mine = [0u8; 4];
+            f.extract(&p, 0, &mut mine);
+            let mut seen = std::collections::HashSet::new();
+            let covering = own.iter().map(|&l| (u32::from_be_bytes(mine), l));
+            for (a, l) in routes.iter().copied().chain(covering) {
+                let a = a & if l == 0 { 0 } else { u32::MAX << (32 - u32::from(l)) };
+                if seen.insert((a, l)) {
+                    t.insert(&[MatchValue::Lpm(a.to_be_bytes().to_vec(), l)], None, ActionList(vec![])).unwrap();
+                }
+            }
+            prop_assert_eq!(t.lookup(&p, 0), t.lookup_bytes(&p, 0), "{}", f.name());
+            if !own.is_empty() {
+                prop_assert!(t.lookup(&p, 0).is_some());
+            }
+        }
+    }
+}
+
+/// Keys the word paths do not take keep the key buffer.
+#[test]
+fn other_keys_take_the_key_buffer() {
+    assert_eq!(table(Field::Ipv6Dst, MatchKind::Exact).path, KeyPath::Bytes);
+    assert_eq!(table(Field::Ipv6Dst, MatchKind::Lpm).path, KeyPath::Bytes);
+    assert_eq!(table(Field::Ipv4Dst, MatchKind::Ternary).path, KeyPath::Bytes);
+    let two = Table::new(
+        "t",
+        vec![(Field::IngressPort, MatchKind::Exact), (Field::Ipv4Dst, MatchKind::Lpm)],
+        ActionList(vec![Action::Drop]),
+    )
+    .unwrap();
+    assert_eq!(two.path, KeyPath::Bytes);
+}
