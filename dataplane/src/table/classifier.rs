@@ -29,6 +29,7 @@
 //! rebuilding a two-byte field's blocks. Beyond [`MAX_ENTRIES`] entries or [`MAX_RANGE_DIMS`] range
 //! fields the table falls back to the scan.
 
+use super::key::KEY_MAX;
 use super::matcher::be_value;
 use super::ternary::RangeCond;
 use core::ops::Range;
@@ -124,6 +125,20 @@ impl RangeDim {
         let (first, last) = (first as usize, last as usize);
         let within = self.starts.get(first + 1..=last).unwrap_or(&[]);
         first + within.partition_point(|&s| s <= v)
+    }
+
+    /// [`RangeDim::interval_of`] of a key zero-padded to [`KEY_MAX`] bytes: a two-byte field
+    /// is read without checking the key's length.
+    #[inline(always)]
+    fn interval_of_padded(&self, key: &[u8; KEY_MAX]) -> usize {
+        if self.field.len() != 2 {
+            return self.interval_of(key);
+        }
+        // The field lies within the key, so `start + 1 < KEY_MAX`; `min` only drops the check.
+        let s = self.field.start.min(KEY_MAX - 2);
+        let (hi, lo) = (key[s] as usize, key[s + 1] as usize);
+        let at = (self.block[hi] as usize) << 8 | lo;
+        self.top[hi].0 as usize + self.second.get(at).copied().unwrap_or(0) as usize
     }
 
     /// Index of the interval holding `v`.
@@ -304,12 +319,29 @@ impl Classifier {
     }
 
     /// The entry index of the winner for `key` (the table's key length, checked by the caller),
-    /// or `None`.
-    #[inline]
+    /// or `None`. Through [`Classifier::lookup_padded`] for keys of at most [`KEY_MAX`] bytes.
     pub fn lookup(&self, key: &[u8]) -> Option<u32> {
+        if key.len() > KEY_MAX {
+            return self.lookup_words(key);
+        }
+        let mut padded = [0; KEY_MAX];
+        padded[..key.len()].copy_from_slice(key);
+        self.lookup_padded(&padded)
+    }
+
+    /// [`Classifier::lookup`] of a key zero-padded to [`KEY_MAX`] bytes, as tables build them:
+    /// key bytes are read without length checks.
+    #[inline(always)]
+    pub fn lookup_padded(&self, key: &[u8; KEY_MAX]) -> Option<u32> {
         if self.words == 1 {
             return self.lookup_one_word(key);
         }
+        self.lookup_words(key)
+    }
+
+    /// The lookup over any number of words per bitmap.
+    #[inline(never)]
+    fn lookup_words(&self, key: &[u8]) -> Option<u32> {
         let words = self.words;
         let mut at = [0usize; MAX_RANGE_DIMS];
         for (a, d) in at.iter_mut().zip(&self.ranges) {
@@ -337,14 +369,15 @@ impl Classifier {
     /// [`Classifier::lookup`] for at most 64 entries (one word per bitmap, the common case):
     /// one load and AND per dimension, without the per-word loop.
     #[inline(always)]
-    fn lookup_one_word(&self, key: &[u8]) -> Option<u32> {
+    fn lookup_one_word(&self, key: &[u8; KEY_MAX]) -> Option<u32> {
         let mut acc = self.all.first().copied().unwrap_or(0);
         // With one word, `byte_bits` holds one table per byte dimension, in `byte_at` order.
+        // Key bytes are below KEY_MAX (the mask only drops the bounds check).
         for (t, &b) in self.byte_bits.iter().zip(&self.byte_at) {
-            acc &= t[key.get(b).copied().unwrap_or(0) as usize];
+            acc &= t[key[b % KEY_MAX] as usize];
         }
         for d in &self.ranges {
-            acc &= d.bits.get(d.interval_of(key)).copied().unwrap_or(0);
+            acc &= d.bits.get(d.interval_of_padded(key)).copied().unwrap_or(0);
         }
         if acc == 0 {
             return None;

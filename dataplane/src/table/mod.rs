@@ -366,7 +366,7 @@ impl Table {
         match &self.matcher {
             Matcher::Exact(m) => m.lookup(k),
             Matcher::Lpm(m) => m.lookup(k),
-            Matcher::Ternary(m) => m.lookup(k),
+            Matcher::Ternary(m) => m.lookup_padded(&key.bytes),
         }
         .map(|i| i as usize)
     }

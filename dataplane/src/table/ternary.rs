@@ -33,6 +33,7 @@
 //! duplicate detection.
 
 use super::classifier::Classifier;
+use super::key::KEY_MAX;
 use super::matcher::{be_value, check_key_len, check_len, MatchError};
 use super::words::{by_words, dispatch, load, word_count};
 use core::fmt;
@@ -205,6 +206,16 @@ impl TernaryMatcher {
         match &self.classifier {
             Some(c) => c.lookup(key),
             None => self.scan(key),
+        }
+    }
+
+    /// [`TernaryMatcher::lookup`] of the table's key zero-padded to [`KEY_MAX`] bytes (a
+    /// table's key buffer): the classifier reads it without length checks.
+    #[inline]
+    pub fn lookup_padded(&self, key: &[u8; KEY_MAX]) -> Option<u32> {
+        match &self.classifier {
+            Some(c) => c.lookup_padded(key),
+            None => self.scan(key.get(..self.key_len)?),
         }
     }
 
