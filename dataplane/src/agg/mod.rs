@@ -27,6 +27,7 @@ use config::{Carriage, Collective};
 use kernels::{Dtype, Kernels, ReduceOp};
 use serde::Serialize;
 use slot::{Slot, Verdict};
+use strength_reduce::StrengthReducedU64;
 
 /// What the aggregator knows of one port: the appliance's own addresses there.
 #[derive(Debug, Clone, Copy, Default)]
@@ -107,6 +108,11 @@ struct CollState {
     /// Per-member headers of full-chunk RESULT frames (none for collectives another worker
     /// owns, or when the builder refused a member's frame: those go through the builder).
     templates: Option<template::Templates>,
+    /// `spec.chunk_elements` as a divisor by multiplication (validation divides every
+    /// contribution's tensor offset by it; a hardware division costs tens of cycles).
+    chunk_div: StrengthReducedU64,
+    /// log2 of the dtype's size (1, 2 or 4 bytes).
+    size_log2: u32,
 }
 
 impl CollState {
@@ -129,6 +135,8 @@ impl CollState {
             need_sum: spec.carriage == Carriage::Udp || spec.members.iter().any(|m| m.ip.is_v6()),
             need_crc: spec.carriage == Carriage::Rocev2,
             templates: None,
+            chunk_div: StrengthReducedU64::new((spec.chunk_elements as u64).max(1)),
+            size_log2: size.trailing_zeros(),
             spec,
         }
     }
@@ -148,6 +156,8 @@ impl CollState {
             need_sum: false,
             need_crc: false,
             templates: None,
+            chunk_div: StrengthReducedU64::new((spec.chunk_elements as u64).max(1)),
+            size_log2: spec.dtype.size().trailing_zeros(),
             spec,
         }
     }
@@ -181,10 +191,12 @@ pub struct Aggregator {
     /// The per-source NAK limit, shared with the other workers' aggregators (section 5 limits
     /// what the appliance sends to a source, whichever worker refuses it).
     naks: std::sync::Arc<nak::SharedNakLimiter>,
-    /// This worker's index and the number of workers: collective `i` is owned by worker
-    /// `i % workers` (its slots and PSN counters live there only).
+    /// This worker's index.
     me: u16,
-    workers: u16,
+    /// By `index` value: the worker owning that collective, `me` for 0 (no collective).
+    /// Collective `i` (0-based, in config order) is owned by worker `i % workers`: its slots
+    /// and PSN counters live there only. Precomputed so that steering takes no division.
+    owners: Vec<u16>,
     /// The aggregator's counters.
     pub counters: AggCounters,
 }
@@ -231,7 +243,7 @@ impl Aggregator {
                 })
                 .collect(),
             me,
-            workers,
+            owners: std::iter::once(me).chain((0..collectives.len()).map(|i| (i % workers as usize) as u16)).collect(),
             index,
             ports,
             gradient_udp_port,
@@ -280,10 +292,7 @@ impl Aggregator {
     /// with the NAK).
     #[inline]
     pub fn owner(&self, p: &Parsed) -> u16 {
-        match self.index[p.grad_collective_id as usize] {
-            0 => self.me,
-            i => (i - 1) % self.workers,
-        }
+        self.owners[self.index[p.grad_collective_id as usize] as usize]
     }
 
     /// Handles one gradient packet (`p` is its parse, `now_us` the appliance's clock in µs:
@@ -356,7 +365,8 @@ impl Aggregator {
             return Err((Reason::GradUnknownCollective, Some(1)));
         }
         let coll = idx as usize - 1;
-        let spec = &self.colls[coll].spec;
+        let st = &self.colls[coll];
+        let spec = &st.spec;
         if g.version() != 1 {
             return Err((Reason::GradBadVersion, Some(2)));
         }
@@ -383,25 +393,22 @@ impl Aggregator {
         if !ip_ok || !port_ok {
             return Err((Reason::GradNotMember, Some(5)));
         }
-        let size = spec.dtype.size() as u64;
+        // The dtype's size is a power of two: shifts and masks, no division.
         let dl = g.data_length() as u64;
         let present = p.grad_payload_len as u64;
-        if !dl.is_multiple_of(size) || dl > present || (carriage == Carriage::Udp && present != dl) {
+        if dl & ((1 << st.size_log2) - 1) != 0 || dl > present || (carriage == Carriage::Udp && present != dl) {
             return Err((Reason::GradBadLength, Some(6)));
         }
-        let count = dl / size;
+        let count = dl >> st.size_log2;
         let off = g.tensor_offset() as u64;
         let chunk = spec.chunk_elements as u64;
         let last = off + count >= spec.tensor_elements;
-        if count == 0
-            || !off.is_multiple_of(chunk)
-            || off + count > spec.tensor_elements
-            || count > chunk
-            || (count < chunk && !last)
+        let (slot, within) = StrengthReducedU64::div_rem(off, st.chunk_div);
+        if count == 0 || within != 0 || off + count > spec.tensor_elements || count > chunk || (count < chunk && !last)
         {
             return Err((Reason::GradBadOffset, Some(6)));
         }
-        Ok(Contribution { coll, rank, slot: (off / chunk) as usize, round: g.round() })
+        Ok(Contribution { coll, rank, slot: slot as usize, round: g.round() })
     }
 
     /// Folds a contribution's lanes (rule 6); on the last one, writes the kept result.

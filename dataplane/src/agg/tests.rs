@@ -591,3 +591,47 @@ fn a_burst_is_processed_as_packet_after_packet() {
         assert!(run(cuts) == one_by_one, "bursts cut at {cuts:?}");
     }
 }
+
+/// Rule 5's offset and length checks with a chunk that is not a power of two (3 lanes over a
+/// 10-lane tensor: slots at offsets 0, 3, 6 and a 1-lane last chunk at 9) and a 2-byte dtype:
+/// each accepted contribution lands in its own slot (one member, so each completes at once and
+/// its result carries its offset and lanes); every other offset is refused.
+#[test]
+fn rule_5_offsets_of_a_chunk_that_is_not_a_power_of_two() {
+    let mut rig = Rig::new(&conf("sum", "f16", "udp", false, "", 1, 10, 3));
+    let lanes = |n: usize, seed: u8| -> Vec<u8> { (0..2 * n as u8).map(|i| (seed + i) & 0x3b).collect() };
+    for (k, (off, n)) in [(0u32, 3usize), (3, 3), (6, 3), (9, 1)].into_iter().enumerate() {
+        let mut io = VecIo::new(1);
+        let pl = lanes(n, 17 * k as u8);
+        let f = rig.frame(0, off, 1, &pl, |_| {});
+        rig.send(&mut io, f, k as u64);
+        let out = decode(&io);
+        assert_eq!(out.len(), 1, "offset {off}");
+        assert_eq!((out[0].1.tensor_offset, out[0].1.data_length as usize), (off, 2 * n), "offset {off}");
+        assert_eq!(out[0].2, pl, "offset {off}: one member's sum is its contribution");
+    }
+    assert_eq!(rig.agg().completed, 4);
+    let refused: Vec<(u32, Vec<u8>)> = vec![
+        (1, lanes(3, 0)),
+        (2, lanes(3, 0)),
+        (4, lanes(3, 0)),
+        (8, lanes(2, 0)),
+        (12, lanes(3, 0)),
+        (9, lanes(3, 0)),
+        (3, lanes(2, 0)),
+        (u32::MAX - 2, lanes(3, 0)),
+    ];
+    for (i, (off, pl)) in refused.into_iter().enumerate() {
+        let mut io = VecIo::new(1);
+        let before = rig.dp.counters.dropped(Reason::GradBadOffset);
+        let f = rig.frame(0, off, 2, &pl, |_| {});
+        rig.send(&mut io, f, 1_000_000 * (i as u64 + 1));
+        assert_eq!(rig.dp.counters.dropped(Reason::GradBadOffset), before + 1, "offset {off}, {} bytes", pl.len());
+    }
+    // An odd byte count is not a whole number of 2-byte lanes.
+    let mut io = VecIo::new(1);
+    let f = rig.frame(0, 0, 2, &lanes(3, 0), |s| s.header.data_length = 5);
+    rig.send(&mut io, f, 20_000_000);
+    assert_eq!(rig.dp.counters.dropped(Reason::GradBadLength), 1);
+    assert_eq!(rig.agg().completed, 4, "nothing refused completed a slot");
+}
