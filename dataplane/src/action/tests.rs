@@ -1,13 +1,13 @@
 //! Actions through the data path, on the shared cases' real frames: every rewrite leaves
 //! checksums equal to a full recompute and ICRCs valid.
 
-use super::{ecn, ttl};
+use super::{ecn, mac, ttl};
 use crate::buf::{VecBuf, VecIo};
 use crate::config::load_str;
 use crate::datapath::Datapath;
 use crate::parse::{parse, Layers};
 use crate::stats::Reason;
-use crate::wire::{checksum, icrc};
+use crate::wire::{checksum, icrc, EthernetAddress};
 use std::path::Path;
 
 fn frames(name: &str) -> Vec<Vec<u8>> {
@@ -274,6 +274,34 @@ fn vlan_push_pop_set() {
     assert_eq!(p.vid_outer, before.vid_inner);
     assert_eq!(p.l3_offset, before.l3_offset - 4);
     assert_eq!(&out[0].1[p.l3_offset as usize..], &q[0][before.l3_offset as usize..]);
+}
+
+/// `set_eth_dst` writes bytes 0..6 and `set_eth_src` bytes 6..12 (IEEE 802.3 3.1.1: destination
+/// first), with addresses unlike c02's own (02:00:00:00:00:02 <- 02:00:00:00:00:01); nothing else
+/// changes, and the parse the actions keep is the output's.
+#[test]
+fn set_eth_dst_and_src_rewrite_their_six_bytes() {
+    let inp = frames("c02_ipv4_options.pcap").remove(0);
+    assert_eq!(&inp[..12], &[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1]);
+    let out = run(
+        &mut with_actions("set_eth_dst(0a:1b:2c:3d:4e:5f); set_eth_src(66:77:88:99:aa:bb); forward(1)", ""),
+        std::slice::from_ref(&inp),
+    );
+    let o = &out[0].1;
+    assert_eq!(&o[..12], &[0x0a, 0x1b, 0x2c, 0x3d, 0x4e, 0x5f, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb]);
+    assert_eq!(&o[12..], &inp[12..]);
+
+    let mut f = inp.clone();
+    let mut p = parse(&f, 49374).unwrap();
+    let dst: EthernetAddress = "0a:1b:2c:3d:4e:5f".parse().unwrap();
+    mac::set_dst(&mut f, &mut p, dst);
+    assert_eq!(&f[..6], &[0x0a, 0x1b, 0x2c, 0x3d, 0x4e, 0x5f]);
+    assert_eq!(&f[6..], &inp[6..]);
+    let src: EthernetAddress = "66:77:88:99:aa:bb".parse().unwrap();
+    mac::set_src(&mut f, &mut p, src);
+    assert_eq!(&f[6..12], &[0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb]);
+    assert_eq!((p.eth_dst, p.eth_src), (dst, src));
+    assert_eq!(p, parse(&f, 49374).unwrap());
 }
 
 #[test]
