@@ -1,12 +1,13 @@
 //! Actions through the data path, on the shared cases' real frames: every rewrite leaves
 //! checksums equal to a full recompute and ICRCs valid.
 
+use super::{ecn, mac, ttl};
 use crate::buf::{VecBuf, VecIo};
 use crate::config::load_str;
 use crate::datapath::Datapath;
 use crate::parse::{parse, Layers};
 use crate::stats::Reason;
-use crate::wire::{checksum, icrc};
+use crate::wire::{checksum, icrc, EthernetAddress};
 use std::path::Path;
 
 fn frames(name: &str) -> Vec<Vec<u8>> {
@@ -82,6 +83,43 @@ fn c06_ecn_codepoints() {
     }
 }
 
+/// `mark_ce` itself, on c06 and c07: it reports whether the packet leaves CE (RFC 3168 5): true
+/// for ECT(0), ECT(1) and an already-CE packet (left byte for byte as it was), false for Not-ECT
+/// (unchanged) and for a frame without IP.
+#[test]
+fn mark_ce_reports_whether_the_packet_is_ce() {
+    for (i, inp) in frames("c06_ecn_codepoints.pcap").into_iter().enumerate() {
+        let ecn_in = inp[15] & 3;
+        let mut f = inp.clone();
+        let mut p = parse(&f, 49374).unwrap();
+        let marked = ecn::mark_ce(&mut f, &mut p);
+        assert_eq!(marked, ecn_in != 0, "frame {i}: ECN {ecn_in:02b}");
+        assert_eq!(p.ecn, if ecn_in == 0 { 0 } else { 3 }, "frame {i}: the parse follows the frame");
+        assert_eq!(f[15], (26 << 2) | p.ecn, "frame {i}: DSCP 26 kept");
+        ipv4_checksum_is_a_full_recompute(&f, 14);
+        if ecn_in == 0 || ecn_in == 3 {
+            assert_eq!(f, inp, "frame {i}: Not-ECT and CE leave unchanged");
+        }
+    }
+
+    // IPv6 (c07): traffic class 0xBA is ECT(0); marked once, then already CE.
+    let mut f = frames("c07_ipv6_tc_ecn_flowlabel.pcap").remove(0);
+    let mut p = parse(&f, 49374).unwrap();
+    assert!(ecn::mark_ce(&mut f, &mut p));
+    assert_eq!(u32::from_be_bytes([f[14], f[15], f[16], f[17]]), 0x6BBA_BCDE);
+    let once = f.clone();
+    assert!(ecn::mark_ce(&mut f, &mut p), "an IPv6 packet already CE is CE");
+    assert_eq!(f, once);
+
+    // No IP: an EtherType 0x88B5 (local experimental) frame of 60 bytes.
+    let mut f = vec![0u8; 60];
+    f[..12].copy_from_slice(&[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1]);
+    f[12..14].copy_from_slice(&[0x88, 0xb5]);
+    let mut p = parse(&f, 49374).unwrap();
+    assert!(!ecn::mark_ce(&mut f, &mut p));
+    assert_eq!(p.ecn, 0);
+}
+
 #[test]
 fn c07_ipv6_mark_keeps_version_dscp_and_flow_label() {
     let f = frames("c07_ipv6_tc_ecn_flowlabel.pcap");
@@ -148,6 +186,60 @@ fn dec_ttl_drops_at_one() {
     assert_eq!(dp.counters.dropped(Reason::TtlExpired), 1);
 }
 
+/// `dec_ttl` on IPv6 (c07, hop limit 64, RFC 8200 section 3): the hop limit leaves as 63 and no
+/// other byte changes (it is outside the UDP pseudo-header, so the checksum still verifies); hop
+/// limit 2 leaves as 1, and hop limit 1 is dropped with the frame untouched.
+#[test]
+fn dec_ttl_on_ipv6_hop_limit() {
+    let inp = frames("c07_ipv6_tc_ecn_flowlabel.pcap").remove(0);
+    assert_eq!(inp[14 + 7], 64, "hop limit is byte 7 of the IPv6 header");
+    let out = run(&mut with_actions("dec_ttl; forward(1)", ""), std::slice::from_ref(&inp));
+    let o = &out[0].1;
+    let diff: Vec<usize> = (0..o.len()).filter(|&i| o[i] != inp[i]).collect();
+    assert_eq!(diff, vec![21]);
+    assert_eq!(o[21], 63);
+    assert_eq!(parse(o, 49374).expect("the UDP checksum still verifies").ttl, 63);
+
+    let mut f = inp.clone();
+    f[21] = 2;
+    let mut p = parse(&f, 49374).unwrap();
+    assert_eq!(ttl::decrement(&mut f, &mut p), Ok(()));
+    assert_eq!((f[21], p.ttl), (1, 1));
+    assert_eq!(p, parse(&f, 49374).unwrap());
+    let before = f.clone();
+    assert_eq!(ttl::decrement(&mut f, &mut p), Err(Reason::TtlExpired));
+    assert_eq!(f, before);
+    assert_eq!(p.ttl, 1);
+}
+
+/// IPv4 TTL 2 leaves as 1 with the header checksum equal to a full recompute; TTL 0 (which no
+/// router forwards, RFC 1812 5.3.1) is dropped like TTL 1, never wrapped to 255.
+#[test]
+fn dec_ttl_ipv4_two_leaves_as_one_and_zero_is_dropped() {
+    let inp = frames("c02_ipv4_options.pcap").remove(0);
+    for (ttl_in, want) in [(2u8, Ok(1u8)), (1, Err(Reason::TtlExpired)), (0, Err(Reason::TtlExpired))] {
+        let mut f = inp.clone();
+        f[22] = ttl_in;
+        let mut h = f[14..14 + 24].to_vec();
+        h[10] = 0;
+        h[11] = 0;
+        f[24..26].copy_from_slice(&checksum::checksum(&h).to_be_bytes());
+        let mut p = parse(&f, 49374).unwrap();
+        let before = f.clone();
+        match want {
+            Ok(t) => {
+                assert_eq!(ttl::decrement(&mut f, &mut p), Ok(()));
+                assert_eq!((f[22], p.ttl), (t, t));
+                ipv4_checksum_is_a_full_recompute(&f, 14);
+            }
+            Err(r) => {
+                assert_eq!(ttl::decrement(&mut f, &mut p), Err(r), "TTL {ttl_in}");
+                assert_eq!(f, before);
+            }
+        }
+    }
+}
+
 #[test]
 fn vlan_push_pop_set() {
     let plain = frames("c02_ipv4_options.pcap")[0].clone();
@@ -182,6 +274,34 @@ fn vlan_push_pop_set() {
     assert_eq!(p.vid_outer, before.vid_inner);
     assert_eq!(p.l3_offset, before.l3_offset - 4);
     assert_eq!(&out[0].1[p.l3_offset as usize..], &q[0][before.l3_offset as usize..]);
+}
+
+/// `set_eth_dst` writes bytes 0..6 and `set_eth_src` bytes 6..12 (IEEE 802.3 3.1.1: destination
+/// first), with addresses unlike c02's own (02:00:00:00:00:02 <- 02:00:00:00:00:01); nothing else
+/// changes, and the parse the actions keep is the output's.
+#[test]
+fn set_eth_dst_and_src_rewrite_their_six_bytes() {
+    let inp = frames("c02_ipv4_options.pcap").remove(0);
+    assert_eq!(&inp[..12], &[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1]);
+    let out = run(
+        &mut with_actions("set_eth_dst(0a:1b:2c:3d:4e:5f); set_eth_src(66:77:88:99:aa:bb); forward(1)", ""),
+        std::slice::from_ref(&inp),
+    );
+    let o = &out[0].1;
+    assert_eq!(&o[..12], &[0x0a, 0x1b, 0x2c, 0x3d, 0x4e, 0x5f, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb]);
+    assert_eq!(&o[12..], &inp[12..]);
+
+    let mut f = inp.clone();
+    let mut p = parse(&f, 49374).unwrap();
+    let dst: EthernetAddress = "0a:1b:2c:3d:4e:5f".parse().unwrap();
+    mac::set_dst(&mut f, &mut p, dst);
+    assert_eq!(&f[..6], &[0x0a, 0x1b, 0x2c, 0x3d, 0x4e, 0x5f]);
+    assert_eq!(&f[6..], &inp[6..]);
+    let src: EthernetAddress = "66:77:88:99:aa:bb".parse().unwrap();
+    mac::set_src(&mut f, &mut p, src);
+    assert_eq!(&f[6..12], &[0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb]);
+    assert_eq!((p.eth_dst, p.eth_src), (dst, src));
+    assert_eq!(p, parse(&f, 49374).unwrap());
 }
 
 #[test]

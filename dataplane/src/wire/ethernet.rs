@@ -184,6 +184,30 @@ mod tests {
         assert_eq!(EthernetFrame::new_checked(&FRAME[..13]).unwrap_err(), Truncated);
     }
 
+    /// The I/G bit is the least significant bit of the first octet (IEEE 802-2014 8.2): set for
+    /// broadcast, IPv4 multicast (01:00:5e, RFC 1112 6.4) and IPv6 multicast (33:33, RFC 2464 7);
+    /// clear for individual addresses, locally administered (02) or not (fa:16:3e).
+    #[test]
+    fn multicast_is_the_group_bit() {
+        for m in ["ff:ff:ff:ff:ff:ff", "01:00:5e:00:00:01", "33:33:00:00:00:01", "03:00:00:00:00:00"] {
+            assert!(m.parse::<EthernetAddress>().unwrap().is_multicast(), "{m}");
+        }
+        for u in ["02:00:00:00:00:01", "fa:16:3e:a3:16:62", "00:00:00:00:00:00", "fe:ff:ff:ff:ff:ff"] {
+            assert!(!u.parse::<EthernetAddress>().unwrap().is_multicast(), "{u}");
+        }
+    }
+
+    /// An octet of three hex digits is refused, even one whose value fits (002), and Debug prints
+    /// the address like Display.
+    #[test]
+    fn mac_text_octets_have_at_most_two_digits() {
+        assert!("002:00:00:00:00:01".parse::<EthernetAddress>().is_err());
+        assert!("02:00:00:00:00:001".parse::<EthernetAddress>().is_err());
+        let a: EthernetAddress = "02:00:00:00:00:0a".parse().unwrap();
+        assert_eq!(a.0, [2, 0, 0, 0, 0, 10]);
+        assert_eq!(format!("{a:?}"), "02:00:00:00:00:0a");
+    }
+
     #[test]
     fn mac_text() {
         assert!("02:00:00:00:00".parse::<EthernetAddress>().is_err());

@@ -532,6 +532,67 @@ mod tests {
         assert_eq!(p.frag_offset(), 1480);
     }
 
+    /// The mutable payload is the same range as the payload: from the end of the header, options
+    /// included (24 bytes in c02), to the total length (c05's 14 bytes of Ethernet padding after
+    /// its 32-byte datagram are not part of it).
+    #[test]
+    fn payload_mut_spans_header_end_to_total_length() {
+        let mut b = C02;
+        let mut p = Ipv4Packet::new_checked(&mut b[..]).unwrap();
+        assert_eq!(p.payload_mut().len(), 36 - 24);
+        p.payload_mut().fill(0xee);
+        assert_eq!(&b[..24], &C02[..24]);
+        assert_eq!(&b[24..], &[0xee; 12]);
+
+        let mut b = C05;
+        let mut p = Ipv4Packet::new_checked(&mut b[..]).unwrap();
+        assert_eq!(p.payload_mut().len(), 32 - 20);
+        p.payload_mut().fill(0);
+        assert_eq!(&b[..20], &C05[..20]);
+        assert_eq!(&b[20..32], &[0; 12]);
+        assert_eq!(&b[32..], &[0xaa; 14]);
+    }
+
+    /// A decoded header emits 20 bytes (IHL 5, no options), and `header_len` says so.
+    #[test]
+    fn repr_header_len_is_twenty() {
+        let r = Ipv4Repr { payload_len: 4, ttl: 64, protocol: 17, ..Default::default() };
+        assert_eq!(r.header_len(), 20);
+        let mut buf = [0x55u8; 24];
+        r.emit(&mut buf).unwrap();
+        assert_eq!(buf[0], 0x45);
+        assert_eq!(&buf[r.header_len()..], &[0x55; 4], "emit writes the header only");
+    }
+
+    /// DSCP is the high six bits of the TOS octet and ECN the low two (RFC 2474 section 3, RFC
+    /// 3168 section 5): setting the DSCP of c02 (TOS 0x02, ECT(0)) to 46 gives 0xBA, ECN kept.
+    #[test]
+    fn set_dscp_keeps_ecn() {
+        let mut b = C02;
+        let mut p = Ipv4Packet::new_checked(&mut b[..]).unwrap();
+        p.set_dscp(46);
+        assert_eq!((p.tos(), p.dscp(), p.ecn()), (0xba, 46, Ecn::ECT0));
+        p.set_dscp(0);
+        assert_eq!(p.tos(), 0x02);
+    }
+
+    /// Version and IHL share the first octet (RFC 791 section 3.1: version in the high four bits,
+    /// IHL in the low four): setting one keeps the other.
+    #[test]
+    fn version_and_ihl_setters_keep_each_others_nibble() {
+        let mut b = C02;
+        let mut p = Ipv4Packet::new_unchecked(&mut b[..]);
+        p.set_version(6);
+        assert_eq!((p.version(), p.ihl()), (6, 6));
+        p.set_ihl(15);
+        assert_eq!((p.version(), p.ihl()), (6, 15));
+        p.set_version(4);
+        p.set_ihl(0x17);
+        assert_eq!((p.version(), p.ihl()), (4, 7), "only the low four bits of the IHL are used");
+        assert_eq!(b[0], 0x47);
+        assert_eq!(&b[1..], &C02[1..]);
+    }
+
     // Case c01's three headers (IHL 4; IHL 0; IHL 5 with total length 10).
     #[test]
     fn c01_bad_ihl_and_total_len() {

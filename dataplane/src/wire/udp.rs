@@ -302,6 +302,19 @@ mod tests {
         assert_eq!(p.checksum(), 0x1ea3);
     }
 
+    /// The mutable payload is bytes 8..length (RFC 768): in c03, the four bytes 01 02 03 04 and
+    /// none of the padding after the 12-byte datagram.
+    #[test]
+    fn payload_mut_is_bounded_by_the_length_field() {
+        let mut b = C03;
+        let mut p = UdpPacket::new_checked(&mut b[..]).unwrap();
+        assert_eq!(p.payload_mut(), &[1, 2, 3, 4]);
+        p.payload_mut().fill(0);
+        assert_eq!(&b[..8], &C03[..8]);
+        assert_eq!(&b[8..12], &[0; 4]);
+        assert_eq!(&b[12..], &[0xaa; 14]);
+    }
+
     #[test]
     fn negative_lengths() {
         assert_eq!(UdpPacket::new_checked(&C03[..7]).unwrap_err(), WireError::Truncated);

@@ -182,6 +182,21 @@ mod tests {
         assert_eq!(t.ethertype(), 0x0800);
     }
 
+    /// The DEI is the bit between the PCP and the VID (IEEE 802.1Q-2018 9.6: TCI bit 0x1000);
+    /// setting it on TCI 0x4123 gives 0x5123, PCP 2 and VID 0x123 kept, and clearing it undoes it.
+    #[test]
+    fn set_dei_sets_bit_twelve() {
+        let mut b = [0x41, 0x23, 0x08, 0x00];
+        let mut t = VlanTag::new_checked(&mut b[..]).unwrap();
+        t.set_dei(true);
+        assert_eq!(t.tci(), 0x5123);
+        assert_eq!((t.pcp(), t.dei(), t.vid()), (2, true, 0x123));
+        t.set_dei(true);
+        assert_eq!(t.tci(), 0x5123);
+        t.set_dei(false);
+        assert_eq!(b, [0x41, 0x23, 0x08, 0x00]);
+    }
+
     #[test]
     fn too_short() {
         assert_eq!(VlanTag::new_checked(&C09_TAGS[11..]).unwrap_err(), WireError::Truncated);
