@@ -280,7 +280,13 @@ impl LpmMatcher {
     #[inline(always)]
     pub fn prefetch_word(&self, w: u64) {
         let b = w.to_le_bytes();
-        if let Some(s) = self.slots.get((usize::from(b[0]) << 8) | usize::from(b[1])) {
+        self.prefetch_slot((usize::from(b[0]) << 8) | usize::from(b[1]));
+    }
+
+    /// Prefetches root slot `i` (nothing when out of range).
+    #[inline(always)]
+    fn prefetch_slot(&self, i: usize) {
+        if let Some(s) = self.slots.get(i) {
             crate::prefetch::prefetch(s);
         }
     }
@@ -319,10 +325,11 @@ impl LpmMatcher {
             return;
         }
         let f = &key[self.field.clone()];
-        let slot = if self.root_bits == 16 { (usize::from(f[0]) << 8) | usize::from(f[1]) } else { usize::from(f[0]) };
-        if let Some(s) = self.slots.get(slot) {
-            crate::prefetch::prefetch(s);
-        }
+        self.prefetch_slot(if self.root_bits == 16 {
+            (usize::from(f[0]) << 8) | usize::from(f[1])
+        } else {
+            usize::from(f[0])
+        });
     }
 
     /// The level where a prefix of `p` bits ends: the root for `p <= root_bits`, else the one
