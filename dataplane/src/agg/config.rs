@@ -220,6 +220,11 @@ pub fn validate(
                 format!("a chunk of {} {} lanes is {chunk_bytes} bytes: expected at most 8900 bytes (a 9000-byte jumbo frame with headers)", c.chunk_elements, c.dtype),
             ));
         }
+        if c.slot_timeout_ms == 0 {
+            // Rule 8 reclaims a round untouched for longer than this: 0 would reclaim every
+            // round at its next contribution, so no round of two or more workers could complete.
+            return Err(err(format!("{k}.slot_timeout_ms"), "expected at least 1 ms, found 0".into()));
+        }
         if c.dscp > 63 {
             return Err(err(format!("{k}.dscp"), format!("expected 0..=63, found {}", c.dscp)));
         }

@@ -306,6 +306,18 @@ fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
     if dp.burst == 0 || dp.burst > 512 {
         return Err(err("dataplane.burst".into(), format!("expected 1..=512 packets, found {}", dp.burst)));
     }
+    if dp.gradient_udp_port == crate::wire::bth::ROCEV2_UDP_PORT {
+        // Datagrams to 4791 are parsed as RoCEv2 (IANA; spec section 1): a UDP-carriage
+        // contribution on that port would never reach the aggregator.
+        return Err(err(
+            "dataplane.gradient_udp_port".into(),
+            format!(
+                "expected a port other than {} (RoCEv2's, which the RoCEv2 carriage uses), found {}",
+                crate::wire::bth::ROCEV2_UDP_PORT,
+                dp.gradient_udp_port
+            ),
+        ));
+    }
     if config.ports.is_empty() {
         return Err(err("port".into(), "expected at least one [[port]] table".into()));
     }

@@ -87,6 +87,11 @@ fn semantic_errors_name_the_key() {
         ("[mempool]\ncache = 600\n[[port]]\nvdev = \"n\"\n", "`mempool.cache`", "at most 512"),
         ("[dataplane]\nburst = 0\n[[port]]\nvdev = \"n\"\n", "`dataplane.burst`", "1..=512"),
         (
+            "[dataplane]\ngradient_udp_port = 4791\n[[port]]\nvdev = \"n\"\n",
+            "`dataplane.gradient_udp_port`",
+            "other than 4791",
+        ),
+        (
             "[[port]]\nvdev = \"n\"\n[[lcore]]\nid = 1\nrx = [{ port = 3, queue = 0 }]\n",
             "`lcore[0].rx[0].port`",
             "below 1",
@@ -175,6 +180,8 @@ fn collective_errors_name_the_key() {
             "`collective[0].chunk_elements`",
             "at most 8900 bytes",
         ),
+        (coll("slot_timeout_ms = 0", "udp_port = 5"), "`collective[0].slot_timeout_ms`", "at least 1 ms"),
+        (coll("slot_timeout_ms = 1", "udp_port = 5"), "", ""),
     ];
     for (text, key, want) in cases {
         match load_str(&text, Path::new("bad.toml")) {
