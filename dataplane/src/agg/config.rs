@@ -253,10 +253,20 @@ pub fn validate(
             if members[m.rank as usize].is_some() {
                 return Err(err(format!("{mk}.rank"), format!("rank {} appears twice", m.rank)));
             }
-            let ip =
-                m.ip.parse::<std::net::IpAddr>().map(IpAddr::from_std).map_err(|_| {
-                    err(format!("{mk}.ip"), format!("expected an IPv4 or IPv6 address, found {:?}", m.ip))
-                })?;
+            let std_ip = m
+                .ip
+                .parse::<std::net::IpAddr>()
+                .map_err(|_| err(format!("{mk}.ip"), format!("expected an IPv4 or IPv6 address, found {:?}", m.ip)))?;
+            // A worker's address is the source of its contributions (the anti-spoofing check) and
+            // the destination of its results: it must be one host's.
+            let broadcast = matches!(std_ip, std::net::IpAddr::V4(v4) if v4.is_broadcast());
+            if std_ip.is_unspecified() || std_ip.is_multicast() || broadcast {
+                return Err(err(
+                    format!("{mk}.ip"),
+                    format!("expected a unicast address (a worker's own), found {:?}", m.ip),
+                ));
+            }
+            let ip = IpAddr::from_std(std_ip);
             let mac: EthernetAddress =
                 m.mac.parse().map_err(|e| err(format!("{mk}.mac"), format!("{e}, found {:?}", m.mac)))?;
             let port = m.port.unwrap_or(0);
@@ -296,6 +306,9 @@ pub fn validate(
                             "expected the worker's UDP port (the UDP carriage needs it)".into(),
                         )
                     })?;
+                    if p == 0 {
+                        return Err(err(format!("{mk}.udp_port"), "expected a UDP port in 1..=65535, found 0".into()));
+                    }
                     (p, 0, 0)
                 }
                 Carriage::Rocev2 => {

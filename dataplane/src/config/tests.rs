@@ -180,6 +180,10 @@ fn collective_errors_name_the_key() {
             "`collective[0].chunk_elements`",
             "at most 8900 bytes",
         ),
+        (coll("", "udp_port = 0"), "`collective[0].member[0].udp_port`", "1..=65535"),
+        (coll("", "udp_port = 5").replace("10.0.0.1", "224.0.0.9"), "`collective[0].member[0].ip`", "unicast"),
+        (coll("", "udp_port = 5").replace("10.0.0.1", "255.255.255.255"), "`collective[0].member[0].ip`", "unicast"),
+        (coll("", "udp_port = 5").replace("10.0.0.1", "0.0.0.0"), "`collective[0].member[0].ip`", "unicast"),
         (coll("slot_timeout_ms = 0", "udp_port = 5"), "`collective[0].slot_timeout_ms`", "at least 1 ms"),
         (coll("slot_timeout_ms = 1", "udp_port = 5"), "", ""),
     ];
