@@ -359,7 +359,17 @@ fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
         let mac = match &p.mac {
             None => None,
             Some(m) => {
-                Some(m.parse::<EthernetAddress>().map_err(|e| err(format!("{key}.mac"), format!("{e}, found {m:?}")))?)
+                let mac =
+                    m.parse::<EthernetAddress>().map_err(|e| err(format!("{key}.mac"), format!("{e}, found {m:?}")))?;
+                // The source of the appliance's own frames: a group address there is invalid
+                // (IEEE 802: the I/G bit of a source is 0).
+                if mac.is_multicast() {
+                    return Err(err(
+                        format!("{key}.mac"),
+                        format!("expected a unicast MAC address (first octet even), found {m:?}"),
+                    ));
+                }
+                Some(mac)
             }
         };
         port_macs.push(mac);
@@ -367,8 +377,13 @@ fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
             None => None,
             Some(a) => Some(
                 a.parse::<std::net::Ipv4Addr>()
-                    .map_err(|_| {
-                        err(format!("{key}.ipv4"), format!("expected an IPv4 address like 10.0.0.254, found {a:?}"))
+                    .ok()
+                    .filter(|v| !v.is_unspecified() && !v.is_multicast() && !v.is_broadcast())
+                    .ok_or_else(|| {
+                        err(
+                            format!("{key}.ipv4"),
+                            format!("expected a unicast IPv4 address like 10.0.0.254, found {a:?}"),
+                        )
                     })?
                     .octets(),
             ),
@@ -377,8 +392,13 @@ fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
             None => None,
             Some(a) => Some(
                 a.parse::<std::net::Ipv6Addr>()
-                    .map_err(|_| {
-                        err(format!("{key}.ipv6"), format!("expected an IPv6 address like fd00::fe, found {a:?}"))
+                    .ok()
+                    .filter(|v| !v.is_unspecified() && !v.is_multicast())
+                    .ok_or_else(|| {
+                        err(
+                            format!("{key}.ipv6"),
+                            format!("expected a unicast IPv6 address like fd00::fe, found {a:?}"),
+                        )
                     })?
                     .octets(),
             ),
