@@ -655,6 +655,39 @@ mod tests {
         assert_eq!(DropReason::MalformedIpv4.name(), "malformed_ipv4");
     }
 
+    /// `Layers` is a set: each layer is its own bit, a union holds exactly the bits of both
+    /// (a layer added twice is there once), and `remove` clears only its own.
+    #[test]
+    fn layers_are_a_set_of_distinct_bits() {
+        let all = [
+            Layers::ETH,
+            Layers::VLAN_OUTER,
+            Layers::VLAN_INNER,
+            Layers::IPV4,
+            Layers::IPV6,
+            Layers::IP_FRAGMENT,
+            Layers::UDP,
+            Layers::BTH,
+            Layers::DETH,
+            Layers::GRADIENT,
+            Layers::ARP,
+        ];
+        let mut seen = 0u16;
+        for l in all {
+            assert_eq!(l.bits().count_ones(), 1, "{l:?}");
+            assert_eq!(seen & l.bits(), 0, "{l:?} shares a bit");
+            seen |= l.bits();
+        }
+        assert_eq!(Layers::empty().bits(), 0);
+        let l4 = Layers::IPV4.union(Layers::UDP);
+        assert_eq!(l4.bits(), Layers::IPV4.bits() | Layers::UDP.bits());
+        assert_eq!(l4.union(Layers::UDP), l4);
+        assert_eq!(Layers::ETH.union(Layers::ETH), Layers::ETH);
+        let mut l = l4;
+        l.remove(Layers::UDP);
+        assert_eq!(l, Layers::IPV4);
+    }
+
     #[test]
     fn c01_bad_ihl_all_malformed_ipv4() {
         let f = frames("c01_ipv4_bad_ihl.pcap");

@@ -669,6 +669,53 @@ mod tests {
         assert_eq!(p.checksum_dst_addr(&p.walk_extensions().unwrap()), p.dst_addr());
     }
 
+    /// An AH with only its next-header byte inside the payload is refused like any other
+    /// header too short for its length byte (RFC 4302 section 2.2), without reading past the
+    /// datagram.
+    #[test]
+    fn ah_without_its_length_byte_is_refused() {
+        let mut v = chain(&[], NextHeader::AUTH);
+        v.push(17);
+        v[5] = 1;
+        let e = Ipv6Packet::new_checked(&v[..]).unwrap().walk_extensions().unwrap_err();
+        assert_eq!(e, WireError::BadHeaderLen);
+    }
+
+    /// A Routing header with segments left but no address (length byte 0) names no final
+    /// destination (RFC 8200 section 8.1 takes it from the header's last element): the
+    /// pseudo-header keeps the header's destination, and the bytes after the Routing header are
+    /// never taken for an address.
+    #[test]
+    fn routing_header_without_addresses_keeps_the_destination() {
+        let dst = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+        for rt_type in [0u8, 2, 4] {
+            let mut v = chain(&[(NextHeader::ROUTING, 0)], 17);
+            v[24..40].copy_from_slice(&dst);
+            v[42] = rt_type;
+            v[43] = 1;
+            v.extend_from_slice(&[0xee; 16]);
+            let pl = (v.len() - 40) as u16;
+            v[4..6].copy_from_slice(&pl.to_be_bytes());
+            let p = Ipv6Packet::new_checked(&v[..]).unwrap();
+            let c = p.walk_extensions().unwrap();
+            assert_eq!((c.upper_protocol, c.header_len), (17, 48), "type {rt_type}");
+            assert_eq!(p.checksum_dst_addr(&c), dst, "type {rt_type}");
+        }
+    }
+
+    /// Version, traffic class and flow label share the first 32-bit word (RFC 8200 section 3:
+    /// 4, 8 and 20 bits): setting the version keeps the other two.
+    #[test]
+    fn set_version_keeps_traffic_class_and_flow_label() {
+        let mut b = C07;
+        let mut p = Ipv6Packet::new_unchecked(&mut b[..]);
+        p.set_version(4);
+        assert_eq!((p.version(), p.traffic_class(), p.flow_label()), (4, 0xba, 0xabcde));
+        p.set_version(0x16);
+        assert_eq!(p.version(), 6, "only the low four bits of the version are used");
+        assert_eq!(b, C07);
+    }
+
     #[test]
     fn negative_lengths() {
         assert_eq!(Ipv6Packet::new_checked(&C07[..39]).unwrap_err(), WireError::Truncated);
