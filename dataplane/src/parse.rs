@@ -1296,6 +1296,17 @@ mod tests {
         // With segments left 0 the header's destination is the final one.
         srh[3] = 0;
         assert!(ok(&frame(43, &srh, &udp(&V6_DST))).has(Layers::UDP));
+        // RPL Source Route Header (type 3, RFC 6554), CmprI = 8, CmprE = 14, Pad 6: one 8-byte
+        // address, then the last one in 2 bytes; its other 14 are the IPv6 destination's.
+        let mut fin = V6_DST;
+        fin[14..].copy_from_slice(&[0x12, 0x34]);
+        let mut rpl = vec![17u8, 2, 3, 2, 0x8e, 0x60, 0, 0];
+        rpl.extend_from_slice(&V6_DST[8..]);
+        rpl.extend_from_slice(&[0x12, 0x34, 0, 0, 0, 0, 0, 0]);
+        let f = frame(43, &rpl, &udp(&fin));
+        let p = ok(&f);
+        assert_eq!((p.ip_proto, p.l4_offset, p.ip_dst()), (17, 14 + 40 + 24, &V6_DST[..]));
+        assert_eq!(parse(&frame(43, &rpl, &udp(&V6_DST)), GRAD_PORT), Err(DropReason::BadUdpChecksum));
     }
 
     #[test]

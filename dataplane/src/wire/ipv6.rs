@@ -110,6 +110,25 @@ pub struct ExtensionChain {
     /// pseudo-header uses that address instead of the header's destination (RFC 8200 section
     /// 8.1): see [`Ipv6Packet::checksum_dst_addr`].
     pub final_dst_offset: u16,
+    /// Leading bytes of the final destination that its Routing header elides, taken from the
+    /// IPv6 header's destination instead (RFC 6554 section 3, CmprE of an RPL Source Route
+    /// Header); the other `16 - final_dst_elided` bytes are at `final_dst_offset`. 0 for the
+    /// other types.
+    pub final_dst_elided: u8,
+}
+
+/// Where the last address of an RPL Source Route Header (`rh`: the whole header, its length
+/// checked) starts and how many of its leading bytes are elided (RFC 6554 section 3): `n =
+/// ((len - 8) - Pad - (16 - CmprE)) / (16 - CmprI) + 1` addresses, the first `n - 1` of
+/// `16 - CmprI` bytes each, the last of `16 - CmprE`, each missing the leading bytes it shares
+/// with the IPv6 destination. `None` when the header holds no whole last address.
+fn rpl_last_address(rh: &[u8]) -> Option<(usize, usize)> {
+    let (cmpr_i, cmpr_e) = ((rh[4] >> 4) as usize, (rh[4] & 0x0f) as usize);
+    let pad = (rh[5] >> 4) as usize;
+    let body = (rh.len() - field::RT_ADDRESSES).checked_sub(pad)?;
+    let rest = body.checked_sub(16 - cmpr_e)?;
+    let before = rest / (16 - cmpr_i);
+    Some((field::RT_ADDRESSES + before * (16 - cmpr_i), cmpr_e))
 }
 
 impl ExtensionChain {
@@ -238,8 +257,9 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
         match chain.final_dst_offset as usize {
             0 => self.dst_addr(),
             o => {
-                let mut a = [0u8; 16];
-                a.copy_from_slice(&self.buffer.as_ref()[o..o + 16]);
+                let mut a = self.dst_addr();
+                let e = chain.final_dst_elided as usize;
+                a[e..].copy_from_slice(&self.buffer.as_ref()[o..o + 16 - e]);
                 a
             }
         }
@@ -305,15 +325,18 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
             if nh == NextHeader::ROUTING && chain.final_dst_offset == 0 && b[off + field::RT_SEGMENTS_LEFT] != 0 {
                 // The final destination (RFC 8200 section 8.1): the last address of a type 0
                 // (RFC 5095) or type 2 (RFC 6275) header, Segment List[0] of a Segment Routing
-                // Header (type 4, RFC 8754 section 2). Other types keep the header's.
+                // Header (type 4, RFC 8754 section 2), the last, compressed, address of an RPL
+                // Source Route Header (type 3, RFC 6554). Other types keep the header's.
                 let addrs = (len - field::RT_ADDRESSES) / 16;
                 let last = match b[off + field::RT_TYPE] {
-                    0 | 2 if addrs > 0 => Some(addrs - 1),
-                    4 if addrs > 0 => Some(0),
+                    0 | 2 if addrs > 0 => Some((field::RT_ADDRESSES + 16 * (addrs - 1), 0)),
+                    4 if addrs > 0 => Some((field::RT_ADDRESSES, 0)),
+                    3 => rpl_last_address(&b[off..off + len]),
                     _ => None,
                 };
-                if let Some(i) = last {
-                    chain.final_dst_offset = (off + field::RT_ADDRESSES + 16 * i) as u16;
+                if let Some((at, elided)) = last {
+                    chain.final_dst_offset = (off + at) as u16;
+                    chain.final_dst_elided = elided as u8;
                 }
             }
             if nh == NextHeader::FRAGMENT {
@@ -647,11 +670,13 @@ mod tests {
 
     /// The pseudo-header's destination with a Routing header whose segments left is not 0 is
     /// the final destination (RFC 8200 section 8.1): the last address of types 0 and 2,
-    /// Segment List[0] of an SRH (type 4, RFC 8754).
+    /// Segment List[0] of an SRH (type 4, RFC 8754), the last address of an RPL Source Route
+    /// Header (type 3, RFC 6554) without compression; other types keep the header's.
     #[test]
     fn routing_header_final_destination() {
         let a = |x: u8| [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, x];
-        for (rt_type, left, want) in [(0u8, 2u8, a(8)), (2, 1, a(8)), (4, 1, a(7)), (0, 0, a(2)), (3, 1, a(2))] {
+        let cases = [(0u8, 2u8, a(8)), (2, 1, a(8)), (4, 1, a(7)), (0, 0, a(2)), (3, 1, a(8)), (253, 1, a(2))];
+        for (rt_type, left, want) in cases {
             // Two addresses (length byte 4: 8 + 32 bytes), fd00::7 then fd00::8.
             let mut v = chain(&[(43, 4)], 17);
             v[24..40].copy_from_slice(&a(2));
@@ -667,6 +692,42 @@ mod tests {
         // Without a Routing header: the header's destination.
         let p = Ipv6Packet::new_checked(&C07[..]).unwrap();
         assert_eq!(p.checksum_dst_addr(&p.walk_extensions().unwrap()), p.dst_addr());
+    }
+
+    /// RPL Source Route Header (RFC 6554 section 3): addresses lose the leading CmprI bytes
+    /// (the last one CmprE) they share with the IPv6 destination, and Pad bytes end the header;
+    /// the final destination is the destination's first CmprE bytes, then the last address.
+    #[test]
+    fn rpl_routing_header_compressed_final_destination() {
+        let dst = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+        let with = |cmpr: u8, pad: u8, addrs: &[u8], want: [u8; 16]| {
+            let len = 8 + addrs.len();
+            assert_eq!(len % 8, 0);
+            let mut v = chain(&[(NextHeader::ROUTING, (len / 8 - 1) as u8)], 17);
+            v[24..40].copy_from_slice(&dst);
+            v[42] = 3;
+            v[43] = 1;
+            v[44] = cmpr;
+            v[45] = pad << 4;
+            v[48..48 + addrs.len()].copy_from_slice(addrs);
+            let p = Ipv6Packet::new_checked(&v[..]).unwrap();
+            let c = p.walk_extensions().unwrap();
+            assert_eq!((c.upper_protocol, c.header_len), (17, 40 + len), "cmpr {cmpr:#x} pad {pad}");
+            assert_eq!(p.checksum_dst_addr(&c), want, "cmpr {cmpr:#x} pad {pad}");
+            assert_eq!(p.dst_addr(), dst);
+        };
+        let mut a9 = dst;
+        a9[15] = 9;
+        // CmprI = CmprE = 8: two 8-byte addresses, the last ::8.
+        let mut last8 = dst;
+        last8[15] = 8;
+        with(0x88, 0, &[0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 8], last8);
+        // CmprI = 8, CmprE = 14, Pad 6: one 8-byte address, then 2 bytes of the last.
+        with(0x8e, 6, &[0, 0, 0, 0, 0, 0, 0, 7, 0, 9, 0, 0, 0, 0, 0, 0], a9);
+        // CmprE = 15, Pad 7: a single one-byte address.
+        with(0x0f, 7, &[9, 0, 0, 0, 0, 0, 0, 0], a9);
+        // Pad larger than the addresses leave room for: no last address, the header's kept.
+        with(0x00, 15, &[0; 8], dst);
     }
 
     /// An AH with only its next-header byte inside the payload is refused like any other
