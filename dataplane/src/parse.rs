@@ -150,6 +150,11 @@ impl Layers {
     pub const GRADIENT: Layers = Layers(1 << 9);
     /// ARP for IPv4 over Ethernet.
     pub const ARP: Layers = Layers(1 << 10);
+    /// A gradient carriage (UDP to the gradient port, or RoCEv2 UD SEND Only) whose payload is
+    /// shorter than a gradient header: a malformed gradient packet when it is addressed to the
+    /// appliance, anyone else's datagram otherwise (other UD services, such as connection
+    /// management MADs, use SEND Only too).
+    pub const GRADIENT_SHORT: Layers = Layers(1 << 11);
 
     /// The empty set.
     pub const fn empty() -> Layers {
@@ -592,10 +597,14 @@ fn parse_rocev2(frame: &[u8], start: usize, udp_end: usize, p: &mut Parsed) -> R
     Ok(())
 }
 
-/// A gradient header at `start`, its payload running to `end`.
+/// A gradient header at `start`, its payload running to `end`. Fewer bytes than a header is
+/// not an error here ([`Layers::GRADIENT_SHORT`]): only the appliance's own gradient packets
+/// must be whole, and which are its own is the aggregator's call.
 fn parse_gradient(frame: &[u8], start: usize, end: usize, p: &mut Parsed) -> Result<(), DropReason> {
-    let seg = frame.get(start..end).ok_or(DropReason::MalformedGradient)?;
-    let g = gradient::GradientHeader::new_checked(seg).map_err(|_| DropReason::MalformedGradient)?;
+    let Some(g) = frame.get(start..end).and_then(|seg| gradient::GradientHeader::new_checked(seg).ok()) else {
+        p.layers.insert(Layers::GRADIENT_SHORT);
+        return Ok(());
+    };
     p.layers.insert(Layers::GRADIENT);
     p.grad_offset = start as u32;
     p.grad_collective_id = g.collective_id();
@@ -626,7 +635,12 @@ mod tests {
     }
 
     fn ok(frame: &[u8]) -> Parsed {
-        parse(frame, GRAD_PORT).unwrap_or_else(|e| panic!("dropped as {e}: {frame:02x?}"))
+        ok_on(frame, GRAD_PORT)
+    }
+
+    /// [`ok`] with the gradient carriage on `port`.
+    fn ok_on(frame: &[u8], port: u16) -> Parsed {
+        parse(frame, port).unwrap_or_else(|e| panic!("dropped as {e}: {frame:02x?}"))
     }
 
     /// The plain-UDP case frames: 10.0.0.1:49152 -> 10.0.0.2:9000, payload 01 02 03 04.
@@ -671,6 +685,7 @@ mod tests {
             Layers::DETH,
             Layers::GRADIENT,
             Layers::ARP,
+            Layers::GRADIENT_SHORT,
         ];
         let mut seen = 0u16;
         for l in all {
@@ -726,8 +741,9 @@ mod tests {
         assert_eq!(p.ip_datagram(), 14..46);
         assert_eq!(&f[0][p.udp_payload()], &[1, 2, 3, 4]);
         // With the gradient port on 9000, the 4 payload bytes are too short for a header: the
-        // padding is never taken as gradient lanes.
-        assert_eq!(parse(&f[0], 9000), Err(DropReason::MalformedGradient));
+        // padding is never taken as gradient lanes (a short carriage, no gradient header).
+        let p = ok_on(&f[0], 9000);
+        assert!(p.has(Layers::GRADIENT_SHORT) && !p.has(Layers::GRADIENT));
         // A UDP length past the IP payload is malformed, even with padding bytes behind it.
         let mut b = f[0].clone();
         b[38..40].copy_from_slice(&13u16.to_be_bytes());
@@ -1126,9 +1142,13 @@ mod tests {
             assert_eq!(&f[p.grad_payload()], &lanes);
             // Another port: plain UDP.
             assert!(!parse(&f, 9000).unwrap().has(Layers::GRADIENT));
-            // Header cut short: malformed.
+            // Header cut short: a short carriage (the aggregator drops it as malformed when
+            // it is addressed to the appliance), not a gradient header.
             let f = udp_frame(v6, vlan, GRAD_PORT, &l4p[..19], false);
-            assert_eq!(parse(&f, GRAD_PORT), Err(DropReason::MalformedGradient));
+            let p = ok(&f);
+            assert!(p.has(Layers::UDP.union(Layers::GRADIENT_SHORT)) && !p.has(Layers::GRADIENT));
+            // A whole header is not short.
+            assert!(!ok(&udp_frame(v6, vlan, GRAD_PORT, &l4p[..20], false)).has(Layers::GRADIENT_SHORT));
         }
         // Zero UDP checksum: none over IPv4, invalid over IPv6.
         let l4p = grad_header(1, 0);
@@ -1176,7 +1196,8 @@ mod tests {
         l4p.extend_from_slice(&[0; 16 + 4]);
         let mut f = udp_frame(false, None, 4791, &l4p, true);
         icrc::fill(&mut f[14..], 20).unwrap();
-        assert_eq!(parse(&f, GRAD_PORT), Err(DropReason::MalformedGradient));
+        let p = ok(&f);
+        assert!(p.has(Layers::DETH.union(Layers::GRADIENT_SHORT)) && !p.has(Layers::GRADIENT));
         // A UD packet too short for its DETH.
         let mut f = udp_frame(false, None, 4791, &l4p[..12 + 4 + 4], true);
         icrc::fill(&mut f[14..], 20).unwrap();

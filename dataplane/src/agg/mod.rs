@@ -268,10 +268,12 @@ impl Aggregator {
     }
 
     /// True when the aggregator has collectives and `p` is a gradient packet addressed to the
-    /// appliance on `port` (its IP there, when one is configured for the packet's family).
+    /// appliance on `port` (its IP there, when one is configured for the packet's family),
+    /// a whole one or one too short for its header (which [`Aggregator::process`] drops as
+    /// malformed).
     #[inline]
     pub fn wants(&self, p: &Parsed, port: u16) -> bool {
-        if self.colls.is_empty() || !p.has(Layers::GRADIENT) {
+        if self.colls.is_empty() || !(p.has(Layers::GRADIENT) || p.has(Layers::GRADIENT_SHORT)) {
             return false;
         }
         let Some(a) = self.ports.get(port as usize) else { return false };
@@ -355,6 +357,10 @@ impl Aggregator {
     /// Rule 5, in the spec's order. Err: the drop reason and the NAK reason (none for flags).
     #[inline(always)]
     fn validate(&self, frame: &[u8], p: &Parsed) -> Result<Contribution, (Reason, Option<u8>)> {
+        if !p.has(Layers::GRADIENT) {
+            // Too short for a header (Layers::GRADIENT_SHORT): nothing to answer.
+            return Err((Reason::MalformedGradient, None));
+        }
         let g = GradientHeader::new_checked(&frame[p.grad_offset as usize..])
             .map_err(|_| (Reason::MalformedGradient, None))?;
         if g.flags() & (Flags::RESULT | Flags::NAK) != 0 {

@@ -635,3 +635,31 @@ fn rule_5_offsets_of_a_chunk_that_is_not_a_power_of_two() {
     assert_eq!(rig.dp.counters.dropped(Reason::GradBadLength), 1);
     assert_eq!(rig.agg().completed, 4, "nothing refused completed a slot");
 }
+
+/// A UDP datagram to the gradient port with fewer payload bytes than a gradient header: to the
+/// appliance it is a malformed gradient packet (dropped and counted, never answered: there is
+/// no header to put in a NAK); to anyone else it is ordinary traffic for the tables.
+#[test]
+fn short_gradient_datagrams_are_malformed_only_when_addressed_to_the_appliance() {
+    let mut rig = Rig::new(&conf("sum", "f32", "udp", false, "", 1, 4, 4));
+    let short = |rig: &Rig, dst: [u8; 4]| {
+        let mut f = rig.frame(0, 0, 1, &[], |s| s.dst_ip = IpAddr::V4(dst));
+        f.truncate(14 + 20 + 8 + 12);
+        let mut ip = crate::wire::ipv4::Ipv4Packet::new_unchecked(&mut f[14..]);
+        ip.set_total_len(20 + 8 + 12);
+        ip.fill_checksum();
+        f[14 + 20 + 4..14 + 20 + 8].copy_from_slice(&[0, 20, 0, 0]); // UDP length 20, no checksum
+        assert!(parse(&f, 49374).unwrap().has(Layers::GRADIENT_SHORT));
+        f
+    };
+    let mut io = VecIo::new(1);
+    let f = short(&rig, [10, 0, 0, 254]);
+    rig.send(&mut io, f, 0);
+    assert_eq!(rig.dp.counters.dropped(Reason::MalformedGradient), 1);
+    assert!(io.sent.is_empty(), "no NAK for a packet without a header");
+    let f = short(&rig, [10, 9, 9, 9]);
+    rig.send(&mut io, f, 0);
+    assert_eq!(rig.dp.counters.dropped(Reason::MalformedGradient), 1);
+    assert_eq!(rig.dp.counters.dropped(Reason::NoEgress), 1, "no table: not forwarded, not aggregated");
+    assert_eq!(rig.agg().folded, 0);
+}
