@@ -559,13 +559,16 @@ fn parse_udp(frame: &[u8], u: &udp::UdpPacket<&[u8]>, port: u16, p: &mut Parsed)
 }
 
 /// A BTH at `start`, in a UDP datagram ending at `udp_end` (ICRC included).
+///
+/// An opcode whose extension headers the parser does not know (the RD transport, reserved and
+/// manufacturer-specific opcodes) is still RoCEv2: its BTH is read and its ICRC, which covers
+/// whatever follows the BTH, verified, so that the tables can forward it; nothing after the
+/// BTH is parsed. The transport version (TVer) is recorded, not judged: a forwarding hop does
+/// not own the transport, and the gradient carriage does not depend on it.
 fn parse_rocev2(frame: &[u8], start: usize, udp_end: usize, p: &mut Parsed) -> Result<(), DropReason> {
     let seg = &frame[start..udp_end];
     let b = bth::BthPacket::new_checked(seg).map_err(|_| DropReason::MalformedBth)?;
-    let ext = bth::extensions(b.opcode()).map_err(|_| DropReason::MalformedBth)?;
-    if b.tver() != 0 {
-        return Err(DropReason::MalformedBth);
-    }
+    let ext = bth::extensions(b.opcode()).unwrap_or(bth::Extensions::NONE);
     let pad = b.pad_count() as usize;
     let headers_end = bth::HEADER_LEN + ext.len();
     if headers_end + pad + icrc::ICRC_LEN > seg.len() {
@@ -971,20 +974,30 @@ mod tests {
         let mut b = f[0].clone();
         ipv4::Ipv4Packet::new_checked(&mut b[14..]).unwrap().update_ttl(63);
         assert_eq!(ok(&b).ttl, 63);
-        // An unknown opcode: malformed BTH.
-        let mut b = f[0].clone();
-        b[42] = 0x15;
-        assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::MalformedBth));
+        // An opcode without known extension headers (reserved RC 0x15, RD, manufacturer
+        // specific): the BTH alone, ICRC verified over the rest, nothing else parsed.
+        for op in [0x15u8, 0x40, 0x4a, 0xc0, 0xff] {
+            let mut b = f[0].clone();
+            b[42] = op;
+            assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::BadIcrc), "opcode {op:#x}, stale ICRC");
+            icrc::fill(&mut b[14..], 20).unwrap();
+            let p = ok(&b);
+            assert!(p.has(Layers::UDP.union(Layers::BTH)), "opcode {op:#x}");
+            assert!(!p.has(Layers::DETH) && !p.has(Layers::GRADIENT) && !p.has(Layers::GRADIENT_SHORT));
+            assert_eq!((p.bth_opcode, p.bth_dest_qp, p.bth_psn), (op, 0x11, 1));
+        }
         // A pad count longer than the payload room: malformed BTH (RDMA WRITE Only needs a
         // 16-byte RETH; this packet has 16 bytes of payload, so RETH + ICRC fit but not pad 3).
         let mut b = f[0].clone();
         b[42] = 0x0a;
         b[43] |= 0x30;
         assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::MalformedBth));
-        // TVer other than 0.
+        // TVer other than 0: recorded, not judged (the ICRC covers it).
         let mut b = f[0].clone();
         b[43] |= 0x01;
-        assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::MalformedBth));
+        assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::BadIcrc));
+        icrc::fill(&mut b[14..], 20).unwrap();
+        assert_eq!(ok(&b).bth_opcode, 0x04);
     }
 
     #[test]
