@@ -599,13 +599,13 @@ impl Aggregator {
             0 => 0,
             i => self.colls[i as usize - 1].spec.dscp,
         };
-        // Back the way the packet came: its tags mirrored, an 802.1ad (or second 802.1Q) tag
-        // first, then the 802.1Q one.
-        let outer = (p.vlan_outer_tpid, p.vid_outer);
+        // Back the way the packet came: its tags mirrored, whole (priority, DEI and VID), an
+        // 802.1ad (or second 802.1Q) tag first, then the 802.1Q one.
+        let tci = |at: usize| u16::from_be_bytes([frame[at], frame[at + 1]]);
         let (outer_tag, vlan) = match (p.has(Layers::VLAN_OUTER), p.has(Layers::VLAN_INNER)) {
-            (true, true) => (Some(outer), Some(p.vid_inner)),
-            (true, false) if p.vlan_outer_tpid != 0x8100 => (Some(outer), None),
-            (true, false) => (None, Some(p.vid_outer)),
+            (true, true) => (Some((p.vlan_outer_tpid, tci(14))), Some(tci(18))),
+            (true, false) if p.vlan_outer_tpid != 0x8100 => (Some((p.vlan_outer_tpid, tci(14))), None),
+            (true, false) => (None, Some(tci(14))),
             _ => (None, None),
         };
         let spec = FrameSpec {

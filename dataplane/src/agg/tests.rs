@@ -232,14 +232,16 @@ fn rule_5_validation_drops_and_naks_by_reason() {
 /// as an S-tag, on both carriages; its checksums (and ICRC) valid.
 #[test]
 fn naks_mirror_the_refused_packets_vlan_tags() {
-    // (the tag before the 802.1Q one as (TPID, VID), the 802.1Q VID)
+    // (the tag before the 802.1Q one as (TPID, TCI), the 802.1Q TCI); the tags carry
+    // priorities and DEI bits, which come back as they went (PCP 1 + DEI, PCP 5, PCP 7).
     type Tags = (Option<(u16, u16)>, Option<u16>);
-    let tags: [Tags; 5] = [
+    let tags: [Tags; 6] = [
         (None, None),
         (None, Some(100)),
-        (Some((0x88a8, 300)), Some(100)),
-        (Some((0x8100, 300)), Some(100)),
-        (Some((0x88a8, 300)), None),
+        (None, Some(0x3000 | 100)),
+        (Some((0x88a8, 0xa000 | 300)), Some(0x3000 | 100)),
+        (Some((0x8100, 300)), Some(0xe000 | 100)),
+        (Some((0x88a8, 0xa000 | 300)), None),
     ];
     for carriage in ["udp", "rocev2"] {
         for (i, &(outer_tag, vlan)) in tags.iter().enumerate() {
@@ -255,11 +257,23 @@ fn naks_mirror_the_refused_packets_vlan_tags() {
             assert_eq!(out.len(), 1, "{carriage} case {i}");
             let (_, g, _, p) = &out[0];
             assert_eq!((g.flags, g.reason), (Flags::NAK, 1), "{carriage} case {i}");
-            let want_outer = outer_tag.or(vlan.map(|v| (0x8100, v)));
-            let got_outer = p.has(Layers::VLAN_OUTER).then_some((p.vlan_outer_tpid, p.vid_outer));
-            assert_eq!(got_outer, want_outer, "{carriage} case {i}: outer tag");
-            let want_inner = if outer_tag.is_some() { vlan } else { None };
-            assert_eq!(p.has(Layers::VLAN_INNER).then_some(p.vid_inner), want_inner, "{carriage} case {i}: inner tag");
+            // The tags as they are on the wire, after the MAC addresses.
+            let mut want: Vec<u8> = Vec::new();
+            for (tpid, tci) in [outer_tag, vlan.map(|v| (0x8100, v))].into_iter().flatten() {
+                want.extend_from_slice(&tpid.to_be_bytes());
+                want.extend_from_slice(&tci.to_be_bytes());
+            }
+            let sent = &io.sent[0].1;
+            assert_eq!(&sent[12..12 + want.len()], &want[..], "{carriage} case {i}: tags");
+            let ethertype = if p.has(Layers::IPV4) { [0x08, 0x00] } else { [0x86, 0xdd] };
+            assert_eq!(sent[12 + want.len()..14 + want.len()], ethertype, "{carriage} case {i}: no other tag");
+            let vids =
+                (p.has(Layers::VLAN_OUTER).then_some(p.vid_outer), p.has(Layers::VLAN_INNER).then_some(p.vid_inner));
+            let want_vids = match (outer_tag, vlan) {
+                (Some((_, o)), v) => (Some(o & 0xfff), v.map(|v| v & 0xfff)),
+                (None, v) => (v.map(|v| v & 0xfff), None),
+            };
+            assert_eq!(vids, want_vids, "{carriage} case {i}: VIDs");
         }
     }
 }

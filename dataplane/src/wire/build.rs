@@ -75,9 +75,10 @@ pub struct FrameSpec {
     pub src_mac: EthernetAddress,
     /// Ethernet destination.
     pub dst_mac: EthernetAddress,
-    /// An 802.1Q VID, if tagged.
+    /// An 802.1Q tag, if tagged: its tag control information (PCP 3 bits, DEI 1, VID 12; a
+    /// VID alone is a tag of priority 0).
     pub vlan: Option<u16>,
-    /// A tag written before the 802.1Q one, as (TPID, VID): the 802.1ad S-tag (0x88A8, or a
+    /// A tag written before the 802.1Q one, as (TPID, TCI): the 802.1ad S-tag (0x88A8, or a
     /// second 0x8100) of a reply that mirrors a double-tagged request's tags (or its only tag,
     /// when that is an S-tag and `vlan` is `None`).
     pub outer_tag: Option<(u16, u16)>,
@@ -204,9 +205,9 @@ pub fn build_with(
     f[0..6].copy_from_slice(&spec.dst_mac.0);
     f[6..12].copy_from_slice(&spec.src_mac.0);
     let mut at = 12;
-    for (tpid, vid) in [spec.outer_tag, spec.vlan.map(|v| (0x8100, v))].into_iter().flatten() {
+    for (tpid, tci) in [spec.outer_tag, spec.vlan.map(|v| (0x8100, v))].into_iter().flatten() {
         f[at..at + 2].copy_from_slice(&tpid.to_be_bytes());
-        f[at + 2..at + 4].copy_from_slice(&(vid & 0x0fff).to_be_bytes());
+        f[at + 2..at + 4].copy_from_slice(&tci.to_be_bytes());
         at += 4;
     }
     let l3 = l2;
