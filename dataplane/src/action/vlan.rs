@@ -1,13 +1,15 @@
 //! `push_vlan(vid)`, `pop_vlan`, `set_vlan(vid)`: 802.1Q tags (IEEE 802.1Q-2018 9.6).
 //!
-//! A pushed tag is an 802.1Q C-tag (TPID 0x8100, PCP 0) inserted as the outermost tag, right
-//! after the source MAC. Pushing onto a frame that already has the two tags the appliance parses
-//! is refused (`vlan_depth`). Tags are outside every checksum and the ICRC.
+//! A pushed tag (PCP 0, DEI 0) is inserted as the outermost tag, right after the source MAC: an
+//! 802.1Q C-tag (TPID 0x8100) on an untagged frame, an 802.1ad S-tag (TPID 0x88a8) on a tagged
+//! one, so that a push makes the provider-bridging stack of IEEE 802.1Q-2018 (S-tag outside,
+//! never a C-tag over an S-tag). Pushing onto a frame that already has the two tags the
+//! appliance parses is refused (`vlan_depth`). Tags are outside every checksum and the ICRC.
 
 use crate::buf::PacketBuf;
 use crate::parse::{Layers, Parsed};
 use crate::stats::Reason;
-use crate::wire::vlan::{HEADER_LEN, TPID_8021Q};
+use crate::wire::vlan::{HEADER_LEN, TPID_8021AD, TPID_8021Q};
 
 /// Moves every offset of `p` by `delta` bytes (after a tag was inserted or removed in front).
 fn shift(p: &mut Parsed, delta: i32) {
@@ -24,7 +26,8 @@ fn shift(p: &mut Parsed, delta: i32) {
     mv(&mut p.grad_payload_offset);
 }
 
-/// Inserts an 802.1Q tag with `vid` as the outermost tag.
+/// Inserts a tag with `vid` as the outermost tag: a C-tag on an untagged frame, an S-tag on a
+/// tagged one (module docs).
 pub fn push<B: PacketBuf>(buf: &mut B, p: &mut Parsed, vid: u16) -> Result<(), Reason> {
     if p.vlan_tags() >= 2 {
         return Err(Reason::VlanDepth);
@@ -32,9 +35,10 @@ pub fn push<B: PacketBuf>(buf: &mut B, p: &mut Parsed, vid: u16) -> Result<(), R
     if !buf.prepend(HEADER_LEN) {
         return Err(Reason::NoMbuf);
     }
+    let tpid = if p.has(Layers::VLAN_OUTER) { TPID_8021AD } else { TPID_8021Q };
     let f = buf.data_mut();
     f.copy_within(HEADER_LEN..HEADER_LEN + 12, 0);
-    f[12..14].copy_from_slice(&TPID_8021Q.to_be_bytes());
+    f[12..14].copy_from_slice(&tpid.to_be_bytes());
     f[14..16].copy_from_slice(&(vid & 0x0fff).to_be_bytes());
     if p.has(Layers::VLAN_OUTER) {
         p.layers.insert(Layers::VLAN_INNER);
@@ -42,7 +46,7 @@ pub fn push<B: PacketBuf>(buf: &mut B, p: &mut Parsed, vid: u16) -> Result<(), R
         p.pcp_inner = p.pcp_outer;
     }
     p.layers.insert(Layers::VLAN_OUTER);
-    p.vlan_outer_tpid = TPID_8021Q;
+    p.vlan_outer_tpid = tpid;
     p.vid_outer = vid & 0x0fff;
     p.pcp_outer = 0;
     if p.l3_offset != 0 {
@@ -95,7 +99,6 @@ mod tests {
     use super::*;
     use crate::buf::VecBuf;
     use crate::parse::parse;
-    use crate::wire::vlan::TPID_8021AD;
 
     /// 02:..:02 <- 02:..:01, an S-tag (VID 100) over a C-tag (VID 200) or two S-tags, then a
     /// 4-byte non-IP payload.
@@ -141,5 +144,32 @@ mod tests {
         assert_eq!(push(&mut buf, &mut p, 8), Err(Reason::VlanDepth));
         set_vid(buf.data_mut(), &mut p, 9);
         assert_eq!(p, parse(buf.data(), 0).unwrap());
+    }
+
+    /// A push onto an untagged frame adds a C-tag; onto a C-tagged or S-tagged one, an S-tag
+    /// outside it (never a C-tag over an S-tag); the inner tag keeps its TPID and TCI.
+    #[test]
+    fn push_adds_a_c_tag_then_an_s_tag() {
+        let untagged = [2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x88, 0xb5, 1, 2, 3, 4];
+        let mut buf = VecBuf::from_frame(&untagged);
+        let mut p = parse(buf.data(), 0).unwrap();
+        push(&mut buf, &mut p, 7).unwrap();
+        assert_eq!(&buf.data()[12..18], &[0x81, 0x00, 0x00, 7, 0x88, 0xb5]);
+        assert_eq!(p, parse(buf.data(), 0).unwrap());
+        for inner in [TPID_8021Q, TPID_8021AD] {
+            let mut single = untagged[..12].to_vec();
+            single.extend_from_slice(&inner.to_be_bytes());
+            single.extend_from_slice(&(0xa000u16 | 200).to_be_bytes());
+            single.extend_from_slice(&untagged[12..]);
+            let mut buf = VecBuf::from_frame(&single);
+            let mut p = parse(buf.data(), 0).unwrap();
+            push(&mut buf, &mut p, 0x123).unwrap();
+            let mut want = vec![0x88, 0xa8, 0x01, 0x23];
+            want.extend_from_slice(&inner.to_be_bytes());
+            want.extend_from_slice(&[0xa0, 200, 0x88, 0xb5]);
+            assert_eq!(&buf.data()[12..22], &want[..], "inner TPID {inner:#x}");
+            assert_eq!(p, parse(buf.data(), 0).unwrap());
+            assert_eq!((p.vlan_outer_tpid, p.vid_outer, p.vid_inner, p.pcp_inner), (TPID_8021AD, 0x123, 200, 5));
+        }
     }
 }
