@@ -84,6 +84,15 @@ pub struct EntrySummary {
     pub counter: Counter,
 }
 
+/// A named counter's (`count(name)`) packets and bytes.
+#[derive(Debug, Clone, Serialize)]
+pub struct CounterSummary {
+    /// The counter's name.
+    pub name: String,
+    /// Packets and bytes.
+    pub counter: Counter,
+}
+
 /// The run's final stats.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
@@ -93,6 +102,8 @@ pub struct Summary {
     pub drops: std::collections::BTreeMap<String, u64>,
     /// Table counters.
     pub tables: Vec<EntrySummary>,
+    /// Named counters, summed over the workers, in the order the config first uses them.
+    pub counters: Vec<CounterSummary>,
     /// Input records expected from finite pcap inputs (`None`: live or infinite input).
     pub input_records: Option<u64>,
     /// Whether the replay stopped by the idle fallback with records missing.
@@ -468,6 +479,10 @@ fn run_with_eal(
             }
         }
     }
+    let counters = crate::table::Pipeline::sum_counters(&pipelines)
+        .into_iter()
+        .map(|(name, counter)| CounterSummary { name, counter })
+        .collect();
     let ethdev: Vec<PortStats> = ports.iter().map(|p| p.stats()).collect();
     let xstats: Vec<Vec<(String, u64)>> =
         ports.iter().map(|p| p.xstats().into_iter().filter(|(_, v)| *v != 0).collect()).collect();
@@ -502,6 +517,7 @@ fn run_with_eal(
             .collect(),
         drops: crate::stats::Reason::ALL.iter().map(|r| (r.name().to_string(), total.dropped(*r))).collect(),
         tables,
+        counters,
         input_records: expected,
         input_short,
         seconds,
@@ -591,6 +607,9 @@ impl Summary {
                 "table {:<10} {:<9} {:>10} pkts {:>12} bytes",
                 t.table, which, t.counter.packets, t.counter.bytes
             );
+        }
+        for c in &self.counters {
+            let _ = writeln!(s, "counter {:<18} {:>10} pkts {:>12} bytes", c.name, c.counter.packets, c.counter.bytes);
         }
         if self.collectives > 0 {
             let a = &self.aggregation;
