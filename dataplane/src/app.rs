@@ -7,9 +7,10 @@
 //!
 //! End of input in replays: net_pcap gives no end-of-file signal (rx just returns 0), so the
 //! appliance counts the records of every finite `rx_pcap` file before starting, and stops once
-//! the ports have received that many (`ipackets + rx_nombuf`: a record read without an mbuf is
-//! lost, but consumed). An idle timer (`dataplane.replay_idle_ms` without new input) is only the
-//! fallback, for inputs that end short (an unreadable record).
+//! the ports have consumed that many (`ipackets + rx_nombuf + ierrors`: a record read without an
+//! mbuf is lost, but consumed; `ierrors` counts libpcap's read errors, which the count includes,
+//! and records no mbuf chain could hold). An idle timer (`dataplane.replay_idle_ms` without new
+//! input) is only the fallback, for inputs that end short.
 
 use crate::config::{self, ConfigError, Loaded};
 use crate::datapath::Datapath;
@@ -84,6 +85,15 @@ pub struct EntrySummary {
     pub counter: Counter,
 }
 
+/// A named counter's (`count(name)`) packets and bytes.
+#[derive(Debug, Clone, Serialize)]
+pub struct CounterSummary {
+    /// The counter's name.
+    pub name: String,
+    /// Packets and bytes.
+    pub counter: Counter,
+}
+
 /// The run's final stats.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
@@ -93,6 +103,8 @@ pub struct Summary {
     pub drops: std::collections::BTreeMap<String, u64>,
     /// Table counters.
     pub tables: Vec<EntrySummary>,
+    /// Named counters, summed over the workers, in the order the config first uses them.
+    pub counters: Vec<CounterSummary>,
     /// Input records expected from finite pcap inputs (`None`: live or infinite input).
     pub input_records: Option<u64>,
     /// Whether the replay stopped by the idle fallback with records missing.
@@ -235,18 +247,19 @@ fn plan_ports(loaded: &Loaded, opts: &Options, workers: usize) -> Result<Vec<Por
 }
 
 /// Checks inputs exist and creates the directories of outputs; returns the total input records
-/// of finite pcap inputs, or `None` if some input is live or infinite.
-fn prepare_files(plans: &[PortPlan], loaded: &Loaded) -> Result<Option<u64>, AppError> {
-    let mut total = 0u64;
+/// (and read errors) of finite pcap inputs, or `None` if some input is live or infinite.
+fn prepare_files(plans: &[PortPlan], loaded: &Loaded) -> Result<Option<pcapfile::Input>, AppError> {
+    let mut total = pcapfile::Input::default();
     let mut finite = true;
     let mut preload = 0u64;
     for p in plans {
         for f in &p.rx_files {
-            let n = pcapfile::count_records(f).map_err(|e| AppError::Other(format!("port {} input: {e}", p.name)))?;
+            let n = pcapfile::scan(f).map_err(|e| AppError::Other(format!("port {} input: {e}", p.name)))?;
             if p.infinite {
-                preload += n;
+                preload += n.records;
             } else {
-                total += n;
+                total.records += n.records;
+                total.errors += n.errors;
             }
         }
         if p.infinite || p.live_rx {
@@ -296,7 +309,7 @@ fn run_with_eal(
     loaded: &Loaded,
     opts: &Options,
     plans: &[PortPlan],
-    expected: Option<u64>,
+    expected: Option<pcapfile::Input>,
 ) -> Result<Summary, AppError> {
     dpdk::mbuf::register_rx_timestamp()?;
     let cfg = &loaded.config;
@@ -468,6 +481,10 @@ fn run_with_eal(
             }
         }
     }
+    let counters = crate::table::Pipeline::sum_counters(&pipelines)
+        .into_iter()
+        .map(|(name, counter)| CounterSummary { name, counter })
+        .collect();
     let ethdev: Vec<PortStats> = ports.iter().map(|p| p.stats()).collect();
     let xstats: Vec<Vec<(String, u64)>> =
         ports.iter().map(|p| p.xstats().into_iter().filter(|(_, v)| *v != 0).collect()).collect();
@@ -502,7 +519,8 @@ fn run_with_eal(
             .collect(),
         drops: crate::stats::Reason::ALL.iter().map(|r| (r.name().to_string(), total.dropped(*r))).collect(),
         tables,
-        input_records: expected,
+        counters,
+        input_records: expected.map(|i| i.records),
         input_short,
         seconds,
         mbufs_in_use_after: pool.in_use(),
@@ -516,7 +534,17 @@ fn run_with_eal(
 
 /// Waits on the main lcore until a stop is due. Returns true if a replay's input ended short
 /// (the idle fallback fired before every record arrived).
-fn monitor(ports: &[Port], expected: Option<u64>, duration: Option<Duration>, idle: Duration, quiet: bool) -> bool {
+///
+/// A replay is over once net_pcap has consumed every record and error `expected` counts: each
+/// record is a packet received (`ipackets`), a record read without an mbuf (`rx_nombuf`) or one
+/// no mbuf chain could hold (`ierrors`); each read error of libpcap is one `ierrors`.
+fn monitor(
+    ports: &[Port],
+    expected: Option<pcapfile::Input>,
+    duration: Option<Duration>,
+    idle: Duration,
+    quiet: bool,
+) -> bool {
     let start = Instant::now();
     let mut last_seen = 0u64;
     let mut last_change = Instant::now();
@@ -527,12 +555,13 @@ fn monitor(ports: &[Port], expected: Option<u64>, duration: Option<Duration>, id
         if duration.is_some_and(|d| start.elapsed() >= d) {
             return false;
         }
-        if let Some(want) = expected {
+        if let Some(input) = expected {
+            let want = input.records + input.errors;
             let seen: u64 = ports
                 .iter()
                 .map(|p| {
                     let s = p.stats();
-                    s.ipackets + s.rx_nombuf
+                    s.ipackets + s.rx_nombuf + s.ierrors
                 })
                 .sum();
             if seen >= want {
@@ -544,7 +573,7 @@ fn monitor(ports: &[Port], expected: Option<u64>, duration: Option<Duration>, id
             } else if last_change.elapsed() >= idle {
                 if !quiet {
                     eprintln!(
-                        "dpu: input ended short: {seen} of {want} records received after {} ms without input",
+                        "dpu: input ended short: {seen} of {want} records (and read errors) consumed after {} ms without input",
                         idle.as_millis()
                     );
                 }
@@ -591,6 +620,9 @@ impl Summary {
                 "table {:<10} {:<9} {:>10} pkts {:>12} bytes",
                 t.table, which, t.counter.packets, t.counter.bytes
             );
+        }
+        for c in &self.counters {
+            let _ = writeln!(s, "counter {:<18} {:>10} pkts {:>12} bytes", c.name, c.counter.packets, c.counter.bytes);
         }
         if self.collectives > 0 {
             let a = &self.aggregation;

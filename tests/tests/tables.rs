@@ -214,3 +214,51 @@ action = "multicast(1)"
         checksums_valid_by_tshark(o, g.len());
     }
 }
+
+#[test]
+fn named_counters_are_reported_in_the_stats() {
+    let conf = format!(
+        "{}{}",
+        ports(2),
+        r#"
+[[table]]
+name = "acl"
+key = [{ field = "udp.dst_port", match = "exact" }]
+default_action = "count(acl_pass); forward(0)"
+[[table.entry]]
+key = [9000]
+action = "count(port9000); forward(1)"
+[[table.entry]]
+key = [9001]
+action = "count(acl_pass); forward(1)"
+"#
+    );
+    // Three frames to 9000, one to 9001 and one to 80 (a miss): every length different.
+    let cases: [(u16, usize); 5] = [(9000, 10), (9001, 20), (9000, 100), (80, 0), (9000, 50)];
+    let frames: Vec<Vec<u8>> =
+        cases.iter().map(|(p, n)| Udp4 { dport: *p, payload: vec![7; *n], ..Default::default() }.build()).collect();
+    let lens: Vec<u64> = frames.iter().map(|f| f.len() as u64).collect();
+    assert_eq!(lens, vec![52, 62, 142, 42, 92]);
+    let (got, run, _) = replay("named-counters", &conf, 2, &frames);
+    assert_eq!((got[0].len(), got[1].len()), (1, 4));
+    let s = run.stats();
+    let counter = |name: &str| {
+        let all = s["counters"].as_array().unwrap_or_else(|| panic!("no counters in {s}"));
+        let c = all.iter().find(|c| c["name"] == name).unwrap_or_else(|| panic!("no counter {name} in {all:?}"));
+        (c["counter"]["packets"].as_u64().unwrap(), c["counter"]["bytes"].as_u64().unwrap())
+    };
+    assert_eq!(counter("port9000"), (3, 52 + 142 + 92));
+    assert_eq!(counter("acl_pass"), (2, 62 + 42), "the entry for 9001 and the miss");
+    assert_eq!(s["counters"].as_array().unwrap().len(), 2);
+    // The same packets and bytes as the per-entry counters of the entries that count them.
+    let t = &s["tables"];
+    assert_eq!((t[0]["counter"]["packets"].as_u64(), t[0]["counter"]["bytes"].as_u64()), (Some(3), Some(286)));
+    // And in the text stats.
+    let out = run.stdout();
+    for want in [
+        format!("counter {:<18} {:>10} pkts {:>12} bytes", "port9000", 3, 286),
+        format!("counter {:<18} {:>10} pkts {:>12} bytes", "acl_pass", 2, 104),
+    ] {
+        assert!(out.lines().any(|l| l == want), "no line {want:?} in:\n{out}");
+    }
+}

@@ -393,6 +393,21 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
+    /// The named counters of copies of one pipeline (one per worker) summed, in the pipeline's
+    /// order: what the final stats report. Empty without pipelines.
+    pub fn sum_counters<'a>(pipelines: impl IntoIterator<Item = &'a Pipeline>) -> Vec<(String, Counter)> {
+        let mut pipelines = pipelines.into_iter();
+        let Some(first) = pipelines.next() else { return Vec::new() };
+        let mut sum = first.counters.clone();
+        for p in pipelines {
+            for ((name, s), (other, c)) in sum.iter_mut().zip(&p.counters) {
+                debug_assert_eq!(name, other, "copies of one pipeline");
+                s.add(c);
+            }
+        }
+        sum
+    }
+
     /// Runs the packet through the tables: counts hits and misses, applies rewrites to `buf`
     /// (keeping `p` up to date) and returns the egress.
     #[inline]

@@ -135,3 +135,29 @@ fn other_keys_take_the_key_buffer() {
     .unwrap();
     assert_eq!(two.path, KeyPath::Bytes);
 }
+
+#[test]
+fn named_counters_sum_over_the_workers_copies() {
+    let named = |hits: &[(usize, usize)]| {
+        let mut p = Pipeline {
+            counters: vec![("a".to_string(), Counter::default()), ("b".to_string(), Counter::default())],
+            ..Default::default()
+        };
+        for (c, bytes) in hits {
+            p.counters[*c].1.hit(*bytes);
+        }
+        p
+    };
+    let w0 = named(&[(0, 60), (0, 100), (1, 82)]);
+    let w1 = named(&[(1, 64)]);
+    let w2 = named(&[]);
+    assert_eq!(
+        Pipeline::sum_counters([&w0, &w1, &w2]),
+        vec![
+            ("a".to_string(), Counter { packets: 2, bytes: 160 }),
+            ("b".to_string(), Counter { packets: 2, bytes: 146 })
+        ]
+    );
+    assert_eq!(Pipeline::sum_counters([&w2]), w2.counters, "one worker: its own counters");
+    assert!(Pipeline::sum_counters([]).is_empty());
+}
