@@ -156,6 +156,22 @@ impl Layers {
     /// management MADs, use SEND Only too).
     pub const GRADIENT_SHORT: Layers = Layers(1 << 11);
 
+    /// Every layer, in bit order.
+    pub const ALL: [Layers; 12] = [
+        Layers::ETH,
+        Layers::VLAN_OUTER,
+        Layers::VLAN_INNER,
+        Layers::IPV4,
+        Layers::IPV6,
+        Layers::IP_FRAGMENT,
+        Layers::UDP,
+        Layers::BTH,
+        Layers::DETH,
+        Layers::GRADIENT,
+        Layers::ARP,
+        Layers::GRADIENT_SHORT,
+    ];
+
     /// The empty set.
     pub const fn empty() -> Layers {
         Layers(0)
@@ -676,20 +692,7 @@ mod tests {
     /// (a layer added twice is there once), and `remove` clears only its own.
     #[test]
     fn layers_are_a_set_of_distinct_bits() {
-        let all = [
-            Layers::ETH,
-            Layers::VLAN_OUTER,
-            Layers::VLAN_INNER,
-            Layers::IPV4,
-            Layers::IPV6,
-            Layers::IP_FRAGMENT,
-            Layers::UDP,
-            Layers::BTH,
-            Layers::DETH,
-            Layers::GRADIENT,
-            Layers::ARP,
-            Layers::GRADIENT_SHORT,
-        ];
+        let all = Layers::ALL;
         let mut seen = 0u16;
         for l in all {
             assert_eq!(l.bits().count_ones(), 1, "{l:?}");

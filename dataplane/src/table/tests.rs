@@ -7,20 +7,9 @@ use crate::action::Action;
 use crate::parse::Layers;
 use proptest::prelude::*;
 
-/// Each layer bit, for building random validity combinations.
-const LAYERS: [Layers; 11] = [
-    Layers::ETH,
-    Layers::VLAN_OUTER,
-    Layers::VLAN_INNER,
-    Layers::IPV4,
-    Layers::IPV6,
-    Layers::IP_FRAGMENT,
-    Layers::UDP,
-    Layers::BTH,
-    Layers::DETH,
-    Layers::GRADIENT,
-    Layers::ARP,
-];
+/// Each layer bit, for building random validity combinations: bit i of `bits` is the
+/// validity of `Layers::ALL[i]`.
+const LAYERS: [Layers; 12] = Layers::ALL;
 
 /// A parse with every field random and the layers of `bits` valid.
 fn parsed(bits: u16, bytes: &[u8; 64]) -> Parsed {
