@@ -765,6 +765,37 @@ mod tests {
         assert_eq!(extensions(Opcode::UD_SEND_ONLY).map(E::is_empty), Ok(false));
     }
 
+    /// PadCnt is bits 5:4 of byte 1 (IBTA Vol. 1 section 9.2): setting it keeps SE, M and TVer
+    /// and uses only the count's low 2 bits.
+    #[test]
+    fn set_pad_count_touches_only_padcnt() {
+        let mut b = C10_BTH;
+        b[1] = 0xff;
+        let mut p = BthPacket::new_checked(&mut b[..]).unwrap();
+        p.set_pad_count(1);
+        assert_eq!((p.solicited(), p.mig_req(), p.pad_count(), p.tver()), (true, true, 1, 0xf));
+        assert_eq!(b[1], 0xdf);
+        b[1] = 0x00;
+        let mut p = BthPacket::new_checked(&mut b[..]).unwrap();
+        p.set_pad_count(2);
+        assert_eq!(b[1], 0x20);
+        let mut p = BthPacket::new_checked(&mut b[..]).unwrap();
+        p.set_pad_count(7);
+        assert_eq!(b[1], 0x30);
+        assert_eq!(&b[..1], &C10_BTH[..1]);
+        assert_eq!(&b[2..], &C10_BTH[2..]);
+    }
+
+    /// The AETH is exactly 4 bytes: syndrome, then a 24-bit MSN (IBTA Vol. 1 section 9.3.5).
+    #[test]
+    fn aeth_is_syndrome_and_24_bit_msn() {
+        let a = AethHeader::new_checked(&NCCL_ACK[12..16]).unwrap();
+        assert_eq!((a.syndrome(), a.msn()), (0x1f, 1));
+        let b = [0x60u8, 0xab, 0xcd, 0xef];
+        let a = AethHeader::new_checked(&b[..]).unwrap();
+        assert_eq!((a.syndrome(), a.msn()), (0x60, 0xab_cdef));
+    }
+
     #[test]
     fn deth_fields() {
         let mut b = [0xffu8; 8];
