@@ -725,6 +725,77 @@ mod tests {
         assert_eq!(e.offset_of(e), None);
     }
 
+    /// UC (IBTA Vol. 1 table 35, transport 001b) has RC's SEND and RDMA WRITE operations with
+    /// their headers, and no READ, ACK or atomic ones.
+    #[test]
+    fn uc_opcodes_are_rc_send_and_write_only() {
+        use Extensions as E;
+        let uc: [(u8, Extensions); 12] = [
+            (0x20, E::NONE),
+            (0x21, E::NONE),
+            (0x22, E::NONE),
+            (0x23, E::IMM_DT),
+            (Opcode::UC_SEND_ONLY, E::NONE),
+            (0x25, E::IMM_DT),
+            (0x26, E::RETH),
+            (0x27, E::NONE),
+            (0x28, E::NONE),
+            (0x29, E::IMM_DT),
+            (Opcode::UC_WRITE_ONLY, E::RETH),
+            (0x2b, E::RETH.union(E::IMM_DT)),
+        ];
+        for (op, ext) in uc {
+            assert_eq!(extensions(op), Ok(ext), "opcode {op:#x}");
+        }
+        for op in [0x2cu8, 0x2d, 0x30, 0x31, 0x32, 0x33, 0x34, 0x36, 0x37, 0x3c, 0x3d] {
+            assert_eq!(extensions(op), Err(WireError::UnknownOpcode), "opcode {op:#x}");
+        }
+    }
+
+    /// Extension headers form a set: a union with itself adds nothing, and only the empty set
+    /// is empty.
+    #[test]
+    fn extensions_are_a_set() {
+        use Extensions as E;
+        assert_eq!(E::DETH.union(E::DETH), E::DETH);
+        assert_eq!(E::RETH.union(E::IMM_DT).union(E::RETH), E::RETH.union(E::IMM_DT));
+        assert!(E::NONE.is_empty() && E::NONE.union(E::NONE).is_empty());
+        assert!(!E::DETH.is_empty() && !E::CNP_RESERVED.is_empty());
+        assert_eq!(extensions(Opcode::RC_SEND_ONLY).map(E::is_empty), Ok(true));
+        assert_eq!(extensions(Opcode::UD_SEND_ONLY).map(E::is_empty), Ok(false));
+    }
+
+    /// PadCnt is bits 5:4 of byte 1 (IBTA Vol. 1 section 9.2): setting it keeps SE, M and TVer
+    /// and uses only the count's low 2 bits.
+    #[test]
+    fn set_pad_count_touches_only_padcnt() {
+        let mut b = C10_BTH;
+        b[1] = 0xff;
+        let mut p = BthPacket::new_checked(&mut b[..]).unwrap();
+        p.set_pad_count(1);
+        assert_eq!((p.solicited(), p.mig_req(), p.pad_count(), p.tver()), (true, true, 1, 0xf));
+        assert_eq!(b[1], 0xdf);
+        b[1] = 0x00;
+        let mut p = BthPacket::new_checked(&mut b[..]).unwrap();
+        p.set_pad_count(2);
+        assert_eq!(b[1], 0x20);
+        let mut p = BthPacket::new_checked(&mut b[..]).unwrap();
+        p.set_pad_count(7);
+        assert_eq!(b[1], 0x30);
+        assert_eq!(&b[..1], &C10_BTH[..1]);
+        assert_eq!(&b[2..], &C10_BTH[2..]);
+    }
+
+    /// The AETH is exactly 4 bytes: syndrome, then a 24-bit MSN (IBTA Vol. 1 section 9.3.5).
+    #[test]
+    fn aeth_is_syndrome_and_24_bit_msn() {
+        let a = AethHeader::new_checked(&NCCL_ACK[12..16]).unwrap();
+        assert_eq!((a.syndrome(), a.msn()), (0x1f, 1));
+        let b = [0x60u8, 0xab, 0xcd, 0xef];
+        let a = AethHeader::new_checked(&b[..]).unwrap();
+        assert_eq!((a.syndrome(), a.msn()), (0x60, 0xab_cdef));
+    }
+
     #[test]
     fn deth_fields() {
         let mut b = [0xffu8; 8];

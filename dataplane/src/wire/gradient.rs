@@ -374,6 +374,18 @@ mod tests {
         assert_eq!(Dtype::Bf16 as u8, 3);
     }
 
+    /// Spec section 2: op_type 0x01 SUM, 0x02 MAX, 0x03 MIN; dtype 0x01 f32, 0x02 f16,
+    /// 0x03 bf16, 0x04 i32 (4, 2, 2 and 4 bytes a lane).
+    #[test]
+    fn every_op_and_dtype_of_section_2_decodes() {
+        assert_eq!([1, 2, 3].map(Op::from_wire), [Some(Op::Sum), Some(Op::Max), Some(Op::Min)]);
+        assert_eq!(
+            [1, 2, 3, 4].map(Dtype::from_wire),
+            [Some(Dtype::F32), Some(Dtype::F16), Some(Dtype::Bf16), Some(Dtype::I32)]
+        );
+        assert_eq!([Dtype::F32, Dtype::F16, Dtype::Bf16, Dtype::I32].map(Dtype::size), [4, 2, 2, 4]);
+    }
+
     #[test]
     fn too_short() {
         assert_eq!(GradientHeader::new_checked(&CONTRIB[..19]).unwrap_err(), WireError::Truncated);

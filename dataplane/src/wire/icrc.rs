@@ -357,6 +357,15 @@ mod tests {
         assert_eq!(fill(&mut [0u8; 10], 20), Err(WireError::Truncated));
     }
 
+    /// The head must run through the whole BTH (its byte 4 is masked): one byte short is
+    /// truncated, not hashed.
+    #[test]
+    fn a_head_ending_inside_the_bth_is_truncated() {
+        assert_eq!(head_hasher(&C10[..39], 20).err(), Some(WireError::Truncated));
+        assert_eq!(head_hasher(&C10[..21], 20).err(), Some(WireError::Truncated));
+        assert!(head_hasher(&C10[..40], 20).is_ok());
+    }
+
     proptest! {
         /// fill then verify; splitting anywhere after the BTH gives the same CRC; never panics.
         #[test]
