@@ -68,12 +68,14 @@ pub enum DropReason {
     MalformedUdp,
     /// A UDP checksum that does not verify, or 0 over IPv6 outside RoCEv2.
     BadUdpChecksum,
-    /// A BTH with an unknown opcode, a non-zero TVer, or headers, pad and ICRC longer than the
-    /// UDP payload.
+    /// A BTH whose headers (as far as its opcode's are known), pad and ICRC are longer than the
+    /// UDP payload, or a DETH that does not fit.
     MalformedBth,
     /// A RoCEv2 ICRC that does not verify.
     BadIcrc,
-    /// Fewer than 20 bytes where a gradient header should be.
+    /// Kept for the counter's place among the parser's reasons: the parser itself no longer
+    /// returns it (a short gradient carriage is [`Layers::GRADIENT_SHORT`]; the aggregator
+    /// counts `malformed_gradient` for the ones addressed to the appliance).
     MalformedGradient,
 }
 
