@@ -73,15 +73,11 @@ pub enum DropReason {
     MalformedBth,
     /// A RoCEv2 ICRC that does not verify.
     BadIcrc,
-    /// Kept for the counter's place among the parser's reasons: the parser itself no longer
-    /// returns it (a short gradient carriage is [`Layers::GRADIENT_SHORT`]; the aggregator
-    /// counts `malformed_gradient` for the ones addressed to the appliance).
-    MalformedGradient,
 }
 
 impl DropReason {
     /// Number of parser drop reasons.
-    pub const COUNT: usize = 10;
+    pub const COUNT: usize = 9;
 
     /// Every reason, in discriminant order (`ALL[r.index()] == r`).
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -94,7 +90,6 @@ impl DropReason {
         DropReason::BadUdpChecksum,
         DropReason::MalformedBth,
         DropReason::BadIcrc,
-        DropReason::MalformedGradient,
     ];
 
     /// The reason's counter name, in snake_case (e.g. `"malformed_ipv4"`).
@@ -109,7 +104,6 @@ impl DropReason {
             DropReason::BadUdpChecksum => "bad_udp_checksum",
             DropReason::MalformedBth => "malformed_bth",
             DropReason::BadIcrc => "bad_icrc",
-            DropReason::MalformedGradient => "malformed_gradient",
         }
     }
 

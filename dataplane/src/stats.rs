@@ -6,7 +6,7 @@ use serde::Serialize;
 
 /// Why the appliance dropped a packet. Every drop is counted under exactly one reason.
 ///
-/// The first ten are the parser's ([`DropReason`], same order); the rest come from the
+/// The first nine are the parser's ([`DropReason`], same order); the rest come from the
 /// pipeline, the actions and transmission.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -25,11 +25,13 @@ pub enum Reason {
     MalformedUdp,
     /// A UDP checksum that does not verify (or 0 over IPv6 outside RoCEv2).
     BadUdpChecksum,
-    /// A malformed InfiniBand BTH (unknown opcode, TVer, lengths).
+    /// A BTH whose headers, pad and ICRC do not fit the UDP payload.
     MalformedBth,
     /// A RoCEv2 ICRC that does not verify.
     BadIcrc,
-    /// A truncated gradient header.
+    /// A gradient carriage addressed to the appliance (UDP to the gradient port, or RoCEv2 UD
+    /// SEND Only to its QPN) too short for the 20-byte gradient header (spec section 2). Counted
+    /// by the aggregator; no NAK (there is no header to answer).
     MalformedGradient,
     /// Spread over several mbufs (frames larger than the mempool's data room).
     MultiSegment,
@@ -151,7 +153,6 @@ impl From<DropReason> for Reason {
             DropReason::BadUdpChecksum => Reason::BadUdpChecksum,
             DropReason::MalformedBth => Reason::MalformedBth,
             DropReason::BadIcrc => Reason::BadIcrc,
-            DropReason::MalformedGradient => Reason::MalformedGradient,
         }
     }
 }
