@@ -631,6 +631,9 @@ impl Summary {
                 "aggregation: {} contributions folded, {} rounds completed, {} results sent, {} resends, {} NAKs ({} suppressed), {} slot timeouts",
                 a.folded, a.completed, a.results, a.resends, a.naks, a.naks_suppressed, a.slot_timeouts
             );
+            if self.workers > 1 {
+                let _ = writeln!(s, "aggregation: {} packets handed off to the worker owning their collective", a.handed_off);
+            }
             if self.seconds > 0.0 {
                 let _ = writeln!(
                     s,

@@ -94,8 +94,15 @@ impl Datapath {
     /// and counted. `now_us` is the appliance's clock (µs) for packets without an rx timestamp.
     #[inline]
     pub fn process<I: PacketIo>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, now_us: u64) {
-        let len = pkt.data().len();
-        self.counters.rx(in_port, len);
+        self.counters.rx(in_port, pkt.data().len());
+        self.process_handed_off(io, in_port, pkt, now_us);
+    }
+
+    /// [`Datapath::process`] for a packet that another worker received on `in_port`, counted
+    /// there, and handed to this one (software steering, [`PacketIo::hand_off`]): not counted
+    /// again as received.
+    #[inline]
+    pub fn process_handed_off<I: PacketIo>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, now_us: u64) {
         if pkt.is_segmented() {
             self.counters.drop(Reason::MultiSegment);
             return;

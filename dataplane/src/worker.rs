@@ -236,7 +236,7 @@ impl Worker {
             // SAFETY: the ring handed us ownership of a valid mbuf.
             let m = unsafe { Mbuf::from_raw(NonNull::new_unchecked(*p)) };
             let port = port_index.get(m.port() as usize).copied().unwrap_or(0);
-            self.datapath.process(io, port, m, now_us);
+            self.datapath.process_handed_off(io, port, m, now_us);
         }
         n
     }

@@ -346,6 +346,12 @@ ipv4 = "10.0.0.254"
     assert_eq!(s["drops"]["hand_off_full"], 0);
     // Half of each collective's contributions arrive at the worker that does not own it.
     assert_eq!(s["aggregation"]["handed_off"], (16 + 8) * 4 / 2);
+    // A handed-off packet is counted once, as received on its port by the worker that polled it.
+    for i in 0..2 {
+        assert_eq!(s["ports"][i]["workers"]["rx_packets"], s["ports"][i]["ethdev"]["ipackets"], "port {i}");
+    }
+    let rx = |i: usize| s["ports"][i]["workers"]["rx_packets"].as_u64().unwrap();
+    assert_eq!(rx(0) + rx(1), (16 + 8) * 4);
     assert_eq!(s["mbufs_in_use_after"], 0);
     // Results to ranks 0-1 leave on port 0, to ranks 2-3 on port 1.
     for (i, o) in [&o0, &o1].iter().enumerate() {

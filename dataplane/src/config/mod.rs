@@ -274,14 +274,41 @@ pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
 
 /// Parses and validates configuration `text`; `path` names it in errors.
 pub fn load_str(text: &str, path: &Path) -> Result<Loaded, ConfigError> {
-    let config: Config = toml::from_str(text).map_err(|e| syntax_error(path, &e))?;
+    let de = toml::Deserializer::parse(text).map_err(|e| syntax_error(path, text, "", &e))?;
+    let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
+        let key = e.path().to_string();
+        syntax_error(path, text, if key == "." { "" } else { &key }, e.inner())
+    })?;
     validate(config, path)
 }
 
-fn syntax_error(path: &Path, e: &toml::de::Error) -> ConfigError {
-    // toml's message says where (line, column) and what serde expected; keep it on one line.
-    let msg = e.to_string().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
-    ConfigError::new(path, "", msg)
+/// A TOML syntax error, or a value of the wrong type or range at `key` (serde's path, like
+/// `dataplane.burst` or `collective[0].member[1]`): one line, with the line and column, and
+/// Rust's type names said in words ("u16" is "an integer from 0 to 65535").
+fn syntax_error(path: &Path, text: &str, key: &str, e: &toml::de::Error) -> ConfigError {
+    let mut msg = e.message().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ");
+    for (rust, words) in [
+        ("u8", "an integer from 0 to 255"),
+        ("u16", "an integer from 0 to 65535"),
+        ("u32", "an integer from 0 to 4294967295"),
+        ("u64", "a non-negative integer"),
+        ("usize", "a non-negative integer"),
+        ("i32", "an integer"),
+        ("i64", "an integer"),
+        ("f32", "a number"),
+        ("f64", "a number"),
+    ] {
+        if let Some(stem) = msg.strip_suffix(&format!("expected {rust}")) {
+            msg = format!("{stem}expected {words}");
+        }
+    }
+    if let Some(span) = e.span() {
+        let before = text.get(..span.start).unwrap_or(text);
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        msg = format!("{msg} (line {line}, column {column})");
+    }
+    ConfigError::new(path, key, msg)
 }
 
 fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigError> {

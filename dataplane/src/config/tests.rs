@@ -60,10 +60,34 @@ fn syntax_error_names_file_and_line() {
     assert!(e.contains("line 1"), "{e}");
 }
 
+/// A value of the wrong type or out of its range names its key (serde's path through the
+/// tables and arrays), says what was expected in words, and gives the line.
+#[test]
+fn type_and_range_errors_name_the_key_and_line() {
+    let e = err(&format!("{PORT}[dataplane]\nburst = \"32\"\n"));
+    assert_eq!(
+        e,
+        "bad.toml: key `dataplane.burst`: invalid type: string \"32\", expected an integer from 0 to 65535 (line 4, column 9)"
+    );
+    let e = err(&format!("[[port]]\nvdev = \"net_null0\"\n[[port]]\nvdev = \"net_null1\"\nmtu = 100000\n"));
+    assert!(e.starts_with("bad.toml: key `port[1].mtu`: "), "{e}");
+    assert!(e.contains("100000") && e.contains("expected an integer from 0 to 65535 (line 5, column 7)"), "{e}");
+    let coll = "[[collective]]\ncollective_id = 1\nop = \"sum\"\ndtype = \"f32\"\ntensor_elements = 8\nchunk_elements = 4\n";
+    let e = err(&format!(
+        "{PORT}{coll}[[collective.member]]\nrank = 0\nip = \"10.0.0.1\"\nmac = \"02:00:00:00:01:00\"\nudp_port = 5\n\
+         [[collective.member]]\nrank = 1\nip = \"10.0.0.2\"\nudp_port = 5\n"
+    ));
+    assert!(e.starts_with("bad.toml: key `collective[0].member[1]`: missing field `mac`"), "{e}");
+    let e = err(&format!("{PORT}{coll}deterministic = \"yes\"\n"));
+    assert!(e.starts_with("bad.toml: key `collective[0].deterministic`: invalid type: string \"yes\""), "{e}");
+    assert!(e.contains("(line 9, column 17)"), "{e}");
+}
+
 #[test]
 fn unknown_key_is_refused() {
     let e = err(&format!("{PORT}[mempool]\nmbuf = 100\n"));
     assert!(e.contains("unknown field `mbuf`"), "{e}");
+    assert!(e.starts_with("bad.toml: key `mempool.mbuf`: unknown field `mbuf`, expected one of `mbufs`"), "{e}");
     assert!(e.contains("mbufs"), "{e}");
 }
 
