@@ -632,7 +632,11 @@ impl Summary {
                 a.folded, a.completed, a.results, a.resends, a.naks, a.naks_suppressed, a.slot_timeouts
             );
             if self.workers > 1 {
-                let _ = writeln!(s, "aggregation: {} packets handed off to the worker owning their collective", a.handed_off);
+                let _ = writeln!(
+                    s,
+                    "aggregation: {} packets handed off to the worker owning their collective",
+                    a.handed_off
+                );
             }
             if self.seconds > 0.0 {
                 let _ = writeln!(

@@ -327,7 +327,24 @@ pub fn validate(
                     (m.udp_port.unwrap_or(0), q, key)
                 }
             };
-            members[m.rank as usize] = Some(Member { rank: m.rank, ip, udp_port, mac, vlan: m.vlan, port, qpn, qkey });
+            // Anti-spoofing tells ranks apart by (source IP, UDP source port), or (source IP,
+            // source QP) on RoCEv2 (spec section 4, rule 5): two ranks with the same pair could
+            // each contribute as the other, and their results would reach one worker twice.
+            let id = |m: &Member| (m.ip, if carriage == Carriage::Rocev2 { m.qpn } else { m.udp_port as u32 });
+            let me = Member { rank: m.rank, ip, udp_port, mac, vlan: m.vlan, port, qpn, qkey };
+            if let Some(other) = members.iter().flatten().find(|o| id(o) == id(&me)) {
+                return Err(err(
+                    mk,
+                    format!(
+                        "rank {} has the same address as rank {} ({ip}, {} {}): each rank needs its own",
+                        m.rank,
+                        other.rank,
+                        if carriage == Carriage::Rocev2 { "qpn" } else { "udp_port" },
+                        id(&me).1
+                    ),
+                ));
+            }
+            members[m.rank as usize] = Some(me);
         }
         let members: Vec<Member> = members
             .into_iter()

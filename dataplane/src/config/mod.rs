@@ -345,9 +345,17 @@ fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
             ),
         ));
     }
+    if dp.gradient_udp_port == 0 {
+        return Err(err("dataplane.gradient_udp_port".into(), "expected a UDP port in 1..=65535, found 0".into()));
+    }
+    if dp.replay_idle_ms == 0 {
+        // The fallback end of a replay whose input ends short: 0 would end every replay at once.
+        return Err(err("dataplane.replay_idle_ms".into(), "expected at least 1 ms, found 0".into()));
+    }
     if config.ports.is_empty() {
         return Err(err("port".into(), "expected at least one [[port]] table".into()));
     }
+    let mut labels: Vec<&str> = Vec::new();
     let mut names = Vec::new();
     let mut port_macs = Vec::new();
     let mut port_ipv4 = Vec::new();
@@ -380,6 +388,12 @@ fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
             return Err(err(key, format!("device {dev:?} is configured twice")));
         }
         names.push(dev);
+        if let Some(label) = &p.name {
+            if labels.contains(&label.as_str()) {
+                return Err(err(format!("{key}.name"), format!("port name {label:?} is used twice")));
+            }
+            labels.push(label);
+        }
         if p.rx_desc == 0 || p.tx_desc == 0 {
             return Err(err(key, "expected rx_desc and tx_desc above 0".into()));
         }
@@ -458,6 +472,25 @@ fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
                 ));
             }
             seen.push(*q);
+        }
+    }
+    // A port with a finite or live pcap input that no worker polls: its input would never be
+    // read (with the default lcore every port is polled).
+    if !config.lcores.is_empty() {
+        for (i, p) in config.ports.iter().enumerate() {
+            let input = p.device_name().starts_with("net_pcap")
+                && p.vdev_args()
+                    .iter()
+                    .any(|(k, _)| matches!(k.as_str(), "rx_pcap" | "rx_iface" | "rx_iface_in" | "iface"));
+            if input && !seen.iter().any(|q| q.port as usize == i) {
+                return Err(err(
+                    "lcore".into(),
+                    format!(
+                        "port {i} ({}) has an input but no lcore polls it: add {{ port = {i}, queue = 0 }} to an lcore's rx",
+                        p.device_name()
+                    ),
+                ));
+            }
         }
     }
     let pipeline = table::build_pipeline(&config.tables, &config.groups, nports as u16, path)?;

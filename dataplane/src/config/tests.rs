@@ -72,7 +72,8 @@ fn type_and_range_errors_name_the_key_and_line() {
     let e = err(&format!("[[port]]\nvdev = \"net_null0\"\n[[port]]\nvdev = \"net_null1\"\nmtu = 100000\n"));
     assert!(e.starts_with("bad.toml: key `port[1].mtu`: "), "{e}");
     assert!(e.contains("100000") && e.contains("expected an integer from 0 to 65535 (line 5, column 7)"), "{e}");
-    let coll = "[[collective]]\ncollective_id = 1\nop = \"sum\"\ndtype = \"f32\"\ntensor_elements = 8\nchunk_elements = 4\n";
+    let coll =
+        "[[collective]]\ncollective_id = 1\nop = \"sum\"\ndtype = \"f32\"\ntensor_elements = 8\nchunk_elements = 4\n";
     let e = err(&format!(
         "{PORT}{coll}[[collective.member]]\nrank = 0\nip = \"10.0.0.1\"\nmac = \"02:00:00:00:01:00\"\nudp_port = 5\n\
          [[collective.member]]\nrank = 1\nip = \"10.0.0.2\"\nudp_port = 5\n"
@@ -81,6 +82,43 @@ fn type_and_range_errors_name_the_key_and_line() {
     let e = err(&format!("{PORT}{coll}deterministic = \"yes\"\n"));
     assert!(e.starts_with("bad.toml: key `collective[0].deterministic`: invalid type: string \"yes\""), "{e}");
     assert!(e.contains("(line 9, column 17)"), "{e}");
+}
+
+#[test]
+fn dataplane_and_port_values_are_checked() {
+    let cases: Vec<(String, &str, &str)> = vec![
+        (format!("{PORT}[dataplane]\ngradient_udp_port = 0\n"), "`dataplane.gradient_udp_port`", "1..=65535, found 0"),
+        (format!("{PORT}[dataplane]\nreplay_idle_ms = 0\n"), "`dataplane.replay_idle_ms`", "at least 1 ms"),
+        (format!("{PORT}[dataplane]\nreplay_idle_ms = 1\n"), "", ""),
+        (
+            "[[port]]\nname = \"a\"\nvdev = \"net_null0\"\n[[port]]\nname = \"a\"\nvdev = \"net_null1\"\n".into(),
+            "`port[1].name`",
+            "\"a\" is used twice",
+        ),
+        // An input no lcore polls would never be read.
+        (
+            "[[port]]\nvdev = \"net_pcap0,rx_pcap=in.pcap\"\n[[port]]\nvdev = \"net_null0\"\n[[lcore]]\nid = 1\nrx = [{ port = 1, queue = 0 }]\n".into(),
+            "`lcore`",
+            "port 0 (net_pcap0) has an input but no lcore polls it",
+        ),
+        (
+            "[[port]]\nvdev = \"net_pcap0,tx_pcap=out.pcap\"\n[[port]]\nvdev = \"net_null0\"\n[[lcore]]\nid = 1\nrx = [{ port = 1, queue = 0 }]\n".into(),
+            "",
+            "",
+        ),
+    ];
+    for (text, key, want) in cases {
+        match load_str(&text, Path::new("bad.toml")) {
+            Ok(_) => assert!(key.is_empty(), "{text:?} loaded"),
+            Err(e) => {
+                let e = e.to_string();
+                assert!(
+                    !key.is_empty() && e.contains(key) && e.contains(want),
+                    "{text:?}: got {e:?}, want {key} and {want:?}"
+                );
+            }
+        }
+    }
 }
 
 #[test]
@@ -214,13 +252,43 @@ fn collective_errors_name_the_key() {
         (coll("", "udp_port = 5").replace("10.0.0.1", "0.0.0.0"), "`collective[0].member[0].ip`", "unicast"),
         (coll("slot_timeout_ms = 0", "udp_port = 5"), "`collective[0].slot_timeout_ms`", "at least 1 ms"),
         (coll("slot_timeout_ms = 1", "udp_port = 5"), "", ""),
+        // Two ranks with one address: refused on either carriage; a second port or QP is fine.
+        (
+            coll("", "udp_port = 5\n[[collective.member]]\nrank = 1\nip = \"10.0.0.1\"\nmac = \"02:00:00:00:01:01\"\nudp_port = 5"),
+            "`collective[0].member[1]`",
+            "rank 1 has the same address as rank 0 (10.0.0.1, udp_port 5)",
+        ),
+        (
+            coll("", "udp_port = 5\n[[collective.member]]\nrank = 1\nip = \"10.0.0.1\"\nmac = \"02:00:00:00:01:01\"\nudp_port = 6"),
+            "",
+            "",
+        ),
+        (
+            coll(
+                "carriage = \"rocev2\"",
+                "qpn = 7\nqkey = 1\n[[collective.member]]\nrank = 1\nip = \"10.0.0.1\"\nmac = \"02:00:00:00:01:01\"\nqpn = 7\nqkey = 2",
+            ),
+            "`collective[0].member[1]`",
+            "same address as rank 0 (10.0.0.1, qpn 7)",
+        ),
+        (
+            coll(
+                "carriage = \"rocev2\"",
+                "qpn = 7\nqkey = 1\n[[collective.member]]\nrank = 1\nip = \"10.0.0.1\"\nmac = \"02:00:00:00:01:01\"\nqpn = 8\nqkey = 1",
+            ),
+            "",
+            "",
+        ),
     ];
     for (text, key, want) in cases {
         match load_str(&text, Path::new("bad.toml")) {
             Ok(_) => assert!(key.is_empty(), "{text:?} loaded"),
             Err(e) => {
                 let e = e.to_string();
-                assert!(e.contains(key) && e.contains(want), "{text:?}: got {e:?}, want {key} and {want:?}");
+                assert!(
+                    !key.is_empty() && e.contains(key) && e.contains(want),
+                    "{text:?}: got {e:?}, want {key} and {want:?}"
+                );
             }
         }
     }
