@@ -52,6 +52,10 @@ pub enum AppError {
     /// DPDK refused something (exit status 1).
     #[error("{0}")]
     Dpdk(#[from] DpdkError),
+    /// A command line that cannot be run (exit status 2): `--rx`/`--tx` naming a port the
+    /// config does not have, two outputs for one port, an output that is also an input.
+    #[error("{0}")]
+    Usage(String),
     /// Anything else (exit status 1): a missing input file, a worker's panic.
     #[error("{0}")]
     Other(String),
@@ -140,7 +144,7 @@ fn plan_ports(loaded: &Loaded, opts: &Options, workers: usize) -> Result<Vec<Por
     let nports = loaded.config.ports.len();
     for (p, _) in opts.rx.iter().chain(opts.tx.iter()) {
         if *p >= nports {
-            return Err(AppError::Other(format!(
+            return Err(AppError::Usage(format!(
                 "--rx/--tx port {p}: the config has {nports} port(s) (0..{})",
                 nports - 1
             )));
@@ -148,14 +152,35 @@ fn plan_ports(loaded: &Loaded, opts: &Options, workers: usize) -> Result<Vec<Por
     }
     let tmp = std::env::temp_dir().join(format!("dpu-{}", std::process::id()));
     let mut plans = Vec::new();
+    // Every input file, by port, as the user named it (before any merge).
+    let mut sources: Vec<(usize, PathBuf)> = Vec::new();
     for (i, pc) in loaded.config.ports.iter().enumerate() {
         let name = pc.name.clone().unwrap_or_else(|| format!("port{i}"));
-        let rx: Vec<&PathBuf> = opts.rx.iter().filter(|(p, _)| *p == i).map(|(_, f)| f).collect();
-        let tx: Vec<&PathBuf> = opts.tx.iter().filter(|(p, _)| *p == i).map(|(_, f)| f).collect();
+        let mut rx: Vec<&PathBuf> = opts.rx.iter().filter(|(p, _)| *p == i).map(|(_, f)| f).collect();
+        let mut tx: Vec<&PathBuf> = opts.tx.iter().filter(|(p, _)| *p == i).map(|(_, f)| f).collect();
         let replay = !opts.rx.is_empty() || !opts.tx.is_empty();
+        // The config's own pcap files of this port, which `--rx`/`--tx` replace only where they
+        // name the port.
+        let cfg_files = |key: &str| -> Vec<PathBuf> {
+            if !pc.device_name().starts_with("net_pcap") {
+                return Vec::new();
+            }
+            pc.vdev_args().into_iter().filter(|(k, _)| k == key).map(|(_, v)| PathBuf::from(v)).collect()
+        };
+        let (cfg_rx, cfg_tx) = (cfg_files("rx_pcap"), cfg_files("tx_pcap"));
+        if replay && rx.is_empty() {
+            rx = cfg_rx.iter().collect();
+        }
+        if replay && tx.is_empty() {
+            tx = cfg_tx.iter().take(1).collect();
+        }
+        for f in &rx {
+            sources.push((i, f.to_path_buf()));
+        }
         let (device, vdev, merge) = if replay {
-            // Replay: every port becomes a net_pcap vdev; ports without an input read an empty
-            // file, ports without an output write nowhere.
+            // Replay: every port becomes a net_pcap vdev reading its `--rx` files (else the
+            // config's `rx_pcap` files, else an empty file) once, and writing to its `--tx` file
+            // (else the config's first `tx_pcap`, else nowhere).
             let device = format!("net_pcap_dpu{i}");
             let mut args = vec![device.clone()];
             let rx_files: Vec<PathBuf> = if rx.len() == 1 {
@@ -181,7 +206,7 @@ fn plan_ports(loaded: &Loaded, opts: &Options, workers: usize) -> Result<Vec<Por
             }
             let out = tx.first().map(|f| f.to_path_buf()).unwrap_or_else(|| PathBuf::from("/dev/null"));
             if tx.len() > 1 {
-                return Err(AppError::Other(format!("--tx {i}=...: one output file per port")));
+                return Err(AppError::Usage(format!("--tx {i}=...: one output file per port")));
             }
             let mut merge = None;
             if workers > 1 && out != Path::new("/dev/null") {
@@ -240,15 +265,83 @@ fn plan_ports(loaded: &Loaded, opts: &Options, workers: usize) -> Result<Vec<Por
                 plan.infinite = true;
             }
         }
+        if !replay {
+            for f in &plan.rx_files {
+                sources.push((i, f.clone()));
+            }
+        }
         plan.tx_merge = merge;
         plans.push(plan);
     }
+    check_files(loaded, opts, &plans, &sources)?;
     Ok(plans)
+}
+
+/// Refuses outputs that would destroy an input or another output, and inputs no lcore reads.
+fn check_files(
+    loaded: &Loaded,
+    opts: &Options,
+    plans: &[PortPlan],
+    sources: &[(usize, PathBuf)],
+) -> Result<(), AppError> {
+    let outputs: Vec<(usize, &PathBuf)> = plans
+        .iter()
+        .enumerate()
+        .flat_map(|(i, p)| {
+            p.tx_merge.as_ref().map(|(_, out)| out).into_iter().chain(p.tx_files.iter()).map(move |f| (i, f))
+        })
+        .filter(|(_, f)| f.as_path() != Path::new("/dev/null"))
+        .collect();
+    let mut seen: Vec<(usize, PathBuf)> = Vec::new();
+    for (i, out) in outputs {
+        let id = file_identity(out);
+        if let Some((j, src)) = sources.iter().find(|(_, s)| file_identity(s) == id) {
+            return Err(AppError::Usage(format!(
+                "port {i} output {} is port {j}'s input {}: writing it would destroy the input",
+                out.display(),
+                src.display()
+            )));
+        }
+        if let Some((j, _)) = seen.iter().find(|(j, other)| *other == id && *j != i) {
+            return Err(AppError::Usage(format!(
+                "port {i} output {} is also port {j}'s output: each port needs its own file",
+                out.display()
+            )));
+        }
+        seen.push((i, id));
+    }
+    for (i, f) in sources {
+        if loaded.rx_queues(*i as u16) == 0 {
+            return Err(ConfigError::new(
+                &opts.config,
+                "lcore",
+                format!(
+                    "port {i} has an input ({}) but no lcore polls it: add {{ port = {i}, queue = 0 }} to an lcore's rx",
+                    f.display()
+                ),
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// A file's identity for comparing paths: the canonical path of the file, or of its directory
+/// joined with its name when the file does not exist yet.
+fn file_identity(f: &Path) -> PathBuf {
+    if let Ok(c) = std::fs::canonicalize(f) {
+        return c;
+    }
+    let dir = f.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    match (std::fs::canonicalize(dir), f.file_name()) {
+        (Ok(d), Some(n)) => d.join(n),
+        _ => f.to_path_buf(),
+    }
 }
 
 /// Checks inputs exist and creates the directories of outputs; returns the total input records
 /// (and read errors) of finite pcap inputs, or `None` if some input is live or infinite.
-fn prepare_files(plans: &[PortPlan], loaded: &Loaded) -> Result<Option<pcapfile::Input>, AppError> {
+fn prepare_files(plans: &[PortPlan], loaded: &Loaded, opts: &Options) -> Result<Option<pcapfile::Input>, AppError> {
     let mut total = pcapfile::Input::default();
     let mut finite = true;
     let mut preload = 0u64;
@@ -274,11 +367,16 @@ fn prepare_files(plans: &[PortPlan], loaded: &Loaded) -> Result<Option<pcapfile:
     }
     let mbufs = loaded.config.mempool.mbufs as u64;
     if preload > 0 && preload + 2048 > mbufs {
-        return Err(AppError::Other(format!(
-            "mempool.mbufs = {mbufs} is too small: infinite_rx preloads all {preload} input packets into the mempool; \
-             set mempool.mbufs to at least {} (the packets plus room for the rx rings and tx buffers)",
-            preload + 2048
-        )));
+        return Err(ConfigError::new(
+            &opts.config,
+            "mempool.mbufs",
+            format!(
+                "expected at least {} mbufs, found {mbufs}: infinite_rx preloads all {preload} input packets into the \
+                 mempool, plus room for the rx rings and tx buffers",
+                preload + 2048
+            ),
+        )
+        .into());
     }
     Ok(if finite { Some(total) } else { None })
 }
@@ -289,7 +387,7 @@ pub fn run(opts: &Options) -> Result<Summary, AppError> {
     let lcores = loaded.lcores();
     let workers_n = lcores.len();
     let plans = plan_ports(&loaded, opts, workers_n)?;
-    let expected = prepare_files(&plans, &loaded)?;
+    let expected = prepare_files(&plans, &loaded, opts)?;
 
     let mut args = vec!["dpu".to_string()];
     args.extend(loaded.config.eal.args.iter().cloned());
@@ -297,7 +395,17 @@ pub fn run(opts: &Options) -> Result<Summary, AppError> {
     for p in &plans {
         args.extend(p.eal_args.iter().cloned());
     }
-    let eal = Eal::init(&args)?;
+    let eal = Eal::init(&args).map_err(|e| {
+        if args.iter().any(|a| a == "--no-huge") {
+            AppError::from(e)
+        } else {
+            // The commonest failure on a fresh machine: no hugepages reserved (or no right to them).
+            AppError::Other(format!(
+                "{e}; without hugepages, run EAL on ordinary memory: args = [\"--no-huge\", \"-m\", \"512\", \"--no-pci\", \"--no-shconf\"] in [eal] of {}",
+                opts.config.display()
+            ))
+        }
+    })?;
     let result = run_with_eal(&eal, &loaded, opts, &plans, expected);
     drop(eal);
     let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("dpu-{}", std::process::id())));

@@ -16,20 +16,23 @@ use std::time::Duration;
 
 /// The software DPU: a DPDK data-plane appliance for in-network gradient aggregation.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(name = "dpu", version, about)]
 struct Cli {
     /// The TOML configuration.
     #[arg(short, long, default_value = "conf/default.toml")]
     config: PathBuf,
     /// Replay: read PORT's input from a pcap file (PORT=FILE; repeatable: several files for one
-    /// port are merged by capture time). Every port then becomes a net_pcap vdev.
+    /// port are merged by capture time). Every port then becomes a net_pcap vdev that reads its
+    /// input once: these files, else the config's rx_pcap, else nothing. Relative paths are
+    /// relative to the current directory, like the config's.
     #[arg(long, value_parser = port_file, value_name = "PORT=FILE")]
     rx: Vec<(usize, PathBuf)>,
-    /// Replay: write what PORT sends to a pcap file (PORT=FILE).
+    /// Replay: write what PORT sends to a pcap file (PORT=FILE; one per port; never an input).
+    /// Ports without one write to the config's tx_pcap, else nowhere.
     #[arg(long, value_parser = port_file, value_name = "PORT=FILE")]
     tx: Vec<(usize, PathBuf)>,
-    /// Stop after this many seconds (default: at the end of finite pcap input, else on SIGINT/SIGTERM).
-    #[arg(long, value_name = "SECONDS")]
+    /// Stop after this many seconds, more than 0 (default: at the end of finite pcap input, else on SIGINT/SIGTERM).
+    #[arg(long, value_name = "SECONDS", value_parser = seconds)]
     duration: Option<f64>,
     /// Also write the final stats as JSON to this file.
     #[arg(long, value_name = "FILE")]
@@ -40,6 +43,13 @@ struct Cli {
     /// Extra EAL arguments, appended to the config's `[eal] args`.
     #[arg(last = true)]
     eal: Vec<String>,
+}
+
+fn seconds(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() && v < 1e9 => Ok(v),
+        _ => Err(format!("expected a number of seconds above 0, found {s:?}")),
+    }
 }
 
 fn port_file(s: &str) -> Result<(usize, PathBuf), String> {
@@ -86,7 +96,7 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("dpu: error: {e}");
             ExitCode::from(match e {
-                AppError::Config(_) => 2,
+                AppError::Config(_) | AppError::Usage(_) => 2,
                 _ => 1,
             })
         }
