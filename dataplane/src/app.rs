@@ -424,6 +424,21 @@ fn run_with_eal(
     let lcores = loaded.lcores();
     let eal_workers = eal.worker_lcores();
     for (i, l) in lcores.iter().enumerate() {
+        if !eal_workers.contains(&l.id) && cfg.lcores.is_empty() {
+            return Err(ConfigError::new(
+                &opts.config,
+                "lcore",
+                format!(
+                    "without [[lcore]] tables the one worker is lcore {}, which is not a worker lcore of EAL (EAL's worker \
+                     lcores: {:?}; the main lcore is {}): add [[lcore]] tables with ids among EAL's workers, or change \
+                     -l/--lcores",
+                    l.id,
+                    eal_workers,
+                    eal.main_lcore()
+                ),
+            )
+            .into());
+        }
         if !eal_workers.contains(&l.id) {
             return Err(ConfigError::new(
                 &opts.config,
@@ -454,7 +469,16 @@ fn run_with_eal(
             mtu: pc.mtu,
             mac: loaded.port_macs[i],
         };
-        ports.push(Port::start(id, &p.name, &setup, &pool)?);
+        let port = Port::start(id, &p.name, &setup, &pool).map_err(|mut e| {
+            if p.device.starts_with("net_pcap") && e.reason.contains("tx queues") {
+                e.reason.push_str(
+                    " (net_pcap has one rx queue per rx_pcap and one tx queue per tx_pcap of its vdev: repeat \
+                     tx_pcap once per worker lcore, or replay with --rx/--tx, which does)",
+                );
+            }
+            e
+        })?;
+        ports.push(port);
         port_ids.push(id);
     }
 

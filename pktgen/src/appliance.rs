@@ -88,7 +88,7 @@ pub fn collective_config(w: &Workload) -> CollectiveConfig {
 
 /// The whole appliance configuration (TOML text): `[eal]`, `[mempool]` with a jumbo data room
 /// when a frame exceeds [`DEFAULT_MAX_FRAME`] bytes, `[dataplane]`, one `[[port]]` `p0` (vdev
-/// `net_null0`: a replay's `--rx`/`--tx` replace it) with the appliance's MAC and both
+/// `net_null0,no-rx=1`: no input of its own; a replay's `--rx`/`--tx` replace it) with the appliance's MAC and both
 /// addresses, and the `[[collective]]` of [`collective_config`].
 pub fn appliance_toml(w: &Workload) -> String {
     let p = &w.params;
@@ -98,7 +98,7 @@ pub fn appliance_toml(w: &Workload) -> String {
         dataplane: Dataplane { gradient_udp_port: plan::GRADIENT_UDP_PORT, appliance_qpn: plan::APPLIANCE_QPN },
         port: vec![Port {
             name: "p0".into(),
-            vdev: "net_null0".into(),
+            vdev: "net_null0,no-rx=1".into(),
             mac: plan::APPLIANCE_MAC.to_string(),
             ipv4: plan::appliance_ip(Family::V4).to_string(),
             ipv6: plan::appliance_ip(Family::V6).to_string(),

@@ -50,7 +50,10 @@ pub struct Summary {
 /// # Errors
 /// An I/O error, or the appliance's refusal of the config (for example slot memory).
 pub fn write_dir(w: &Workload, dir: &Path) -> anyhow::Result<Summary> {
-    std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
+    if dir.exists() && !dir.is_dir() {
+        anyhow::bail!("{}: exists and is not a directory (--out names the directory to write into)", dir.display());
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create the directory", dir.display()))?;
     let conf_path = dir.join(APPLIANCE_TOML);
     let conf = appliance::appliance_toml(w);
     dataplane::config::load_str(&conf, &conf_path)

@@ -353,3 +353,62 @@ fn records_beyond_the_snaplen_and_a_cut_last_record_end_the_replay_exactly() {
     let want: Vec<Vec<u8>> = frames[..3].iter().map(|f| f[..64].to_vec()).collect();
     assert_eq!(read_pcap(&out), want);
 }
+
+/// `--rx`/`--tx` replace only the ports they name: `--tx 1=...` alone keeps port 0's input
+/// from the config, and `--rx 0=...` alone keeps port 1's output from the config.
+#[test]
+fn rx_and_tx_replace_only_the_ports_they_name() {
+    let dir = scratch("override-named");
+    let input = case("pcap/nccl_ring_allreduce_rocev2.pcap");
+    let cfg_out = dir.join("config-out1.pcap");
+    let text = format!(
+        "{EAL}\n[[port]]\nname = \"in\"\nvdev = \"net_pcap0,rx_pcap={}\"\n\
+         [[port]]\nname = \"out\"\nvdev = \"net_pcap1,tx_pcap={}\"\n{TO_PORT1}",
+        input.display(),
+        cfg_out.display()
+    );
+    let conf = write_config(&dir, "c.toml", &text);
+    let out = dir.join("cli-out1.pcap");
+    let run = run_dpu(&dir, &conf, &[format!("--tx=1={}", out.display())]);
+    run.assert_ok();
+    assert_eq!(run.stats()["input_records"], 275);
+    assert_eq!(read_pcap(&out), read_pcap(&input));
+    assert!(!cfg_out.exists(), "the config's output is replaced by --tx");
+    let run = run_dpu(&dir, &conf, &[format!("--rx=0={}", case("pcap/c02_ipv4_options.pcap").display())]);
+    run.assert_ok();
+    assert_eq!(run.stats()["input_records"], 1);
+    assert_eq!(read_pcap(&cfg_out), read_pcap(&case("pcap/c02_ipv4_options.pcap")));
+}
+
+/// Command-line mistakes exit with status 2 before anything is written: an output that is an
+/// input (it would be truncated), two ports writing one file, a port the config lacks.
+#[test]
+fn outputs_that_would_destroy_inputs_are_refused() {
+    let dir = scratch("same-file");
+    let conf = write_config(&dir, "c.toml", &two_ports(TO_PORT1));
+    let input = dir.join("in.pcap");
+    std::fs::copy(case("pcap/nccl_ring_allreduce_rocev2.pcap"), &input).unwrap();
+    let before = std::fs::read(&input).unwrap();
+    let rx = format!("--rx=0={}", input.display());
+    // The same file under another name (through "./" and "..") is the same file.
+    let alias = dir.join("x/../in.pcap");
+    std::fs::create_dir_all(dir.join("x")).unwrap();
+    for (args, want) in [
+        (vec![rx.clone(), format!("--tx=1={}", input.display())], "port 1 output"),
+        (vec![rx.clone(), format!("--tx=0={}", alias.display())], "would destroy the input"),
+        (
+            vec![
+                rx.clone(),
+                format!("--tx=0={}", dir.join("o.pcap").display()),
+                format!("--tx=1={}", dir.join("./o.pcap").display()),
+            ],
+            "also port 0's output",
+        ),
+        (vec![format!("--rx=2={}", input.display())], "the config has 2 port(s)"),
+    ] {
+        let run = run_dpu(&dir, &conf, &args);
+        assert_eq!(run.code(), 2, "{args:?}: {}", run.stderr());
+        assert!(run.stderr().contains(want), "{args:?}: {}", run.stderr());
+        assert_eq!(std::fs::read(&input).unwrap(), before, "{args:?}: the input is intact");
+    }
+}

@@ -320,7 +320,12 @@ fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
     if mp.cache > 512 || mp.cache as u64 * 3 > mp.mbufs as u64 * 2 {
         return Err(err(
             "mempool.cache".into(),
-            format!("expected at most 512 and at most 2/3 of mempool.mbufs ({}), found {}", mp.mbufs, mp.cache),
+            format!(
+                "expected at most 512 and at most 2/3 of mempool.mbufs ({}), found {}{}",
+                mp.mbufs,
+                mp.cache,
+                if mp.cache == d_cache() { " (the default): set a smaller cache or more mbufs" } else { "" }
+            ),
         ));
     }
     if mp.data_room < 128 + 64 {
