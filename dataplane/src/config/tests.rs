@@ -69,7 +69,7 @@ fn type_and_range_errors_name_the_key_and_line() {
         e,
         "bad.toml: key `dataplane.burst`: invalid type: string \"32\", expected an integer from 0 to 65535 (line 4, column 9)"
     );
-    let e = err(&format!("[[port]]\nvdev = \"net_null0\"\n[[port]]\nvdev = \"net_null1\"\nmtu = 100000\n"));
+    let e = err("[[port]]\nvdev = \"net_null0\"\n[[port]]\nvdev = \"net_null1\"\nmtu = 100000\n");
     assert!(e.starts_with("bad.toml: key `port[1].mtu`: "), "{e}");
     assert!(e.contains("100000") && e.contains("expected an integer from 0 to 65535 (line 5, column 7)"), "{e}");
     let coll =
