@@ -30,7 +30,7 @@ s = json.load(open(sys.argv[1]))
 a = s["aggregation"]
 drops = {k: v for k, v in s["drops"].items() if v}
 print("== summary")
-print(f"   contributions in: {s['ports'][0]['workers']['rx_packets']}, folded: {a['folded']}, rounds completed: {a['completed']}")
+print(f"   packets in: {sum(p['workers']['rx_packets'] for p in s['ports'])}, folded: {a['folded']}, rounds completed: {a['completed']}")
 print(f"   results emitted: {a['results']}, resends (lost results): {a['resends']}, NAKs: {a['naks']}")
 print(f"   drops by reason: {drops or 'none'}")
 secs = s["seconds"]
