@@ -113,6 +113,9 @@ pub struct Summary {
     pub input_records: Option<u64>,
     /// Whether the replay stopped by the idle fallback with records missing.
     pub input_short: bool,
+    /// Records of finite pcap inputs that libpcap could not read (cut short by the end of the
+    /// file, or longer than the link type allows): counted, not processed.
+    pub input_errors: Option<u64>,
     /// Seconds between the start of the workers and the stop.
     pub seconds: f64,
     /// Mbufs still in use after the ports were closed (0 when nothing leaked).
@@ -654,6 +657,7 @@ fn run_with_eal(
         counters,
         input_records: expected.map(|i| i.records),
         input_short,
+        input_errors: expected.map(|i| i.errors),
         seconds,
         mbufs_in_use_after: pool.in_use(),
         workers: lcores.len(),
@@ -780,7 +784,11 @@ impl Summary {
             }
         }
         if let Some(n) = self.input_records {
-            let _ = writeln!(s, "input: {n} records{}", if self.input_short { " (ended short)" } else { "" });
+            let errors = match self.input_errors {
+                Some(e) if e > 0 => format!(", {e} unreadable (counted in rx errors, not processed)"),
+                _ => String::new(),
+            };
+            let _ = writeln!(s, "input: {n} records{errors}{}", if self.input_short { " (ended short)" } else { "" });
         }
         let _ = writeln!(s, "mbufs in use after shutdown: {}", self.mbufs_in_use_after);
         s

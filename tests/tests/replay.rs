@@ -349,6 +349,8 @@ fn records_beyond_the_snaplen_and_a_cut_last_record_end_the_replay_exactly() {
     assert_eq!(s["input_short"], false, "the read error of the cut record is counted, not waited for");
     assert_eq!(s["ports"][0]["ethdev"]["ipackets"], 3);
     assert_eq!(s["ports"][0]["ethdev"]["ierrors"], 1, "net_pcap counts libpcap's error");
+    assert_eq!(s["input_errors"], 1);
+    assert!(run.stdout().contains("input: 3 records, 1 unreadable"), "{}", run.stdout());
     assert_eq!(s["ports"][1]["ethdev"]["opackets"], 3);
     let want: Vec<Vec<u8>> = frames[..3].iter().map(|f| f[..64].to_vec()).collect();
     assert_eq!(read_pcap(&out), want);
