@@ -128,8 +128,9 @@ impl Templates {
             if head_len > MAX_HEAD {
                 return Err(WireError::BadLength);
             }
-            let l3 = if s.vlan.is_some() { 18 } else { 14 };
             let udp = head_len - GRAD_LEN - if roce { bth::HEADER_LEN + bth::DETH_LEN } else { 0 } - udp::HEADER_LEN;
+            // The IP header, before the UDP one (after however many VLAN tags the spec has).
+            let l3 = udp - if s.src_ip.is_v6() { 40 } else { 20 };
             let udp_len = frame_len - udp;
             f[udp + 6..udp + 8].fill(0);
             let udp_sum = (!roce || s.src_ip.is_v6()).then(|| {
@@ -344,6 +345,38 @@ mod tests {
                         &payload[..2],
                         Patch { tensor_offset: u32::MAX, round: 0, roce: roce_fields },
                     );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn double_tagged_members_equal_the_builder() {
+        // An 802.1ad tag before the 802.1Q one (spec section 1) moves the IP header 4 bytes
+        // further: the ICRC must still start at the IP header (Annex A17).
+        let payload: Vec<u8> = (0..64u32).map(|i| (i * 13 + 1) as u8).collect();
+        for v6 in [false, true] {
+            for roce in [false, true] {
+                let specs: Vec<FrameSpec> = (1..3)
+                    .map(|m| {
+                        let mut s = spec(v6, roce, Some(42), m);
+                        s.outer_tag = Some((0x88a8, 0x2007));
+                        s.header.data_length = payload.len() as u32;
+                        s
+                    })
+                    .collect();
+                let t = match Templates::new(&specs, payload.len()) {
+                    Ok(t) => t,
+                    // Too long for a template (IPv6 and RoCEv2): such members take the builder.
+                    Err(WireError::BadLength) if v6 && roce => continue,
+                    Err(e) => panic!("v6 {v6} roce {roce}: {e}"),
+                };
+                let sums = PayloadSums::of(&payload, specs[0].pad(payload.len()));
+                let patch = Patch { tensor_offset: 64, round: 3, roce: roce.then_some((0xc001, 0x12_3456)) };
+                for (rank, s) in specs.iter().enumerate() {
+                    let mut f = vec![0u8; t.frame_len(rank)];
+                    t.write(rank, &patch, &payload, &sums, &mut f);
+                    assert_eq!(f, built(s, &patch, &payload), "v6 {v6} roce {roce} rank {rank}");
                 }
             }
         }
