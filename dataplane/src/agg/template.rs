@@ -383,6 +383,47 @@ mod tests {
     }
 
     #[test]
+    fn fits_exactly_the_sums_the_frames_need() {
+        // Spec section 1: every frame of the UDP carriage and RoCEv2 frames over IPv6 carry a
+        // UDP checksum (they need the payload's sum); RoCEv2 frames carry an ICRC (they need its
+        // CRC); RoCEv2 over IPv4 writes the UDP checksum 0. The aggregator computes only what its
+        // frames need, and a template must take exactly those sums (and a full chunk's pad).
+        let payload: Vec<u8> = (0..24u8).map(|i| i.wrapping_mul(41) ^ 0x66).collect();
+        for v6 in [false, true] {
+            for roce in [false, true] {
+                let specs: Vec<FrameSpec> = (1..3)
+                    .map(|m| {
+                        let mut s = spec(v6, roce, None, m);
+                        s.header.data_length = payload.len() as u32;
+                        s
+                    })
+                    .collect();
+                let t = Templates::new(&specs, payload.len()).unwrap();
+                let pad = specs[0].pad(payload.len());
+                for (sum, crc) in [(true, true), (true, false), (false, true), (false, false)] {
+                    let sums = PayloadSums::only(&payload, pad, sum, crc);
+                    let need_sum = !roce || v6;
+                    let want = (sum || !need_sum) && (crc || !roce);
+                    assert_eq!(t.fits(payload.len(), &sums), want, "v6 {v6} roce {roce} sum {sum} crc {crc}");
+                    if want {
+                        let patch = Patch { tensor_offset: 24, round: 2, roce: roce.then_some((0xc003, 77)) };
+                        for (rank, s) in specs.iter().enumerate() {
+                            let mut f = vec![0u8; t.frame_len(rank)];
+                            t.write(rank, &patch, &payload, &sums, &mut f);
+                            assert_eq!(f, built(s, &patch, &payload), "v6 {v6} roce {roce} sum {sum} crc {crc}");
+                        }
+                    }
+                }
+                if roce {
+                    // Sums whose CRC covers another pad do not fit.
+                    let sums = PayloadSums::of(&payload, pad + 1);
+                    assert!(!t.fits(payload.len(), &sums), "v6 {v6}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn a_udp_checksum_that_computes_to_zero_is_written_ffff() {
         // Search a round that makes the UDP carriage's checksum compute to 0.
         let payload = [0x12u8, 0x34, 0x56, 0x78];
