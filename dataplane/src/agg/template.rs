@@ -424,6 +424,27 @@ mod tests {
     }
 
     #[test]
+    fn every_low_round_word_folds_its_carries() {
+        // RFC 1071: the ones'-complement sum adds every carry out of bit 15 back in, however many
+        // folds that takes. Large patched words (tensor offset 0xFFFFFFFF, round 0xFFFF....) make
+        // the 32-bit total carry; sweeping the round's low word over every value brings the sum
+        // to each residue, including the ones whose first fold carries again.
+        let payload = [0xffu8, 0xfe, 0xfd, 0xfc];
+        for v6 in [false, true] {
+            let mut s = spec(v6, false, None, 1);
+            s.header.data_length = 4;
+            let t = Templates::new(&[s], 4).unwrap();
+            let sums = PayloadSums::of(&payload, 0);
+            let mut f = vec![0u8; t.frame_len(0)];
+            for low in 0..0x1_0000u32 {
+                let patch = Patch { tensor_offset: u32::MAX, round: 0xffff_0000 | low, roce: None };
+                t.write(0, &patch, &payload, &sums, &mut f);
+                assert_eq!(f, built(&s, &patch, &payload), "v6 {v6} round {:#x}", patch.round);
+            }
+        }
+    }
+
+    #[test]
     fn a_udp_checksum_that_computes_to_zero_is_written_ffff() {
         // Search a round that makes the UDP carriage's checksum compute to 0.
         let payload = [0x12u8, 0x34, 0x56, 0x78];
