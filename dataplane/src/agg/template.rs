@@ -128,8 +128,9 @@ impl Templates {
             if head_len > MAX_HEAD {
                 return Err(WireError::BadLength);
             }
-            let l3 = if s.vlan.is_some() { 18 } else { 14 };
             let udp = head_len - GRAD_LEN - if roce { bth::HEADER_LEN + bth::DETH_LEN } else { 0 } - udp::HEADER_LEN;
+            // The IP header, before the UDP one (after however many VLAN tags the spec has).
+            let l3 = udp - if s.src_ip.is_v6() { 40 } else { 20 };
             let udp_len = frame_len - udp;
             f[udp + 6..udp + 8].fill(0);
             let udp_sum = (!roce || s.src_ip.is_v6()).then(|| {
@@ -345,6 +346,100 @@ mod tests {
                         Patch { tensor_offset: u32::MAX, round: 0, roce: roce_fields },
                     );
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn double_tagged_members_equal_the_builder() {
+        // An 802.1ad tag before the 802.1Q one (spec section 1) moves the IP header 4 bytes
+        // further: the ICRC must still start at the IP header (Annex A17).
+        let payload: Vec<u8> = (0..64u32).map(|i| (i * 13 + 1) as u8).collect();
+        for v6 in [false, true] {
+            for roce in [false, true] {
+                let specs: Vec<FrameSpec> = (1..3)
+                    .map(|m| {
+                        let mut s = spec(v6, roce, Some(42), m);
+                        s.outer_tag = Some((0x88a8, 0x2007));
+                        s.header.data_length = payload.len() as u32;
+                        s
+                    })
+                    .collect();
+                let t = match Templates::new(&specs, payload.len()) {
+                    Ok(t) => t,
+                    // Too long for a template (IPv6 and RoCEv2): such members take the builder.
+                    Err(WireError::BadLength) if v6 && roce => continue,
+                    Err(e) => panic!("v6 {v6} roce {roce}: {e}"),
+                };
+                let sums = PayloadSums::of(&payload, specs[0].pad(payload.len()));
+                let patch = Patch { tensor_offset: 64, round: 3, roce: roce.then_some((0xc001, 0x12_3456)) };
+                for (rank, s) in specs.iter().enumerate() {
+                    let mut f = vec![0u8; t.frame_len(rank)];
+                    t.write(rank, &patch, &payload, &sums, &mut f);
+                    assert_eq!(f, built(s, &patch, &payload), "v6 {v6} roce {roce} rank {rank}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fits_exactly_the_sums_the_frames_need() {
+        // Spec section 1: every frame of the UDP carriage and RoCEv2 frames over IPv6 carry a
+        // UDP checksum (they need the payload's sum); RoCEv2 frames carry an ICRC (they need its
+        // CRC); RoCEv2 over IPv4 writes the UDP checksum 0. The aggregator computes only what its
+        // frames need, and a template must take exactly those sums (and a full chunk's pad).
+        let payload: Vec<u8> = (0..24u8).map(|i| i.wrapping_mul(41) ^ 0x66).collect();
+        for v6 in [false, true] {
+            for roce in [false, true] {
+                let specs: Vec<FrameSpec> = (1..3)
+                    .map(|m| {
+                        let mut s = spec(v6, roce, None, m);
+                        s.header.data_length = payload.len() as u32;
+                        s
+                    })
+                    .collect();
+                let t = Templates::new(&specs, payload.len()).unwrap();
+                let pad = specs[0].pad(payload.len());
+                for (sum, crc) in [(true, true), (true, false), (false, true), (false, false)] {
+                    let sums = PayloadSums::only(&payload, pad, sum, crc);
+                    let need_sum = !roce || v6;
+                    let want = (sum || !need_sum) && (crc || !roce);
+                    assert_eq!(t.fits(payload.len(), &sums), want, "v6 {v6} roce {roce} sum {sum} crc {crc}");
+                    if want {
+                        let patch = Patch { tensor_offset: 24, round: 2, roce: roce.then_some((0xc003, 77)) };
+                        for (rank, s) in specs.iter().enumerate() {
+                            let mut f = vec![0u8; t.frame_len(rank)];
+                            t.write(rank, &patch, &payload, &sums, &mut f);
+                            assert_eq!(f, built(s, &patch, &payload), "v6 {v6} roce {roce} sum {sum} crc {crc}");
+                        }
+                    }
+                }
+                if roce {
+                    // Sums whose CRC covers another pad do not fit.
+                    let sums = PayloadSums::of(&payload, pad + 1);
+                    assert!(!t.fits(payload.len(), &sums), "v6 {v6}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_low_round_word_folds_its_carries() {
+        // RFC 1071: the ones'-complement sum adds every carry out of bit 15 back in, however many
+        // folds that takes. Large patched words (tensor offset 0xFFFFFFFF, round 0xFFFF....) make
+        // the 32-bit total carry; sweeping the round's low word over every value brings the sum
+        // to each residue, including the ones whose first fold carries again.
+        let payload = [0xffu8, 0xfe, 0xfd, 0xfc];
+        for v6 in [false, true] {
+            let mut s = spec(v6, false, None, 1);
+            s.header.data_length = 4;
+            let t = Templates::new(&[s], 4).unwrap();
+            let sums = PayloadSums::of(&payload, 0);
+            let mut f = vec![0u8; t.frame_len(0)];
+            for low in 0..0x1_0000u32 {
+                let patch = Patch { tensor_offset: u32::MAX, round: 0xffff_0000 | low, roce: None };
+                t.write(0, &patch, &payload, &sums, &mut f);
+                assert_eq!(f, built(&s, &patch, &payload), "v6 {v6} round {:#x}", patch.round);
             }
         }
     }

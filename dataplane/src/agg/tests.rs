@@ -169,6 +169,7 @@ fn rules_1_3_4_duplicates_late_resends_stale_rounds_and_overlap() {
     let out = decode(&io);
     assert_eq!((out[2].0.clone(), out[2].2.clone()), (vec![10, 0, 0, 1], p(3)));
     assert_eq!(rig.agg().resends, 1);
+    assert_eq!(rig.agg().results, 2, "a resend is no result sent on completion");
     // Round 4 starts; round 3 is still answered; 5 and 2 are premature/stale: NAK 7 says 4.
     rig.send(&mut io, rig.frame(1, 0, 4, &p(10), |_| {}), 4);
     rig.send(&mut io, rig.frame(0, 0, 3, &p(1), |_| {}), 5);
@@ -676,4 +677,97 @@ fn short_gradient_datagrams_are_malformed_only_when_addressed_to_the_appliance()
     assert_eq!(rig.dp.counters.dropped(Reason::MalformedGradient), 1);
     assert_eq!(rig.dp.counters.dropped(Reason::NoEgress), 1, "no table: not forwarded, not aggregated");
     assert_eq!(rig.agg().folded, 0);
+}
+
+/// Rule 5's source and length checks on the other family and carriage: an IPv6 source other
+/// than the rank's member's (5); a RoCEv2 data_length larger than the bytes present (6), while
+/// bytes beyond data_length are no error on RoCEv2 (only the UDP carriage's length must match
+/// it exactly).
+#[test]
+fn rule_5_ipv6_sources_and_rocev2_lengths() {
+    let pl = f32s(&[1.0; 4]);
+    let v6 = |last: u8| {
+        let mut a = "fd00::".parse::<std::net::Ipv6Addr>().unwrap().octets();
+        a[15] = last;
+        IpAddr::V6(a)
+    };
+    let check = |rig: &mut Rig, cases: Vec<(Vec<u8>, Reason, u8)>| {
+        for (i, (f, reason, nak)) in cases.into_iter().enumerate() {
+            let mut io = VecIo::new(1);
+            let before = rig.dp.counters.dropped(reason);
+            rig.send(&mut io, f, i as u64 * 1_000_000);
+            assert_eq!(rig.dp.counters.dropped(reason), before + 1, "case {i}: {reason:?}");
+            let out = decode(&io);
+            assert_eq!(out.len(), 1, "case {i}");
+            assert_eq!((out[0].1.flags, out[0].1.reason), (Flags::NAK, nak), "case {i}");
+        }
+        assert_eq!(rig.agg().folded, 0, "nothing refused was folded");
+    };
+    for carriage in ["udp", "rocev2"] {
+        let mut rig = Rig::new(&conf("sum", "f32", carriage, true, "", 2, 8, 4));
+        let cases = vec![
+            (rig.frame(0, 0, 1, &pl, |s| s.src_ip = v6(0x66)), Reason::GradNotMember, 5),
+            // Rank 1's address claiming rank 0.
+            (rig.frame(0, 0, 1, &pl, |s| s.src_ip = v6(2)), Reason::GradNotMember, 5),
+        ];
+        check(&mut rig, cases);
+    }
+    for v6 in [false, true] {
+        let mut rig = Rig::new(&conf("sum", "f32", "rocev2", v6, "", 2, 8, 4));
+        let cases = vec![(rig.frame(0, 0, 1, &pl, |s| s.header.data_length = 20), Reason::GradBadLength, 6)];
+        check(&mut rig, cases);
+    }
+    // The tensor's last chunk (3 lanes) from frames carrying 4 lanes' bytes: RoCEv2 takes the
+    // 3 lanes data_length says.
+    for v6 in [false, true] {
+        let mut rig = Rig::new(&conf("sum", "f32", "rocev2", v6, "", 2, 7, 4));
+        let mut io = VecIo::new(1);
+        for k in 0..2 {
+            let f = rig.frame(k, 4, 1, &f32s(&[1.5 + k as f32, 2.0, 4.0, 99.0]), |s| s.header.data_length = 12);
+            rig.send(&mut io, f, 0);
+        }
+        let out = decode(&io);
+        assert_eq!(out.len(), 2, "v6 {v6}: a result to each member");
+        for (_, g, payload, _) in &out {
+            assert_eq!((g.flags, g.tensor_offset, g.data_length), (Flags::RESULT, 4, 12), "v6 {v6}");
+            assert_eq!(payload, &f32s(&[4.0, 4.0, 8.0]), "v6 {v6}");
+        }
+    }
+}
+
+/// A completed result's payload sums (section 6 frames: the UDP checksum's sum where a frame
+/// carries one, the ICRC's CRC on RoCEv2) are computed with the frames' pad (section 1: the
+/// gradient header and payload padded to a multiple of 4 on RoCEv2, no pad on UDP), so that every
+/// full-chunk copy goes out from its template with the payload read once.
+#[test]
+fn completed_results_keep_sums_for_their_frames_pad() {
+    for carriage in ["udp", "rocev2"] {
+        for v6 in [false, true] {
+            // (dtype, lanes per chunk): payloads of 16, 6 (pad 2 on RoCEv2) and 8 bytes.
+            for (dtype, chunk) in [("f32", 4u32), ("f16", 3), ("f16", 4)] {
+                let mut rig = Rig::new(&conf("sum", dtype, carriage, v6, "", 2, 2 * chunk as u64, chunk));
+                let mut io = VecIo::new(1);
+                let size = if dtype == "f32" { 4 } else { 2 };
+                let len = chunk as usize * size;
+                for k in 0..2 {
+                    let pl: Vec<u8> = (0..len).map(|i| (i as u8 + k as u8) & 0x3f).collect();
+                    rig.send(&mut io, rig.frame(k, 0, 1, &pl, |_| {}), 0);
+                }
+                let case = format!("{carriage} v6 {v6} {dtype} x{chunk}");
+                assert_eq!(decode(&io).len(), 2, "{case}");
+                let st = &rig.dp.agg.as_ref().unwrap().colls[0];
+                let sums = &st.sums[0];
+                let roce = carriage == "rocev2";
+                if roce {
+                    assert!(sums.pad < 4 && (20 + len + sums.pad).is_multiple_of(4), "{case}: pad {}", sums.pad);
+                } else {
+                    assert_eq!(sums.pad, 0, "{case}");
+                }
+                assert_eq!(sums.crc.is_some(), roce, "{case}");
+                assert_eq!(sums.sum.is_some(), !roce || v6, "{case}");
+                let t = st.templates.as_ref().unwrap_or_else(|| panic!("{case}: templates"));
+                assert!(t.fits(len, sums), "{case}");
+            }
+        }
+    }
 }

@@ -421,6 +421,89 @@ mod tests {
     }
 
     #[test]
+    fn payload_sums_for_another_pad_are_not_used() {
+        // Sums whose CRC covers a different pad than the frame's would give a wrong ICRC: the
+        // builder must compute the payload's part itself (the frame then equals `build`'s, and
+        // its ICRC verifies).
+        for v6 in [false, true] {
+            let n = 6; // pad 2
+            let payload: Vec<u8> = (0..n as u8).map(|i| i.wrapping_mul(29) ^ 0x3c).collect();
+            let s = spec(v6, true, None);
+            assert_eq!(s.pad(n), 2);
+            let mut a = vec![0u8; s.frame_len(n)];
+            build(&s, &payload, &mut a).unwrap();
+            for wrong_pad in [0, 1, 3] {
+                let pre = PayloadSums::of(&payload, wrong_pad);
+                let mut b = vec![0u8; s.frame_len(n)];
+                build_with(&s, &payload, Some(&pre), &mut b).unwrap();
+                assert_eq!(a, b, "v6 {v6} pad {wrong_pad}");
+                parse(&b, 49374).unwrap_or_else(|e| panic!("v6 {v6} pad {wrong_pad}: {e}"));
+            }
+        }
+    }
+
+    #[test]
+    fn rocev2_pads_header_and_payload_to_a_multiple_of_four() {
+        // Spec section 1: the gradient header (20 bytes) and payload are padded with 0 to 3 zero
+        // bytes to a multiple of 4, and the BTH PadCnt holds that count. With a 20-byte header
+        // the pad depends on the payload's length modulo 4 only: 0 -> 0, 1 -> 3, 2 -> 2, 3 -> 1.
+        let udp = spec(false, false, None);
+        for n in 0..12usize {
+            let want = [0, 3, 2, 1][n % 4];
+            let mut s = spec(n % 2 == 1, true, None);
+            s.header.data_length = n as u32;
+            assert_eq!(s.pad(n), want, "payload {n}");
+            assert_eq!((20 + n + s.pad(n)) % 4, 0);
+            assert_eq!(udp.pad(n), 0, "the UDP carriage has no pad");
+            let payload: Vec<u8> = (0..n as u8).map(|i| i | 0x80).collect();
+            let mut buf = [0xaau8; 256];
+            let len = build(&s, &payload, &mut buf).unwrap();
+            let p = parse(&buf[..len], 49374).unwrap_or_else(|e| panic!("payload {n}: {e}"));
+            assert_eq!(p.bth_pad as usize, want, "PadCnt, payload {n}");
+            // The pad bytes are zero and sit between the payload and the 4-byte ICRC.
+            let end = p.grad_offset as usize + 20 + n;
+            assert_eq!(&buf[end..end + want], &[0u8; 3][..want], "payload {n}");
+            assert_eq!(end + want + ICRC_LEN, len, "payload {n}");
+            // The DETH's reserved byte (spec section 1: Q_Key u32, reserved u8, source QP u24)
+            // is written 0 whatever the buffer held.
+            assert_eq!(buf[p.l4_offset as usize + 8 + bth::HEADER_LEN + 4], 0);
+        }
+    }
+
+    #[test]
+    fn the_largest_udp_datagram_builds_and_one_byte_more_is_refused() {
+        // The UDP length (RFC 768) and the IPv6 payload length (RFC 8200) are 16-bit fields: a
+        // datagram of 65535 bytes (8 + 20 + 65507) is the largest; over IPv4 the total length
+        // (RFC 791, 16 bits) also counts the 20-byte IP header, so 65515 is its largest.
+        for (v6, max_udp) in [(true, 65535usize), (false, 65535 - 20)] {
+            let mut s = spec(v6, false, None);
+            let n = max_udp - 8 - GRAD_LEN;
+            s.header.data_length = n as u32;
+            let payload = vec![0x5au8; n + 1];
+            let mut buf = vec![0u8; s.frame_len(n + 1)];
+            let len = build(&s, &payload[..n], &mut buf).unwrap_or_else(|e| panic!("v6 {v6}: {e}"));
+            let l4 = 14 + if v6 { 40 } else { 20 };
+            assert_eq!(u16::from_be_bytes([buf[l4 + 4], buf[l4 + 5]]) as usize, max_udp, "v6 {v6}");
+            assert_eq!(len, l4 + max_udp);
+            let p = parse(&buf[..len], 49374).unwrap_or_else(|e| panic!("v6 {v6}: {e}"));
+            assert!(p.has(Layers::GRADIENT), "v6 {v6}");
+            s.header.data_length = n as u32 + 1;
+            assert_eq!(build(&s, &payload, &mut buf), Err(WireError::BadLength), "v6 {v6}");
+        }
+    }
+
+    #[test]
+    fn addresses_display_in_their_standard_text_form() {
+        // IPv4 dotted decimal; IPv6 as RFC 5952 recommends (zeros compressed, lower case).
+        assert_eq!(IpAddr::V4([10, 0, 0, 254]).to_string(), "10.0.0.254");
+        let mut v6 = [0u8; 16];
+        v6[0] = 0xfd;
+        v6[15] = 0xfe;
+        assert_eq!(IpAddr::V6(v6).to_string(), "fd00::fe");
+        assert_eq!(format!("{:>12}", IpAddr::V4([1, 2, 3, 4])), "     1.2.3.4", "formatter options pass through");
+    }
+
+    #[test]
     fn short_buffer_and_mixed_families_are_errors() {
         let s = spec(false, false, None);
         assert_eq!(build(&s, &[0; 8], &mut [0u8; 40]), Err(WireError::Truncated));
