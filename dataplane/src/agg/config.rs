@@ -267,16 +267,6 @@ pub fn validate(
                 ));
             }
             let ip = IpAddr::from_std(std_ip);
-            let own = match ip {
-                IpAddr::V4(a) => ports.ipv4.iter().position(|p| *p == Some(a)).map(|k| format!("port[{k}].ipv4")),
-                IpAddr::V6(a) => ports.ipv6.iter().position(|p| *p == Some(a)).map(|k| format!("port[{k}].ipv6")),
-            };
-            if let Some(own) = own {
-                return Err(err(
-                    format!("{mk}.ip"),
-                    format!("expected a worker's address, found the appliance's own ({own} = {:?})", m.ip),
-                ));
-            }
             let mac: EthernetAddress =
                 m.mac.parse().map_err(|e| err(format!("{mk}.mac"), format!("{e}, found {:?}", m.mac)))?;
             if mac.is_multicast() {

@@ -252,7 +252,6 @@ fn collective_errors_name_the_key() {
         (coll("", "udp_port = 5").replace("10.0.0.1", "0.0.0.0"), "`collective[0].member[0].ip`", "unicast"),
         (coll("slot_timeout_ms = 0", "udp_port = 5"), "`collective[0].slot_timeout_ms`", "at least 1 ms"),
         (coll("slot_timeout_ms = 1", "udp_port = 5"), "", ""),
-        (coll("", "udp_port = 5").replace("10.0.0.1", "10.0.0.254"), "`collective[0].member[0].ip`", "the appliance's own (port[0].ipv4"),
         (coll("", "udp_port = 5").replace("02:00:00:00:01:00", "ff:ff:ff:ff:ff:ff"), "`collective[0].member[0].mac`", "unicast MAC"),
         (coll("", "udp_port = 5").replace("02:00:00:00:01:00", "01:00:5e:00:00:01"), "`collective[0].member[0].mac`", "unicast MAC"),
         // Two ranks with one address: refused on either carriage; a second port or QP is fine.
