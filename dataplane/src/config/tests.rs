@@ -8,6 +8,22 @@ fn err(text: &str) -> String {
     load_str(text, Path::new("bad.toml")).unwrap_err().to_string()
 }
 
+/// Each case loads when its key is empty, else fails naming that key and saying `want`.
+fn check_cases(cases: Vec<(String, &str, &str)>) {
+    for (text, key, want) in cases {
+        match load_str(&text, Path::new("bad.toml")) {
+            Ok(_) => assert!(key.is_empty(), "{text:?} loaded"),
+            Err(e) => {
+                let e = e.to_string();
+                assert!(
+                    !key.is_empty() && e.contains(key) && e.contains(want),
+                    "{text:?}: got {e:?}, want {key} and {want:?}"
+                );
+            }
+        }
+    }
+}
+
 const PORT: &str = "[[port]]\nvdev = \"net_null0\"\n";
 
 #[test]
@@ -107,18 +123,7 @@ fn dataplane_and_port_values_are_checked() {
             "",
         ),
     ];
-    for (text, key, want) in cases {
-        match load_str(&text, Path::new("bad.toml")) {
-            Ok(_) => assert!(key.is_empty(), "{text:?} loaded"),
-            Err(e) => {
-                let e = e.to_string();
-                assert!(
-                    !key.is_empty() && e.contains(key) && e.contains(want),
-                    "{text:?}: got {e:?}, want {key} and {want:?}"
-                );
-            }
-        }
-    }
+    check_cases(cases);
 }
 
 #[test]
@@ -282,18 +287,7 @@ fn collective_errors_name_the_key() {
             "",
         ),
     ];
-    for (text, key, want) in cases {
-        match load_str(&text, Path::new("bad.toml")) {
-            Ok(_) => assert!(key.is_empty(), "{text:?} loaded"),
-            Err(e) => {
-                let e = e.to_string();
-                assert!(
-                    !key.is_empty() && e.contains(key) && e.contains(want),
-                    "{text:?}: got {e:?}, want {key} and {want:?}"
-                );
-            }
-        }
-    }
+    check_cases(cases);
     // Slot memory beyond the limit is refused with the sizes.
     let big = coll("", "udp_port = 5").replace("tensor_elements = 8", "tensor_elements = 400000000");
     let e =
