@@ -153,6 +153,13 @@ fn plan_ports(loaded: &Loaded, opts: &Options, workers: usize) -> Result<Vec<Por
             )));
         }
     }
+    // (The config's own inputs on ports no lcore polls are refused when it loads.)
+    if let Some((p, f)) = opts.rx.iter().find(|(p, _)| loaded.rx_queues(*p as u16) == 0) {
+        return Err(AppError::Usage(format!(
+            "--rx {p}={}: no lcore polls port {p}: add {{ port = {p}, queue = 0 }} to an lcore's rx in the config",
+            f.display()
+        )));
+    }
     let tmp = std::env::temp_dir().join(format!("dpu-{}", std::process::id()));
     let mut plans = Vec::new();
     // Every input file, by port, as the user named it (before any merge).
@@ -276,17 +283,12 @@ fn plan_ports(loaded: &Loaded, opts: &Options, workers: usize) -> Result<Vec<Por
         plan.tx_merge = merge;
         plans.push(plan);
     }
-    check_files(loaded, opts, &plans, &sources)?;
+    check_outputs(&plans, &sources)?;
     Ok(plans)
 }
 
-/// Refuses outputs that would destroy an input or another output, and inputs no lcore reads.
-fn check_files(
-    loaded: &Loaded,
-    opts: &Options,
-    plans: &[PortPlan],
-    sources: &[(usize, PathBuf)],
-) -> Result<(), AppError> {
+/// Refuses outputs that would destroy an input or another output.
+fn check_outputs(plans: &[PortPlan], sources: &[(usize, PathBuf)]) -> Result<(), AppError> {
     let outputs: Vec<(usize, &PathBuf)> = plans
         .iter()
         .enumerate()
@@ -312,19 +314,6 @@ fn check_files(
             )));
         }
         seen.push((i, id));
-    }
-    for (i, f) in sources {
-        if loaded.rx_queues(*i as u16) == 0 {
-            return Err(ConfigError::new(
-                &opts.config,
-                "lcore",
-                format!(
-                    "port {i} has an input ({}) but no lcore polls it: add {{ port = {i}, queue = 0 }} to an lcore's rx",
-                    f.display()
-                ),
-            )
-            .into());
-        }
     }
     Ok(())
 }
@@ -427,27 +416,19 @@ fn run_with_eal(
     let lcores = loaded.lcores();
     let eal_workers = eal.worker_lcores();
     for (i, l) in lcores.iter().enumerate() {
-        if !eal_workers.contains(&l.id) && cfg.lcores.is_empty() {
-            return Err(ConfigError::new(
-                &opts.config,
-                "lcore",
-                format!(
-                    "without [[lcore]] tables the one worker is lcore {}, which is not a worker lcore of EAL (EAL's worker \
-                     lcores: {:?}; the main lcore is {}): add [[lcore]] tables with ids among EAL's workers, or change \
-                     -l/--lcores",
-                    l.id,
-                    eal_workers,
-                    eal.main_lcore()
-                ),
-            )
-            .into());
-        }
         if !eal_workers.contains(&l.id) {
+            // Without [[lcore]] tables the one worker is the default, which the user never wrote.
+            let (key, which) = if cfg.lcores.is_empty() {
+                ("lcore".to_string(), "without [[lcore]] tables the one worker is lcore")
+            } else {
+                (format!("lcore[{i}].id"), "lcore")
+            };
             return Err(ConfigError::new(
                 &opts.config,
-                format!("lcore[{i}].id"),
+                key,
                 format!(
-                    "lcore {} is not a worker lcore of EAL (EAL's worker lcores: {:?}; the main lcore is {}); check -l/--lcores in [eal] args",
+                    "{which} {}, which is not a worker lcore of EAL (EAL's worker lcores: {:?}; the main lcore is {}); add \
+                     or change [[lcore]] tables, or -l/--lcores in [eal] args",
                     l.id,
                     eal_workers,
                     eal.main_lcore()
