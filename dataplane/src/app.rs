@@ -383,6 +383,12 @@ pub fn run(opts: &Options) -> Result<Summary, AppError> {
 
     let mut args = vec!["dpu".to_string()];
     args.extend(loaded.config.eal.args.iter().cloned());
+    if opts.quiet {
+        // `-q` prints only errors, DPDK's own messages too: the global level (which the config's
+        // `--log-level '*:warning'` patterns leave alone) governs the start-up lines of libraries
+        // such as telemetry's. Level 4 is RTE_LOG_ERR; EAL arguments after it still override it.
+        args.extend(["--log-level".to_string(), "4".to_string()]);
+    }
     args.extend(opts.eal_extra.iter().cloned());
     for p in &plans {
         args.extend(p.eal_args.iter().cloned());

@@ -61,6 +61,30 @@ fn finite_replay_into_a_null_port_without_rx_ends_by_itself() {
     assert!(run.elapsed < std::time::Duration::from_secs(30), "took {:?}", run.elapsed);
 }
 
+/// `-q` prints nothing but errors: neither the final stats nor DPDK's own start-up lines
+/// (telemetry's among them, which the config's per-library log levels do not reach).
+#[test]
+fn quiet_run_prints_nothing() {
+    let dir = scratch("quiet");
+    let conf = write_config(&dir, "c.toml", &two_ports(TO_PORT1));
+    let input = case("pcap/nccl_ring_allreduce_rocev2.pcap");
+    let out = dir.join("out1.pcap");
+    let run = run_dpu(
+        &dir,
+        &conf,
+        &["-q".into(), format!("--rx=0={}", input.display()), format!("--tx=1={}", out.display())],
+    );
+    run.assert_ok();
+    assert_eq!(run.stdout(), "");
+    assert_eq!(run.stderr(), "");
+    assert_eq!(read_pcap(&out).len(), 275);
+    assert_eq!(run.stats()["ports"][1]["ethdev"]["opackets"], 275);
+    // Without -q the same run reports.
+    let loud = run_dpu(&dir, &conf, &[format!("--rx=0={}", input.display()), format!("--tx=1={}", out.display())]);
+    loud.assert_ok();
+    assert!(loud.stdout().contains("final stats"), "{}", loud.stdout());
+}
+
 #[test]
 fn table_entry_splits_a_mixed_capture_exactly() {
     let dir = scratch("split");
