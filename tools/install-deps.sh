@@ -23,10 +23,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if ! python3 -c 'import scapy, numpy' 2>/dev/null; then
-  echo "install-deps: installing the Python modules scapy and numpy"
-  python3 -m pip install -q scapy numpy 2>/dev/null \
-    || python3 -m pip install -q --break-system-packages scapy numpy
+# scapy and numpy for the protocol checker; ml_dtypes for the Python client's bfloat16 arrays.
+if ! python3 -c 'import scapy, numpy, ml_dtypes' 2>/dev/null; then
+  echo "install-deps: installing the Python modules scapy, numpy and ml_dtypes"
+  python3 -m pip install -q scapy numpy ml_dtypes 2>/dev/null \
+    || python3 -m pip install -q --break-system-packages scapy numpy ml_dtypes
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then
