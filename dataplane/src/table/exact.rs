@@ -317,6 +317,19 @@ mod tests {
         assert_eq!(tag(0xabcd_0001_0000_0000), 0xabcd_0001);
     }
 
+    /// The slot array doubles before it would be more than half full.
+    #[test]
+    fn at_most_half_full() {
+        let mut t = ExactMatcher::new(1).unwrap();
+        for k in 0..8u8 {
+            t.insert(&[k], u32::from(k)).unwrap();
+        }
+        assert_eq!(t.memory_bytes(), 16 * 16, "8 entries in 16 slots");
+        t.insert(&[8], 8).unwrap();
+        assert_eq!(t.memory_bytes(), 32 * 16, "9 entries in 32 slots");
+        assert!((0..9u8).all(|k| t.lookup(&[k]) == Some(u32::from(k))));
+    }
+
     #[test]
     fn duplicate_is_an_error_and_keeps_the_first() {
         let mut t = ExactMatcher::new(6).unwrap();
