@@ -296,13 +296,38 @@ mod tests {
         t.insert(&mac("02:00:00:00:00:02"), 2).unwrap();
         t.insert(&mac("ff:ff:ff:ff:ff:ff"), 0).unwrap();
         t.insert(&mac("00:00:00:00:00:00"), u32::MAX).unwrap();
-        assert_eq!(t.len(), 4);
+        assert_eq!((t.len(), t.is_empty(), t.key_len()), (4, false, 6));
+        // 16 slots of 16 bytes: four entries fill them half.
+        let debug = "ExactMatcher { key_len: 6, len: 4, max_entries: 1073741824, memory_bytes: 256 }";
+        assert_eq!(format!("{t:?}"), debug);
         assert_eq!(t.lookup(&mac("02:00:00:00:00:01")), Some(1));
         assert_eq!(t.lookup(&mac("02:00:00:00:00:02")), Some(2));
         assert_eq!(t.lookup(&mac("ff:ff:ff:ff:ff:ff")), Some(0));
         assert_eq!(t.lookup(&mac("00:00:00:00:00:00")), Some(u32::MAX));
         assert_eq!(t.lookup(&mac("02:00:00:00:00:03")), None);
         assert_eq!(t.lookup(&mac("03:00:00:00:00:01")), None);
+    }
+
+    /// A tag is the hash's upper half with the low bit on: never the empty slot's 0.
+    #[test]
+    fn tags() {
+        assert_eq!(tag(0), 1);
+        assert_eq!(tag(0xffff_ffff), 1);
+        assert_eq!(tag(0xabcd_0000_ffff_ffff), 0xabcd_0001);
+        assert_eq!(tag(0xabcd_0001_0000_0000), 0xabcd_0001);
+    }
+
+    /// The slot array doubles before it would be more than half full.
+    #[test]
+    fn at_most_half_full() {
+        let mut t = ExactMatcher::new(1).unwrap();
+        for k in 0..8u8 {
+            t.insert(&[k], u32::from(k)).unwrap();
+        }
+        assert_eq!(t.memory_bytes(), 16 * 16, "8 entries in 16 slots");
+        t.insert(&[8], 8).unwrap();
+        assert_eq!(t.memory_bytes(), 32 * 16, "9 entries in 32 slots");
+        assert!((0..9u8).all(|k| t.lookup(&[k]) == Some(u32::from(k))));
     }
 
     #[test]

@@ -84,6 +84,8 @@ pub struct LpmMatcher {
     routes: HashSet<(u32, u128, u8)>,
     /// Most routes allowed.
     max_entries: usize,
+    /// Most trie nodes allowed: [`MAX_NODES`] (lowered by tests).
+    max_nodes: usize,
 }
 
 /// The map from exact part to trie root.
@@ -125,6 +127,7 @@ impl LpmMatcher {
             rank: vec![0; root_slots],
             routes: HashSet::new(),
             max_entries: MAX_ENTRY as usize + 1,
+            max_nodes: MAX_NODES,
         })
     }
 
@@ -132,6 +135,13 @@ impl LpmMatcher {
     /// [`MatchError::TableFull`].
     pub fn with_max_entries(mut self, max: usize) -> Self {
         self.max_entries = max;
+        self
+    }
+
+    /// Limits the trie to `max` nodes, so that tests reach the limit.
+    #[cfg(test)]
+    fn with_max_nodes(mut self, max: usize) -> Self {
+        self.max_nodes = max;
         self
     }
 
@@ -183,8 +193,8 @@ impl LpmMatcher {
         let addr = be_value(&key[self.field.clone()]) & prefix_mask(self.field_bits, p);
         let term = self.level_of(p);
         // New nodes: at most one per level above the terminal one, plus an exact part's root.
-        if self.slots.len() / NODE + term as usize + 1 > MAX_NODES {
-            return Err(MatchError::TableFull { what: "trie nodes", max: MAX_NODES });
+        if self.slots.len() / NODE + term as usize + 1 > self.max_nodes {
+            return Err(MatchError::TableFull { what: "trie nodes", max: self.max_nodes });
         }
 
         let root = match &self.exact {
@@ -525,6 +535,61 @@ mod tests {
         let mut t = LpmMatcher::new(4, 0..4).unwrap().with_max_entries(1);
         t.insert(&v4("10.0.0.0"), 8, 1).unwrap();
         assert_eq!(t.insert(&v4("11.0.0.0"), 8, 1), Err(MatchError::TableFull { what: "entries", max: 1 }));
+    }
+
+    #[test]
+    fn entry_and_node_limits() {
+        // Entry indices up to 2^31 - 2 fit beside the child bit.
+        assert_eq!(MAX_ENTRY, (1 << 31) - 2);
+        // A /32 in an empty /16 adds two nodes to the 256 of the 16-bit root; the check also
+        // counts an exact part's root, so it needs a limit of 259 nodes.
+        let mut t = LpmMatcher::new(4, 0..4).unwrap().with_max_nodes(258);
+        let full = Err(MatchError::TableFull { what: "trie nodes", max: 258 });
+        assert_eq!(t.insert(&v4("10.1.2.3"), 32, 1), full);
+        assert_eq!((t.len(), t.slots.len() / NODE, t.lookup(&v4("10.1.2.3"))), (0, 256, None));
+        // A route ending in the root level adds no node.
+        t.insert(&v4("10.1.0.0"), 16, 2).unwrap();
+        assert_eq!(t.lookup(&v4("10.1.2.3")), Some(2));
+        let mut t = LpmMatcher::new(4, 0..4).unwrap().with_max_nodes(259);
+        t.insert(&v4("10.1.2.3"), 32, 1).unwrap();
+        assert_eq!((t.slots.len() / NODE, t.lookup(&v4("10.1.2.3"))), (258, Some(1)));
+    }
+
+    #[test]
+    fn accessors_and_memory() {
+        let mut t = LpmMatcher::new(6, 2..6).unwrap();
+        assert_eq!((t.key_len(), t.lpm_field(), t.len(), t.is_empty()), (6, 2..6, 0, true));
+        // No exact part yet: no trie node, only the exact map's 16 empty slots of 16 bytes.
+        assert_eq!(t.memory_bytes(), 256);
+        t.insert(&[0, 1, 10, 0, 0, 0], 8, 0).unwrap();
+        // The exact part's root: 256 slots of 4 bytes.
+        assert_eq!((t.len(), t.is_empty(), t.memory_bytes()), (1, false, 1024 + 256));
+        // Without exact part, the 16-bit root from the start; a /32 adds two nodes.
+        let mut t = LpmMatcher::new(4, 0..4).unwrap();
+        assert_eq!(t.memory_bytes(), 4 << 16);
+        t.insert(&v4("10.1.2.3"), 32, 1).unwrap();
+        assert_eq!(
+            format!("{t:?}"),
+            "LpmMatcher { key_len: 4, lpm: 0..4, routes: 1, exact_parts: 1, nodes: 258, memory_bytes: 264192 }"
+        );
+    }
+
+    /// Prefetching is a hint: keys of any length, with or without exact part, change nothing
+    /// and never panic.
+    #[test]
+    fn prefetch_takes_any_key() {
+        let mut ip = LpmMatcher::new(4, 0..4).unwrap();
+        ip.insert(&v4("10.0.0.0"), 8, 1).unwrap();
+        let mut vrf = LpmMatcher::new(6, 2..6).unwrap();
+        vrf.insert(&[0, 1, 10, 0, 0, 0], 8, 2).unwrap();
+        for t in [&ip, &vrf] {
+            for len in 0..8 {
+                t.prefetch(&vec![10; len]);
+            }
+        }
+        ip.prefetch_word(u64::MAX);
+        assert_eq!(ip.lookup(&v4("10.1.2.3")), Some(1));
+        assert_eq!(vrf.lookup(&[0, 1, 10, 1, 2, 3]), Some(2));
     }
 
     #[test]

@@ -570,6 +570,59 @@ mod tests {
         assert_eq!(t.lookup(&k(lo, 20)), Some(3));
     }
 
+    /// Past the classifier's limits (range fields, then entries) lookups scan the rows, with
+    /// the same answers.
+    #[test]
+    fn beyond_the_classifier_limits() {
+        use super::super::classifier::{MAX_ENTRIES, MAX_RANGE_DIMS};
+        // One range field per key byte: entry i holds when byte i is in 10..=20.
+        const LEN: usize = MAX_RANGE_DIMS + 1;
+        let mut t = TernaryMatcher::new(LEN).unwrap();
+        assert_eq!((t.key_len(), t.is_empty(), t.memory_bytes()), (LEN, true, 0));
+        let z = [0u8; LEN];
+        for i in 0..LEN {
+            assert!(t.uses_classifier(), "{i} range fields");
+            t.insert(&z, &z, &[RangeCond { field: i..i + 1, lo: 10, hi: 20 }], -(i as i32), i as u32).unwrap();
+        }
+        assert!(!t.uses_classifier());
+        assert!(!t.is_empty());
+        // Rows of two words (32 bytes), metadata (16 bytes), one range condition each.
+        assert_eq!(t.memory_bytes(), LEN * (32 + 16 + core::mem::size_of::<RangeCheck>()));
+        for i in 0..LEN {
+            let mut k = z;
+            k[i] = 20;
+            assert_eq!(t.lookup(&k), Some(i as u32));
+            k[i] = 21;
+            assert_eq!(t.lookup(&k), None);
+        }
+
+        // One exact entry per two-byte key, the lower keys at higher priority.
+        let mut t = TernaryMatcher::new(2).unwrap();
+        t.insert(&[0, 0], &[0xff, 0xff], &[], 0, 0).unwrap();
+        // One byte dimension for each masked byte: 256 bitmaps of one word.
+        assert_eq!(t.memory_bytes(), 2 * 256 * 8);
+        let debug = format!("TernaryMatcher {{ key_len: 2, len: 1, max_entries: {}, memory_bytes: 4096 }}", usize::MAX);
+        assert_eq!(format!("{t:?}"), debug);
+        for i in 1..=MAX_ENTRIES as u16 {
+            assert!(t.uses_classifier(), "{i} entries");
+            t.insert(&i.to_be_bytes(), &[0xff, 0xff], &[], -i32::from(i), u32::from(i)).unwrap();
+        }
+        assert!(!t.uses_classifier());
+        t.insert(&[0, 0], &[0, 0], &[], -1000, 9999).unwrap();
+        for i in (0..=MAX_ENTRIES as u16).step_by(7) {
+            assert_eq!(t.lookup(&i.to_be_bytes()), Some(u32::from(i)));
+            assert_eq!(t.lookup_padded(&padded(&i.to_be_bytes())), Some(u32::from(i)));
+        }
+        assert_eq!(t.lookup(&[0xff, 0xff]), Some(9999));
+        assert_eq!(t.lookup_padded(&padded(&[0xff, 0xff])), Some(9999));
+    }
+
+    fn padded(key: &[u8]) -> [u8; KEY_MAX] {
+        let mut k = [0; KEY_MAX];
+        k[..key.len()].copy_from_slice(key);
+        k
+    }
+
     /// One bit of mask at every byte of every key length: word boundaries and tails.
     #[test]
     fn every_key_length() {

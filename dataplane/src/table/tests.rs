@@ -150,3 +150,48 @@ fn named_counters_sum_over_the_workers_copies() {
     assert_eq!(Pipeline::sum_counters([&w2]), w2.counters, "one worker: its own counters");
     assert!(Pipeline::sum_counters([]).is_empty());
 }
+
+/// A table's own checks (arity, match kinds, priorities) and its bookkeeping through the
+/// pipeline: the hit entry's actions, the per-entry and miss counters.
+#[test]
+fn entries_priorities_and_counters() {
+    let port = |lo, hi| MatchValue::Range(lo, hi);
+    let acts = |a: Vec<Action>| ActionList(a);
+    let mut t = Table::new("acl", vec![(Field::IngressPort, MatchKind::Range)], acts(vec![Action::Drop])).unwrap();
+    assert!(t.needs_priority());
+    assert_eq!((t.key_len(), t.len(), t.is_empty()), (2, 0, true));
+    assert_eq!(t.insert(&[], Some(1), acts(vec![])), Err(EntryError::Arity { expected: 1, got: 0 }));
+    assert_eq!(
+        t.insert(&[MatchValue::Exact(vec![0, 1])], Some(1), acts(vec![])),
+        Err(EntryError::Kind { index: 0, kind: "range" })
+    );
+    assert!(matches!(t.insert(&[port(0, 9)], None, acts(vec![])), Err(EntryError::Priority(_))));
+    assert_eq!(t.insert(&[port(0, 9)], Some(1), acts(vec![Action::Forward(1)])), Ok(0));
+    assert_eq!(t.insert(&[port(5, 5)], Some(2), acts(vec![Action::Forward(2)])), Ok(1));
+    assert_eq!((t.len(), t.is_empty()), (2, false));
+    assert_eq!(t.actions(1), [Action::Forward(2)]);
+    assert_eq!(t.default_action(), [Action::Drop]);
+
+    let p = Parsed::default();
+    assert_eq!([t.lookup(&p, 5), t.lookup(&p, 4), t.lookup(&p, 10)], [Some(1), Some(0), None]);
+    let mut pipe = Pipeline { tables: vec![t], ..Default::default() };
+    let mut run = |port: u16, len: usize| {
+        let mut buf = crate::buf::VecBuf::from_frame(&vec![0; len]);
+        pipe.apply(&mut buf, &mut Parsed::default(), port)
+    };
+    assert_eq!(run(5, 60), Egress::Port(2));
+    assert_eq!(run(4, 70), Egress::Port(1));
+    assert_eq!(run(3, 80), Egress::Port(1));
+    assert_eq!(run(10, 90), Egress::Dropped(Reason::TableMiss));
+    let t = &pipe.tables[0];
+    assert_eq!(*t.counter(0), Counter { packets: 2, bytes: 150 });
+    assert_eq!(*t.counter(1), Counter { packets: 1, bytes: 60 });
+    assert_eq!(*t.miss_counter(), Counter { packets: 1, bytes: 90 });
+
+    // Exact and lpm tables take no priority.
+    let mut t = Table::new("l2", vec![(Field::IngressPort, MatchKind::Exact)], acts(vec![])).unwrap();
+    assert!(!t.needs_priority());
+    assert!(matches!(t.insert(&[MatchValue::Exact(vec![0, 1])], Some(1), acts(vec![])), Err(EntryError::Priority(_))));
+    assert_eq!(t.insert(&[MatchValue::Exact(vec![0, 1])], None, acts(vec![])), Ok(0));
+    assert_eq!(t.lookup(&p, 1), Some(0));
+}
