@@ -310,14 +310,19 @@ mod tests {
         f
     }
 
-    fn check(v6: bool, roce: bool, vlan: Option<u16>, payload: &[u8], patch: Patch) {
-        let specs: Vec<FrameSpec> = (1..4)
+    /// Members `1..=n`'s specs for results of `len` payload bytes.
+    fn specs(v6: bool, roce: bool, vlan: Option<u16>, n: u8, len: usize) -> Vec<FrameSpec> {
+        (1..=n)
             .map(|m| {
                 let mut s = spec(v6, roce, vlan, m);
-                s.header.data_length = payload.len() as u32;
+                s.header.data_length = len as u32;
                 s
             })
-            .collect();
+            .collect()
+    }
+
+    fn check(v6: bool, roce: bool, vlan: Option<u16>, payload: &[u8], patch: Patch) {
+        let specs = specs(v6, roce, vlan, 3, payload.len());
         let t = Templates::new(&specs, payload.len()).unwrap();
         let pad = specs[0].pad(payload.len());
         let sums = PayloadSums::of(payload, pad);
@@ -357,14 +362,8 @@ mod tests {
         let payload: Vec<u8> = (0..64u32).map(|i| (i * 13 + 1) as u8).collect();
         for v6 in [false, true] {
             for roce in [false, true] {
-                let specs: Vec<FrameSpec> = (1..3)
-                    .map(|m| {
-                        let mut s = spec(v6, roce, Some(42), m);
-                        s.outer_tag = Some((0x88a8, 0x2007));
-                        s.header.data_length = payload.len() as u32;
-                        s
-                    })
-                    .collect();
+                let mut specs = specs(v6, roce, Some(42), 2, payload.len());
+                specs.iter_mut().for_each(|s| s.outer_tag = Some((0x88a8, 0x2007)));
                 let t = match Templates::new(&specs, payload.len()) {
                     Ok(t) => t,
                     // Too long for a template (IPv6 and RoCEv2): such members take the builder.
@@ -391,13 +390,7 @@ mod tests {
         let payload: Vec<u8> = (0..24u8).map(|i| i.wrapping_mul(41) ^ 0x66).collect();
         for v6 in [false, true] {
             for roce in [false, true] {
-                let specs: Vec<FrameSpec> = (1..3)
-                    .map(|m| {
-                        let mut s = spec(v6, roce, None, m);
-                        s.header.data_length = payload.len() as u32;
-                        s
-                    })
-                    .collect();
+                let specs = specs(v6, roce, None, 2, payload.len());
                 let t = Templates::new(&specs, payload.len()).unwrap();
                 let pad = specs[0].pad(payload.len());
                 for (sum, crc) in [(true, true), (true, false), (false, true), (false, false)] {
