@@ -553,6 +553,7 @@ fn parse_ipv6(frame: &[u8], l3: usize, port: u16, l4_rx: CsumStatus, p: &mut Par
 }
 
 /// The UDP header is valid: record it, then RoCEv2 or the gradient header.
+#[inline(always)]
 fn parse_udp(frame: &[u8], u: &udp::UdpPacket<&[u8]>, port: u16, p: &mut Parsed) -> Result<(), DropReason> {
     p.layers.insert(Layers::UDP);
     p.udp_src = u.src_port();
