@@ -119,9 +119,12 @@ impl fmt::Display for DropReason {
     }
 }
 
-/// The set of layers found valid in a frame (a 16-bit set of the constants below).
+/// The set of layers found valid in a frame (a set of the constants below, in 32 bits: the
+/// parser adds layers to it in memory across calls, and a 32-bit set is read back with a load
+/// the width of its stores, which the CPU forwards from the store buffer; a 16-bit set was read
+/// with a 32-bit load spanning it and its neighbour field, which it cannot).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub struct Layers(u16);
+pub struct Layers(u32);
 
 impl Layers {
     /// Ethernet header.
@@ -174,7 +177,7 @@ impl Layers {
     }
 
     /// The raw bits.
-    pub const fn bits(self) -> u16 {
+    pub const fn bits(self) -> u32 {
         self.0
     }
 
@@ -690,7 +693,7 @@ mod tests {
     #[test]
     fn layers_are_a_set_of_distinct_bits() {
         let all = Layers::ALL;
-        let mut seen = 0u16;
+        let mut seen = 0u32;
         for l in all {
             assert_eq!(l.bits().count_ones(), 1, "{l:?}");
             assert_eq!(seen & l.bits(), 0, "{l:?} shares a bit");
