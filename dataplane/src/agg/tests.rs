@@ -213,6 +213,50 @@ fn rule_5_validation_drops_and_naks_by_reason() {
     assert_refused(&mut rig, cases);
 }
 
+/// Spec section 2: RETRANSMIT (0x2) is informational and the reserved bit (0x8) and the reason
+/// byte are ignored on receive: such contributions fold like plain ones, on both carriages, and
+/// the result carries flags RESULT and reason 0, not the inputs' bits. RESULT or NAK with the
+/// reserved bit is still refused (rule 5), and a refused flagged packet's NAK has flags NAK alone.
+#[test]
+fn informational_and_reserved_flags_are_ignored_on_receive() {
+    for carriage in ["udp", "rocev2"] {
+        let mut rig = Rig::new(&conf("sum", "i32", carriage, false, "", 3, 4, 4));
+        let mut io = VecIo::new(1);
+        let p = |v: i32| -> Vec<u8> { [v, -v, 2 * v, 0].iter().flat_map(|x| x.to_le_bytes()).collect() };
+        let flags = [Flags::RETRANSMIT, Flags::RESERVED, Flags::RETRANSMIT | Flags::RESERVED];
+        for (k, f) in flags.into_iter().enumerate() {
+            let frame = rig.frame(k, 0, 1, &p(k as i32 + 1), |s| {
+                s.header.flags = f;
+                s.header.reason = 0x5a;
+            });
+            rig.send(&mut io, frame, k as u64);
+        }
+        let out = decode(&io);
+        assert_eq!(out.len(), 3, "{carriage}: one result per member");
+        for (_, g, payload, _) in &out {
+            assert_eq!((g.flags, g.reason, g.worker_rank), (Flags::RESULT, 0, 0xffff), "{carriage}");
+            assert_eq!(payload, &p(6), "{carriage}: 1 + 2 + 3");
+        }
+        assert_eq!((rig.agg().folded, rig.agg().completed), (3, 1), "{carriage}");
+
+        let pl = p(1);
+        let cases = vec![
+            (rig.frame(0, 0, 2, &pl, |s| s.header.flags = Flags::RESULT | Flags::RESERVED), Reason::GradFlags, None),
+            (rig.frame(0, 0, 2, &pl, |s| s.header.flags = Flags::NAK | Flags::RETRANSMIT), Reason::GradFlags, None),
+            (
+                rig.frame(0, 0, 2, &pl, |s| {
+                    s.header.flags = Flags::RETRANSMIT | Flags::RESERVED;
+                    s.header.version = 3;
+                }),
+                Reason::GradBadVersion,
+                Some(2),
+            ),
+        ];
+        let mut rig2 = Rig::new(&conf("sum", "i32", carriage, false, "", 3, 4, 4));
+        assert_refused(&mut rig2, cases);
+    }
+}
+
 /// Sends each case far apart in time (the NAK rate limit hides none) and checks it is dropped
 /// under its reason and answered with its NAK (`None`: no NAK), and that nothing was folded.
 fn assert_refused(rig: &mut Rig, cases: Vec<(Vec<u8>, Reason, Option<u8>)>) {
