@@ -120,6 +120,26 @@ fn mark_ce_reports_whether_the_packet_is_ce() {
     assert_eq!(p.ecn, 0);
 }
 
+/// An IPv4 packet already CE whose header checksum is stored as 0xFFFF, the other
+/// representation of zero (c05 once marked: its checksum computes to 0x0000): the header still
+/// sums to 0xFFFF and parses, and `mark_ce` leaves it byte for byte, the checksum too. Rewriting
+/// the TOS to the value it has would turn the stored 0xFFFF into 0x0000 (RFC 1624 eqn. 3 with
+/// HC = 0xFFFF): a CE packet must not be touched at all.
+#[test]
+fn mark_ce_leaves_a_ce_packet_with_checksum_ffff_untouched() {
+    let mut inp = frames("c05_ipv4_ce_mark_cksum_becomes_0000.pcap").remove(0);
+    inp[15] = 0x03;
+    inp[24..26].copy_from_slice(&[0xff, 0xff]);
+    assert_eq!(checksum::sum(&inp[14..34]), 0xffff, "0xFFFF stored: the header still sums to 0xFFFF");
+    let mut f = inp.clone();
+    let mut p = parse(&f, 49374).expect("a stored 0xFFFF that sums right parses");
+    assert_eq!(p.ecn, 0b11);
+    assert!(ecn::mark_ce(&mut f, &mut p), "already CE");
+    assert_eq!(&f[24..26], &[0xff, 0xff], "checksum left as stored");
+    assert_eq!(f, inp);
+    assert_eq!(p, parse(&f, 49374).unwrap());
+}
+
 #[test]
 fn c07_ipv6_mark_keeps_version_dscp_and_flow_label() {
     let f = frames("c07_ipv6_tc_ecn_flowlabel.pcap");

@@ -423,6 +423,52 @@ mod tests {
         assert_eq!(c.lookup(&[2; 16]), Some(1));
     }
 
+    #[test]
+    fn len_and_is_empty() {
+        let mut c = Classifier::default();
+        assert_eq!((c.len(), c.is_empty()), (0, true));
+        c.insert(&[1], &[0xff], &[], 0, 0);
+        assert_eq!((c.len(), c.is_empty()), (1, false));
+    }
+
+    /// One byte dimension and one two-byte range dimension of three intervals, one word per
+    /// bitmap: 256 words of byte bitmaps, 3 words of interval bitmaps and 3 u128 starts, plus
+    /// block 0 of the second-byte offsets (256 u16s).
+    #[test]
+    fn memory_counts_every_lookup_array() {
+        let mut c = Classifier::default();
+        assert_eq!(c.memory_bytes(), 0);
+        let cond = [RangeCond { field: 1..3, lo: 0x0100, hi: 0x01ff }];
+        c.insert(&[0x11, 0, 0], &[0xff, 0, 0], &cond, 0, 0);
+        assert_eq!(c.memory_bytes(), 8 * (256 + 3 + 2 * 3) + 2 * 256);
+        assert_eq!(
+            [c.lookup(&[0x11, 1, 0x80]), c.lookup(&[0x11, 2, 0]), c.lookup(&[0x12, 1, 0])],
+            [Some(0), None, None]
+        );
+    }
+
+    /// Bitmaps take a second word for the 65th entry, not before.
+    #[test]
+    fn a_word_per_64_entries() {
+        let mut c = Classifier::default();
+        for i in 0..64u8 {
+            c.insert(&[i], &[0xff], &[], 0, u32::from(i));
+        }
+        assert_eq!(c.words, 1);
+        c.insert(&[64], &[0xff], &[], 0, 64);
+        assert_eq!(c.words, 2);
+        assert_eq!([c.lookup(&[63]), c.lookup(&[64]), c.lookup(&[65])], [Some(63), Some(64), None]);
+    }
+
+    /// Keys longer than [`KEY_MAX`] take the any-length lookup.
+    #[test]
+    fn keys_beyond_key_max() {
+        let mut c = Classifier::default();
+        c.insert(&[0x11], &[0xff], &[], 0, 7);
+        assert_eq!(c.lookup(&[0x11; KEY_MAX + 1]), Some(7));
+        assert_eq!(c.lookup(&[0x12; KEY_MAX + 1]), None);
+    }
+
     /// A two-byte range field (a port) behind a one-byte exact-ish field, its ranges cutting
     /// first bytes anywhere (inside a first byte, on its edges, across several): every one of
     /// the 65536 values of each first byte pattern gives the answer of evaluating the entries

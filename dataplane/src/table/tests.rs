@@ -195,3 +195,87 @@ fn entries_priorities_and_counters() {
     assert_eq!(t.insert(&[MatchValue::Exact(vec![0, 1])], None, acts(vec![])), Ok(0));
     assert_eq!(t.lookup(&p, 1), Some(0));
 }
+
+#[test]
+fn match_kind_names_round_trip() {
+    let kinds = [MatchKind::Exact, MatchKind::Lpm, MatchKind::Ternary, MatchKind::Range];
+    assert_eq!(kinds.map(MatchKind::name), ["exact", "lpm", "ternary", "range"]);
+    for k in kinds {
+        assert_eq!(MatchKind::from_name(k.name()), Some(k));
+    }
+    assert_eq!(MatchKind::from_name("prefix"), None);
+    assert_eq!(MatchKind::from_name(""), None);
+}
+
+/// A ternary value matches the key bits its mask sets and ignores the others.
+#[test]
+fn ternary_values_match_under_their_mask() {
+    let mut t = Table::new("t", vec![(Field::IngressPort, MatchKind::Ternary)], ActionList(vec![])).unwrap();
+    let v = MatchValue::Ternary(vec![0x00, 0x10], vec![0x00, 0xf0]);
+    assert_eq!(t.insert(&[v], Some(1), ActionList(vec![Action::Forward(1)])), Ok(0));
+    let p = Parsed::default();
+    assert_eq!(
+        [t.lookup(&p, 0x10), t.lookup(&p, 0x1f), t.lookup(&p, 0x20), t.lookup(&p, 0x0f)],
+        [Some(0), Some(0), None, None]
+    );
+}
+
+/// A one-table pipeline on the ingress port: port 1 forwards to 1, port 2 to 2, others miss
+/// and drop.
+fn two_port_pipeline() -> Pipeline {
+    let mut t = Table::new("l2", vec![(Field::IngressPort, MatchKind::Exact)], ActionList(vec![Action::Drop])).unwrap();
+    for port in [1u16, 2] {
+        t.insert(&[MatchValue::Exact(port.to_be_bytes().to_vec())], None, ActionList(vec![Action::Forward(port)]))
+            .unwrap();
+    }
+    Pipeline { tables: vec![t], ..Default::default() }
+}
+
+/// `first_lookup` is the first table's lookup; `apply_with_first_hit` takes the first table's
+/// hit it is given (without looking the packet up again) and counts it.
+#[test]
+fn apply_with_first_hit_takes_the_given_hit() {
+    let mut pipe = two_port_pipeline();
+    let p = Parsed::default();
+    assert_eq!(
+        [pipe.first_lookup(&p, 1), pipe.first_lookup(&p, 2), pipe.first_lookup(&p, 3)],
+        [Some(0), Some(1), None]
+    );
+    assert_eq!(Pipeline::default().first_lookup(&p, 1), None);
+
+    let mut buf = crate::buf::VecBuf::from_frame(&[0; 60]);
+    assert_eq!(pipe.apply_with_first_hit(&mut buf, &mut Parsed::default(), 1, Some(1)), Egress::Port(2));
+    assert_eq!(
+        pipe.apply_with_first_hit(&mut buf, &mut Parsed::default(), 1, None),
+        Egress::Dropped(Reason::TableMiss)
+    );
+    let t = &pipe.tables[0];
+    assert_eq!((t.counter(0).packets, t.counter(1).packets, t.miss_counter().packets), (0, 1, 1));
+}
+
+/// A multicast copy's rewrites change the frame, its counts count, and a rewrite that drops
+/// the packet is the copy's error.
+#[test]
+fn apply_copy_rewrites_counts_and_fails() {
+    let mac = crate::wire::EthernetAddress([2, 0, 0, 0, 0, 9]);
+    let mut pipe = Pipeline {
+        groups: vec![MulticastGroup {
+            id: 5,
+            copies: vec![
+                (3, ActionList(vec![Action::SetEthDst(mac), Action::Count(0)])),
+                (4, ActionList(vec![Action::DecTtl])),
+            ],
+        }],
+        counters: vec![("copies".to_string(), Counter::default())],
+        ..Default::default()
+    };
+    let mut buf = crate::buf::VecBuf::from_frame(&[0; 60]);
+    let mut p = Parsed::default();
+    assert_eq!(pipe.apply_copy(0, 0, &mut buf, &mut p), Ok(()));
+    assert_eq!((&buf.data()[..6], p.eth_dst), (&mac.0[..], mac));
+    assert_eq!(pipe.counters[0].1, Counter { packets: 1, bytes: 60 });
+
+    p.layers.insert(crate::parse::Layers::IPV4);
+    p.ttl = 1;
+    assert_eq!(pipe.apply_copy(0, 1, &mut buf, &mut p), Err(Reason::TtlExpired));
+}
