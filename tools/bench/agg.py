@@ -233,7 +233,11 @@ def callgrind(conf, extra, tag, toggle=None):
     out = os.path.join(OUT, f"callgrind-{tag}.out")
     stats = os.path.join(OUT, f"stats-cg-{tag}.json")
     only = [f"--toggle-collect={toggle}"] if toggle else []
-    r = subprocess.run(["valgrind", "--tool=callgrind", *only, f"--callgrind-out-file={out}", DPU, "-q",
+    # --fair-sched=yes: valgrind runs the lcores one at a time, and with its default scheduler the
+    # busy-polling worker starves the main lcore, whose --duration timer then fires late and at
+    # random (a 3 s run once processed more packets than an 18 s one).
+    r = subprocess.run(["valgrind", "--tool=callgrind", "--fair-sched=yes", *only,
+                        f"--callgrind-out-file={out}", DPU, "-q",
                         "-c", conf, "--stats-json", stats, *extra], cwd=ROOT,
                        capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
@@ -248,8 +252,8 @@ def ipp_steady(carriage, n, lanes):
     """Instructions per packet of the whole dpu in the steady state: two runs of different
     lengths, the difference of their instruction counts over the difference of their packet
     counts (EAL start-up and shutdown cancel). Under valgrind the lcores take turns on one
-    thread, so a run's packet count is not proportional to its duration: a pair whose longer
-    run did not process clearly more packets is run again, longer."""
+    thread (fairly, with --fair-sched=yes); a pair whose longer run did not process clearly
+    more packets is still run again, longer."""
     _, conf = gen(carriage, n, lanes)
     for long in (9, 18, 30):
         i1, s1 = callgrind(conf, ["--duration", "3"], f"{name(carriage, n, lanes)}-a")
