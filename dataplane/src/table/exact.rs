@@ -330,6 +330,36 @@ mod tests {
         assert!((0..9u8).all(|k| t.lookup(&[k]) == Some(u32::from(k))));
     }
 
+    /// Keys sharing a home slot take the following free slots, wrapping from the last slot to
+    /// the first; each is found after every insert, a key whose home is inside the cluster goes
+    /// past it, and a miss with the same home probes past them all.
+    #[test]
+    fn colliding_keys_take_the_next_free_slots_wrapping_at_the_end() {
+        let mask = MIN_SLOTS - 1;
+        let home = |b: u8| hash(&load::<1>(&[b])) as usize & mask;
+        for slot in [3, mask] {
+            // Five 1-byte keys with home `slot` (four stored, one missed), and one with home
+            // `slot + 1`.
+            let same: Vec<u8> = (0..=255u8).filter(|&b| home(b) == slot).take(5).collect();
+            let next = (0..=255u8).find(|&b| home(b) == (slot + 1) & mask).unwrap();
+            assert_eq!(same.len(), 5, "slot {slot}");
+            let mut t = ExactMatcher::new(1).unwrap();
+            let mut stored = Vec::new();
+            for (e, &b) in (100u32..).zip(&same[..4]).chain([(200, &next)]) {
+                t.insert(&[b], e).unwrap();
+                stored.push((b, e));
+                for &(b, e) in &stored {
+                    assert_eq!(t.lookup(&[b]), Some(e), "slot {slot}: key {b} after inserting {stored:?}");
+                }
+            }
+            assert_eq!(t.memory_bytes(), MIN_SLOTS * 16, "five keys stay in the first 16 slots");
+            // Slots home..=home+3 hold the cluster; `next` (home + 1) is four slots on.
+            assert_eq!(t.max_probe(), 4, "slot {slot}");
+            assert_eq!(t.lookup(&[same[4]]), None, "slot {slot}");
+            assert_eq!(t.insert(&[same[3]], 0), Err(MatchError::DuplicateKey), "slot {slot}");
+        }
+    }
+
     #[test]
     fn duplicate_is_an_error_and_keeps_the_first() {
         let mut t = ExactMatcher::new(6).unwrap();
