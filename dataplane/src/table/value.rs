@@ -239,4 +239,34 @@ mod tests {
             .unwrap_err()
             .contains("expected a string"));
     }
+
+    /// An integer value may be as large as the field's width allows (DSCP 6 bits, a 2-byte
+    /// port 16, the 3-byte BTH QP 24), and not one more.
+    #[test]
+    fn int_values_up_to_the_field_maximum_are_accepted() {
+        assert_eq!(parse_value(Field::Ipv4Dscp, "63"), Ok(vec![63]));
+        assert_eq!(parse_value(Field::UdpDstPort, "65535"), Ok(vec![0xff, 0xff]));
+        assert!(parse_value(Field::UdpDstPort, "65536").unwrap_err().contains("at most 65535"));
+        assert_eq!(parse_value(Field::BthDestQp, "0xffffff"), Ok(vec![0xff, 0xff, 0xff]));
+        assert!(parse_value(Field::BthDestQp, "0x1000000").unwrap_err().contains("at most 16777215"));
+    }
+
+    /// A negative TOML integer is refused as such, not read as the text "-1"; zero is a value.
+    #[test]
+    fn negative_integers_are_refused() {
+        let e = parse_match_value(Field::UdpDstPort, MatchKind::Exact, &Value::Integer(-1)).unwrap_err();
+        assert_eq!(e, "expected a string or a non-negative integer, found -1");
+        assert_eq!(
+            parse_match_value(Field::UdpDstPort, MatchKind::Exact, &Value::Integer(0)),
+            Ok(MatchValue::Exact(vec![0, 0]))
+        );
+    }
+
+    /// A range may hold one value: written `lo->hi` with equal bounds, or as the value alone.
+    #[test]
+    fn range_of_one_value() {
+        let one = Ok(MatchValue::Range(4791, 4791));
+        assert_eq!(parse_match_value(Field::UdpDstPort, MatchKind::Range, &s("4791->4791")), one);
+        assert_eq!(parse_match_value(Field::UdpDstPort, MatchKind::Range, &s("4791")), one);
+    }
 }
