@@ -592,6 +592,19 @@ mod tests {
         assert_eq!(vrf.lookup(&[0, 1, 10, 1, 2, 3]), Some(2));
     }
 
+    /// A 1-byte field without exact part has an 8-bit root: its prefetch reads the root slot of
+    /// the field's only byte and must not look for a second one.
+    #[test]
+    fn prefetch_of_a_one_byte_field_never_panics() {
+        let mut t = LpmMatcher::new(1, 0..1).unwrap();
+        t.insert(&[0b1010_0000], 3, 7).unwrap();
+        for b in [0u8, 0b1010_0001, 0xff] {
+            t.prefetch(&[b]);
+        }
+        assert_eq!(t.lookup(&[0b1011_1111]), Some(7));
+        assert_eq!(t.lookup(&[0b1100_0000]), None);
+    }
+
     #[test]
     fn field_must_be_1_to_16_bytes_inside_the_key() {
         #[allow(clippy::reversed_empty_ranges)] // 3..2 on purpose
