@@ -617,6 +617,46 @@ mod tests {
         assert_eq!(t.lookup_padded(&padded(&[0xff, 0xff])), Some(9999));
     }
 
+    /// The scan reads a range field from the loaded key words when it lies inside one word and
+    /// from the key bytes otherwise: a field straddling two words, one ending on a word's last
+    /// byte, a whole word, one wider than a word, and the last byte of a key with a short tail
+    /// word all match exactly their bounds, in big-endian order. A field wider than 16 bytes
+    /// is refused.
+    #[test]
+    fn scan_reads_range_fields_across_and_within_key_words() {
+        const LEN: usize = 38; // Five words, the last of six bytes.
+        let fields: [(Range<usize>, u128, u128); 5] = [
+            (6..10, 0x0102_0304, 0x0102_0310),                      // Bytes 6, 7 | 8, 9.
+            (12..16, 0x1112_1314, 0x1112_1320),                     // Ends on word 1's last byte.
+            (16..24, 0x2122_2324_2526_2728, 0x2122_2324_2526_2730), // Word 2.
+            (24..36, 0x3132_3334_3536_3738_393a_3b3c, 0x3132_3334_3536_3738_393a_3b48), // Words 3, 4.
+            (37..38, 0x41, 0x4f),                                   // Last byte, tail word.
+        ];
+        let z = [0u8; LEN];
+        let mut t = TernaryMatcher::new(LEN).unwrap();
+        for (i, (f, lo, hi)) in fields.iter().enumerate() {
+            let r = RangeCond { field: f.clone(), lo: *lo, hi: *hi };
+            t.insert(&z, &z, &[r], 10 - i as i32, i as u32 + 1).unwrap();
+        }
+        // A key of zeros but for one field set to `v` (big-endian).
+        let k = |f: &Range<usize>, v: u128| {
+            let mut k = z;
+            k[f.clone()].copy_from_slice(&v.to_be_bytes()[16 - f.len()..]);
+            k
+        };
+        for (i, (f, lo, hi)) in fields.iter().enumerate() {
+            let want = Some(i as u32 + 1);
+            for (v, hit) in [(*lo, want), (*hi, want), (lo - 1, None), (hi + 1, None)] {
+                assert_eq!(t.scan(&k(f, v)), hit, "field {f:?} value {v:#x}");
+                assert_eq!(t.lookup(&k(f, v)), hit, "classifier, field {f:?} value {v:#x}");
+            }
+        }
+        assert_eq!(t.scan(&z), None);
+        let wide = RangeCond { field: 0..17, lo: 0, hi: 1 };
+        assert_eq!(t.insert(&z, &z, &[wide], 0, 9), Err(MatchError::RangeField { field: 0..17, key_len: LEN }));
+        assert_eq!(t.len(), fields.len());
+    }
+
     fn padded(key: &[u8]) -> [u8; KEY_MAX] {
         let mut k = [0; KEY_MAX];
         k[..key.len()].copy_from_slice(key);
