@@ -135,4 +135,23 @@ mod tests {
         });
         assert_eq!(granted, 10);
     }
+
+    /// Sources that differ in one byte never share a bucket (FNV-1a: each step xors a byte into
+    /// the hash and multiplies by an odd prime, both one-to-one modulo the power-of-two bucket
+    /// count), so every worker of a /24, or every port of one host in a 256-port block, refused
+    /// at the same instant gets its own NAK.
+    #[test]
+    fn sources_differing_in_one_byte_each_get_their_nak() {
+        let l = SharedNakLimiter::default();
+        for host in 1..=254u8 {
+            let mut ip = [0; 16];
+            ip[..4].copy_from_slice(&[10, 0, 0, host]);
+            assert!(l.allow((ip, 5000), 0), "10.0.0.{host}");
+        }
+        let l = SharedNakLimiter::default();
+        let ip = [10, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        for port in 0xC300..=0xC3FFu32 {
+            assert!(l.allow((ip, port), 0), "port {port}");
+        }
+    }
 }

@@ -317,3 +317,91 @@ fn result_frames_must_fit_one_mbuf() {
     let short = coll("vlan = 7").replace("tensor_elements = 1000", "tensor_elements = 400");
     load_str(&short, Path::new("ok.toml")).unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// Spec section 3's defaults, one slot per chunk, and the slot memory a collective is charged:
+/// per slot, what the aggregator allocates (a 4-byte f32/i32 accumulator lane and a kept result
+/// lane of the dtype's size per element, plus one copy of every rank's payload when
+/// deterministic) and 64 bytes of bookkeeping.
+#[test]
+fn collectives_take_the_spec_defaults_and_are_charged_their_slot_memory() {
+    let coll = |dtype: &str, extra: &str, tensor: u64, chunk: u32| {
+        let mut s = format!(
+            "[[port]]\nvdev = \"n\"\nipv4 = \"10.0.0.254\"\n[[collective]]\ncollective_id = 1\nop = \"sum\"\n\
+             dtype = \"{dtype}\"\ntensor_elements = {tensor}\nchunk_elements = {chunk}\n{extra}\n"
+        );
+        for k in 0..3 {
+            s += &format!(
+                "[[collective.member]]\nrank = {k}\nip = \"10.0.0.{}\"\nmac = \"02:00:00:00:01:0{k}\"\nudp_port = 5\n",
+                k + 1
+            );
+        }
+        s
+    };
+    let load = |text: &str| load_str(text, Path::new("ok.toml")).unwrap_or_else(|e| panic!("{e}")).collectives;
+    // 250 elements in chunks of 100: 3 slots (the last one 50 elements).
+    let c = &load(&coll("f16", "deterministic = true", 250, 100))[0];
+    assert_eq!((c.carriage, c.slot_timeout_us, c.dscp), (crate::agg::config::Carriage::Udp, 1_000_000, 0));
+    assert_eq!((c.slots(), c.workers()), (3, 3));
+    assert_eq!(c.memory_bytes(), 3 * (100 * 4 + 100 * 2 + 3 * 100 * 2 + 64));
+    let c = &load(&coll("f32", "", 250, 100))[0];
+    assert_eq!(c.memory_bytes(), 3 * (100 * 4 + 100 * 4 + 64));
+    // 512 slots of 248 f32 lanes need 512 * (248 * 8 + 64) bytes: exactly 1 MiB, which fits
+    // a 1 MiB limit; one more slot does not.
+    let exact = coll("f32", "", 512 * 248, 248);
+    assert_eq!(load(&format!("[dataplane]\nmemory_limit_mb = 1\n{exact}"))[0].memory_bytes(), 1 << 20);
+    let over = coll("f32", "", 513 * 248, 248);
+    let e = load_str(&format!("[dataplane]\nmemory_limit_mb = 1\n{over}"), Path::new("bad.toml")).unwrap_err();
+    assert!(e.to_string().contains("memory_limit_mb = 1 MiB"), "{e}");
+}
+
+/// Each `[[collective]]` value is accepted up to its limit and refused one past it: DSCP is 6
+/// bits, an 802.1Q VID 1..=4094, a QP number 24 bits, a chunk at most 8900 bytes, at most
+/// `MAX_WORKERS` members; collective ids are unique.
+#[test]
+fn collective_values_are_accepted_up_to_their_limits() {
+    // Room for a 8900-byte chunk's result frame, so that only the chunk limit refuses.
+    let port = "[mempool]\ndata_room = 9216\n[[port]]\nvdev = \"n\"\nipv4 = \"10.0.0.254\"\n";
+    let coll = |extra: &str, member: &str| {
+        format!(
+            "{port}[[collective]]\ncollective_id = 1\nop = \"sum\"\ndtype = \"f32\"\ntensor_elements = 8\n{extra}\n[[collective.member]]\nrank = 0\nip = \"10.0.0.1\"\nmac = \"02:00:00:00:01:00\"\n{member}\n"
+        )
+    };
+    let c4 = "chunk_elements = 4";
+    let rocev2 = "chunk_elements = 4\ncarriage = \"rocev2\"";
+    let members = |n: usize| {
+        let mut s = coll(c4, "udp_port = 1");
+        for k in 1..n {
+            s += &format!(
+                "[[collective.member]]\nrank = {k}\nip = \"10.0.0.1\"\nmac = \"02:00:00:00:01:00\"\nudp_port = {}\n",
+                k + 1
+            );
+        }
+        s
+    };
+    let second = |id: u16| {
+        format!(
+            "{}[[collective]]\ncollective_id = {id}\nop = \"sum\"\ndtype = \"f32\"\ntensor_elements = 8\nchunk_elements = 4\n\
+             [[collective.member]]\nrank = 0\nip = \"10.0.0.2\"\nmac = \"02:00:00:00:01:00\"\nudp_port = 5\n",
+            coll(c4, "udp_port = 5")
+        )
+    };
+    let cases: Vec<(String, &str, &str)> = vec![
+        (coll("chunk_elements = 4\ndscp = 63", "udp_port = 5"), "", ""),
+        (coll("chunk_elements = 4\ndscp = 64", "udp_port = 5"), "`collective[0].dscp`", "0..=63, found 64"),
+        (coll(c4, "udp_port = 5\nvlan = 0"), "`collective[0].member[0].vlan`", "1..=4094, found 0"),
+        (coll(c4, "udp_port = 5\nvlan = 1"), "", ""),
+        (coll(c4, "udp_port = 5\nvlan = 4094"), "", ""),
+        (coll(c4, "udp_port = 5\nvlan = 4095"), "`collective[0].member[0].vlan`", "1..=4094, found 4095"),
+        (coll(rocev2, "qpn = 16777215\nqkey = 1"), "", ""),
+        (coll(rocev2, "qpn = 16777216\nqkey = 1"), "`collective[0].member[0].qpn`", "24-bit QP number, found 16777216"),
+        // 2225 f32 lanes are 8900 bytes, 2226 are 8904; 4450 f16 lanes are 8900 bytes.
+        (coll("chunk_elements = 2225", "udp_port = 5"), "", ""),
+        (coll("chunk_elements = 2226", "udp_port = 5"), "`collective[0].chunk_elements`", "8904 bytes"),
+        (coll("chunk_elements = 4450", "udp_port = 5").replace("\"f32\"", "\"f16\""), "", ""),
+        (members(crate::agg::config::MAX_WORKERS), "", ""),
+        (members(crate::agg::config::MAX_WORKERS + 1), "`collective[0].member`", "at most 4096 members, found 4097"),
+        (second(2), "", ""),
+        (second(1), "`collective[1].collective_id`", "collective 1 is configured twice"),
+    ];
+    check_cases(cases);
+}
