@@ -143,14 +143,18 @@ impl Collective {
         self.members.len()
     }
 
-    /// Bytes of slot memory: per slot an f32/i32 accumulator and the kept result, plus per-rank
-    /// copies of the payload when deterministic.
+    /// Bytes of slot memory: per slot an f32/i32 accumulator and the kept result, per-rank
+    /// copies of the payload when deterministic, the rank bitmap (a u64 per 64 workers) and
+    /// 56 bytes of state (the slot's round state, the kept result's sums, the deterministic fold
+    /// count), as the aggregator allocates them.
     pub fn memory_bytes(&self) -> u64 {
         let chunk = self.chunk_elements as u64;
+        let workers = self.workers() as u64;
         let per_slot = chunk * 4
             + chunk * self.dtype.size() as u64
-            + if self.deterministic { self.workers() as u64 * chunk * self.dtype.size() as u64 } else { 0 }
-            + 64;
+            + if self.deterministic { workers * chunk * self.dtype.size() as u64 } else { 0 }
+            + 8 * workers.div_ceil(64)
+            + 56;
         self.slots() * per_slot
     }
 }

@@ -352,6 +352,20 @@ fn collectives_take_the_spec_defaults_and_are_charged_their_slot_memory() {
     let over = coll("f32", "", 513 * 248, 248);
     let e = load_str(&format!("[dataplane]\nmemory_limit_mb = 1\n{over}"), Path::new("bad.toml")).unwrap_err();
     assert!(e.to_string().contains("memory_limit_mb = 1 MiB"), "{e}");
+    // The rank bitmap takes a u64 per 64 workers in every slot: 65 and 4096 workers cost 8 and
+    // 504 bytes per slot more than 3 (one word).
+    let many = |n: usize| {
+        let mut s = coll("f32", "", 250, 100);
+        for k in 3..n {
+            let (ip, mac) =
+                (format!("10.1.{}.{}", k / 250, k % 250 + 1), format!("02:00:00:01:{:02x}:{:02x}", k >> 8, k & 0xff));
+            s += &format!("[[collective.member]]\nrank = {k}\nip = \"{ip}\"\nmac = \"{mac}\"\nudp_port = 5\n");
+        }
+        load(&s)[0].memory_bytes()
+    };
+    assert_eq!(many(64), 3 * (100 * 4 + 100 * 4 + 64));
+    assert_eq!(many(65), 3 * (100 * 4 + 100 * 4 + 72));
+    assert_eq!(many(4096), 3 * (100 * 4 + 100 * 4 + 56 + 512));
 }
 
 /// Each `[[collective]]` value is accepted up to its limit and refused one past it: DSCP is 6
