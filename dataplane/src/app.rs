@@ -103,8 +103,16 @@ pub struct CounterSummary {
 pub struct Summary {
     /// Per port.
     pub ports: Vec<PortSummary>,
-    /// Drops by reason (all reasons, zeros included).
+    /// Drops by reason (all reasons, zeros included): the workers' reasons, and the ports'
+    /// `rx_nombuf` (a packet read while the mempool was empty) and `imissed` (the NIC's rx
+    /// queue was full), summed over the ports (`rte_eth_stats`).
     pub drops: std::collections::BTreeMap<String, u64>,
+    /// Packets lost for lack of resources: the sum of the [`LOSS_REASONS`] drops. A finite
+    /// replay with losses fails ([`Summary::failure`]).
+    pub losses: u64,
+    /// Whether this run was a finite replay run to the end of its input (no `--duration`, no
+    /// live or endless input): its losses make it fail.
+    pub finite_replay: bool,
     /// Table counters.
     pub tables: Vec<EntrySummary>,
     /// Named counters, summed over the workers, in the order the config first uses them.
@@ -128,6 +136,81 @@ pub struct Summary {
     pub collectives: usize,
     /// ARP replies and neighbour advertisements sent for the appliance's addresses.
     pub neighbor_replies: u64,
+}
+
+/// The drops that are losses: packets the appliance did not process for lack of resources (the
+/// PMD found no mbuf or no room in its rx queue; no mbuf for a copy, a full tx queue, a full
+/// hand-off ring), as opposed to policy drops (tables, malformed packets, gradient validation).
+pub const LOSS_REASONS: [&str; 5] = ["rx_nombuf", "imissed", "no_mbuf", "tx_full", "hand_off_full"];
+
+/// The mempool must hold, at once, what every worker holds (an rx burst, its tx buffers, the
+/// mbufs parked in its lcore's cache of the pool), what the PMDs hold in their descriptors and,
+/// with several workers, the hand-off rings; a pool that runs dry makes the ports lose packets
+/// (`rx_nombuf`). Returns the slot count (a power of two; it holds one mbuf less) of each
+/// hand-off ring, 0 without rings, or why the pool is too small, with the size to set.
+///
+/// `pmd_held`: mbufs the ports' descriptors may hold (rx rings a NIC keeps filled, tx rings it
+/// frees lazily). A ring gets an equal share of what the rest leaves, at most
+/// [`MAX_RING_SLOTS`], and at least twice [`worker::ring_room_needed`] (the room a producer
+/// waits for before an rx burst).
+pub fn size_hand_off_rings(
+    mbufs: u32,
+    cache: u32,
+    burst: usize,
+    ports: usize,
+    workers: usize,
+    rings: bool,
+    pmd_held: u64,
+) -> Result<u32, String> {
+    let workers = workers.max(1);
+    let held = worker::mbufs_held(burst, ports);
+    let cached = (cache as u64 * 3).div_ceil(2); // a cache holds up to 1.5 x its size (flush threshold)
+    let reserved = workers as u64 * (held + cached) + pmd_held;
+    let min_slots = if rings { (2 * worker::ring_room_needed(workers, burst) + 1).next_power_of_two() } else { 0 };
+    let needed = reserved + workers as u64 * min_slots.saturating_sub(1) as u64;
+    if (mbufs as u64) < needed {
+        let mut why = format!(
+            "{workers} worker(s) hold up to {} mbufs each (an rx burst of {}, {ports} port(s) x {} tx buffers, and \
+             1.5 x the cache of {cache} on their lcore)",
+            held + cached,
+            burst.min(worker::MAX_BURST),
+            worker::TX_BUFFER
+        );
+        if pmd_held > 0 {
+            why += &format!(", the ports' rx and tx descriptors {pmd_held}");
+        }
+        if rings {
+            why += &format!(", each worker's hand-off ring {}", min_slots - 1);
+        }
+        return Err(format!(
+            "expected at least {needed} mbufs, found {mbufs}: {why}; a smaller pool runs dry and the ports lose \
+             packets (rx_nombuf)"
+        ));
+    }
+    if !rings {
+        return Ok(0);
+    }
+    let share = (mbufs as u64 - reserved) / workers as u64; // mbufs per ring
+    let mut slots = MAX_RING_SLOTS;
+    while slots > min_slots && (slots - 1) as u64 > share {
+        slots /= 2;
+    }
+    Ok(slots)
+}
+
+/// The largest hand-off ring (slots): enough to absorb a worker's bursts while the other catches
+/// up; more only holds mbufs longer.
+pub const MAX_RING_SLOTS: u32 = 4096;
+
+/// Mbufs a port's PMD may keep in its descriptors: none for net_pcap, net_null and
+/// net_af_packet (they allocate mbufs as they receive and free them as they send), else the
+/// rx rings a NIC keeps filled and the tx rings it frees lazily.
+fn pmd_held(device: &str, rx_queues: u16, rx_desc: u16, tx_queues: u16, tx_desc: u16) -> u64 {
+    if ["net_pcap", "net_null", "net_af_packet"].iter().any(|d| device.starts_with(d)) {
+        0
+    } else {
+        rx_queues as u64 * rx_desc as u64 + tx_queues as u64 * tx_desc as u64
+    }
 }
 
 /// A port as it will be probed: its EAL device argument and replay files.
@@ -443,6 +526,27 @@ fn run_with_eal(
             .into());
         }
     }
+    // One hand-off ring per worker when several share the collectives (software steering); the
+    // rings, the workers' bursts and tx buffers, and the PMDs' descriptors must all fit the pool.
+    let with_rings = lcores.len() > 1 && !loaded.collectives.is_empty();
+    let descriptors: u64 = plans
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let pc = &cfg.ports[i];
+            pmd_held(&p.device, loaded.rx_queues(i as u16), pc.rx_desc, lcores.len() as u16, pc.tx_desc)
+        })
+        .sum();
+    let ring_slots = size_hand_off_rings(
+        cfg.mempool.mbufs,
+        cfg.mempool.cache,
+        cfg.dataplane.burst as usize,
+        plans.len(),
+        lcores.len(),
+        with_rings,
+        descriptors,
+    )
+    .map_err(|e| ConfigError::new(&opts.config, "mempool.mbufs", e))?;
     let pool = Mempool::new("dpu_mbufs", cfg.mempool.mbufs, cfg.mempool.cache, cfg.mempool.data_room, -1)?;
 
     let mut ports = Vec::new();
@@ -486,10 +590,9 @@ fn run_with_eal(
     let results: Vec<Arc<Mutex<Option<Datapath>>>> = lcores.iter().map(|_| Arc::new(Mutex::new(None))).collect();
     worker::QUIT.store(false, std::sync::atomic::Ordering::Relaxed);
     worker::STOPPED_RX.store(0, std::sync::atomic::Ordering::SeqCst);
-    // One hand-off ring per worker when several share the collectives (software steering).
-    let rings: Vec<crate::dpdk::ring::Ring> = if lcores.len() > 1 && !loaded.collectives.is_empty() {
+    let rings: Vec<crate::dpdk::ring::Ring> = if with_rings {
         (0..lcores.len())
-            .map(|w| crate::dpdk::ring::Ring::new(&format!("dpu_handoff{w}"), 8192))
+            .map(|w| crate::dpdk::ring::Ring::new(&format!("dpu_handoff{w}"), ring_slots))
             .collect::<Result<_, _>>()?
     } else {
         Vec::new()
@@ -626,6 +729,11 @@ fn run_with_eal(
     if !panics.is_empty() {
         return Err(AppError::Other(panics.join("; ")));
     }
+    let mut drops: std::collections::BTreeMap<String, u64> =
+        crate::stats::Reason::ALL.iter().map(|r| (r.name().to_string(), total.dropped(*r))).collect();
+    drops.insert("rx_nombuf".into(), ethdev.iter().map(|s| s.rx_nombuf).sum());
+    drops.insert("imissed".into(), ethdev.iter().map(|s| s.imissed).sum());
+    let losses = LOSS_REASONS.iter().map(|r| drops.get(*r).copied().unwrap_or(0)).sum();
     let summary = Summary {
         ports: plans
             .iter()
@@ -639,7 +747,9 @@ fn run_with_eal(
                 xstats: xstats[i].clone(),
             })
             .collect(),
-        drops: crate::stats::Reason::ALL.iter().map(|r| (r.name().to_string(), total.dropped(*r))).collect(),
+        drops,
+        losses,
+        finite_replay: expected.is_some() && opts.duration.is_none(),
         tables,
         counters,
         input_records: expected.map(|i| i.records),
@@ -708,6 +818,34 @@ fn monitor(
 }
 
 impl Summary {
+    /// The non-zero losses as `reason=count` words (`rx_nombuf=12 hand_off_full=3`).
+    fn loss_list(&self) -> String {
+        LOSS_REASONS
+            .iter()
+            .filter_map(|r| self.drops.get(*r).filter(|n| **n > 0).map(|n| format!("{r}={n}")))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Why the run failed, when it did though it ran to its end (exit status 1; the stats are
+    /// still printed and written): a finite replay whose input ended short, or that lost
+    /// packets for lack of resources. Live runs (`--duration`, live or endless ports) report
+    /// their losses but do not fail for them.
+    pub fn failure(&self) -> Option<String> {
+        if self.input_short {
+            let want = self.input_records.unwrap_or(0) + self.input_errors.unwrap_or(0);
+            return Some(format!("the replay's input ended short ({want} records and read errors expected)"));
+        }
+        if self.finite_replay && self.losses > 0 {
+            return Some(format!(
+                "the replay lost {} packets for lack of resources ({}): its output is incomplete",
+                self.losses,
+                self.loss_list()
+            ));
+        }
+        None
+    }
+
     /// The human-readable report printed at the end of a run.
     pub fn report(&self) -> String {
         use std::fmt::Write;
@@ -733,6 +871,14 @@ impl Summary {
         }
         let drops: Vec<String> = self.drops.iter().filter(|(_, n)| **n > 0).map(|(k, n)| format!("{k}={n}")).collect();
         let _ = writeln!(s, "drops: {}", if drops.is_empty() { "none".to_string() } else { drops.join(" ") });
+        if self.losses > 0 {
+            let _ = writeln!(
+                s,
+                "losses: {} packets not processed for lack of resources ({})",
+                self.losses,
+                self.loss_list()
+            );
+        }
         if self.neighbor_replies > 0 {
             let _ = writeln!(s, "ARP replies and neighbour advertisements sent: {}", self.neighbor_replies);
         }

@@ -175,6 +175,10 @@ impl Worker {
         }
         let workers = self.rings.len();
         let burst = self.burst.min(MAX_BURST);
+        // Free slots every other worker's ring needs before an rx burst: the burst may hand all
+        // its packets to one worker, and each of the other producers may be doing the same at
+        // once. The appliance sizes the rings to hold at least this ([`ring_room_needed`]).
+        let room_needed = ring_room_needed(workers, burst);
         let mut pkts: [*mut dpdk_sys::rte_mbuf; MAX_BURST] = [std::ptr::null_mut(); MAX_BURST];
         // The rx burst as owned mbufs, for Datapath::process_burst (all `None` between bursts).
         let mut mbufs: [Option<Mbuf>; MAX_BURST] = std::array::from_fn(|_| None);
@@ -187,6 +191,14 @@ impl Worker {
             }
             let now_us = now / self.tsc_per_us;
             for rxq in &self.rx {
+                if workers > 1 && !self.rings_have_room(room_needed) {
+                    // Backpressure: another worker's ring could not take this burst's hand-offs.
+                    // Leave the packets to the port (net_pcap keeps them in its file, a NIC in
+                    // its rx ring) and drain our own ring meanwhile, which is what lets the
+                    // other worker, perhaps waiting on ours, go on: no two workers wait on each
+                    // other.
+                    break;
+                }
                 // SAFETY: pkts has room for `burst` pointers; this lcore owns the queue.
                 let n = unsafe { dpdk_sys::shim_rx_burst(rxq.port_id, rxq.queue, pkts.as_mut_ptr(), burst as u16) }
                     as usize;
@@ -220,7 +232,28 @@ impl Worker {
     }
 }
 
+/// Free slots (mbufs) each hand-off ring must have before a worker takes an rx burst of
+/// `burst` packets, with `workers` workers: `(workers - 1) x burst`, so that no hand-off ever
+/// finds a ring full (every producer checks before each burst and then hands off at most
+/// `burst` packets). A ring must hold at least this many mbufs, or rx would never resume.
+pub fn ring_room_needed(workers: usize, burst: usize) -> u32 {
+    (workers.saturating_sub(1) * burst.min(MAX_BURST)) as u32
+}
+
+/// The mbufs one worker may hold at once, besides its hand-off ring and the pool's per-lcore
+/// cache: the burst it is processing (received, or taken from its ring) and its tx buffers
+/// (`ports` x [`TX_BUFFER`]); copies, results and NAKs are made into the tx buffers.
+pub fn mbufs_held(burst: usize, ports: usize) -> u64 {
+    (burst.min(MAX_BURST) + ports * TX_BUFFER) as u64
+}
+
 impl Worker {
+    /// True when every other worker's ring has at least `need` free slots.
+    #[inline]
+    fn rings_have_room(&self, need: u32) -> bool {
+        self.rings.iter().enumerate().all(|(i, r)| i == self.index || r.free_count() >= need)
+    }
+
     /// Processes what other workers handed to this one; returns how many.
     #[inline]
     fn drain_ring(

@@ -35,6 +35,7 @@ unsigned int shim_ring_enqueue_burst(struct rte_ring *r, void *const *objs, unsi
 unsigned int shim_ring_dequeue_burst(struct rte_ring *r, void **objs, unsigned int n)
 { return rte_ring_dequeue_burst(r, objs, n, NULL); }
 unsigned int shim_ring_count(const struct rte_ring *r) { return rte_ring_count(r); }
+unsigned int shim_ring_free_count(const struct rte_ring *r) { return rte_ring_free_count(r); }
 
 uint64_t shim_rss_hf_ip_udp(void) { return RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP; }
 uint64_t shim_rx_offload_ipv4_udp_cksum(void)

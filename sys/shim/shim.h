@@ -50,6 +50,8 @@ uint64_t shim_rdtsc(void);
 unsigned int shim_ring_enqueue_burst(struct rte_ring *r, void *const *objs, unsigned int n);
 unsigned int shim_ring_dequeue_burst(struct rte_ring *r, void **objs, unsigned int n);
 unsigned int shim_ring_count(const struct rte_ring *r);
+/* rte_ring_free_count: free slots (the ring holds capacity - count objects more). */
+unsigned int shim_ring_free_count(const struct rte_ring *r);
 
 /* RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP (macros bindgen cannot evaluate). */
 uint64_t shim_rss_hf_ip_udp(void);

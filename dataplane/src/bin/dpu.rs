@@ -6,7 +6,8 @@
 //! dpu -c CONF --duration 10 -- --lcores 0@0,1@1         extra EAL arguments after `--`
 //! ```
 //! Exit status: 0 on success, 1 when the appliance cannot run (DPDK, ports, inputs, a worker's
-//! panic), 2 for a bad configuration or command line.
+//! panic) or a finite replay ended short or lost packets for lack of resources, 2 for a bad
+//! configuration or command line.
 
 use clap::Parser;
 use dataplane::app::{self, AppError, Options};
@@ -88,7 +89,8 @@ fn main() -> ExitCode {
                     return ExitCode::from(1);
                 }
             }
-            if summary.input_short {
+            if let Some(why) = summary.failure() {
+                eprintln!("dpu: error: {why}");
                 return ExitCode::from(1);
             }
             ExitCode::SUCCESS

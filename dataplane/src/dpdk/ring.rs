@@ -28,6 +28,14 @@ impl Ring {
             .ok_or_else(|| DpdkError::from_errno(format!("rte_ring_create({name}, {count})")))
     }
 
+    /// Free slots: how many more mbufs the ring takes now (`rte_ring_free_count`). With
+    /// several producers, a snapshot: others may take slots right after.
+    #[inline]
+    pub fn free_count(&self) -> u32 {
+        // SAFETY: the ring is valid for the process; reading its head and tail is lock-free.
+        unsafe { dpdk_sys::shim_ring_free_count(self.raw.as_ptr()) }
+    }
+
     /// Enqueues one mbuf; gives it back when the ring is full.
     #[inline]
     pub fn push(&self, m: Mbuf) -> Result<(), Mbuf> {
