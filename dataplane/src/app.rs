@@ -143,6 +143,17 @@ pub struct Summary {
 /// hand-off ring), as opposed to policy drops (tables, malformed packets, gradient validation).
 pub const LOSS_REASONS: [&str; 5] = ["rx_nombuf", "imissed", "no_mbuf", "tx_full", "hand_off_full"];
 
+/// Drops by reason: the workers' `counters` and the ports' `rx_nombuf` and `imissed` (summed
+/// over `ethdev`, the ports' `rte_eth_stats`); and the losses among them ([`LOSS_REASONS`]).
+fn drops_and_losses(counters: &Counters, ethdev: &[PortStats]) -> (std::collections::BTreeMap<String, u64>, u64) {
+    let mut drops: std::collections::BTreeMap<String, u64> =
+        crate::stats::Reason::ALL.iter().map(|r| (r.name().to_string(), counters.dropped(*r))).collect();
+    drops.insert("rx_nombuf".into(), ethdev.iter().map(|s| s.rx_nombuf).sum());
+    drops.insert("imissed".into(), ethdev.iter().map(|s| s.imissed).sum());
+    let losses = LOSS_REASONS.iter().map(|r| drops.get(*r).copied().unwrap_or(0)).sum();
+    (drops, losses)
+}
+
 /// The mempool must hold, at once, what every worker holds (an rx burst, its tx buffers, the
 /// mbufs parked in its lcore's cache of the pool), what the PMDs hold in their descriptors and,
 /// with several workers, the hand-off rings; a pool that runs dry makes the ports lose packets
@@ -729,11 +740,7 @@ fn run_with_eal(
     if !panics.is_empty() {
         return Err(AppError::Other(panics.join("; ")));
     }
-    let mut drops: std::collections::BTreeMap<String, u64> =
-        crate::stats::Reason::ALL.iter().map(|r| (r.name().to_string(), total.dropped(*r))).collect();
-    drops.insert("rx_nombuf".into(), ethdev.iter().map(|s| s.rx_nombuf).sum());
-    drops.insert("imissed".into(), ethdev.iter().map(|s| s.imissed).sum());
-    let losses = LOSS_REASONS.iter().map(|r| drops.get(*r).copied().unwrap_or(0)).sum();
+    let (drops, losses) = drops_and_losses(&total, &ethdev);
     let summary = Summary {
         ports: plans
             .iter()
@@ -925,5 +932,133 @@ impl Summary {
         }
         let _ = writeln!(s, "mbufs in use after shutdown: {}", self.mbufs_in_use_after);
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::Reason;
+
+    /// A finite replay's summary with these worker counters and ports' stats.
+    fn summary(counters: &Counters, ethdev: &[PortStats]) -> Summary {
+        let (drops, losses) = drops_and_losses(counters, ethdev);
+        Summary {
+            ports: Vec::new(),
+            drops,
+            losses,
+            finite_replay: true,
+            tables: Vec::new(),
+            counters: Vec::new(),
+            input_records: Some(100),
+            input_short: false,
+            input_errors: Some(0),
+            seconds: 0.5,
+            mbufs_in_use_after: 0,
+            workers: 2,
+            aggregation: Default::default(),
+            collectives: 0,
+            neighbor_replies: 0,
+        }
+    }
+
+    #[test]
+    fn losses_show_in_the_drops_line_and_fail_a_finite_replay() {
+        let mut c = Counters::new(2);
+        c.drop_n(Reason::GradDuplicate, 5); // policy, not a loss
+        c.drop_n(Reason::TableMiss, 2); // policy
+        c.drop_n(Reason::HandOffFull, 3);
+        c.drop_n(Reason::TxFull, 4);
+        c.drop_n(Reason::NoMbuf, 1);
+        let ethdev = [
+            PortStats { rx_nombuf: 7, imissed: 2, ierrors: 9, ..Default::default() },
+            PortStats { rx_nombuf: 10, ..Default::default() },
+        ];
+        let s = summary(&c, &ethdev);
+        assert_eq!(s.losses, 3 + 4 + 1 + 17 + 2, "ierrors (unreadable records) and policy drops are not losses");
+        assert_eq!(s.drops["rx_nombuf"], 17);
+        assert_eq!(s.drops["imissed"], 2);
+        let r = s.report();
+        assert!(
+            r.contains(
+                "drops: grad_duplicate=5 hand_off_full=3 imissed=2 no_mbuf=1 rx_nombuf=17 table_miss=2 tx_full=4\n"
+            ),
+            "{r}"
+        );
+        assert!(
+            r.contains(
+                "losses: 27 packets not processed for lack of resources (rx_nombuf=17 imissed=2 no_mbuf=1 tx_full=4 \
+                 hand_off_full=3)\n"
+            ),
+            "{r}"
+        );
+        let why = s.failure().expect("a finite replay with losses fails");
+        assert!(
+            why.contains("lost 27 packets") && why.contains("rx_nombuf=17") && why.contains("hand_off_full=3"),
+            "{why}"
+        );
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["losses"], 27);
+        assert_eq!(json["drops"]["rx_nombuf"], 17);
+        assert_eq!(json["drops"]["hand_off_full"], 3);
+        // A live run (or --duration) reports them and keeps its exit status.
+        let live = Summary { finite_replay: false, ..s };
+        assert!(live.report().contains("losses: 27 "));
+        assert_eq!(live.failure(), None);
+    }
+
+    #[test]
+    fn policy_drops_alone_neither_print_losses_nor_fail() {
+        let mut c = Counters::new(1);
+        c.drop_n(Reason::GradDuplicate, 5);
+        c.drop_n(Reason::BadUdpChecksum, 1);
+        let s = summary(&c, &[PortStats { ierrors: 3, ..Default::default() }]);
+        assert_eq!(s.losses, 0);
+        let r = s.report();
+        assert!(r.contains("drops: bad_udp_checksum=1 grad_duplicate=5\n"), "{r}");
+        assert!(!r.contains("losses"), "{r}");
+        assert_eq!(s.failure(), None);
+        let short = Summary { input_short: true, ..s };
+        assert!(short.failure().unwrap().contains("ended short"));
+    }
+
+    #[test]
+    fn hand_off_rings_get_what_the_pool_leaves() {
+        // 2 workers, 2 ports, burst 32, cache 256: each worker holds 32 + 64 + 384 = 480; the
+        // default pool leaves (8191 - 960) / 2 = 3615 per ring: 2048 slots (2047 mbufs).
+        assert_eq!(size_hand_off_rings(8191, 256, 32, 2, 2, true, 0), Ok(2048));
+        // Capped: a large pool does not make the rings larger than MAX_RING_SLOTS.
+        assert_eq!(size_hand_off_rings(1 << 20, 256, 32, 2, 2, true, 0), Ok(MAX_RING_SLOTS));
+        // The smallest pool that fits: 2 x 480 + 2 x 127 (rings of 128 slots: twice the 32
+        // free slots an rx burst waits for).
+        assert_eq!(size_hand_off_rings(960 + 254, 256, 32, 2, 2, true, 0), Ok(128));
+        let e = size_hand_off_rings(960 + 253, 256, 32, 2, 2, true, 0).unwrap_err();
+        assert!(
+            e.starts_with("expected at least 1214 mbufs, found 1213: 2 worker(s) hold up to 480 mbufs each"),
+            "{e}"
+        );
+        assert!(e.contains("hand-off ring 127") && e.contains("rx_nombuf"), "{e}");
+        // Three workers: each ring needs 2 x 32 free slots before an rx burst, so at least 256
+        // slots; every ring waits for room of (workers - 1) bursts.
+        assert_eq!(worker::ring_room_needed(3, 32), 64);
+        assert_eq!(size_hand_off_rings(3 * 480 + 3 * 255, 256, 32, 2, 3, true, 0), Ok(256));
+        assert!(size_hand_off_rings(3 * 480 + 3 * 255 - 1, 256, 32, 2, 3, true, 0).is_err());
+        // No rings (one worker, or no collectives): the bursts, buffers and caches only; the
+        // PMDs' descriptors count too.
+        assert_eq!(size_hand_off_rings(480, 256, 32, 2, 1, false, 0), Ok(0));
+        assert!(size_hand_off_rings(479, 256, 32, 2, 1, false, 0).is_err());
+        let e = size_hand_off_rings(480 + 2047, 256, 32, 2, 1, false, 2048).unwrap_err();
+        assert!(e.contains("expected at least 2528 mbufs") && e.contains("descriptors 2048"), "{e}");
+        // The rx burst counts as configured, up to the largest burst.
+        assert_eq!(size_hand_off_rings(512 + 32 + 0, 0, 512, 1, 1, false, 0), Ok(0));
+    }
+
+    #[test]
+    fn only_descriptor_holding_pmds_count_their_descriptors() {
+        assert_eq!(pmd_held("net_pcap_dpu0", 1, 1024, 2, 1024), 0);
+        assert_eq!(pmd_held("net_null1", 1, 1024, 2, 1024), 0);
+        assert_eq!(pmd_held("net_af_packet0", 1, 1024, 2, 1024), 0);
+        assert_eq!(pmd_held("0000:3b:00.0", 2, 1024, 3, 512), 2 * 1024 + 3 * 512);
+        assert_eq!(pmd_held("net_memif0", 1, 256, 1, 256), 512);
     }
 }
