@@ -208,3 +208,47 @@ fn a_pool_too_small_for_two_workers_is_refused_with_the_size_to_set() {
     let run = replay(&dir, &conf, &in0, &in1, None);
     assert_lossless(&run, 2 * 4 * 4, 2 * 4, 4);
 }
+
+/// A replay that loses packets for lack of resources exits with status 1, naming the losses,
+/// and still prints and writes its stats. Deterministically: the pool (64 mbufs, no per-lcore
+/// cache) fits the worker's burst and tx buffers of single-mbuf frames, but these 7000-byte
+/// frames are larger than the data room, so net_pcap reads each into a chain of 4 mbufs (2048
+/// bytes in the first, after its headroom, 2176 in each next one): 16
+/// records empty the pool, the 17th is read with no mbuf left and lost (`rx_nombuf`), and the
+/// burst ends; the 16 chains are dropped (`multi_segment`, a policy drop) and free the pool for
+/// the next burst. 85 records: 5 bursts of 16, 5 records lost.
+#[test]
+fn a_replay_that_loses_packets_exits_1_and_names_the_losses() {
+    let dir = scratch("handoff-loss");
+    let frame = |i: usize| {
+        let mut f = vec![0u8; 7000]; // 4 segments: more than 2048 + 2 x 2176 bytes
+        f[..6].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 9]);
+        f[12..14].copy_from_slice(&[0x88, 0xb5]);
+        f[14] = i as u8;
+        (f, None)
+    };
+    let input = dir.join("in.pcap");
+    write_pcap(&input, &(0..85).map(frame).collect::<Vec<_>>());
+    let conf = write_config(
+        &dir,
+        "c.toml",
+        &format!("{EAL}\n[mempool]\nmbufs = 64\ncache = 0\n[[port]]\nvdev = \"net_null0\"\n"),
+    );
+    let run = run_dpu(&dir, &conf, &[format!("--rx=0={}", input.display())]);
+    assert_eq!(run.code(), 1, "stdout:\n{}\nstderr:\n{}", run.stdout(), run.stderr());
+    let s = run.stats();
+    assert_eq!(s["ports"][0]["ethdev"]["rx_nombuf"], 5);
+    assert_eq!(s["ports"][0]["ethdev"]["ipackets"], 80);
+    assert_eq!(s["drops"]["rx_nombuf"], 5);
+    assert_eq!(s["drops"]["multi_segment"], 80);
+    assert_eq!(s["losses"], 5, "multi_segment is a policy drop, not a loss");
+    assert_eq!(s["finite_replay"], true);
+    assert_eq!(s["input_short"], false, "every record was consumed");
+    assert_eq!(s["mbufs_in_use_after"], 0);
+    let out = run.stdout();
+    assert!(out.contains("drops: multi_segment=80 rx_nombuf=5\n"), "{out}");
+    assert!(out.contains("losses: 5 packets not processed for lack of resources (rx_nombuf=5)\n"), "{out}");
+    let e = run.stderr();
+    assert!(e.contains("dpu: error: the replay lost 5 packets for lack of resources (rx_nombuf=5)"), "{e}");
+}
