@@ -1049,8 +1049,9 @@ mod tests {
         assert!(size_hand_off_rings(479, 256, 32, 2, 1, false, 0).is_err());
         let e = size_hand_off_rings(480 + 2047, 256, 32, 2, 1, false, 2048).unwrap_err();
         assert!(e.contains("expected at least 2528 mbufs") && e.contains("descriptors 2048"), "{e}");
-        // The rx burst counts as configured, up to the largest burst.
-        assert_eq!(size_hand_off_rings(512 + 32 + 0, 0, 512, 1, 1, false, 0), Ok(0));
+        // The rx burst counts as configured: 512 packets and one port's 32 tx buffers.
+        assert_eq!(size_hand_off_rings(544, 0, 512, 1, 1, false, 0), Ok(0));
+        assert!(size_hand_off_rings(543, 0, 512, 1, 1, false, 0).is_err());
     }
 
     #[test]
