@@ -106,14 +106,6 @@ impl Reason {
     /// Number of reasons.
     pub const COUNT: usize = Self::ALL.len();
 
-    /// True for a loss: a packet the appliance did not process for lack of resources (no mbuf
-    /// for a copy, a tx queue that stayed full, a full hand-off ring), as opposed to a policy
-    /// drop (tables, malformed packets, the aggregator's validation). A finite replay with
-    /// losses fails (exit status 1).
-    pub fn is_loss(self) -> bool {
-        matches!(self, Reason::NoMbuf | Reason::TxFull | Reason::HandOffFull)
-    }
-
     /// The reason's name in stats, snake_case.
     pub fn name(self) -> &'static str {
         match self {
