@@ -167,6 +167,19 @@ fn two_workers_split_replay_passes_the_checker() {
     assert!(ok, "{text}");
 }
 
+/// Both workers time-sharing one CPU (`--lcores 0@0,1@1,2@1`): a worker waiting for room in
+/// the other's ring must not keep it from running and draining; the replay is lossless too.
+#[test]
+fn two_workers_sharing_one_cpu_lose_nothing() {
+    let dir = scratch("handoff-one-cpu");
+    let (in0, in1, colls) = split_workload(&dir, 16, [256 * 64, 128 * 64], 64);
+    let layout = TWO_WORKERS.replace("0@0,1@0,2@1", "0@0,1@1,2@1");
+    assert_ne!(layout, TWO_WORKERS);
+    let conf = write_config(&dir, "c.toml", &format!("{layout}\n{PORTS}\n{colls}"));
+    let run = replay(&dir, &conf, &in0, &in1, None);
+    assert_lossless(&run, (256 + 128) * 16, 256 + 128, 16);
+}
+
 /// One worker polling both ports on the same input loses nothing either (the layout the
 /// two-worker runs are compared with).
 #[test]
