@@ -128,6 +128,9 @@ pub struct Summary {
     pub collectives: usize,
     /// ARP replies and neighbour advertisements sent for the appliance's addresses.
     pub neighbor_replies: u64,
+    /// Packets of other hosts claiming or probing for the appliance's addresses
+    /// ([`crate::stats::Counters::address_conflicts`]).
+    pub address_conflicts: u64,
 }
 
 /// A port as it will be probed: its EAL device argument and replay files.
@@ -651,6 +654,7 @@ fn run_with_eal(
         aggregation: agg,
         collectives: loaded.collectives.len(),
         neighbor_replies: total.neighbor_replies,
+        address_conflicts: total.address_conflicts,
     };
     Ok(summary)
 }
@@ -735,6 +739,13 @@ impl Summary {
         let _ = writeln!(s, "drops: {}", if drops.is_empty() { "none".to_string() } else { drops.join(" ") });
         if self.neighbor_replies > 0 {
             let _ = writeln!(s, "ARP replies and neighbour advertisements sent: {}", self.neighbor_replies);
+        }
+        if self.address_conflicts > 0 {
+            let _ = writeln!(
+                s,
+                "address conflicts: {} ARP or ND packets from other hosts claimed or probed for the appliance's addresses",
+                self.address_conflicts
+            );
         }
         for t in &self.tables {
             let which = t.entry.map(|e| format!("entry {e}")).unwrap_or_else(|| "miss".to_string());
