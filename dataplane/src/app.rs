@@ -136,6 +136,9 @@ pub struct Summary {
     pub collectives: usize,
     /// ARP replies and neighbour advertisements sent for the appliance's addresses.
     pub neighbor_replies: u64,
+    /// Packets of other hosts claiming or probing for the appliance's addresses
+    /// ([`crate::stats::Counters::address_conflicts`]).
+    pub address_conflicts: u64,
 }
 
 /// The drops that are losses: packets the appliance did not process for lack of resources (the
@@ -211,7 +214,7 @@ pub fn size_hand_off_rings(
 
 /// The largest hand-off ring (slots): enough to absorb a worker's bursts while the other catches
 /// up; more only holds mbufs longer.
-pub const MAX_RING_SLOTS: u32 = 4096;
+pub const MAX_RING_SLOTS: u32 = crate::config::memory::HAND_OFF_RING_SLOTS;
 
 /// Mbufs a port's PMD may keep in its descriptors: none for net_pcap, net_null and
 /// net_af_packet (they allocate mbufs as they receive and free them as they send), else the
@@ -768,6 +771,7 @@ fn run_with_eal(
         aggregation: agg,
         collectives: loaded.collectives.len(),
         neighbor_replies: total.neighbor_replies,
+        address_conflicts: total.address_conflicts,
     };
     Ok(summary)
 }
@@ -888,6 +892,13 @@ impl Summary {
         }
         if self.neighbor_replies > 0 {
             let _ = writeln!(s, "ARP replies and neighbour advertisements sent: {}", self.neighbor_replies);
+        }
+        if self.address_conflicts > 0 {
+            let _ = writeln!(
+                s,
+                "address conflicts: {} ARP or ND packets from other hosts claimed or probed for the appliance's addresses",
+                self.address_conflicts
+            );
         }
         for t in &self.tables {
             let which = t.entry.map(|e| format!("entry {e}")).unwrap_or_else(|| "miss".to_string());

@@ -6,6 +6,7 @@
 use crate::action::Egress;
 use crate::agg::{Aggregator, PortAddr};
 use crate::buf::{PacketBuf, PacketIo};
+use crate::neighbor::Verdict;
 use crate::parse::{parse_into, Layers, Parsed};
 use crate::prefetch::prefetch;
 use crate::stats::{Counters, Reason};
@@ -199,12 +200,27 @@ impl Datapath {
     ) {
         if p.has(Layers::ARP) || (p.has(Layers::IPV6) && p.ip_proto == crate::wire::ndp::NEXT_HEADER_ICMPV6) {
             if let Some(addr) = self.local.get(in_port as usize) {
-                if crate::neighbor::answer(&mut pkt, p, addr) {
-                    self.counters.neighbor_replies += 1;
-                    self.send(io, in_port, pkt);
-                    return;
+                let a = crate::neighbor::answer(&mut pkt, p, addr, &self.local);
+                self.counters.address_conflicts += a.conflict as u64;
+                match a.verdict {
+                    Verdict::Reply => {
+                        self.counters.neighbor_replies += 1;
+                        self.send(io, in_port, pkt);
+                        return;
+                    }
+                    Verdict::Drop(r) => {
+                        self.counters.drop(r);
+                        return;
+                    }
+                    Verdict::Pass => {}
                 }
             }
+        }
+        if p.ipv6_bad_segments_left && self.for_the_appliance(p, in_port) {
+            // RFC 8200 section 4.4: the appliance is the node that would process the Routing
+            // header. Transit packets are forwarded as any other.
+            self.counters.drop(Reason::Ipv6BadSegmentsLeft);
+            return;
         }
         if let Some(agg) = self.agg.as_mut() {
             if agg.wants(p, in_port) {
@@ -233,6 +249,14 @@ impl Datapath {
             Egress::Dropped(r) => self.counters.drop(r),
             Egress::Unset => self.counters.drop(Reason::NoEgress),
         }
+    }
+
+    /// True if the IPv6 packet `p`, received on `in_port`, is addressed to the appliance: its
+    /// destination is one of the appliance's IPv6 addresses, or the aggregator takes it.
+    #[cold]
+    fn for_the_appliance(&self, p: &Parsed, in_port: u16) -> bool {
+        self.local.iter().any(|a| a.ipv6 == Some(p.ip_dst_bytes))
+            || self.agg.as_ref().is_some_and(|agg| agg.wants(p, in_port))
     }
 
     #[inline(always)]
@@ -402,6 +426,66 @@ mod tests {
         assert_eq!(dp.counters.dropped(Reason::Runt), 2);
         assert_eq!(dp.counters.dropped(Reason::ExplicitDrop), 1);
         assert_eq!(dp.counters.total_drops(), 3);
+    }
+
+    /// An IPv6 frame from fd00::1 to `dst` (Ethernet destination 02:00:00:00:00:01, forwarded
+    /// to port 1 by the table) with a type 2 Routing header (one address) saying
+    /// `segments_left`, then 8 bytes of No Next Header payload.
+    fn routed_v6(dst: [u8; 16], segments_left: u8) -> Vec<u8> {
+        let mut f = frame([2, 0, 0, 0, 0, 1])[..14].to_vec();
+        f[12..14].copy_from_slice(&[0x86, 0xdd]);
+        let mut ip = [0u8; 40];
+        ip[0] = 0x60;
+        ip[4..6].copy_from_slice(&24u16.to_be_bytes());
+        ip[6] = 43;
+        ip[7] = 64;
+        ip[8] = 0xfd;
+        ip[23] = 1;
+        ip[24..40].copy_from_slice(&dst);
+        f.extend_from_slice(&ip);
+        f.extend_from_slice(&[59, 2, 2, segments_left, 0, 0, 0, 0]);
+        f.extend_from_slice(&[0xfd; 16]);
+        f
+    }
+
+    #[test]
+    fn routing_header_beyond_its_addresses_is_dropped_only_when_addressed_to_the_appliance() {
+        let me = crate::agg::PortAddr {
+            mac: "02:00:00:00:00:fe".parse().unwrap(),
+            ipv4: None,
+            ipv6: Some([0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xfe]),
+        };
+        let mut dp = datapath().with_local_addresses(vec![me; 3]);
+        let mut io = VecIo::new(3);
+        let mut other = me.ipv6.unwrap();
+        other[15] = 9;
+        dp.process(&mut io, 0, VecBuf::from_frame(&routed_v6(me.ipv6.unwrap(), 2)), 0);
+        assert_eq!((io.sent.len(), dp.counters.dropped(Reason::Ipv6BadSegmentsLeft)), (0, 1));
+        // One segment left of one address: a valid header, to the tables as before.
+        dp.process(&mut io, 0, VecBuf::from_frame(&routed_v6(me.ipv6.unwrap(), 1)), 0);
+        // Transit: not the appliance's to judge, forwarded as any other packet.
+        dp.process(&mut io, 0, VecBuf::from_frame(&routed_v6(other, 2)), 0);
+        assert_eq!(io.sent.iter().map(|(p, _)| *p).collect::<Vec<_>>(), vec![1, 1]);
+        assert_eq!(io.sent[1].1, routed_v6(other, 2));
+        assert_eq!(dp.counters.total_drops(), 1);
+    }
+
+    #[test]
+    fn neighbor_drops_and_conflicts_are_counted() {
+        let me =
+            crate::agg::PortAddr { mac: "02:00:00:00:00:fe".parse().unwrap(), ipv4: Some([10, 0, 0, 254]), ipv6: None };
+        let mut dp = datapath().with_local_addresses(vec![me; 3]);
+        let mut io = VecIo::new(3);
+        let mut mismatch = crate::neighbor::tests::arp_request([10, 0, 0, 254], false);
+        mismatch[22 + 5] ^= 0x10; // the sender hardware address
+        dp.process(&mut io, 0, VecBuf::from_frame(&mismatch), 0);
+        let mut probe = crate::neighbor::tests::arp_request([10, 0, 0, 254], false);
+        probe[28..32].fill(0); // sender IP 0.0.0.0
+        dp.process(&mut io, 2, VecBuf::from_frame(&probe), 0);
+        assert_eq!(dp.counters.dropped(Reason::ArpSenderMismatch), 1);
+        assert_eq!((dp.counters.neighbor_replies, dp.counters.address_conflicts), (1, 1));
+        assert_eq!(io.sent.len(), 1);
+        assert_eq!((io.sent[0].0, &io.sent[0].1[0..6]), (2, &[2, 0, 0, 0, 1, 1][..]));
     }
 
     #[test]

@@ -21,7 +21,10 @@
 //!   (RFC 791). The total length bounds the datagram; Ethernet padding after it is ignored.
 //! - IPv6: payload length within the frame; at most 8 extension headers, each inside the payload
 //!   (RFC 8200 section 4; AH and the generic-format headers walked too). The UDP checksum's
-//!   pseudo-header takes the final destination of a Routing header (RFC 8200 section 8.1).
+//!   pseudo-header takes the final destination of a Routing header (RFC 8200 section 8.1). A
+//!   Routing header with more segments left than addresses is recorded
+//!   ([`Parsed::ipv6_bad_segments_left`]), not dropped here: only the node it is addressed to
+//!   judges it (RFC 8200 section 4.4).
 //! - Fragments (IPv4 MF or offset, IPv6 Fragment header with M or offset): L3 only
 //!   ([`Layers::IP_FRAGMENT`]); their upper layer is never parsed as UDP.
 //! - UDP: 8 <= length <= IP payload; the length bounds the datagram. Checksum: over IPv4, 0 means
@@ -241,6 +244,10 @@ pub struct Parsed {
     pub ip_proto: u8,
     /// IPv4 TTL or IPv6 hop limit.
     pub ttl: u8,
+    /// IPv6: a Routing header has more segments left than addresses
+    /// ([`ipv6::ExtensionChain::bad_segments_left`]): a drop if the packet is addressed to the
+    /// appliance (RFC 8200 section 4.4), nothing for a transit packet.
+    pub ipv6_bad_segments_left: bool,
 
     /// UDP source port.
     pub udp_src: u16,
@@ -525,6 +532,7 @@ fn parse_ipv6(frame: &[u8], l3: usize, port: u16, l4_rx: CsumStatus, p: &mut Par
     p.ecn = ip.ecn();
     p.ip_proto = chain.upper_protocol;
     p.ttl = ip.hop_limit();
+    p.ipv6_bad_segments_left = chain.bad_segments_left;
     p.ip_header_len = chain.header_len as u32;
     let l4 = l3 + chain.header_len;
     p.l4_offset = l4 as u32;
@@ -1344,6 +1352,80 @@ mod tests {
         let p = ok(&f);
         assert_eq!((p.ip_proto, p.l4_offset, p.ip_dst()), (17, 14 + 40 + 24, &V6_DST[..]));
         assert_eq!(parse(&frame(43, &rpl, &udp(&V6_DST)), GRAD_PORT), Err(DropReason::BadUdpChecksum));
+    }
+
+    /// RFC 8200 section 4.4: a Routing header with more segments left than it holds addresses
+    /// is flagged (the appliance drops it when it is addressed to it), per type; a well-formed
+    /// one, or one with no segments left, is not.
+    #[test]
+    fn routing_header_segments_left_beyond_its_addresses_is_flagged() {
+        let frame = |rh: &[u8]| {
+            let mut u = vec![0u8; 12];
+            udp::UdpRepr { src_port: 1000, dst_port: 9000, payload_len: 4 }.emit(&mut u).unwrap();
+            u[8..].copy_from_slice(&[1, 2, 3, 4]);
+            let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x86, 0xdd];
+            f.resize(14 + 40, 0);
+            ipv6::Ipv6Repr {
+                src_addr: V6_SRC,
+                dst_addr: V6_DST,
+                next_header: 43,
+                payload_len: (rh.len() + u.len()) as u16,
+                hop_limit: 64,
+                traffic_class: 0,
+                flow_label: 0,
+            }
+            .emit(&mut f[14..])
+            .unwrap();
+            f.extend_from_slice(rh);
+            // The checksum over the header's own destination: the flag must not depend on it.
+            udp::UdpPacket::new_checked(&mut u[..]).unwrap().fill_checksum_v6(&V6_SRC, &V6_DST);
+            f.extend_from_slice(&u);
+            f
+        };
+        // (type, Hdr Ext Len, byte 4, addresses bytes) -> addresses held.
+        let rh = |ty: u8, left: u8, len8: u8, b4: u8, b5: u8| {
+            let mut h = vec![17u8, len8, ty, left, b4, b5, 0, 0];
+            h.resize(8 + 8 * len8 as usize, 0);
+            h
+        };
+        let cases: [(&str, Vec<u8>, usize); 6] = [
+            ("type 0, 2 addresses", rh(0, 0, 4, 0, 0), 2),
+            ("type 2, 1 address", rh(2, 0, 2, 0, 0), 1),
+            // SRH: Last Entry 1 (2 segments) in room for 3.
+            ("type 4, Last Entry 1", rh(4, 0, 6, 1, 0), 2),
+            // SRH claiming Last Entry 5 in room for 1: it holds 1.
+            ("type 4, Last Entry past its room", rh(4, 0, 2, 5, 0), 1),
+            // RPL, CmprI 8 CmprE 14 Pad 6: one 8-byte address and a 2-byte last one.
+            ("type 3, 2 compressed addresses", rh(3, 0, 2, 0x8e, 0x60), 2),
+            ("type 3, no whole address", rh(3, 0, 0, 0x00, 0x00), 0),
+        ];
+        for (what, mut h, held) in cases {
+            for left in 0..=held + 2 {
+                h[3] = left as u8;
+                let f = frame(&h);
+                match parse(&f, GRAD_PORT) {
+                    Ok(p) => {
+                        assert_eq!(p.ipv6_bad_segments_left, left > held, "{what}, segments left {left}");
+                        assert!(p.has(Layers::IPV6));
+                    }
+                    // With segments left the checksum covers the final destination: the UDP
+                    // verdict is not the point here, the flag is what the walk records.
+                    Err(DropReason::BadUdpChecksum) => {
+                        let ip = ipv6::Ipv6Packet::new_checked(&f[14..]).unwrap();
+                        let chain = ip.walk_extensions().unwrap();
+                        assert_eq!(chain.bad_segments_left, left > held, "{what}, segments left {left}");
+                    }
+                    Err(e) => panic!("{what}: {e}"),
+                }
+            }
+        }
+        // An unknown type: segments left 0 is ignored, any other is flagged (RFC 8200 4.4).
+        let mut h = rh(200, 0, 2, 0, 0);
+        assert!(!ok(&frame(&h)).ipv6_bad_segments_left);
+        h[3] = 1;
+        assert!(ok(&frame(&h)).ipv6_bad_segments_left);
+        // c08's first frame (Hop-by-Hop + Destination Options) has no Routing header.
+        assert!(!ok(&frames("c08_ipv6_ext_headers.pcap")[0]).ipv6_bad_segments_left);
     }
 
     #[test]

@@ -49,6 +49,36 @@ pub enum Reason {
     TxFull,
     /// The ring to the worker owning the packet's collective was full.
     HandOffFull,
+    /// An ARP request for the appliance's address whose sender hardware address is a broadcast
+    /// or multicast address: never answered (the reply would go to a group).
+    ArpSenderMulticast,
+    /// An ARP request for the appliance's address whose sender hardware address is not the
+    /// frame's Ethernet source.
+    ArpSenderMismatch,
+    /// A Neighbor Solicitation for the appliance with a hop limit other than 255 (RFC 4861
+    /// section 7.1.1: it crossed a router).
+    NdBadHopLimit,
+    /// A Neighbor Solicitation for the appliance shorter than 24 bytes (RFC 4861 section 7.1.1).
+    NdTooShort,
+    /// A Neighbor Solicitation for the appliance with an ICMP code other than 0.
+    NdBadCode,
+    /// A Neighbor Solicitation for the appliance whose ICMPv6 checksum does not verify.
+    NdBadChecksum,
+    /// A Neighbor Solicitation for the appliance whose target is a multicast address.
+    NdMulticastTarget,
+    /// A Neighbor Solicitation for the appliance with an option of length zero, or one that runs
+    /// past the message.
+    NdBadOption,
+    /// A Neighbor Solicitation for the appliance from one of the appliance's own addresses.
+    NdOwnSource,
+    /// A Neighbor Solicitation for the appliance from the unspecified address whose destination
+    /// is not a solicited-node multicast address, or that carries a source link-layer address
+    /// option (RFC 4861 section 7.1.1).
+    NdBadUnspecifiedSource,
+    /// An IPv6 packet for the appliance whose Routing header has more segments left than it
+    /// holds addresses (RFC 8200 section 4.4), or segments left on a Routing type the appliance
+    /// does not know (which RFC 8200 section 4.4 also discards).
+    Ipv6BadSegmentsLeft,
     /// A gradient packet with the RESULT or NAK flag on input (spec rule 5; no NAK).
     GradFlags,
     /// Gradient: unknown collective (NAK reason 1).
@@ -73,7 +103,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in counter order.
-    pub const ALL: [Reason; 28] = [
+    pub const ALL: [Reason; 39] = [
         Reason::Runt,
         Reason::VlanDepth,
         Reason::MalformedIpv4,
@@ -92,6 +122,17 @@ impl Reason {
         Reason::NoMbuf,
         Reason::TxFull,
         Reason::HandOffFull,
+        Reason::ArpSenderMulticast,
+        Reason::ArpSenderMismatch,
+        Reason::NdBadHopLimit,
+        Reason::NdTooShort,
+        Reason::NdBadCode,
+        Reason::NdBadChecksum,
+        Reason::NdMulticastTarget,
+        Reason::NdBadOption,
+        Reason::NdOwnSource,
+        Reason::NdBadUnspecifiedSource,
+        Reason::Ipv6BadSegmentsLeft,
         Reason::GradFlags,
         Reason::GradUnknownCollective,
         Reason::GradBadVersion,
@@ -127,6 +168,17 @@ impl Reason {
             Reason::NoMbuf => "no_mbuf",
             Reason::TxFull => "tx_full",
             Reason::HandOffFull => "hand_off_full",
+            Reason::ArpSenderMulticast => "arp_sender_multicast",
+            Reason::ArpSenderMismatch => "arp_sender_mismatch",
+            Reason::NdBadHopLimit => "nd_bad_hop_limit",
+            Reason::NdTooShort => "nd_too_short",
+            Reason::NdBadCode => "nd_bad_code",
+            Reason::NdBadChecksum => "nd_bad_checksum",
+            Reason::NdMulticastTarget => "nd_multicast_target",
+            Reason::NdBadOption => "nd_bad_option",
+            Reason::NdOwnSource => "nd_own_source",
+            Reason::NdBadUnspecifiedSource => "nd_bad_unspecified_source",
+            Reason::Ipv6BadSegmentsLeft => "ipv6_bad_segments_left",
             Reason::GradFlags => "grad_result_or_nak_input",
             Reason::GradUnknownCollective => "grad_unknown_collective",
             Reason::GradBadVersion => "grad_bad_version",
@@ -189,6 +241,10 @@ pub struct Counters {
     pub drops: [u64; Reason::COUNT],
     /// ARP replies and neighbour advertisements sent for the appliance's own addresses.
     pub neighbor_replies: u64,
+    /// Address conflicts seen: ARP packets from another MAC whose sender IPv4 address is the
+    /// appliance's, ARP probes and duplicate address detection solicitations for the
+    /// appliance's addresses (RFC 5227 section 2.1.1, RFC 4862 section 5.4.3).
+    pub address_conflicts: u64,
 }
 
 impl Counters {
@@ -198,6 +254,7 @@ impl Counters {
             ports: vec![PortCounters::default(); ports as usize],
             drops: [0; Reason::COUNT],
             neighbor_replies: 0,
+            address_conflicts: 0,
         }
     }
 
@@ -253,6 +310,7 @@ impl Counters {
             *a += b;
         }
         self.neighbor_replies += o.neighbor_replies;
+        self.address_conflicts += o.address_conflicts;
     }
 
     /// Drops by reason name, only the non-zero ones.
@@ -274,6 +332,11 @@ mod tests {
         }
         for (i, r) in Reason::ALL.iter().enumerate() {
             assert_eq!(*r as usize, i);
+            assert!(r.name().chars().all(|c| c.is_ascii_lowercase() || c == '_' || c.is_ascii_digit()), "{r:?}");
         }
+        let mut names: Vec<_> = Reason::ALL.iter().map(|r| r.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Reason::COUNT, "reason names are distinct");
     }
 }

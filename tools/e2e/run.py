@@ -94,7 +94,7 @@ def appliance_config(workers, elements, mtu):
         "[eal]",
         'args = ["--no-huge", "-m", "512", "--no-pci", "--no-shconf", "--lcores", "0@0,1@1", "--log-level", "*:warning"]',
         f"[mempool]\nmbufs = 8191\ncache = 256\ndata_room = {data_room}",
-        "[dataplane]\nburst = 32\ntx_drain_us = 20\ngradient_udp_port = 49374\nmemory_limit_mb = 1024",
+        "[dataplane]\nburst = 32\ntx_drain_us = 20\ngradient_udp_port = 49374\nmemory_limit_mb = 256",
         "[[port]]",
         'name = "p0"',
         f'vdev = "net_af_packet0,iface={netns.APPLIANCE_IFACE},framesz={frame},blocksz={block},framecnt=1024"',

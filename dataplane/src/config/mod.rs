@@ -6,6 +6,7 @@
 //! completely. The format is documented in the README ("Configuration").
 
 mod error;
+pub mod memory;
 mod table;
 
 pub use error::ConfigError;
@@ -114,8 +115,11 @@ pub struct DataplaneConfig {
     #[serde(default = "d_qpn")]
     pub appliance_qpn: u32,
     /// Slot memory all collectives together may use (MiB); a collective beyond it is refused.
-    #[serde(default = "d_memory")]
-    pub memory_limit_mb: u64,
+    /// Unset: 1024, or less when `[eal]` args reserve less memory (`-m`): what the EAL memory
+    /// leaves after the mempool, the hand-off rings and EAL's own needs
+    /// ([`memory::fixed_overhead`]). Set, it must fit in that.
+    #[serde(default)]
+    pub memory_limit_mb: Option<u64>,
 }
 
 impl Default for DataplaneConfig {
@@ -126,7 +130,7 @@ impl Default for DataplaneConfig {
             gradient_udp_port: DEFAULT_GRADIENT_UDP_PORT,
             replay_idle_ms: d_idle(),
             appliance_qpn: d_qpn(),
-            memory_limit_mb: d_memory(),
+            memory_limit_mb: None,
         }
     }
 }
@@ -224,9 +228,8 @@ fn d_idle() -> u64 {
 fn d_qpn() -> u32 {
     1
 }
-fn d_memory() -> u64 {
-    1024
-}
+/// Default slot memory limit (MiB) when the EAL memory does not bound it.
+pub const DEFAULT_MEMORY_LIMIT_MB: u64 = 1024;
 fn d_desc() -> u16 {
     1024
 }
@@ -505,12 +508,28 @@ fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
             format!("expected a 24-bit QP number, found {}", config.dataplane.appliance_qpn),
         ));
     }
+    let slot_room = check_eal_memory(&config, path)?;
+    let limit_mb = config.dataplane.memory_limit_mb.unwrap_or(DEFAULT_MEMORY_LIMIT_MB);
     let collectives = crate::agg::config::validate(
         &config.collectives,
         crate::agg::config::PortAddrs { ipv4: &port_ipv4, ipv6: &port_ipv6 },
-        config.dataplane.memory_limit_mb.saturating_mul(1 << 20),
+        limit_mb.saturating_mul(memory::MIB),
         path,
     )?;
+    if let Some((room, eal_mb)) = slot_room {
+        // Each collective's slots are held by the one worker that owns it.
+        let slots: u64 = collectives.iter().map(|c| c.memory_bytes()).sum();
+        if slots > room {
+            return Err(err(
+                "collective".into(),
+                format!(
+                    "the collectives need {} MiB of slot memory, more than the {} MiB that eal.args -m {eal_mb} leaves after the mempool, the hand-off rings and EAL's own memory: raise -m, or make mempool.mbufs or the collectives smaller",
+                    memory::mib(slots),
+                    memory::mib(room)
+                ),
+            ));
+        }
+    }
     // Every RESULT frame is built in a single mbuf segment: a collective whose full-chunk
     // results do not fit one would fold contributions and never send their results (spec
     // section 4, rule 2). Contributions that arrive untagged for members with a `vlan` are
@@ -542,6 +561,62 @@ fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
         }
     }
     Ok(loaded)
+}
+
+/// Checks the memory needs against the EAL memory the `[eal]` args reserve (`-m`,
+/// `--socket-mem`): the mbuf pool, the hand-off rings and EAL's own overhead must fit
+/// (`mempool.mbufs`), and an explicit `dataplane.memory_limit_mb` must fit in what they leave.
+/// Returns that room (bytes) and the EAL memory (MiB), or `None` without `-m`/`--socket-mem`
+/// (hugepages taken as needed: no bound but the memory limit).
+fn check_eal_memory(config: &Config, path: &Path) -> Result<Option<(u64, u64)>, ConfigError> {
+    let err = |key: &str, msg: String| ConfigError::new(path, key, msg);
+    let args = &config.eal.args;
+    let Some(eal_mb) = memory::eal_memory_mb(args).map_err(|e| err("eal.args", e))? else {
+        return Ok(None);
+    };
+    let budget = eal_mb.saturating_mul(memory::MIB);
+    let mp = &config.mempool;
+    let page = memory::page_size(args);
+    let pool = memory::mempool_bytes(mp.mbufs, mp.cache, mp.data_room, page);
+    let workers = config.lcores.len().max(1);
+    let rings = if workers > 1 && !config.collectives.is_empty() { workers } else { 0 };
+    let fixed = memory::fixed_overhead(config.ports.len(), rings);
+    let need = pool + fixed;
+    if need > budget {
+        let room = budget.saturating_sub(fixed);
+        let fit = memory::mbufs_that_fit(mp.mbufs, mp.cache, mp.data_room, page, room);
+        return Err(err(
+            "mempool.mbufs",
+            format!(
+                "{} mbufs of {} bytes each (mempool.data_room {} plus the 128-byte rte_mbuf and the object header{}) need {} MiB of EAL memory, with {} MiB for EAL, the ports and the hand-off rings: more than eal.args -m {eal_mb} MiB. {}, or raise -m to at least {}",
+                mp.mbufs,
+                memory::mbuf_object_size(mp.data_room),
+                mp.data_room,
+                if page == 4096 { ", each on its own share of 4 KiB pages with --no-huge" } else { "" },
+                memory::mib(pool),
+                memory::mib(fixed),
+                if fit >= 64 { format!("At most {fit} mbufs fit") } else { "Not even 64 mbufs fit".to_string() },
+                need.div_ceil(memory::MIB)
+            ),
+        ));
+    }
+    let room = budget - need;
+    if let Some(limit) = config.dataplane.memory_limit_mb {
+        if limit.saturating_mul(memory::MIB) > room {
+            return Err(err(
+                "dataplane.memory_limit_mb",
+                format!(
+                    "expected at most {} MiB: eal.args -m {eal_mb} MiB leaves {} MiB after the mempool ({} MiB), the hand-off rings and EAL's own memory ({} MiB); found {limit}. Lower it, or raise -m to at least {}",
+                    room / memory::MIB,
+                    memory::mib(room),
+                    memory::mib(pool),
+                    memory::mib(fixed),
+                    (need + limit * memory::MIB).div_ceil(memory::MIB)
+                ),
+            ));
+        }
+    }
+    Ok(Some((room, eal_mb)))
 }
 
 fn looks_like_pci(s: &str) -> bool {

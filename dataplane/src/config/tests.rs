@@ -419,3 +419,80 @@ fn collective_values_are_accepted_up_to_their_limits() {
     ];
     check_cases(cases);
 }
+
+/// The memory model against what DPDK 22.11 took on this machine (`rte_malloc_get_socket_stats`
+/// before and after `rte_pktmbuf_pool_create` and `rte_ring_create` under `--no-huge -m 512`;
+/// object sizes from `rte_mempool_calc_obj_size`).
+#[test]
+fn memory_model_matches_what_dpdk_allocates() {
+    use memory::*;
+    assert_eq!((mbuf_object_size(2176), mbuf_object_size(9344), mbuf_object_size(1024)), (2368, 9536, 1216));
+    // 36 and 34 cache lines are not coprime with 4 channels: padded to 37 and 35.
+    assert_eq!((mbuf_object_size(2112), mbuf_object_size(1984)), (37 * 64, 35 * 64));
+    let page = 4096;
+    assert_eq!(mempool_bytes(8191, 256, 2176, page), 34_674_880);
+    assert_eq!(mempool_bytes(8191, 0, 2176, page), 33_618_112);
+    assert_eq!(mempool_bytes(8191, 256, 9344, page), 101_774_912);
+    assert_eq!(mempool_bytes(8191, 0, 1024, page), 11_251_648);
+    assert_eq!(ring_bytes(8192), 66_240);
+    assert_eq!(ring_bytes(HAND_OFF_RING_SLOTS as u64), 33_472);
+    // On 2 MiB hugepages a 2368-byte mbuf no longer takes a whole page.
+    assert!(mempool_bytes(8191, 256, 2176, 2 * MIB) < 8191 * 2368 + 2 * MIB);
+}
+
+#[test]
+fn eal_memory_is_read_from_the_args() {
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let m = |a: &[&str]| memory::eal_memory_mb(&args(a));
+    assert_eq!(m(&["--no-huge", "-m", "512", "--no-pci"]), Ok(Some(512)));
+    assert_eq!(m(&["-m64"]), Ok(Some(64)));
+    assert_eq!(m(&["-m=96"]), Ok(Some(96)));
+    assert_eq!(m(&["--socket-mem", "256,128"]), Ok(Some(384)));
+    assert_eq!(m(&["--socket-mem=1024"]), Ok(Some(1024)));
+    assert_eq!(m(&["--lcores", "0@0,1@1", "--match-allocations"]), Ok(None));
+    assert!(m(&["-m"]).unwrap_err().contains("-m without a value"));
+    assert!(m(&["-m", "lots"]).unwrap_err().contains("expected MiB"));
+    assert_eq!(memory::page_size(&args(&["--no-huge"])), 4096);
+    assert_eq!(memory::page_size(&args(&["-m", "512"])), 2 * memory::MIB);
+}
+
+/// A pool, a memory limit or collectives that cannot fit the EAL memory are refused at load,
+/// naming the keys and what would fit; without -m only the memory limit bounds the slots.
+#[test]
+fn memory_needs_must_fit_the_eal_memory() {
+    let eal = |m: &str| format!("[eal]\nargs = [\"--no-huge\", \"-m\", \"{m}\", \"--no-pci\"]\n");
+    // The default pool (8191 x 2368 bytes on 4 KiB pages: 33.07 MiB) and EAL's 0.5 MiB: 34 MiB
+    // fit (measured: the appliance runs with -m 34 and fails to create its pool with -m 33).
+    assert!(load_str(&format!("{}{PORT}", eal("34")), Path::new("ok.toml")).is_ok());
+    let e = err(&format!("{}{PORT}", eal("33")));
+    assert!(e.contains("key `mempool.mbufs`") && e.contains("eal.args -m 33"), "{e}");
+    assert!(e.contains("8191 mbufs of 2368 bytes") && e.contains("At most 8045 mbufs fit"), "{e}");
+    assert!(e.contains("raise -m to at least 34"), "{e}");
+    let e = err(&format!("{}[mempool]\ndata_room = 9344\n{PORT}", eal("64")));
+    assert!(e.contains("mempool.mbufs") && e.contains("of 9536 bytes") && e.contains("at least 98"), "{e}");
+    // What 64 MiB leave for slots: 64 - 33.07 - 0.5 = 30.43 MiB.
+    assert!(load_str(&format!("{}[dataplane]\nmemory_limit_mb = 30\n{PORT}", eal("64")), Path::new("ok.toml")).is_ok());
+    let e = err(&format!("{}[dataplane]\nmemory_limit_mb = 31\n{PORT}", eal("64")));
+    assert!(e.contains("key `dataplane.memory_limit_mb`") && e.contains("eal.args -m 64"), "{e}");
+    assert!(e.contains("expected at most 30 MiB") && e.contains("found 31") && e.contains("at least 65"), "{e}");
+    let e = err(&format!("{}[dataplane]\nmemory_limit_mb = 1024\n{PORT}", eal("512")));
+    assert!(e.contains("dataplane.memory_limit_mb") && e.contains("expected at most 478 MiB"), "{e}");
+    // Unset, the limit is what is left: collectives beyond it are refused naming -m.
+    let port = "[[port]]\nvdev = \"n\"\nipv4 = \"10.0.0.254\"\n";
+    let coll = |tensor: u64| {
+        format!(
+            "{port}[[collective]]\ncollective_id = 1\nop = \"sum\"\ndtype = \"f32\"\ntensor_elements = {tensor}\nchunk_elements = 248\n[[collective.member]]\nrank = 0\nip = \"10.0.0.1\"\nmac = \"02:00:00:00:01:00\"\nudp_port = 5\n"
+        )
+    };
+    // 512 slots of 248 f32 lanes: 1 MiB each 512 slots (see above).
+    let fits = coll(30 * 512 * 248);
+    assert!(load_str(&format!("{}{fits}", eal("64")), Path::new("ok.toml")).is_ok());
+    let over = coll(31 * 512 * 248);
+    let e = err(&format!("{}{over}", eal("64")));
+    assert!(e.contains("key `collective`") && e.contains("need 31.00 MiB") && e.contains("eal.args -m 64"), "{e}");
+    // Without -m (hugepages as needed) only memory_limit_mb bounds them.
+    assert!(load_str(&over, Path::new("ok.toml")).is_ok());
+    assert!(load_str(&format!("[dataplane]\nmemory_limit_mb = 100000\n{PORT}"), Path::new("ok.toml")).is_ok());
+    let e = err(&format!("[eal]\nargs = [\"-m\", \"x\"]\n{PORT}"));
+    assert!(e.contains("key `eal.args`") && e.contains("expected MiB"), "{e}");
+}

@@ -115,6 +115,12 @@ pub struct ExtensionChain {
     /// Header); the other `16 - final_dst_elided` bytes are at `final_dst_offset`. 0 for the
     /// other types.
     pub final_dst_elided: u8,
+    /// A Routing header says more segments are left than it holds addresses (RFC 8200 section
+    /// 4.4; for a Segment Routing Header, more than Last Entry + 1, RFC 8754 section 4.3.1.1),
+    /// or has segments left on a Routing type this walk does not know (types 0, 2, 3 and 4 are
+    /// known). The node the packet is addressed to must discard it; a transit node does not
+    /// judge it.
+    pub bad_segments_left: bool,
 }
 
 /// Where the last address of an RPL Source Route Header (`rh`: the whole header, its length
@@ -129,6 +135,29 @@ fn rpl_last_address(rh: &[u8]) -> Option<(usize, usize)> {
     let rest = body.checked_sub(16 - cmpr_e)?;
     let before = rest / (16 - cmpr_i);
     Some((field::RT_ADDRESSES + before * (16 - cmpr_i), cmpr_e))
+}
+
+/// Number of addresses an RPL Source Route Header (`rh`: the whole header, its length checked)
+/// holds (RFC 6554 section 3): `((len - 8) - Pad - (16 - CmprE)) / (16 - CmprI) + 1`, or 0 when
+/// it holds no whole last address.
+fn rpl_addresses(rh: &[u8]) -> usize {
+    let cmpr_i = (rh[4] >> 4) as usize;
+    rpl_last_address(rh).map_or(0, |(at, _)| (at - field::RT_ADDRESSES) / (16 - cmpr_i) + 1)
+}
+
+/// Addresses a Routing header (`rh`: the whole header, its length checked) holds, per its type
+/// (RFC 8200 section 4.4): 16-byte addresses for type 0 (RFC 5095) and type 2 (RFC 6275); Last
+/// Entry + 1 segments, as far as the header holds them, for a Segment Routing Header (type 4,
+/// RFC 8754 section 2); the compressed addresses of an RPL Source Route Header (type 3, RFC
+/// 6554). `None` for other types.
+fn routing_addresses(rh: &[u8]) -> Option<usize> {
+    let full = (rh.len() - field::RT_ADDRESSES) / 16;
+    match rh[field::RT_TYPE] {
+        0 | 2 => Some(full),
+        4 => Some((rh[4] as usize + 1).min(full)),
+        3 => Some(rpl_addresses(rh)),
+        _ => None,
+    }
 }
 
 impl ExtensionChain {
@@ -322,6 +351,12 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
             }
             chain.count += 1;
             chain.upper_protocol = b[off + field::EXT_NEXT_HEADER];
+            if nh == NextHeader::ROUTING {
+                let left = b[off + field::RT_SEGMENTS_LEFT] as usize;
+                if left > 0 && routing_addresses(&b[off..off + len]).is_none_or(|n| left > n) {
+                    chain.bad_segments_left = true;
+                }
+            }
             if nh == NextHeader::ROUTING && chain.final_dst_offset == 0 && b[off + field::RT_SEGMENTS_LEFT] != 0 {
                 // The final destination (RFC 8200 section 8.1): the last address of a type 0
                 // (RFC 5095) or type 2 (RFC 6275) header, Segment List[0] of a Segment Routing

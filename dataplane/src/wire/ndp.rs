@@ -19,6 +19,43 @@ pub const LLADDR_OPT_LEN: usize = 8;
 pub const FLAG_SOLICITED: u8 = 0x40;
 /// NA flags: Override.
 pub const FLAG_OVERRIDE: u8 = 0x20;
+/// Option type: Source Link-Layer Address (RFC 4861 section 4.6.1).
+pub const OPT_SOURCE_LLADDR: u8 = 1;
+
+/// The solicited-node multicast address of `addr` (RFC 4291 section 2.7.1): `ff02::1:ff00:0/104`
+/// followed by the low 24 bits of `addr`.
+pub fn solicited_node(addr: &[u8; 16]) -> [u8; 16] {
+    let mut a = [0u8; 16];
+    a[0] = 0xff;
+    a[1] = 0x02;
+    a[11] = 0x01;
+    a[12] = 0xff;
+    a[13..].copy_from_slice(&addr[13..]);
+    a
+}
+
+/// True if `addr` is a solicited-node multicast address (in `ff02::1:ff00:0/104`).
+pub fn is_solicited_node(addr: &[u8; 16]) -> bool {
+    addr[..13] == solicited_node(&[0; 16])[..13]
+}
+
+/// Walks the options of an ND message (`opts`: the bytes after the fixed part, to the end of the
+/// IPv6 payload; RFC 4861 section 4.6): `Some(true)` if they hold a Source Link-Layer Address
+/// option, `Some(false)` if not, `None` if an option has length zero (invalid, RFC 4861 section
+/// 7.1.1) or runs past the message. Each option is type (1 byte), length (1 byte, in units of 8
+/// bytes), value.
+pub fn check_options(mut opts: &[u8]) -> Option<bool> {
+    let mut source_lladdr = false;
+    while !opts.is_empty() {
+        let len = *opts.get(1)? as usize * 8;
+        if len == 0 || len > opts.len() {
+            return None;
+        }
+        source_lladdr |= opts[0] == OPT_SOURCE_LLADDR;
+        opts = &opts[len..];
+    }
+    Some(source_lladdr)
+}
 
 /// A Neighbor Solicitation's target address, if `icmp` (the ICMPv6 message, to the end of the
 /// IPv6 payload) is a well-formed NS (code 0, at least 24 bytes). The hop-limit-255 rule is the
@@ -84,5 +121,39 @@ mod tests {
         ns[0] = TYPE_NS;
         assert_eq!(solicitation_target(&ns[..n]), Some(src));
         assert_eq!(solicitation_target(&ns[..20]), None);
+    }
+
+    #[test]
+    fn solicited_node_addresses() {
+        let mut a = [0u8; 16];
+        a[0] = 0xfd;
+        a[13..].copy_from_slice(&[0x12, 0x34, 0x56]);
+        let s = solicited_node(&a);
+        assert_eq!(s, [0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0x12, 0x34, 0x56]);
+        assert!(is_solicited_node(&s));
+        let mut all_nodes = [0u8; 16];
+        all_nodes[..2].copy_from_slice(&[0xff, 0x02]);
+        all_nodes[15] = 1;
+        assert!(!is_solicited_node(&all_nodes));
+        assert!(!is_solicited_node(&a));
+        let mut near = s;
+        near[12] = 0xfe;
+        assert!(!is_solicited_node(&near));
+    }
+
+    #[test]
+    fn options_are_walked() {
+        let sllao = [1u8, 1, 2, 0, 0, 0, 0, 1];
+        let nonce = [14u8, 1, 1, 2, 3, 4, 5, 6];
+        assert_eq!(check_options(&[]), Some(false));
+        assert_eq!(check_options(&sllao), Some(true));
+        assert_eq!(check_options(&nonce), Some(false));
+        assert_eq!(check_options(&[nonce, sllao].concat()), Some(true));
+        // Length zero, anywhere: invalid (and never a loop).
+        assert_eq!(check_options(&[1, 0, 0, 0, 0, 0, 0, 0]), None);
+        assert_eq!(check_options(&[&nonce[..], &[1, 0, 0, 0, 0, 0, 0, 0]].concat()), None);
+        // Past the message, or a lone type byte.
+        assert_eq!(check_options(&[1, 2, 0, 0, 0, 0, 0, 0]), None);
+        assert_eq!(check_options(&[1]), None);
     }
 }

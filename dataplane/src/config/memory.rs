@@ -1,0 +1,170 @@
+//! What the appliance's memory needs come to, against the EAL memory `-m` (or `--socket-mem`)
+//! reserves: checked when the configuration loads, so that a pool or a memory limit that cannot
+//! fit is refused with the keys to change instead of failing at start-up (or never).
+//!
+//! The EAL memory holds the mbuf pool (`rte_pktmbuf_pool_create`), the hand-off rings
+//! (`rte_ring_create`), and EAL's and the ports' own allocations; the collectives' slot memory
+//! (`dataplane.memory_limit_mb`) is budgeted from what is left. The sizes below follow DPDK
+//! 22.11's `rte_mempool_calc_obj_size`, `rte_mempool_op_calc_mem_size_helper` and
+//! `rte_ring_get_memsize`, and were measured on this machine with `rte_malloc_get_socket_stats`
+//! and `rte_memzone_dump` (`--no-huge -m 512`, Debian's DPDK 22.11: `RTE_MAX_LCORE` 128).
+
+/// Bytes in a MiB (EAL's `-m` unit).
+pub const MIB: u64 = 1 << 20;
+/// `struct rte_mbuf` (bytes; two cache lines).
+pub const MBUF_STRUCT: u64 = 128;
+/// A cache line (bytes): DPDK's `RTE_MEMPOOL_ALIGN` on x86.
+const CACHE_LINE: u64 = 64;
+/// `struct rte_mempool_objhdr` rounded up to a cache line (bytes), before every object.
+const OBJ_HEADER: u64 = 64;
+/// Memory channels `rte_mempool_calc_obj_size` spreads objects over when EAL is given no `-n`
+/// (4), times ranks (1): an object's size in cache lines is made coprime with it.
+const CHANNELS: u64 = 4;
+/// The mempool's own memzone without caches: `struct rte_mempool` and the pktmbuf pool's
+/// private area (bytes, measured: 0x100).
+const MEMPOOL_HEADER: u64 = 256;
+/// One `struct rte_mempool_cache` (bytes: 64 + 2 x 512 object pointers), one per possible lcore
+/// (`RTE_MAX_LCORE` = 128) in the mempool's memzone when the pool has a cache (measured: the
+/// memzone is 0x102100 bytes with a cache, 0x100 without).
+const MEMPOOL_CACHE: u64 = 8256;
+/// `RTE_MAX_LCORE` of Debian's DPDK 22.11.
+const MAX_LCORE: u64 = 128;
+/// `struct rte_ring` (bytes) before a ring's slots.
+const RING_HEADER: u64 = 384;
+/// Bytes the EAL heap spends around each memzone (malloc element header and trailer; measured:
+/// a default pool's three memzones took 960 bytes more than their lengths).
+const MALLOC_OVERHEAD: u64 = 320;
+/// What EAL, one port and the mbuf dynamic field take of the EAL memory besides the pool
+/// (bytes): measured 511,488 with a net_pcap port (the most mbufs that fit in `-m 60` and
+/// `-m 50`, 4 KiB each), of which EAL itself after `rte_eal_init` 155,904.
+pub const EAL_OVERHEAD: u64 = 512 << 10;
+/// What each further port takes (bytes): measured 151,552 per port (4 ports and 2 workers
+/// against 1 port and 1 worker).
+pub const PORT_OVERHEAD: u64 = 160 << 10;
+/// The most slots a hand-off ring gets (`app.rs` sizes one per worker when several share
+/// collectives, from what the mempool leaves, up to this): what the memory check charges per ring.
+pub const HAND_OFF_RING_SLOTS: u32 = 4096;
+
+/// Bytes one mbuf takes in the pool, as `rte_mempool_calc_obj_size` computes it for
+/// `rte_pktmbuf_pool_create` (no private area): the object header (64), `struct rte_mbuf` (128)
+/// plus `data_room` rounded up to a cache line, the whole padded until its number of cache lines
+/// is coprime with the memory channels (4). 2368 for the default 2176-byte data room, 9536 for
+/// 9344.
+pub fn mbuf_object_size(data_room: u16) -> u64 {
+    let elt = (MBUF_STRUCT + data_room as u64).next_multiple_of(CACHE_LINE);
+    let mut lines = (OBJ_HEADER + elt) / CACHE_LINE;
+    while gcd(lines, CHANNELS) != 1 {
+        lines += 1;
+    }
+    lines * CACHE_LINE
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// Bytes of EAL memory a pool of `mbufs` mbufs of `data_room` bytes with a per-lcore `cache`
+/// takes, on pages of `page` bytes (4096 with `--no-huge`; objects never cross a page then, so a
+/// 2368-byte mbuf takes a whole 4 KiB page): its objects (`rte_mempool_op_calc_mem_size_helper`),
+/// the ring that holds the free ones (the next power of two above `mbufs` slots), the mempool's
+/// header with its per-lcore cache structures, and the heap's overhead for the three memzones.
+/// The default pool (8191 x 2176, cache 256) measured 34,674,880 bytes here.
+pub fn mempool_bytes(mbufs: u32, cache: u32, data_room: u16, page: u64) -> u64 {
+    let n = mbufs as u64;
+    let obj = mbuf_object_size(data_room);
+    let objects = if n == 0 {
+        0
+    } else if obj > page {
+        obj.next_multiple_of(page) * n
+    } else {
+        let per_page = page / obj;
+        let in_last = (n - 1) % per_page + 1;
+        in_last * obj + (n - in_last) / per_page * page + obj - 1
+    };
+    let header = MEMPOOL_HEADER + if cache > 0 { MAX_LCORE * MEMPOOL_CACHE } else { 0 };
+    header + ring_memzone(n + 1) + objects.next_multiple_of(CACHE_LINE) + 3 * MALLOC_OVERHEAD
+}
+
+/// The largest number of mbufs (at most `mbufs`) whose pool fits in `room` bytes
+/// ([`mempool_bytes`] grows with the count).
+pub fn mbufs_that_fit(mbufs: u32, cache: u32, data_room: u16, page: u64, room: u64) -> u32 {
+    let (mut lo, mut hi) = (0u32, mbufs);
+    while lo < hi {
+        let mid = hi - (hi - lo) / 2;
+        if mempool_bytes(mid, cache, data_room, page) <= room {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    lo
+}
+
+/// `rte_ring_get_memsize` for at least `slots` slots: the header and 8 bytes per slot of the
+/// next power of two.
+fn ring_memzone(slots: u64) -> u64 {
+    RING_HEADER + 8 * slots.next_power_of_two()
+}
+
+/// Bytes of a ring of at least `slots` slots (`rte_ring_get_memsize` of the next power of two)
+/// and its heap overhead: 33,472 for a 4096-slot hand-off ring.
+pub fn ring_bytes(slots: u64) -> u64 {
+    ring_memzone(slots) + MALLOC_OVERHEAD
+}
+
+/// The EAL memory the `[eal]` arguments reserve (MiB): `-m N` (`-mN`, `-m=N`), or the sum of
+/// `--socket-mem a,b,...` (`--socket-mem=`). `None` when they set none (EAL then takes the
+/// hugepages it finds as it needs them). `Err` names an argument whose value is not a number.
+pub fn eal_memory_mb(args: &[String]) -> Result<Option<u64>, String> {
+    let mut it = args.iter();
+    let mut found = None;
+    while let Some(a) = it.next() {
+        let (value, which) = if a == "-m" || a == "--socket-mem" {
+            (it.next().map(String::as_str), a.as_str())
+        } else if let Some(v) = a.strip_prefix("--socket-mem=") {
+            (Some(v), "--socket-mem")
+        } else if let Some(v) = a.strip_prefix("-m").filter(|_| !a.starts_with("--")) {
+            (Some(v.strip_prefix('=').unwrap_or(v)), "-m")
+        } else {
+            continue;
+        };
+        let v = value.ok_or_else(|| format!("{which} without a value"))?;
+        let mb = v
+            .split(',')
+            .map(|x| x.trim().parse::<u64>())
+            .sum::<Result<u64, _>>()
+            .map_err(|_| format!("{which} {v:?}: expected MiB as an integer (or integers separated by ',')"))?;
+        found = Some(mb);
+    }
+    Ok(found)
+}
+
+/// True when the arguments run EAL without hugepages (`--no-huge`): 4 KiB pages.
+pub fn no_huge(args: &[String]) -> bool {
+    args.iter().any(|a| a == "--no-huge")
+}
+
+/// The page size pools are laid out on: 4096 with `--no-huge`, else a 2 MiB hugepage (x86's
+/// default hugepage size).
+pub fn page_size(args: &[String]) -> u64 {
+    if no_huge(args) {
+        4096
+    } else {
+        2 * MIB
+    }
+}
+
+/// Bytes of EAL memory that EAL, `ports` ports and `rings` hand-off rings take besides the
+/// mbuf pool.
+pub fn fixed_overhead(ports: usize, rings: usize) -> u64 {
+    EAL_OVERHEAD + PORT_OVERHEAD * ports.saturating_sub(1) as u64 + rings as u64 * ring_bytes(HAND_OFF_RING_SLOTS as u64)
+}
+
+/// `bytes` in MiB with two decimals, for messages.
+pub fn mib(bytes: u64) -> String {
+    format!("{:.2}", bytes as f64 / MIB as f64)
+}
