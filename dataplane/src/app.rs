@@ -970,6 +970,7 @@ mod tests {
             aggregation: Default::default(),
             collectives: 0,
             neighbor_replies: 0,
+            address_conflicts: 0,
         }
     }
 
