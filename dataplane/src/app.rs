@@ -5,6 +5,11 @@
 //! flush its tx buffers, then stops and closes the ports (net_pcap closes its output files there)
 //! and prints the final stats.
 //!
+//! Files: every output is checked against every input before anything is written, written under
+//! a temporary name, verified against what the ports sent and renamed into place only at the end
+//! of a run that succeeded (see [`crate::outputs`]); the run's temporary directory and files are
+//! owned by guards, so every way out of [`run`] removes them.
+//!
 //! End of input in replays: net_pcap gives no end-of-file signal (rx just returns 0), so the
 //! appliance counts the records of every finite `rx_pcap` file before starting, and stops once
 //! the ports have consumed that many (`ipackets + rx_nombuf + ierrors`: a record read without an
@@ -183,6 +188,13 @@ impl Drop for TempDir {
     }
 }
 
+/// Input files by port: (port, file as named).
+type Inputs = Vec<(usize, PathBuf)>;
+
+/// An output file's queues: its identity, its path as first named, and the (port, tx queue)
+/// pairs writing it.
+type Destination = (Identity, PathBuf, Vec<(usize, u16)>);
+
 /// Plans the ports; returns them and every input file the config or command line names, by
 /// port (all of them, replaced by `--rx` or not: none may be overwritten). Writes nothing.
 fn plan_ports(
@@ -190,7 +202,7 @@ fn plan_ports(
     opts: &Options,
     workers: usize,
     tmp: &Path,
-) -> Result<(Vec<PortPlan>, Vec<(usize, PathBuf)>), AppError> {
+) -> Result<(Vec<PortPlan>, Inputs), AppError> {
     let nports = loaded.config.ports.len();
     for (p, _) in opts.rx.iter().chain(opts.tx.iter()) {
         if *p >= nports {
@@ -317,7 +329,7 @@ fn stage_outputs(plans: &mut [PortPlan], sources: &[(usize, PathBuf)], opts: &Op
     let mut staged = Staged::new();
     for (i, p) in plans.iter_mut().enumerate() {
         // The queues writing each destination (a destination named several times is merged).
-        let mut dests: Vec<(Identity, PathBuf, Vec<(usize, u16)>)> = Vec::new();
+        let mut dests: Vec<Destination> = Vec::new();
         for (q, f) in p.tx_files.iter().enumerate() {
             if outputs::is_special(f) {
                 continue; // /dev/null, a device, a FIFO: written as named
@@ -379,9 +391,11 @@ fn prepare_files(
     staged: &mut Staged,
 ) -> Result<Option<pcapfile::Input>, AppError> {
     // Every input first, before anything is written.
+    let mut scanned: Vec<(&Path, pcapfile::Input)> = Vec::new();
     for p in plans {
         for f in p.rx_merge.iter().flatten().chain(p.rx_files.iter().filter(|_| p.rx_merge.is_none())) {
-            pcapfile::scan(f).map_err(|e| AppError::Other(format!("port {} input: {e}", p.name)))?;
+            let n = pcapfile::scan(f).map_err(|e| AppError::Other(format!("port {} input: {e}", p.name)))?;
+            scanned.push((f, n));
         }
     }
     for p in plans {
@@ -400,7 +414,10 @@ fn prepare_files(
     let mut preload = 0u64;
     for p in plans {
         for f in &p.rx_files {
-            let n = pcapfile::scan(f).map_err(|e| AppError::Other(format!("port {} input: {e}", p.name)))?;
+            let n = match scanned.iter().find(|(g, _)| *g == f.as_path()) {
+                Some((_, n)) if p.rx_merge.is_none() => *n,
+                _ => pcapfile::scan(f).map_err(|e| AppError::Other(format!("port {} input: {e}", p.name)))?,
+            };
             if p.infinite {
                 preload += n.records;
             } else {

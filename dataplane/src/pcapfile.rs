@@ -110,7 +110,6 @@ fn read_all(path: &Path, cap: &mut Capture<Offline>, mut record: impl FnMut(pcap
     let mut errors = 0;
     let mut n = 0u64;
     loop {
-        let start = position(cap);
         n += 1;
         match cap.next_packet() {
             Ok(p) => record(p),
@@ -119,7 +118,7 @@ fn read_all(path: &Path, cap: &mut Capture<Offline>, mut record: impl FnMut(pcap
                 errors += 1;
                 if let (Some(end), Some(len)) = (position(cap), file_len) {
                     if end < len {
-                        let at = start.map(|s| format!(" at byte offset {s}")).unwrap_or_default();
+                        let at = record_offset(path, n).map(|s| format!(" at byte offset {s}")).unwrap_or_default();
                         return Err(format!(
                             "{}: record {n}{at} cannot be read ({e}), and {} more bytes of the file follow it: \
                              the rest of the file cannot be read as written",
@@ -132,6 +131,18 @@ fn read_all(path: &Path, cap: &mut Capture<Offline>, mut record: impl FnMut(pcap
             Err(e) => return Err(format!("{}: cannot read: {e}", path.display())),
         }
     }
+}
+
+/// Where record `n` (from 1) of a pcap file starts, in bytes from the start of the file: read
+/// again up to it (`ftell` costs a system call, so only a failure asks).
+fn record_offset(path: &Path, n: u64) -> Option<u64> {
+    let mut cap = open(path, Precision::Micro).ok()?;
+    for _ in 1..n {
+        if let Err(pcap::Error::NoMorePackets) = cap.next_packet() {
+            return None;
+        }
+    }
+    position(&cap)
 }
 
 /// Reads a pcap file with libpcap, as net_pcap will: counts the records it delivers and the
@@ -614,6 +625,23 @@ mod tests {
         let mut got = Vec::new();
         assert_eq!(read_all(&out, &mut r, |p| got.push((p.header.ts.tv_sec, p.header.ts.tv_usec))), Ok(0));
         assert_eq!(got, vec![(1, 5_000), (1, 5_000), (3, 0)]);
+    }
+
+    #[test]
+    fn a_write_that_fails_is_an_error_naming_the_file_and_the_os_error() {
+        // /dev/full refuses every write with ENOSPC, as a full disk does.
+        let dir = Dir::new();
+        let a = dir.0.join("a.pcap");
+        write(&a, &[(1, &[1; 100]), (2, &[2; 100])]);
+        let full = Path::new("/dev/full");
+        for e in [merge(&[&a], full).unwrap_err(), write_empty(full).unwrap_err()] {
+            assert!(e.contains("/dev/full: cannot write: No space left on device"), "{e}");
+        }
+        // A record's write fails once the buffer passes on to the file.
+        let mut w = Writer::create(full, LINKTYPE_ETHERNET, 65535, false).unwrap();
+        let big = vec![0u8; 1 << 17];
+        let e = w.record(1, 0, big.len() as u32, &big).unwrap_err();
+        assert!(e.contains("No space left on device"), "{e}");
     }
 
     #[test]
