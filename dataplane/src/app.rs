@@ -41,7 +41,8 @@ pub struct Options {
     pub tx: Vec<(usize, PathBuf)>,
     /// Stop after this long (benchmarks, live ports).
     pub duration: Option<Duration>,
-    /// Write the final stats as JSON here.
+    /// Write the final stats as JSON here (an output like the others: checked against the
+    /// inputs, staged, synced and renamed into place by [`run`]).
     pub stats_json: Option<PathBuf>,
     /// Extra EAL arguments, after the config's.
     pub eal_extra: Vec<String>,

@@ -393,3 +393,69 @@ fn a_replay_writes_its_output_whole_under_the_final_name_and_no_temporary_file()
         assert_eq!(names(&sub.join("deeper")), ["out.pcap", "real.pcap"], "{what}: no temporary file left");
     }
 }
+
+/// SIGTERM at any moment of a replay (while its inputs are merged, or while the ports run): the
+/// run ends cleanly either way, its temporary directory and files go, and the output is either
+/// whole in place (stopped while running: what was sent, checked) or absent (stopped before
+/// the ports started).
+#[test]
+fn sigterm_leaves_no_temporary_file_and_no_partial_output() {
+    use std::process::Stdio;
+    let dir = scratch("files-sigterm");
+    let conf = write_config(&dir, "c.toml", &two_ports());
+    let (a, b) = (dir.join("a.pcap"), dir.join("b.pcap"));
+    input(&a, 100_000, 60);
+    input(&b, 100_000, 60);
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let out = dir.join("out.pcap");
+    let stats = dir.join("stats.json");
+    // When the merged input is being made (before the ports start), and a little after
+    // net_pcap created the output's temporary file (while the ports run, usually).
+    for (wait_for_output, delay_ms) in [(false, 0), (true, 100), (true, 250)] {
+        let _ = std::fs::remove_file(&out);
+        let _ = std::fs::remove_file(&stats);
+        let child = Command::new(dpu_bin())
+            .current_dir(&dir)
+            .env("TMPDIR", &tmp)
+            .args(["-q", "-c"])
+            .arg(&conf)
+            .args([arg("rx", 0, &a), arg("rx", 0, &b), arg("tx", 1, &out)])
+            .arg("--stats-json")
+            .arg(&stats)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = std::time::Instant::now();
+        let ready = || {
+            if wait_for_output {
+                names(&dir).iter().any(|n| n.starts_with(".out.pcap.dpu-"))
+            } else {
+                std::fs::read_dir(&tmp).unwrap().next().is_some()
+            }
+        };
+        while !ready() && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        assert!(Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap().success());
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        eprintln!("SIGTERM after {delay_ms} ms: exit {:?}", output.status.code());
+        assert_eq!(names(&tmp), Vec::<String>::new(), "{delay_ms} ms: the temporary directory is gone");
+        match output.status.code() {
+            Some(0) => {
+                let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+                let sent = s["ports"][1]["ethdev"]["opackets"].as_u64().unwrap();
+                assert_eq!(read_pcap(&out).len() as u64, sent, "{delay_ms} ms: what was sent, whole");
+                assert_eq!(names(&dir), ["a.pcap", "b.pcap", "c.toml", "out.pcap", "stats.json", "tmp"]);
+            }
+            Some(1) => {
+                assert!(stderr.contains("before the ports started"), "{delay_ms} ms: {stderr}");
+                assert_eq!(names(&dir), ["a.pcap", "b.pcap", "c.toml", "tmp"], "{delay_ms} ms: nothing written");
+            }
+            other => panic!("{delay_ms} ms: exit {other:?}: {stderr}"),
+        }
+    }
+}
