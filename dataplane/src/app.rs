@@ -5,6 +5,11 @@
 //! flush its tx buffers, then stops and closes the ports (net_pcap closes its output files there)
 //! and prints the final stats.
 //!
+//! Files: every output is checked against every input before anything is written, written under
+//! a temporary name, verified against what the ports sent and renamed into place only at the end
+//! of a run that succeeded (see [`crate::outputs`]); the run's temporary directory and files are
+//! owned by guards, so every way out of [`run`] removes them.
+//!
 //! End of input in replays: net_pcap gives no end-of-file signal (rx just returns 0), so the
 //! appliance counts the records of every finite `rx_pcap` file before starting, and stops once
 //! the ports have consumed that many (`ipackets + rx_nombuf + ierrors`: a record read without an
@@ -15,6 +20,7 @@
 use crate::config::{self, ConfigError, Loaded};
 use crate::datapath::Datapath;
 use crate::dpdk::{self, lcore, port::PortSetup, DpdkError, Eal, Mempool, Port, PortStats};
+use crate::outputs::{self, Identity, Named, Staged};
 use crate::pcapfile;
 use crate::stats::Counters;
 use crate::table::Counter;
@@ -35,7 +41,8 @@ pub struct Options {
     pub tx: Vec<(usize, PathBuf)>,
     /// Stop after this long (benchmarks, live ports).
     pub duration: Option<Duration>,
-    /// Write the final stats as JSON here.
+    /// Write the final stats as JSON here (an output like the others: checked against the
+    /// inputs, staged, synced and renamed into place by [`run`]).
     pub stats_json: Option<PathBuf>,
     /// Extra EAL arguments, after the config's.
     pub eal_extra: Vec<String>,
@@ -231,16 +238,69 @@ fn pmd_held(device: &str, rx_queues: u16, rx_desc: u16, tx_queues: u16, tx_desc:
 struct PortPlan {
     name: String,
     device: String,
+    /// `--vdev` with its argument list (device name first), or `-a` with a PCI address.
     eal_args: [String; 2],
     rx_files: Vec<PathBuf>,
+    /// A replay input made of several files (or none): `rx_files[0]` is merged from these.
+    rx_merge: Option<Vec<PathBuf>>,
     infinite: bool,
     live_rx: bool,
-    /// For replay outputs split per tx queue: (parts, final file).
-    tx_merge: Option<(Vec<PathBuf>, PathBuf)>,
+    /// net_pcap's `tx_pcap` files, one per tx queue in queue order, as named.
     tx_files: Vec<PathBuf>,
 }
 
-fn plan_ports(loaded: &Loaded, opts: &Options, workers: usize) -> Result<Vec<PortPlan>, AppError> {
+/// The run's own directory for merged inputs (`$TMPDIR/dpu-PID`), created on first use and
+/// removed, with what it holds, when dropped: on every way out of [`run`].
+struct TempDir {
+    path: PathBuf,
+    created: std::cell::Cell<bool>,
+}
+
+impl TempDir {
+    fn new() -> TempDir {
+        let path = std::env::temp_dir().join(format!("dpu-{}", std::process::id()));
+        TempDir { path, created: std::cell::Cell::new(false) }
+    }
+
+    /// The directory, created (mode 0700) if it is not yet.
+    fn create(&self) -> Result<&Path, AppError> {
+        if !self.created.get() {
+            use std::os::unix::fs::DirBuilderExt;
+            // A directory of this name is a dead process's (process ids are unique among live ones).
+            let _ = std::fs::remove_dir_all(&self.path);
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&self.path)
+                .map_err(|e| AppError::Other(format!("{}: {e}", self.path.display())))?;
+            self.created.set(true);
+        }
+        Ok(&self.path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if self.created.get() {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// Input files by port: (port, file as named).
+type Inputs = Vec<(usize, PathBuf)>;
+
+/// An output file's queues: its identity, its path as first named, and the (port, tx queue)
+/// pairs writing it.
+type Destination = (Identity, PathBuf, Vec<(usize, u16)>);
+
+/// Plans the ports; returns them and every input file the config or command line names, by
+/// port (all of them, replaced by `--rx` or not: none may be overwritten). Writes nothing.
+fn plan_ports(
+    loaded: &Loaded,
+    opts: &Options,
+    workers: usize,
+    tmp: &Path,
+) -> Result<(Vec<PortPlan>, Inputs), AppError> {
     let nports = loaded.config.ports.len();
     for (p, _) in opts.rx.iter().chain(opts.tx.iter()) {
         if *p >= nports {
@@ -257,7 +317,6 @@ fn plan_ports(loaded: &Loaded, opts: &Options, workers: usize) -> Result<Vec<Por
             f.display()
         )));
     }
-    let tmp = std::env::temp_dir().join(format!("dpu-{}", std::process::id()));
     let mut plans = Vec::new();
     // Every input file, by port, as the user named it (before any merge).
     let mut sources: Vec<(usize, PathBuf)> = Vec::new();
@@ -275,64 +334,47 @@ fn plan_ports(loaded: &Loaded, opts: &Options, workers: usize) -> Result<Vec<Por
             pc.vdev_args().into_iter().filter(|(k, _)| k == key).map(|(_, v)| PathBuf::from(v)).collect()
         };
         let (cfg_rx, cfg_tx) = (cfg_files("rx_pcap"), cfg_files("tx_pcap"));
+        for f in &cfg_rx {
+            sources.push((i, f.clone()));
+        }
         if replay && rx.is_empty() {
             rx = cfg_rx.iter().collect();
         }
         if replay && tx.is_empty() {
             tx = cfg_tx.iter().take(1).collect();
         }
-        for f in &rx {
-            sources.push((i, f.to_path_buf()));
+        for f in &opts.rx {
+            if f.0 == i {
+                sources.push((i, f.1.clone()));
+            }
         }
-        let (device, vdev, merge) = if replay {
+        let mut rx_merge = None;
+        let (device, vdev) = if replay {
             // Replay: every port becomes a net_pcap vdev reading its `--rx` files (else the
             // config's `rx_pcap` files, else an empty file) once, and writing to its `--tx` file
             // (else the config's first `tx_pcap`, else nowhere).
             let device = format!("net_pcap_dpu{i}");
             let mut args = vec![device.clone()];
-            let rx_files: Vec<PathBuf> = if rx.len() == 1 {
-                vec![rx[0].to_path_buf()]
+            if rx.len() == 1 {
+                args.push(format!("rx_pcap={}", rx[0].display()));
             } else {
                 // No input: an empty file. Several inputs: merged by capture time into one, so
                 // that the appliance sees them in time order (as a checker replaying them does).
-                std::fs::create_dir_all(&tmp).map_err(|e| AppError::Other(format!("{}: {e}", tmp.display())))?;
-                let merged = tmp.join(format!("rx{i}.pcap"));
-                if rx.is_empty() {
-                    pcapfile::write_empty(&merged).map_err(AppError::Other)?;
-                } else {
-                    for f in &rx {
-                        pcapfile::count_records(f).map_err(|e| AppError::Other(format!("port {i} input: {e}")))?;
-                    }
-                    let parts: Vec<&Path> = rx.iter().map(|f| f.as_path()).collect();
-                    pcapfile::merge(&parts, &merged).map_err(AppError::Other)?;
-                }
-                vec![merged]
-            };
-            for f in &rx_files {
-                args.push(format!("rx_pcap={}", f.display()));
+                args.push(format!("rx_pcap={}", tmp.join(format!("rx{i}.pcap")).display()));
+                rx_merge = Some(rx.iter().map(|f| f.to_path_buf()).collect());
             }
-            let out = tx.first().map(|f| f.to_path_buf()).unwrap_or_else(|| PathBuf::from("/dev/null"));
             if tx.len() > 1 {
                 return Err(AppError::Usage(format!("--tx {i}=...: one output file per port")));
             }
-            let mut merge = None;
-            if workers > 1 && out != Path::new("/dev/null") {
-                // One tx queue per worker, one file per tx queue; merged by time at the end.
-                let parts: Vec<PathBuf> =
-                    (0..workers).map(|q| PathBuf::from(format!("{}.txq{q}", out.display()))).collect();
-                for p in &parts {
-                    args.push(format!("tx_pcap={}", p.display()));
-                }
-                merge = Some((parts, out));
-            } else {
-                // One tx queue per worker (here: one worker, or output to /dev/null).
-                for _ in 0..workers.max(1) {
-                    args.push(format!("tx_pcap={}", out.display()));
-                }
+            let out = tx.first().map(|f| f.to_path_buf()).unwrap_or_else(|| PathBuf::from("/dev/null"));
+            // One tx queue per worker (net_pcap: one per `tx_pcap`); each queue gets its own
+            // file, merged by time into `out` at the end (see `outputs`).
+            for _ in 0..workers.max(1) {
+                args.push(format!("tx_pcap={}", out.display()));
             }
-            (device, Some(args.join(",")), merge)
+            (device, Some(args.join(",")))
         } else {
-            (pc.device_name().to_string(), pc.vdev.clone(), None)
+            (pc.device_name().to_string(), pc.vdev.clone())
         };
         let mut plan = PortPlan {
             name,
@@ -342,9 +384,9 @@ fn plan_ports(loaded: &Loaded, opts: &Options, workers: usize) -> Result<Vec<Por
                 None => ["-a".into(), pc.pci.clone().unwrap_or_default()],
             },
             rx_files: Vec::new(),
+            rx_merge,
             infinite: false,
             live_rx: vdev.is_none(),
-            tx_merge: None,
             tx_files: Vec::new(),
         };
         if let Some(v) = &vdev {
@@ -372,71 +414,108 @@ fn plan_ports(loaded: &Loaded, opts: &Options, workers: usize) -> Result<Vec<Por
                 plan.infinite = true;
             }
         }
-        if !replay {
-            for f in &plan.rx_files {
-                sources.push((i, f.clone()));
-            }
-        }
-        plan.tx_merge = merge;
         plans.push(plan);
     }
-    check_outputs(&plans, &sources)?;
-    Ok(plans)
+    Ok((plans, sources))
 }
 
-/// Refuses outputs that would destroy an input or another output.
-fn check_outputs(plans: &[PortPlan], sources: &[(usize, PathBuf)]) -> Result<(), AppError> {
-    let outputs: Vec<(usize, &PathBuf)> = plans
-        .iter()
-        .enumerate()
-        .flat_map(|(i, p)| {
-            p.tx_merge.as_ref().map(|(_, out)| out).into_iter().chain(p.tx_files.iter()).map(move |f| (i, f))
-        })
-        .filter(|(_, f)| f.as_path() != Path::new("/dev/null"))
-        .collect();
-    let mut seen: Vec<(usize, PathBuf)> = Vec::new();
-    for (i, out) in outputs {
-        let id = file_identity(out);
-        if let Some((j, src)) = sources.iter().find(|(_, s)| file_identity(s) == id) {
-            return Err(AppError::Usage(format!(
-                "port {i} output {} is port {j}'s input {}: writing it would destroy the input",
-                out.display(),
-                src.display()
-            )));
+/// Stages every output file of the run (see [`crate::outputs`]): each net_pcap `tx_pcap` file
+/// (its tx queues then write temporary files, which the port's `--vdev` argument now names) and
+/// the stats JSON; then refuses outputs that would destroy an input (the config file, every
+/// `rx_pcap` and `--rx` file) or another output.
+fn stage_outputs(plans: &mut [PortPlan], sources: &[(usize, PathBuf)], opts: &Options) -> Result<Staged, AppError> {
+    let mut staged = Staged::new();
+    for (i, p) in plans.iter_mut().enumerate() {
+        // The queues writing each destination (a destination named several times is merged).
+        let mut dests: Vec<Destination> = Vec::new();
+        for (q, f) in p.tx_files.iter().enumerate() {
+            if outputs::is_special(f) {
+                continue; // /dev/null, a device, a FIFO: written as named
+            }
+            let id = outputs::identity(f);
+            match dests.iter_mut().find(|(d, _, _)| *d == id) {
+                Some((_, _, queues)) => queues.push((i, q as u16)),
+                None => dests.push((id, f.clone(), vec![(i, q as u16)])),
+            }
         }
-        if let Some((j, _)) = seen.iter().find(|(j, other)| *other == id && *j != i) {
-            return Err(AppError::Usage(format!(
-                "port {i} output {} is also port {j}'s output: each port needs its own file",
-                out.display()
-            )));
+        let mut files: Vec<Option<PathBuf>> = vec![None; p.tx_files.len()];
+        for (_, f, queues) in &dests {
+            for ((_, q), part) in queues.iter().zip(staged.add_pcap(&format!("port {i} output"), f, queues)) {
+                files[usize::from(*q)] = Some(part);
+            }
         }
-        seen.push((i, id));
+        if dests.is_empty() {
+            continue;
+        }
+        // The vdev argument with each staged `tx_pcap` renamed.
+        let mut q = 0;
+        let args: Vec<String> = p.eal_args[1]
+            .split(',')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, _)) if k.trim() == "tx_pcap" => {
+                    q += 1;
+                    match &files[q - 1] {
+                        Some(part) => format!("{k}={}", part.display()),
+                        None => kv.to_string(),
+                    }
+                }
+                _ => kv.to_string(),
+            })
+            .collect();
+        p.eal_args[1] = args.join(",");
     }
-    Ok(())
+    if let Some(json) = &opts.stats_json {
+        staged.add_file(STATS_JSON, json);
+    }
+    let mut inputs = vec![Named::new("the config file", "the config file", &opts.config)];
+    for (j, f) in sources {
+        inputs.push(Named::new(format!("port {j}'s input"), format!("port {j}'s input"), f));
+    }
+    outputs::check(&inputs, &staged.files()).map_err(AppError::Usage)?;
+    Ok(staged)
 }
 
-/// A file's identity for comparing paths: the canonical path of the file, or of its directory
-/// joined with its name when the file does not exist yet.
-fn file_identity(f: &Path) -> PathBuf {
-    if let Ok(c) = std::fs::canonicalize(f) {
-        return c;
-    }
-    let dir = f.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    match (std::fs::canonicalize(dir), f.file_name()) {
-        (Ok(d), Some(n)) => d.join(n),
-        _ => f.to_path_buf(),
-    }
-}
+/// What [`Staged`] calls the stats JSON.
+const STATS_JSON: &str = "stats JSON";
 
-/// Checks inputs exist and creates the directories of outputs; returns the total input records
-/// (and read errors) of finite pcap inputs, or `None` if some input is live or infinite.
-fn prepare_files(plans: &[PortPlan], loaded: &Loaded, opts: &Options) -> Result<Option<pcapfile::Input>, AppError> {
+/// Reads every input (refusing one that cannot be read whole), merges the inputs of ports given
+/// several, and creates the directories of outputs; returns the total input records (and read
+/// errors) of finite pcap inputs, or `None` if some input is live or infinite.
+fn prepare_files(
+    plans: &[PortPlan],
+    loaded: &Loaded,
+    opts: &Options,
+    tmp: &TempDir,
+    staged: &mut Staged,
+) -> Result<Option<pcapfile::Input>, AppError> {
+    // Every input first, before anything is written.
+    let mut scanned: Vec<(&Path, pcapfile::Input)> = Vec::new();
+    for p in plans {
+        for f in p.rx_merge.iter().flatten().chain(p.rx_files.iter().filter(|_| p.rx_merge.is_none())) {
+            let n = pcapfile::scan(f).map_err(|e| AppError::Other(format!("port {} input: {e}", p.name)))?;
+            scanned.push((f, n));
+        }
+    }
+    for p in plans {
+        if let Some(parts) = &p.rx_merge {
+            tmp.create()?;
+            if parts.is_empty() {
+                pcapfile::write_empty(&p.rx_files[0]).map_err(AppError::Other)?;
+            } else {
+                let parts: Vec<&Path> = parts.iter().map(|f| f.as_path()).collect();
+                pcapfile::merge(&parts, &p.rx_files[0]).map_err(AppError::Other)?;
+            }
+        }
+    }
     let mut total = pcapfile::Input::default();
     let mut finite = true;
     let mut preload = 0u64;
     for p in plans {
         for f in &p.rx_files {
-            let n = pcapfile::scan(f).map_err(|e| AppError::Other(format!("port {} input: {e}", p.name)))?;
+            let n = match scanned.iter().find(|(g, _)| *g == f.as_path()) {
+                Some((_, n)) if p.rx_merge.is_none() => *n,
+                _ => pcapfile::scan(f).map_err(|e| AppError::Other(format!("port {} input: {e}", p.name)))?,
+            };
             if p.infinite {
                 preload += n.records;
             } else {
@@ -446,12 +525,6 @@ fn prepare_files(plans: &[PortPlan], loaded: &Loaded, opts: &Options) -> Result<
         }
         if p.infinite || p.live_rx {
             finite = false;
-        }
-        for f in &p.tx_files {
-            if let Some(dir) = f.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| AppError::Other(format!("port {} output {}: {e}", p.name, f.display())))?;
-            }
         }
     }
     let mbufs = loaded.config.mempool.mbufs as u64;
@@ -467,6 +540,7 @@ fn prepare_files(plans: &[PortPlan], loaded: &Loaded, opts: &Options) -> Result<
         )
         .into());
     }
+    staged.create_dirs().map_err(AppError::Other)?;
     Ok(if finite { Some(total) } else { None })
 }
 
@@ -475,8 +549,13 @@ pub fn run(opts: &Options) -> Result<Summary, AppError> {
     let loaded = config::load(&opts.config)?;
     let lcores = loaded.lcores();
     let workers_n = lcores.len();
-    let plans = plan_ports(&loaded, opts, workers_n)?;
-    let expected = prepare_files(&plans, &loaded, opts)?;
+    // Guards: on every way out from here the run's temporary directory and files go (locals
+    // drop in reverse order: EAL is cleaned up first, then these).
+    let tmp = TempDir::new();
+    let (mut plans, sources) = plan_ports(&loaded, opts, workers_n, &tmp.path)?;
+    let mut staged = stage_outputs(&mut plans, &sources, opts)?;
+    let expected = prepare_files(&plans, &loaded, opts, &tmp, &mut staged)?;
+    stop_requested()?;
 
     let mut args = vec!["dpu".to_string()];
     args.extend(loaded.config.eal.args.iter().cloned());
@@ -501,10 +580,23 @@ pub fn run(opts: &Options) -> Result<Summary, AppError> {
             ))
         }
     })?;
-    let result = run_with_eal(&eal, &loaded, opts, &plans, expected);
+    let summary = run_with_eal(&eal, &loaded, opts, &plans, expected, &mut staged)?;
     drop(eal);
-    let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("dpu-{}", std::process::id())));
-    result
+    if opts.stats_json.is_some() {
+        let json = serde_json::to_string_pretty(&summary).expect("stats serialise");
+        staged.write_file(STATS_JSON, json.as_bytes()).map_err(AppError::Other)?;
+    }
+    staged.commit().map_err(AppError::Other)?;
+    Ok(summary)
+}
+
+/// Refuses to start the ports after SIGINT or SIGTERM arrived during start-up (the signal
+/// handler only asks the workers to stop).
+fn stop_requested() -> Result<(), AppError> {
+    if worker::quitting() {
+        return Err(AppError::Other("stopped by SIGINT or SIGTERM before the ports started: nothing written".into()));
+    }
+    Ok(())
 }
 
 fn run_with_eal(
@@ -513,6 +605,7 @@ fn run_with_eal(
     opts: &Options,
     plans: &[PortPlan],
     expected: Option<pcapfile::Input>,
+    staged: &mut Staged,
 ) -> Result<Summary, AppError> {
     dpdk::mbuf::register_rx_timestamp()?;
     let cfg = &loaded.config;
@@ -602,7 +695,7 @@ fn run_with_eal(
     let hz = dpdk::tsc_hz();
     let drain_tsc = hz / 1_000_000 * cfg.dataplane.tx_drain_us.max(1);
     let results: Vec<Arc<Mutex<Option<Datapath>>>> = lcores.iter().map(|_| Arc::new(Mutex::new(None))).collect();
-    worker::QUIT.store(false, std::sync::atomic::Ordering::Relaxed);
+    stop_requested()?;
     worker::STOPPED_RX.store(0, std::sync::atomic::Ordering::SeqCst);
     let rings: Vec<crate::dpdk::ring::Ring> = if with_rings {
         (0..lcores.len())
@@ -727,22 +820,20 @@ fn run_with_eal(
     let ethdev: Vec<PortStats> = ports.iter().map(|p| p.stats()).collect();
     let xstats: Vec<Vec<(String, u64)>> =
         ports.iter().map(|p| p.xstats().into_iter().filter(|(_, v)| *v != 0).collect()).collect();
+    for (i, p) in ports.iter().enumerate() {
+        for q in 0..lcores.len() as u16 {
+            staged.set_sent(i, q, p.tx_queue_stats(q));
+        }
+    }
     for p in ports.iter_mut() {
         p.stop()?;
     }
     drop(ports); // rte_eth_dev_close: frees the rx rings' mbufs
-    for p in plans {
-        if let Some((parts, out)) = &p.tx_merge {
-            let refs: Vec<&Path> = parts.iter().map(|p| p.as_path()).collect();
-            pcapfile::merge(&refs, out).map_err(AppError::Other)?;
-            for part in parts {
-                let _ = std::fs::remove_file(part);
-            }
-        }
-    }
     if !panics.is_empty() {
         return Err(AppError::Other(panics.join("; ")));
     }
+    // net_pcap closed its files: each must hold what its tx queue sent.
+    staged.finish_pcaps().map_err(AppError::Other)?;
     let (drops, losses) = drops_and_losses(&total, &ethdev);
     let summary = Summary {
         ports: plans

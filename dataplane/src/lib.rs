@@ -20,6 +20,7 @@ pub mod buf;
 pub mod config;
 pub mod datapath;
 pub mod neighbor;
+pub mod outputs;
 pub mod parse;
 pub mod pcapfile;
 pub mod prefetch;

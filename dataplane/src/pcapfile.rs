@@ -17,11 +17,19 @@
 //!
 //! The snapshot length is the header's, or the link type's maximum when the header says 0 or
 //! more than `i32::MAX`, plus 14 for Kuznetzov Ethernet files. libpcap also reads pcapng files.
+//!
+//! A read error with more bytes of the file after it (a damaged record header in the middle of
+//! a file) is refused here: what libpcap makes of the bytes that follow is not what was written
+//! (see [`scan`]). Only a last record cut short by the end of the file is an error that is
+//! counted and passed.
+//!
+//! Files are written with [`Writer`], which checks every write (libpcap's `pcap_dump` goes
+//! through stdio and reports none) and syncs the file to disk at the end.
 
-use pcap::{Capture, Linktype, Offline, Precision};
+use pcap::{Capture, Offline, Precision};
 use std::fs::File;
-use std::io::Read;
-use std::path::Path;
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
 
 /// The first bytes of a nanosecond pcap file, little and big endian (libpcap reports only the
 /// precision it was asked for, not the file's).
@@ -30,6 +38,23 @@ const MAGIC_NS: [[u8; 4]; 2] = [[0x4d, 0x3c, 0xb2, 0xa1], [0xa1, 0xb2, 0x3c, 0x4
 extern "C" {
     /// libpcap's `pcap_snapshot` (not wrapped by the crate): the snapshot length of a handle.
     fn pcap_snapshot(p: *mut std::ffi::c_void) -> std::ffi::c_int;
+    /// libpcap's `pcap_file`: the stdio stream a savefile handle reads (NULL for live handles).
+    fn pcap_file(p: *mut std::ffi::c_void) -> *mut std::ffi::c_void;
+    /// C's `ftell`: the position of a stdio stream, in bytes from the start of the file.
+    fn ftell(stream: *mut std::ffi::c_void) -> std::ffi::c_long;
+}
+
+/// Where libpcap is in the file of `cap` (bytes from the start), if it can tell.
+fn position(cap: &Capture<Offline>) -> Option<u64> {
+    // SAFETY: `as_ptr` is the handle `cap` owns, open while `cap` lives; `pcap_file` reads a
+    // field of it.
+    let f = unsafe { pcap_file(cap.as_ptr().cast()) };
+    if f.is_null() {
+        return None;
+    }
+    // SAFETY: `f` is the open stream of the savefile `cap` owns.
+    let pos = unsafe { ftell(f) };
+    u64::try_from(pos).ok()
 }
 
 /// The snapshot length libpcap uses for a file: no record is delivered longer.
@@ -71,32 +96,91 @@ fn nanos(path: &Path) -> Result<bool, String> {
 }
 
 /// Reads every record of `cap` with `pcap_next_ex`, handing each to `record`; returns the
-/// errors (`PCAP_ERROR`: a damaged or cut-short record) passed on the way, as net_pcap does.
+/// errors (`PCAP_ERROR`: a record cut short by the end of the file) passed on the way, as
+/// net_pcap does.
 ///
 /// Errors: a read error of the file itself, which libpcap reports as "error reading dump file"
-/// (after one, it would report an error at every later call instead of the end).
+/// (after one, it would report an error at every later call instead of the end); a record
+/// libpcap cannot read with more bytes of the file after it (a damaged record header: libpcap
+/// goes on reading the bytes after the header as if they were the next record, so the rest of
+/// the file is not read as written). The message names the file, the record (from 1) and the
+/// byte offset of its header.
 fn read_all(path: &Path, cap: &mut Capture<Offline>, mut record: impl FnMut(pcap::Packet<'_>)) -> Result<u64, String> {
+    let file_len = std::fs::metadata(path).map(|m| m.len()).ok();
     let mut errors = 0;
+    let mut n = 0u64;
     loop {
+        n += 1;
         match cap.next_packet() {
             Ok(p) => record(p),
             Err(pcap::Error::NoMorePackets) => return Ok(errors),
-            Err(pcap::Error::PcapError(e)) if !e.starts_with("error reading dump file") => errors += 1,
+            Err(pcap::Error::PcapError(e)) if !e.starts_with("error reading dump file") => {
+                errors += 1;
+                if let (Some(end), Some(len)) = (position(cap), file_len) {
+                    if end < len {
+                        let at = record_offset(path, n).map(|s| format!(" at byte offset {s}")).unwrap_or_default();
+                        return Err(format!(
+                            "{}: record {n}{at} cannot be read ({e}), and {} more bytes of the file follow it: \
+                             the rest of the file cannot be read as written",
+                            path.display(),
+                            len - end
+                        ));
+                    }
+                }
+            }
             Err(e) => return Err(format!("{}: cannot read: {e}", path.display())),
         }
     }
 }
 
+/// Where record `n` (from 1) of a pcap file starts, in bytes from the start of the file: read
+/// again up to it (`ftell` costs a system call, so only a failure asks).
+fn record_offset(path: &Path, n: u64) -> Option<u64> {
+    let mut cap = open(path, Precision::Micro).ok()?;
+    for _ in 1..n {
+        if let Err(pcap::Error::NoMorePackets) = cap.next_packet() {
+            return None;
+        }
+    }
+    position(&cap)
+}
+
 /// Reads a pcap file with libpcap, as net_pcap will: counts the records it delivers and the
-/// errors it reports.
+/// errors it reports (at most one: a last record cut short by the end of the file).
 ///
-/// Errors: the file cannot be opened or read, or is not a file libpcap reads (the message
-/// names the file).
+/// Errors: the file cannot be opened or read, is not a file libpcap reads, or has a record
+/// libpcap cannot read before its end (the message names the file, the record and its byte
+/// offset: see [`read_all`]).
 pub fn scan(path: &Path) -> Result<Input, String> {
     let mut cap = open(path, Precision::Micro)?;
     let mut records = 0;
     let errors = read_all(path, &mut cap, |_| records += 1)?;
     Ok(Input { records, errors })
+}
+
+/// What a pcap file holds: records, their captured bytes, and read errors ([`scan`]'s, with the
+/// bytes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Contents {
+    /// Records libpcap delivers.
+    pub records: u64,
+    /// Their captured bytes (`caplen`), summed.
+    pub bytes: u64,
+    /// Read errors: 1 when the last record is cut short by the end of the file, else 0.
+    pub errors: u64,
+}
+
+/// Reads a pcap file with libpcap: its records, their captured bytes and its read errors.
+///
+/// Errors: as [`scan`].
+pub fn contents(path: &Path) -> Result<Contents, String> {
+    let mut cap = open(path, Precision::Micro)?;
+    let (mut records, mut bytes) = (0, 0);
+    let errors = read_all(path, &mut cap, |p| {
+        records += 1;
+        bytes += u64::from(p.header.caplen);
+    })?;
+    Ok(Contents { records, bytes, errors })
 }
 
 /// Counts the records of a pcap file that libpcap (and so net_pcap) will deliver ([`scan`]'s
@@ -105,12 +189,72 @@ pub fn count_records(path: &Path) -> Result<u64, String> {
     scan(path).map(|i| i.records)
 }
 
+/// The classic pcap magic (microsecond timestamps), as written in the file header.
+const MAGIC_MICROS: u32 = 0xa1b2_c3d4;
+/// The nanosecond-timestamp pcap magic.
+const MAGIC_NANOS: u32 = 0xa1b2_3c4d;
+/// `LINKTYPE_ETHERNET`.
+const LINKTYPE_ETHERNET: u32 = 1;
+
+/// A classic pcap file (version 2.4, little endian) written with every write checked, then
+/// flushed and synced to disk by [`Writer::finish`].
+///
+/// Errors of every method name the file and the OS error (such as "No space left on device
+/// (os error 28)").
+#[derive(Debug)]
+pub struct Writer {
+    out: BufWriter<File>,
+    path: PathBuf,
+}
+
+impl Writer {
+    /// Creates (or truncates) `path` and writes the file header: link type `linktype` (a
+    /// `LINKTYPE_*` value), snapshot length `snaplen` (bytes), timestamps in nanoseconds if
+    /// `nanos`, else microseconds.
+    pub fn create(path: &Path, linktype: u32, snaplen: u32, nanos: bool) -> Result<Writer, String> {
+        let f = File::create(path).map_err(|e| format!("{}: cannot create: {e}", path.display()))?;
+        let mut w = Writer { out: BufWriter::with_capacity(1 << 16, f), path: path.to_path_buf() };
+        let magic = if nanos { MAGIC_NANOS } else { MAGIC_MICROS };
+        let mut h = Vec::with_capacity(24);
+        h.extend_from_slice(&magic.to_le_bytes());
+        h.extend_from_slice(&2u16.to_le_bytes());
+        h.extend_from_slice(&4u16.to_le_bytes());
+        h.extend_from_slice(&0i32.to_le_bytes()); // thiszone
+        h.extend_from_slice(&0u32.to_le_bytes()); // sigfigs
+        h.extend_from_slice(&snaplen.to_le_bytes());
+        h.extend_from_slice(&linktype.to_le_bytes());
+        w.put(&h)?;
+        Ok(w)
+    }
+
+    fn put(&mut self, bytes: &[u8]) -> Result<(), String> {
+        self.out.write_all(bytes).map_err(|e| format!("{}: cannot write: {e}", self.path.display()))
+    }
+
+    /// Writes one record: capture time `secs` and `frac` (µs or ns, as the file counts), the
+    /// captured bytes `data` (its caplen) of a frame of `len` bytes on the wire.
+    pub fn record(&mut self, secs: u32, frac: u32, len: u32, data: &[u8]) -> Result<(), String> {
+        let mut h = [0u8; 16];
+        h[0..4].copy_from_slice(&secs.to_le_bytes());
+        h[4..8].copy_from_slice(&frac.to_le_bytes());
+        h[8..12].copy_from_slice(&(data.len() as u32).to_le_bytes());
+        h[12..16].copy_from_slice(&len.to_le_bytes());
+        self.put(&h)?;
+        self.put(data)
+    }
+
+    /// Flushes the buffer and syncs the file to disk (`fsync`): only then is it complete.
+    pub fn finish(self) -> Result<(), String> {
+        let path = self.path;
+        let f = self.out.into_inner().map_err(|e| format!("{}: cannot write: {}", path.display(), e.error()))?;
+        f.sync_all().map_err(|e| format!("{}: cannot write: {e}", path.display()))
+    }
+}
+
 /// Writes an empty pcap file (Ethernet link type, snapshot length 65535, microseconds): an
 /// input with no packets.
 pub fn write_empty(path: &Path) -> Result<(), String> {
-    let dead = Capture::dead(Linktype::ETHERNET).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut w = dead.savefile(name(path)?).map_err(|e| format!("{}: cannot create: {e}", path.display()))?;
-    w.flush().map_err(|e| format!("{}: cannot write: {e}", path.display()))
+    Writer::create(path, LINKTYPE_ETHERNET, 65535, false)?.finish()
 }
 
 /// Merges pcap files `parts` into `out`, ordered by timestamp (stable: ties keep the order of
@@ -119,10 +263,13 @@ pub fn write_empty(path: &Path) -> Result<(), String> {
 ///
 /// Each part contributes the records libpcap delivers from it (its errors are left out), with
 /// their captured bytes, original length and capture time. The output is a classic pcap file
-/// written by libpcap (`pcap_dump`) with the snapshot length and link type of the part whose
-/// snapshot length is the largest (so no record is cut again), and the parts' timestamp
-/// resolution, or nanoseconds when they differ (a microsecond time then keeps its value, and so
-/// the microseconds net_pcap stamps). Returns the records written.
+/// written by [`Writer`] (every write checked, synced at the end) with the snapshot length and
+/// link type of the part whose snapshot length is the largest (so no record is cut again), and
+/// the parts' timestamp resolution, or nanoseconds when they differ (a microsecond time then
+/// keeps its value, and so the microseconds net_pcap stamps). Returns the records written.
+///
+/// Errors: a part that cannot be read ([`scan`]'s errors), or a write to `out` that fails (the
+/// message names `out` and the OS error).
 pub fn merge(parts: &[&Path], out: &Path) -> Result<u64, String> {
     let mut nanosecond = false;
     for p in parts {
@@ -130,27 +277,23 @@ pub fn merge(parts: &[&Path], out: &Path) -> Result<u64, String> {
     }
     let precision = if nanosecond { Precision::Nano } else { Precision::Micro };
     let mut all = Vec::new();
-    let mut widest: Option<(u32, Capture<Offline>)> = None;
+    let mut widest: Option<(u32, u32)> = None;
     for p in parts {
         let mut cap = open(p, precision)?;
         read_all(p, &mut cap, |r| all.push((*r.header, r.data.to_vec())))?;
         let snap = snapshot(&cap);
-        if widest.as_ref().is_none_or(|(s, _)| snap > *s) {
-            widest = Some((snap, cap));
+        if widest.is_none_or(|(s, _)| snap > s) {
+            widest = Some((snap, cap.get_datalink().0 as u32));
         }
     }
     // Stable. Seconds as the file holds them: libpcap reads them signed.
     all.sort_by_key(|(h, _)| (h.ts.tv_sec as u32, h.ts.tv_usec));
-    let out_name = name(out)?;
-    let w = match &widest {
-        Some((_, cap)) => cap.savefile(out_name),
-        None => Capture::dead(Linktype::ETHERNET).and_then(|d| d.savefile(out_name)),
-    };
-    let mut w = w.map_err(|e| format!("{}: cannot create: {e}", out.display()))?;
+    let (snaplen, linktype) = widest.unwrap_or((65535, LINKTYPE_ETHERNET));
+    let mut w = Writer::create(out, linktype, snaplen, nanosecond)?;
     for (h, data) in &all {
-        w.write(&pcap::Packet::new(h, data));
+        w.record(h.ts.tv_sec as u32, h.ts.tv_usec as u32, h.len, data)?;
     }
-    w.flush().map_err(|e| format!("{}: cannot write: {e}", out.display()))?;
+    w.finish()?;
     Ok(all.len() as u64)
 }
 
@@ -357,7 +500,15 @@ mod tests {
         assert_eq!(got[1], None);
         assert_eq!(got[2].as_ref().unwrap().0, 70_000, "snaplen 0 reads as 262144: 70000 bytes fit");
         assert_eq!(got[3], Some((5, 5, frame(5, 2))));
-        assert_eq!(scan_bytes(&b.bytes), Input { records: 3, errors: 1 });
+        // What libpcap reads after the damaged header is not what was written (here it
+        // happens to be the next record; usually it is data read as a header): refused, naming
+        // the record and the offset of its header (24 + 16 + 10).
+        let e = try_scan(&b.bytes).unwrap_err();
+        assert!(e.contains("f.pcap: record 2 at byte offset 50 cannot be read"), "{e}");
+        assert!(e.contains(&format!("{} more bytes of the file follow it", 16 + 70_000 + 16 + 5)), "{e}");
+        // The same header at the very end of the file: nothing follows, an error counted.
+        let last = Built::le(0).rec(10, &frame(10, 0)).record(1, 0, 262_145, 262_145, &[]);
+        assert_eq!(scan_bytes(&last.bytes), Input { records: 1, errors: 1 });
         // The header says more than i32::MAX: the maximum too.
         assert_eq!(Built::le(0x9000_0000).snapshot(), 262_144);
     }
@@ -474,6 +625,23 @@ mod tests {
         let mut got = Vec::new();
         assert_eq!(read_all(&out, &mut r, |p| got.push((p.header.ts.tv_sec, p.header.ts.tv_usec))), Ok(0));
         assert_eq!(got, vec![(1, 5_000), (1, 5_000), (3, 0)]);
+    }
+
+    #[test]
+    fn a_write_that_fails_is_an_error_naming_the_file_and_the_os_error() {
+        // /dev/full refuses every write with ENOSPC, as a full disk does.
+        let dir = Dir::new();
+        let a = dir.0.join("a.pcap");
+        write(&a, &[(1, &[1; 100]), (2, &[2; 100])]);
+        let full = Path::new("/dev/full");
+        for e in [merge(&[&a], full).unwrap_err(), write_empty(full).unwrap_err()] {
+            assert!(e.contains("/dev/full: cannot write: No space left on device"), "{e}");
+        }
+        // A record's write fails once the buffer passes on to the file.
+        let mut w = Writer::create(full, LINKTYPE_ETHERNET, 65535, false).unwrap();
+        let big = vec![0u8; 1 << 17];
+        let e = w.record(1, 0, big.len() as u32, &big).unwrap_err();
+        assert!(e.contains("No space left on device"), "{e}");
     }
 
     #[test]

@@ -6,8 +6,10 @@
 //! dpu -c CONF --duration 10 -- --lcores 0@0,1@1         extra EAL arguments after `--`
 //! ```
 //! Exit status: 0 on success, 1 when the appliance cannot run (DPDK, ports, inputs, a worker's
-//! panic) or a finite replay ended short or lost packets for lack of resources, 2 for a bad
-//! configuration or command line.
+//! panic, an output that cannot be written whole) or a finite replay ended short or lost packets
+//! for lack of resources, 2 for a bad configuration or command line. Every way out returns from
+//! `main` (no `process::exit` after start-up), so the run's guards remove its temporary
+//! directory and files.
 
 use clap::Parser;
 use dataplane::app::{self, AppError, Options};
@@ -73,21 +75,15 @@ fn main() -> ExitCode {
         rx: cli.rx,
         tx: cli.tx,
         duration: cli.duration.map(Duration::from_secs_f64),
-        stats_json: cli.stats_json.clone(),
+        stats_json: cli.stats_json,
         eal_extra: cli.eal,
         quiet: cli.quiet,
     };
     match app::run(&opts) {
         Ok(summary) => {
+            // The outputs and the stats JSON are in place (written, verified, synced, renamed).
             if !opts.quiet {
                 print!("{}", summary.report());
-            }
-            if let Some(path) = &cli.stats_json {
-                let json = serde_json::to_string_pretty(&summary).expect("stats serialise");
-                if let Err(e) = std::fs::write(path, json) {
-                    eprintln!("dpu: cannot write {}: {e}", path.display());
-                    return ExitCode::from(1);
-                }
             }
             if let Some(why) = summary.failure() {
                 eprintln!("dpu: error: {why}");

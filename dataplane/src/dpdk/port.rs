@@ -191,6 +191,19 @@ impl Port {
         stats_of(self.id)
     }
 
+    /// Packets and bytes tx queue `queue` sent (`rte_eth_stats_get`'s `q_opackets` and
+    /// `q_obytes`); `None` for queues from `RTE_ETHDEV_QUEUE_STAT_CNTRS` (16) on, which those
+    /// arrays do not reach, or when the PMD cannot tell. net_pcap counts what it handed to
+    /// `pcap_dump` for the queue's file.
+    pub fn tx_queue_stats(&self, queue: u16) -> Option<(u64, u64)> {
+        // SAFETY: zeroed out-parameter.
+        let mut s: dpdk_sys::rte_eth_stats = unsafe { std::mem::zeroed() };
+        // SAFETY: valid out-parameter.
+        let ret = unsafe { dpdk_sys::rte_eth_stats_get(self.id, &mut s) };
+        let q = usize::from(queue);
+        (ret == 0 && q < s.q_opackets.len()).then(|| (s.q_opackets[q], s.q_obytes[q]))
+    }
+
     /// The port's extended counters (`rte_eth_xstats_get`), by name.
     pub fn xstats(&self) -> Vec<(String, u64)> {
         // SAFETY: NULL/0 asks for the count.
