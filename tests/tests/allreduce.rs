@@ -28,9 +28,8 @@ fn workload(name: &str, args: &[&str]) -> Value {
     let s = replay_and_check(&dir, &dir.join("appliance.toml"), &[dir.join("input.pcap")]);
     let expected: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
     let results = s["aggregation"]["results"].as_u64().unwrap() + s["aggregation"]["resends"].as_u64().unwrap();
-    if let Some(due) = expected["result_packets"].as_u64() {
-        assert_eq!(results, due, "{name}: RESULT packets sent vs due");
-    }
+    let due = expected["counts"]["result_packets"].as_u64().expect("expected.json: counts.result_packets");
+    assert_eq!(results, due, "{name}: RESULT packets sent vs due");
     s
 }
 
