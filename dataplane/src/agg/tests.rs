@@ -818,3 +818,5 @@ fn completed_results_keep_sums_for_their_frames_pad() {
         }
     }
 }
+
+mod probe;
