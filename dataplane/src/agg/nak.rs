@@ -92,10 +92,10 @@ impl Members {
         Members { table, mask: cap - 1, last: (0..distinct.len()).map(|_| AtomicU64::new(0)).collect() }
     }
 
-    /// The word of member source `s`, if it is one.
+    /// The word of member source `s` (whose [`hash`] is `h`), if it is one.
     #[inline]
-    fn word(&self, s: &Source) -> Option<&AtomicU64> {
-        let mut at = hash(s) & self.mask;
+    fn word(&self, s: &Source, h: usize) -> Option<&AtomicU64> {
+        let mut at = h & self.mask;
         loop {
             let (k, i) = &self.table[at];
             if *i == EMPTY {
@@ -128,10 +128,6 @@ fn hash(k: &Source) -> usize {
         h = (h ^ *b as u64).wrapping_mul(0x100_0000_01b3);
     }
     h as usize
-}
-
-fn bucket_of(k: &Source) -> usize {
-    hash(k) % BUCKETS
 }
 
 /// Grants a NAK at `now_us` if `word`'s last one is at least [`NAK_INTERVAL_US`] old, by
@@ -172,7 +168,7 @@ impl SharedNakLimiter {
 
     /// True if `src` is a configured member's source.
     pub fn is_member(&self, src: &Source) -> bool {
-        self.members.get().is_some_and(|m| m.word(src).is_some())
+        self.members.get().is_some_and(|m| m.word(src, hash(src)).is_some())
     }
 
     /// True if a NAK may go to `src` at `now_us` (µs, the appliance's clock); records it. A
@@ -181,9 +177,10 @@ impl SharedNakLimiter {
     /// counts as within the interval: suppressed, never an extra NAK.
     #[inline]
     pub fn allow(&self, src: Source, now_us: u64) -> bool {
-        match self.members.get().and_then(|m| m.word(&src)) {
+        let h = hash(&src);
+        match self.members.get().and_then(|m| m.word(&src, h)) {
             Some(w) => grant(w, now_us),
-            None => grant(&self.buckets[bucket_of(&src)], now_us),
+            None => grant(&self.buckets[h % BUCKETS], now_us),
         }
     }
 }
