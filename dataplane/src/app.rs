@@ -1006,8 +1006,8 @@ impl Summary {
             let a = &self.aggregation;
             let _ = writeln!(
                 s,
-                "aggregation: {} contributions folded, {} rounds completed, {} results sent, {} resends, {} NAKs ({} suppressed), {} slot timeouts",
-                a.folded, a.completed, a.results, a.resends, a.naks, a.naks_suppressed, a.slot_timeouts
+                "aggregation: {} contributions folded, {} rounds completed, {} results sent, {} resends, {} NAKs ({} suppressed), {} slot timeouts, {} probes ({} statuses sent)",
+                a.folded, a.completed, a.results, a.resends, a.naks, a.naks_suppressed, a.slot_timeouts, a.probes, a.statuses
             );
             if self.workers > 1 {
                 let _ = writeln!(

@@ -3,7 +3,7 @@
 //! over from input to input: rounds, resends, timeouts, NAK rate limits).
 //!
 //! Invariants: nothing panics; every frame the appliance sends parses with valid checksums and
-//! ICRC and is a RESULT or a NAK; a contribution makes at most one packet per member (plus one
+//! ICRC and is a RESULT, a NAK or a STATUS (the answer to a PROBE); a contribution makes at most one packet per member (plus one
 //! NAK); the counters add up.
 #![no_main]
 
@@ -154,11 +154,17 @@ fuzz_target!(|data: &[u8]| {
             let p = parse(f, 49374).unwrap_or_else(|e| panic!("the appliance sent a frame that does not parse: {e}"));
             let at = if p.has(Layers::GRADIENT) { p.grad_offset as usize } else { p.l4_offset as usize + 8 };
             let g = GradientHeader::new_checked(&f[at..]).expect("a gradient header");
-            assert!(g.flags() == Flags::RESULT || g.flags() == Flags::NAK, "flags {:#x}", g.flags());
+            let status = Flags::RESULT | Flags::PROBE;
+            assert!([Flags::RESULT, Flags::NAK, status].contains(&g.flags()), "flags {:#x}", g.flags());
             assert_eq!(g.worker_rank(), 0xffff);
             if g.flags() == Flags::NAK {
                 assert_eq!(g.data_length(), 0);
                 assert!((1..=7).contains(&g.reason()));
+            }
+            if g.flags() == status {
+                // Section 7: one STATUS, to the prober, a slot state 0-3.
+                assert_eq!(io.sent.len(), 1);
+                assert!(g.reason() <= 3);
             }
         }
     });

@@ -165,6 +165,17 @@ impl Coll {
     }
 }
 
+impl Coll {
+    /// A PROBE (spec section 7) from rank `k` for the chunk at `offset`: flags PROBE, round 0,
+    /// ceil(n / 8) zero bytes of payload; `tweak` may change anything.
+    pub fn probe(&self, k: usize, offset: u32, tweak: impl Fn(&mut FrameSpec)) -> Vec<u8> {
+        self.frame(k, offset, 0, &vec![0; self.n.div_ceil(8)], |s| {
+            s.header.flags = 0x8;
+            tweak(s);
+        })
+    }
+}
+
 /// f32 lanes, little-endian.
 pub fn f32s(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()

@@ -6,7 +6,8 @@
 //! - [`slot`]: rules 1-4 and 8 on one slot's state;
 //! - [`kernels`]: the arithmetic of rule 6 (SIMD, runtime dispatch), and rule 7's rank order;
 //! - this module: validation (rule 5), folding, completion and replication of results (rule 2,
-//!   section 6), resends (rule 3) and NAKs (section 5, rate-limited by [`nak`]).
+//!   section 6), resends (rule 3), NAKs (section 5, rate-limited by [`nak`]) and the STATUS
+//!   answers to PROBEs (section 7).
 //!
 //! All slot memory is allocated when the aggregator is built; the per-packet path allocates
 //! nothing (it takes mbufs from the pool for results and NAKs).
@@ -21,9 +22,9 @@ use crate::buf::{PacketBuf, PacketIo};
 use crate::parse::{Layers, Parsed};
 use crate::stats::{Counters, Reason};
 use crate::wire::build::{self, FrameSpec, IpAddr, Roce, ROCEV2_PORT};
-use crate::wire::gradient::{Flags, GradientHeader, GradientRepr, RANK_NONE};
+use crate::wire::gradient::{probe_len, Flags, GradientHeader, GradientRepr, NakReason, RANK_NONE};
 use crate::wire::EthernetAddress;
-use config::{Carriage, Collective};
+use config::{Carriage, Collective, MAX_WORKERS};
 use kernels::{Dtype, Kernels, ReduceOp};
 use serde::Serialize;
 use slot::{Slot, Verdict};
@@ -61,6 +62,10 @@ pub struct AggCounters {
     pub payload_bytes: u64,
     /// Packets handed to the worker owning their collective (software steering).
     pub handed_off: u64,
+    /// Valid PROBEs received (section 7; refused ones are counted by their drop reason).
+    pub probes: u64,
+    /// STATUS packets sent in answer to PROBEs (section 7).
+    pub statuses: u64,
 }
 
 impl AggCounters {
@@ -75,6 +80,8 @@ impl AggCounters {
         self.slot_timeouts += o.slot_timeouts;
         self.payload_bytes += o.payload_bytes;
         self.handed_off += o.handed_off;
+        self.probes += o.probes;
+        self.statuses += o.statuses;
     }
 }
 
@@ -169,13 +176,15 @@ impl CollState {
     }
 }
 
-/// A contribution that passed validation (rule 5).
+/// A contribution, or a PROBE, that passed validation (rule 5; section 7 for a PROBE).
 #[derive(Debug, Clone, Copy)]
 struct Contribution {
     coll: usize,
     rank: usize,
     slot: usize,
     round: u32,
+    /// A PROBE (section 7): answered with a STATUS, never folded.
+    probe: bool,
 }
 
 /// One worker's aggregator: the collectives it owns and everything needed to answer.
@@ -224,6 +233,7 @@ impl Aggregator {
             index[c.id as usize] = i as u16 + 1;
         }
         let workers = workers.max(1);
+        let naks = std::sync::Arc::new(nak::SharedNakLimiter::with_members(member_sources(collectives)));
         Aggregator {
             colls: collectives
                 .iter()
@@ -249,14 +259,17 @@ impl Aggregator {
             gradient_udp_port,
             appliance_qpn,
             kernels: Kernels::detect(),
-            naks: nak::shared(),
+            naks,
             counters: AggCounters::default(),
         }
     }
 
     /// Shares `limiter` (one per appliance: every worker's aggregator gets the same) for the
-    /// per-source NAK limit instead of a limiter of its own.
+    /// per-source NAK limit instead of a limiter of its own. The members' sources of this
+    /// aggregator's collectives become the limiter's members if it has none yet (every worker
+    /// has the same collectives).
     pub fn with_nak_limiter(mut self, limiter: std::sync::Arc<nak::SharedNakLimiter>) -> Self {
+        limiter.learn_members(member_sources(self.colls.iter().map(|c| &c.spec)));
         self.naks = limiter;
         self
     }
@@ -320,6 +333,11 @@ impl Aggregator {
                 return;
             }
         };
+        if c.probe {
+            self.counters.probes += 1;
+            self.status(io, c, pkt, now_us, counters);
+            return;
+        }
         let st = &mut self.colls[c.coll];
         let n = st.spec.workers();
         let words = st.words;
@@ -336,7 +354,7 @@ impl Aggregator {
             }
             Verdict::Stale(expected) => {
                 counters.drop(Reason::GradStaleRound);
-                self.nak(io, in_port, frame, p, 7, Some(expected), now_us, counters);
+                self.nak(io, in_port, frame, p, NakReason::STALE_ROUND, Some(expected), now_us, counters);
             }
             Verdict::Duplicate => counters.drop(Reason::GradDuplicate),
             Verdict::Fold { first, last } => {
@@ -354,7 +372,9 @@ impl Aggregator {
         }
     }
 
-    /// Rule 5, in the spec's order. Err: the drop reason and the NAK reason (none for flags).
+    /// Rule 5, in the spec's order, for a contribution or a PROBE (section 7: its length is
+    /// exactly ceil(num_workers / 8) bytes, its offset one a contribution could carry). Err:
+    /// the drop reason and the NAK reason (none for flags).
     #[inline(always)]
     fn validate(&self, frame: &[u8], p: &Parsed) -> Result<Contribution, (Reason, Option<u8>)> {
         if !p.has(Layers::GRADIENT) {
@@ -368,24 +388,24 @@ impl Aggregator {
         }
         let idx = self.index[g.collective_id() as usize];
         if idx == 0 {
-            return Err((Reason::GradUnknownCollective, Some(1)));
+            return Err((Reason::GradUnknownCollective, Some(NakReason::UNKNOWN_COLLECTIVE)));
         }
         let coll = idx as usize - 1;
         let st = &self.colls[coll];
         let spec = &st.spec;
         if g.version() != 1 {
-            return Err((Reason::GradBadVersion, Some(2)));
+            return Err((Reason::GradBadVersion, Some(NakReason::BAD_VERSION)));
         }
         let carriage = if p.has(Layers::BTH) { Carriage::Rocev2 } else { Carriage::Udp };
         if ReduceOp::from_wire(g.op_type()) != Some(spec.op)
             || Dtype::from_wire(g.dtype()) != Some(spec.dtype)
             || carriage != spec.carriage
         {
-            return Err((Reason::GradMismatch, Some(3)));
+            return Err((Reason::GradMismatch, Some(NakReason::MISMATCH)));
         }
         let rank = g.worker_rank() as usize;
         if rank >= spec.workers() {
-            return Err((Reason::GradBadRank, Some(4)));
+            return Err((Reason::GradBadRank, Some(NakReason::BAD_RANK)));
         }
         let m = &spec.members[rank];
         let ip_ok = match m.ip {
@@ -397,24 +417,35 @@ impl Aggregator {
             Carriage::Rocev2 => p.deth_src_qp == m.qpn,
         };
         if !ip_ok || !port_ok {
-            return Err((Reason::GradNotMember, Some(5)));
+            return Err((Reason::GradNotMember, Some(NakReason::NOT_MEMBER)));
         }
-        // The dtype's size is a power of two: shifts and masks, no division.
+        const BAD: Option<u8> = Some(NakReason::BAD_LENGTH_OR_OFFSET);
         let dl = g.data_length() as u64;
         let present = p.grad_payload_len as u64;
+        let off = g.tensor_offset() as u64;
+        let (slot, within) = StrengthReducedU64::div_rem(off, st.chunk_div);
+        if g.flags() & Flags::PROBE != 0 {
+            // Section 7: as long as its answer; a chunk's offset (the chunk's length follows).
+            if dl != probe_len(spec.workers()) as u64 || dl > present || (carriage == Carriage::Udp && present != dl) {
+                return Err((Reason::GradBadLength, BAD));
+            }
+            if within != 0 || off >= spec.tensor_elements {
+                return Err((Reason::GradBadOffset, BAD));
+            }
+            return Ok(Contribution { coll, rank, slot: slot as usize, round: g.round(), probe: true });
+        }
+        // The dtype's size is a power of two: shifts and masks, no division.
         if dl & ((1 << st.size_log2) - 1) != 0 || dl > present || (carriage == Carriage::Udp && present != dl) {
-            return Err((Reason::GradBadLength, Some(6)));
+            return Err((Reason::GradBadLength, BAD));
         }
         let count = dl >> st.size_log2;
-        let off = g.tensor_offset() as u64;
         let chunk = spec.chunk_elements as u64;
         let last = off + count >= spec.tensor_elements;
-        let (slot, within) = StrengthReducedU64::div_rem(off, st.chunk_div);
         if count == 0 || within != 0 || off + count > spec.tensor_elements || count > chunk || (count < chunk && !last)
         {
-            return Err((Reason::GradBadOffset, Some(6)));
+            return Err((Reason::GradBadOffset, BAD));
         }
-        Ok(Contribution { coll, rank, slot: slot as usize, round: g.round() })
+        Ok(Contribution { coll, rank, slot: slot as usize, round: g.round(), probe: false })
     }
 
     /// Folds a contribution's lanes (rule 6); on the last one, writes the kept result.
@@ -555,6 +586,41 @@ impl Aggregator {
         }
     }
 
+    /// Answers a valid PROBE (section 7) with a STATUS to the prober: its slot's state (a round
+    /// in progress that timed out is reclaimed first, rule 8), the round the state's row says,
+    /// and the bitmap of the ranks whose contribution to the round in progress is in (bit k mod
+    /// 8 of byte k / 8; all zero without a round in progress). From the addresses of a result
+    /// (section 6) on the member's port, with its VLAN; on RoCEv2 to its QP with its Q_Key and
+    /// PSN 0, the member's PSN counter untouched. The probe's frame becomes the STATUS when it
+    /// has the room. The slot is read, never touched (rule 8's clock included).
+    fn status<I: PacketIo>(&mut self, io: &mut I, c: Contribution, pkt: I::Buf, now_us: u64, counters: &mut Counters) {
+        let st = &mut self.colls[c.coll];
+        if st.slots[c.slot].reclaim(now_us, st.spec.slot_timeout_us) {
+            self.counters.slot_timeouts += 1;
+        }
+        let slot = st.slots[c.slot];
+        let bm = &st.bitmaps[c.slot * st.words..(c.slot + 1) * st.words];
+        let seen = slot.active && bm[c.rank / 64] & (1 << (c.rank % 64)) != 0;
+        let (state, round) = slot.status(seen);
+        // Bit k mod 64 of word k / 64, little-endian, is bit k mod 8 of byte k / 8.
+        let mut bitmap = [0u8; MAX_WORKERS / 8];
+        if slot.active {
+            for (b, w) in bitmap.chunks_exact_mut(8).zip(bm) {
+                b.copy_from_slice(&w.to_le_bytes());
+            }
+        }
+        let len = probe_len(st.spec.workers());
+        let mut spec =
+            result_spec(&st.spec, &self.ports, self.gradient_udp_port, self.appliance_qpn, c.rank, c.slot, round, 0, 0);
+        spec.header.flags = Flags::RESULT | Flags::PROBE;
+        spec.header.reason = state;
+        spec.header.data_length = len as u32;
+        let port = st.spec.members[c.rank].port;
+        if send_frame(io, &mut Some(pkt), port, &spec, &bitmap[..len], None, counters) {
+            self.counters.statuses += 1;
+        }
+    }
+
     /// Sends a NAK (section 5) for the refused packet, rate-limited per source.
     #[allow(clippy::too_many_arguments)]
     fn nak<I: PacketIo>(
@@ -569,9 +635,7 @@ impl Aggregator {
         counters: &mut Counters,
     ) {
         let roce = p.has(Layers::BTH);
-        let mut key = [0u8; 16];
-        key[..p.ip_src().len()].copy_from_slice(p.ip_src());
-        let src: nak::Source = (key, if roce { p.deth_src_qp } else { p.udp_src as u32 });
+        let src = nak::source(p.ip_src(), if roce { p.deth_src_qp } else { p.udp_src as u32 }, roce);
         if !self.naks.allow(src, now_us) {
             self.counters.naks_suppressed += 1;
             return;
@@ -633,6 +697,23 @@ impl Aggregator {
             self.counters.naks += 1;
         }
     }
+}
+
+/// The sources of every member of `collectives` (their IP and UDP port, or IP and QP for
+/// RoCEv2): the NAK limiter's members (section 5).
+fn member_sources<'a>(
+    collectives: impl IntoIterator<Item = &'a Collective> + 'a,
+) -> impl Iterator<Item = nak::Source> + 'a {
+    collectives.into_iter().flat_map(|c| {
+        let roce = c.carriage == Carriage::Rocev2;
+        c.members.iter().map(move |m| {
+            let port_or_qp = if roce { m.qpn } else { m.udp_port as u32 };
+            match &m.ip {
+                IpAddr::V4(a) => nak::source(a, port_or_qp, roce),
+                IpAddr::V6(a) => nak::source(a, port_or_qp, roce),
+            }
+        })
+    })
 }
 
 /// The longest RESULT frame of `spec` (a full chunk, to the member whose headers are the

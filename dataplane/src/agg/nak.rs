@@ -1,67 +1,186 @@
 //! NAK rate limiting (spec section 5): at most one NAK per source per 100 ms, so that NAKs can
-//! never amplify traffic.
+//! never amplify traffic, and a budget of its own for every configured member's source, so that
+//! a flood of spoofed sources can never starve a member's NAKs.
 //!
 //! The limit is the appliance's, not a worker's: a source can be refused by every worker (an
 //! unknown collective on each worker's rx queues, collectives owned by different workers), so
-//! all workers consult one table ([`SharedNakLimiter`], behind an `Arc`). The table is
-//! lock-free: one 64-bit word per bucket holds the time of the bucket's last NAK, and a NAK is
-//! granted by a compare-and-swap of that word, so however many workers refuse one source at
-//! once, exactly one of them sends within an interval. Two sources that share a bucket share
-//! its interval: the second is suppressed (never more NAKs than the limit allows). No
-//! allocation, lock or syscall per packet.
+//! all workers consult one limiter ([`SharedNakLimiter`], behind an `Arc`). It is lock-free:
+//! one 64-bit word holds the time of a source's last NAK, and a NAK is granted by a
+//! compare-and-swap of that word, so however many workers refuse one source at once, exactly
+//! one of them sends within an interval. No allocation, lock or syscall per packet.
+//!
+//! Two kinds of words:
+//! - **Members.** Every source configured for a member of some collective (its IP and UDP port,
+//!   or IP and QP for RoCEv2) has a word of its own, found through a read-only open-addressing
+//!   table built at configuration. A packet from a member's source is charged there whatever it
+//!   was refused for (another collective, a bad offset, a stale round): the member gets one NAK
+//!   per 100 ms whatever else arrives.
+//! - **Strangers.** Every other source hashes into a fixed table of [`BUCKETS`] words (32 KiB):
+//!   two strangers that share a bucket share its interval, the second is suppressed. Strangers
+//!   therefore get at most [`BUCKETS`] NAKs per 100 ms between them, each at most one, in fixed
+//!   memory however many there are.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// The minimum interval between two NAKs to one source (µs).
 pub const NAK_INTERVAL_US: u64 = 100_000;
-/// Buckets of the table (32 KiB of words).
-const BUCKETS: usize = 4096;
+/// Buckets of the strangers' table (32 KiB of words): at most this many NAKs to sources that
+/// are no member's per [`NAK_INTERVAL_US`].
+pub const BUCKETS: usize = 4096;
 
-/// A NAK's destination: IP address (IPv4 in the first 4 bytes) and UDP port or RoCEv2 QP.
+/// A NAK's destination, as [`source`] encodes it: the IP address (IPv4 in the first 4 bytes)
+/// and the UDP port or RoCEv2 QP (24 bits) tagged with the carriage and family.
 pub type Source = ([u8; 16], u32);
+
+/// Tag bits of a [`Source`]'s second half, above the 24 bits of a QP: a RoCEv2 QP, an IPv6
+/// address (so that a UDP port and a QP of the same number, or an IPv4 address and the IPv6
+/// address that starts with its bytes, are different sources).
+const TAG_ROCE: u32 = 1 << 24;
+const TAG_V6: u32 = 1 << 25;
+
+/// The source of a packet from `ip` (4 or 16 bytes) with UDP source port or, when `roce`, DETH
+/// source QP `port_or_qp` (spec section 4 rule 5: what anti-spoofing compares).
+#[inline]
+pub fn source(ip: &[u8], port_or_qp: u32, roce: bool) -> Source {
+    let mut key = [0u8; 16];
+    let n = ip.len().min(16);
+    key[..n].copy_from_slice(&ip[..n]);
+    let tags = (if roce { TAG_ROCE } else { 0 }) | (if n == 16 { TAG_V6 } else { 0 });
+    (key, (port_or_qp & 0xff_ffff) | tags)
+}
 
 /// The per-source NAK limiter every worker's aggregator shares (see the module docs).
 #[derive(Debug)]
 pub struct SharedNakLimiter {
-    /// Per bucket: 0 when no NAK went out yet, else the time of the last one (µs) plus one.
+    /// Strangers, per bucket: 0 when no NAK went out yet, else the time of the last one (µs)
+    /// plus one.
     buckets: Box<[AtomicU64]>,
+    /// The members' sources and their words, set once (by the first aggregator to share the
+    /// limiter: every worker has the same collectives).
+    members: OnceLock<Members>,
 }
 
-/// A new limiter, to share between the workers.
+/// The members' sources: a read-only open-addressing table (linear probing, at most half
+/// full) from source to the index of its word.
+#[derive(Debug)]
+struct Members {
+    /// Per entry: a source and the index of its word in `last`, or `EMPTY`.
+    table: Box<[(Source, u32)]>,
+    /// `table.len() - 1` (a power of two less one).
+    mask: usize,
+    /// Per distinct member source: as a bucket's word.
+    last: Box<[AtomicU64]>,
+}
+
+const EMPTY: u32 = u32::MAX;
+
+impl Members {
+    fn new(sources: impl IntoIterator<Item = Source>) -> Members {
+        let mut distinct: Vec<Source> = sources.into_iter().collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let cap = (2 * distinct.len()).next_power_of_two().max(2);
+        let mut table = vec![(([0u8; 16], 0u32), EMPTY); cap].into_boxed_slice();
+        for (i, s) in distinct.iter().enumerate() {
+            let mut at = hash(s) & (cap - 1);
+            while table[at].1 != EMPTY {
+                at = (at + 1) & (cap - 1);
+            }
+            table[at] = (*s, i as u32);
+        }
+        Members { table, mask: cap - 1, last: (0..distinct.len()).map(|_| AtomicU64::new(0)).collect() }
+    }
+
+    /// The word of member source `s` (whose [`hash`] is `h`), if it is one.
+    #[inline]
+    fn word(&self, s: &Source, h: usize) -> Option<&AtomicU64> {
+        let mut at = h & self.mask;
+        loop {
+            let (k, i) = &self.table[at];
+            if *i == EMPTY {
+                return None;
+            }
+            if k == s {
+                return Some(&self.last[*i as usize]);
+            }
+            at = (at + 1) & self.mask;
+        }
+    }
+}
+
+/// A new limiter without members (they are learnt from the first aggregator that shares it:
+/// [`SharedNakLimiter::learn_members`]), to share between the workers.
 pub fn shared() -> Arc<SharedNakLimiter> {
     Arc::new(SharedNakLimiter::default())
 }
 
 impl Default for SharedNakLimiter {
     fn default() -> Self {
-        SharedNakLimiter { buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect() }
+        SharedNakLimiter { buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(), members: OnceLock::new() }
     }
 }
 
-fn bucket_of(k: &Source) -> usize {
+/// FNV-1a over the source's 20 bytes.
+fn hash(k: &Source) -> usize {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in k.0.iter().chain(&k.1.to_le_bytes()) {
         h = (h ^ *b as u64).wrapping_mul(0x100_0000_01b3);
     }
-    (h as usize) % BUCKETS
+    h as usize
+}
+
+/// Grants a NAK at `now_us` if `word`'s last one is at least [`NAK_INTERVAL_US`] old, by
+/// compare-and-swap (see [`SharedNakLimiter::allow`]).
+#[inline]
+fn grant(word: &AtomicU64, now_us: u64) -> bool {
+    let mut cur = word.load(Ordering::Acquire);
+    loop {
+        if cur != 0 && now_us.saturating_sub(cur - 1) < NAK_INTERVAL_US {
+            return false;
+        }
+        match word.compare_exchange_weak(cur, now_us.saturating_add(1), Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return true,
+            Err(seen) => cur = seen,
+        }
+    }
 }
 
 impl SharedNakLimiter {
+    /// A limiter whose members are `sources` (made with [`source`]; duplicates are one source).
+    pub fn with_members(sources: impl IntoIterator<Item = Source>) -> Self {
+        let l = SharedNakLimiter::default();
+        l.learn_members(sources);
+        l
+    }
+
+    /// Sets the members' sources if none are set yet (allocates their table and words; at
+    /// configuration, never per packet). Every worker's aggregator calls it with the same
+    /// collectives: the first call wins, the others find them set. True if this call set them.
+    pub fn learn_members(&self, sources: impl IntoIterator<Item = Source>) -> bool {
+        let mut set = false;
+        self.members.get_or_init(|| {
+            set = true;
+            Members::new(sources)
+        });
+        set
+    }
+
+    /// True if `src` is a configured member's source.
+    pub fn is_member(&self, src: &Source) -> bool {
+        self.members.get().is_some_and(|m| m.word(src, hash(src)).is_some())
+    }
+
     /// True if a NAK may go to `src` at `now_us` (µs, the appliance's clock); records it. A
-    /// time earlier than the bucket's last NAK (workers' clocks, or two ports' capture times,
-    /// need not agree) counts as within the interval: suppressed, never an extra NAK.
+    /// member's source is charged to its own word, any other to its bucket. A time earlier
+    /// than the word's last NAK (workers' clocks, or two ports' capture times, need not agree)
+    /// counts as within the interval: suppressed, never an extra NAK.
+    #[inline]
     pub fn allow(&self, src: Source, now_us: u64) -> bool {
-        let bucket = &self.buckets[bucket_of(&src)];
-        let mut cur = bucket.load(Ordering::Acquire);
-        loop {
-            if cur != 0 && now_us.saturating_sub(cur - 1) < NAK_INTERVAL_US {
-                return false;
-            }
-            match bucket.compare_exchange_weak(cur, now_us.saturating_add(1), Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return true,
-                Err(seen) => cur = seen,
-            }
+        let h = hash(&src);
+        match self.members.get().and_then(|m| m.word(&src, h)) {
+            Some(w) => grant(w, now_us),
+            None => grant(&self.buckets[h % BUCKETS], now_us),
         }
     }
 }
@@ -153,5 +272,108 @@ mod tests {
         for port in 0xC300..=0xC3FFu32 {
             assert!(l.allow((ip, port), 0), "port {port}");
         }
+    }
+    fn v4(a: [u8; 4], port: u16) -> Source {
+        source(&a, port as u32, false)
+    }
+
+    /// Section 5: a member's source gets its NAK (one per 100 ms) whatever strangers arrive:
+    /// 20,000 spoofed sources in 20 ms around it fill every bucket of the strangers' table;
+    /// strangers still get at most one NAK each and at most BUCKETS between them.
+    #[test]
+    fn members_are_never_starved_by_a_flood_of_strangers() {
+        let members = [v4([10, 0, 0, 1], 50000), v4([10, 0, 0, 2], 50001), source(&[10, 0, 0, 3], 0x102, true)];
+        let l = SharedNakLimiter::with_members(members);
+        let stranger = |i: u32| v4([172, 16, (i >> 8) as u8, i as u8], 40000 + (i % 7) as u16);
+        let mut granted = std::collections::HashMap::new();
+        let mut member_grants = Vec::new();
+        for i in 0..20_000u32 {
+            let t = i as u64; // 1 µs apart: 20 ms
+            if l.allow(stranger(i), t) {
+                *granted.entry(i).or_insert(0) += 1;
+            }
+            if i % 5000 == 2500 {
+                // Every member, in the middle of the flood: the first time only (100 ms).
+                member_grants.push(members.map(|m| l.allow(m, t)));
+            }
+        }
+        assert_eq!(member_grants, vec![[true; 3], [false; 3], [false; 3], [false; 3]]);
+        assert!(granted.values().all(|&n| n == 1), "one NAK per stranger per 100 ms");
+        assert!(granted.len() <= BUCKETS, "{} strangers answered", granted.len());
+        assert!(granted.len() > BUCKETS / 2, "strangers are bounded, not silenced: {}", granted.len());
+        // 100 ms after their NAK, the members get the next one, once.
+        for m in members {
+            assert!(!l.allow(m, 2500 + NAK_INTERVAL_US - 1));
+            assert!(l.allow(m, 2500 + NAK_INTERVAL_US));
+            assert!(!l.allow(m, 2500 + NAK_INTERVAL_US + 1));
+        }
+        // Members' words are their own: strangers' buckets are untouched by members.
+        let l = SharedNakLimiter::with_members(members);
+        for m in members {
+            assert!(l.allow(m, 0));
+        }
+        assert!(l.buckets.iter().all(|b| b.load(Ordering::Relaxed) == 0));
+    }
+
+    /// A source is the IP and the UDP port, or the IP and the QP on RoCEv2: a port and a QP of
+    /// the same number, or an IPv4 address and the IPv6 address that starts with its bytes, are
+    /// different sources; the QP is 24 bits.
+    #[test]
+    fn sources_tell_carriages_and_families_apart() {
+        let mut v6 = [0u8; 16];
+        v6[..4].copy_from_slice(&[10, 0, 0, 1]);
+        let member = v4([10, 0, 0, 1], 0x100);
+        let l = SharedNakLimiter::with_members([member]);
+        assert!(l.is_member(&member));
+        assert!(!l.is_member(&source(&[10, 0, 0, 1], 0x100, true)), "QP 0x100 is not port 0x100");
+        assert!(!l.is_member(&source(&v6, 0x100, false)), "IPv6 10.0.0.1::");
+        assert!(!l.is_member(&v4([10, 0, 0, 1], 0x101)));
+        assert!(!l.is_member(&v4([10, 0, 0, 2], 0x100)));
+        assert_eq!(source(&[1, 2, 3, 4], 0x1ab_cdef, true), source(&[1, 2, 3, 4], 0xab_cdef, true));
+        assert!(!SharedNakLimiter::default().is_member(&member), "no members until learnt");
+    }
+
+    /// The members are set once, by the first aggregator that shares the limiter; a member
+    /// configured in several collectives (the same source) has one word.
+    #[test]
+    fn members_are_learnt_once() {
+        let l = SharedNakLimiter::default();
+        let a = v4([10, 0, 0, 1], 50000);
+        let b = v4([10, 0, 0, 2], 50000);
+        assert!(l.learn_members([a, a, a]));
+        assert!(!l.learn_members([b]), "set already");
+        assert!(l.is_member(&a) && !l.is_member(&b));
+        assert_eq!(l.members.get().unwrap().last.len(), 1);
+        assert!(l.allow(a, 0));
+        assert!(!l.allow(a, 10));
+        // Many members: every one found, each its own word.
+        let many: Vec<Source> = (0..5000u32).map(|i| v4([10, 1, (i >> 8) as u8, i as u8], 50000)).collect();
+        let l = SharedNakLimiter::with_members(many.iter().copied());
+        assert!(many.iter().all(|m| l.allow(*m, 0)));
+        assert!(many.iter().all(|m| !l.allow(*m, 1)));
+    }
+
+    /// Workers refusing one member's source at the same instants: exactly one NAK per interval
+    /// between them, from the member's own word.
+    #[test]
+    fn racing_workers_grant_a_member_one_nak_per_interval() {
+        let a = v4([10, 0, 0, 7], 6000);
+        let l = Arc::new(SharedNakLimiter::with_members([a]));
+        let granted: u64 = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..4)
+                .map(|_| {
+                    let l = &l;
+                    s.spawn(move || {
+                        (0..10u64)
+                            .flat_map(|i| (0..1000u64).map(move |k| i * NAK_INTERVAL_US + k))
+                            .filter(|&t| l.allow(a, t))
+                            .count() as u64
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).sum()
+        });
+        assert_eq!(granted, 10);
+        assert!(l.buckets.iter().all(|b| b.load(Ordering::Relaxed) == 0));
     }
 }

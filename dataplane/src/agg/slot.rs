@@ -1,5 +1,7 @@
 //! A slot's state and the spec's rules for one contribution (section 4, rules 1, 2, 3, 4 and 8),
-//! without payloads: what to do, not how to sum.
+//! without payloads: what to do, not how to sum; and a slot's state for a PROBE (section 7).
+
+use crate::wire::gradient::SlotState;
 
 /// One slot (one chunk of a collective's tensor).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -37,6 +39,34 @@ pub enum Verdict {
 }
 
 impl Slot {
+    /// Rule 8: reclaims the round in progress if it was last touched more than `timeout_us`
+    /// before `now_us` (its partial sum is discarded; later contributions start it afresh).
+    /// True if it did.
+    #[inline]
+    pub fn reclaim(&mut self, now_us: u64, timeout_us: u64) -> bool {
+        if self.active && now_us.saturating_sub(self.last_touch_us) > timeout_us {
+            self.active = false;
+            self.count = 0;
+            return true;
+        }
+        false
+    }
+
+    /// The answer to a PROBE (spec section 7): the slot's state and the STATUS `round`, for a
+    /// prober whose contribution to the round in progress is in when `seen`. Reclaim a
+    /// timed-out round first ([`Slot::reclaim`]); this reads the slot and never touches it.
+    #[inline]
+    pub fn status(&self, seen: bool) -> (u8, u32) {
+        if self.active {
+            let state = if seen { SlotState::IN_PROGRESS_WITH_RANK } else { SlotState::IN_PROGRESS_WITHOUT_RANK };
+            (state, self.round)
+        } else if self.has_done {
+            (SlotState::COMPLETED, self.done_round.wrapping_add(1))
+        } else {
+            (SlotState::NO_HISTORY, 0)
+        }
+    }
+
     /// Applies rules 8, 3, 4 and 1 for a contribution of round `r` from a rank whose bit is
     /// `seen` (already contributed to the round in progress), at `now_us`, with `n` workers and
     /// `timeout_us`. Returns the verdict and whether a timed-out round was reclaimed first.
@@ -44,13 +74,7 @@ impl Slot {
     /// marked complete with `r` as its kept round. The caller keeps the rank bitmap: on `first`
     /// it clears it, on `Fold` sets rank k's bit.
     pub fn admit(&mut self, r: u32, seen: bool, now_us: u64, n: usize, timeout_us: u64) -> (Verdict, bool) {
-        let mut reclaimed = false;
-        if self.active && now_us.saturating_sub(self.last_touch_us) > timeout_us {
-            // Rule 8: the partial sum is discarded; later contributions start it afresh.
-            self.active = false;
-            self.count = 0;
-            reclaimed = true;
-        }
+        let reclaimed = self.reclaim(now_us, timeout_us);
         if self.has_done && r == self.done_round {
             return (Verdict::Resend, reclaimed);
         }
@@ -112,6 +136,35 @@ mod tests {
         assert_eq!(s.admit(u32::MAX, false, 0, 1, T).0, Verdict::Fold { first: true, last: true });
         assert_eq!(s.admit(0, false, 1, 1, T).0, Verdict::Fold { first: true, last: true });
         assert_eq!(s.done_round, 0);
+    }
+
+    /// Section 7's table: state and round of each kind of slot, a timed-out round reclaimed
+    /// first, and asking never changes the slot.
+    #[test]
+    fn status_of_each_state() {
+        let mut s = Slot::default();
+        assert_eq!(s.status(false), (SlotState::NO_HISTORY, 0));
+        s.admit(u32::MAX, false, 0, 2, T);
+        let before = s;
+        assert_eq!(s.status(false), (SlotState::IN_PROGRESS_WITHOUT_RANK, u32::MAX));
+        assert_eq!(s.status(true), (SlotState::IN_PROGRESS_WITH_RANK, u32::MAX));
+        assert_eq!(s, before, "a status reads the slot only");
+        s.admit(u32::MAX, false, 1, 2, T);
+        assert_eq!(s.status(false), (SlotState::COMPLETED, 0), "r + 1 wraps");
+        assert_eq!(s.status(true), (SlotState::COMPLETED, 0));
+        s.admit(0, false, 10, 2, T);
+        assert_eq!(s.status(true), (SlotState::IN_PROGRESS_WITH_RANK, 0));
+        // Exactly the timeout is not past it; past it the round is reclaimed, the kept result
+        // stays: completed again, expecting 0.
+        assert!(!s.reclaim(10 + T, T));
+        assert!(s.reclaim(11 + T, T));
+        assert!(!s.reclaim(12 + T, T), "reclaimed once");
+        assert_eq!(s.status(true), (SlotState::COMPLETED, 0));
+        // Without history, a reclaimed round leaves no history.
+        let mut s = Slot::default();
+        s.admit(4, false, 0, 2, T);
+        assert!(s.reclaim(T + 1, T));
+        assert_eq!(s.status(false), (SlotState::NO_HISTORY, 0));
     }
 
     #[test]

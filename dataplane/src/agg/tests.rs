@@ -213,17 +213,19 @@ fn rule_5_validation_drops_and_naks_by_reason() {
     assert_refused(&mut rig, cases);
 }
 
-/// Spec section 2: RETRANSMIT (0x2) is informational and the reserved bit (0x8) and the reason
-/// byte are ignored on receive: such contributions fold like plain ones, on both carriages, and
-/// the result carries flags RESULT and reason 0, not the inputs' bits. RESULT or NAK with the
-/// reserved bit is still refused (rule 5), and a refused flagged packet's NAK has flags NAK alone.
+/// Spec section 2: RETRANSMIT (0x2) is informational and the reason byte is ignored on receive:
+/// such contributions fold like plain ones, on both carriages, and the result carries flags
+/// RESULT and reason 0, not the inputs' bits. RESULT or NAK with another bit is still refused
+/// (rule 5), and a refused flagged packet's NAK has flags NAK alone. The 0x8 bit, reserved
+/// before revision 1.1, is PROBE (section 7): a contribution carrying it is a probe, never
+/// folded, here refused for a probe's length (NAK 6).
 #[test]
-fn informational_and_reserved_flags_are_ignored_on_receive() {
+fn informational_flags_are_ignored_on_receive() {
     for carriage in ["udp", "rocev2"] {
         let mut rig = Rig::new(&conf("sum", "i32", carriage, false, "", 3, 4, 4));
         let mut io = VecIo::new(1);
         let p = |v: i32| -> Vec<u8> { [v, -v, 2 * v, 0].iter().flat_map(|x| x.to_le_bytes()).collect() };
-        let flags = [Flags::RETRANSMIT, Flags::RESERVED, Flags::RETRANSMIT | Flags::RESERVED];
+        let flags = [Flags::RETRANSMIT, 0, Flags::RETRANSMIT];
         for (k, f) in flags.into_iter().enumerate() {
             let frame = rig.frame(k, 0, 1, &p(k as i32 + 1), |s| {
                 s.header.flags = f;
@@ -241,15 +243,22 @@ fn informational_and_reserved_flags_are_ignored_on_receive() {
 
         let pl = p(1);
         let cases = vec![
-            (rig.frame(0, 0, 2, &pl, |s| s.header.flags = Flags::RESULT | Flags::RESERVED), Reason::GradFlags, None),
+            (rig.frame(0, 0, 2, &pl, |s| s.header.flags = Flags::RESULT | Flags::PROBE), Reason::GradFlags, None),
             (rig.frame(0, 0, 2, &pl, |s| s.header.flags = Flags::NAK | Flags::RETRANSMIT), Reason::GradFlags, None),
             (
                 rig.frame(0, 0, 2, &pl, |s| {
-                    s.header.flags = Flags::RETRANSMIT | Flags::RESERVED;
+                    s.header.flags = Flags::RETRANSMIT | Flags::PROBE;
                     s.header.version = 3;
                 }),
                 Reason::GradBadVersion,
                 Some(2),
+            ),
+            // A contribution's payload with the PROBE bit: a probe of the wrong length.
+            (rig.frame(1, 0, 2, &pl, |s| s.header.flags = Flags::PROBE), Reason::GradBadLength, Some(6)),
+            (
+                rig.frame(2, 0, 2, &pl, |s| s.header.flags = Flags::PROBE | Flags::RETRANSMIT),
+                Reason::GradBadLength,
+                Some(6),
             ),
         ];
         let mut rig2 = Rig::new(&conf("sum", "i32", carriage, false, "", 3, 4, 4));
@@ -809,3 +818,5 @@ fn completed_results_keep_sums_for_their_frames_pad() {
         }
     }
 }
+
+mod probe;

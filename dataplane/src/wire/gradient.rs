@@ -2,7 +2,7 @@
 //! port `gradient_udp_port`) or after BTH + DETH of a RoCEv2 UD SEND Only (spec section 1).
 //!
 //! ```text
-//!  0  version(4 high) | flags(4 low)
+//!  0  version(4 high) | flags(4 low)   RESULT 0x1, RETRANSMIT 0x2, NAK 0x4, PROBE 0x8
 //!  1  op_type
 //!  2  collective_id (2)
 //!  4  dtype
@@ -54,8 +54,55 @@ impl Flags {
     pub const RETRANSMIT: u8 = 0x2;
     /// The aggregator refuses a contribution (spec section 5).
     pub const NAK: u8 = 0x4;
-    /// Reserved: 0 on send, ignored on receive.
-    pub const RESERVED: u8 = 0x8;
+    /// A worker asks a slot's state (spec section 7, revision 1.1; reserved before); the
+    /// aggregator's STATUS answer carries it with [`Flags::RESULT`].
+    pub const PROBE: u8 = 0x8;
+}
+
+/// NAK reason codes: the `reason` byte of a NAK (spec section 5; rule 5 of section 4 says which
+/// refusal gets which).
+#[derive(Debug, Clone, Copy)]
+pub struct NakReason;
+
+impl NakReason {
+    /// 1: unknown collective.
+    pub const UNKNOWN_COLLECTIVE: u8 = 1;
+    /// 2: version other than 1.
+    pub const BAD_VERSION: u8 = 2;
+    /// 3: op, dtype or carriage other than the collective's (or an unknown op or dtype).
+    pub const MISMATCH: u8 = 3;
+    /// 4: rank >= num_workers.
+    pub const BAD_RANK: u8 = 4;
+    /// 5: a source other than the rank's member (anti-spoofing).
+    pub const NOT_MEMBER: u8 = 5;
+    /// 6: bad data_length or tensor_offset (for a PROBE: a length other than
+    /// ceil(num_workers / 8), or an offset no contribution could carry).
+    pub const BAD_LENGTH_OR_OFFSET: u8 = 6;
+    /// 7: stale or premature round; the NAK's `round` holds the slot's expected round (rule 4).
+    pub const STALE_ROUND: u8 = 7;
+}
+
+/// Slot states: the `reason` byte of a STATUS, the answer to a PROBE (spec section 7).
+#[derive(Debug, Clone, Copy)]
+pub struct SlotState;
+
+impl SlotState {
+    /// 0: no history; the first contribution sets the round (rule 4). STATUS round 0.
+    pub const NO_HISTORY: u8 = 0;
+    /// 1: round r in progress, the prober's contribution missing. STATUS round r.
+    pub const IN_PROGRESS_WITHOUT_RANK: u8 = 1;
+    /// 2: round r in progress, the prober's contribution in (wait for r's result). STATUS
+    /// round r.
+    pub const IN_PROGRESS_WITH_RANK: u8 = 2;
+    /// 3: round r completed, none in progress; r's result is kept (rule 3). STATUS round r + 1.
+    pub const COMPLETED: u8 = 3;
+}
+
+/// Bytes of a PROBE's payload and of its STATUS's rank bitmap for `num_workers` workers:
+/// ceil(num_workers / 8) (spec section 7).
+#[inline]
+pub const fn probe_len(num_workers: usize) -> usize {
+    num_workers.div_ceil(8)
 }
 
 /// Collective operations (`op_type`).
