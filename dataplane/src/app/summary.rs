@@ -10,6 +10,9 @@ use crate::outputs::Staged;
 use crate::stats::Counters;
 use crate::table::{Counter, Pipeline};
 
+/// A port's non-zero extended stats (`rte_eth_xstats_get`): (name, value).
+pub(super) type Xstats = Vec<(String, u64)>;
+
 /// What the workers counted, summed over them.
 pub(super) struct Totals {
     /// Packet counters.
@@ -69,10 +72,9 @@ pub(super) fn stop_ports(
     mut ports: Vec<Port>,
     workers: usize,
     staged: &mut Staged,
-) -> Result<(Vec<PortStats>, Vec<Vec<(String, u64)>>), AppError> {
+) -> Result<(Vec<PortStats>, Vec<Xstats>), AppError> {
     let ethdev: Vec<PortStats> = ports.iter().map(|p| p.stats()).collect();
-    let xstats: Vec<Vec<(String, u64)>> =
-        ports.iter().map(|p| p.xstats().into_iter().filter(|(_, v)| *v != 0).collect()).collect();
+    let xstats: Vec<Xstats> = ports.iter().map(|p| p.xstats().into_iter().filter(|(_, v)| *v != 0).collect()).collect();
     for (i, p) in ports.iter().enumerate() {
         for q in 0..workers as u16 {
             staged.set_sent(i, q, p.tx_queue_stats(q));

@@ -15,6 +15,9 @@ struct PortAddresses {
     ipv6: Vec<Option<[u8; 16]>>,
 }
 
+/// One port's MAC, IPv4 and IPv6 addresses, as configured.
+type Addresses = (Option<EthernetAddress>, Option<[u8; 4]>, Option<[u8; 16]>);
+
 /// Validates a parsed configuration and builds what the appliance runs from it.
 pub(super) fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
     check_mempool(&config.mempool, path)?;
@@ -150,12 +153,7 @@ fn check_ports(ports: &[PortConfig], path: &Path) -> Result<PortAddresses, Confi
 
 /// A `[[port]]` table's `mac`, `ipv4` and `ipv6` (`key`: the table's key, like `port[0]`),
 /// parsed: unicast addresses only.
-#[allow(clippy::type_complexity)]
-fn port_addresses(
-    key: &str,
-    p: &PortConfig,
-    path: &Path,
-) -> Result<(Option<EthernetAddress>, Option<[u8; 4]>, Option<[u8; 16]>), ConfigError> {
+fn port_addresses(key: &str, p: &PortConfig, path: &Path) -> Result<Addresses, ConfigError> {
     let err = |key: String, msg: String| ConfigError::new(path, key, msg);
     let mac = match &p.mac {
         None => None,
