@@ -161,7 +161,9 @@ pub fn page_size(args: &[String]) -> u64 {
 /// Bytes of EAL memory that EAL, `ports` ports and `rings` hand-off rings take besides the
 /// mbuf pool.
 pub fn fixed_overhead(ports: usize, rings: usize) -> u64 {
-    EAL_OVERHEAD + PORT_OVERHEAD * ports.saturating_sub(1) as u64 + rings as u64 * ring_bytes(HAND_OFF_RING_SLOTS as u64)
+    EAL_OVERHEAD
+        + PORT_OVERHEAD * ports.saturating_sub(1) as u64
+        + rings as u64 * ring_bytes(HAND_OFF_RING_SLOTS as u64)
 }
 
 /// `bytes` in MiB with two decimals, for messages.
