@@ -5,11 +5,9 @@
 
 use crate::buf::PacketIo;
 use crate::datapath::Datapath;
-use crate::dpdk::mbuf::free_bulk;
 use crate::dpdk::ring::Ring;
-use crate::dpdk::{rdtsc, Mbuf, Mempool};
+use crate::dpdk::{self, rdtsc, Mbuf, Mempool, TxBuffer, TxQueue};
 use crate::stats::Reason;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Largest rx burst (packets).
@@ -76,10 +74,10 @@ pub struct Worker {
 
 /// Buffered transmission on every port: the worker's [`PacketIo`].
 struct TxIo {
-    bufs: Vec<[*mut dpdk_sys::rte_mbuf; TX_BUFFER]>,
-    lens: Vec<usize>,
-    port_ids: Vec<u16>,
-    queue: u16,
+    /// Packets waiting for each port (by port index).
+    bufs: Vec<TxBuffer<TX_BUFFER>>,
+    /// This worker's tx queue on each port (by port index).
+    queues: Vec<TxQueue>,
     pool: Mempool,
     /// Packets dropped because a tx queue stayed full.
     tx_full: u64,
@@ -91,31 +89,11 @@ impl TxIo {
     /// counted.
     #[inline]
     fn flush(&mut self, p: usize) {
-        let len = self.lens[p];
-        if len == 0 {
-            return;
-        }
-        let bufs = &mut self.bufs[p];
-        let mut sent = 0usize;
-        let mut tries = 0;
-        while sent < len && tries < TX_RETRIES {
-            // SAFETY: bufs[sent..len] are mbufs we own; the PMD takes ownership of those it sends.
-            let n = unsafe {
-                dpdk_sys::shim_tx_burst(self.port_ids[p], self.queue, bufs.as_mut_ptr().add(sent), (len - sent) as u16)
-            };
-            sent += n as usize;
-            tries += 1;
-        }
-        if sent < len {
-            self.tx_full += (len - sent) as u64;
-            // SAFETY: the PMD did not take these; we still own them.
-            unsafe { free_bulk(&mut bufs[sent..len]) };
-        }
-        self.lens[p] = 0;
+        self.tx_full += self.bufs[p].flush(&self.queues[p], TX_RETRIES);
     }
 
     fn flush_all(&mut self) {
-        for p in 0..self.lens.len() {
+        for p in 0..self.bufs.len() {
             self.flush(p);
         }
     }
@@ -126,23 +104,19 @@ impl PacketIo for TxIo {
 
     #[inline(always)]
     fn alloc(&mut self) -> Option<Mbuf> {
-        // SAFETY: the pool is valid; a non-NULL result is a fresh mbuf we own.
-        NonNull::new(unsafe { dpdk_sys::shim_pktmbuf_alloc(self.pool.as_ptr()) }).map(|m| unsafe { Mbuf::from_raw(m) })
+        self.pool.alloc()
     }
 
     #[inline(always)]
     fn send(&mut self, port: u16, buf: Mbuf) {
         let p = port as usize;
-        let len = self.lens[p];
-        self.bufs[p][len] = buf.into_raw();
-        self.lens[p] = len + 1;
-        if len + 1 == TX_BUFFER {
+        if self.bufs[p].push(buf) {
             self.flush(p);
         }
     }
 
     fn ports(&self) -> u16 {
-        self.lens.len() as u16
+        self.bufs.len() as u16
     }
 
     #[inline]
@@ -158,12 +132,9 @@ impl Worker {
     /// The poll loop: runs until [`QUIT`] is set, then flushes every tx buffer and returns the
     /// datapath (its counters and tables' counters).
     pub fn run(mut self) -> Datapath {
-        let nports = self.port_ids.len();
         let mut io = TxIo {
-            bufs: vec![[std::ptr::null_mut(); TX_BUFFER]; nports],
-            lens: vec![0; nports],
-            port_ids: self.port_ids.clone(),
-            queue: self.tx_queue,
+            bufs: self.port_ids.iter().map(|_| TxBuffer::default()).collect(),
+            queues: self.port_ids.iter().map(|&id| TxQueue::new(id, self.tx_queue)).collect(),
             pool: self.pool,
             tx_full: 0,
             rings: self.rings.clone(),
@@ -179,8 +150,11 @@ impl Worker {
         // its packets to one worker, and each of the other producers may be doing the same at
         // once. The appliance sizes the rings to hold at least this ([`ring_room_needed`]).
         let room_needed = ring_room_needed(workers, burst);
-        let mut pkts: [*mut dpdk_sys::rte_mbuf; MAX_BURST] = [std::ptr::null_mut(); MAX_BURST];
-        // The rx burst as owned mbufs, for Datapath::process_burst (all `None` between bursts).
+        // Each rx queue with the port index its packets arrive on.
+        let rx: Vec<(dpdk::RxQueue, u16)> =
+            self.rx.iter().map(|q| (dpdk::RxQueue::new(q.port_id, q.queue), q.port)).collect();
+        // The burst being processed (received or taken from the ring) as owned mbufs, for
+        // Datapath::process_burst, which takes them all: `None` between bursts.
         let mut mbufs: [Option<Mbuf>; MAX_BURST] = std::array::from_fn(|_| None);
         let mut last_drain = rdtsc();
         while !quitting() {
@@ -190,7 +164,7 @@ impl Worker {
                 last_drain = now;
             }
             let now_us = now / self.tsc_per_us;
-            for rxq in &self.rx {
+            for (rxq, port) in &rx {
                 if workers > 1 && !self.rings_have_room(room_needed) {
                     // Backpressure: another worker's ring could not take this burst's hand-offs.
                     // Leave the packets to the port (net_pcap keeps them in its file, a NIC in
@@ -199,19 +173,14 @@ impl Worker {
                     // other.
                     break;
                 }
-                // SAFETY: pkts has room for `burst` pointers; this lcore owns the queue.
-                let n = unsafe { dpdk_sys::shim_rx_burst(rxq.port_id, rxq.queue, pkts.as_mut_ptr(), burst as u16) }
-                    as usize;
+                // This lcore owns the queue.
+                let n = rxq.rx_burst(&mut mbufs[..burst]);
                 if n == 0 {
                     continue;
                 }
-                for (slot, &p) in mbufs.iter_mut().zip(&pkts[..n]) {
-                    // SAFETY: rx_burst handed us ownership of p, which is non-NULL.
-                    *slot = Some(unsafe { Mbuf::from_raw(NonNull::new_unchecked(p)) });
-                }
-                self.datapath.process_burst(&mut io, rxq.port, &mut mbufs[..n], now_us);
+                self.datapath.process_burst(&mut io, *port, &mut mbufs[..n], now_us);
             }
-            self.drain_ring(&mut io, &mut pkts[..burst], &port_index, now_us);
+            self.drain_ring(&mut io, &mut mbufs[..burst], &port_index, now_us);
         }
         if workers > 1 {
             // Second phase of the stop: once every worker has stopped rx, nothing more is handed
@@ -220,7 +189,7 @@ impl Worker {
             loop {
                 let all_stopped = STOPPED_RX.load(Ordering::SeqCst) >= workers;
                 let now_us = rdtsc() / self.tsc_per_us;
-                let n = self.drain_ring(&mut io, &mut pkts[..burst], &port_index, now_us);
+                let n = self.drain_ring(&mut io, &mut mbufs[..burst], &port_index, now_us);
                 if all_stopped && n == 0 {
                     break;
                 }
@@ -256,18 +225,10 @@ impl Worker {
 
     /// Processes what other workers handed to this one; returns how many.
     #[inline]
-    fn drain_ring(
-        &mut self,
-        io: &mut TxIo,
-        pkts: &mut [*mut dpdk_sys::rte_mbuf],
-        port_index: &[u16],
-        now_us: u64,
-    ) -> usize {
+    fn drain_ring(&mut self, io: &mut TxIo, pkts: &mut [Option<Mbuf>], port_index: &[u16], now_us: u64) -> usize {
         let Some(ring) = self.rings.get(self.index).copied() else { return 0 };
         let n = ring.pop_burst(pkts);
-        for p in pkts.iter().take(n) {
-            // SAFETY: the ring handed us ownership of a valid mbuf.
-            let m = unsafe { Mbuf::from_raw(NonNull::new_unchecked(*p)) };
+        for m in pkts.iter_mut().take(n).filter_map(Option::take) {
             let port = port_index.get(m.port() as usize).copied().unwrap_or(0);
             self.datapath.process_handed_off(io, port, m, now_us);
         }

@@ -1,6 +1,6 @@
 //! Packet mbuf pools (`rte_pktmbuf_pool_create`).
 
-use super::DpdkError;
+use super::{DpdkError, Mbuf};
 use std::ffi::CString;
 use std::ptr::NonNull;
 
@@ -37,6 +37,15 @@ impl Mempool {
     /// The raw pointer, for DPDK calls.
     pub fn as_ptr(&self) -> *mut dpdk_sys::rte_mempool {
         self.raw.as_ptr()
+    }
+
+    /// One mbuf from the pool (`rte_pktmbuf_alloc`: reset, data length 0, headroom as the
+    /// pool's), or `None` when the pool is empty. Fast path: the lcore's cache first.
+    #[inline(always)]
+    pub fn alloc(&self) -> Option<Mbuf> {
+        // SAFETY: the pool is valid for the process; a non-NULL result is a fresh mbuf that
+        // nothing else owns.
+        NonNull::new(unsafe { dpdk_sys::shim_pktmbuf_alloc(self.raw.as_ptr()) }).map(|m| unsafe { Mbuf::from_raw(m) })
     }
 
     /// Mbufs currently allocated from the pool (`rte_mempool_in_use_count`; slow: not for the

@@ -1,4 +1,4 @@
-//! A small safe layer over DPDK: one module per concept (EAL, mempool, mbuf, port, lcore).
+//! A small safe layer over DPDK: one module per concept (EAL, mempool, mbuf, port, queue, ring, lcore).
 //!
 //! Everything here is thin: the packet core never imports it. Errors carry the DPDK call that
 //! failed and `rte_strerror`'s text.
@@ -8,12 +8,14 @@ pub mod lcore;
 pub mod mbuf;
 pub mod mempool;
 pub mod port;
+pub mod queue;
 pub mod ring;
 
 pub use eal::Eal;
 pub use mbuf::Mbuf;
 pub use mempool::Mempool;
 pub use port::{Port, PortStats};
+pub use queue::{RxQueue, TxBuffer, TxQueue};
 
 use std::ffi::CStr;
 

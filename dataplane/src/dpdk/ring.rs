@@ -51,11 +51,14 @@ impl Ring {
         }
     }
 
-    /// Dequeues up to `out.len()` mbufs into `out`; returns how many. Only the owning worker
-    /// calls this.
+    /// Dequeues up to `out.len()` mbufs into `out[..n]`; returns `n`. The slots must be empty
+    /// (`None`) on entry. Only the owning worker calls this (single consumer).
     #[inline]
-    pub fn pop_burst(&self, out: &mut [*mut dpdk_sys::rte_mbuf]) -> usize {
-        // SAFETY: out has room for out.len() pointers; single consumer.
+    pub fn pop_burst(&self, out: &mut [Option<Mbuf>]) -> usize {
+        debug_assert!(out.iter().all(Option::is_none), "pop_burst into occupied slots would leak them");
+        // SAFETY: `out` has room for out.len() pointers (Option<Mbuf> has the layout of a
+        // nullable mbuf pointer); the ring only holds valid mbufs, whose ownership passes to us
+        // in `out[..n]`; single consumer.
         unsafe {
             dpdk_sys::shim_ring_dequeue_burst(
                 self.raw.as_ptr(),

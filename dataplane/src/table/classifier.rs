@@ -31,7 +31,7 @@
 
 use super::key::KEY_MAX;
 use super::matcher::be_value;
-use super::ternary::RangeCond;
+use super::range::RangeCond;
 use core::ops::Range;
 
 /// Most entries the classifier takes (bitmaps of 8 words, 16 KiB per byte dimension).

@@ -14,6 +14,7 @@ pub mod field;
 pub mod key;
 pub mod lpm;
 pub mod matcher;
+pub mod range;
 pub mod ternary;
 #[cfg(test)]
 mod tests;
@@ -30,7 +31,8 @@ pub use field::Field;
 pub use key::{Key, KEY_MAX};
 use lpm::LpmMatcher;
 pub use matcher::MatchError;
-use ternary::{RangeCond, TernaryMatcher};
+use range::RangeCond;
+use ternary::TernaryMatcher;
 use value::{prefix_mask, MatchValue};
 
 /// A match kind (P4 `match_kind`).

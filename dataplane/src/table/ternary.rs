@@ -35,25 +35,11 @@
 use super::classifier::Classifier;
 use super::key::KEY_MAX;
 use super::matcher::{be_value, check_key_len, check_len, MatchError};
+pub use super::range::{RangeCond, RANGE_FIELD_MAX};
 use super::words::{by_words, dispatch, load, word_count};
 use core::fmt;
 use core::ops::Range;
 use std::collections::HashSet;
-
-/// Widest range field (bytes).
-pub const RANGE_FIELD_MAX: usize = 16;
-
-/// A range condition of an entry: the big-endian value of key bytes `field` lies in
-/// `lo..=hi`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct RangeCond {
-    /// The field's byte range in the key, `1..=16` bytes.
-    pub field: Range<usize>,
-    /// Lowest value (inclusive), big-endian value of the field's bytes.
-    pub lo: u128,
-    /// Highest value (inclusive), big-endian value of the field's bytes.
-    pub hi: u128,
-}
 
 /// A priority-ordered ternary/range table. See the module docs for the layout and its costs.
 #[derive(Clone)]

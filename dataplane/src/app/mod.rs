@@ -16,19 +16,24 @@
 //! mbuf is lost, but consumed; `ierrors` counts libpcap's read errors, which the count includes,
 //! and records no mbuf chain could hold). An idle timer (`dataplane.replay_idle_ms` without new
 //! input) is only the fallback, for inputs that end short.
+//!
+//! A run inside EAL goes through `start` (pool, ports, rings, workers), `monitor` (the wait), then
+//! `summary` (the workers' counters summed, the ports' stats read and the ports closed).
+
+mod monitor;
+mod start;
+mod summary;
 
 use crate::config::{self, ConfigError, Loaded};
-use crate::datapath::Datapath;
-use crate::dpdk::{self, lcore, port::PortSetup, DpdkError, Eal, Mempool, Port, PortStats};
+use crate::dpdk::{self, DpdkError, Eal, PortStats};
 use crate::outputs::{self, Identity, Named, Staged};
 use crate::pcapfile;
 use crate::stats::Counters;
 use crate::table::Counter;
-use crate::worker::{self, RxQueue, Worker};
+use crate::worker;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How the appliance is run (the command line).
 #[derive(Debug, Clone, Default)]
@@ -301,22 +306,7 @@ fn plan_ports(
     workers: usize,
     tmp: &Path,
 ) -> Result<(Vec<PortPlan>, Inputs), AppError> {
-    let nports = loaded.config.ports.len();
-    for (p, _) in opts.rx.iter().chain(opts.tx.iter()) {
-        if *p >= nports {
-            return Err(AppError::Usage(format!(
-                "--rx/--tx port {p}: the config has {nports} port(s) (0..{})",
-                nports - 1
-            )));
-        }
-    }
-    // (The config's own inputs on ports no lcore polls are refused when it loads.)
-    if let Some((p, f)) = opts.rx.iter().find(|(p, _)| loaded.rx_queues(*p as u16) == 0) {
-        return Err(AppError::Usage(format!(
-            "--rx {p}={}: no lcore polls port {p}: add {{ port = {p}, queue = 0 }} to an lcore's rx in the config",
-            f.display()
-        )));
-    }
+    check_replay_args(loaded, opts)?;
     let mut plans = Vec::new();
     // Every input file, by port, as the user named it (before any merge).
     let mut sources: Vec<(usize, PathBuf)> = Vec::new();
@@ -348,33 +338,11 @@ fn plan_ports(
                 sources.push((i, f.1.clone()));
             }
         }
-        let mut rx_merge = None;
-        let (device, vdev) = if replay {
-            // Replay: every port becomes a net_pcap vdev reading its `--rx` files (else the
-            // config's `rx_pcap` files, else an empty file) once, and writing to its `--tx` file
-            // (else the config's first `tx_pcap`, else nowhere).
-            let device = format!("net_pcap_dpu{i}");
-            let mut args = vec![device.clone()];
-            if rx.len() == 1 {
-                args.push(format!("rx_pcap={}", rx[0].display()));
-            } else {
-                // No input: an empty file. Several inputs: merged by capture time into one, so
-                // that the appliance sees them in time order (as a checker replaying them does).
-                args.push(format!("rx_pcap={}", tmp.join(format!("rx{i}.pcap")).display()));
-                rx_merge = Some(rx.iter().map(|f| f.to_path_buf()).collect());
-            }
-            if tx.len() > 1 {
-                return Err(AppError::Usage(format!("--tx {i}=...: one output file per port")));
-            }
-            let out = tx.first().map(|f| f.to_path_buf()).unwrap_or_else(|| PathBuf::from("/dev/null"));
-            // One tx queue per worker (net_pcap: one per `tx_pcap`); each queue gets its own
-            // file, merged by time into `out` at the end (see `outputs`).
-            for _ in 0..workers.max(1) {
-                args.push(format!("tx_pcap={}", out.display()));
-            }
-            (device, Some(args.join(",")))
+        let (device, vdev, rx_merge) = if replay {
+            let (device, vdev, merge) = replay_vdev(i, &rx, &tx, workers, tmp)?;
+            (device, Some(vdev), merge)
         } else {
-            (pc.device_name().to_string(), pc.vdev.clone())
+            (pc.device_name().to_string(), pc.vdev.clone(), None)
         };
         let mut plan = PortPlan {
             name,
@@ -390,33 +358,96 @@ fn plan_ports(
             tx_files: Vec::new(),
         };
         if let Some(v) = &vdev {
-            let args: Vec<(String, String)> = v
-                .split(',')
-                .skip(1)
-                .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
-                .collect();
-            let is_pcap = device.starts_with("net_pcap");
-            for (k, val) in &args {
-                match k.as_str() {
-                    "rx_pcap" if is_pcap => plan.rx_files.push(PathBuf::from(val)),
-                    "tx_pcap" if is_pcap => plan.tx_files.push(PathBuf::from(val)),
-                    "infinite_rx" if is_pcap => plan.infinite = val == "1",
-                    "rx_iface" | "iface" if is_pcap => plan.live_rx = true,
-                    _ => {}
-                }
-            }
-            if !is_pcap && !device.starts_with("net_null") {
-                plan.live_rx = true; // memif, af_packet, ring, tap...: input never "ends"
-            }
-            // net_null generates packets forever, unless it has no rx (`no-rx=1`: an output only).
-            let no_rx = args.iter().any(|(k, val)| k == "no-rx" && val == "1");
-            if device.starts_with("net_null") && !no_rx {
-                plan.infinite = true;
-            }
+            read_vdev_args(&mut plan, v);
         }
         plans.push(plan);
     }
     Ok((plans, sources))
+}
+
+/// Refuses `--rx`/`--tx` arguments naming a port the config does not have, and `--rx` on a
+/// port no lcore polls.
+fn check_replay_args(loaded: &Loaded, opts: &Options) -> Result<(), AppError> {
+    let nports = loaded.config.ports.len();
+    for (p, _) in opts.rx.iter().chain(opts.tx.iter()) {
+        if *p >= nports {
+            return Err(AppError::Usage(format!(
+                "--rx/--tx port {p}: the config has {nports} port(s) (0..{})",
+                nports - 1
+            )));
+        }
+    }
+    // (The config's own inputs on ports no lcore polls are refused when it loads.)
+    if let Some((p, f)) = opts.rx.iter().find(|(p, _)| loaded.rx_queues(*p as u16) == 0) {
+        return Err(AppError::Usage(format!(
+            "--rx {p}={}: no lcore polls port {p}: add {{ port = {p}, queue = 0 }} to an lcore's rx in the config",
+            f.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The net_pcap vdev that replays port `i`: its device name, its `--vdev` argument, and the
+/// files to merge into its input (several `rx` files, or none: an empty input).
+fn replay_vdev(
+    i: usize,
+    rx: &[&PathBuf],
+    tx: &[&PathBuf],
+    workers: usize,
+    tmp: &Path,
+) -> Result<(String, String, Option<Vec<PathBuf>>), AppError> {
+    // Replay: every port becomes a net_pcap vdev reading its `--rx` files (else the
+    // config's `rx_pcap` files, else an empty file) once, and writing to its `--tx` file
+    // (else the config's first `tx_pcap`, else nowhere).
+    let device = format!("net_pcap_dpu{i}");
+    let mut args = vec![device.clone()];
+    let mut rx_merge = None;
+    if rx.len() == 1 {
+        args.push(format!("rx_pcap={}", rx[0].display()));
+    } else {
+        // No input: an empty file. Several inputs: merged by capture time into one, so
+        // that the appliance sees them in time order (as a checker replaying them does).
+        args.push(format!("rx_pcap={}", tmp.join(format!("rx{i}.pcap")).display()));
+        rx_merge = Some(rx.iter().map(|f| f.to_path_buf()).collect());
+    }
+    if tx.len() > 1 {
+        return Err(AppError::Usage(format!("--tx {i}=...: one output file per port")));
+    }
+    let out = tx.first().map(|f| f.to_path_buf()).unwrap_or_else(|| PathBuf::from("/dev/null"));
+    // One tx queue per worker (net_pcap: one per `tx_pcap`); each queue gets its own
+    // file, merged by time into `out` at the end (see `outputs`).
+    for _ in 0..workers.max(1) {
+        args.push(format!("tx_pcap={}", out.display()));
+    }
+    Ok((device, args.join(","), rx_merge))
+}
+
+/// What a port's `--vdev` argument `v` says of its files and input: net_pcap's `rx_pcap` and
+/// `tx_pcap` files and `infinite_rx`, and whether the input is live or endless.
+fn read_vdev_args(plan: &mut PortPlan, v: &str) {
+    let args: Vec<(String, String)> = v
+        .split(',')
+        .skip(1)
+        .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
+        .collect();
+    let is_pcap = plan.device.starts_with("net_pcap");
+    for (k, val) in &args {
+        match k.as_str() {
+            "rx_pcap" if is_pcap => plan.rx_files.push(PathBuf::from(val)),
+            "tx_pcap" if is_pcap => plan.tx_files.push(PathBuf::from(val)),
+            "infinite_rx" if is_pcap => plan.infinite = val == "1",
+            "rx_iface" | "iface" if is_pcap => plan.live_rx = true,
+            _ => {}
+        }
+    }
+    if !is_pcap && !plan.device.starts_with("net_null") {
+        plan.live_rx = true; // memif, af_packet, ring, tap...: input never "ends"
+    }
+    // net_null generates packets forever, unless it has no rx (`no-rx=1`: an output only).
+    let no_rx = args.iter().any(|(k, val)| k == "no-rx" && val == "1");
+    if plan.device.starts_with("net_null") && !no_rx {
+        plan.infinite = true;
+    }
 }
 
 /// Stages every output file of the run (see [`crate::outputs`]): each net_pcap `tx_pcap` file
@@ -610,162 +641,11 @@ fn run_with_eal(
     dpdk::mbuf::register_rx_timestamp()?;
     let cfg = &loaded.config;
     let lcores = loaded.lcores();
-    let eal_workers = eal.worker_lcores();
-    for (i, l) in lcores.iter().enumerate() {
-        if !eal_workers.contains(&l.id) {
-            // Without [[lcore]] tables the one worker is the default, which the user never wrote.
-            let (key, which) = if cfg.lcores.is_empty() {
-                ("lcore".to_string(), "without [[lcore]] tables the one worker is lcore")
-            } else {
-                (format!("lcore[{i}].id"), "lcore")
-            };
-            return Err(ConfigError::new(
-                &opts.config,
-                key,
-                format!(
-                    "{which} {}, which is not a worker lcore of EAL (EAL's worker lcores: {:?}; the main lcore is {}); add \
-                     or change [[lcore]] tables, or -l/--lcores in [eal] args",
-                    l.id,
-                    eal_workers,
-                    eal.main_lcore()
-                ),
-            )
-            .into());
-        }
-    }
-    // One hand-off ring per worker when several share the collectives (software steering); the
-    // rings, the workers' bursts and tx buffers, and the PMDs' descriptors must all fit the pool.
-    let with_rings = lcores.len() > 1 && !loaded.collectives.is_empty();
-    let descriptors: u64 = plans
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let pc = &cfg.ports[i];
-            pmd_held(&p.device, loaded.rx_queues(i as u16), pc.rx_desc, lcores.len() as u16, pc.tx_desc)
-        })
-        .sum();
-    let ring_slots = size_hand_off_rings(
-        cfg.mempool.mbufs,
-        cfg.mempool.cache,
-        cfg.dataplane.burst as usize,
-        plans.len(),
-        lcores.len(),
-        with_rings,
-        descriptors,
-    )
-    .map_err(|e| ConfigError::new(&opts.config, "mempool.mbufs", e))?;
-    let pool = Mempool::new("dpu_mbufs", cfg.mempool.mbufs, cfg.mempool.cache, cfg.mempool.data_room, -1)?;
-
-    let mut ports = Vec::new();
-    let mut port_ids = Vec::new();
-    for (i, p) in plans.iter().enumerate() {
-        let id =
-            Port::by_name(&p.device).map_err(|e| DpdkError::new(format!("port {i} ({})", p.name), e.to_string()))?;
-        let pc = &cfg.ports[i];
-        let setup = PortSetup {
-            rx_queues: loaded.rx_queues(i as u16),
-            tx_queues: lcores.len() as u16,
-            rx_desc: pc.rx_desc,
-            tx_desc: pc.tx_desc,
-            mtu: pc.mtu,
-            mac: loaded.port_macs[i],
-        };
-        let port = Port::start(id, &p.name, &setup, &pool).map_err(|mut e| {
-            if p.device.starts_with("net_pcap") && e.reason.contains("tx queues") {
-                e.reason.push_str(
-                    " (net_pcap has one rx queue per rx_pcap and one tx queue per tx_pcap of its vdev: repeat \
-                     tx_pcap once per worker lcore, or replay with --rx/--tx, which does)",
-                );
-            }
-            e
-        })?;
-        ports.push(port);
-        port_ids.push(id);
-    }
-
-    let port_addrs: Vec<crate::agg::PortAddr> = ports
-        .iter()
-        .enumerate()
-        .map(|(i, p)| crate::agg::PortAddr {
-            mac: loaded.port_macs[i].unwrap_or_else(|| p.mac()),
-            ipv4: loaded.port_ipv4[i],
-            ipv6: loaded.port_ipv6[i],
-        })
-        .collect();
-    let hz = dpdk::tsc_hz();
-    let drain_tsc = hz / 1_000_000 * cfg.dataplane.tx_drain_us.max(1);
-    let results: Vec<Arc<Mutex<Option<Datapath>>>> = lcores.iter().map(|_| Arc::new(Mutex::new(None))).collect();
+    start::check_lcores(eal, loaded, opts)?;
+    let (pool, ring_slots) = start::create_pool(loaded, opts, plans)?;
+    let ports = start::start_ports(loaded, plans, &pool)?;
     stop_requested()?;
-    worker::STOPPED_RX.store(0, std::sync::atomic::Ordering::SeqCst);
-    let rings: Vec<crate::dpdk::ring::Ring> = if with_rings {
-        (0..lcores.len())
-            .map(|w| crate::dpdk::ring::Ring::new(&format!("dpu_handoff{w}"), ring_slots))
-            .collect::<Result<_, _>>()?
-    } else {
-        Vec::new()
-    };
-    let on_panic: Arc<dyn Fn() + Send + Sync> = Arc::new(worker::request_quit);
-    // One NAK limiter for all workers: spec section 5's limit is per source, whichever worker
-    // refuses it.
-    let nak_limiter = crate::agg::nak::shared();
-    let mut handles = Vec::new();
-    let started = Instant::now();
-    for (wi, l) in lcores.iter().enumerate() {
-        let w = Worker {
-            rx: l
-                .rx
-                .iter()
-                .map(|q| RxQueue { port_id: port_ids[q.port as usize], port: q.port, queue: q.queue })
-                .collect(),
-            port_ids: port_ids.clone(),
-            tx_queue: wi as u16,
-            burst: cfg.dataplane.burst as usize,
-            drain_tsc,
-            tsc_per_us: (hz / 1_000_000).max(1),
-            datapath: {
-                let dp = Datapath::new(loaded.pipeline.clone(), ports.len() as u16, cfg.dataplane.gradient_udp_port)
-                    .with_local_addresses(port_addrs.clone());
-                if loaded.collectives.is_empty() {
-                    dp
-                } else {
-                    dp.with_aggregator(
-                        crate::agg::Aggregator::for_worker(
-                            &loaded.collectives,
-                            port_addrs.clone(),
-                            cfg.dataplane.gradient_udp_port,
-                            cfg.dataplane.appliance_qpn,
-                            wi as u16,
-                            lcores.len() as u16,
-                        )
-                        .with_nak_limiter(nak_limiter.clone()),
-                    )
-                }
-            },
-            pool,
-            rings: rings.clone(),
-            index: wi,
-        };
-        let slot = results[wi].clone();
-        let h = lcore::launch(
-            l.id,
-            move || {
-                let dp = w.run();
-                *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(dp);
-            },
-            Some(on_panic.clone()),
-        );
-        match h {
-            Ok(h) => handles.push(h),
-            Err(e) => {
-                worker::request_quit();
-                for h in handles {
-                    let _ = h.join();
-                }
-                return Err(e.into());
-            }
-        }
-    }
-
+    let running = start::launch_workers(loaded, &ports, pool, ring_slots)?;
     if !opts.quiet && expected.is_none() {
         // Live or endless input: say when the ports are forwarding (scripts wait for this line).
         let names: Vec<&str> = ports.iter().map(|p| p.name()).collect();
@@ -776,65 +656,24 @@ fn run_with_eal(
         );
         let _ = std::io::Write::flush(&mut std::io::stdout());
     }
-    let input_short =
-        monitor(&ports, expected, opts.duration, Duration::from_millis(cfg.dataplane.replay_idle_ms), opts.quiet);
+    let input_short = monitor::monitor(
+        &ports,
+        expected,
+        opts.duration,
+        Duration::from_millis(cfg.dataplane.replay_idle_ms),
+        opts.quiet,
+    );
     worker::request_quit();
-    let seconds = started.elapsed().as_secs_f64();
-    let mut panics = Vec::new();
-    for h in handles {
-        let lc = h.lcore();
-        if let Err(msg) = h.join() {
-            panics.push(format!("worker lcore {lc} panicked: {msg}"));
-        }
-    }
-
-    let mut total = Counters::new(ports.len() as u16);
-    let mut tables: Vec<EntrySummary> = Vec::new();
-    let mut pipelines = Vec::new();
-    let mut agg = crate::agg::AggCounters::default();
-    for r in &results {
-        if let Some(dp) = r.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            total.add(&dp.counters);
-            if let Some(a) = &dp.agg {
-                agg.add(&a.counters);
-            }
-            pipelines.push(dp.pipeline);
-        }
-    }
-    if let Some(first) = pipelines.first() {
-        for (ti, t) in first.tables.iter().enumerate() {
-            for e in 0..=t.len() {
-                let mut c = Counter::default();
-                for p in &pipelines {
-                    let tt = &p.tables[ti];
-                    c.add(if e < t.len() { tt.counter(e) } else { tt.miss_counter() });
-                }
-                tables.push(EntrySummary { table: t.name.clone(), entry: (e < t.len()).then_some(e), counter: c });
-            }
-        }
-    }
-    let counters = crate::table::Pipeline::sum_counters(&pipelines)
-        .into_iter()
-        .map(|(name, counter)| CounterSummary { name, counter })
-        .collect();
-    let ethdev: Vec<PortStats> = ports.iter().map(|p| p.stats()).collect();
-    let xstats: Vec<Vec<(String, u64)>> =
-        ports.iter().map(|p| p.xstats().into_iter().filter(|(_, v)| *v != 0).collect()).collect();
-    for (i, p) in ports.iter().enumerate() {
-        for q in 0..lcores.len() as u16 {
-            staged.set_sent(i, q, p.tx_queue_stats(q));
-        }
-    }
-    for p in ports.iter_mut() {
-        p.stop()?;
-    }
-    drop(ports); // rte_eth_dev_close: frees the rx rings' mbufs
+    let seconds = running.started.elapsed().as_secs_f64();
+    let panics = summary::join_workers(running.handles);
+    let totals = summary::collect(&running.results, ports.len());
+    let (ethdev, xstats) = summary::stop_ports(ports, lcores.len(), staged)?;
     if !panics.is_empty() {
         return Err(AppError::Other(panics.join("; ")));
     }
     // net_pcap closed its files: each must hold what its tx queue sent.
     staged.finish_pcaps().map_err(AppError::Other)?;
-    let (drops, losses) = drops_and_losses(&total, &ethdev);
+    let (drops, losses) = drops_and_losses(&totals.counters, &ethdev);
     let summary = Summary {
         ports: plans
             .iter()
@@ -843,7 +682,7 @@ fn run_with_eal(
                 index: i,
                 name: p.name.clone(),
                 device: p.device.clone(),
-                workers: total.ports[i],
+                workers: totals.counters.ports[i],
                 ethdev: ethdev[i],
                 xstats: xstats[i].clone(),
             })
@@ -851,72 +690,20 @@ fn run_with_eal(
         drops,
         losses,
         finite_replay: expected.is_some() && opts.duration.is_none(),
-        tables,
-        counters,
+        tables: totals.tables,
+        counters: totals.named,
         input_records: expected.map(|i| i.records),
         input_short,
         input_errors: expected.map(|i| i.errors),
         seconds,
         mbufs_in_use_after: pool.in_use(),
         workers: lcores.len(),
-        aggregation: agg,
+        aggregation: totals.agg,
         collectives: loaded.collectives.len(),
-        neighbor_replies: total.neighbor_replies,
-        address_conflicts: total.address_conflicts,
+        neighbor_replies: totals.counters.neighbor_replies,
+        address_conflicts: totals.counters.address_conflicts,
     };
     Ok(summary)
-}
-
-/// Waits on the main lcore until a stop is due. Returns true if a replay's input ended short
-/// (the idle fallback fired before every record arrived).
-///
-/// A replay is over once net_pcap has consumed every record and error `expected` counts: each
-/// record is a packet received (`ipackets`), a record read without an mbuf (`rx_nombuf`) or one
-/// no mbuf chain could hold (`ierrors`); each read error of libpcap is one `ierrors`.
-fn monitor(
-    ports: &[Port],
-    expected: Option<pcapfile::Input>,
-    duration: Option<Duration>,
-    idle: Duration,
-    quiet: bool,
-) -> bool {
-    let start = Instant::now();
-    let mut last_seen = 0u64;
-    let mut last_change = Instant::now();
-    loop {
-        if worker::quitting() {
-            return false;
-        }
-        if duration.is_some_and(|d| start.elapsed() >= d) {
-            return false;
-        }
-        if let Some(input) = expected {
-            let want = input.records + input.errors;
-            let seen: u64 = ports
-                .iter()
-                .map(|p| {
-                    let s = p.stats();
-                    s.ipackets + s.rx_nombuf + s.ierrors
-                })
-                .sum();
-            if seen >= want {
-                return false;
-            }
-            if seen != last_seen {
-                last_seen = seen;
-                last_change = Instant::now();
-            } else if last_change.elapsed() >= idle {
-                if !quiet {
-                    eprintln!(
-                        "dpu: input ended short: {seen} of {want} records (and read errors) consumed after {} ms without input",
-                        idle.as_millis()
-                    );
-                }
-                return true;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 impl Summary {

@@ -1,0 +1,251 @@
+//! Start-up of a run inside EAL: the worker lcores checked against EAL's, the mbuf pool sized
+//! and created, every port configured and started, the hand-off rings made and every worker
+//! launched on its lcore. All or nothing: the first failure is returned.
+
+use super::{pmd_held, size_hand_off_rings, AppError, Options, PortPlan};
+use crate::agg::nak::SharedNakLimiter;
+use crate::agg::PortAddr;
+use crate::config::{ConfigError, LcoreConfig, Loaded};
+use crate::datapath::Datapath;
+use crate::dpdk::lcore::{self, LcoreHandle};
+use crate::dpdk::ring::Ring;
+use crate::dpdk::{self, port::PortSetup, DpdkError, Eal, Mempool, Port};
+use crate::worker::{self, RxQueue, Worker};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Where a worker leaves its datapath (counters and tables) when it stops.
+pub(super) type ResultSlot = Arc<Mutex<Option<Datapath>>>;
+
+/// The launched workers.
+pub(super) struct Running {
+    /// One per worker, in worker order.
+    pub handles: Vec<LcoreHandle>,
+    /// Each worker's datapath once it stopped, by worker index.
+    pub results: Vec<ResultSlot>,
+    /// When the workers were launched.
+    pub started: Instant,
+}
+
+/// Checks that every configured worker lcore is a worker lcore of EAL.
+pub(super) fn check_lcores(eal: &Eal, loaded: &Loaded, opts: &Options) -> Result<(), AppError> {
+    let cfg = &loaded.config;
+    let lcores = loaded.lcores();
+    let eal_workers = eal.worker_lcores();
+    for (i, l) in lcores.iter().enumerate() {
+        if !eal_workers.contains(&l.id) {
+            // Without [[lcore]] tables the one worker is the default, which the user never wrote.
+            let (key, which) = if cfg.lcores.is_empty() {
+                ("lcore".to_string(), "without [[lcore]] tables the one worker is lcore")
+            } else {
+                (format!("lcore[{i}].id"), "lcore")
+            };
+            return Err(ConfigError::new(
+                &opts.config,
+                key,
+                format!(
+                    "{which} {}, which is not a worker lcore of EAL (EAL's worker lcores: {:?}; the main lcore is {}); add \
+                     or change [[lcore]] tables, or -l/--lcores in [eal] args",
+                    l.id,
+                    eal_workers,
+                    eal.main_lcore()
+                ),
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// Sizes the mbuf pool's share of the hand-off rings and creates the pool. Returns it, and the
+/// slots of each hand-off ring when the run has rings (several workers sharing collectives).
+pub(super) fn create_pool(
+    loaded: &Loaded,
+    opts: &Options,
+    plans: &[PortPlan],
+) -> Result<(Mempool, Option<u32>), AppError> {
+    let cfg = &loaded.config;
+    let lcores = loaded.lcores();
+    // One hand-off ring per worker when several share the collectives (software steering); the
+    // rings, the workers' bursts and tx buffers, and the PMDs' descriptors must all fit the pool.
+    let with_rings = lcores.len() > 1 && !loaded.collectives.is_empty();
+    let descriptors: u64 = plans
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let pc = &cfg.ports[i];
+            pmd_held(&p.device, loaded.rx_queues(i as u16), pc.rx_desc, lcores.len() as u16, pc.tx_desc)
+        })
+        .sum();
+    let ring_slots = size_hand_off_rings(
+        cfg.mempool.mbufs,
+        cfg.mempool.cache,
+        cfg.dataplane.burst as usize,
+        plans.len(),
+        lcores.len(),
+        with_rings,
+        descriptors,
+    )
+    .map_err(|e| ConfigError::new(&opts.config, "mempool.mbufs", e))?;
+    let pool = Mempool::new("dpu_mbufs", cfg.mempool.mbufs, cfg.mempool.cache, cfg.mempool.data_room, -1)?;
+    Ok((pool, with_rings.then_some(ring_slots)))
+}
+
+/// Configures and starts every planned port on `pool` (one tx queue per worker), in port order.
+pub(super) fn start_ports(loaded: &Loaded, plans: &[PortPlan], pool: &Mempool) -> Result<Vec<Port>, AppError> {
+    let cfg = &loaded.config;
+    let lcores = loaded.lcores();
+    let mut ports = Vec::new();
+    for (i, p) in plans.iter().enumerate() {
+        let id =
+            Port::by_name(&p.device).map_err(|e| DpdkError::new(format!("port {i} ({})", p.name), e.to_string()))?;
+        let pc = &cfg.ports[i];
+        let setup = PortSetup {
+            rx_queues: loaded.rx_queues(i as u16),
+            tx_queues: lcores.len() as u16,
+            rx_desc: pc.rx_desc,
+            tx_desc: pc.tx_desc,
+            mtu: pc.mtu,
+            mac: loaded.port_macs[i],
+        };
+        let port = Port::start(id, &p.name, &setup, pool).map_err(|mut e| {
+            if p.device.starts_with("net_pcap") && e.reason.contains("tx queues") {
+                e.reason.push_str(
+                    " (net_pcap has one rx queue per rx_pcap and one tx queue per tx_pcap of its vdev: repeat \
+                     tx_pcap once per worker lcore, or replay with --rx/--tx, which does)",
+                );
+            }
+            e
+        })?;
+        ports.push(port);
+    }
+    Ok(ports)
+}
+
+/// What every worker shares.
+struct Shared {
+    /// DPDK port id of each port index.
+    port_ids: Vec<u16>,
+    /// The appliance's addresses on each port.
+    port_addrs: Vec<PortAddr>,
+    /// TSC frequency (cycles per second).
+    hz: u64,
+    /// Tx drain period (TSC cycles).
+    drain_tsc: u64,
+    /// Workers in the run.
+    workers: usize,
+    /// The pool new frames (copies) come from.
+    pool: Mempool,
+    /// Every worker's hand-off ring (empty without rings).
+    rings: Vec<Ring>,
+    /// One NAK limiter for all workers: spec section 5's limit is per source, whichever worker
+    /// refuses it.
+    nak_limiter: Arc<SharedNakLimiter>,
+}
+
+/// Makes the hand-off rings (`ring_slots` slots each, if any) and launches one worker per
+/// configured lcore. On a failed launch, stops and joins those already launched.
+pub(super) fn launch_workers(
+    loaded: &Loaded,
+    ports: &[Port],
+    pool: Mempool,
+    ring_slots: Option<u32>,
+) -> Result<Running, AppError> {
+    let cfg = &loaded.config;
+    let lcores = loaded.lcores();
+    let port_addrs: Vec<crate::agg::PortAddr> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| crate::agg::PortAddr {
+            mac: loaded.port_macs[i].unwrap_or_else(|| p.mac()),
+            ipv4: loaded.port_ipv4[i],
+            ipv6: loaded.port_ipv6[i],
+        })
+        .collect();
+    let hz = dpdk::tsc_hz();
+    let drain_tsc = hz / 1_000_000 * cfg.dataplane.tx_drain_us.max(1);
+    let results: Vec<ResultSlot> = lcores.iter().map(|_| Arc::new(Mutex::new(None))).collect();
+    worker::STOPPED_RX.store(0, std::sync::atomic::Ordering::SeqCst);
+    let rings: Vec<Ring> = match ring_slots {
+        Some(slots) => {
+            (0..lcores.len()).map(|w| Ring::new(&format!("dpu_handoff{w}"), slots)).collect::<Result<_, _>>()?
+        }
+        None => Vec::new(),
+    };
+    let shared = Shared {
+        port_ids: ports.iter().map(Port::id).collect(),
+        port_addrs,
+        hz,
+        drain_tsc,
+        workers: lcores.len(),
+        pool,
+        rings,
+        nak_limiter: crate::agg::nak::shared(),
+    };
+    let on_panic: Arc<dyn Fn() + Send + Sync> = Arc::new(worker::request_quit);
+    let mut handles = Vec::new();
+    let started = Instant::now();
+    for (wi, l) in lcores.iter().enumerate() {
+        let w = make_worker(loaded, &shared, wi, l);
+        let slot = results[wi].clone();
+        let h = lcore::launch(
+            l.id,
+            move || {
+                let dp = w.run();
+                *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(dp);
+            },
+            Some(on_panic.clone()),
+        );
+        match h {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                worker::request_quit();
+                for h in handles {
+                    let _ = h.join();
+                }
+                return Err(e.into());
+            }
+        }
+    }
+    Ok(Running { handles, results, started })
+}
+
+/// Worker `wi` of the run, polling lcore `l`'s rx queues.
+fn make_worker(loaded: &Loaded, shared: &Shared, wi: usize, l: &LcoreConfig) -> Worker {
+    let cfg = &loaded.config;
+    Worker {
+        rx: l
+            .rx
+            .iter()
+            .map(|q| RxQueue { port_id: shared.port_ids[q.port as usize], port: q.port, queue: q.queue })
+            .collect(),
+        port_ids: shared.port_ids.clone(),
+        tx_queue: wi as u16,
+        burst: cfg.dataplane.burst as usize,
+        drain_tsc: shared.drain_tsc,
+        tsc_per_us: (shared.hz / 1_000_000).max(1),
+        datapath: {
+            let dp =
+                Datapath::new(loaded.pipeline.clone(), shared.port_ids.len() as u16, cfg.dataplane.gradient_udp_port)
+                    .with_local_addresses(shared.port_addrs.clone());
+            if loaded.collectives.is_empty() {
+                dp
+            } else {
+                dp.with_aggregator(
+                    crate::agg::Aggregator::for_worker(
+                        &loaded.collectives,
+                        shared.port_addrs.clone(),
+                        cfg.dataplane.gradient_udp_port,
+                        cfg.dataplane.appliance_qpn,
+                        wi as u16,
+                        shared.workers as u16,
+                    )
+                    .with_nak_limiter(shared.nak_limiter.clone()),
+                )
+            }
+        },
+        pool: shared.pool,
+        rings: shared.rings.clone(),
+        index: wi,
+    }
+}

@@ -1,0 +1,100 @@
+//! The end of a run: the workers' counters and tables summed, the ports' final stats read and
+//! the ports stopped and closed.
+
+use super::start::ResultSlot;
+use super::{AppError, CounterSummary, EntrySummary};
+use crate::agg::AggCounters;
+use crate::dpdk::lcore::LcoreHandle;
+use crate::dpdk::{Port, PortStats};
+use crate::outputs::Staged;
+use crate::stats::Counters;
+use crate::table::{Counter, Pipeline};
+
+/// A port's non-zero extended stats (`rte_eth_xstats_get`): (name, value).
+pub(super) type Xstats = Vec<(String, u64)>;
+
+/// What the workers counted, summed over them.
+pub(super) struct Totals {
+    /// Packet counters.
+    pub counters: Counters,
+    /// Aggregation counters.
+    pub agg: AggCounters,
+    /// Every table entry's counter, and each table's miss counter (`entry: None`).
+    pub tables: Vec<EntrySummary>,
+    /// The named counters.
+    pub named: Vec<CounterSummary>,
+}
+
+/// Sums the datapaths the workers left in `results` (`ports` ports).
+pub(super) fn collect(results: &[ResultSlot], ports: usize) -> Totals {
+    let mut total = Counters::new(ports as u16);
+    let mut pipelines = Vec::new();
+    let mut agg = AggCounters::default();
+    for r in results {
+        if let Some(dp) = r.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            total.add(&dp.counters);
+            if let Some(a) = &dp.agg {
+                agg.add(&a.counters);
+            }
+            pipelines.push(dp.pipeline);
+        }
+    }
+    let tables = entry_summaries(&pipelines);
+    let named = Pipeline::sum_counters(&pipelines)
+        .into_iter()
+        .map(|(name, counter)| CounterSummary { name, counter })
+        .collect();
+    Totals { counters: total, agg, tables, named }
+}
+
+/// Each table entry's counter and each table's miss counter, summed over the workers'
+/// `pipelines` (which have the same tables and entries).
+fn entry_summaries(pipelines: &[Pipeline]) -> Vec<EntrySummary> {
+    let mut tables: Vec<EntrySummary> = Vec::new();
+    if let Some(first) = pipelines.first() {
+        for (ti, t) in first.tables.iter().enumerate() {
+            for e in 0..=t.len() {
+                let mut c = Counter::default();
+                for p in pipelines {
+                    let tt = &p.tables[ti];
+                    c.add(if e < t.len() { tt.counter(e) } else { tt.miss_counter() });
+                }
+                tables.push(EntrySummary { table: t.name.clone(), entry: (e < t.len()).then_some(e), counter: c });
+            }
+        }
+    }
+    tables
+}
+
+/// Reads the ports' final stats (`rte_eth_stats`, the non-zero xstats, and each tx queue's
+/// count into `staged`), then stops and closes them (`workers`: tx queues per port).
+pub(super) fn stop_ports(
+    mut ports: Vec<Port>,
+    workers: usize,
+    staged: &mut Staged,
+) -> Result<(Vec<PortStats>, Vec<Xstats>), AppError> {
+    let ethdev: Vec<PortStats> = ports.iter().map(|p| p.stats()).collect();
+    let xstats: Vec<Xstats> = ports.iter().map(|p| p.xstats().into_iter().filter(|(_, v)| *v != 0).collect()).collect();
+    for (i, p) in ports.iter().enumerate() {
+        for q in 0..workers as u16 {
+            staged.set_sent(i, q, p.tx_queue_stats(q));
+        }
+    }
+    for p in ports.iter_mut() {
+        p.stop()?;
+    }
+    drop(ports); // rte_eth_dev_close: frees the rx rings' mbufs
+    Ok((ethdev, xstats))
+}
+
+/// Waits for every worker to return; returns the panics, as `worker lcore N panicked: why`.
+pub(super) fn join_workers(handles: Vec<LcoreHandle>) -> Vec<String> {
+    let mut panics = Vec::new();
+    for h in handles {
+        let lc = h.lcore();
+        if let Err(msg) = h.join() {
+            panics.push(format!("worker lcore {lc} panicked: {msg}"));
+        }
+    }
+    panics
+}
