@@ -11,12 +11,12 @@
 //! [`parse`] returns a [`Parsed`] (plain data, `Copy`, no allocation) holding which layers are
 //! valid ([`Layers`]), the fields match-action tables key on, and byte offsets into the frame so
 //! that actions can rewrite headers in place and the aggregator can read lanes. A frame that
-//! cannot be parsed safely is an `Err(`[`DropReason`]`)`, to be counted; nothing past the layer
+//! cannot be parsed safely is an `Err(`[`Reason`]`)`, to be counted; nothing past the layer
 //! that failed is read, and no input can make it panic or read past the frame.
 //!
 //! Rules (sources in brackets):
 //! - Up to [`MAX_VLAN_TAGS`] tags, 802.1ad or 802.1Q in any order; a third is
-//!   [`DropReason::VlanDepth`], never parsed as something else (spec section 1).
+//!   [`Reason::VlanDepth`], never parsed as something else (spec section 1).
 //! - IPv4: IHL >= 5, header and total length within the frame, header checksum verified
 //!   (RFC 791). The total length bounds the datagram; Ethernet padding after it is ignored.
 //! - IPv6: payload length within the frame; at most 8 extension headers, each inside the payload
@@ -42,85 +42,13 @@
 //!   (no offload, e.g. net_pcap) verifies in software. Length checks and the UDP zero-checksum
 //!   rules always apply; the RoCEv2 ICRC is always verified in software.
 
+use crate::stats::Reason;
 use crate::wire::ethernet::{self, EtherType, EthernetAddress, EthernetFrame};
 use crate::wire::{arp, bth, gradient, icrc, ipv4, ipv6, udp, vlan};
-use core::fmt;
 use core::ops::Range;
 
 /// Most VLAN tags parsed (an 802.1ad S-tag and an 802.1Q C-tag, or two C-tags).
 pub const MAX_VLAN_TAGS: usize = 2;
-
-/// Why a frame is dropped by the parser (to be counted per reason).
-///
-/// The discriminants are dense from 0 so that counters can be an array indexed by
-/// [`DropReason::index`]. Other layers append reasons after these.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum DropReason {
-    /// The frame is shorter than its Ethernet header: 14 bytes, plus 4 per VLAN tag it announces.
-    Runt,
-    /// More VLAN tags than [`MAX_VLAN_TAGS`]: unsupported.
-    VlanDepth,
-    /// An IPv4 header that does not fit its own length fields, or version not 4.
-    MalformedIpv4,
-    /// An IPv4 header whose checksum does not verify.
-    BadIpv4Checksum,
-    /// An IPv6 header or extension-header chain that does not fit, or version not 6.
-    MalformedIpv6,
-    /// A UDP header or length that does not fit the IP payload.
-    MalformedUdp,
-    /// A UDP checksum that does not verify, or 0 over IPv6 outside RoCEv2.
-    BadUdpChecksum,
-    /// A BTH whose headers (as far as its opcode's are known), pad and ICRC are longer than the
-    /// UDP payload, or a DETH that does not fit.
-    MalformedBth,
-    /// A RoCEv2 ICRC that does not verify.
-    BadIcrc,
-}
-
-impl DropReason {
-    /// Number of parser drop reasons.
-    pub const COUNT: usize = 9;
-
-    /// Every reason, in discriminant order (`ALL[r.index()] == r`).
-    pub const ALL: [DropReason; DropReason::COUNT] = [
-        DropReason::Runt,
-        DropReason::VlanDepth,
-        DropReason::MalformedIpv4,
-        DropReason::BadIpv4Checksum,
-        DropReason::MalformedIpv6,
-        DropReason::MalformedUdp,
-        DropReason::BadUdpChecksum,
-        DropReason::MalformedBth,
-        DropReason::BadIcrc,
-    ];
-
-    /// The reason's counter name, in snake_case (e.g. `"malformed_ipv4"`).
-    pub fn name(self) -> &'static str {
-        match self {
-            DropReason::Runt => "runt",
-            DropReason::VlanDepth => "vlan_depth",
-            DropReason::MalformedIpv4 => "malformed_ipv4",
-            DropReason::BadIpv4Checksum => "bad_ipv4_checksum",
-            DropReason::MalformedIpv6 => "malformed_ipv6",
-            DropReason::MalformedUdp => "malformed_udp",
-            DropReason::BadUdpChecksum => "bad_udp_checksum",
-            DropReason::MalformedBth => "malformed_bth",
-            DropReason::BadIcrc => "bad_icrc",
-        }
-    }
-
-    /// Index of this reason in [`DropReason::ALL`] (its discriminant).
-    pub fn index(self) -> usize {
-        self as usize
-    }
-}
-
-impl fmt::Display for DropReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// The set of layers found valid in a frame (a set of the constants below, in 32 bits: the
 /// parser adds layers to it in memory across calls, and a 32-bit set is read back with a load
@@ -403,22 +331,22 @@ impl RxChecksum {
 /// rules.
 ///
 /// # Errors
-/// A [`DropReason`] for the first layer that is malformed or fails its checksum.
+/// A [`Reason`] for the first layer that is malformed or fails its checksum.
 #[inline]
-pub fn parse(frame: &[u8], udp_gradient_port: u16) -> Result<Parsed, DropReason> {
+pub fn parse(frame: &[u8], udp_gradient_port: u16) -> Result<Parsed, Reason> {
     parse_with(frame, udp_gradient_port, RxChecksum::UNKNOWN)
 }
 
 /// [`parse`] with the NIC's rx checksum verdicts `rx` (from the mbuf's `ol_flags`): a
 /// [`CsumStatus::Good`] checksum is not summed again, a [`CsumStatus::Bad`] one is
-/// [`DropReason::BadIpv4Checksum`] or [`DropReason::BadUdpChecksum`] once the header it covers
+/// [`Reason::BadIpv4Checksum`] or [`Reason::BadUdpChecksum`] once the header it covers
 /// has passed its length checks, as a software failure would be. A UDP checksum field of 0 keeps
 /// its software meaning whatever the NIC says (none over IPv4; invalid over IPv6 except for
 /// RoCEv2, spec section 1).
 ///
 /// # Errors
-/// A [`DropReason`] for the first layer that is malformed or fails its checksum.
-pub fn parse_with(frame: &[u8], udp_gradient_port: u16, rx: RxChecksum) -> Result<Parsed, DropReason> {
+/// A [`Reason`] for the first layer that is malformed or fails its checksum.
+pub fn parse_with(frame: &[u8], udp_gradient_port: u16, rx: RxChecksum) -> Result<Parsed, Reason> {
     let mut p = Parsed::default();
     parse_into(frame, udp_gradient_port, rx, &mut p)?;
     Ok(p)
@@ -429,10 +357,10 @@ pub fn parse_with(frame: &[u8], udp_gradient_port: u16, rx: RxChecksum) -> Resul
 /// first; after an error its content is unspecified (a partial parse).
 ///
 /// # Errors
-/// A [`DropReason`] for the first layer that is malformed or fails its checksum.
-pub fn parse_into(frame: &[u8], udp_gradient_port: u16, rx: RxChecksum, p: &mut Parsed) -> Result<(), DropReason> {
+/// A [`Reason`] for the first layer that is malformed or fails its checksum.
+pub fn parse_into(frame: &[u8], udp_gradient_port: u16, rx: RxChecksum, p: &mut Parsed) -> Result<(), Reason> {
     *p = Parsed::default();
-    let eth = EthernetFrame::new_checked(frame).map_err(|_| DropReason::Runt)?;
+    let eth = EthernetFrame::new_checked(frame).map_err(|_| Reason::Runt)?;
     p.layers.insert(Layers::ETH);
     p.eth_dst = eth.dst();
     p.eth_src = eth.src();
@@ -443,9 +371,9 @@ pub fn parse_into(frame: &[u8], udp_gradient_port: u16, rx: RxChecksum, p: &mut 
     let mut tags = 0usize;
     while vlan::is_tpid(ty) {
         if tags == MAX_VLAN_TAGS {
-            return Err(DropReason::VlanDepth);
+            return Err(Reason::VlanDepth);
         }
-        let tag = vlan::VlanTag::new_checked(&frame[off..]).map_err(|_| DropReason::Runt)?;
+        let tag = vlan::VlanTag::new_checked(&frame[off..]).map_err(|_| Reason::Runt)?;
         if tags == 0 {
             p.layers.insert(Layers::VLAN_OUTER);
             p.vlan_outer_tpid = ty;
@@ -475,15 +403,15 @@ pub fn parse_into(frame: &[u8], udp_gradient_port: u16, rx: RxChecksum, p: &mut 
 }
 
 /// IPv4 at `l3`, then UDP.
-fn parse_ipv4(frame: &[u8], l3: usize, port: u16, rx: RxChecksum, p: &mut Parsed) -> Result<(), DropReason> {
-    let ip = ipv4::Ipv4Packet::new_checked(&frame[l3..]).map_err(|_| DropReason::MalformedIpv4)?;
+fn parse_ipv4(frame: &[u8], l3: usize, port: u16, rx: RxChecksum, p: &mut Parsed) -> Result<(), Reason> {
+    let ip = ipv4::Ipv4Packet::new_checked(&frame[l3..]).map_err(|_| Reason::MalformedIpv4)?;
     let ip_ok = match rx.ip {
         CsumStatus::Good => true,
         CsumStatus::Bad => false,
         CsumStatus::Unknown => ip.verify_checksum(),
     };
     if !ip_ok {
-        return Err(DropReason::BadIpv4Checksum);
+        return Err(Reason::BadIpv4Checksum);
     }
     p.layers.insert(Layers::IPV4);
     let (src, dst) = (ip.src_addr(), ip.dst_addr());
@@ -506,7 +434,7 @@ fn parse_ipv4(frame: &[u8], l3: usize, port: u16, rx: RxChecksum, p: &mut Parsed
         return Ok(());
     }
     let l4 = l3 + hl;
-    let u = udp::UdpPacket::new_checked(&frame[l4..end]).map_err(|_| DropReason::MalformedUdp)?;
+    let u = udp::UdpPacket::new_checked(&frame[l4..end]).map_err(|_| Reason::MalformedUdp)?;
     // Over IPv4 a zero checksum means none, RoCEv2 or not.
     let udp_ok = u.checksum() == 0
         || match rx.l4 {
@@ -515,15 +443,15 @@ fn parse_ipv4(frame: &[u8], l3: usize, port: u16, rx: RxChecksum, p: &mut Parsed
             CsumStatus::Unknown => u.verify_checksum_v4(src, dst),
         };
     if !udp_ok {
-        return Err(DropReason::BadUdpChecksum);
+        return Err(Reason::BadUdpChecksum);
     }
     parse_udp(frame, &u, port, p)
 }
 
 /// IPv6 at `l3`, its extension headers, then UDP (`l4`: the NIC's UDP checksum verdict).
-fn parse_ipv6(frame: &[u8], l3: usize, port: u16, l4_rx: CsumStatus, p: &mut Parsed) -> Result<(), DropReason> {
-    let ip = ipv6::Ipv6Packet::new_checked(&frame[l3..]).map_err(|_| DropReason::MalformedIpv6)?;
-    let chain = ip.walk_extensions().map_err(|_| DropReason::MalformedIpv6)?;
+fn parse_ipv6(frame: &[u8], l3: usize, port: u16, l4_rx: CsumStatus, p: &mut Parsed) -> Result<(), Reason> {
+    let ip = ipv6::Ipv6Packet::new_checked(&frame[l3..]).map_err(|_| Reason::MalformedIpv6)?;
+    let chain = ip.walk_extensions().map_err(|_| Reason::MalformedIpv6)?;
     p.layers.insert(Layers::IPV6);
     let (src, dst) = (ip.src_addr(), ip.dst_addr());
     p.ip_src_bytes = src;
@@ -545,7 +473,7 @@ fn parse_ipv6(frame: &[u8], l3: usize, port: u16, l4_rx: CsumStatus, p: &mut Par
     if chain.upper_protocol != udp::PROTOCOL {
         return Ok(());
     }
-    let u = udp::UdpPacket::new_checked(&frame[l4..end]).map_err(|_| DropReason::MalformedUdp)?;
+    let u = udp::UdpPacket::new_checked(&frame[l4..end]).map_err(|_| Reason::MalformedUdp)?;
     // Mandatory over IPv6, except that RoCEv2 may leave it 0 (spec section 1).
     let ok = if u.checksum() == 0 {
         u.dst_port() == bth::ROCEV2_UDP_PORT
@@ -558,14 +486,14 @@ fn parse_ipv6(frame: &[u8], l3: usize, port: u16, l4_rx: CsumStatus, p: &mut Par
         }
     };
     if !ok {
-        return Err(DropReason::BadUdpChecksum);
+        return Err(Reason::BadUdpChecksum);
     }
     parse_udp(frame, &u, port, p)
 }
 
 /// The UDP header is valid: record it, then RoCEv2 or the gradient header.
 #[inline(always)]
-fn parse_udp(frame: &[u8], u: &udp::UdpPacket<&[u8]>, port: u16, p: &mut Parsed) -> Result<(), DropReason> {
+fn parse_udp(frame: &[u8], u: &udp::UdpPacket<&[u8]>, port: u16, p: &mut Parsed) -> Result<(), Reason> {
     p.layers.insert(Layers::UDP);
     p.udp_src = u.src_port();
     p.udp_dst = u.dst_port();
@@ -589,20 +517,20 @@ fn parse_udp(frame: &[u8], u: &udp::UdpPacket<&[u8]>, port: u16, p: &mut Parsed)
 /// whatever follows the BTH, verified, so that the tables can forward it; nothing after the
 /// BTH is parsed. The transport version (TVer) is recorded, not judged: a forwarding hop does
 /// not own the transport, and the gradient carriage does not depend on it.
-fn parse_rocev2(frame: &[u8], start: usize, udp_end: usize, p: &mut Parsed) -> Result<(), DropReason> {
+fn parse_rocev2(frame: &[u8], start: usize, udp_end: usize, p: &mut Parsed) -> Result<(), Reason> {
     let seg = &frame[start..udp_end];
-    let b = bth::BthPacket::new_checked(seg).map_err(|_| DropReason::MalformedBth)?;
+    let b = bth::BthPacket::new_checked(seg).map_err(|_| Reason::MalformedBth)?;
     let ext = bth::extensions(b.opcode()).unwrap_or(bth::Extensions::NONE);
     let pad = b.pad_count() as usize;
     let headers_end = bth::HEADER_LEN + ext.len();
     if headers_end + pad + icrc::ICRC_LEN > seg.len() {
-        return Err(DropReason::MalformedBth);
+        return Err(Reason::MalformedBth);
     }
     let l3 = p.l3_offset as usize;
     let l4 = p.l4_offset as usize;
     match icrc::verify(&frame[l3..udp_end], l4 - l3) {
         Ok(true) => {}
-        _ => return Err(DropReason::BadIcrc),
+        _ => return Err(Reason::BadIcrc),
     }
     p.layers.insert(Layers::BTH);
     p.bth_offset = start as u32;
@@ -612,7 +540,7 @@ fn parse_rocev2(frame: &[u8], start: usize, udp_end: usize, p: &mut Parsed) -> R
     p.bth_pad = pad as u8;
     if let Some(o) = ext.offset_of(bth::Extensions::DETH) {
         let at = bth::HEADER_LEN + o;
-        let d = bth::DethHeader::new_checked(&seg[at..]).map_err(|_| DropReason::MalformedBth)?;
+        let d = bth::DethHeader::new_checked(&seg[at..]).map_err(|_| Reason::MalformedBth)?;
         p.layers.insert(Layers::DETH);
         p.deth_qkey = d.qkey();
         p.deth_src_qp = d.src_qp();
@@ -627,7 +555,7 @@ fn parse_rocev2(frame: &[u8], start: usize, udp_end: usize, p: &mut Parsed) -> R
 /// A gradient header at `start`, its payload running to `end`. Fewer bytes than a header is
 /// not an error here ([`Layers::GRADIENT_SHORT`]): only the appliance's own gradient packets
 /// must be whole, and which are its own is the aggregator's call.
-fn parse_gradient(frame: &[u8], start: usize, end: usize, p: &mut Parsed) -> Result<(), DropReason> {
+fn parse_gradient(frame: &[u8], start: usize, end: usize, p: &mut Parsed) -> Result<(), Reason> {
     let Some(g) = frame.get(start..end).and_then(|seg| gradient::GradientHeader::new_checked(seg).ok()) else {
         p.layers.insert(Layers::GRADIENT_SHORT);
         return Ok(());

@@ -42,16 +42,16 @@ fn assert_case_udp(p: &Parsed, l3: usize, ihl_bytes: usize) {
 
 #[test]
 fn drop_reason_names() {
-    for (i, r) in DropReason::ALL.iter().enumerate() {
+    for (i, r) in Reason::ALL.iter().enumerate() {
         assert_eq!(r.index(), i);
         assert!(r.name().chars().all(|c| c.is_ascii_lowercase() || c == '_' || c.is_ascii_digit()));
         assert_eq!(r.to_string(), r.name());
     }
-    let mut names: Vec<_> = DropReason::ALL.iter().map(|r| r.name()).collect();
+    let mut names: Vec<_> = Reason::ALL.iter().map(|r| r.name()).collect();
     names.sort_unstable();
     names.dedup();
-    assert_eq!(names.len(), DropReason::COUNT);
-    assert_eq!(DropReason::MalformedIpv4.name(), "malformed_ipv4");
+    assert_eq!(names.len(), Reason::COUNT);
+    assert_eq!(Reason::MalformedIpv4.name(), "malformed_ipv4");
 }
 
 /// `Layers` is a set: each layer is its own bit, a union holds exactly the bits of both
@@ -80,7 +80,7 @@ fn c01_bad_ihl_all_malformed_ipv4() {
     let f = frames("c01_ipv4_bad_ihl.pcap");
     assert_eq!(f.len(), 3);
     for frame in &f {
-        assert_eq!(parse(frame, GRAD_PORT), Err(DropReason::MalformedIpv4));
+        assert_eq!(parse(frame, GRAD_PORT), Err(Reason::MalformedIpv4));
     }
 }
 
@@ -94,14 +94,14 @@ fn c02_options_udp_through_ihl() {
     // Both checksums were verified: breaking either is caught.
     let mut b = f[0].clone();
     b[14 + 10] ^= 0x01;
-    assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::BadIpv4Checksum));
+    assert_eq!(parse(&b, GRAD_PORT), Err(Reason::BadIpv4Checksum));
     let mut b = f[0].clone();
     b[38 + 8] ^= 0x01;
-    assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::BadUdpChecksum));
+    assert_eq!(parse(&b, GRAD_PORT), Err(Reason::BadUdpChecksum));
     // Option bytes are covered by the IP checksum.
     let mut b = f[0].clone();
     b[34] ^= 0x01;
-    assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::BadIpv4Checksum));
+    assert_eq!(parse(&b, GRAD_PORT), Err(Reason::BadIpv4Checksum));
 }
 
 #[test]
@@ -119,12 +119,12 @@ fn c03_padding_ignored() {
     // A UDP length past the IP payload is malformed, even with padding bytes behind it.
     let mut b = f[0].clone();
     b[38..40].copy_from_slice(&13u16.to_be_bytes());
-    assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::MalformedUdp));
+    assert_eq!(parse(&b, GRAD_PORT), Err(Reason::MalformedUdp));
     // An IP total length past the frame is malformed (46 bytes follow the Ethernet header).
     let mut b = f[0].clone();
     b[16..18].copy_from_slice(&47u16.to_be_bytes());
     ipv4::Ipv4Packet::new_unchecked(&mut b[14..34]).fill_checksum();
-    assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::MalformedIpv4));
+    assert_eq!(parse(&b, GRAD_PORT), Err(Reason::MalformedIpv4));
     // Up to the frame's end it is fine: the UDP length still governs.
     b[16..18].copy_from_slice(&46u16.to_be_bytes());
     ipv4::Ipv4Packet::new_unchecked(&mut b[14..34]).fill_checksum();
@@ -190,11 +190,11 @@ fn c07_ipv6_fields() {
     let mut b = f[0].clone();
     b[60] = 0;
     b[61] = 0;
-    assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::BadUdpChecksum));
+    assert_eq!(parse(&b, GRAD_PORT), Err(Reason::BadUdpChecksum));
     // A payload length past the frame is malformed.
     let mut b = f[0].clone();
     b[19] = 13;
-    assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::MalformedIpv6));
+    assert_eq!(parse(&b, GRAD_PORT), Err(Reason::MalformedIpv6));
 }
 
 #[test]
@@ -206,10 +206,10 @@ fn c08_ipv6_extension_headers() {
     assert_eq!(&f[0][p.udp_payload()], &[1, 2, 3, 4]);
     let mut b = f[0].clone();
     b[78] ^= 1;
-    assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::BadUdpChecksum));
+    assert_eq!(parse(&b, GRAD_PORT), Err(Reason::BadUdpChecksum));
     // Frame 2: Hop-by-Hop claiming 2048 bytes in 8.
     assert_eq!(f[1].len(), 62);
-    assert_eq!(parse(&f[1], GRAD_PORT), Err(DropReason::MalformedIpv6));
+    assert_eq!(parse(&f[1], GRAD_PORT), Err(Reason::MalformedIpv6));
 }
 
 #[test]
@@ -222,7 +222,7 @@ fn c09_stacked_vlans() {
         assert_eq!((p.l3_offset, p.ethertype), (22, EtherType::IPV4));
         assert_case_udp(&p, 22, 20);
     }
-    assert_eq!(parse(&f[2], GRAD_PORT), Err(DropReason::VlanDepth));
+    assert_eq!(parse(&f[2], GRAD_PORT), Err(Reason::VlanDepth));
 }
 
 /// The NIC verdicts, for the offload tests.
@@ -246,9 +246,9 @@ fn offload_verdicts_on_ipv4_udp() {
         // IPv4 header: GOOD is trusted (even over a wrong checksum), BAD drops (even over a
         // right one), UNKNOWN verifies in software.
         assert_eq!(with(&good, Good, l4).is_ok(), l4 != Bad);
-        assert_eq!(with(&good, Bad, l4), Err(DropReason::BadIpv4Checksum));
-        assert_eq!(with(&bad_ip, Unknown, l4), Err(DropReason::BadIpv4Checksum));
-        assert_eq!(with(&bad_ip, Bad, l4), Err(DropReason::BadIpv4Checksum));
+        assert_eq!(with(&good, Bad, l4), Err(Reason::BadIpv4Checksum));
+        assert_eq!(with(&bad_ip, Unknown, l4), Err(Reason::BadIpv4Checksum));
+        assert_eq!(with(&bad_ip, Bad, l4), Err(Reason::BadIpv4Checksum));
     }
     assert_eq!(with(&bad_ip, Good, Good), Ok(layers));
     assert_eq!(with(&bad_ip, Good, Unknown), Ok(layers));
@@ -256,20 +256,20 @@ fn offload_verdicts_on_ipv4_udp() {
         // UDP: the same three verdicts.
         assert_eq!(with(&good, ip, Unknown), Ok(layers));
         assert_eq!(with(&good, ip, Good), Ok(layers));
-        assert_eq!(with(&good, ip, Bad), Err(DropReason::BadUdpChecksum));
-        assert_eq!(with(&bad_udp, ip, Unknown), Err(DropReason::BadUdpChecksum));
+        assert_eq!(with(&good, ip, Bad), Err(Reason::BadUdpChecksum));
+        assert_eq!(with(&bad_udp, ip, Unknown), Err(Reason::BadUdpChecksum));
         assert_eq!(with(&bad_udp, ip, Good), Ok(layers));
-        assert_eq!(with(&bad_udp, ip, Bad), Err(DropReason::BadUdpChecksum));
+        assert_eq!(with(&bad_udp, ip, Bad), Err(Reason::BadUdpChecksum));
     }
     // Length checks come first whatever the NIC says.
     for f in frames("c01_ipv4_bad_ihl.pcap") {
         for (ip, l4) in STATUSES.iter().flat_map(|&i| STATUSES.map(|l| (i, l))) {
-            assert_eq!(with(&f, ip, l4), Err(DropReason::MalformedIpv4));
+            assert_eq!(with(&f, ip, l4), Err(Reason::MalformedIpv4));
         }
     }
     let mut long_udp = good.clone();
     long_udp[38 + 4..38 + 6].copy_from_slice(&13u16.to_be_bytes());
-    assert_eq!(with(&long_udp, Good, Good), Err(DropReason::MalformedUdp));
+    assert_eq!(with(&long_udp, Good, Good), Err(Reason::MalformedUdp));
     // A zero UDP checksum over IPv4 means none, whatever the NIC says.
     let zero = frames("c04_udp_csum_ffff_and_zero.pcap").remove(1);
     for l4 in STATUSES {
@@ -296,13 +296,13 @@ fn offload_verdicts_on_ipv6_udp() {
         // IPv6 has no header checksum: the IP verdict is ignored.
         assert_eq!(with(&good, ip, Unknown), Ok(()));
         assert_eq!(with(&good, ip, Good), Ok(()));
-        assert_eq!(with(&good, ip, Bad), Err(DropReason::BadUdpChecksum));
-        assert_eq!(with(&bad_udp, ip, Unknown), Err(DropReason::BadUdpChecksum));
+        assert_eq!(with(&good, ip, Bad), Err(Reason::BadUdpChecksum));
+        assert_eq!(with(&bad_udp, ip, Unknown), Err(Reason::BadUdpChecksum));
         assert_eq!(with(&bad_udp, ip, Good), Ok(()));
-        assert_eq!(with(&bad_udp, ip, Bad), Err(DropReason::BadUdpChecksum));
+        assert_eq!(with(&bad_udp, ip, Bad), Err(Reason::BadUdpChecksum));
         // A zero checksum over IPv6 stays invalid outside RoCEv2, even if the NIC passes it.
         for l4 in STATUSES {
-            assert_eq!(with(&zero, ip, l4), Err(DropReason::BadUdpChecksum));
+            assert_eq!(with(&zero, ip, l4), Err(Reason::BadUdpChecksum));
         }
     }
 }
@@ -314,7 +314,7 @@ fn offload_never_skips_the_icrc() {
     assert!(parse_with(&f, GRAD_PORT, rx(Good, Good)).unwrap().has(Layers::BTH));
     let mut b = f.clone();
     b[60] ^= 1;
-    assert_eq!(parse_with(&b, GRAD_PORT, rx(Good, Good)), Err(DropReason::BadIcrc));
+    assert_eq!(parse_with(&b, GRAD_PORT, rx(Good, Good)), Err(Reason::BadIcrc));
 }
 
 #[test]
@@ -338,7 +338,7 @@ fn c10_rocev2_icrc_invariant() {
     // A payload byte changed: bad ICRC.
     let mut b = f[0].clone();
     b[60] ^= 1;
-    assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::BadIcrc));
+    assert_eq!(parse(&b, GRAD_PORT), Err(Reason::BadIcrc));
     // TTL decremented (with the IP checksum updated): still valid.
     let mut b = f[0].clone();
     ipv4::Ipv4Packet::new_checked(&mut b[14..]).unwrap().update_ttl(63);
@@ -348,7 +348,7 @@ fn c10_rocev2_icrc_invariant() {
     for op in [0x15u8, 0x40, 0x4a, 0xc0, 0xff] {
         let mut b = f[0].clone();
         b[42] = op;
-        assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::BadIcrc), "opcode {op:#x}, stale ICRC");
+        assert_eq!(parse(&b, GRAD_PORT), Err(Reason::BadIcrc), "opcode {op:#x}, stale ICRC");
         icrc::fill(&mut b[14..], 20).unwrap();
         let p = ok(&b);
         assert!(p.has(Layers::UDP.union(Layers::BTH)), "opcode {op:#x}");
@@ -360,11 +360,11 @@ fn c10_rocev2_icrc_invariant() {
     let mut b = f[0].clone();
     b[42] = 0x0a;
     b[43] |= 0x30;
-    assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::MalformedBth));
+    assert_eq!(parse(&b, GRAD_PORT), Err(Reason::MalformedBth));
     // TVer other than 0: recorded, not judged (the ICRC covers it).
     let mut b = f[0].clone();
     b[43] |= 0x01;
-    assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::BadIcrc));
+    assert_eq!(parse(&b, GRAD_PORT), Err(Reason::BadIcrc));
     icrc::fill(&mut b[14..], 20).unwrap();
     assert_eq!(ok(&b).bth_opcode, 0x04);
 }
@@ -536,7 +536,7 @@ fn gradient_over_udp() {
     let l4p = grad_header(1, 0);
     assert!(ok(&udp_frame(false, None, GRAD_PORT, &l4p, true)).has(Layers::GRADIENT));
     let f = udp_frame(true, None, GRAD_PORT, &l4p, true);
-    assert_eq!(parse(&f, GRAD_PORT), Err(DropReason::BadUdpChecksum));
+    assert_eq!(parse(&f, GRAD_PORT), Err(Reason::BadUdpChecksum));
 }
 
 #[test]
@@ -559,7 +559,7 @@ fn gradient_over_rocev2_ud() {
             let mut b = f.clone();
             let ck = p.l4_offset as usize + 6;
             b[ck] = 0x12;
-            assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::BadUdpChecksum));
+            assert_eq!(parse(&b, GRAD_PORT), Err(Reason::BadUdpChecksum));
             // A computed one is (and the ICRC does not cover it).
             let mut b = f.clone();
             let l4 = p.l4_offset as usize;
@@ -583,7 +583,7 @@ fn gradient_over_rocev2_ud() {
     // A UD packet too short for its DETH.
     let mut f = udp_frame(false, None, 4791, &l4p[..12 + 4 + 4], true);
     icrc::fill(&mut f[14..], 20).unwrap();
-    assert_eq!(parse(&f, GRAD_PORT), Err(DropReason::MalformedBth));
+    assert_eq!(parse(&f, GRAD_PORT), Err(Reason::MalformedBth));
 }
 
 /// XRC (IBTA Vol. 1 table 35, transport 101b) is RoCEv2 like RC, and so are RC's RDMA FLUSH
@@ -638,13 +638,13 @@ fn xrc_and_rc_flush_opcodes_parse_with_their_headers() {
             assert!(!p.has(Layers::DETH) && !p.has(Layers::GRADIENT));
             // One byte short of its headers: malformed, whatever the ICRC.
             if ext_len > 0 {
-                assert_eq!(parse(&build(ext_len - 1), GRAD_PORT), Err(DropReason::MalformedBth), "opcode {op:#x}");
+                assert_eq!(parse(&build(ext_len - 1), GRAD_PORT), Err(Reason::MalformedBth), "opcode {op:#x}");
             }
             // A bad ICRC is caught.
             let mut b = f.clone();
             let n = b.len();
             b[n - 1] ^= 1;
-            assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::BadIcrc), "opcode {op:#x}");
+            assert_eq!(parse(&b, GRAD_PORT), Err(Reason::BadIcrc), "opcode {op:#x}");
         }
     }
 }
@@ -695,7 +695,7 @@ fn ipv6_udp_behind_ah_and_routing_headers() {
     let p = ok(&f);
     assert_eq!((p.ip_proto, p.l4_offset, p.ip_dst()), (17, 14 + 40 + 24, &V6_DST[..]));
     // The same over the header's destination is wrong.
-    assert_eq!(parse(&frame(43, &srh, &udp(&V6_DST)), GRAD_PORT), Err(DropReason::BadUdpChecksum));
+    assert_eq!(parse(&frame(43, &srh, &udp(&V6_DST)), GRAD_PORT), Err(Reason::BadUdpChecksum));
     // With segments left 0 the header's destination is the final one.
     srh[3] = 0;
     assert!(ok(&frame(43, &srh, &udp(&V6_DST))).has(Layers::UDP));
@@ -709,7 +709,7 @@ fn ipv6_udp_behind_ah_and_routing_headers() {
     let f = frame(43, &rpl, &udp(&fin));
     let p = ok(&f);
     assert_eq!((p.ip_proto, p.l4_offset, p.ip_dst()), (17, 14 + 40 + 24, &V6_DST[..]));
-    assert_eq!(parse(&frame(43, &rpl, &udp(&V6_DST)), GRAD_PORT), Err(DropReason::BadUdpChecksum));
+    assert_eq!(parse(&frame(43, &rpl, &udp(&V6_DST)), GRAD_PORT), Err(Reason::BadUdpChecksum));
 }
 
 /// RFC 8200 section 4.4: a Routing header with more segments left than it holds addresses
@@ -768,7 +768,7 @@ fn routing_header_segments_left_beyond_its_addresses_is_flagged() {
                 }
                 // With segments left the checksum covers the final destination: the UDP
                 // verdict is not the point here, the flag is what the walk records.
-                Err(DropReason::BadUdpChecksum) => {
+                Err(Reason::BadUdpChecksum) => {
                     let ip = ipv6::Ipv6Packet::new_checked(&f[14..]).unwrap();
                     let chain = ip.walk_extensions().unwrap();
                     assert_eq!(chain.bad_segments_left, left > held, "{what}, segments left {left}");
@@ -822,14 +822,14 @@ fn fragments_never_udp() {
 #[test]
 fn l2_only_arp_and_runts() {
     let f = frames("c02_ipv4_options.pcap");
-    assert_eq!(parse(&f[0][..13], GRAD_PORT), Err(DropReason::Runt));
-    assert_eq!(parse(&[], GRAD_PORT), Err(DropReason::Runt));
+    assert_eq!(parse(&f[0][..13], GRAD_PORT), Err(Reason::Runt));
+    assert_eq!(parse(&[], GRAD_PORT), Err(Reason::Runt));
     // A VLAN TPID with no tag after it.
     let mut b = f[0][..14].to_vec();
     b[12..14].copy_from_slice(&[0x81, 0x00]);
-    assert_eq!(parse(&b, GRAD_PORT), Err(DropReason::Runt));
+    assert_eq!(parse(&b, GRAD_PORT), Err(Reason::Runt));
     // Ethernet header only, IPv4 type: malformed IPv4.
-    assert_eq!(parse(&f[0][..14], GRAD_PORT), Err(DropReason::MalformedIpv4));
+    assert_eq!(parse(&f[0][..14], GRAD_PORT), Err(Reason::MalformedIpv4));
     // Another EtherType: valid at L2 only.
     let mut b = f[0].clone();
     b[12..14].copy_from_slice(&0x88cc_u16.to_be_bytes());
