@@ -347,7 +347,7 @@ mod tests {
 
     fn datapath() -> Datapath {
         let loaded = load_str(CONF, Path::new("test.toml")).unwrap();
-        Datapath::new(loaded.pipeline, 3, 49374)
+        Datapath::new(loaded.pipeline, 3, crate::wire::gradient::DEFAULT_UDP_PORT)
     }
 
     #[test]
