@@ -4,7 +4,7 @@
 
 use crate::{Dtype, Error, Op};
 use dataplane::agg::config::Carriage;
-use dataplane::wire::build::IpAddr as WireIp;
+use dataplane::wire::build::IpAddrBytes;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
@@ -156,8 +156,8 @@ pub fn from_appliance_config(path: &Path, collective_id: u16, rank: u16) -> Resu
     })?;
     let port = m.port as usize;
     let (local, appliance): (IpAddr, Option<IpAddr>) = match m.ip {
-        WireIp::V4(a) => (Ipv4Addr::from(a).into(), loaded.port_ipv4[port].map(|a| Ipv4Addr::from(a).into())),
-        WireIp::V6(a) => (Ipv6Addr::from(a).into(), loaded.port_ipv6[port].map(|a| Ipv6Addr::from(a).into())),
+        IpAddrBytes::V4(a) => (Ipv4Addr::from(a).into(), loaded.port_ipv4[port].map(|a| Ipv4Addr::from(a).into())),
+        IpAddrBytes::V6(a) => (Ipv6Addr::from(a).into(), loaded.port_ipv6[port].map(|a| Ipv6Addr::from(a).into())),
     };
     // The loader already refuses a member whose port lacks an address of its family.
     let appliance = appliance.ok_or_else(|| {

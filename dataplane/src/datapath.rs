@@ -110,7 +110,7 @@ impl Datapath {
         }
         let mut p = Parsed::default();
         if let Err(r) = parse_into(pkt.data(), self.gradient_udp_port, pkt.rx_checksum(), &mut p) {
-            self.counters.drop(r.into());
+            self.counters.drop(r);
             return;
         }
         self.deliver(io, in_port, pkt, &mut p, None, now_us);
@@ -153,8 +153,7 @@ impl Datapath {
             verdict_n[i] = match &pkts[i] {
                 None => Ok(()),
                 Some(pkt) if pkt.is_segmented() => Err(Reason::MultiSegment),
-                Some(pkt) => parse_into(pkt.data(), self.gradient_udp_port, pkt.rx_checksum(), &mut parsed[i])
-                    .map_err(Reason::from),
+                Some(pkt) => parse_into(pkt.data(), self.gradient_udp_port, pkt.rx_checksum(), &mut parsed[i]),
             };
         }
 
@@ -348,7 +347,7 @@ mod tests {
 
     fn datapath() -> Datapath {
         let loaded = load_str(CONF, Path::new("test.toml")).unwrap();
-        Datapath::new(loaded.pipeline, 3, 49374)
+        Datapath::new(loaded.pipeline, 3, crate::wire::gradient::DEFAULT_UDP_PORT)
     }
 
     #[test]

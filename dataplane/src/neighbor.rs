@@ -183,6 +183,7 @@ pub(crate) mod tests {
     use crate::buf::VecBuf;
     use crate::parse::parse;
     use crate::wire::checksum;
+    use crate::wire::gradient::DEFAULT_UDP_PORT;
     use crate::wire::EthernetAddress;
 
     const ME_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0xfe];
@@ -235,7 +236,7 @@ pub(crate) mod tests {
 
     /// Offers `f` on port 0: the answer and the frame afterwards.
     fn offer(f: &[u8]) -> (Answer, Vec<u8>) {
-        let p = parse(f, 49374).unwrap();
+        let p = parse(f, DEFAULT_UDP_PORT).unwrap();
         let mut b = VecBuf::from_frame(f);
         let a = answer(&mut b, &p, &port(), &local());
         if a.verdict != Verdict::Reply {
@@ -376,7 +377,7 @@ pub(crate) mod tests {
         for f in [ns(me, src, 255), ns_with(me, src, me, 255, &SLLAO), ns_with(me, src, me, 255, &[])] {
             let (a, r) = offer(&f);
             assert_eq!(a, Answer { verdict: Verdict::Reply, conflict: false });
-            let q = parse(&r, 49374).unwrap();
+            let q = parse(&r, DEFAULT_UDP_PORT).unwrap();
             assert_eq!((q.ip_src_bytes, q.ip_dst_bytes, q.ttl), (me, src, 255));
             let icmp = &r[q.l4_offset as usize..q.ip_end as usize];
             assert_eq!((icmp[0], icmp[4], icmp.len()), (ndp::TYPE_NA, 0x60, 32));
@@ -396,7 +397,7 @@ pub(crate) mod tests {
         let f = ns_with(me, [0; 16], ndp::solicited_node(&me), 255, &[]);
         let (a, r) = offer(&f);
         assert_eq!(a, Answer { verdict: Verdict::Reply, conflict: true });
-        let q = parse(&r, 49374).unwrap();
+        let q = parse(&r, DEFAULT_UDP_PORT).unwrap();
         assert_eq!(q.ip_dst_bytes, [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
         assert_eq!(&r[0..6], &[0x33, 0x33, 0, 0, 0, 1]);
         assert_eq!(r[q.l4_offset as usize + 4], 0x20);

@@ -1,31 +1,34 @@
 //! Counters: per port, per drop reason, per table entry. Each worker owns its own (no sharing on
 //! the fast path); the appliance adds them up at the end.
 
-use crate::parse::DropReason;
+use core::fmt;
 use serde::Serialize;
 
 /// Why the appliance dropped a packet. Every drop is counted under exactly one reason.
 ///
-/// The first nine are the parser's ([`DropReason`], same order); the rest come from the
-/// pipeline, the actions and transmission.
+/// The first nine are the parser's (what [`crate::parse::parse`] returns); the rest come from
+/// the pipeline, the actions and transmission. The discriminants are dense from 0 so that
+/// counters are an array indexed by [`Reason::index`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Reason {
-    /// Shorter than its Ethernet header (14 bytes, plus 4 per announced VLAN tag).
+    /// The frame is shorter than its Ethernet header: 14 bytes, plus 4 per VLAN tag it announces.
     Runt,
-    /// More than two VLAN tags, or a push onto two tags: unsupported.
+    /// More VLAN tags than [`crate::parse::MAX_VLAN_TAGS`] (parser), or a push onto two tags:
+    /// unsupported.
     VlanDepth,
-    /// A malformed IPv4 header.
+    /// An IPv4 header that does not fit its own length fields, or version not 4.
     MalformedIpv4,
-    /// An IPv4 header checksum that does not verify.
+    /// An IPv4 header whose checksum does not verify.
     BadIpv4Checksum,
-    /// A malformed IPv6 header or extension-header chain.
+    /// An IPv6 header or extension-header chain that does not fit, or version not 6.
     MalformedIpv6,
-    /// A malformed UDP header or length.
+    /// A UDP header or length that does not fit the IP payload.
     MalformedUdp,
-    /// A UDP checksum that does not verify (or 0 over IPv6 outside RoCEv2).
+    /// A UDP checksum that does not verify, or 0 over IPv6 outside RoCEv2.
     BadUdpChecksum,
-    /// A BTH whose headers, pad and ICRC do not fit the UDP payload.
+    /// A BTH whose headers (as far as its opcode's are known), pad and ICRC are longer than the
+    /// UDP payload, or a DETH that does not fit.
     MalformedBth,
     /// A RoCEv2 ICRC that does not verify.
     BadIcrc,
@@ -191,21 +194,17 @@ impl Reason {
             Reason::GradDuplicate => "grad_duplicate",
         }
     }
+
+    /// Index of this reason in [`Reason::ALL`] and in [`Counters::drops`] (its discriminant).
+    #[inline(always)]
+    pub fn index(self) -> usize {
+        self as usize
+    }
 }
 
-impl From<DropReason> for Reason {
-    fn from(r: DropReason) -> Reason {
-        match r {
-            DropReason::Runt => Reason::Runt,
-            DropReason::VlanDepth => Reason::VlanDepth,
-            DropReason::MalformedIpv4 => Reason::MalformedIpv4,
-            DropReason::BadIpv4Checksum => Reason::BadIpv4Checksum,
-            DropReason::MalformedIpv6 => Reason::MalformedIpv6,
-            DropReason::MalformedUdp => Reason::MalformedUdp,
-            DropReason::BadUdpChecksum => Reason::BadUdpChecksum,
-            DropReason::MalformedBth => Reason::MalformedBth,
-            DropReason::BadIcrc => Reason::BadIcrc,
-        }
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -325,10 +324,21 @@ mod tests {
 
     #[test]
     fn parser_reasons_keep_their_names() {
-        for d in DropReason::ALL {
-            let r = Reason::from(d);
-            assert_eq!(r.name(), d.name());
-            assert_eq!(r as usize, d.index());
+        let parser = [
+            (Reason::Runt, "runt"),
+            (Reason::VlanDepth, "vlan_depth"),
+            (Reason::MalformedIpv4, "malformed_ipv4"),
+            (Reason::BadIpv4Checksum, "bad_ipv4_checksum"),
+            (Reason::MalformedIpv6, "malformed_ipv6"),
+            (Reason::MalformedUdp, "malformed_udp"),
+            (Reason::BadUdpChecksum, "bad_udp_checksum"),
+            (Reason::MalformedBth, "malformed_bth"),
+            (Reason::BadIcrc, "bad_icrc"),
+        ];
+        for (i, (r, name)) in parser.into_iter().enumerate() {
+            assert_eq!(r.name(), name);
+            assert_eq!(r.to_string(), name);
+            assert_eq!(r.index(), i, "the parser's reasons come first");
         }
         for (i, r) in Reason::ALL.iter().enumerate() {
             assert_eq!(*r as usize, i);

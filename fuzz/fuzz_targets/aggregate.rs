@@ -12,8 +12,8 @@ use dataplane::buf::{VecBuf, VecIo};
 use dataplane::config::load_str;
 use dataplane::datapath::Datapath;
 use dataplane::parse::{parse, Layers};
-use dataplane::wire::build::{build, FrameSpec, IpAddr, Roce};
-use dataplane::wire::gradient::{Flags, GradientHeader, GradientRepr};
+use dataplane::wire::build::{build, FrameSpec, IpAddrBytes, Roce};
+use dataplane::wire::gradient::{Flags, GradientHeader, GradientRepr, DEFAULT_UDP_PORT};
 use libfuzzer_sys::fuzz_target;
 use std::cell::RefCell;
 use std::path::Path;
@@ -73,8 +73,8 @@ thread_local! {
     static DP: RefCell<(Datapath, u64)> = RefCell::new({
         let l = load_str(CONF, Path::new("fuzz.toml")).expect("the fuzz config loads");
         let port = PortAddr { mac: "02:00:00:00:00:fe".parse().unwrap(), ipv4: l.port_ipv4[0], ipv6: l.port_ipv6[0] };
-        let agg = Aggregator::new(&l.collectives, vec![port], 49374, 1);
-        (Datapath::new(l.pipeline, 1, 49374).with_aggregator(agg), 0)
+        let agg = Aggregator::new(&l.collectives, vec![port], DEFAULT_UDP_PORT, 1);
+        (Datapath::new(l.pipeline, 1, DEFAULT_UDP_PORT).with_aggregator(agg), 0)
     });
 }
 
@@ -91,17 +91,17 @@ fuzz_target!(|data: &[u8]| {
         let mut a = [0u8; 16];
         a[0] = 0xfd;
         a[15] = k as u8 + 1 + (b(2) & 1);
-        IpAddr::V6(a)
+        IpAddrBytes::V6(a)
     } else {
-        IpAddr::V4([10, 0, 0, k as u8 + 1 + (b(2) & 1)])
+        IpAddrBytes::V4([10, 0, 0, k as u8 + 1 + (b(2) & 1)])
     };
     let dst_ip = if v6 {
         let mut a = [0u8; 16];
         a[0] = 0xfd;
         a[15] = 0xfe;
-        IpAddr::V6(a)
+        IpAddrBytes::V6(a)
     } else {
-        IpAddr::V4([10, 0, 0, 254])
+        IpAddrBytes::V4([10, 0, 0, 254])
     };
     let payload = &data[16..];
     let mut header = GradientRepr {
@@ -130,7 +130,7 @@ fuzz_target!(|data: &[u8]| {
         ecn: 2,
         ttl: 64,
         src_port: 50000 + k as u16 + (b(11) & 1) as u16,
-        dst_port: if roce { 4791 } else { 49374 },
+        dst_port: if roce { 4791 } else { DEFAULT_UDP_PORT },
         roce: roce.then_some(Roce { dest_qp: 1, psn: 0, pkey: 0xffff, qkey: 17, src_qp: 256 + k as u32 + (b(12) & 1) as u32 }),
         header,
     };
@@ -151,7 +151,7 @@ fuzz_target!(|data: &[u8]| {
         assert!(dp.counters.total_drops() <= before_drops + 1);
         for (port, f) in &io.sent {
             assert_eq!(*port, 0);
-            let p = parse(f, 49374).unwrap_or_else(|e| panic!("the appliance sent a frame that does not parse: {e}"));
+            let p = parse(f, DEFAULT_UDP_PORT).unwrap_or_else(|e| panic!("the appliance sent a frame that does not parse: {e}"));
             let at = if p.has(Layers::GRADIENT) { p.grad_offset as usize } else { p.l4_offset as usize + 8 };
             let g = GradientHeader::new_checked(&f[at..]).expect("a gradient header");
             let status = Flags::RESULT | Flags::PROBE;

@@ -16,7 +16,7 @@ use dataplane::buf::{VecBuf, VecIo};
 use dataplane::config::load_str;
 use dataplane::datapath::Datapath;
 use dataplane::parse::parse;
-use dataplane::wire::build::{build, FrameSpec, IpAddr, Roce};
+use dataplane::wire::build::{build, FrameSpec, IpAddrBytes, Roce};
 use dataplane::wire::gradient::GradientRepr;
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
@@ -73,8 +73,8 @@ fuzz_target!(|data: &[u8]| {
 fn plain_frames(udp_port: u16) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let ips = [
-        (IpAddr::V4([10, 0, 0, 1]), IpAddr::V4([10, 0, 0, 2])),
-        (IpAddr::V6([0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]), IpAddr::V6([0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2])),
+        (IpAddrBytes::V4([10, 0, 0, 1]), IpAddrBytes::V4([10, 0, 0, 2])),
+        (IpAddrBytes::V6([0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]), IpAddrBytes::V6([0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2])),
     ];
     for (src_ip, dst_ip) in ips {
         for (vlan, dst_port) in [(None, 9000), (Some(100), udp_port)] {
@@ -117,8 +117,8 @@ fn contributions(c: &dataplane::agg::config::Collective, addrs: &[PortAddr], udp
     for m in &c.members {
         let Some(a) = addrs.get(m.port as usize) else { continue };
         let dst_ip = match m.ip {
-            IpAddr::V4(_) => IpAddr::V4(a.ipv4.unwrap_or_default()),
-            IpAddr::V6(_) => IpAddr::V6(a.ipv6.unwrap_or_default()),
+            IpAddrBytes::V4(_) => IpAddrBytes::V4(a.ipv4.unwrap_or_default()),
+            IpAddrBytes::V6(_) => IpAddrBytes::V6(a.ipv6.unwrap_or_default()),
         };
         let roce = c.carriage == Carriage::Rocev2;
         let spec = FrameSpec {

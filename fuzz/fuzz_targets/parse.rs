@@ -7,7 +7,7 @@ use libfuzzer_sys::fuzz_target;
 
 /// The gradient UDP port the parser is run with (the default, 0xC0DE), and a second one taken
 /// from the input so that the gradient-over-UDP path is reached for any destination port.
-const GRADIENT_PORT: u16 = 49374;
+const GRADIENT_PORT: u16 = dataplane::wire::gradient::DEFAULT_UDP_PORT;
 
 fuzz_target!(|data: &[u8]| {
     check(data, GRADIENT_PORT);

@@ -30,7 +30,7 @@ use std::cell::RefCell;
 use std::path::Path;
 
 const PORTS: u16 = 4;
-const GRADIENT_PORT: u16 = 49374;
+const GRADIENT_PORT: u16 = dataplane::wire::gradient::DEFAULT_UDP_PORT;
 
 /// Seeds are the frames of the case captures (02:00:00:00:00:01 -> :02, 10.0.0.1 -> 10.0.0.2 or
 /// fd00::1 -> fd00::2, UDP 9000 or RoCEv2) and of an NCCL capture (fa:16:3e:..., 172.30.0.0/16,

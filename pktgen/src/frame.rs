@@ -181,10 +181,10 @@ mod tests {
         assert_eq!(bytes, written.bytes);
     }
 
-    fn plan_ip_bytes(a: dataplane::wire::build::IpAddr) -> Vec<u8> {
+    fn plan_ip_bytes(a: dataplane::wire::build::IpAddrBytes) -> Vec<u8> {
         match a {
-            dataplane::wire::build::IpAddr::V4(b) => b.to_vec(),
-            dataplane::wire::build::IpAddr::V6(b) => b.to_vec(),
+            dataplane::wire::build::IpAddrBytes::V4(b) => b.to_vec(),
+            dataplane::wire::build::IpAddrBytes::V6(b) => b.to_vec(),
         }
     }
 

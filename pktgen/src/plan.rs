@@ -9,7 +9,7 @@
 //! appliance identifies a RoCEv2 member by its IP and DETH source QP).
 
 use crate::workload::Family;
-use dataplane::wire::build::IpAddr;
+use dataplane::wire::build::IpAddrBytes;
 use dataplane::wire::EthernetAddress;
 
 /// The appliance's MAC.
@@ -21,7 +21,7 @@ pub const APPLIANCE_IPV6: [u8; 16] = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 
 /// The appliance's QP number (`dataplane.appliance_qpn`), the DestQP of RoCEv2 contributions.
 pub const APPLIANCE_QPN: u32 = 1;
 /// The gradient protocol's UDP port (`dataplane.gradient_udp_port`).
-pub const GRADIENT_UDP_PORT: u16 = 49374;
+pub const GRADIENT_UDP_PORT: u16 = dataplane::wire::gradient::DEFAULT_UDP_PORT;
 /// Every member's Q_Key.
 pub const MEMBER_QKEY: u32 = 0x1111_1111;
 /// Member k's UDP port is this plus k.
@@ -37,24 +37,24 @@ pub fn member_mac(rank: u16) -> EthernetAddress {
 }
 
 /// Member `rank`'s IP address: `10.0.0.(k+1)` or `fd00::(k+1)`.
-pub fn member_ip(family: Family, rank: u16) -> IpAddr {
+pub fn member_ip(family: Family, rank: u16) -> IpAddrBytes {
     let host = rank + 1;
     match family {
-        Family::V4 => IpAddr::V4([10, 0, 0, host as u8]),
+        Family::V4 => IpAddrBytes::V4([10, 0, 0, host as u8]),
         Family::V6 => {
             let mut a = [0u8; 16];
             a[0] = 0xfd;
             a[14..16].copy_from_slice(&host.to_be_bytes());
-            IpAddr::V6(a)
+            IpAddrBytes::V6(a)
         }
     }
 }
 
 /// The appliance's IP address in `family`.
-pub fn appliance_ip(family: Family) -> IpAddr {
+pub fn appliance_ip(family: Family) -> IpAddrBytes {
     match family {
-        Family::V4 => IpAddr::V4(APPLIANCE_IPV4),
-        Family::V6 => IpAddr::V6(APPLIANCE_IPV6),
+        Family::V4 => IpAddrBytes::V4(APPLIANCE_IPV4),
+        Family::V6 => IpAddrBytes::V6(APPLIANCE_IPV6),
     }
 }
 

@@ -2,8 +2,8 @@
 //! contributions for the rules it does not exercise, and the independent checker.
 
 use crate::{root, run_with_timeout};
-use dataplane::wire::build::{self, FrameSpec, IpAddr, Roce};
-use dataplane::wire::gradient::GradientRepr;
+use dataplane::wire::build::{self, FrameSpec, IpAddrBytes, Roce};
+use dataplane::wire::gradient::{GradientRepr, DEFAULT_UDP_PORT};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -75,13 +75,13 @@ pub const PORT: &str = "[[port]]\nname = \"p0\"\nvdev = \"net_null0\"\nmac = \"0
 
 impl Coll {
     /// Member k's IP.
-    pub fn ip(&self, k: usize) -> IpAddr {
+    pub fn ip(&self, k: usize) -> IpAddrBytes {
         if self.v6 {
             let mut a: [u8; 16] = "fd00::".parse::<std::net::Ipv6Addr>().unwrap().octets();
             a[15] = k as u8 + 1;
-            IpAddr::V6(a)
+            IpAddrBytes::V6(a)
         } else {
-            IpAddr::V4([10, 0, 0, k as u8 + 1])
+            IpAddrBytes::V4([10, 0, 0, k as u8 + 1])
         }
     }
 
@@ -111,9 +111,9 @@ impl Coll {
     /// A contribution from rank `k`; `tweak` may change anything (spoofing, bad fields).
     pub fn frame(&self, k: usize, offset: u32, round: u32, payload: &[u8], tweak: impl Fn(&mut FrameSpec)) -> Vec<u8> {
         let dst = if self.v6 {
-            IpAddr::V6("fd00::fe".parse::<std::net::Ipv6Addr>().unwrap().octets())
+            IpAddrBytes::V6("fd00::fe".parse::<std::net::Ipv6Addr>().unwrap().octets())
         } else {
-            IpAddr::V4([10, 0, 0, 254])
+            IpAddrBytes::V4([10, 0, 0, 254])
         };
         let op = match self.op {
             "sum" => 1,
@@ -137,7 +137,7 @@ impl Coll {
             ecn: 2,
             ttl: 64,
             src_port: 50000 + k as u16,
-            dst_port: if self.roce { 4791 } else { 49374 },
+            dst_port: if self.roce { 4791 } else { DEFAULT_UDP_PORT },
             roce: self.roce.then_some(Roce {
                 dest_qp: 1,
                 psn: 0,

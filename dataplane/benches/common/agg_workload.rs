@@ -9,8 +9,8 @@ use dataplane::agg::{Aggregator, PortAddr};
 use dataplane::buf::{PacketBuf, PacketIo};
 use dataplane::config::load_str;
 use dataplane::datapath::Datapath;
-use dataplane::wire::build::{self, FrameSpec, IpAddr, Roce};
-use dataplane::wire::gradient::GradientRepr;
+use dataplane::wire::build::{self, FrameSpec, IpAddrBytes, Roce};
+use dataplane::wire::gradient::{GradientRepr, DEFAULT_UDP_PORT};
 use std::cell::RefCell;
 use std::hint::black_box;
 use std::path::Path;
@@ -167,12 +167,12 @@ impl Case {
                         vlan: None,
                         outer_tag: None,
                         src_ip: m.ip,
-                        dst_ip: IpAddr::V4([10, 0, 0, 254]),
+                        dst_ip: IpAddrBytes::V4([10, 0, 0, 254]),
                         dscp: 0,
                         ecn: 2,
                         ttl: 64,
                         src_port: if roce { 50000 + rank as u16 } else { m.udp_port },
-                        dst_port: if roce { 4791 } else { 49374 },
+                        dst_port: if roce { 4791 } else { DEFAULT_UDP_PORT },
                         roce: roce.then_some(Roce {
                             dest_qp: 1,
                             psn: psn[rank],
@@ -206,8 +206,8 @@ impl Case {
     pub fn datapath(&self) -> Datapath {
         let l = load_str(&self.text, Path::new("bench.toml")).unwrap();
         let ports = vec![PortAddr { mac: APP_MAC.parse().unwrap(), ipv4: l.port_ipv4[0], ipv6: l.port_ipv6[0] }];
-        let agg = Aggregator::new(&l.collectives, ports, 49374, 1);
-        Datapath::new(l.pipeline, 1, 49374).with_aggregator(agg)
+        let agg = Aggregator::new(&l.collectives, ports, DEFAULT_UDP_PORT, 1);
+        Datapath::new(l.pipeline, 1, DEFAULT_UDP_PORT).with_aggregator(agg)
     }
 
     /// Feeds every frame to `dp`.

@@ -2,18 +2,19 @@
 //! the ICRC starts at the IP header).
 
 use crate::parse::Parsed;
+use crate::wire::ethernet::EthernetFrame;
 use crate::wire::EthernetAddress;
 
 /// Sets the source MAC.
 #[inline]
 pub fn set_src(frame: &mut [u8], p: &mut Parsed, m: EthernetAddress) {
-    frame[6..12].copy_from_slice(&m.0);
+    EthernetFrame::new_unchecked(frame).set_src(m);
     p.eth_src = m;
 }
 
 /// Sets the destination MAC.
 #[inline]
 pub fn set_dst(frame: &mut [u8], p: &mut Parsed, m: EthernetAddress) {
-    frame[0..6].copy_from_slice(&m.0);
+    EthernetFrame::new_unchecked(frame).set_dst(m);
     p.eth_dst = m;
 }

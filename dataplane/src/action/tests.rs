@@ -7,6 +7,7 @@ use crate::config::load_str;
 use crate::datapath::Datapath;
 use crate::parse::{parse, Layers};
 use crate::stats::Reason;
+use crate::wire::gradient::DEFAULT_UDP_PORT;
 use crate::wire::{checksum, icrc, EthernetAddress};
 use std::path::Path;
 
@@ -29,7 +30,7 @@ fn with_actions(actions: &str, extra: &str) -> Datapath {
         "{PORTS}{extra}\n[[table]]\nname = \"t\"\nkey = [{{ field = \"ingress_port\", match = \"exact\" }}]\ndefault_action = \"{actions}\"\n"
     );
     let l = load_str(&text, Path::new("t.toml")).unwrap_or_else(|e| panic!("{e}"));
-    Datapath::new(l.pipeline, 4, 49374)
+    Datapath::new(l.pipeline, 4, DEFAULT_UDP_PORT)
 }
 
 /// Runs `frames` through `dp` and returns what was sent.
@@ -59,7 +60,7 @@ fn c05_ce_mark_gives_checksum_0000() {
     assert_eq!(o[15], 0x03, "TOS becomes 0x03");
     assert_eq!(&o[24..26], &[0x00, 0x00], "header checksum exactly 0x0000, never 0xFFFF");
     ipv4_checksum_is_a_full_recompute(o, 14);
-    assert!(parse(o, 49374).is_ok());
+    assert!(parse(o, DEFAULT_UDP_PORT).is_ok());
     // Only the TOS and the checksum changed.
     let diff: Vec<usize> = (0..o.len()).filter(|&i| o[i] != f[0][i]).collect();
     assert!(diff.iter().all(|i| [15, 24, 25].contains(i)), "{diff:?}");
@@ -91,7 +92,7 @@ fn mark_ce_reports_whether_the_packet_is_ce() {
     for (i, inp) in frames("c06_ecn_codepoints.pcap").into_iter().enumerate() {
         let ecn_in = inp[15] & 3;
         let mut f = inp.clone();
-        let mut p = parse(&f, 49374).unwrap();
+        let mut p = parse(&f, DEFAULT_UDP_PORT).unwrap();
         let marked = ecn::mark_ce(&mut f, &mut p);
         assert_eq!(marked, ecn_in != 0, "frame {i}: ECN {ecn_in:02b}");
         assert_eq!(p.ecn, if ecn_in == 0 { 0 } else { 3 }, "frame {i}: the parse follows the frame");
@@ -104,7 +105,7 @@ fn mark_ce_reports_whether_the_packet_is_ce() {
 
     // IPv6 (c07): traffic class 0xBA is ECT(0); marked once, then already CE.
     let mut f = frames("c07_ipv6_tc_ecn_flowlabel.pcap").remove(0);
-    let mut p = parse(&f, 49374).unwrap();
+    let mut p = parse(&f, DEFAULT_UDP_PORT).unwrap();
     assert!(ecn::mark_ce(&mut f, &mut p));
     assert_eq!(u32::from_be_bytes([f[14], f[15], f[16], f[17]]), 0x6BBA_BCDE);
     let once = f.clone();
@@ -115,7 +116,7 @@ fn mark_ce_reports_whether_the_packet_is_ce() {
     let mut f = vec![0u8; 60];
     f[..12].copy_from_slice(&[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1]);
     f[12..14].copy_from_slice(&[0x88, 0xb5]);
-    let mut p = parse(&f, 49374).unwrap();
+    let mut p = parse(&f, DEFAULT_UDP_PORT).unwrap();
     assert!(!ecn::mark_ce(&mut f, &mut p));
     assert_eq!(p.ecn, 0);
 }
@@ -132,12 +133,12 @@ fn mark_ce_leaves_a_ce_packet_with_checksum_ffff_untouched() {
     inp[24..26].copy_from_slice(&[0xff, 0xff]);
     assert_eq!(checksum::sum(&inp[14..34]), 0xffff, "0xFFFF stored: the header still sums to 0xFFFF");
     let mut f = inp.clone();
-    let mut p = parse(&f, 49374).expect("a stored 0xFFFF that sums right parses");
+    let mut p = parse(&f, DEFAULT_UDP_PORT).expect("a stored 0xFFFF that sums right parses");
     assert_eq!(p.ecn, 0b11);
     assert!(ecn::mark_ce(&mut f, &mut p), "already CE");
     assert_eq!(&f[24..26], &[0xff, 0xff], "checksum left as stored");
     assert_eq!(f, inp);
-    assert_eq!(p, parse(&f, 49374).unwrap());
+    assert_eq!(p, parse(&f, DEFAULT_UDP_PORT).unwrap());
 }
 
 #[test]
@@ -146,7 +147,7 @@ fn c07_ipv6_mark_keeps_version_dscp_and_flow_label() {
     let out = run(&mut with_actions("mark_ecn; forward(1)", ""), &f);
     let o = &out[0].1;
     assert_eq!(u32::from_be_bytes([o[14], o[15], o[16], o[17]]), 0x6BBA_BCDE);
-    let p = parse(o, 49374).expect("the UDP checksum still verifies");
+    let p = parse(o, DEFAULT_UDP_PORT).expect("the UDP checksum still verifies");
     assert!(p.has(Layers::IPV6.union(Layers::UDP)));
 }
 
@@ -159,8 +160,8 @@ fn c10_and_nccl_icrc_unchanged_by_ecn_ttl_dscp() {
     assert_eq!(out.len(), all.len(), "nothing dropped: {:?}", dp.counters.drops_by_name());
     let mut roce = 0;
     for (inp, (_, o)) in all.iter().zip(&out) {
-        let pi = parse(inp, 49374).unwrap();
-        let po = parse(o, 49374).unwrap_or_else(|e| panic!("rewritten frame dropped as {e}"));
+        let pi = parse(inp, DEFAULT_UDP_PORT).unwrap();
+        let po = parse(o, DEFAULT_UDP_PORT).unwrap_or_else(|e| panic!("rewritten frame dropped as {e}"));
         if pi.has(Layers::BTH) {
             roce += 1;
             let at = pi.icrc_offset().unwrap();
@@ -188,7 +189,7 @@ fn set_dscp_on_options_header_recomputes_exactly() {
         assert_eq!(o[15] >> 2, d);
         assert_eq!(o[15] & 3, f[0][15] & 3, "ECN kept");
         ipv4_checksum_is_a_full_recompute(o, 14);
-        assert!(parse(o, 49374).is_ok());
+        assert!(parse(o, DEFAULT_UDP_PORT).is_ok());
     }
 }
 
@@ -218,14 +219,14 @@ fn dec_ttl_on_ipv6_hop_limit() {
     let diff: Vec<usize> = (0..o.len()).filter(|&i| o[i] != inp[i]).collect();
     assert_eq!(diff, vec![21]);
     assert_eq!(o[21], 63);
-    assert_eq!(parse(o, 49374).expect("the UDP checksum still verifies").ttl, 63);
+    assert_eq!(parse(o, DEFAULT_UDP_PORT).expect("the UDP checksum still verifies").ttl, 63);
 
     let mut f = inp.clone();
     f[21] = 2;
-    let mut p = parse(&f, 49374).unwrap();
+    let mut p = parse(&f, DEFAULT_UDP_PORT).unwrap();
     assert_eq!(ttl::decrement(&mut f, &mut p), Ok(()));
     assert_eq!((f[21], p.ttl), (1, 1));
-    assert_eq!(p, parse(&f, 49374).unwrap());
+    assert_eq!(p, parse(&f, DEFAULT_UDP_PORT).unwrap());
     let before = f.clone();
     assert_eq!(ttl::decrement(&mut f, &mut p), Err(Reason::TtlExpired));
     assert_eq!(f, before);
@@ -244,7 +245,7 @@ fn dec_ttl_ipv4_two_leaves_as_one_and_zero_is_dropped() {
         h[10] = 0;
         h[11] = 0;
         f[24..26].copy_from_slice(&checksum::checksum(&h).to_be_bytes());
-        let mut p = parse(&f, 49374).unwrap();
+        let mut p = parse(&f, DEFAULT_UDP_PORT).unwrap();
         let before = f.clone();
         match want {
             Ok(t) => {
@@ -269,7 +270,7 @@ fn vlan_push_pop_set() {
     assert_eq!(&o[12..16], &[0x81, 0x00, 0x00, 100]);
     assert_eq!(&o[..12], &plain[..12]);
     assert_eq!(&o[16..], &plain[12..]);
-    let p = parse(o, 49374).unwrap();
+    let p = parse(o, DEFAULT_UDP_PORT).unwrap();
     assert_eq!((p.vid_outer, p.l3_offset), (100, 18));
 
     // Push then pop is the identity; push twice stacks (outer first); a third is refused.
@@ -279,7 +280,7 @@ fn vlan_push_pop_set() {
         &mut with_actions("push_vlan(10); push_vlan(20); set_vlan(30); forward(1)", ""),
         std::slice::from_ref(&plain),
     );
-    let p = parse(&out[0].1, 49374).unwrap();
+    let p = parse(&out[0].1, DEFAULT_UDP_PORT).unwrap();
     assert_eq!((p.vid_outer, p.vid_inner, p.l3_offset), (30, 10, 22));
     let mut dp = with_actions("push_vlan(1); push_vlan(2); push_vlan(3); forward(1)", "");
     assert!(run(&mut dp, std::slice::from_ref(&plain)).is_empty());
@@ -287,9 +288,9 @@ fn vlan_push_pop_set() {
 
     // c09: pop the outer tag of a QinQ frame: the inner tag becomes the only one.
     let q = frames("c09_stacked_vlan.pcap");
-    let before = parse(&q[0], 49374).unwrap();
+    let before = parse(&q[0], DEFAULT_UDP_PORT).unwrap();
     let out = run(&mut with_actions("pop_vlan; forward(1)", ""), &[q[0].clone()]);
-    let p = parse(&out[0].1, 49374).unwrap();
+    let p = parse(&out[0].1, DEFAULT_UDP_PORT).unwrap();
     assert_eq!(p.vlan_tags(), 1);
     assert_eq!(p.vid_outer, before.vid_inner);
     assert_eq!(p.l3_offset, before.l3_offset - 4);
@@ -312,7 +313,7 @@ fn set_eth_dst_and_src_rewrite_their_six_bytes() {
     assert_eq!(&o[12..], &inp[12..]);
 
     let mut f = inp.clone();
-    let mut p = parse(&f, 49374).unwrap();
+    let mut p = parse(&f, DEFAULT_UDP_PORT).unwrap();
     let dst: EthernetAddress = "0a:1b:2c:3d:4e:5f".parse().unwrap();
     mac::set_dst(&mut f, &mut p, dst);
     assert_eq!(&f[..6], &[0x0a, 0x1b, 0x2c, 0x3d, 0x4e, 0x5f]);
@@ -321,7 +322,7 @@ fn set_eth_dst_and_src_rewrite_their_six_bytes() {
     mac::set_src(&mut f, &mut p, src);
     assert_eq!(&f[6..12], &[0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb]);
     assert_eq!((p.eth_dst, p.eth_src), (dst, src));
-    assert_eq!(p, parse(&f, 49374).unwrap());
+    assert_eq!(p, parse(&f, DEFAULT_UDP_PORT).unwrap());
 }
 
 #[test]
@@ -343,10 +344,10 @@ actions = "set_dscp(46); dec_ttl"
     let out = run(&mut dp, &f);
     assert_eq!(out.iter().map(|(p, _)| *p).collect::<Vec<_>>(), vec![1, 2, 3]);
     assert_eq!(out[0].1, f[0], "copy 1 untouched by the others' rewrites");
-    let p2 = parse(&out[1].1, 49374).unwrap();
+    let p2 = parse(&out[1].1, DEFAULT_UDP_PORT).unwrap();
     assert_eq!((p2.eth_dst.to_string().as_str(), p2.vid_outer), ("02:00:00:00:00:02", 20));
-    let p3 = parse(&out[2].1, 49374).unwrap();
-    assert_eq!((p3.dscp, p3.ttl, p3.vlan_tags()), (46, parse(&f[0], 49374).unwrap().ttl - 1, 0));
+    let p3 = parse(&out[2].1, DEFAULT_UDP_PORT).unwrap();
+    assert_eq!((p3.dscp, p3.ttl, p3.vlan_tags()), (46, parse(&f[0], DEFAULT_UDP_PORT).unwrap().ttl - 1, 0));
     assert_eq!(&out[2].1[..12], &f[0][..12]);
     assert_eq!(dp.pipeline.counters[0].1.packets, 1);
     // Without mbufs for the copies: counted, the last copy still leaves.

@@ -9,7 +9,8 @@
 use crate::buf::PacketBuf;
 use crate::parse::{Layers, Parsed};
 use crate::stats::Reason;
-use crate::wire::vlan::{HEADER_LEN, TPID_8021AD, TPID_8021Q};
+use crate::wire::ethernet::{self, EthernetFrame};
+use crate::wire::vlan::{VlanTag, HEADER_LEN, TPID_8021AD, TPID_8021Q};
 
 /// Moves every offset of `p` by `delta` bytes (after a tag was inserted or removed in front).
 fn shift(p: &mut Parsed, delta: i32) {
@@ -38,8 +39,8 @@ pub fn push<B: PacketBuf>(buf: &mut B, p: &mut Parsed, vid: u16) -> Result<(), R
     let tpid = if p.has(Layers::VLAN_OUTER) { TPID_8021AD } else { TPID_8021Q };
     let f = buf.data_mut();
     f.copy_within(HEADER_LEN..HEADER_LEN + 12, 0);
-    f[12..14].copy_from_slice(&tpid.to_be_bytes());
-    f[14..16].copy_from_slice(&(vid & 0x0fff).to_be_bytes());
+    EthernetFrame::new_unchecked(&mut *f).set_ethertype(tpid);
+    VlanTag::new_unchecked(&mut f[ethernet::HEADER_LEN..]).set_tci(vid & 0x0fff);
     if p.has(Layers::VLAN_OUTER) {
         p.layers.insert(Layers::VLAN_INNER);
         p.vid_inner = p.vid_outer;
@@ -66,8 +67,7 @@ pub fn pop<B: PacketBuf>(buf: &mut B, p: &mut Parsed) {
     if p.has(Layers::VLAN_INNER) {
         // The inner tag becomes the outer one, with its own TPID (0x8100 or 0x88a8); the inner
         // fields are zero again, as for any absent layer.
-        let f = buf.data();
-        p.vlan_outer_tpid = u16::from_be_bytes([f[12], f[13]]);
+        p.vlan_outer_tpid = EthernetFrame::new_unchecked(buf.data()).ethertype();
         p.vid_outer = p.vid_inner;
         p.pcp_outer = p.pcp_inner;
         p.vid_inner = 0;
@@ -89,8 +89,7 @@ pub fn set_vid(frame: &mut [u8], p: &mut Parsed, vid: u16) {
     if !p.has(Layers::VLAN_OUTER) {
         return;
     }
-    let tci = u16::from_be_bytes([frame[14], frame[15]]);
-    frame[14..16].copy_from_slice(&((tci & 0xf000) | (vid & 0x0fff)).to_be_bytes());
+    VlanTag::new_unchecked(&mut frame[ethernet::HEADER_LEN..]).set_vid(vid);
     p.vid_outer = vid & 0x0fff;
 }
 

@@ -20,35 +20,39 @@ pub const ROCEV2_PORT: u16 = 4791;
 /// BTH opcode UD SEND Only (IBTA table 38), the RoCEv2 carriage's opcode.
 pub const UD_SEND_ONLY: u8 = 0x64;
 
-/// An IP address of either family.
+/// An IP address of either family, as the bytes of its header field (network order): 4 for
+/// IPv4, 16 for IPv6. Not `std::net::IpAddr`: frames are built from and into these bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum IpAddr {
+pub enum IpAddrBytes {
     /// IPv4.
     V4([u8; 4]),
     /// IPv6.
     V6([u8; 16]),
 }
 
-impl IpAddr {
+/// The former name of [`IpAddrBytes`], still imported by the aggregator's modules.
+pub use self::IpAddrBytes as IpAddr;
+
+impl IpAddrBytes {
     /// From the standard library's type.
-    pub fn from_std(a: std::net::IpAddr) -> IpAddr {
+    pub fn from_std(a: std::net::IpAddr) -> IpAddrBytes {
         match a {
-            std::net::IpAddr::V4(a) => IpAddr::V4(a.octets()),
-            std::net::IpAddr::V6(a) => IpAddr::V6(a.octets()),
+            std::net::IpAddr::V4(a) => IpAddrBytes::V4(a.octets()),
+            std::net::IpAddr::V6(a) => IpAddrBytes::V6(a.octets()),
         }
     }
 
     /// True for IPv6.
     pub fn is_v6(&self) -> bool {
-        matches!(self, IpAddr::V6(_))
+        matches!(self, IpAddrBytes::V6(_))
     }
 }
 
-impl std::fmt::Display for IpAddr {
+impl std::fmt::Display for IpAddrBytes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            IpAddr::V4(a) => std::net::Ipv4Addr::from(*a).fmt(f),
-            IpAddr::V6(a) => std::net::Ipv6Addr::from(*a).fmt(f),
+            IpAddrBytes::V4(a) => std::net::Ipv4Addr::from(*a).fmt(f),
+            IpAddrBytes::V6(a) => std::net::Ipv6Addr::from(*a).fmt(f),
         }
     }
 }
@@ -83,9 +87,9 @@ pub struct FrameSpec {
     /// when that is an S-tag and `vlan` is `None`).
     pub outer_tag: Option<(u16, u16)>,
     /// IP source (its family decides the frame's).
-    pub src_ip: IpAddr,
+    pub src_ip: IpAddrBytes,
     /// IP destination (same family as `src_ip`).
-    pub dst_ip: IpAddr,
+    pub dst_ip: IpAddrBytes,
     /// DSCP (6 bits).
     pub dscp: u8,
     /// ECN (2 bits).
@@ -219,7 +223,7 @@ pub fn build_with(
     let ethertype: u16 = if spec.src_ip.is_v6() { 0x86dd } else { 0x0800 };
     f[l2 - 2..l2].copy_from_slice(&ethertype.to_be_bytes());
     match (spec.src_ip, spec.dst_ip) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
+        (IpAddrBytes::V4(s), IpAddrBytes::V4(d)) => {
             Ipv4Repr {
                 src_addr: s,
                 dst_addr: d,
@@ -234,7 +238,7 @@ pub fn build_with(
             .emit(&mut f[l3..])?;
             Ipv4Packet::new_checked(&mut f[l3..l4 + udp_len])?.fill_checksum();
         }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
+        (IpAddrBytes::V6(s), IpAddrBytes::V6(d)) => {
             Ipv6Repr {
                 src_addr: s,
                 dst_addr: d,
@@ -303,14 +307,14 @@ pub fn build_with(
         }
     }
     match (spec.roce.is_some(), spec.src_ip, spec.dst_ip) {
-        (true, IpAddr::V4(_), IpAddr::V4(_)) => {}
-        (_, IpAddr::V4(s), IpAddr::V4(d)) => {
+        (true, IpAddrBytes::V4(_), IpAddrBytes::V4(_)) => {}
+        (_, IpAddrBytes::V4(s), IpAddrBytes::V4(d)) => {
             f[l4 + 6..l4 + 8].fill(0);
             let ph = checksum::pseudo_header_v4(s, d, 17, udp_len as u16);
             let ck = nonzero(!udp_sum(f, ph, datagram_end));
             f[l4 + 6..l4 + 8].copy_from_slice(&ck.to_be_bytes());
         }
-        (_, IpAddr::V6(s), IpAddr::V6(d)) => {
+        (_, IpAddrBytes::V6(s), IpAddrBytes::V6(d)) => {
             f[l4 + 6..l4 + 8].fill(0);
             let ph = checksum::pseudo_header_v6(&s, &d, 17, udp_len as u32);
             let ck = nonzero(!udp_sum(f, ph, datagram_end));
@@ -325,7 +329,7 @@ pub fn build_with(
 mod tests {
     use super::*;
     use crate::parse::{parse, Layers};
-    use crate::wire::gradient::Flags;
+    use crate::wire::gradient::{Flags, DEFAULT_UDP_PORT};
 
     fn spec(v6: bool, roce: bool, vlan: Option<u16>) -> FrameSpec {
         let (s, d) = if v6 {
@@ -334,9 +338,9 @@ mod tests {
             a[15] = 1;
             let mut b = a;
             b[15] = 0xfe;
-            (IpAddr::V6(a), IpAddr::V6(b))
+            (IpAddrBytes::V6(a), IpAddrBytes::V6(b))
         } else {
-            (IpAddr::V4([10, 0, 0, 1]), IpAddr::V4([10, 0, 0, 254]))
+            (IpAddrBytes::V4([10, 0, 0, 1]), IpAddrBytes::V4([10, 0, 0, 254]))
         };
         FrameSpec {
             src_mac: "02:00:00:00:00:01".parse().unwrap(),
@@ -349,7 +353,7 @@ mod tests {
             ecn: 2,
             ttl: 64,
             src_port: 50000,
-            dst_port: if roce { ROCEV2_PORT } else { 49374 },
+            dst_port: if roce { ROCEV2_PORT } else { DEFAULT_UDP_PORT },
             roce: roce.then_some(Roce { dest_qp: 1, psn: 7, pkey: 0xffff, qkey: 0x1111, src_qp: 0x22 }),
             header: GradientRepr {
                 version: 1,
@@ -376,8 +380,8 @@ mod tests {
                     let mut buf = [0u8; 256];
                     let n = build(&s, &payload, &mut buf).unwrap();
                     assert_eq!(n, s.frame_len(6));
-                    let p =
-                        parse(&buf[..n], 49374).unwrap_or_else(|e| panic!("v6 {v6} roce {roce} vlan {vlan:?}: {e}"));
+                    let p = parse(&buf[..n], DEFAULT_UDP_PORT)
+                        .unwrap_or_else(|e| panic!("v6 {v6} roce {roce} vlan {vlan:?}: {e}"));
                     assert!(p.has(Layers::GRADIENT));
                     assert_eq!(&buf[p.grad_payload()], &payload);
                     assert_eq!(p.grad_collective_id, 5);
@@ -437,7 +441,7 @@ mod tests {
                 let mut b = vec![0u8; s.frame_len(n)];
                 build_with(&s, &payload, Some(&pre), &mut b).unwrap();
                 assert_eq!(a, b, "v6 {v6} pad {wrong_pad}");
-                parse(&b, 49374).unwrap_or_else(|e| panic!("v6 {v6} pad {wrong_pad}: {e}"));
+                parse(&b, DEFAULT_UDP_PORT).unwrap_or_else(|e| panic!("v6 {v6} pad {wrong_pad}: {e}"));
             }
         }
     }
@@ -458,7 +462,7 @@ mod tests {
             let payload: Vec<u8> = (0..n as u8).map(|i| i | 0x80).collect();
             let mut buf = [0xaau8; 256];
             let len = build(&s, &payload, &mut buf).unwrap();
-            let p = parse(&buf[..len], 49374).unwrap_or_else(|e| panic!("payload {n}: {e}"));
+            let p = parse(&buf[..len], DEFAULT_UDP_PORT).unwrap_or_else(|e| panic!("payload {n}: {e}"));
             assert_eq!(p.bth_pad as usize, want, "PadCnt, payload {n}");
             // The pad bytes are zero and sit between the payload and the 4-byte ICRC.
             let end = p.grad_offset as usize + 20 + n;
@@ -485,7 +489,7 @@ mod tests {
             let l4 = 14 + if v6 { 40 } else { 20 };
             assert_eq!(u16::from_be_bytes([buf[l4 + 4], buf[l4 + 5]]) as usize, max_udp, "v6 {v6}");
             assert_eq!(len, l4 + max_udp);
-            let p = parse(&buf[..len], 49374).unwrap_or_else(|e| panic!("v6 {v6}: {e}"));
+            let p = parse(&buf[..len], DEFAULT_UDP_PORT).unwrap_or_else(|e| panic!("v6 {v6}: {e}"));
             assert!(p.has(Layers::GRADIENT), "v6 {v6}");
             s.header.data_length = n as u32 + 1;
             assert_eq!(build(&s, &payload, &mut buf), Err(WireError::BadLength), "v6 {v6}");
@@ -495,12 +499,12 @@ mod tests {
     #[test]
     fn addresses_display_in_their_standard_text_form() {
         // IPv4 dotted decimal; IPv6 as RFC 5952 recommends (zeros compressed, lower case).
-        assert_eq!(IpAddr::V4([10, 0, 0, 254]).to_string(), "10.0.0.254");
+        assert_eq!(IpAddrBytes::V4([10, 0, 0, 254]).to_string(), "10.0.0.254");
         let mut v6 = [0u8; 16];
         v6[0] = 0xfd;
         v6[15] = 0xfe;
-        assert_eq!(IpAddr::V6(v6).to_string(), "fd00::fe");
-        assert_eq!(format!("{:>12}", IpAddr::V4([1, 2, 3, 4])), "     1.2.3.4", "formatter options pass through");
+        assert_eq!(IpAddrBytes::V6(v6).to_string(), "fd00::fe");
+        assert_eq!(format!("{:>12}", IpAddrBytes::V4([1, 2, 3, 4])), "     1.2.3.4", "formatter options pass through");
     }
 
     #[test]
@@ -508,7 +512,7 @@ mod tests {
         let s = spec(false, false, None);
         assert_eq!(build(&s, &[0; 8], &mut [0u8; 40]), Err(WireError::Truncated));
         let mut m = s;
-        m.dst_ip = IpAddr::V6([0; 16]);
+        m.dst_ip = IpAddrBytes::V6([0; 16]);
         assert_eq!(build(&m, &[0; 8], &mut [0u8; 200]), Err(WireError::BadLength));
     }
 }

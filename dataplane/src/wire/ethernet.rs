@@ -111,6 +111,13 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
         Ok(EthernetFrame { buffer })
     }
 
+    /// Wraps `buffer` without a length check, for a frame already parsed (at least
+    /// [`HEADER_LEN`] bytes); the accessors still index the buffer, so a shorter one panics.
+    #[inline]
+    pub fn new_unchecked(buffer: T) -> Self {
+        EthernetFrame { buffer }
+    }
+
     /// Destination MAC address.
     #[inline]
     pub fn dst(&self) -> EthernetAddress {

@@ -38,8 +38,8 @@ mod field {
 pub const HEADER_LEN: usize = 20;
 /// The protocol version this header layout is (spec: 1).
 pub const VERSION: u8 = 1;
-/// Default UDP destination port of the UDP carriage (0xC0DE).
-pub const DEFAULT_UDP_PORT: u16 = 49374;
+/// Default UDP destination port of the UDP carriage (spec section 1: 49374, 0xC0DE).
+pub const DEFAULT_UDP_PORT: u16 = 0xC0DE;
 /// `worker_rank` of RESULT and NAK packets.
 pub const RANK_NONE: u16 = 0xffff;
 

@@ -52,6 +52,13 @@ impl<T: AsRef<[u8]>> VlanTag<T> {
         Ok(VlanTag { buffer })
     }
 
+    /// Wraps `buffer` (starting at the TCI) without a length check, for a tag already parsed
+    /// (at least [`HEADER_LEN`] bytes); the accessors still index the buffer.
+    #[inline]
+    pub fn new_unchecked(buffer: T) -> Self {
+        VlanTag { buffer }
+    }
+
     /// Returns the underlying buffer.
     pub fn into_inner(self) -> T {
         self.buffer
