@@ -3,7 +3,7 @@
 //! exact fields of every STATUS checked here.
 
 use dataplane::parse::{parse, Layers, Parsed};
-use dataplane::wire::gradient::{GradientHeader, GradientRepr};
+use dataplane::wire::gradient::{GradientHeader, GradientRepr, DEFAULT_UDP_PORT};
 use functional_tests::grad::*;
 use functional_tests::*;
 use std::path::{Path, PathBuf};
@@ -24,7 +24,7 @@ fn decode(out: &Path) -> Vec<(Parsed, GradientRepr, Vec<u8>)> {
     read_pcap(out)
         .iter()
         .map(|f| {
-            let p = parse(f, 49374).unwrap_or_else(|e| panic!("an output frame does not parse: {e}"));
+            let p = parse(f, DEFAULT_UDP_PORT).unwrap_or_else(|e| panic!("an output frame does not parse: {e}"));
             // Frames from the gradient port: the parser locates the header only on the way in.
             let at = if p.has(Layers::GRADIENT) { p.grad_offset as usize } else { p.l4_offset as usize + 8 };
             let g = GradientRepr::parse(&GradientHeader::new_checked(&f[at..]).unwrap());
@@ -61,7 +61,7 @@ fn members_get_their_naks_through_a_flood_of_spoofed_sources() {
         f.push((
             t,
             a.frame(1, 0, 1, &one, |s| {
-                s.src_ip = dataplane::wire::build::IpAddr::V4([172, 16, (i >> 8) as u8, i as u8]);
+                s.src_ip = dataplane::wire::build::IpAddrBytes::V4([172, 16, (i >> 8) as u8, i as u8]);
                 s.src_port = 40_000 + (i % 13) as u16;
             }),
         ));
@@ -197,8 +197,8 @@ fn probes_get_a_status_of_the_slot() {
         );
         assert_eq!(payload, bitmap, "STATUS {i}: bitmap");
         let ip: Vec<u8> = match c.ip(*rank) {
-            dataplane::wire::build::IpAddr::V4(x) => x.to_vec(),
-            dataplane::wire::build::IpAddr::V6(x) => x.to_vec(),
+            dataplane::wire::build::IpAddrBytes::V4(x) => x.to_vec(),
+            dataplane::wire::build::IpAddrBytes::V6(x) => x.to_vec(),
         };
         assert_eq!(p.ip_dst(), &ip[..], "STATUS {i}: to the prober");
         assert_eq!(p.eth_dst.0, [2, 0, 0, 0, 1, *rank as u8], "STATUS {i}");
@@ -214,7 +214,7 @@ fn probes_get_a_status_of_the_slot() {
                 "STATUS {i}"
             );
         } else {
-            assert_eq!((p.udp_src, p.udp_dst), (49374, 50000 + *rank as u16), "STATUS {i}");
+            assert_eq!((p.udp_src, p.udp_dst), (DEFAULT_UDP_PORT, 50000 + *rank as u16), "STATUS {i}");
         }
     }
     // The RoCEv2 results' PSNs start at 0 for every member: no STATUS advanced them.

@@ -181,7 +181,7 @@ fn soak_two_workers_loss_duplicates_malformed_frames_and_a_flood() {
             let mut a: [u8; 16] = "fd00::1:0".parse::<std::net::Ipv6Addr>().unwrap().octets();
             a[14] = (i >> 8) as u8;
             a[15] = i as u8;
-            s.src_ip = dataplane::wire::build::IpAddr::V6(a);
+            s.src_ip = dataplane::wire::build::IpAddrBytes::V6(a);
         });
         extra_small.push((mid - 10_000 + 10 * i as u64, spoofed));
     }

@@ -4,7 +4,7 @@
 
 use super::kernels::{Dtype, ReduceOp};
 use crate::config::ConfigError;
-use crate::wire::build::IpAddr;
+use crate::wire::build::IpAddrBytes;
 use crate::wire::EthernetAddress;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -92,7 +92,7 @@ pub struct Member {
     /// Rank.
     pub rank: u16,
     /// IP address.
-    pub ip: IpAddr,
+    pub ip: IpAddrBytes,
     /// UDP port (UDP carriage; 0 for RoCEv2).
     pub udp_port: u16,
     /// MAC.
@@ -270,7 +270,7 @@ pub fn validate(
                     format!("expected a unicast address (a worker's own), found {:?}", m.ip),
                 ));
             }
-            let ip = IpAddr::from_std(std_ip);
+            let ip = IpAddrBytes::from_std(std_ip);
             let mac: EthernetAddress =
                 m.mac.parse().map_err(|e| err(format!("{mk}.mac"), format!("{e}, found {:?}", m.mac)))?;
             if mac.is_multicast() {
@@ -291,8 +291,8 @@ pub fn validate(
                 ));
             }
             let has_addr = match ip {
-                IpAddr::V4(_) => ports.ipv4[port as usize].is_some(),
-                IpAddr::V6(_) => ports.ipv6[port as usize].is_some(),
+                IpAddrBytes::V4(_) => ports.ipv4[port as usize].is_some(),
+                IpAddrBytes::V6(_) => ports.ipv6[port as usize].is_some(),
             };
             if !has_addr {
                 return Err(err(

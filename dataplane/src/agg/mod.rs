@@ -21,7 +21,7 @@ pub mod template;
 use crate::buf::{PacketBuf, PacketIo};
 use crate::parse::{Layers, Parsed};
 use crate::stats::{Counters, Reason};
-use crate::wire::build::{self, FrameSpec, IpAddr, Roce, ROCEV2_PORT};
+use crate::wire::build::{self, FrameSpec, IpAddrBytes, Roce, ROCEV2_PORT};
 use crate::wire::gradient::{probe_len, Flags, GradientHeader, GradientRepr, NakReason, RANK_NONE};
 use crate::wire::EthernetAddress;
 use config::{Carriage, Collective, MAX_WORKERS};
@@ -409,8 +409,8 @@ impl Aggregator {
         }
         let m = &spec.members[rank];
         let ip_ok = match m.ip {
-            IpAddr::V4(a) => p.has(Layers::IPV4) && p.ip_src() == a,
-            IpAddr::V6(a) => p.has(Layers::IPV6) && p.ip_src() == a,
+            IpAddrBytes::V4(a) => p.has(Layers::IPV4) && p.ip_src() == a,
+            IpAddrBytes::V6(a) => p.has(Layers::IPV6) && p.ip_src() == a,
         };
         let port_ok = match carriage {
             Carriage::Udp => p.udp_src == m.udp_port,
@@ -655,9 +655,9 @@ impl Aggregator {
             d.copy_from_slice(p.ip_dst());
             let mut s = [0u8; 4];
             s.copy_from_slice(p.ip_src());
-            (IpAddr::V4(port.ipv4.unwrap_or(d)), IpAddr::V4(s))
+            (IpAddrBytes::V4(port.ipv4.unwrap_or(d)), IpAddrBytes::V4(s))
         } else {
-            (IpAddr::V6(port.ipv6.unwrap_or(p.ip_dst_bytes)), IpAddr::V6(p.ip_src_bytes))
+            (IpAddrBytes::V6(port.ipv6.unwrap_or(p.ip_dst_bytes)), IpAddrBytes::V6(p.ip_src_bytes))
         };
         let coll_dscp = match self.index[g.collective_id() as usize] {
             0 => 0,
@@ -709,8 +709,8 @@ fn member_sources<'a>(
         c.members.iter().map(move |m| {
             let port_or_qp = if roce { m.qpn } else { m.udp_port as u32 };
             match &m.ip {
-                IpAddr::V4(a) => nak::source(a, port_or_qp, roce),
-                IpAddr::V6(a) => nak::source(a, port_or_qp, roce),
+                IpAddrBytes::V4(a) => nak::source(a, port_or_qp, roce),
+                IpAddrBytes::V6(a) => nak::source(a, port_or_qp, roce),
             }
         })
     })

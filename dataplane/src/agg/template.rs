@@ -135,10 +135,10 @@ impl Templates {
             f[udp + 6..udp + 8].fill(0);
             let udp_sum = (!roce || s.src_ip.is_v6()).then(|| {
                 let pseudo = match (s.src_ip, s.dst_ip) {
-                    (build::IpAddr::V4(a), build::IpAddr::V4(b)) => {
+                    (build::IpAddrBytes::V4(a), build::IpAddrBytes::V4(b)) => {
                         checksum::pseudo_header_v4(a, b, 17, udp_len as u16)
                     }
-                    (build::IpAddr::V6(a), build::IpAddr::V6(b)) => {
+                    (build::IpAddrBytes::V6(a), build::IpAddrBytes::V6(b)) => {
                         checksum::pseudo_header_v6(&a, &b, 17, udp_len as u32)
                     }
                     _ => 0, // refused by the builder above
@@ -235,17 +235,17 @@ impl Templates {
 
 /// The appliance's source address on `port` for a member of `ip`'s family (the unspecified
 /// address when the port has none).
-pub(super) fn source_ip(port: &PortAddr, ip: &build::IpAddr) -> build::IpAddr {
+pub(super) fn source_ip(port: &PortAddr, ip: &build::IpAddrBytes) -> build::IpAddrBytes {
     match ip {
-        build::IpAddr::V4(_) => build::IpAddr::V4(port.ipv4.unwrap_or_default()),
-        build::IpAddr::V6(_) => build::IpAddr::V6(port.ipv6.unwrap_or_default()),
+        build::IpAddrBytes::V4(_) => build::IpAddrBytes::V4(port.ipv4.unwrap_or_default()),
+        build::IpAddrBytes::V6(_) => build::IpAddrBytes::V6(port.ipv6.unwrap_or_default()),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::build::{IpAddr, Roce};
+    use crate::wire::build::{IpAddrBytes, Roce};
     use crate::wire::gradient::{Flags, GradientRepr, RANK_NONE};
     use crate::wire::EthernetAddress;
     use proptest::prelude::*;
@@ -257,9 +257,9 @@ mod tests {
             s[15] = 100;
             let mut d = s;
             d[15] = member;
-            (IpAddr::V6(s), IpAddr::V6(d))
+            (IpAddrBytes::V6(s), IpAddrBytes::V6(d))
         } else {
-            (IpAddr::V4([10, 77, 0, 100]), IpAddr::V4([10, 77, 0, member]))
+            (IpAddrBytes::V4([10, 77, 0, 100]), IpAddrBytes::V4([10, 77, 0, member]))
         };
         FrameSpec {
             src_mac: EthernetAddress([2, 0, 0, 0, 0, 0x64]),

@@ -35,7 +35,7 @@ struct Rig {
 
 impl Rig {
     fn new(text: &str) -> Rig {
-        Rig::with(text, |c, ports| Aggregator::new(c, ports, 49374, 1))
+        Rig::with(text, |c, ports| Aggregator::new(c, ports, crate::wire::gradient::DEFAULT_UDP_PORT, 1))
     }
 
     /// A rig whose aggregator `make` builds from the collectives and ports.
@@ -44,7 +44,7 @@ impl Rig {
         let ports = vec![PortAddr { mac: APP_MAC.parse().unwrap(), ipv4: l.port_ipv4[0], ipv6: l.port_ipv6[0] }];
         let agg = make(&l.collectives, ports);
         Rig {
-            dp: crate::datapath::Datapath::new(l.pipeline, 1, 49374).with_aggregator(agg),
+            dp: crate::datapath::Datapath::new(l.pipeline, 1, crate::wire::gradient::DEFAULT_UDP_PORT).with_aggregator(agg),
             coll: l.collectives[0].clone(),
         }
     }
@@ -54,9 +54,9 @@ impl Rig {
         let m = self.coll.members[rank];
         let roce = self.coll.carriage == Carriage::Rocev2;
         let dst_ip = if m.ip.is_v6() {
-            IpAddr::V6("fd00::fe".parse::<std::net::Ipv6Addr>().unwrap().octets())
+            IpAddrBytes::V6("fd00::fe".parse::<std::net::Ipv6Addr>().unwrap().octets())
         } else {
-            IpAddr::V4([10, 0, 0, 254])
+            IpAddrBytes::V4([10, 0, 0, 254])
         };
         let mut spec = FrameSpec {
             src_mac: m.mac,
@@ -69,7 +69,7 @@ impl Rig {
             ecn: 2,
             ttl: 64,
             src_port: if roce { 0xc123 } else { m.udp_port },
-            dst_port: if roce { 4791 } else { 49374 },
+            dst_port: if roce { 4791 } else { crate::wire::gradient::DEFAULT_UDP_PORT },
             roce: roce.then_some(Roce { dest_qp: 1, psn: 0, pkey: 0xffff, qkey: m.qkey, src_qp: m.qpn }),
             header: GradientRepr {
                 version: 1,
@@ -110,11 +110,11 @@ fn decode(io: &VecIo) -> Vec<(Vec<u8>, GradientRepr, Vec<u8>, Parsed)> {
     io.sent
         .iter()
         .map(|(_, f)| {
-            let p = parse(f, 49374).unwrap_or_else(|e| panic!("sent frame does not parse: {e}"));
+            let p = parse(f, crate::wire::gradient::DEFAULT_UDP_PORT).unwrap_or_else(|e| panic!("sent frame does not parse: {e}"));
             // Results leave from the gradient port: the parser finds the header only on the way in
             // (destination port), so for the UDP carriage it starts right after the UDP header.
             let at = if p.has(Layers::GRADIENT) { p.grad_offset as usize } else { p.l4_offset as usize + 8 };
-            assert!(p.has(Layers::GRADIENT) || p.udp_src == 49374);
+            assert!(p.has(Layers::GRADIENT) || p.udp_src == crate::wire::gradient::DEFAULT_UDP_PORT);
             let g = GradientRepr::parse(&GradientHeader::new_checked(&f[at..]).unwrap());
             let payload = f[at + 20..at + 20 + g.data_length as usize].to_vec();
             (p.ip_dst().to_vec(), g, payload, p)
@@ -146,7 +146,7 @@ fn sums_every_chunk_and_replicates_to_every_member() {
             (g.flags, g.worker_rank, g.tensor_offset, g.round, g.collective_id),
             (Flags::RESULT, 0xffff, off, 1, 7)
         );
-        assert_eq!((p.dscp, p.ecn, p.ttl, p.udp_src, p.udp_dst), (10, 2, 64, 49374, 50000 + (i % 3) as u16));
+        assert_eq!((p.dscp, p.ecn, p.ttl, p.udp_src, p.udp_dst), (10, 2, 64, crate::wire::gradient::DEFAULT_UDP_PORT, 50000 + (i % 3) as u16));
         assert_eq!(p.eth_dst.0, [2, 0, 0, 0, 1, (i % 3) as u8]);
     }
     assert_eq!((rig.agg().folded, rig.agg().completed, rig.agg().results), (9, 3, 9));
@@ -200,7 +200,7 @@ fn rule_5_validation_drops_and_naks_by_reason() {
         (rig.frame(0, 0, 1, &pl, |s| s.header.dtype = 9), Reason::GradMismatch, Some(3)),
         (rig.frame(0, 0, 1, &pl, |s| s.header.worker_rank = 2), Reason::GradBadRank, Some(4)),
         (rig.frame(0, 0, 1, &pl, |s| s.src_port = 1234), Reason::GradNotMember, Some(5)),
-        (rig.frame(0, 0, 1, &pl, |s| s.src_ip = IpAddr::V4([10, 0, 0, 66])), Reason::GradNotMember, Some(5)),
+        (rig.frame(0, 0, 1, &pl, |s| s.src_ip = IpAddrBytes::V4([10, 0, 0, 66])), Reason::GradNotMember, Some(5)),
         (rig.frame(0, 0, 1, &pl, |s| s.header.worker_rank = 1), Reason::GradNotMember, Some(5)),
         (rig.frame(0, 0, 1, &pl, |s| s.header.data_length = 15), Reason::GradBadLength, Some(6)),
         (rig.frame(0, 0, 1, &pl, |s| s.header.data_length = 12), Reason::GradBadLength, Some(6)),
@@ -358,7 +358,7 @@ fn workers_sharing_the_nak_limiter_send_one_nak_per_source_between_them() {
     let mut rigs: Vec<Rig> = (0..2u16)
         .map(|w| {
             Rig::with(&text, |c, ports| {
-                Aggregator::for_worker(c, ports, 49374, 1, w, 2).with_nak_limiter(shared.clone())
+                Aggregator::for_worker(c, ports, crate::wire::gradient::DEFAULT_UDP_PORT, 1, w, 2).with_nak_limiter(shared.clone())
             })
         })
         .collect();
@@ -456,7 +456,7 @@ fn rocev2_results_carry_per_member_psns_and_valid_icrc_over_ipv6_and_vlan() {
 fn gradient_packets_for_other_addresses_go_to_the_tables() {
     let mut rig = Rig::new(&conf("sum", "f32", "udp", false, "", 1, 4, 4));
     let mut io = VecIo::new(1);
-    let f = rig.frame(0, 0, 1, &f32s(&[1.0; 4]), |s| s.dst_ip = IpAddr::V4([10, 9, 9, 9]));
+    let f = rig.frame(0, 0, 1, &f32s(&[1.0; 4]), |s| s.dst_ip = IpAddrBytes::V4([10, 9, 9, 9]));
     rig.send(&mut io, f, 0);
     assert_eq!(rig.agg().folded, 0);
     assert_eq!(rig.dp.counters.dropped(Reason::NoEgress), 1, "no table: not forwarded, not aggregated");
@@ -484,9 +484,9 @@ fn every_kernel_set_gives_the_same_results() {
         {
             let l = load_str(&conf(op, dtype, "udp", false, "", 3, 300, 100), Path::new("t.toml")).unwrap();
             let ports = vec![PortAddr { mac: APP_MAC.parse().unwrap(), ipv4: l.port_ipv4[0], ipv6: l.port_ipv6[0] }];
-            let agg = Aggregator::new(&l.collectives, ports, 49374, 1).with_kernels(k);
+            let agg = Aggregator::new(&l.collectives, ports, crate::wire::gradient::DEFAULT_UDP_PORT, 1).with_kernels(k);
             let rig = Rig {
-                dp: crate::datapath::Datapath::new(l.pipeline, 1, 49374).with_aggregator(agg),
+                dp: crate::datapath::Datapath::new(l.pipeline, 1, crate::wire::gradient::DEFAULT_UDP_PORT).with_aggregator(agg),
                 coll: l.collectives[0].clone(),
             };
             let mut rig = rig;
@@ -541,7 +541,7 @@ fn results_equal_the_builder_byte_for_byte_and_reuse_the_triggering_buffer() {
             let expected = |r: usize, s: usize, psn: u32| {
                 let sum: Vec<f32> = (0..lanes(s)).map(|i| (6 * (i + s)) as f32).collect();
                 let payload = f32s(&sum);
-                let spec = result_spec(&coll, &ports, 49374, 1, r, s, 5, psn, lanes(s));
+                let spec = result_spec(&coll, &ports, crate::wire::gradient::DEFAULT_UDP_PORT, 1, r, s, 5, psn, lanes(s));
                 let mut f = vec![0u8; spec.frame_len(payload.len())];
                 build::build(&spec, &payload, &mut f).unwrap();
                 f
@@ -596,7 +596,7 @@ fn a_burst_is_processed_as_packet_after_packet() {
     let rig = Rig::new(&text);
     let routed = |dst: [u8; 4], ttl: u8| {
         rig.frame(0, 0, 1, &f32s(&[1.0; 4]), |s| {
-            s.dst_ip = IpAddr::V4(dst);
+            s.dst_ip = IpAddrBytes::V4(dst);
             s.dst_port = 9000;
             s.ttl = ttl;
         })
@@ -717,13 +717,13 @@ fn rule_5_offsets_of_a_chunk_that_is_not_a_power_of_two() {
 fn short_gradient_datagrams_are_malformed_only_when_addressed_to_the_appliance() {
     let mut rig = Rig::new(&conf("sum", "f32", "udp", false, "", 1, 4, 4));
     let short = |rig: &Rig, dst: [u8; 4]| {
-        let mut f = rig.frame(0, 0, 1, &[], |s| s.dst_ip = IpAddr::V4(dst));
+        let mut f = rig.frame(0, 0, 1, &[], |s| s.dst_ip = IpAddrBytes::V4(dst));
         f.truncate(14 + 20 + 8 + 12);
         let mut ip = crate::wire::ipv4::Ipv4Packet::new_unchecked(&mut f[14..]);
         ip.set_total_len(20 + 8 + 12);
         ip.fill_checksum();
         f[14 + 20 + 4..14 + 20 + 8].copy_from_slice(&[0, 20, 0, 0]); // UDP length 20, no checksum
-        assert!(parse(&f, 49374).unwrap().has(Layers::GRADIENT_SHORT));
+        assert!(parse(&f, crate::wire::gradient::DEFAULT_UDP_PORT).unwrap().has(Layers::GRADIENT_SHORT));
         f
     };
     let mut io = VecIo::new(1);
@@ -748,7 +748,7 @@ fn rule_5_ipv6_sources_and_rocev2_lengths() {
     let v6 = |last: u8| {
         let mut a = "fd00::".parse::<std::net::Ipv6Addr>().unwrap().octets();
         a[15] = last;
-        IpAddr::V6(a)
+        IpAddrBytes::V6(a)
     };
     for carriage in ["udp", "rocev2"] {
         let mut rig = Rig::new(&conf("sum", "f32", carriage, true, "", 2, 8, 4));

@@ -30,8 +30,8 @@ pub const MBUF_HEADROOM: usize = 128;
 pub const DEFAULT_BURST: u16 = 32;
 /// Default tx drain period (µs): a partly filled tx buffer is sent after this long.
 pub const DEFAULT_TX_DRAIN_US: u64 = 100;
-/// The gradient protocol's default UDP port (spec section 1: 49374, 0xC0DE).
-pub const DEFAULT_GRADIENT_UDP_PORT: u16 = 49374;
+/// The gradient protocol's default UDP port (spec section 1), as the wire defines it.
+pub const DEFAULT_GRADIENT_UDP_PORT: u16 = crate::wire::gradient::DEFAULT_UDP_PORT;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Deserialize)]

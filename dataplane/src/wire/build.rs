@@ -30,8 +30,6 @@ pub enum IpAddrBytes {
     V6([u8; 16]),
 }
 
-/// The former name of [`IpAddrBytes`], still imported by the aggregator's modules.
-pub use self::IpAddrBytes as IpAddr;
 
 impl IpAddrBytes {
     /// From the standard library's type.

@@ -43,8 +43,8 @@ fn status_of(rig: &Rig, frame: &[u8], rank: usize, offset: u32) -> (u8, u32, Vec
         )
     );
     let want_dst: Vec<u8> = match m.ip {
-        IpAddr::V4(a) => a.to_vec(),
-        IpAddr::V6(a) => a.to_vec(),
+        IpAddrBytes::V4(a) => a.to_vec(),
+        IpAddrBytes::V6(a) => a.to_vec(),
     };
     assert_eq!(dst, want_dst, "to the prober only");
     let want_src: Vec<u8> = if m.ip.is_v6() {
@@ -313,7 +313,7 @@ fn members_get_their_naks_through_a_flood_of_spoofed_sources() {
     let t0 = 1_000;
     for i in 0..20_000u32 {
         let spoof = rigs[0].frame(1, 0, 1, &f32s(&[9.0; 4]), |s| {
-            s.src_ip = IpAddr::V4([172, 16, (i >> 8) as u8, i as u8]);
+            s.src_ip = IpAddrBytes::V4([172, 16, (i >> 8) as u8, i as u8]);
             s.src_port = 40_000 + (i % 13) as u16;
         });
         rigs[0].send(&mut io, spoof, t0 + i as u64);
