@@ -44,7 +44,8 @@ impl Rig {
         let ports = vec![PortAddr { mac: APP_MAC.parse().unwrap(), ipv4: l.port_ipv4[0], ipv6: l.port_ipv6[0] }];
         let agg = make(&l.collectives, ports);
         Rig {
-            dp: crate::datapath::Datapath::new(l.pipeline, 1, crate::wire::gradient::DEFAULT_UDP_PORT).with_aggregator(agg),
+            dp: crate::datapath::Datapath::new(l.pipeline, 1, crate::wire::gradient::DEFAULT_UDP_PORT)
+                .with_aggregator(agg),
             coll: l.collectives[0].clone(),
         }
     }
@@ -110,7 +111,8 @@ fn decode(io: &VecIo) -> Vec<(Vec<u8>, GradientRepr, Vec<u8>, Parsed)> {
     io.sent
         .iter()
         .map(|(_, f)| {
-            let p = parse(f, crate::wire::gradient::DEFAULT_UDP_PORT).unwrap_or_else(|e| panic!("sent frame does not parse: {e}"));
+            let p = parse(f, crate::wire::gradient::DEFAULT_UDP_PORT)
+                .unwrap_or_else(|e| panic!("sent frame does not parse: {e}"));
             // Results leave from the gradient port: the parser finds the header only on the way in
             // (destination port), so for the UDP carriage it starts right after the UDP header.
             let at = if p.has(Layers::GRADIENT) { p.grad_offset as usize } else { p.l4_offset as usize + 8 };
@@ -146,7 +148,10 @@ fn sums_every_chunk_and_replicates_to_every_member() {
             (g.flags, g.worker_rank, g.tensor_offset, g.round, g.collective_id),
             (Flags::RESULT, 0xffff, off, 1, 7)
         );
-        assert_eq!((p.dscp, p.ecn, p.ttl, p.udp_src, p.udp_dst), (10, 2, 64, crate::wire::gradient::DEFAULT_UDP_PORT, 50000 + (i % 3) as u16));
+        assert_eq!(
+            (p.dscp, p.ecn, p.ttl, p.udp_src, p.udp_dst),
+            (10, 2, 64, crate::wire::gradient::DEFAULT_UDP_PORT, 50000 + (i % 3) as u16)
+        );
         assert_eq!(p.eth_dst.0, [2, 0, 0, 0, 1, (i % 3) as u8]);
     }
     assert_eq!((rig.agg().folded, rig.agg().completed, rig.agg().results), (9, 3, 9));
@@ -358,7 +363,8 @@ fn workers_sharing_the_nak_limiter_send_one_nak_per_source_between_them() {
     let mut rigs: Vec<Rig> = (0..2u16)
         .map(|w| {
             Rig::with(&text, |c, ports| {
-                Aggregator::for_worker(c, ports, crate::wire::gradient::DEFAULT_UDP_PORT, 1, w, 2).with_nak_limiter(shared.clone())
+                Aggregator::for_worker(c, ports, crate::wire::gradient::DEFAULT_UDP_PORT, 1, w, 2)
+                    .with_nak_limiter(shared.clone())
             })
         })
         .collect();
@@ -484,9 +490,11 @@ fn every_kernel_set_gives_the_same_results() {
         {
             let l = load_str(&conf(op, dtype, "udp", false, "", 3, 300, 100), Path::new("t.toml")).unwrap();
             let ports = vec![PortAddr { mac: APP_MAC.parse().unwrap(), ipv4: l.port_ipv4[0], ipv6: l.port_ipv6[0] }];
-            let agg = Aggregator::new(&l.collectives, ports, crate::wire::gradient::DEFAULT_UDP_PORT, 1).with_kernels(k);
+            let agg =
+                Aggregator::new(&l.collectives, ports, crate::wire::gradient::DEFAULT_UDP_PORT, 1).with_kernels(k);
             let rig = Rig {
-                dp: crate::datapath::Datapath::new(l.pipeline, 1, crate::wire::gradient::DEFAULT_UDP_PORT).with_aggregator(agg),
+                dp: crate::datapath::Datapath::new(l.pipeline, 1, crate::wire::gradient::DEFAULT_UDP_PORT)
+                    .with_aggregator(agg),
                 coll: l.collectives[0].clone(),
             };
             let mut rig = rig;
@@ -541,7 +549,8 @@ fn results_equal_the_builder_byte_for_byte_and_reuse_the_triggering_buffer() {
             let expected = |r: usize, s: usize, psn: u32| {
                 let sum: Vec<f32> = (0..lanes(s)).map(|i| (6 * (i + s)) as f32).collect();
                 let payload = f32s(&sum);
-                let spec = result_spec(&coll, &ports, crate::wire::gradient::DEFAULT_UDP_PORT, 1, r, s, 5, psn, lanes(s));
+                let spec =
+                    result_spec(&coll, &ports, crate::wire::gradient::DEFAULT_UDP_PORT, 1, r, s, 5, psn, lanes(s));
                 let mut f = vec![0u8; spec.frame_len(payload.len())];
                 build::build(&spec, &payload, &mut f).unwrap();
                 f

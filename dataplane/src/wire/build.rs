@@ -30,7 +30,6 @@ pub enum IpAddrBytes {
     V6([u8; 16]),
 }
 
-
 impl IpAddrBytes {
     /// From the standard library's type.
     pub fn from_std(a: std::net::IpAddr) -> IpAddrBytes {
