@@ -156,6 +156,20 @@ pub const EAL: &str = r#"
 args = ["--no-huge", "-m", "256", "--no-pci", "--no-shconf", "--lcores", "0@0,1@1", "--log-level", "*:error"]
 "#;
 
+/// The EAL section and lcores of a two-worker appliance: worker lcore 1 polls port 0, worker
+/// lcore 2 port 1 (lcores 0 and 1 share CPU 0, lcore 2 runs on CPU 1). Collectives belong to the
+/// workers in config order (the first to lcore 1), so traffic for one arriving on the other's port
+/// is handed over.
+pub const TWO_WORKERS: &str = r#"[eal]
+args = ["--no-huge", "-m", "512", "--no-pci", "--no-shconf", "--lcores", "0@0,1@0,2@1", "--log-level", "*:error"]
+[[lcore]]
+id = 1
+rx = [{ port = 0, queue = 0 }]
+[[lcore]]
+id = 2
+rx = [{ port = 1, queue = 0 }]
+"#;
+
 /// Writes frames with explicit capture times (µs since the epoch) to a pcap file.
 pub fn write_pcap_at(path: &Path, frames: &[(u64, Vec<u8>)]) {
     let mut w = PcapWriter::new(File::create(path).unwrap()).unwrap();

@@ -427,17 +427,6 @@ ipv4 = "10.0.0.254"
     assert!(ok, "{text}");
 }
 
-/// EAL options and lcores of a two-worker appliance: worker lcore 1 polls port 0, worker lcore 2
-/// port 1 (lcores 0 and 1 share CPU 0, lcore 2 runs on CPU 1).
-const TWO_WORKERS: &str = r#"[eal]
-args = ["--no-huge", "-m", "512", "--no-pci", "--no-shconf", "--lcores", "0@0,1@0,2@1", "--log-level", "*:error"]
-[[lcore]]
-id = 1
-rx = [{ port = 0, queue = 0 }]
-[[lcore]]
-id = 2
-rx = [{ port = 1, queue = 0 }]"#;
-
 /// Runs the dpu on `conf` with two replay ports (`in0`, `in1`); returns the run and the two
 /// ports' output captures.
 fn run_two_ports(dir: &Path, conf: &Path, in0: &Path, in1: &Path) -> (Run, PathBuf, PathBuf) {

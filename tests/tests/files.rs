@@ -25,17 +25,8 @@ fn two_ports() -> String {
 /// The same with two worker lcores, each polling one port: every port has two tx queues, so a
 /// replay writes one file per tx queue and merges them.
 fn two_ports_two_workers() -> String {
-    let eal = r#"[eal]
-args = ["--no-huge", "-m", "256", "--no-pci", "--no-shconf", "--lcores", "0@0,1@0,2@1", "--log-level", "*:error"]
-[[lcore]]
-id = 1
-rx = [{ port = 0, queue = 0 }]
-[[lcore]]
-id = 2
-rx = [{ port = 1, queue = 0 }]
-"#;
     format!(
-        "{eal}\n[[port]]\nname = \"a\"\nvdev = \"net_null0\"\n[[port]]\nname = \"b\"\nvdev = \"net_null1\"\n{TO_PORT1}"
+        "{TWO_WORKERS}\n[[port]]\nname = \"a\"\nvdev = \"net_null0\"\n[[port]]\nname = \"b\"\nvdev = \"net_null1\"\n{TO_PORT1}"
     )
 }
 

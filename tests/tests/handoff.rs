@@ -9,17 +9,6 @@ use functional_tests::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-/// EAL options and lcores of a two-worker appliance: worker lcore 1 polls port 0, worker lcore 2
-/// port 1 (lcores 0 and 1 share CPU 0, lcore 2 runs on CPU 1).
-const TWO_WORKERS: &str = r#"[eal]
-args = ["--no-huge", "-m", "512", "--no-pci", "--no-shconf", "--lcores", "0@0,1@0,2@1", "--log-level", "*:error"]
-[[lcore]]
-id = 1
-rx = [{ port = 0, queue = 0 }]
-[[lcore]]
-id = 2
-rx = [{ port = 1, queue = 0 }]"#;
-
 /// The two ports of the split configs; members of the upper half of the ranks are reached
 /// through port 1.
 const PORTS: &str = r#"[[port]]

@@ -16,18 +16,10 @@ use pcap_file::pcap::PcapReader;
 use serde_json::Value;
 use std::path::Path;
 
-/// Two workers: lcore 1 polls port 0 and owns collective 1 (the first configured), lcore 2 polls
+/// The two ports. With [`TWO_WORKERS`], lcore 1 polls port 0 and owns collective 1 (the first configured), lcore 2 polls
 /// port 1 and owns collective 2. Each collective's traffic arrives on the other worker's port
 /// (collective 1's on port 1, collective 2's on port 0), so every contribution is handed off.
-const CONFIG_HEAD: &str = r#"[eal]
-args = ["--no-huge", "-m", "512", "--no-pci", "--no-shconf", "--lcores", "0@0,1@0,2@1", "--log-level", "*:error"]
-[[lcore]]
-id = 1
-rx = [{ port = 0, queue = 0 }]
-[[lcore]]
-id = 2
-rx = [{ port = 1, queue = 0 }]
-[[port]]
+const PORTS: &str = r#"[[port]]
 name = "p0"
 vdev = "net_null0"
 mac = "02:00:00:00:00:fe"
@@ -149,7 +141,7 @@ fn soak_two_workers_loss_duplicates_malformed_frames_and_a_flood() {
     // the flood below lands in its middle.
     let (mut small, small_colls, small_due) =
         generate(&dir, 2, SMALL, &["--carriage", "rocev2", "--family", "v6", "--gap-us", "20"]);
-    let conf = write_config(&dir, "soak.toml", &format!("{CONFIG_HEAD}\n{big_colls}\n{small_colls}"));
+    let conf = write_config(&dir, "soak.toml", &format!("{TWO_WORKERS}{PORTS}\n{big_colls}\n{small_colls}"));
 
     // Malformed frames, beside every 97th record: a copy with a flipped payload byte (bad UDP
     // checksum on collective 1, bad ICRC on collective 2), a runt, and (IPv4) a datagram cut
