@@ -233,16 +233,13 @@ mod tests {
 
     /// Workers refusing one source at the same instants: exactly one NAK per interval between
     /// them.
-    #[test]
-    fn racing_workers_grant_one_nak_per_interval() {
-        let l = shared();
-        let a = ([10, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 6000);
-        let granted: u64 = std::thread::scope(|s| {
+    /// NAKs granted to source `a` when four workers each refuse it 1000 times in each of ten
+    /// intervals, at once.
+    fn granted_to_racing_workers(l: &SharedNakLimiter, a: Source) -> u64 {
+        std::thread::scope(|s| {
             let workers: Vec<_> = (0..4)
                 .map(|_| {
-                    let l = &l;
                     s.spawn(move || {
-                        // Ten intervals, every worker refusing the source 1000 times in each.
                         (0..10u64)
                             .flat_map(|i| (0..1000u64).map(move |k| i * NAK_INTERVAL_US + k))
                             .filter(|&t| l.allow(a, t))
@@ -251,7 +248,14 @@ mod tests {
                 })
                 .collect();
             workers.into_iter().map(|w| w.join().unwrap()).sum()
-        });
+        })
+    }
+
+    #[test]
+    fn racing_workers_grant_one_nak_per_interval() {
+        let l = shared();
+        let a = ([10, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 6000);
+        let granted = granted_to_racing_workers(&l, a);
         assert_eq!(granted, 10);
     }
 
@@ -359,20 +363,7 @@ mod tests {
     fn racing_workers_grant_a_member_one_nak_per_interval() {
         let a = v4([10, 0, 0, 7], 6000);
         let l = Arc::new(SharedNakLimiter::with_members([a]));
-        let granted: u64 = std::thread::scope(|s| {
-            let workers: Vec<_> = (0..4)
-                .map(|_| {
-                    let l = &l;
-                    s.spawn(move || {
-                        (0..10u64)
-                            .flat_map(|i| (0..1000u64).map(move |k| i * NAK_INTERVAL_US + k))
-                            .filter(|&t| l.allow(a, t))
-                            .count() as u64
-                    })
-                })
-                .collect();
-            workers.into_iter().map(|w| w.join().unwrap()).sum()
-        });
+        let granted = granted_to_racing_workers(&l, a);
         assert_eq!(granted, 10);
         assert!(l.buckets.iter().all(|b| b.load(Ordering::Relaxed) == 0));
     }
