@@ -170,6 +170,15 @@ id = 2
 rx = [{ port = 1, queue = 0 }]
 "#;
 
+/// A one-table pipeline that forwards every frame to port 1 (an exact `eth.dst` table with no
+/// entries whose default action is `forward(1)`).
+pub const TO_PORT1: &str = r#"
+[[table]]
+name = "l2"
+key = [{ field = "eth.dst", match = "exact" }]
+default_action = "forward(1)"
+"#;
+
 /// Writes frames with explicit capture times (µs since the epoch) to a pcap file.
 pub fn write_pcap_at(path: &Path, frames: &[(u64, Vec<u8>)]) {
     let mut w = PcapWriter::new(File::create(path).unwrap()).unwrap();

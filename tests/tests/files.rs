@@ -8,13 +8,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-const TO_PORT1: &str = r#"
-[[table]]
-name = "l2"
-key = [{ field = "eth.dst", match = "exact" }]
-default_action = "forward(1)"
-"#;
-
 /// Two ports (replays turn them into net_pcap vdevs), everything forwarded to port 1.
 fn two_ports() -> String {
     format!(

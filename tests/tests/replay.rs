@@ -8,13 +8,6 @@ fn two_ports(table: &str) -> String {
     )
 }
 
-const TO_PORT1: &str = r#"
-[[table]]
-name = "l2"
-key = [{ field = "eth.dst", match = "exact" }]
-default_action = "forward(1)"
-"#;
-
 #[test]
 fn nccl_capture_is_forwarded_byte_identical() {
     let dir = scratch("nccl-identity");
