@@ -1,9 +1,15 @@
 //! The software DPU's data plane.
 //!
-//! The packet core (wire formats, parsing, match-action tables, actions, gradient aggregation,
-//! counters) works on plain byte slices and never touches DPDK, so it is tested without it.
-//! The DPDK layer (`dpdk`, `worker`, `app`; feature `dpdk`, on by default) moves real packets
-//! through it: EAL, mempools, ports and one poll-mode worker per lcore.
+//! Two layers, in two folders (docs/design.md walks through both):
+//! - [`packet`], the packet core (wire formats, parsing, match-action tables, actions, gradient
+//!   aggregation, counters), works on plain byte slices and needs neither DPDK nor libpcap, so
+//!   it is tested, fuzzed and benchmarked without them;
+//! - [`runtime`] (feature `dpdk`, on by default) moves real packets through it: EAL, mempools,
+//!   ports, one poll-mode worker per lcore, and the pcap files of replays.
+//!
+//! [`config`] sits between them: it reads the TOML file and builds the core's tables and
+//! collectives. The runtime calls it at start-up; the packet core never imports it (only its
+//! unit tests do, to build fixtures from TOML).
 //!
 //! ```text
 //!  port rx queue ──► worker (one per lcore) ──► tx buffer per port ──► port tx queue
@@ -12,25 +18,15 @@
 //!                     │ ingress pipeline: table ─► table ─► table (table, action)
 //!                     └ counters and drops by reason (stats)
 //! ```
-#![warn(missing_docs, missing_debug_implementations)]
+#![warn(missing_docs, missing_debug_implementations, clippy::undocumented_unsafe_blocks)]
 
-pub mod action;
-pub mod agg;
-pub mod buf;
 pub mod config;
-pub mod datapath;
-pub mod neighbor;
-pub mod outputs;
-pub mod parse;
-pub mod pcapfile;
-pub mod prefetch;
-pub mod stats;
-pub mod table;
-pub mod wire;
+pub mod packet;
+#[cfg(feature = "dpdk")]
+pub mod runtime;
 
+// The packet core's modules at the crate root, so that paths stay short
+// (`dataplane::wire::ipv4`, `crate::agg::Aggregator`).
+pub use packet::{action, agg, buf, datapath, neighbor, parse, prefetch, stats, table, wire};
 #[cfg(feature = "dpdk")]
-pub mod app;
-#[cfg(feature = "dpdk")]
-pub mod dpdk;
-#[cfg(feature = "dpdk")]
-pub mod worker;
+pub use runtime::{app, dpdk, outputs, pcapfile, worker};

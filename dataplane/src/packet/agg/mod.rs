@@ -13,6 +13,7 @@
 //! nothing (it takes mbufs from the pool for results and NAKs).
 
 pub mod config;
+#[allow(unsafe_code)] // SIMD intrinsics behind runtime CPU-feature dispatch; every block has its SAFETY line.
 pub mod kernels;
 pub mod nak;
 pub mod slot;

@@ -211,8 +211,10 @@ impl Port {
         if n <= 0 {
             return Vec::new();
         }
-        // SAFETY: zeroed arrays are valid out-parameters of the size given.
+        // SAFETY: both are plain C structs (integers and a char array) for which all-zero bytes
+        // are a valid value; zeroed arrays are valid out-parameters of the size given.
         let mut names: Vec<dpdk_sys::rte_eth_xstat_name> = vec![unsafe { std::mem::zeroed() }; n as usize];
+        // SAFETY: as above.
         let mut vals: Vec<dpdk_sys::rte_eth_xstat> = vec![unsafe { std::mem::zeroed() }; n as usize];
         // SAFETY: arrays of n elements.
         let got_n = unsafe { dpdk_sys::rte_eth_xstats_get_names(self.id, names.as_mut_ptr(), n as u32) };

@@ -1,0 +1,34 @@
+//! The packet core: everything that reads, decides about and rewrites a packet, over plain byte
+//! slices ([`buf::PacketBuf`]), with no DPDK, no libpcap, no I/O and no allocation per packet.
+//!
+//! It is tested without DPDK (`cargo test -p dataplane --no-default-features`), fuzzed, and
+//! benchmarked with criterion. The runtime ([`crate::runtime`]) moves mbufs through it.
+//!
+//! Unsafe code is denied in every module except the two that need it for speed: the SIMD
+//! aggregation kernels ([`agg`]'s `kernels`, runtime CPU-feature dispatch) and the checksum
+//! loads of [`wire::checksum`] and [`prefetch`]; each of their unsafe blocks carries a
+//! `SAFETY:` comment.
+//!
+//! Dependencies point one way, down this list: `wire` (bytes on the wire, views and setters)
+//! ← `parse` (one pass over the headers) ← `table`, `action` ← `agg` (aggregation) ←
+//! `datapath` (one worker's packet walk), with `buf`, `stats` and `neighbor` beside them.
+
+#[deny(unsafe_code)]
+pub mod action;
+#[deny(unsafe_code)]
+pub mod agg;
+#[deny(unsafe_code)]
+pub mod buf;
+#[deny(unsafe_code)]
+pub mod datapath;
+#[deny(unsafe_code)]
+pub mod neighbor;
+#[deny(unsafe_code)]
+pub mod parse;
+pub mod prefetch;
+#[deny(unsafe_code)]
+pub mod stats;
+#[deny(unsafe_code)]
+pub mod table;
+#[deny(unsafe_code)]
+pub mod wire;
