@@ -21,6 +21,7 @@ use dataplane::action::Egress;
 use dataplane::buf::{PacketBuf, VecBuf};
 use dataplane::config::DEFAULT_GRADIENT_UDP_PORT;
 use dataplane::parse::parse;
+use dataplane::table::PipelineCounters;
 use dataplane::wire::checksum::{self, SumKernel};
 use std::hint::black_box;
 use std::time::Duration;
@@ -53,7 +54,8 @@ fn packet_core(c: &mut Criterion) {
             })
         });
         for (name, proto) in [("parse+empty_pipeline", &empty), ("parse+pipeline", &full)] {
-            let mut pl = proto.clone();
+            let pl = proto.clone();
+            let mut counts = PipelineCounters::new(&pl);
             g.bench_function(name, |b| {
                 b.iter(|| {
                     let mut n = 0u32;
@@ -62,7 +64,7 @@ fn packet_core(c: &mut Criterion) {
                         let Ok(mut p) = parse(black_box(buf.data()), DEFAULT_GRADIENT_UDP_PORT) else {
                             continue;
                         };
-                        if let Egress::Port(port) = pl.apply(buf, &mut p, 0) {
+                        if let Egress::Port(port) = pl.apply(&mut counts, buf, &mut p, 0) {
                             n = n.wrapping_add(port as u32);
                         }
                     }
@@ -76,13 +78,14 @@ fn packet_core(c: &mut Criterion) {
     // Each table's lookup alone (key extraction + match, no actions, no counters), over the
     // parsed 60 B frames as the pipeline leaves them (eth.dst rewritten to the next hop, as the
     // l2 table sees it).
-    let mut pl = full.clone();
+    let pl = full.clone();
+    let mut counts = PipelineCounters::new(&pl);
     let parsed: Vec<_> = frames(60, &full)
         .iter()
         .map(|f| {
             let mut b = VecBuf::from_frame(f);
             let mut p = parse(b.data(), DEFAULT_GRADIENT_UDP_PORT).unwrap();
-            pl.apply(&mut b, &mut p, 0);
+            pl.apply(&mut counts, &mut b, &mut p, 0);
             p
         })
         .collect();

@@ -22,7 +22,7 @@ use dataplane::buf::{PacketBuf, PacketIo, VecBuf};
 use dataplane::config::DEFAULT_GRADIENT_UDP_PORT;
 use dataplane::datapath::Datapath;
 use dataplane::parse::{parse, Parsed};
-use dataplane::table::Pipeline;
+use dataplane::table::{Pipeline, PipelineCounters};
 use std::hint::black_box;
 
 #[path = "../benches/common/pipeline_workload.rs"]
@@ -56,13 +56,14 @@ impl PacketIo for RecycleIo {
 fn run(
     mode: &str,
     rounds: usize,
-    pl: &mut Pipeline,
+    pl: &Pipeline,
     dp: &mut Datapath,
     bufs: &mut Vec<VecBuf>,
     pristine: &[Vec<u8>],
     parsed: &[Parsed],
 ) -> u64 {
     let mut n = 0u64;
+    let mut counts = PipelineCounters::new(pl);
     let mut io = RecycleIo { sent: Vec::with_capacity(bufs.len()) };
     let mut slots: Vec<Option<VecBuf>> = Vec::with_capacity(BURST);
     for _ in 0..rounds {
@@ -100,7 +101,7 @@ fn run(
                 for (b, f) in bufs.iter_mut().zip(pristine) {
                     b.data_mut()[..HEADERS].copy_from_slice(&f[..HEADERS]);
                     let Ok(mut p) = parse(black_box(b.data()), DEFAULT_GRADIENT_UDP_PORT) else { continue };
-                    if let Egress::Port(port) = pl.apply(b, &mut p, 0) {
+                    if let Egress::Port(port) = pl.apply(&mut counts, b, &mut p, 0) {
                         n += port as u64;
                     }
                 }
@@ -121,21 +122,21 @@ fn main() {
     let size: usize = args.get(1).map_or(60, |s| s.parse().expect("a frame size"));
     let mode = args.get(2).map_or("pipeline", |s| s.as_str());
     let rounds: usize = args.get(3).map_or(100, |s| s.parse().expect("a round count"));
-    let mut pl = pipeline(PIPELINE);
+    let pl = pipeline(PIPELINE);
     let pristine = frames(size, &pl);
     let mut bufs: Vec<VecBuf> = pristine.iter().map(|f| VecBuf::from_frame(f)).collect();
     let mut dp = Datapath::new(pl.clone(), 2, DEFAULT_GRADIENT_UDP_PORT);
-    let mut warm = pl.clone();
+    let mut warm = PipelineCounters::new(&pl);
     let parsed: Vec<Parsed> = pristine
         .iter()
         .map(|f| {
             let mut b = VecBuf::from_frame(f);
             let mut p = parse(b.data(), DEFAULT_GRADIENT_UDP_PORT).unwrap();
-            warm.apply(&mut b, &mut p, 0);
+            pl.apply(&mut warm, &mut b, &mut p, 0);
             p
         })
         .collect();
-    let n = run(mode, rounds, &mut pl, &mut dp, &mut bufs, &pristine, &parsed);
+    let n = run(mode, rounds, &pl, &mut dp, &mut bufs, &pristine, &parsed);
     if matches!(mode, "process" | "burst") {
         assert_eq!(n as usize, rounds * BATCH, "every frame is forwarded");
     }

@@ -23,7 +23,7 @@ use dataplane::config::load_str;
 use dataplane::datapath::Datapath;
 use dataplane::parse::{parse, Layers, Parsed};
 use dataplane::stats::{Counters, Reason};
-use dataplane::table::Pipeline;
+use dataplane::table::PipelineCounters;
 use dataplane::wire::ipv4::Ecn;
 use libfuzzer_sys::fuzz_target;
 use std::cell::RefCell;
@@ -172,13 +172,13 @@ action = "multicast(2)"
 "#;
 
 thread_local! {
-    /// The datapath and a second copy of its pipeline, built once: cloning them per input would
-    /// dominate the run time (the lpm tables' tries). Their counters are reset per input; no
-    /// other state carries over, so a crash reproduces from its input alone.
-    static STATE: RefCell<(Datapath, Pipeline)> = RefCell::new({
+    /// The datapath and a second set of counts for its pipeline, built once: cloning the
+    /// pipeline per input would dominate the run time (the lpm tables' tries). Counters are
+    /// reset per input; no other state carries over, so a crash reproduces from its input alone.
+    static STATE: RefCell<(Datapath, PipelineCounters)> = RefCell::new({
         let loaded = load_str(CONFIG, Path::new("fuzz.toml")).expect("the fuzz config loads");
-        let pipeline = loaded.pipeline.clone();
-        (Datapath::new(loaded.pipeline, PORTS, GRADIENT_PORT), pipeline)
+        let counts = PipelineCounters::new(&loaded.pipeline);
+        (Datapath::new(loaded.pipeline, PORTS, GRADIENT_PORT), counts)
     });
 }
 
@@ -189,12 +189,12 @@ fuzz_target!(|data: &[u8]| {
     let in_port = b as u16 % PORTS;
     let frame = &frame[..frame.len().min(VEC_DATA_ROOM)];
     STATE.with(|s| {
-        let (dp, pipeline) = &mut *s.borrow_mut();
-        check(dp, pipeline, in_port, frame);
+        let (dp, counts) = &mut *s.borrow_mut();
+        check(dp, counts, in_port, frame);
     });
 });
 
-fn check(dp: &mut Datapath, pipeline: &mut Pipeline, in_port: u16, frame: &[u8]) {
+fn check(dp: &mut Datapath, counts: &mut PipelineCounters, in_port: u16, frame: &[u8]) {
     dp.counters = Counters::new(PORTS);
     let mut io = VecIo::new(PORTS);
     dp.process(&mut io, in_port, VecBuf::from_frame(frame), 0);
@@ -254,7 +254,8 @@ fn check(dp: &mut Datapath, pipeline: &mut Pipeline, in_port: u16, frame: &[u8])
     // The pipeline by hand: the Parsed the actions maintain is the parse of what they wrote.
     let mut buf = VecBuf::from_frame(frame);
     let mut p = before;
-    let egress = pipeline.apply(&mut buf, &mut p, in_port);
+    let pipeline = &dp.pipeline;
+    let egress = pipeline.apply(counts, &mut buf, &mut p, in_port);
     let mut expected: Vec<(u16, Vec<u8>)> = Vec::new();
     match egress {
         Egress::Port(port) => expected.push((port, buf.data().to_vec())),
@@ -268,7 +269,7 @@ fn check(dp: &mut Datapath, pipeline: &mut Pipeline, in_port: u16, frame: &[u8])
             for copy in 0..pipeline.groups[g].copies.len() {
                 let mut b = VecBuf::from_frame(buf.data());
                 let mut cp = p;
-                if pipeline.apply_copy(g, copy, &mut b, &mut cp).is_ok() {
+                if pipeline.apply_copy(counts, g, copy, &mut b, &mut cp).is_ok() {
                     assert_parsed_current(&b, &cp, "multicast copy");
                     expected.push((pipeline.groups[g].copies[copy].0, b.data().to_vec()));
                 }

@@ -8,7 +8,7 @@ use dataplane::action::Egress;
 use dataplane::buf::{PacketBuf, VecBuf};
 use dataplane::config::{load_str, DEFAULT_GRADIENT_UDP_PORT};
 use dataplane::parse::parse;
-use dataplane::table::Pipeline;
+use dataplane::table::{Pipeline, PipelineCounters};
 use dataplane::wire::ipv4::Ipv4Packet;
 use dataplane::wire::udp::UdpPacket;
 use std::path::Path;
@@ -105,7 +105,7 @@ pub fn frames(size: usize, pipeline: &Pipeline) -> Vec<Vec<u8>> {
     let (routes, permits) = config_flows(PIPELINE);
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut out = Vec::new();
-    let mut check = pipeline.clone();
+    let mut counts = PipelineCounters::new(pipeline);
     while out.len() < BATCH {
         let (net, len) = routes[rng.below(routes.len() as u64) as usize];
         let host = if len == 32 { 0 } else { rng.next() as u32 & (u32::MAX >> len) };
@@ -120,7 +120,7 @@ pub fn frames(size: usize, pipeline: &Pipeline) -> Vec<Vec<u8>> {
         let f = frame(size, src, net | host, sport, dport, out.len() as u8);
         let mut b = VecBuf::from_frame(&f);
         let mut p = parse(b.data(), DEFAULT_GRADIENT_UDP_PORT).expect("a valid frame");
-        if check.apply(&mut b, &mut p, 0) == Egress::Port(1) {
+        if pipeline.apply(&mut counts, &mut b, &mut p, 0) == Egress::Port(1) {
             out.push(f);
         }
     }

@@ -3,7 +3,7 @@
 use super::ConfigError;
 use crate::action::{parse_action_list, ActionContext};
 use crate::table::value::parse_match_value;
-use crate::table::{Counter, Field, MatchKind, MulticastGroup, Pipeline, Table};
+use crate::table::{Field, MatchKind, MulticastGroup, Pipeline, Table};
 use serde::Deserialize;
 use std::path::Path;
 
@@ -188,6 +188,6 @@ pub fn build_pipeline(
         }
         out.tables.push(table);
     }
-    out.counters = counters.into_iter().map(|n| (n, Counter::default())).collect();
+    out.counter_names = counters;
     Ok(out)
 }

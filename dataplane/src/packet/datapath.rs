@@ -10,7 +10,7 @@ use crate::neighbor::Verdict;
 use crate::parse::{parse_into, Layers, Parsed};
 use crate::prefetch::prefetch;
 use crate::stats::{Counters, Reason};
-use crate::table::Pipeline;
+use crate::table::{Pipeline, PipelineCounters};
 
 /// Largest burst [`Datapath::process_burst`] handles at once (packets); longer slices are
 /// processed in chunks of this size.
@@ -46,11 +46,13 @@ impl std::fmt::Debug for BurstScratch {
     }
 }
 
-/// Per-worker state: the pipeline (a private copy with its own counters) and the counters.
+/// Per-worker state: the pipeline, its counts, and the worker's counters.
 #[derive(Debug, Clone)]
 pub struct Datapath {
-    /// The ingress pipeline.
+    /// The ingress pipeline (only read while packets go through it).
     pub pipeline: Pipeline,
+    /// This worker's counts of the pipeline's entries, misses and named counters.
+    pub table_counters: PipelineCounters,
     /// This worker's counters.
     pub counters: Counters,
     /// The aggregator, when collectives are configured.
@@ -67,6 +69,7 @@ impl Datapath {
     /// the gradient protocol's UDP carriage (spec section 1).
     pub fn new(pipeline: Pipeline, ports: u16, gradient_udp_port: u16) -> Self {
         Datapath {
+            table_counters: PipelineCounters::new(&pipeline),
             pipeline,
             counters: Counters::new(ports),
             agg: None,
@@ -238,8 +241,8 @@ impl Datapath {
             }
         }
         let egress = match first_hit {
-            Some(hit) => self.pipeline.apply_with_first_hit(&mut pkt, p, in_port, hit),
-            None => self.pipeline.apply(&mut pkt, p, in_port),
+            Some(hit) => self.pipeline.apply_with_first_hit(&mut self.table_counters, &mut pkt, p, in_port, hit),
+            None => self.pipeline.apply(&mut self.table_counters, &mut pkt, p, in_port),
         };
         match egress {
             Egress::Port(port) => self.send(io, port, pkt),
@@ -289,7 +292,7 @@ impl Datapath {
                 continue;
             };
             let mut cp = *p;
-            match self.pipeline.apply_copy(g, c, &mut copy, &mut cp) {
+            match self.pipeline.apply_copy(&mut self.table_counters, g, c, &mut copy, &mut cp) {
                 Ok(()) => {
                     let port = self.pipeline.groups[g].copies[c].0;
                     self.send(io, port, copy)
@@ -298,7 +301,7 @@ impl Datapath {
             }
         }
         let mut cp = *p;
-        match self.pipeline.apply_copy(g, n - 1, &mut pkt, &mut cp) {
+        match self.pipeline.apply_copy(&mut self.table_counters, g, n - 1, &mut pkt, &mut cp) {
             Ok(()) => {
                 let port = self.pipeline.groups[g].copies[n - 1].0;
                 self.send(io, port, pkt)
@@ -360,9 +363,9 @@ mod tests {
         let ports: Vec<u16> = io.sent.iter().map(|(p, _)| *p).collect();
         assert_eq!(ports, vec![1, 0, 1]);
         assert_eq!(io.sent[1].1, frame([2, 0, 0, 0, 0, 2]));
-        assert_eq!(dp.pipeline.tables[0].counter(0).packets, 2);
-        assert_eq!(dp.pipeline.tables[0].counter(0).bytes, 120);
-        assert_eq!(dp.pipeline.tables[0].miss_counter().packets, 1);
+        assert_eq!(dp.table_counters.tables[0].entries[0].packets, 2);
+        assert_eq!(dp.table_counters.tables[0].entries[0].bytes, 120);
+        assert_eq!(dp.table_counters.tables[0].miss.packets, 1);
         assert_eq!(dp.counters.ports[1].tx_packets, 2);
         assert_eq!(dp.counters.ports[2].rx_packets, 3);
     }
@@ -389,9 +392,9 @@ mod tests {
         assert_eq!(one.counters, burst.counters);
         assert_eq!(one.counters.ports[2].rx_packets, frames.len() as u64);
         for e in 0..3 {
-            assert_eq!(one.pipeline.tables[0].counter(e), burst.pipeline.tables[0].counter(e));
+            assert_eq!(one.table_counters.tables[0].entries[e], burst.table_counters.tables[0].entries[e]);
         }
-        assert_eq!(one.pipeline.tables[0].miss_counter(), burst.pipeline.tables[0].miss_counter());
+        assert_eq!(one.table_counters.tables[0].miss, burst.table_counters.tables[0].miss);
     }
 
     #[test]

@@ -1,24 +1,22 @@
-//! A table entry as lookups see it: its counter and its action list in one cache line.
+//! A table entry as lookups see it: its action list in one cache line.
 //!
-//! A hit reads the entry's counter and then runs its actions; keeping both in one 64-byte,
-//! 64-byte aligned [`Entry`] makes that a single cache line with no pointer to follow. Lists of
+//! A hit runs the entry's actions; keeping them in one 64-byte, 64-byte aligned [`Entry`] makes
+//! that a single cache line with no pointer to follow (the entry's counter is the worker's, in
+//! [`super::PipelineCounters`]). Lists of
 //! up to [`INLINE_ACTIONS`] actions (every entry of the usual route, ACL and L2 tables) are held
 //! inline; a longer list lives in its table's action pool (one flat `Vec<Action>` per table) and
 //! the entry holds its range there.
 
-use super::Counter;
 use crate::action::Action;
 
 /// Actions an [`Entry`] holds inline; a longer list goes to the table's action pool.
 pub const INLINE_ACTIONS: usize = 5;
 
-/// One entry's counter and actions (or, for a table's miss, the default action and the miss
-/// counter). 64 bytes, aligned to a cache line.
+/// One entry's actions (or, for a table's miss, the default action). 64 bytes, aligned to a
+/// cache line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C, align(64))]
 pub struct Entry {
-    /// Packets and bytes that hit the entry.
-    pub counter: Counter,
     /// The first `len` actions when `len <= INLINE_ACTIONS`; unused otherwise.
     inline: [Action; INLINE_ACTIONS],
     /// Start of the list in the table's action pool when `len > INLINE_ACTIONS`.
@@ -30,7 +28,7 @@ pub struct Entry {
 const _: () = assert!(std::mem::size_of::<Entry>() == 64);
 
 impl Entry {
-    /// An entry running `actions`, with a zero counter; a list longer than [`INLINE_ACTIONS`] is
+    /// An entry running `actions`; a list longer than [`INLINE_ACTIONS`] is
     /// appended to `pool`.
     ///
     /// Panics if `actions` is longer than 65535 actions or `pool` would exceed 2^32 actions
@@ -45,7 +43,7 @@ impl Entry {
             pool_start = u32::try_from(pool.len()).expect("a table's action pool below 2^32 actions");
             pool.extend_from_slice(actions);
         }
-        Entry { counter: Counter::default(), inline, pool_start, len }
+        Entry { inline, pool_start, len }
     }
 
     /// The entry's actions, in order; `pool` is its table's action pool.

@@ -1,6 +1,10 @@
 //! P4-style match-action tables: keys made of header fields, match kinds, entries with action
-//! lists and per-entry packet and byte counters, multicast groups, named counters, and the
-//! ordered ingress [`Pipeline`].
+//! lists, multicast groups, named counters, and the ordered ingress [`Pipeline`].
+//!
+//! A [`Pipeline`] holds only what lookups and actions read (it is immutable while packets go
+//! through it, so that a new version can replace it between bursts); what they count (per-entry,
+//! miss and named counters) lives apart in a [`PipelineCounters`] that each worker owns and
+//! passes to [`Pipeline::apply`].
 //!
 //! Each table picks the lookup structure that fits its key's match kinds: all `exact` fields use
 //! a hash ([`exact`]); one `lpm` field (with any `exact` ones) a multibit trie ([`lpm`]); any
@@ -78,8 +82,8 @@ pub struct KeyField {
 
 /// Packet and byte counters (P4 counter, `packets_and_bytes`).
 ///
-/// Aligned to its 16 bytes, so that it never straddles two cache lines wherever it is stored
-/// (a named counter sits after its name in a tuple): a split counter's load cannot be
+/// Aligned to its 16 bytes, so that it never straddles two cache lines wherever it is stored:
+/// a split counter's load cannot be
 /// forwarded from the previous packet's store to it, which stalls every packet that counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 #[repr(align(16))]
@@ -161,9 +165,9 @@ pub struct Table {
     /// How lookups read the key (the same key either way).
     path: KeyPath,
     matcher: Matcher,
-    /// Counter and actions per entry, by entry index (the order entries were added).
+    /// Actions per entry, by entry index (the order entries were added).
     entries: Vec<Entry>,
-    /// The miss counter and the default action.
+    /// The default action (run on a miss).
     miss: Entry,
     /// Action lists too long to be held inline in their [`Entry`].
     pool: Vec<Action>,
@@ -290,23 +294,11 @@ impl Table {
         self.entries.is_empty()
     }
 
-    /// Entry `entry`'s counter (entries are indexed in the order they were added).
-    ///
-    /// Panics if `entry >= self.len()`.
-    pub fn counter(&self, entry: usize) -> &Counter {
-        &self.entries[entry].counter
-    }
-
     /// Entry `entry`'s actions, in order.
     ///
     /// Panics if `entry >= self.len()`.
     pub fn actions(&self, entry: usize) -> &[Action] {
         self.entries[entry].actions(&self.pool)
-    }
-
-    /// The miss counter.
-    pub fn miss_counter(&self) -> &Counter {
-        &self.miss.counter
     }
 
     /// The actions run on a miss, in order.
@@ -383,38 +375,79 @@ pub struct MulticastGroup {
     pub copies: Vec<(u16, ActionList)>,
 }
 
-/// The ordered ingress pipeline: tables, multicast groups and named counters.
+/// The ordered ingress pipeline: tables, multicast groups and the names of its counters.
+/// Immutable while packets go through it; its counts are in a [`PipelineCounters`].
 #[derive(Debug, Clone, Default)]
 pub struct Pipeline {
     /// The tables, applied in order (`goto` skips forward).
     pub tables: Vec<Table>,
     /// Multicast groups, by index.
     pub groups: Vec<MulticastGroup>,
-    /// Named counters (`count(name)`), by index: (name, counter).
-    pub counters: Vec<(String, Counter)>,
+    /// Names of the named counters (`count(name)`), by index.
+    pub counter_names: Vec<String>,
+}
+
+/// One table's counts: packets and bytes (frame length without FCS, before the entry's
+/// rewrites) per entry and on a miss.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableCounters {
+    /// Hits per entry, by entry index (the order entries were added).
+    pub entries: Vec<Counter>,
+    /// Misses (the default action ran).
+    pub miss: Counter,
+}
+
+/// What a [`Pipeline`] counts, kept apart from it so that the pipeline stays immutable and can
+/// be replaced without losing counts. One per worker; the main lcore adds them up.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PipelineCounters {
+    /// Per table, in pipeline order.
+    pub tables: Vec<TableCounters>,
+    /// The named counters (`count(name)`), by index (names in [`Pipeline::counter_names`]).
+    pub named: Vec<Counter>,
+}
+
+impl PipelineCounters {
+    /// Zero counters shaped for `pipeline`: one per entry, one miss per table, one per name.
+    pub fn new(pipeline: &Pipeline) -> Self {
+        PipelineCounters {
+            tables: pipeline
+                .tables
+                .iter()
+                .map(|t| TableCounters { entries: vec![Counter::default(); t.len()], miss: Counter::default() })
+                .collect(),
+            named: vec![Counter::default(); pipeline.counter_names.len()],
+        }
+    }
+
+    /// Adds another worker's counters of the same pipeline.
+    pub fn add(&mut self, o: &PipelineCounters) {
+        debug_assert_eq!(self.tables.len(), o.tables.len(), "counters of one pipeline");
+        for (t, ot) in self.tables.iter_mut().zip(&o.tables) {
+            for (c, oc) in t.entries.iter_mut().zip(&ot.entries) {
+                c.add(oc);
+            }
+            t.miss.add(&ot.miss);
+        }
+        for (c, oc) in self.named.iter_mut().zip(&o.named) {
+            c.add(oc);
+        }
+    }
 }
 
 impl Pipeline {
-    /// The named counters of copies of one pipeline (one per worker) summed, in the pipeline's
-    /// order: what the final stats report. Empty without pipelines.
-    pub fn sum_counters<'a>(pipelines: impl IntoIterator<Item = &'a Pipeline>) -> Vec<(String, Counter)> {
-        let mut pipelines = pipelines.into_iter();
-        let Some(first) = pipelines.next() else { return Vec::new() };
-        let mut sum = first.counters.clone();
-        for p in pipelines {
-            for ((name, s), (other, c)) in sum.iter_mut().zip(&p.counters) {
-                debug_assert_eq!(name, other, "copies of one pipeline");
-                s.add(c);
-            }
-        }
-        sum
-    }
-
-    /// Runs the packet through the tables: counts hits and misses, applies rewrites to `buf`
-    /// (keeping `p` up to date) and returns the egress.
+    /// Runs the packet through the tables: counts hits and misses in `counts` (shaped for this
+    /// pipeline by [`PipelineCounters::new`]), applies rewrites to `buf` (keeping `p` up to
+    /// date) and returns the egress.
     #[inline]
-    pub fn apply<B: PacketBuf>(&mut self, buf: &mut B, p: &mut Parsed, ingress_port: u16) -> Egress {
-        self.apply_inner(buf, p, ingress_port, None)
+    pub fn apply<B: PacketBuf>(
+        &self,
+        counts: &mut PipelineCounters,
+        buf: &mut B,
+        p: &mut Parsed,
+        ingress_port: u16,
+    ) -> Egress {
+        self.apply_inner(counts, buf, p, ingress_port, None)
     }
 
     /// Looks the packet up in the first table, as [`Pipeline::apply`] would first, and
@@ -435,19 +468,21 @@ impl Pipeline {
     /// `p` and `ingress_port`, before any rewrite.
     #[inline]
     pub fn apply_with_first_hit<B: PacketBuf>(
-        &mut self,
+        &self,
+        counts: &mut PipelineCounters,
         buf: &mut B,
         p: &mut Parsed,
         ingress_port: u16,
         first_hit: Option<usize>,
     ) -> Egress {
-        self.apply_inner(buf, p, ingress_port, Some(first_hit))
+        self.apply_inner(counts, buf, p, ingress_port, Some(first_hit))
     }
 
     /// The pipeline; `first`, when known, is the first table's lookup result.
     #[inline(always)]
     fn apply_inner<B: PacketBuf>(
-        &mut self,
+        &self,
+        counts: &mut PipelineCounters,
         buf: &mut B,
         p: &mut Parsed,
         ingress_port: u16,
@@ -457,16 +492,17 @@ impl Pipeline {
         let mut t = 0;
         while t < self.tables.len() {
             let len = buf.data().len();
-            let table = &mut self.tables[t];
+            let table = &self.tables[t];
             let hit = match first.take() {
                 Some(hit) if t == 0 => hit,
                 _ => table.lookup(p, ingress_port),
             };
-            let (entry, miss) = match hit {
-                Some(i) => (&mut table.entries[i], false),
-                None => (&mut table.miss, true),
+            let tc = &mut counts.tables[t];
+            let (entry, counter, miss) = match hit {
+                Some(i) => (&table.entries[i], &mut tc.entries[i], false),
+                None => (&table.miss, &mut tc.miss, true),
             };
-            entry.counter.hit(len);
+            counter.hit(len);
             let actions = entry.actions(&table.pool);
             let mut next = t + 1;
             for a in actions {
@@ -479,7 +515,7 @@ impl Pipeline {
                     }
                     Action::Goto(to) => next = *to as usize,
                     Action::Exit => next = usize::MAX,
-                    Action::Count(c) => self.counters[*c as usize].1.hit(buf.data().len()),
+                    Action::Count(c) => counts.named[*c as usize].hit(buf.data().len()),
                     rw => {
                         if let Err(r) = action::rewrite(rw, buf, p) {
                             return Egress::Dropped(r);
@@ -495,7 +531,8 @@ impl Pipeline {
     /// Applies a multicast copy's rewrites (and counts) to `buf`.
     #[inline]
     pub fn apply_copy<B: PacketBuf>(
-        &mut self,
+        &self,
+        counts: &mut PipelineCounters,
         group: usize,
         copy: usize,
         buf: &mut B,
@@ -504,7 +541,7 @@ impl Pipeline {
         let (_, actions) = &self.groups[group].copies[copy];
         for a in &actions.0 {
             match a {
-                Action::Count(c) => self.counters[*c as usize].1.hit(buf.data().len()),
+                Action::Count(c) => counts.named[*c as usize].hit(buf.data().len()),
                 rw => action::rewrite(rw, buf, p)?,
             }
         }

@@ -126,29 +126,28 @@ fn other_keys_take_the_key_buffer() {
 }
 
 #[test]
-fn named_counters_sum_over_the_workers_copies() {
-    let named = |hits: &[(usize, usize)]| {
-        let mut p = Pipeline {
-            counters: vec![("a".to_string(), Counter::default()), ("b".to_string(), Counter::default())],
-            ..Default::default()
-        };
-        for (c, bytes) in hits {
-            p.counters[*c].1.hit(*bytes);
+fn workers_counters_sum() {
+    let mut t = Table::new("t", vec![(Field::IngressPort, MatchKind::Exact)], ActionList(vec![Action::Drop])).unwrap();
+    t.insert(&[MatchValue::Exact(vec![0, 1])], None, ActionList(vec![Action::Forward(0)])).unwrap();
+    let pipe =
+        Pipeline { tables: vec![t], counter_names: vec!["a".to_string(), "b".to_string()], ..Default::default() };
+    let counts = |named: &[(usize, usize)], entry: (u64, u64), miss: (u64, u64)| {
+        let mut c = PipelineCounters::new(&pipe);
+        for (i, bytes) in named {
+            c.named[*i].hit(*bytes);
         }
-        p
+        c.tables[0].entries[0] = Counter { packets: entry.0, bytes: entry.1 };
+        c.tables[0].miss = Counter { packets: miss.0, bytes: miss.1 };
+        c
     };
-    let w0 = named(&[(0, 60), (0, 100), (1, 82)]);
-    let w1 = named(&[(1, 64)]);
-    let w2 = named(&[]);
-    assert_eq!(
-        Pipeline::sum_counters([&w0, &w1, &w2]),
-        vec![
-            ("a".to_string(), Counter { packets: 2, bytes: 160 }),
-            ("b".to_string(), Counter { packets: 2, bytes: 146 })
-        ]
-    );
-    assert_eq!(Pipeline::sum_counters([&w2]), w2.counters, "one worker: its own counters");
-    assert!(Pipeline::sum_counters([]).is_empty());
+    let zero = PipelineCounters::new(&pipe);
+    assert_eq!((zero.tables.len(), zero.tables[0].entries.len(), zero.named.len()), (1, 1, 2));
+    let mut sum = counts(&[(0, 60), (0, 100), (1, 82)], (3, 200), (1, 64));
+    sum.add(&counts(&[(1, 64)], (1, 60), (0, 0)));
+    sum.add(&zero);
+    assert_eq!(sum.named, vec![Counter { packets: 2, bytes: 160 }, Counter { packets: 2, bytes: 146 }]);
+    assert_eq!(sum.tables[0].entries, vec![Counter { packets: 4, bytes: 260 }]);
+    assert_eq!(sum.tables[0].miss, Counter { packets: 1, bytes: 64 });
 }
 
 /// A table's own checks (arity, match kinds, priorities) and its bookkeeping through the
@@ -174,19 +173,20 @@ fn entries_priorities_and_counters() {
 
     let p = Parsed::default();
     assert_eq!([t.lookup(&p, 5), t.lookup(&p, 4), t.lookup(&p, 10)], [Some(1), Some(0), None]);
-    let mut pipe = Pipeline { tables: vec![t], ..Default::default() };
+    let pipe = Pipeline { tables: vec![t], ..Default::default() };
+    let mut counts = PipelineCounters::new(&pipe);
     let mut run = |port: u16, len: usize| {
         let mut buf = crate::buf::VecBuf::from_frame(&vec![0; len]);
-        pipe.apply(&mut buf, &mut Parsed::default(), port)
+        pipe.apply(&mut counts, &mut buf, &mut Parsed::default(), port)
     };
     assert_eq!(run(5, 60), Egress::Port(2));
     assert_eq!(run(4, 70), Egress::Port(1));
     assert_eq!(run(3, 80), Egress::Port(1));
     assert_eq!(run(10, 90), Egress::Dropped(Reason::TableMiss));
-    let t = &pipe.tables[0];
-    assert_eq!(*t.counter(0), Counter { packets: 2, bytes: 150 });
-    assert_eq!(*t.counter(1), Counter { packets: 1, bytes: 60 });
-    assert_eq!(*t.miss_counter(), Counter { packets: 1, bytes: 90 });
+    let t = &counts.tables[0];
+    assert_eq!(t.entries[0], Counter { packets: 2, bytes: 150 });
+    assert_eq!(t.entries[1], Counter { packets: 1, bytes: 60 });
+    assert_eq!(t.miss, Counter { packets: 1, bytes: 90 });
 
     // Exact and lpm tables take no priority.
     let mut t = Table::new("l2", vec![(Field::IngressPort, MatchKind::Exact)], acts(vec![])).unwrap();
@@ -235,7 +235,7 @@ fn two_port_pipeline() -> Pipeline {
 /// hit it is given (without looking the packet up again) and counts it.
 #[test]
 fn apply_with_first_hit_takes_the_given_hit() {
-    let mut pipe = two_port_pipeline();
+    let pipe = two_port_pipeline();
     let p = Parsed::default();
     assert_eq!(
         [pipe.first_lookup(&p, 1), pipe.first_lookup(&p, 2), pipe.first_lookup(&p, 3)],
@@ -244,13 +244,14 @@ fn apply_with_first_hit_takes_the_given_hit() {
     assert_eq!(Pipeline::default().first_lookup(&p, 1), None);
 
     let mut buf = crate::buf::VecBuf::from_frame(&[0; 60]);
-    assert_eq!(pipe.apply_with_first_hit(&mut buf, &mut Parsed::default(), 1, Some(1)), Egress::Port(2));
+    let mut counts = PipelineCounters::new(&pipe);
+    assert_eq!(pipe.apply_with_first_hit(&mut counts, &mut buf, &mut Parsed::default(), 1, Some(1)), Egress::Port(2));
     assert_eq!(
-        pipe.apply_with_first_hit(&mut buf, &mut Parsed::default(), 1, None),
+        pipe.apply_with_first_hit(&mut counts, &mut buf, &mut Parsed::default(), 1, None),
         Egress::Dropped(Reason::TableMiss)
     );
-    let t = &pipe.tables[0];
-    assert_eq!((t.counter(0).packets, t.counter(1).packets, t.miss_counter().packets), (0, 1, 1));
+    let t = &counts.tables[0];
+    assert_eq!((t.entries[0].packets, t.entries[1].packets, t.miss.packets), (0, 1, 1));
 }
 
 /// A multicast copy's rewrites change the frame, its counts count, and a rewrite that drops
@@ -258,7 +259,7 @@ fn apply_with_first_hit_takes_the_given_hit() {
 #[test]
 fn apply_copy_rewrites_counts_and_fails() {
     let mac = crate::wire::EthernetAddress([2, 0, 0, 0, 0, 9]);
-    let mut pipe = Pipeline {
+    let pipe = Pipeline {
         groups: vec![MulticastGroup {
             id: 5,
             copies: vec![
@@ -266,16 +267,17 @@ fn apply_copy_rewrites_counts_and_fails() {
                 (4, ActionList(vec![Action::DecTtl])),
             ],
         }],
-        counters: vec![("copies".to_string(), Counter::default())],
+        counter_names: vec!["copies".to_string()],
         ..Default::default()
     };
+    let mut counts = PipelineCounters::new(&pipe);
     let mut buf = crate::buf::VecBuf::from_frame(&[0; 60]);
     let mut p = Parsed::default();
-    assert_eq!(pipe.apply_copy(0, 0, &mut buf, &mut p), Ok(()));
+    assert_eq!(pipe.apply_copy(&mut counts, 0, 0, &mut buf, &mut p), Ok(()));
     assert_eq!((&buf.data()[..6], p.eth_dst), (&mac.0[..], mac));
-    assert_eq!(pipe.counters[0].1, Counter { packets: 1, bytes: 60 });
+    assert_eq!(counts.named[0], Counter { packets: 1, bytes: 60 });
 
     p.layers.insert(crate::parse::Layers::IPV4);
     p.ttl = 1;
-    assert_eq!(pipe.apply_copy(0, 1, &mut buf, &mut p), Err(Reason::TtlExpired));
+    assert_eq!(pipe.apply_copy(&mut counts, 0, 1, &mut buf, &mut p), Err(Reason::TtlExpired));
 }

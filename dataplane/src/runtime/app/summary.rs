@@ -8,7 +8,7 @@ use crate::dpdk::lcore::LcoreHandle;
 use crate::dpdk::{Port, PortStats};
 use crate::outputs::Staged;
 use crate::stats::Counters;
-use crate::table::{Counter, Pipeline};
+use crate::table::{Pipeline, PipelineCounters};
 
 /// A port's non-zero extended stats (`rte_eth_xstats_get`): (name, value).
 pub(super) type Xstats = Vec<(String, u64)>;
@@ -28,7 +28,7 @@ pub(super) struct Totals {
 /// Sums the datapaths the workers left in `results` (`ports` ports).
 pub(super) fn collect(results: &[ResultSlot], ports: usize) -> Totals {
     let mut total = Counters::new(ports as u16);
-    let mut pipelines = Vec::new();
+    let mut pipeline: Option<(Pipeline, PipelineCounters)> = None;
     let mut agg = AggCounters::default();
     for r in results {
         if let Some(dp) = r.lock().unwrap_or_else(|e| e.into_inner()).take() {
@@ -36,34 +36,40 @@ pub(super) fn collect(results: &[ResultSlot], ports: usize) -> Totals {
             if let Some(a) = &dp.agg {
                 agg.add(&a.counters);
             }
-            pipelines.push(dp.pipeline);
-        }
-    }
-    let tables = entry_summaries(&pipelines);
-    let named = Pipeline::sum_counters(&pipelines)
-        .into_iter()
-        .map(|(name, counter)| CounterSummary { name, counter })
-        .collect();
-    Totals { counters: total, agg, tables, named }
-}
-
-/// Each table entry's counter and each table's miss counter, summed over the workers'
-/// `pipelines` (which have the same tables and entries).
-fn entry_summaries(pipelines: &[Pipeline]) -> Vec<EntrySummary> {
-    let mut tables: Vec<EntrySummary> = Vec::new();
-    if let Some(first) = pipelines.first() {
-        for (ti, t) in first.tables.iter().enumerate() {
-            for e in 0..=t.len() {
-                let mut c = Counter::default();
-                for p in pipelines {
-                    let tt = &p.tables[ti];
-                    c.add(if e < t.len() { tt.counter(e) } else { tt.miss_counter() });
-                }
-                tables.push(EntrySummary { table: t.name.clone(), entry: (e < t.len()).then_some(e), counter: c });
+            match &mut pipeline {
+                Some((_, sum)) => sum.add(&dp.table_counters),
+                None => pipeline = Some((dp.pipeline, dp.table_counters)),
             }
         }
     }
-    tables
+    let (tables, named) = match &pipeline {
+        Some((p, sum)) => (entry_summaries(p, sum), named_summaries(p, sum)),
+        None => (Vec::new(), Vec::new()),
+    };
+    Totals { counters: total, agg, tables, named }
+}
+
+/// Each table entry's counter and each table's miss counter (after the entries), from the
+/// workers' summed counts `sum` of `pipeline`.
+fn entry_summaries(pipeline: &Pipeline, sum: &PipelineCounters) -> Vec<EntrySummary> {
+    let mut out = Vec::new();
+    for (t, tc) in pipeline.tables.iter().zip(&sum.tables) {
+        for (e, c) in tc.entries.iter().enumerate() {
+            out.push(EntrySummary { table: t.name.clone(), entry: Some(e), counter: *c });
+        }
+        out.push(EntrySummary { table: t.name.clone(), entry: None, counter: tc.miss });
+    }
+    out
+}
+
+/// The named counters, summed over the workers, in the pipeline's order.
+fn named_summaries(pipeline: &Pipeline, sum: &PipelineCounters) -> Vec<CounterSummary> {
+    pipeline
+        .counter_names
+        .iter()
+        .zip(&sum.named)
+        .map(|(name, counter)| CounterSummary { name: name.clone(), counter: *counter })
+        .collect()
 }
 
 /// Reads the ports' final stats (`rte_eth_stats`, the non-zero xstats, and each tx queue's
