@@ -20,6 +20,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use dataplane::action::Egress;
 use dataplane::buf::{PacketBuf, VecBuf};
 use dataplane::config::DEFAULT_GRADIENT_UDP_PORT;
+use dataplane::meta::Meta;
 use dataplane::parse::parse;
 use dataplane::table::PipelineCounters;
 use dataplane::wire::checksum::{self, SumKernel};
@@ -64,7 +65,7 @@ fn packet_core(c: &mut Criterion) {
                         let Ok(mut p) = parse(black_box(buf.data()), DEFAULT_GRADIENT_UDP_PORT) else {
                             continue;
                         };
-                        if let Egress::Port(port) = pl.apply(&mut counts, buf, &mut p, 0) {
+                        if let Egress::Port(port) = pl.apply(&mut counts, buf, &mut p, &mut Meta::new(0)) {
                             n = n.wrapping_add(port as u32);
                         }
                     }
@@ -85,7 +86,7 @@ fn packet_core(c: &mut Criterion) {
         .map(|f| {
             let mut b = VecBuf::from_frame(f);
             let mut p = parse(b.data(), DEFAULT_GRADIENT_UDP_PORT).unwrap();
-            pl.apply(&mut counts, &mut b, &mut p, 0);
+            pl.apply(&mut counts, &mut b, &mut p, &mut Meta::new(0));
             p
         })
         .collect();
@@ -96,7 +97,7 @@ fn packet_core(c: &mut Criterion) {
             b.iter(|| {
                 let mut n = 0usize;
                 for p in &parsed {
-                    n = n.wrapping_add(t.lookup(black_box(p), 0).unwrap_or(0));
+                    n = n.wrapping_add(t.lookup(black_box(p), &Meta::new(0)).unwrap_or(0));
                 }
                 n
             })

@@ -21,6 +21,7 @@ use dataplane::action::Egress;
 use dataplane::buf::{PacketBuf, PacketIo, VecBuf};
 use dataplane::config::DEFAULT_GRADIENT_UDP_PORT;
 use dataplane::datapath::Datapath;
+use dataplane::meta::Meta;
 use dataplane::parse::{parse, Parsed};
 use dataplane::table::{Pipeline, PipelineCounters};
 use std::hint::black_box;
@@ -101,7 +102,7 @@ fn run(
                 for (b, f) in bufs.iter_mut().zip(pristine) {
                     b.data_mut()[..HEADERS].copy_from_slice(&f[..HEADERS]);
                     let Ok(mut p) = parse(black_box(b.data()), DEFAULT_GRADIENT_UDP_PORT) else { continue };
-                    if let Egress::Port(port) = pl.apply(&mut counts, b, &mut p, 0) {
+                    if let Egress::Port(port) = pl.apply(&mut counts, b, &mut p, &mut Meta::new(0)) {
                         n += port as u64;
                     }
                 }
@@ -109,7 +110,7 @@ fn run(
             table => {
                 let t = pl.tables.iter().find(|t| t.name == table).expect("a table of the bench config");
                 for p in parsed {
-                    n += t.lookup(black_box(p), 0).unwrap_or(0) as u64;
+                    n += t.lookup(black_box(p), &Meta::new(0)).unwrap_or(0) as u64;
                 }
             }
         }
@@ -132,7 +133,7 @@ fn main() {
         .map(|f| {
             let mut b = VecBuf::from_frame(f);
             let mut p = parse(b.data(), DEFAULT_GRADIENT_UDP_PORT).unwrap();
-            pl.apply(&mut warm, &mut b, &mut p, 0);
+            pl.apply(&mut warm, &mut b, &mut p, &mut Meta::new(0));
             p
         })
         .collect();

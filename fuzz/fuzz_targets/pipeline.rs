@@ -21,6 +21,7 @@ use dataplane::action::Egress;
 use dataplane::buf::{PacketBuf, VecBuf, VecIo, VEC_DATA_ROOM};
 use dataplane::config::load_str;
 use dataplane::datapath::Datapath;
+use dataplane::meta::Meta;
 use dataplane::parse::{parse, Layers, Parsed};
 use dataplane::stats::{Counters, Reason};
 use dataplane::table::PipelineCounters;
@@ -255,7 +256,7 @@ fn check(dp: &mut Datapath, counts: &mut PipelineCounters, in_port: u16, frame: 
     let mut buf = VecBuf::from_frame(frame);
     let mut p = before;
     let pipeline = &dp.pipeline;
-    let egress = pipeline.apply(counts, &mut buf, &mut p, in_port);
+    let egress = pipeline.apply(counts, &mut buf, &mut p, &mut Meta::new(in_port));
     let mut expected: Vec<(u16, Vec<u8>)> = Vec::new();
     match egress {
         Egress::Port(port) => expected.push((port, buf.data().to_vec())),

@@ -7,6 +7,7 @@
 use dataplane::action::Egress;
 use dataplane::buf::{PacketBuf, VecBuf};
 use dataplane::config::{load_str, DEFAULT_GRADIENT_UDP_PORT};
+use dataplane::meta::Meta;
 use dataplane::parse::parse;
 use dataplane::table::{Pipeline, PipelineCounters};
 use dataplane::wire::ipv4::Ipv4Packet;
@@ -120,7 +121,7 @@ pub fn frames(size: usize, pipeline: &Pipeline) -> Vec<Vec<u8>> {
         let f = frame(size, src, net | host, sport, dport, out.len() as u8);
         let mut b = VecBuf::from_frame(&f);
         let mut p = parse(b.data(), DEFAULT_GRADIENT_UDP_PORT).expect("a valid frame");
-        if pipeline.apply(&mut counts, &mut b, &mut p, 0) == Egress::Port(1) {
+        if pipeline.apply(&mut counts, &mut b, &mut p, &mut Meta::new(0)) == Egress::Port(1) {
             out.push(f);
         }
     }

@@ -6,6 +6,7 @@
 use crate::action::Egress;
 use crate::agg::{Aggregator, PortAddr};
 use crate::buf::{PacketBuf, PacketIo};
+use crate::meta::Meta;
 use crate::neighbor::Verdict;
 use crate::parse::{parse_into, Layers, Parsed};
 use crate::prefetch::prefetch;
@@ -165,12 +166,12 @@ impl Datapath {
         if let Some(first) = self.pipeline.tables.first() {
             for (p, v) in parsed.iter().zip(verdict_n.iter()) {
                 if v.is_ok() {
-                    first.prefetch(p, in_port);
+                    first.prefetch(p, &Meta::new(in_port));
                 }
             }
             for ((p, v), hit) in parsed.iter().zip(verdict_n.iter()).zip(first_hit.iter_mut()) {
                 if v.is_ok() {
-                    *hit = self.pipeline.first_lookup(p, in_port);
+                    *hit = self.pipeline.first_lookup(p, &Meta::new(in_port));
                 }
             }
         }
@@ -240,9 +241,10 @@ impl Datapath {
                 return;
             }
         }
+        let mut meta = Meta::new(in_port);
         let egress = match first_hit {
-            Some(hit) => self.pipeline.apply_with_first_hit(&mut self.table_counters, &mut pkt, p, in_port, hit),
-            None => self.pipeline.apply(&mut self.table_counters, &mut pkt, p, in_port),
+            Some(hit) => self.pipeline.apply_with_first_hit(&mut self.table_counters, &mut pkt, p, &mut meta, hit),
+            None => self.pipeline.apply(&mut self.table_counters, &mut pkt, p, &mut meta),
         };
         match egress {
             Egress::Port(port) => self.send(io, port, pkt),

@@ -1,10 +1,11 @@
 //! Fields a table key can use, named as P4 programs name them, and their extraction from a
-//! parsed packet.
+//! parsed packet and its metadata ([`Meta`]).
 //!
 //! A field of a header the packet does not have reads as zeros; match on the header's validity
 //! bit (`ipv4.valid`, ...) to tell the two apart, as P4 programs use `isValid()`.
 
 use super::key::KEY_MAX;
+use crate::meta::Meta;
 use crate::parse::{Layers, Parsed};
 
 /// How a field's values are written in configs.
@@ -49,7 +50,7 @@ macro_rules! fields {
 }
 
 fields! {
-    /// The port the packet arrived on (2 bytes).
+    /// The port the packet arrived on (2 bytes; metadata).
     IngressPort = "ingress_port", 2, Int;
     /// Ethernet destination (6 bytes).
     EthDst = "eth.dst", 6, Mac;
@@ -126,9 +127,9 @@ impl Field {
 
     /// Writes the field's big-endian bytes to `out` (exactly `width()` bytes). Each arm tests
     /// only its own header's validity bit.
-    pub fn extract(self, p: &Parsed, ingress_port: u16, out: &mut [u8]) {
+    pub fn extract(self, p: &Parsed, meta: &Meta, out: &mut [u8]) {
         let mut key = [0u8; KEY_MAX];
-        self.write_key(p, ingress_port, &mut key, 0);
+        self.write_key(p, meta, &mut key, 0);
         out.copy_from_slice(&key[..self.width()]);
     }
 
@@ -139,8 +140,8 @@ impl Field {
     /// the compiler computes every field's value up front for every table (about 130
     /// instructions a table) instead of the one each call needs. Each arm is a fixed-size store.
     #[inline(never)]
-    pub fn write_key(self, p: &Parsed, ingress_port: u16, key: &mut [u8; KEY_MAX], at: usize) {
-        self.write(p, ingress_port, key, at)
+    pub fn write_key(self, p: &Parsed, meta: &Meta, key: &mut [u8; KEY_MAX], at: usize) {
+        self.write(p, meta, key, at)
     }
 
     /// The key of a table whose key is this one field, at most 8 bytes wide, as the word an
@@ -148,9 +149,9 @@ impl Field {
     /// above `width()` bytes (what loading `key[..8]` after [`Field::write_key`] at offset 0
     /// gives). Saves such tables the key buffer. For wider fields, their first 8 bytes.
     #[inline(never)]
-    pub fn word(self, p: &Parsed, ingress_port: u16) -> u64 {
+    pub fn word(self, p: &Parsed, meta: &Meta) -> u64 {
         let mut key = [0u8; KEY_MAX];
-        self.write(p, ingress_port, &mut key, 0);
+        self.write(p, meta, &mut key, 0);
         let mut w = [0u8; 8];
         w.copy_from_slice(&key[..8]);
         u64::from_le_bytes(w)
@@ -158,7 +159,7 @@ impl Field {
 
     /// The body of [`Field::write_key`].
     #[inline(always)]
-    fn write(self, p: &Parsed, ingress_port: u16, key: &mut [u8; KEY_MAX], at: usize) {
+    fn write(self, p: &Parsed, meta: &Meta, key: &mut [u8; KEY_MAX], at: usize) {
         let v4 = || p.has(Layers::IPV4);
         let v6 = || p.has(Layers::IPV6);
         let udp = || p.has(Layers::UDP);
@@ -169,7 +170,7 @@ impl Field {
         let b16 = |valid: bool, v: u16| if valid { v } else { 0 }.to_be_bytes();
         let b8 = |valid: bool, v: u8| [if valid { v } else { 0 }];
         match self {
-            Field::IngressPort => put(key, at, ingress_port.to_be_bytes()),
+            Field::IngressPort => put(key, at, meta.ingress_port.to_be_bytes()),
             Field::EthDst => put(key, at, p.eth_dst.0),
             Field::EthSrc => put(key, at, p.eth_src.0),
             Field::EthType => put(key, at, p.ethertype.to_be_bytes()),
@@ -235,7 +236,7 @@ mod tests {
             assert_eq!(Field::from_name(f.name()), Some(*f));
             assert!(Field::ALL[..i].iter().all(|g| g.name() != f.name()));
             let mut out = vec![0xAAu8; f.width()];
-            f.extract(&Parsed::default(), 7, &mut out);
+            f.extract(&Parsed::default(), &Meta::new(7), &mut out);
             if *f != Field::IngressPort {
                 assert!(out.iter().all(|b| *b == 0), "{} of an empty packet is zero", f.name());
             }

@@ -27,6 +27,7 @@ mod words;
 
 use crate::action::{self, Action, ActionList, Egress};
 use crate::buf::PacketBuf;
+use crate::meta::Meta;
 use crate::parse::Parsed;
 use crate::stats::Reason;
 use entry::Entry;
@@ -311,16 +312,16 @@ impl Table {
     /// root slot for the key. A no-op for the other kinds (a hash probe or the classifier's
     /// small bit vectors gain nothing from it) and for an empty table.
     #[inline]
-    pub fn prefetch(&self, p: &Parsed, ingress_port: u16) {
+    pub fn prefetch(&self, p: &Parsed, meta: &Meta) {
         if self.entries.is_empty() {
             return;
         }
         match (self.path, &self.matcher, &self.key[..]) {
-            (KeyPath::LpmWord(f), Matcher::Lpm(m), _) => m.prefetch_word(f.word(p, ingress_port)),
+            (KeyPath::LpmWord(f), Matcher::Lpm(m), _) => m.prefetch_word(f.word(p, meta)),
             // Without exact fields, the LPM field is the whole key.
             (_, Matcher::Lpm(m), [kf]) => {
                 let mut bytes = [0; KEY_MAX];
-                kf.field.write_key(p, ingress_port, &mut bytes, kf.offset);
+                kf.field.write_key(p, meta, &mut bytes, kf.offset);
                 m.prefetch(&bytes[..self.key_len]);
             }
             _ => {}
@@ -329,32 +330,28 @@ impl Table {
 
     /// Looks a packet up; returns the hit entry's index, or `None` on a miss.
     #[inline(always)]
-    pub fn lookup(&self, p: &Parsed, ingress_port: u16) -> Option<usize> {
+    pub fn lookup(&self, p: &Parsed, meta: &Meta) -> Option<usize> {
         if self.entries.is_empty() {
             return None;
         }
         match (self.path, &self.matcher) {
-            (KeyPath::ExactWord(f), Matcher::Exact(m)) => {
-                return m.lookup_word(f.word(p, ingress_port)).map(|i| i as usize)
-            }
-            (KeyPath::LpmWord(f), Matcher::Lpm(m)) => {
-                return m.lookup_word(f.word(p, ingress_port)).map(|i| i as usize)
-            }
+            (KeyPath::ExactWord(f), Matcher::Exact(m)) => return m.lookup_word(f.word(p, meta)).map(|i| i as usize),
+            (KeyPath::LpmWord(f), Matcher::Lpm(m)) => return m.lookup_word(f.word(p, meta)).map(|i| i as usize),
             _ => {}
         }
-        self.lookup_bytes(p, ingress_port)
+        self.lookup_bytes(p, meta)
     }
 
     /// [`Table::lookup`] through the key buffer, whatever the table's [`KeyPath`] (the
     /// general path; the word paths must agree with it).
     #[inline(always)]
-    fn lookup_bytes(&self, p: &Parsed, ingress_port: u16) -> Option<usize> {
+    fn lookup_bytes(&self, p: &Parsed, meta: &Meta) -> Option<usize> {
         if self.entries.is_empty() {
             return None;
         }
         let mut key = Key { len: self.key_len as u8, bytes: [0; KEY_MAX] };
         for kf in &self.key {
-            kf.field.write_key(p, ingress_port, &mut key.bytes, kf.offset);
+            kf.field.write_key(p, meta, &mut key.bytes, kf.offset);
         }
         let k = key.as_slice();
         match &self.matcher {
@@ -438,25 +435,25 @@ impl PipelineCounters {
 impl Pipeline {
     /// Runs the packet through the tables: counts hits and misses in `counts` (shaped for this
     /// pipeline by [`PipelineCounters::new`]), applies rewrites to `buf` (keeping `p` up to
-    /// date) and returns the egress.
+    /// date), lets actions set `meta`, and returns the egress.
     #[inline]
     pub fn apply<B: PacketBuf>(
         &self,
         counts: &mut PipelineCounters,
         buf: &mut B,
         p: &mut Parsed,
-        ingress_port: u16,
+        meta: &mut Meta,
     ) -> Egress {
-        self.apply_inner(counts, buf, p, ingress_port, None)
+        self.apply_inner(counts, buf, p, meta, None)
     }
 
     /// Looks the packet up in the first table, as [`Pipeline::apply`] would first, and
     /// prefetches the entry it hits: the first stage of a burst, whose
     /// result [`Pipeline::apply_with_first_hit`] takes. `None` without tables or on a miss.
     #[inline]
-    pub fn first_lookup(&self, p: &Parsed, ingress_port: u16) -> Option<usize> {
+    pub fn first_lookup(&self, p: &Parsed, meta: &Meta) -> Option<usize> {
         let table = self.tables.first()?;
-        let hit = table.lookup(p, ingress_port);
+        let hit = table.lookup(p, meta);
         if let Some(e) = hit.and_then(|i| table.entries.get(i)) {
             crate::prefetch::prefetch(e);
         }
@@ -465,17 +462,17 @@ impl Pipeline {
 
     /// [`Pipeline::apply`] with the first table's lookup already done: `first_hit` is what
     /// [`Pipeline::first_lookup`] (or the first table's [`Table::lookup`]) returned for this
-    /// `p` and `ingress_port`, before any rewrite.
+    /// `p` and `meta`, before any rewrite.
     #[inline]
     pub fn apply_with_first_hit<B: PacketBuf>(
         &self,
         counts: &mut PipelineCounters,
         buf: &mut B,
         p: &mut Parsed,
-        ingress_port: u16,
+        meta: &mut Meta,
         first_hit: Option<usize>,
     ) -> Egress {
-        self.apply_inner(counts, buf, p, ingress_port, Some(first_hit))
+        self.apply_inner(counts, buf, p, meta, Some(first_hit))
     }
 
     /// The pipeline; `first`, when known, is the first table's lookup result.
@@ -485,7 +482,7 @@ impl Pipeline {
         counts: &mut PipelineCounters,
         buf: &mut B,
         p: &mut Parsed,
-        ingress_port: u16,
+        meta: &mut Meta,
         mut first: Option<Option<usize>>,
     ) -> Egress {
         let mut egress = Egress::Unset;
@@ -495,7 +492,7 @@ impl Pipeline {
             let table = &self.tables[t];
             let hit = match first.take() {
                 Some(hit) if t == 0 => hit,
-                _ => table.lookup(p, ingress_port),
+                _ => table.lookup(p, meta),
             };
             let tc = &mut counts.tables[t];
             let (entry, counter, miss) = match hit {

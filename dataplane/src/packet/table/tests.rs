@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::action::Action;
+use crate::meta::Meta;
 use crate::parse::Layers;
 use proptest::prelude::*;
 
@@ -61,7 +62,7 @@ proptest! {
             let mut t = table(f, MatchKind::Exact);
             prop_assert_eq!(t.path, KeyPath::ExactWord(f), "{}", f.name());
             let mut mine = vec![0u8; f.width()];
-            f.extract(&p, port, &mut mine);
+            f.extract(&p, &Meta::new(port), &mut mine);
             let mut keys: Vec<Vec<u8>> = others.iter().map(|o| o.to_be_bytes()[8 - f.width()..].to_vec()).collect();
             if own {
                 keys.push(mine.clone());
@@ -71,9 +72,9 @@ proptest! {
             for k in keys {
                 t.insert(&[MatchValue::Exact(k)], None, ActionList(vec![])).unwrap();
             }
-            prop_assert_eq!(t.lookup(&p, port), t.lookup_bytes(&p, port), "{}", f.name());
+            prop_assert_eq!(t.lookup(&p, &Meta::new(port)), t.lookup_bytes(&p, &Meta::new(port)), "{}", f.name());
             if own {
-                prop_assert!(t.lookup(&p, port).is_some(), "{} finds its own value", f.name());
+                prop_assert!(t.lookup(&p, &Meta::new(port)).is_some(), "{} finds its own value", f.name());
             }
         }
     }
@@ -93,7 +94,7 @@ proptest! {
             let mut t = table(f, MatchKind::Lpm);
             prop_assert_eq!(t.path, KeyPath::LpmWord(f));
             let mut mine = [0u8; 4];
-            f.extract(&p, 0, &mut mine);
+            f.extract(&p, &Meta::new(0), &mut mine);
             let mut seen = std::collections::HashSet::new();
             let covering = own.iter().map(|&l| (u32::from_be_bytes(mine), l));
             for (a, l) in routes.iter().copied().chain(covering) {
@@ -102,9 +103,9 @@ proptest! {
                     t.insert(&[MatchValue::Lpm(a.to_be_bytes().to_vec(), l)], None, ActionList(vec![])).unwrap();
                 }
             }
-            prop_assert_eq!(t.lookup(&p, 0), t.lookup_bytes(&p, 0), "{}", f.name());
+            prop_assert_eq!(t.lookup(&p, &Meta::new(0)), t.lookup_bytes(&p, &Meta::new(0)), "{}", f.name());
             if !own.is_empty() {
-                prop_assert!(t.lookup(&p, 0).is_some());
+                prop_assert!(t.lookup(&p, &Meta::new(0)).is_some());
             }
         }
     }
@@ -172,12 +173,15 @@ fn entries_priorities_and_counters() {
     assert_eq!(t.default_action(), [Action::Drop]);
 
     let p = Parsed::default();
-    assert_eq!([t.lookup(&p, 5), t.lookup(&p, 4), t.lookup(&p, 10)], [Some(1), Some(0), None]);
+    assert_eq!(
+        [t.lookup(&p, &Meta::new(5)), t.lookup(&p, &Meta::new(4)), t.lookup(&p, &Meta::new(10))],
+        [Some(1), Some(0), None]
+    );
     let pipe = Pipeline { tables: vec![t], ..Default::default() };
     let mut counts = PipelineCounters::new(&pipe);
     let mut run = |port: u16, len: usize| {
         let mut buf = crate::buf::VecBuf::from_frame(&vec![0; len]);
-        pipe.apply(&mut counts, &mut buf, &mut Parsed::default(), port)
+        pipe.apply(&mut counts, &mut buf, &mut Parsed::default(), &mut Meta::new(port))
     };
     assert_eq!(run(5, 60), Egress::Port(2));
     assert_eq!(run(4, 70), Egress::Port(1));
@@ -193,7 +197,7 @@ fn entries_priorities_and_counters() {
     assert!(!t.needs_priority());
     assert!(matches!(t.insert(&[MatchValue::Exact(vec![0, 1])], Some(1), acts(vec![])), Err(EntryError::Priority(_))));
     assert_eq!(t.insert(&[MatchValue::Exact(vec![0, 1])], None, acts(vec![])), Ok(0));
-    assert_eq!(t.lookup(&p, 1), Some(0));
+    assert_eq!(t.lookup(&p, &Meta::new(1)), Some(0));
 }
 
 #[test]
@@ -215,7 +219,12 @@ fn ternary_values_match_under_their_mask() {
     assert_eq!(t.insert(&[v], Some(1), ActionList(vec![Action::Forward(1)])), Ok(0));
     let p = Parsed::default();
     assert_eq!(
-        [t.lookup(&p, 0x10), t.lookup(&p, 0x1f), t.lookup(&p, 0x20), t.lookup(&p, 0x0f)],
+        [
+            t.lookup(&p, &Meta::new(0x10)),
+            t.lookup(&p, &Meta::new(0x1f)),
+            t.lookup(&p, &Meta::new(0x20)),
+            t.lookup(&p, &Meta::new(0x0f))
+        ],
         [Some(0), Some(0), None, None]
     );
 }
@@ -238,16 +247,23 @@ fn apply_with_first_hit_takes_the_given_hit() {
     let pipe = two_port_pipeline();
     let p = Parsed::default();
     assert_eq!(
-        [pipe.first_lookup(&p, 1), pipe.first_lookup(&p, 2), pipe.first_lookup(&p, 3)],
+        [
+            pipe.first_lookup(&p, &Meta::new(1)),
+            pipe.first_lookup(&p, &Meta::new(2)),
+            pipe.first_lookup(&p, &Meta::new(3))
+        ],
         [Some(0), Some(1), None]
     );
-    assert_eq!(Pipeline::default().first_lookup(&p, 1), None);
+    assert_eq!(Pipeline::default().first_lookup(&p, &Meta::new(1)), None);
 
     let mut buf = crate::buf::VecBuf::from_frame(&[0; 60]);
     let mut counts = PipelineCounters::new(&pipe);
-    assert_eq!(pipe.apply_with_first_hit(&mut counts, &mut buf, &mut Parsed::default(), 1, Some(1)), Egress::Port(2));
     assert_eq!(
-        pipe.apply_with_first_hit(&mut counts, &mut buf, &mut Parsed::default(), 1, None),
+        pipe.apply_with_first_hit(&mut counts, &mut buf, &mut Parsed::default(), &mut Meta::new(1), Some(1)),
+        Egress::Port(2)
+    );
+    assert_eq!(
+        pipe.apply_with_first_hit(&mut counts, &mut buf, &mut Parsed::default(), &mut Meta::new(1), None),
         Egress::Dropped(Reason::TableMiss)
     );
     let t = &counts.tables[0];
