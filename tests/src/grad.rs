@@ -24,6 +24,15 @@ pub fn pktgen(dir: &Path, args: &[&str]) -> PathBuf {
 
 /// Runs the shared checker; returns (passed, its last lines).
 pub fn gradcheck(config: &Path, inputs: &[&Path], outputs: &[&Path]) -> (bool, String) {
+    gradcheck_with(config, inputs, outputs, None)
+}
+
+/// Runs the shared checker on collective `id` of the config alone (`--only-collective`).
+pub fn gradcheck_only(config: &Path, inputs: &[&Path], outputs: &[&Path], id: u16) -> (bool, String) {
+    gradcheck_with(config, inputs, outputs, Some(id))
+}
+
+fn gradcheck_with(config: &Path, inputs: &[&Path], outputs: &[&Path], only: Option<u16>) -> (bool, String) {
     let script = root().join("../shared/tools/gradcheck.py");
     assert!(script.exists(), "{} is missing: the shared tools must sit beside the repository", script.display());
     let mut cmd = Command::new("python3");
@@ -33,6 +42,9 @@ pub fn gradcheck(config: &Path, inputs: &[&Path], outputs: &[&Path]) -> (bool, S
     }
     for o in outputs {
         cmd.arg("--out").arg(o);
+    }
+    if let Some(id) = only {
+        cmd.arg("--only-collective").arg(id.to_string());
     }
     let out = run_with_timeout(cmd, Duration::from_secs(300));
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));

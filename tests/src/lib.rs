@@ -71,6 +71,13 @@ impl Run {
     pub fn drops(&self, reason: &str) -> u64 {
         self.stats()["drops"][reason].as_u64().unwrap_or_else(|| panic!("no drop reason {reason}"))
     }
+    /// A named counter (`count(name)`) as (packets, bytes).
+    pub fn named_counter(&self, name: &str) -> (u64, u64) {
+        let s = self.stats();
+        let all = s["counters"].as_array().unwrap_or_else(|| panic!("no counters in {s}"));
+        let c = all.iter().find(|c| c["name"] == name).unwrap_or_else(|| panic!("no counter {name} in {all:?}"));
+        (c["counter"]["packets"].as_u64().unwrap(), c["counter"]["bytes"].as_u64().unwrap())
+    }
     /// Asserts a zero exit status, showing the output otherwise.
     pub fn assert_ok(&self) -> &Self {
         assert_eq!(self.code(), 0, "dpu failed:\nstdout:\n{}\nstderr:\n{}", self.stdout(), self.stderr());

@@ -112,22 +112,6 @@ fn corrupt_icrc(f: &[u8]) -> Vec<u8> {
     c
 }
 
-/// Runs the shared checker on one collective of the config.
-fn gradcheck_only(conf: &Path, inputs: &[&Path], outputs: &[&Path], id: u16) -> (bool, String) {
-    let mut cmd = std::process::Command::new("python3");
-    cmd.arg(root().join("../shared/tools/gradcheck.py")).arg("--config").arg(conf);
-    for i in inputs {
-        cmd.arg("--in").arg(i);
-    }
-    for o in outputs {
-        cmd.arg("--out").arg(o);
-    }
-    cmd.arg("--only-collective").arg(id.to_string());
-    let out = run_with_timeout(cmd, std::time::Duration::from_secs(300));
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    (out.status.success(), text)
-}
-
 #[test]
 fn soak_two_workers_loss_duplicates_malformed_frames_and_a_flood() {
     let dir = scratch("soak");

@@ -242,11 +242,7 @@ action = "count(acl_pass); forward(1)"
     let (got, run, _) = replay("named-counters", &conf, 2, &frames);
     assert_eq!((got[0].len(), got[1].len()), (1, 4));
     let s = run.stats();
-    let counter = |name: &str| {
-        let all = s["counters"].as_array().unwrap_or_else(|| panic!("no counters in {s}"));
-        let c = all.iter().find(|c| c["name"] == name).unwrap_or_else(|| panic!("no counter {name} in {all:?}"));
-        (c["counter"]["packets"].as_u64().unwrap(), c["counter"]["bytes"].as_u64().unwrap())
-    };
+    let counter = |name: &str| run.named_counter(name);
     assert_eq!(counter("port9000"), (3, 52 + 142 + 92));
     assert_eq!(counter("acl_pass"), (2, 62 + 42), "the entry for 9001 and the miss");
     assert_eq!(s["counters"].as_array().unwrap().len(), 2);

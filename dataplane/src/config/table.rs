@@ -73,11 +73,13 @@ fn d_default_action() -> String {
 }
 
 /// Builds the pipeline from the `[[table]]` and `[[multicast_group]]` lists; `ports` is the
-/// number of configured ports.
+/// number of configured ports; `aggregator` says whether the config has collectives (which the
+/// `aggregate` action needs).
 pub fn build_pipeline(
     tables: &[TableConfig],
     groups: &[GroupConfig],
     ports: u16,
+    aggregator: bool,
     path: &Path,
 ) -> Result<Pipeline, ConfigError> {
     let err = |key: String, msg: String| ConfigError::new(path, key, msg);
@@ -110,6 +112,7 @@ pub fn build_pipeline(
                 groups: &group_ids,
                 counters: &mut counters,
                 rewrites_only: true,
+                aggregator,
             };
             let actions = parse_action_list(&c.actions, &mut ctx).map_err(|e| err(format!("{ckey}.actions"), e.0))?;
             copies.push((c.port, actions));
@@ -152,6 +155,7 @@ pub fn build_pipeline(
             groups: &group_ids,
             counters: &mut counters,
             rewrites_only: false,
+            aggregator,
         };
         let default_action =
             parse_action_list(&tc.default_action, &mut ctx).map_err(|e| err(format!("{tkey}.default_action"), e.0))?;
@@ -176,6 +180,7 @@ pub fn build_pipeline(
                 groups: &group_ids,
                 counters: &mut counters,
                 rewrites_only: false,
+                aggregator,
             };
             let actions = parse_action_list(&ec.action, &mut ctx).map_err(|e| err(format!("{ekey}.action"), e.0))?;
             table.insert(&values, ec.priority, actions).map_err(|e| {

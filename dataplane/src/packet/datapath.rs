@@ -3,7 +3,7 @@
 //! [`Datapath::process`] is generic over [`PacketIo`], so the appliance (mbufs, DPDK tx queues)
 //! and the tests (heap buffers) run the same code.
 
-use crate::action::Egress;
+use crate::action::{Action, Egress};
 use crate::agg::{Aggregator, PortAddr};
 use crate::buf::{PacketBuf, PacketIo};
 use crate::meta::Meta;
@@ -62,6 +62,10 @@ pub struct Datapath {
     pub local: Vec<PortAddr>,
     ports: u16,
     gradient_udp_port: u16,
+    /// Some table uses `aggregate`: gradient packets go through the pipeline, and only that
+    /// action sums them. Otherwise every gradient packet addressed to the appliance goes to
+    /// the aggregator before the tables.
+    aggregate_in_pipeline: bool,
     scratch: BurstScratch,
 }
 
@@ -71,6 +75,7 @@ impl Datapath {
     pub fn new(pipeline: Pipeline, ports: u16, gradient_udp_port: u16) -> Self {
         Datapath {
             table_counters: PipelineCounters::new(&pipeline),
+            aggregate_in_pipeline: pipeline.any_action(|a| *a == Action::Aggregate),
             pipeline,
             counters: Counters::new(ports),
             agg: None,
@@ -100,14 +105,12 @@ impl Datapath {
     #[inline]
     pub fn process<I: PacketIo>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, now_us: u64) {
         self.counters.rx(in_port, pkt.data().len());
-        self.process_handed_off(io, in_port, pkt, now_us);
+        self.process_counted(io, in_port, pkt, now_us);
     }
 
-    /// [`Datapath::process`] for a packet that another worker received on `in_port`, counted
-    /// there, and handed to this one (software steering, [`PacketIo::hand_off`]): not counted
-    /// again as received.
+    /// Processes a received packet that was already counted.
     #[inline]
-    pub fn process_handed_off<I: PacketIo>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, now_us: u64) {
+    fn process_counted<I: PacketIo>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, now_us: u64) {
         if pkt.is_segmented() {
             self.counters.drop(Reason::MultiSegment);
             return;
@@ -118,6 +121,20 @@ impl Datapath {
             return;
         }
         self.deliver(io, in_port, pkt, &mut p, None, now_us);
+    }
+
+    /// A gradient packet that another worker received on `in_port`, counted there, took
+    /// through the pipeline when it aggregates, and handed to this one, which owns its
+    /// collective (software steering, [`PacketIo::hand_off`]): straight to the aggregator,
+    /// not counted again as received.
+    #[inline]
+    pub fn process_handed_off<I: PacketIo>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, now_us: u64) {
+        let mut p = Parsed::default();
+        if let Err(r) = parse_into(pkt.data(), self.gradient_udp_port, pkt.rx_checksum(), &mut p) {
+            self.counters.drop(r);
+            return;
+        }
+        self.aggregate(io, in_port, pkt, &p, now_us);
     }
 
     /// Processes an rx burst from `in_port` as [`Datapath::process`] would, packet after packet
@@ -225,21 +242,9 @@ impl Datapath {
             self.counters.drop(Reason::Ipv6BadSegmentsLeft);
             return;
         }
-        if let Some(agg) = self.agg.as_mut() {
-            if agg.wants(p, in_port) {
-                let owner = agg.owner(p);
-                if owner != agg.me() {
-                    // Software steering: the collective's state lives on another worker.
-                    match io.hand_off(owner, pkt) {
-                        Ok(()) => agg.counters.handed_off += 1,
-                        Err(_) => self.counters.drop(Reason::HandOffFull),
-                    }
-                    return;
-                }
-                let now = pkt.rx_timestamp_us().unwrap_or(now_us);
-                agg.process(io, in_port, pkt, p, now, &mut self.counters);
-                return;
-            }
+        if !self.aggregate_in_pipeline && self.agg.as_ref().is_some_and(|agg| agg.wants(p, in_port)) {
+            self.aggregate(io, in_port, pkt, p, now_us);
+            return;
         }
         let mut meta = Meta::new(in_port);
         let egress = match first_hit {
@@ -250,9 +255,35 @@ impl Datapath {
             Egress::Port(port) => self.send(io, port, pkt),
             Egress::Flood => self.flood(io, in_port, pkt),
             Egress::Multicast(g) => self.multicast(io, g as usize, pkt, p),
+            Egress::Aggregate => self.aggregate(io, in_port, pkt, p, now_us),
             Egress::Dropped(r) => self.counters.drop(r),
+            Egress::Unset if self.agg.as_ref().is_some_and(|agg| agg.wants(p, in_port)) => {
+                self.counters.drop(Reason::GradNotAggregated)
+            }
             Egress::Unset => self.counters.drop(Reason::NoEgress),
         }
+    }
+
+    /// Sums a gradient packet into its collective, on the worker that owns the collective: this
+    /// one, or another reached over its hand-off ring. A packet that is not a gradient packet
+    /// addressed to the appliance is dropped (`aggregate_not_gradient`).
+    #[inline]
+    fn aggregate<I: PacketIo>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, p: &Parsed, now_us: u64) {
+        let Some(agg) = self.agg.as_mut().filter(|agg| agg.wants(p, in_port)) else {
+            self.counters.drop(Reason::AggregateNotGradient);
+            return;
+        };
+        let owner = agg.owner(p);
+        if owner != agg.me() {
+            // Software steering: the collective's state lives on another worker.
+            match io.hand_off(owner, pkt) {
+                Ok(()) => agg.counters.handed_off += 1,
+                Err(_) => self.counters.drop(Reason::HandOffFull),
+            }
+            return;
+        }
+        let now = pkt.rx_timestamp_us().unwrap_or(now_us);
+        agg.process(io, in_port, pkt, p, now, &mut self.counters);
     }
 
     /// True if the IPv6 packet `p`, received on `in_port`, is addressed to the appliance: its

@@ -102,11 +102,18 @@ pub enum Reason {
     GradStaleRound,
     /// Gradient: a contribution already folded (rule 1).
     GradDuplicate,
+    /// A gradient packet addressed to the appliance that the pipeline neither aggregated (no
+    /// `aggregate` action on its way) nor sent anywhere, in a config whose tables use
+    /// `aggregate`.
+    GradNotAggregated,
+    /// The `aggregate` action on a packet that is not a gradient packet addressed to the
+    /// appliance (or in a worker without an aggregator).
+    AggregateNotGradient,
 }
 
 impl Reason {
     /// Every reason, in counter order.
-    pub const ALL: [Reason; 39] = [
+    pub const ALL: [Reason; 41] = [
         Reason::Runt,
         Reason::VlanDepth,
         Reason::MalformedIpv4,
@@ -146,6 +153,8 @@ impl Reason {
         Reason::GradBadOffset,
         Reason::GradStaleRound,
         Reason::GradDuplicate,
+        Reason::GradNotAggregated,
+        Reason::AggregateNotGradient,
     ];
     /// Number of reasons.
     pub const COUNT: usize = Self::ALL.len();
@@ -192,6 +201,8 @@ impl Reason {
             Reason::GradBadOffset => "grad_bad_offset",
             Reason::GradStaleRound => "grad_stale_round",
             Reason::GradDuplicate => "grad_duplicate",
+            Reason::GradNotAggregated => "grad_not_aggregated",
+            Reason::AggregateNotGradient => "aggregate_not_gradient",
         }
     }
 

@@ -5,8 +5,9 @@
 //! checksum equal to a full recompute and a RoCEv2 ICRC valid; `goto(t)` continues at a later
 //! table. Without a `goto`, the pipeline goes on with the next table; `exit` ends it.
 //!
-//! One rewrite per file: [`dscp`], [`ecn`], [`ttl`], [`vlan`], [`mac`]. The aggregation and
-//! metering actions of later stages plug in beside them.
+//! One rewrite per file: [`dscp`], [`ecn`], [`ttl`], [`vlan`], [`mac`]. `aggregate` hands a
+//! gradient packet addressed to the appliance to the aggregator (spec sections 3-5): it is an
+//! egress decision, like `forward`.
 
 pub mod dscp;
 pub mod ecn;
@@ -33,6 +34,10 @@ pub enum Action {
     Multicast(u16),
     /// Drop the packet (counted as an explicit drop, or a table-miss drop from a default action).
     Drop,
+    /// Sum the packet into its collective (the aggregator consumes it and sends the results):
+    /// for gradient packets addressed to the appliance; others are dropped
+    /// (`aggregate_not_gradient`).
+    Aggregate,
     /// Continue at the table with this index (always a later one).
     Goto(u16),
     /// End the pipeline here.
@@ -91,6 +96,8 @@ pub enum Egress {
     Flood,
     /// To every copy of a multicast group (index).
     Multicast(u16),
+    /// To the aggregator (the `aggregate` action).
+    Aggregate,
     /// Dropped, counted under this reason.
     Dropped(Reason),
 }

@@ -24,9 +24,11 @@ pub struct ActionContext<'a> {
     pub counters: &'a mut Vec<String>,
     /// Only header rewrites and `count` are allowed (a multicast copy's actions).
     pub rewrites_only: bool,
+    /// The configuration has collectives, so `aggregate` has an aggregator to go to.
+    pub aggregator: bool,
 }
 
-const KNOWN: &str = "forward(port), flood, multicast(group), drop, goto(table), exit, count(name), \
+const KNOWN: &str = "forward(port), flood, multicast(group), drop, aggregate, goto(table), exit, count(name), \
                      set_dscp(0..63), mark_ecn, dec_ttl, set_eth_src(mac), set_eth_dst(mac), \
                      push_vlan(vid), pop_vlan, set_vlan(vid)";
 
@@ -95,6 +97,13 @@ pub fn parse_action_list(text: &str, ctx: &mut ActionContext<'_>) -> Result<Acti
             }
             "flood" => none().map(|_| Action::Flood)?,
             "drop" => none().map(|_| Action::Drop)?,
+            "aggregate" => {
+                none()?;
+                if !ctx.aggregator {
+                    return err("`aggregate` needs collectives to sum into: the config has no [[collective]]".into());
+                }
+                Action::Aggregate
+            }
             "exit" => none().map(|_| Action::Exit)?,
             "mark_ecn" => none().map(|_| Action::MarkEcn)?,
             "dec_ttl" => none().map(|_| Action::DecTtl)?,
@@ -162,6 +171,7 @@ mod tests {
             groups: &[7],
             counters: &mut counters,
             rewrites_only,
+            aggregator: true,
         };
         parse_action_list(s, &mut ctx).map_err(|e| e.0)
     }
@@ -169,6 +179,7 @@ mod tests {
     #[test]
     fn parses_lists() {
         assert_eq!(parse("forward(1)", false).unwrap().0, vec![Action::Forward(1)]);
+        assert_eq!(parse("count(seen); aggregate", false).unwrap().0, vec![Action::Count(0), Action::Aggregate]);
         assert_eq!(parse(" flood ; goto(acl) ", false).unwrap().0, vec![Action::Flood, Action::Goto(1)]);
         assert_eq!(
             parse("set_dscp(46); mark_ecn; dec_ttl; count(new); count(seen); multicast(7)", false).unwrap().0,
@@ -210,5 +221,7 @@ mod tests {
         assert!(e("multicast(8)").contains("no [[multicast_group]] with id 8"));
         assert!(e("set_eth_src(02:00)").contains("MAC"));
         assert!(parse("forward(1)", true).unwrap_err().contains("not allowed here"));
+        assert!(parse("aggregate", true).unwrap_err().contains("not allowed here"));
+        assert!(e("aggregate(1)").contains("takes no argument"));
     }
 }

@@ -433,6 +433,14 @@ impl PipelineCounters {
 }
 
 impl Pipeline {
+    /// True when an action list of some table (an entry's or the default) holds an action for
+    /// which `f` is true.
+    pub fn any_action(&self, f: impl Fn(&Action) -> bool) -> bool {
+        self.tables
+            .iter()
+            .any(|t| t.default_action().iter().any(&f) || (0..t.len()).any(|e| t.actions(e).iter().any(&f)))
+    }
+
     /// Runs the packet through the tables: counts hits and misses in `counts` (shaped for this
     /// pipeline by [`PipelineCounters::new`]), applies rewrites to `buf` (keeping `p` up to
     /// date), lets actions set `meta`, and returns the egress.
@@ -507,6 +515,7 @@ impl Pipeline {
                     Action::Forward(port) => egress = Egress::Port(*port),
                     Action::Flood => egress = Egress::Flood,
                     Action::Multicast(g) => egress = Egress::Multicast(*g),
+                    Action::Aggregate => egress = Egress::Aggregate,
                     Action::Drop => {
                         return Egress::Dropped(if miss { Reason::TableMiss } else { Reason::ExplicitDrop })
                     }

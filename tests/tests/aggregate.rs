@@ -1,0 +1,110 @@
+//! Aggregation as a table action (`aggregate`): gradient traffic goes through the pipeline
+//! first, so a table decides per tenant what is summed; what reaches no `aggregate` is counted,
+//! and a config without the action keeps aggregating every gradient packet addressed to the
+//! appliance before the tables.
+
+use functional_tests::frames::Udp4;
+use functional_tests::grad::*;
+use functional_tests::*;
+use std::path::{Path, PathBuf};
+
+const T0: u64 = 1_700_000_000_000_000;
+
+/// Collective 7 (three members) is summed; collective 8 (two members) has no entry; frames that
+/// are not gradient packets hit an entry that aggregates them anyway.
+const TENANTS: &str = r#"
+[[table]]
+name = "tenants"
+key = [{ field = "gradient.valid", match = "exact" }, { field = "gradient.collective_id", match = "exact" }]
+default_action = "count(unmatched)"
+[[table.entry]]
+key = [1, 7]
+action = "count(tenant7); aggregate"
+[[table.entry]]
+key = [0, 0]
+action = "aggregate"
+"#;
+
+fn colls() -> (Coll, Coll) {
+    (
+        Coll { id: 7, n: 3, tensor: 8, chunk: 4, ..Default::default() },
+        Coll { id: 8, n: 2, tensor: 4, chunk: 4, ..Default::default() },
+    )
+}
+
+/// Both collectives' contributions (every chunk of round 0, every rank) and one plain UDP frame.
+fn input(dir: &Path) -> PathBuf {
+    let (a, b) = colls();
+    let mut frames = Vec::new();
+    let mut t = T0;
+    for off in [0u32, 4] {
+        for k in 0..a.n {
+            frames.push((t, a.frame(k, off, 0, &f32s(&[k as f32 + 1.0; 4]), |_| {})));
+            t += 10;
+        }
+    }
+    for k in 0..b.n {
+        frames.push((t, b.frame(k, 0, 0, &f32s(&[2.0; 4]), |_| {})));
+        t += 10;
+    }
+    frames.push((t, Udp4 { dst: [10, 0, 0, 254], ..Default::default() }.build()));
+    let path = dir.join("in.pcap");
+    write_pcap_at(&path, &frames);
+    path
+}
+
+fn replay(dir: &Path, tables: &str) -> (PathBuf, Run, PathBuf, PathBuf) {
+    let (a, b) = colls();
+    let conf = write_config(dir, "c.toml", &format!("{EAL}{PORT}\n{}\n{}\n{tables}", a.toml(), b.toml()));
+    let inp = input(dir);
+    let out = dir.join("out.pcap");
+    let run = run_dpu(dir, &conf, &[format!("--rx=0={}", inp.display()), format!("--tx=0={}", out.display())]);
+    (conf, run, inp, out)
+}
+
+fn named(run: &Run, name: &str) -> u64 {
+    run.named_counter(name).0
+}
+
+#[test]
+fn only_what_a_table_aggregates_is_summed() {
+    let dir = scratch("aggregate-action");
+    let (conf, run, inp, out) = replay(&dir, TENANTS);
+    run.assert_ok();
+    // Collective 7: two chunks completed, each result sent to its three members.
+    assert_eq!(read_pcap(&out).len(), 2 * 3, "{}", run.stderr());
+    assert_eq!(named(&run, "tenant7"), 6, "every contribution of collective 7 went through its entry");
+    // Collective 8 has no entry: its two contributions take the default action, which counts
+    // them and sends them nowhere.
+    assert_eq!(named(&run, "unmatched"), 2);
+    assert_eq!(run.drops("grad_not_aggregated"), 2);
+    // The plain UDP frame reaches `aggregate` but is no gradient packet.
+    assert_eq!(run.drops("aggregate_not_gradient"), 1);
+    assert_eq!(run.drops("no_egress"), 0);
+    let (ok, text) = gradcheck_only(&conf, &[&inp], &[&out], 7);
+    assert!(ok, "gradcheck failed:\n{text}");
+}
+
+#[test]
+fn without_the_action_every_gradient_packet_for_the_appliance_is_summed() {
+    let dir = scratch("aggregate-implicit");
+    let (conf, run, inp, out) = replay(&dir, "");
+    run.assert_ok();
+    // Both collectives complete: 2 chunks x 3 members and 1 chunk x 2 members.
+    assert_eq!(read_pcap(&out).len(), 2 * 3 + 2, "{}", run.stderr());
+    assert_eq!(run.drops("grad_not_aggregated"), 0);
+    // The plain UDP frame goes to the (empty) pipeline: no egress.
+    assert_eq!(run.drops("no_egress"), 1);
+    let (ok, text) = gradcheck(&conf, &[&inp], &[&out]);
+    assert!(ok, "gradcheck failed:\n{text}");
+}
+
+#[test]
+fn aggregate_without_collectives_is_a_config_error() {
+    let dir = scratch("aggregate-no-collective");
+    let conf = write_config(&dir, "c.toml", &format!("{EAL}{PORT}\n{TENANTS}"));
+    let run = run_dpu(&dir, &conf, &[]);
+    assert_eq!(run.code(), 2, "{}", run.stderr());
+    assert!(run.stderr().contains("table[0]"), "{}", run.stderr());
+    assert!(run.stderr().contains("no [[collective]]"), "{}", run.stderr());
+}
