@@ -11,18 +11,23 @@ use std::path::{Path, PathBuf};
 const T0: u64 = 1_700_000_000_000_000;
 
 /// Collective 7 (three members) is summed; collective 8 (two members) has no entry; frames that
-/// are not gradient packets hit an entry that aggregates them anyway.
+/// are not gradient packets hit an entry that aggregates them anyway. `aggregate` ends the
+/// pipeline: the `l2` table after it, which would send everything back out, sees nothing.
 const TENANTS: &str = r#"
 [[table]]
 name = "tenants"
 key = [{ field = "gradient.valid", match = "exact" }, { field = "gradient.collective_id", match = "exact" }]
-default_action = "count(unmatched)"
+default_action = "count(unmatched); exit"
 [[table.entry]]
 key = [1, 7]
 action = "count(tenant7); aggregate"
 [[table.entry]]
 key = [0, 0]
 action = "aggregate"
+[[table]]
+name = "l2"
+key = [{ field = "eth.dst", match = "exact" }]
+default_action = "forward(0)"
 "#;
 
 fn colls() -> (Coll, Coll) {
@@ -81,6 +86,8 @@ fn only_what_a_table_aggregates_is_summed() {
     // The plain UDP frame reaches `aggregate` but is no gradient packet.
     assert_eq!(run.drops("aggregate_not_gradient"), 1);
     assert_eq!(run.drops("no_egress"), 0);
+    let l2 = &run.stats()["tables"].as_array().unwrap().iter().find(|t| t["table"] == "l2").unwrap()["counter"];
+    assert_eq!(l2["packets"], 0, "aggregate and exit end the pipeline before l2");
     let (ok, text) = gradcheck_only(&conf, &[&inp], &[&out], 7);
     assert!(ok, "gradcheck failed:\n{text}");
 }

@@ -34,9 +34,9 @@ pub enum Action {
     Multicast(u16),
     /// Drop the packet (counted as an explicit drop, or a table-miss drop from a default action).
     Drop,
-    /// Sum the packet into its collective (the aggregator consumes it and sends the results):
-    /// for gradient packets addressed to the appliance; others are dropped
-    /// (`aggregate_not_gradient`).
+    /// Sum the packet into its collective (the aggregator consumes it and sends the results),
+    /// ending the pipeline as `drop` does: for gradient packets addressed to the appliance;
+    /// others are dropped (`aggregate_not_gradient`).
     Aggregate,
     /// Continue at the table with this index (always a later one).
     Goto(u16),

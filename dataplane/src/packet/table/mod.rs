@@ -515,7 +515,8 @@ impl Pipeline {
                     Action::Forward(port) => egress = Egress::Port(*port),
                     Action::Flood => egress = Egress::Flood,
                     Action::Multicast(g) => egress = Egress::Multicast(*g),
-                    Action::Aggregate => egress = Egress::Aggregate,
+                    // The aggregator consumes the packet: like `drop`, the pipeline ends here.
+                    Action::Aggregate => return Egress::Aggregate,
                     Action::Drop => {
                         return Egress::Dropped(if miss { Reason::TableMiss } else { Reason::ExplicitDrop })
                     }
