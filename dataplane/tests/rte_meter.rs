@@ -35,7 +35,7 @@ fn hz() -> u64 {
     let hz = dpdk::tsc_hz();
     // The closed forms below divide hz by 4 and by 100; EAL's TSC rate is a multiple of 10 MHz
     // when calibrated, of 1 kHz when read from the CPU or the kernel.
-    assert_eq!(hz % 100, 0, "TSC at {hz} Hz");
+    assert!(hz.is_multiple_of(100), "TSC at {hz} Hz");
     hz
 }
 
@@ -83,7 +83,7 @@ fn trace(seed: u64, n: usize, hz: u64, offered: u64, t0: u64) -> (Vec<u64>, Vec<
         colors.push(Color::from_u8((rng.next() % 3) as u8).unwrap());
         // Mean gap: one packet's time at the offered rate, jittered ×0..2, sometimes a burst.
         let gap = (u128::from(len) * u128::from(hz) / u128::from(offered)) as u64;
-        t += if rng.next() % 8 == 0 { 0 } else { gap * (rng.next() % 2000) / 1000 };
+        t += if rng.next().is_multiple_of(8) { 0 } else { gap * (rng.next() % 2000) / 1000 };
     }
     (ts, lens, colors)
 }
