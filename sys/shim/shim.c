@@ -1,4 +1,5 @@
 /* Exported wrappers for DPDK's `static inline` fast-path functions; see shim.h. */
+#include <errno.h>
 #include "shim.h"
 
 uint16_t shim_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t nb_pkts)
@@ -40,3 +41,73 @@ unsigned int shim_ring_free_count(const struct rte_ring *r) { return rte_ring_fr
 uint64_t shim_rss_hf_ip_udp(void) { return RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP; }
 uint64_t shim_rx_offload_ipv4_udp_cksum(void)
 { return RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM; }
+
+#define SHIM_METER_LOOP(check, ...) do { \
+	if (in_colors == NULL) \
+		for (uint32_t i = 0; i < n; i++) \
+			out[i] = (uint8_t)check##_color_blind_check(__VA_ARGS__, ts[i], len[i]); \
+	else \
+		for (uint32_t i = 0; i < n; i++) \
+			out[i] = (uint8_t)check##_color_aware_check(__VA_ARGS__, ts[i], len[i], \
+				(enum rte_color)in_colors[i]); \
+} while (0)
+
+int shim_meter_run(const struct shim_meter_params *params, uint64_t t0, const uint64_t *ts,
+	const uint32_t *len, const uint8_t *in_colors, uint32_t n, uint8_t *out,
+	struct shim_meter_rounding *rounding)
+{
+	struct shim_meter_rounding r = { .hz = rte_get_tsc_hz() };
+	int ret;
+
+	switch (params->kind) {
+	case SHIM_METER_SRTCM: {
+		struct rte_meter_srtcm_params pp = { .cir = params->c_rate, .cbs = params->c_size,
+			.ebs = params->x_size };
+		struct rte_meter_srtcm_profile p;
+		struct rte_meter_srtcm m;
+		if ((ret = rte_meter_srtcm_profile_config(&p, &pp)) != 0 || (ret = rte_meter_srtcm_config(&m, &p)) != 0)
+			return ret;
+		m.time = t0; /* rte_meter_srtcm_config started the buckets at the current TSC */
+		r.c_period = p.cir_period;
+		r.c_bytes_per_period = p.cir_bytes_per_period;
+		SHIM_METER_LOOP(rte_meter_srtcm, &m, &p);
+		break;
+	}
+	case SHIM_METER_TRTCM: {
+		struct rte_meter_trtcm_params pp = { .cir = params->c_rate, .cbs = params->c_size,
+			.pir = params->x_rate, .pbs = params->x_size };
+		struct rte_meter_trtcm_profile p;
+		struct rte_meter_trtcm m;
+		if ((ret = rte_meter_trtcm_profile_config(&p, &pp)) != 0 || (ret = rte_meter_trtcm_config(&m, &p)) != 0)
+			return ret;
+		m.time_tc = m.time_tp = t0;
+		r.c_period = p.cir_period;
+		r.c_bytes_per_period = p.cir_bytes_per_period;
+		r.x_period = p.pir_period;
+		r.x_bytes_per_period = p.pir_bytes_per_period;
+		SHIM_METER_LOOP(rte_meter_trtcm, &m, &p);
+		break;
+	}
+	case SHIM_METER_RFC4115: {
+		struct rte_meter_trtcm_rfc4115_params pp = { .cir = params->c_rate, .cbs = params->c_size,
+			.eir = params->x_rate, .ebs = params->x_size };
+		struct rte_meter_trtcm_rfc4115_profile p;
+		struct rte_meter_trtcm_rfc4115 m;
+		if ((ret = rte_meter_trtcm_rfc4115_profile_config(&p, &pp)) != 0 ||
+		    (ret = rte_meter_trtcm_rfc4115_config(&m, &p)) != 0)
+			return ret;
+		m.time_tc = m.time_te = t0;
+		r.c_period = p.cir_period;
+		r.c_bytes_per_period = p.cir_bytes_per_period;
+		r.x_period = p.eir_period;
+		r.x_bytes_per_period = p.eir_bytes_per_period;
+		SHIM_METER_LOOP(rte_meter_trtcm_rfc4115, &m, &p);
+		break;
+	}
+	default:
+		return -EINVAL;
+	}
+	if (rounding != NULL)
+		*rounding = r;
+	return 0;
+}

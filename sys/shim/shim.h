@@ -17,6 +17,7 @@
 #include <rte_ethdev.h>
 #include <rte_ring.h>
 #include <rte_dev.h>
+#include <rte_meter.h>
 
 /* rte_eth_rx_burst(): receive up to nb_pkts mbufs from (port, queue). */
 uint16_t shim_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t nb_pkts);
@@ -58,5 +59,28 @@ uint64_t shim_rss_hf_ip_udp(void);
 /* RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM (RTE_BIT64 macros, which bindgen
  * cannot evaluate): rx checksum verification by the NIC. */
 uint64_t shim_rx_offload_ipv4_udp_cksum(void);
+
+/* rte_meter comparison runs: one meter, a whole trace, no per-packet call across the FFI. */
+enum shim_meter_kind { SHIM_METER_SRTCM = 0, SHIM_METER_TRTCM = 1, SHIM_METER_RFC4115 = 2 };
+/* A profile in rte_meter's units (bytes/s, bytes). srTCM: c = (CIR, CBS), x = (unused, EBS);
+ * trTCM: c = (CIR, CBS), x = (PIR, PBS); RFC 4115: c = (CIR, CBS), x = (EIR, EBS). */
+struct shim_meter_params {
+	enum shim_meter_kind kind;
+	uint64_t c_rate, c_size, x_rate, x_size;
+};
+/* What rte_meter_*_profile_config made of the rates at rte_get_tsc_hz(): each bucket gains
+ * bytes_per_period bytes every period TSC cycles (x: the P or E bucket; 0 for srTCM). */
+struct shim_meter_rounding {
+	uint64_t hz, c_period, c_bytes_per_period, x_period, x_bytes_per_period;
+};
+/* Configures the profile (rte_meter_*_profile_config, which reads rte_get_tsc_hz(): EAL must be
+ * initialised) and one meter (rte_meter_*_config) whose buckets are full at t0 (TSC cycles),
+ * then colours n packets: packet i of len[i] bytes at ts[i] cycles, colour-blind when in_colors
+ * is NULL, else colour-aware with in_colors[i] (enum rte_color). Writes each colour (0 green,
+ * 1 yellow, 2 red) to out[i] and the profile's rounding to *rounding (may be NULL).
+ * Returns 0, or the negative errno of the profile or meter configuration. */
+int shim_meter_run(const struct shim_meter_params *params, uint64_t t0, const uint64_t *ts,
+	const uint32_t *len, const uint8_t *in_colors, uint32_t n, uint8_t *out,
+	struct shim_meter_rounding *rounding);
 
 #endif

@@ -1,4 +1,5 @@
-//! A small safe layer over DPDK: one module per concept (EAL, mempool, mbuf, port, queue, ring, lcore).
+//! A small safe layer over DPDK: one module per concept (EAL, mempool, mbuf, port, queue, ring, lcore,
+//! meter).
 //!
 //! Everything here is thin: the packet core never imports it. Errors carry the DPDK call that
 //! failed and `rte_strerror`'s text.
@@ -7,6 +8,7 @@ pub mod eal;
 pub mod lcore;
 pub mod mbuf;
 pub mod mempool;
+pub mod meter;
 pub mod port;
 pub mod queue;
 pub mod ring;
