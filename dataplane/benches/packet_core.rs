@@ -22,7 +22,7 @@ use dataplane::buf::{PacketBuf, VecBuf};
 use dataplane::config::DEFAULT_GRADIENT_UDP_PORT;
 use dataplane::meta::Meta;
 use dataplane::parse::parse;
-use dataplane::table::PipelineCounters;
+use dataplane::table::PipelineState;
 use dataplane::wire::checksum::{self, SumKernel};
 use std::hint::black_box;
 use std::time::Duration;
@@ -56,7 +56,7 @@ fn packet_core(c: &mut Criterion) {
         });
         for (name, proto) in [("parse+empty_pipeline", &empty), ("parse+pipeline", &full)] {
             let pl = proto.clone();
-            let mut counts = PipelineCounters::new(&pl);
+            let mut counts = PipelineState::new(&pl);
             g.bench_function(name, |b| {
                 b.iter(|| {
                     let mut n = 0u32;
@@ -80,7 +80,7 @@ fn packet_core(c: &mut Criterion) {
     // parsed 60 B frames as the pipeline leaves them (eth.dst rewritten to the next hop, as the
     // l2 table sees it).
     let pl = full.clone();
-    let mut counts = PipelineCounters::new(&pl);
+    let mut counts = PipelineState::new(&pl);
     let parsed: Vec<_> = frames(60, &full)
         .iter()
         .map(|f| {

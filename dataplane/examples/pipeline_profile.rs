@@ -23,7 +23,7 @@ use dataplane::config::DEFAULT_GRADIENT_UDP_PORT;
 use dataplane::datapath::Datapath;
 use dataplane::meta::Meta;
 use dataplane::parse::{parse, Parsed};
-use dataplane::table::{Pipeline, PipelineCounters};
+use dataplane::table::{Pipeline, PipelineState};
 use std::hint::black_box;
 
 #[path = "../benches/common/pipeline_workload.rs"]
@@ -64,7 +64,7 @@ fn run(
     parsed: &[Parsed],
 ) -> u64 {
     let mut n = 0u64;
-    let mut counts = PipelineCounters::new(pl);
+    let mut counts = PipelineState::new(pl);
     let mut io = RecycleIo { sent: Vec::with_capacity(bufs.len()) };
     let mut slots: Vec<Option<VecBuf>> = Vec::with_capacity(BURST);
     for _ in 0..rounds {
@@ -127,7 +127,7 @@ fn main() {
     let pristine = frames(size, &pl);
     let mut bufs: Vec<VecBuf> = pristine.iter().map(|f| VecBuf::from_frame(f)).collect();
     let mut dp = Datapath::new(pl.clone(), 2, DEFAULT_GRADIENT_UDP_PORT);
-    let mut warm = PipelineCounters::new(&pl);
+    let mut warm = PipelineState::new(&pl);
     let parsed: Vec<Parsed> = pristine
         .iter()
         .map(|f| {

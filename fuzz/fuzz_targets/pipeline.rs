@@ -24,7 +24,7 @@ use dataplane::datapath::Datapath;
 use dataplane::meta::Meta;
 use dataplane::parse::{parse, Layers, Parsed};
 use dataplane::stats::{Counters, Reason};
-use dataplane::table::PipelineCounters;
+use dataplane::table::PipelineState;
 use dataplane::wire::ipv4::Ecn;
 use libfuzzer_sys::fuzz_target;
 use std::cell::RefCell;
@@ -176,9 +176,9 @@ thread_local! {
     /// The datapath and a second set of counts for its pipeline, built once: cloning the
     /// pipeline per input would dominate the run time (the lpm tables' tries). Counters are
     /// reset per input; no other state carries over, so a crash reproduces from its input alone.
-    static STATE: RefCell<(Datapath, PipelineCounters)> = RefCell::new({
+    static STATE: RefCell<(Datapath, PipelineState)> = RefCell::new({
         let loaded = load_str(CONFIG, Path::new("fuzz.toml")).expect("the fuzz config loads");
-        let counts = PipelineCounters::new(&loaded.pipeline);
+        let counts = PipelineState::new(&loaded.pipeline);
         (Datapath::new(loaded.pipeline, PORTS, GRADIENT_PORT), counts)
     });
 }
@@ -195,7 +195,7 @@ fuzz_target!(|data: &[u8]| {
     });
 });
 
-fn check(dp: &mut Datapath, counts: &mut PipelineCounters, in_port: u16, frame: &[u8]) {
+fn check(dp: &mut Datapath, counts: &mut PipelineState, in_port: u16, frame: &[u8]) {
     dp.counters = Counters::new(PORTS);
     let mut io = VecIo::new(PORTS);
     dp.process(&mut io, in_port, VecBuf::from_frame(frame), 0);

@@ -9,7 +9,7 @@ use dataplane::buf::{PacketBuf, VecBuf};
 use dataplane::config::{load_str, DEFAULT_GRADIENT_UDP_PORT};
 use dataplane::meta::Meta;
 use dataplane::parse::parse;
-use dataplane::table::{Pipeline, PipelineCounters};
+use dataplane::table::{Pipeline, PipelineState};
 use dataplane::wire::ipv4::Ipv4Packet;
 use dataplane::wire::udp::UdpPacket;
 use std::path::Path;
@@ -106,7 +106,7 @@ pub fn frames(size: usize, pipeline: &Pipeline) -> Vec<Vec<u8>> {
     let (routes, permits) = config_flows(PIPELINE);
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut out = Vec::new();
-    let mut counts = PipelineCounters::new(pipeline);
+    let mut counts = PipelineState::new(pipeline);
     while out.len() < BATCH {
         let (net, len) = routes[rng.below(routes.len() as u64) as usize];
         let host = if len == 32 { 0 } else { rng.next() as u32 & (u32::MAX >> len) };

@@ -7,6 +7,7 @@
 
 mod error;
 pub mod memory;
+pub mod meter;
 mod table;
 mod validate;
 
@@ -58,6 +59,9 @@ pub struct Config {
     /// `[[multicast_group]]`: groups for the `multicast(id)` action.
     #[serde(rename = "multicast_group", default)]
     pub groups: Vec<table::GroupConfig>,
+    /// `[[meter]]`: meters for the `meter(...)` and `police(...)` actions.
+    #[serde(rename = "meter", default)]
+    pub meters: Vec<meter::MeterConfig>,
     /// `[[collective]]`: the collectives the appliance aggregates (spec section 3).
     #[serde(rename = "collective", default)]
     pub collectives: Vec<crate::agg::config::CollectiveConfig>,

@@ -1,7 +1,7 @@
 //! `[[table]]` and `[[multicast_group]]`: the ingress pipeline.
 
 use super::ConfigError;
-use crate::action::{parse_action_list, ActionContext};
+use crate::action::{parse_action_list, ActionContext, MeterRef};
 use crate::table::value::parse_match_value;
 use crate::table::{Field, MatchKind, MulticastGroup, Pipeline, Table};
 use serde::Deserialize;
@@ -78,10 +78,13 @@ fn d_default_action() -> String {
 pub fn build_pipeline(
     tables: &[TableConfig],
     groups: &[GroupConfig],
+    meters: &[super::meter::MeterConfig],
     ports: u16,
     aggregator: bool,
     path: &Path,
 ) -> Result<Pipeline, ConfigError> {
+    let checked = super::meter::check(meters, path)?;
+    let mut meter_refs: Vec<MeterRef> = checked.iter().map(|(r, ..)| r.clone()).collect();
     let err = |key: String, msg: String| ConfigError::new(path, key, msg);
     let names: Vec<String> = tables.iter().map(|t| t.name.clone()).collect();
     let group_ids: Vec<u16> = groups.iter().map(|g| g.id).collect();
@@ -113,6 +116,7 @@ pub fn build_pipeline(
                 counters: &mut counters,
                 rewrites_only: true,
                 aggregator,
+                meters: &mut meter_refs,
             };
             let actions = parse_action_list(&c.actions, &mut ctx).map_err(|e| err(format!("{ckey}.actions"), e.0))?;
             copies.push((c.port, actions));
@@ -156,6 +160,7 @@ pub fn build_pipeline(
             counters: &mut counters,
             rewrites_only: false,
             aggregator,
+            meters: &mut meter_refs,
         };
         let default_action =
             parse_action_list(&tc.default_action, &mut ctx).map_err(|e| err(format!("{tkey}.default_action"), e.0))?;
@@ -181,6 +186,7 @@ pub fn build_pipeline(
                 counters: &mut counters,
                 rewrites_only: false,
                 aggregator,
+                meters: &mut meter_refs,
             };
             let actions = parse_action_list(&ec.action, &mut ctx).map_err(|e| err(format!("{ekey}.action"), e.0))?;
             table.insert(&values, ec.priority, actions).map_err(|e| {
@@ -194,5 +200,6 @@ pub fn build_pipeline(
         out.tables.push(table);
     }
     out.counter_names = counters;
+    out.meters = super::meter::specs(checked, &meter_refs);
     Ok(out)
 }

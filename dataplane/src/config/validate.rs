@@ -26,8 +26,14 @@ pub(super) fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigErro
     let nports = config.ports.len();
     let seen = check_lcores(&config.lcores, nports, path)?;
     check_inputs_polled(&config, &seen, path)?;
-    let pipeline =
-        table::build_pipeline(&config.tables, &config.groups, nports as u16, !config.collectives.is_empty(), path)?;
+    let pipeline = table::build_pipeline(
+        &config.tables,
+        &config.groups,
+        &config.meters,
+        nports as u16,
+        !config.collectives.is_empty(),
+        path,
+    )?;
     let err = |key: String, msg: String| ConfigError::new(path, key, msg);
     if config.dataplane.appliance_qpn > 0xff_ffff {
         return Err(err(

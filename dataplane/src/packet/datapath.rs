@@ -11,7 +11,7 @@ use crate::neighbor::Verdict;
 use crate::parse::{parse_into, Layers, Parsed};
 use crate::prefetch::prefetch;
 use crate::stats::{Counters, Reason};
-use crate::table::{Pipeline, PipelineCounters};
+use crate::table::{Pipeline, PipelineState};
 
 /// Largest burst [`Datapath::process_burst`] handles at once (packets); longer slices are
 /// processed in chunks of this size.
@@ -53,7 +53,7 @@ pub struct Datapath {
     /// The ingress pipeline (only read while packets go through it).
     pub pipeline: Pipeline,
     /// This worker's counts of the pipeline's entries, misses and named counters.
-    pub table_counters: PipelineCounters,
+    pub pipeline_state: PipelineState,
     /// This worker's counters.
     pub counters: Counters,
     /// The aggregator, when collectives are configured.
@@ -74,7 +74,7 @@ impl Datapath {
     /// the gradient protocol's UDP carriage (spec section 1).
     pub fn new(pipeline: Pipeline, ports: u16, gradient_udp_port: u16) -> Self {
         Datapath {
-            table_counters: PipelineCounters::new(&pipeline),
+            pipeline_state: PipelineState::new(&pipeline),
             aggregate_in_pipeline: pipeline.any_action(|a| *a == Action::Aggregate),
             pipeline,
             counters: Counters::new(ports),
@@ -246,10 +246,10 @@ impl Datapath {
             self.aggregate(io, in_port, pkt, p, now_us);
             return;
         }
-        let mut meta = Meta::new(in_port);
+        let mut meta = Meta::at(in_port, pkt.rx_timestamp_us().unwrap_or(now_us));
         let egress = match first_hit {
-            Some(hit) => self.pipeline.apply_with_first_hit(&mut self.table_counters, &mut pkt, p, &mut meta, hit),
-            None => self.pipeline.apply(&mut self.table_counters, &mut pkt, p, &mut meta),
+            Some(hit) => self.pipeline.apply_with_first_hit(&mut self.pipeline_state, &mut pkt, p, &mut meta, hit),
+            None => self.pipeline.apply(&mut self.pipeline_state, &mut pkt, p, &mut meta),
         };
         match egress {
             Egress::Port(port) => self.send(io, port, pkt),
@@ -325,7 +325,7 @@ impl Datapath {
                 continue;
             };
             let mut cp = *p;
-            match self.pipeline.apply_copy(&mut self.table_counters, g, c, &mut copy, &mut cp) {
+            match self.pipeline.apply_copy(&mut self.pipeline_state, g, c, &mut copy, &mut cp) {
                 Ok(()) => {
                     let port = self.pipeline.groups[g].copies[c].0;
                     self.send(io, port, copy)
@@ -334,7 +334,7 @@ impl Datapath {
             }
         }
         let mut cp = *p;
-        match self.pipeline.apply_copy(&mut self.table_counters, g, n - 1, &mut pkt, &mut cp) {
+        match self.pipeline.apply_copy(&mut self.pipeline_state, g, n - 1, &mut pkt, &mut cp) {
             Ok(()) => {
                 let port = self.pipeline.groups[g].copies[n - 1].0;
                 self.send(io, port, pkt)
@@ -396,9 +396,9 @@ mod tests {
         let ports: Vec<u16> = io.sent.iter().map(|(p, _)| *p).collect();
         assert_eq!(ports, vec![1, 0, 1]);
         assert_eq!(io.sent[1].1, frame([2, 0, 0, 0, 0, 2]));
-        assert_eq!(dp.table_counters.tables[0].entries[0].packets, 2);
-        assert_eq!(dp.table_counters.tables[0].entries[0].bytes, 120);
-        assert_eq!(dp.table_counters.tables[0].miss.packets, 1);
+        assert_eq!(dp.pipeline_state.tables[0].entries[0].packets, 2);
+        assert_eq!(dp.pipeline_state.tables[0].entries[0].bytes, 120);
+        assert_eq!(dp.pipeline_state.tables[0].miss.packets, 1);
         assert_eq!(dp.counters.ports[1].tx_packets, 2);
         assert_eq!(dp.counters.ports[2].rx_packets, 3);
     }
@@ -425,9 +425,9 @@ mod tests {
         assert_eq!(one.counters, burst.counters);
         assert_eq!(one.counters.ports[2].rx_packets, frames.len() as u64);
         for e in 0..3 {
-            assert_eq!(one.table_counters.tables[0].entries[e], burst.table_counters.tables[0].entries[e]);
+            assert_eq!(one.pipeline_state.tables[0].entries[e], burst.pipeline_state.tables[0].entries[e]);
         }
-        assert_eq!(one.table_counters.tables[0].miss, burst.table_counters.tables[0].miss);
+        assert_eq!(one.pipeline_state.tables[0].miss, burst.pipeline_state.tables[0].miss);
     }
 
     #[test]

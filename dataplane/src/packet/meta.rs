@@ -3,18 +3,31 @@
 //! (`ingress_port`, ...), and actions set them; [`crate::parse::Parsed`] stays the parse of the
 //! frame's bytes.
 
-/// A packet's metadata, made when it is received and dropped when it leaves: 4 bytes, copied
+use crate::meter::Color;
+
+/// A packet's metadata, made when it is received and dropped when it leaves: 16 bytes, copied
 /// freely.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Meta {
+    /// When the packet arrived (µs): its capture time in a replay, the TSC's time live. The
+    /// clock meters run on.
+    pub timestamp_us: u64,
     /// The port the packet arrived on (index into the configured ports).
     pub ingress_port: u16,
+    /// The colour the last `meter` (or `set_color`) gave it; green until then (`meta.color`).
+    pub color: Color,
 }
 
 impl Meta {
-    /// The metadata of a packet received on `ingress_port`.
+    /// The metadata of a packet received on `ingress_port`, at time 0.
     #[inline(always)]
     pub fn new(ingress_port: u16) -> Meta {
-        Meta { ingress_port }
+        Meta { ingress_port, ..Meta::default() }
+    }
+
+    /// The metadata of a packet received on `ingress_port` at `timestamp_us` (µs).
+    #[inline(always)]
+    pub fn at(ingress_port: u16, timestamp_us: u64) -> Meta {
+        Meta { ingress_port, timestamp_us, ..Meta::default() }
     }
 }

@@ -24,6 +24,8 @@ pub mod datapath;
 #[deny(unsafe_code)]
 pub mod meta;
 #[deny(unsafe_code)]
+pub mod meter;
+#[deny(unsafe_code)]
 pub mod neighbor;
 #[deny(unsafe_code)]
 pub mod parse;

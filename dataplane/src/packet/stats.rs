@@ -1,8 +1,37 @@
-//! Counters: per port, per drop reason, per table entry. Each worker owns its own (no sharing on
+//! Counters: per port, per drop reason, per table entry and meter colour ([`Counter`]). Each worker owns its own (no sharing on
 //! the fast path); the appliance adds them up at the end.
 
 use core::fmt;
 use serde::Serialize;
+
+/// Packet and byte counters (P4 counter, `packets_and_bytes`).
+///
+/// Aligned to its 16 bytes, so that it never straddles two cache lines wherever it is stored:
+/// a split counter's load cannot be
+/// forwarded from the previous packet's store to it, which stalls every packet that counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[repr(align(16))]
+pub struct Counter {
+    /// Packets counted.
+    pub packets: u64,
+    /// Their bytes (frame length without FCS).
+    pub bytes: u64,
+}
+
+impl Counter {
+    /// Counts one packet of `bytes` bytes.
+    #[inline(always)]
+    pub fn hit(&mut self, bytes: usize) {
+        self.packets += 1;
+        self.bytes += bytes as u64;
+    }
+
+    /// Adds another counter (merging workers' counters).
+    pub fn add(&mut self, o: &Counter) {
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+    }
+}
 
 /// Why the appliance dropped a packet. Every drop is counted under exactly one reason.
 ///
@@ -42,6 +71,8 @@ pub enum Reason {
     TableMiss,
     /// An entry's `drop` action.
     ExplicitDrop,
+    /// `drop` among the actions `police` runs for a colour (by default, red).
+    Policed,
     /// No action chose an egress port.
     NoEgress,
     /// TTL or hop limit expired in `dec_ttl`.
@@ -113,7 +144,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in counter order.
-    pub const ALL: [Reason; 41] = [
+    pub const ALL: [Reason; 42] = [
         Reason::Runt,
         Reason::VlanDepth,
         Reason::MalformedIpv4,
@@ -127,6 +158,7 @@ impl Reason {
         Reason::MultiSegment,
         Reason::TableMiss,
         Reason::ExplicitDrop,
+        Reason::Policed,
         Reason::NoEgress,
         Reason::TtlExpired,
         Reason::NoMbuf,
@@ -175,6 +207,7 @@ impl Reason {
             Reason::MultiSegment => "multi_segment",
             Reason::TableMiss => "table_miss",
             Reason::ExplicitDrop => "explicit_drop",
+            Reason::Policed => "policed",
             Reason::NoEgress => "no_egress",
             Reason::TtlExpired => "ttl_expired",
             Reason::NoMbuf => "no_mbuf",

@@ -16,7 +16,7 @@ mod parse;
 pub mod ttl;
 pub mod vlan;
 
-pub use parse::{parse_action_list, ActionContext, ActionParseError};
+pub use parse::{parse_action_list, ActionContext, ActionParseError, MeterRef};
 
 use crate::buf::PacketBuf;
 use crate::parse::Parsed;
@@ -44,6 +44,18 @@ pub enum Action {
     Exit,
     /// Count the packet in this named counter (index).
     Count(u16),
+    /// Colour the packet with instance `.1` of meter `.0` (index into the pipeline's meters),
+    /// into `meta.color`: a direct meter's own instance, or instance 0.
+    MeterAt(u16, u32),
+    /// Colour the packet with meter `.0`'s instance picked by a field's value (its first 8
+    /// bytes, big-endian) modulo the meter's size: an indexed meter.
+    MeterBy(u16, crate::table::Field),
+    /// Set `meta.color` (the input colour of a colour-aware meter).
+    SetColor(crate::meter::Color),
+    /// Run the next `.1` actions only when `meta.color` is `.0` (what `police` expands to).
+    WhenColor(crate::meter::Color, u8),
+    /// `drop` among a `police` colour's actions: dropped, counted `policed`.
+    DropPoliced,
     /// Set the DSCP (IPv4 TOS or IPv6 traffic class, upper 6 bits).
     SetDscp(u8),
     /// Mark Congestion Experienced on ECN-capable packets (RFC 3168).

@@ -1,7 +1,9 @@
 //! The text form of action lists: `name` or `name(arg)`, joined with `;`, like
-//! `"set_dscp(46); forward(1)"`.
+//! `"set_dscp(46); forward(1)"`. `police(NAME, yellow=LIST, red=LIST)` nests lists.
 
 use super::{Action, ActionList};
+use crate::meter::Color;
+use crate::table::Field;
 use crate::wire::EthernetAddress;
 
 /// Why an action list's text is not valid.
@@ -26,9 +28,23 @@ pub struct ActionContext<'a> {
     pub rewrites_only: bool,
     /// The configuration has collectives, so `aggregate` has an aggregator to go to.
     pub aggregator: bool,
+    /// The configured meters, in order; a direct meter's `instances` grows by one per use.
+    pub meters: &'a mut Vec<MeterRef>,
+}
+
+/// A configured meter as action lists see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MeterRef {
+    /// Its name in `[[meter]]`.
+    pub name: String,
+    /// One instance per action that uses it.
+    pub direct: bool,
+    /// Instances: an indexed meter's size; for a direct meter, the uses so far.
+    pub instances: u32,
 }
 
 const KNOWN: &str = "forward(port), flood, multicast(group), drop, aggregate, goto(table), exit, count(name), \
+                     meter(name[, field]), police(name[, field], yellow=actions, red=actions), set_color(colour), \
                      set_dscp(0..63), mark_ecn, dec_ttl, set_eth_src(mac), set_eth_dst(mac), \
                      push_vlan(vid), pop_vlan, set_vlan(vid)";
 
@@ -43,7 +59,7 @@ fn err<T>(s: String) -> Result<T, ActionParseError> {
 /// action where only rewrites are allowed, or an empty list.
 pub fn parse_action_list(text: &str, ctx: &mut ActionContext<'_>) -> Result<ActionList, ActionParseError> {
     let mut out = Vec::new();
-    for part in text.split(';') {
+    for part in split_top(text, ';') {
         let part = part.trim();
         if part.is_empty() {
             continue;
@@ -144,6 +160,22 @@ pub fn parse_action_list(text: &str, ctx: &mut ActionContext<'_>) -> Result<Acti
             "set_eth_dst" => Action::SetEthDst(mac()?),
             "push_vlan" => Action::PushVlan(int("a VLAN ID", 4095)? as u16),
             "set_vlan" => Action::SetVlan(int("a VLAN ID", 4095)? as u16),
+            "set_color" => {
+                let a = need("a colour: green, yellow or red")?;
+                Action::SetColor(Color::from_name(a).ok_or_else(|| {
+                    ActionParseError(format!("set_color: expected green, yellow or red, found {a:?}"))
+                })?)
+            }
+            "meter" => meter_action(need("a meter name")?, ctx)?,
+            "police" => {
+                if ctx.rewrites_only {
+                    return err(
+                        "`police` is not allowed here: a multicast copy takes header rewrites and count only".into()
+                    );
+                }
+                police(need("a meter name")?, ctx, &mut out)?;
+                continue;
+            }
             other => return err(format!("unknown action {other:?}; expected one of: {KNOWN}")),
         };
         if ctx.rewrites_only && !action.is_rewrite() {
@@ -157,6 +189,89 @@ pub fn parse_action_list(text: &str, ctx: &mut ActionContext<'_>) -> Result<Acti
     Ok(ActionList(out))
 }
 
+/// Splits `text` at each `sep` outside parentheses.
+fn split_top(text: &str, sep: char) -> Vec<&str> {
+    let (mut depth, mut start, mut parts) = (0i32, 0, Vec::new());
+    for (i, c) in text.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            c if c == sep && depth == 0 => {
+                parts.push(&text[start..i]);
+                start = i + c.len_utf8();
+            }
+            _ => {}
+        }
+    }
+    parts.push(&text[start..]);
+    parts
+}
+
+/// `meter(NAME)` or `meter(NAME, FIELD)`: the meter action.
+fn meter_action(arg: &str, ctx: &mut ActionContext<'_>) -> Result<Action, ActionParseError> {
+    let mut args = split_top(arg, ',').into_iter().map(str::trim);
+    let name = args.next().unwrap_or_default();
+    let field = args.next();
+    if args.next().is_some() {
+        return err(format!("meter({arg}): expected a meter name and at most one field"));
+    }
+    let i = ctx.meters.iter().position(|m| m.name == name).ok_or_else(|| {
+        let names: Vec<&str> = ctx.meters.iter().map(|m| m.name.as_str()).collect();
+        ActionParseError(format!("meter({name}): no [[meter]] named {name:?} (the config has: {})", names.join(", ")))
+    })?;
+    let m = &mut ctx.meters[i];
+    match (field, m.direct) {
+        (None, false) => Ok(Action::MeterAt(i as u16, 0)),
+        (None, true) => {
+            m.instances += 1;
+            Ok(Action::MeterAt(i as u16, m.instances - 1))
+        }
+        (Some(_), true) => {
+            err(format!("meter({arg}): {name} is a direct meter (one instance per entry); it takes no index field"))
+        }
+        (Some(f), false) => {
+            let field = Field::from_name(f).ok_or_else(|| {
+                ActionParseError(format!("meter({arg}): unknown field {f:?} to index the meter with"))
+            })?;
+            Ok(Action::MeterBy(i as u16, field))
+        }
+    }
+}
+
+/// `police(NAME[, FIELD], yellow=LIST, red=LIST)`: the meter, then each colour's list run only
+/// for that colour. Without `yellow`, yellow packets go on; without `red`, red ones are dropped.
+fn police(arg: &str, ctx: &mut ActionContext<'_>, out: &mut Vec<Action>) -> Result<(), ActionParseError> {
+    let mut meter = Vec::new();
+    let (mut yellow, mut red) = ("", "drop");
+    for a in split_top(arg, ',').into_iter().map(str::trim) {
+        match a.split_once('=') {
+            Some((k, v)) if k.trim() == "yellow" => yellow = v.trim(),
+            Some((k, v)) if k.trim() == "red" => red = v.trim(),
+            Some((k, _)) => {
+                return err(format!("police: unknown argument {:?}; expected yellow=... or red=...", k.trim()))
+            }
+            None => meter.push(a),
+        }
+    }
+    out.push(meter_action(&meter.join(","), ctx)?);
+    for (color, list) in [(Color::Yellow, yellow), (Color::Red, red)] {
+        if list.is_empty() {
+            continue;
+        }
+        let actions =
+            parse_action_list(list, ctx).map_err(|e| ActionParseError(format!("police {}: {}", color.name(), e.0)))?;
+        if actions.0.iter().any(|a| matches!(a, Action::WhenColor(..))) {
+            return err("police: a colour's actions cannot police again".into());
+        }
+        let n = u8::try_from(actions.0.len())
+            .map_err(|_| ActionParseError("police: at most 255 actions per colour".into()))?;
+        out.push(Action::WhenColor(color, n));
+        // Drops by the policer are counted apart from table drops.
+        out.extend(actions.0.into_iter().map(|a| if a == Action::Drop { Action::DropPoliced } else { a }));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,6 +279,10 @@ mod tests {
     fn parse(s: &str, rewrites_only: bool) -> Result<ActionList, String> {
         let tables = vec!["l2".to_string(), "acl".to_string()];
         let mut counters = vec!["seen".to_string()];
+        let mut meters = vec![
+            MeterRef { name: "m".into(), direct: false, instances: 4 },
+            MeterRef { name: "d".into(), direct: true, instances: 0 },
+        ];
         let mut ctx = ActionContext {
             ports: 2,
             tables: &tables,
@@ -172,6 +291,7 @@ mod tests {
             counters: &mut counters,
             rewrites_only,
             aggregator: true,
+            meters: &mut meters,
         };
         parse_action_list(s, &mut ctx).map_err(|e| e.0)
     }

@@ -349,7 +349,7 @@ actions = "set_dscp(46); dec_ttl"
     let p3 = parse(&out[2].1, DEFAULT_UDP_PORT).unwrap();
     assert_eq!((p3.dscp, p3.ttl, p3.vlan_tags()), (46, parse(&f[0], DEFAULT_UDP_PORT).unwrap().ttl - 1, 0));
     assert_eq!(&out[2].1[..12], &f[0][..12]);
-    assert_eq!(dp.table_counters.named[0].packets, 1);
+    assert_eq!(dp.pipeline_state.named[0].packets, 1);
     // Without mbufs for the copies: counted, the last copy still leaves.
     let mut io = VecIo::new(4);
     io.alloc_budget = Some(0);

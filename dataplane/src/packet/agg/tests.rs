@@ -655,8 +655,8 @@ fn a_burst_is_processed_as_packet_after_packet() {
             }
         }
         let tables: Vec<Vec<crate::table::Counter>> =
-            r.dp.table_counters.tables.iter().map(|t| t.entries.iter().copied().chain([t.miss]).collect()).collect();
-        let named: Vec<crate::table::Counter> = r.dp.table_counters.named.clone();
+            r.dp.pipeline_state.tables.iter().map(|t| t.entries.iter().copied().chain([t.miss]).collect()).collect();
+        let named: Vec<crate::table::Counter> = r.dp.pipeline_state.named.clone();
         (io.sent, r.dp.counters.clone(), *r.agg(), tables, named)
     };
     let one_by_one = run(&[]);

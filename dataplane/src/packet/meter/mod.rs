@@ -26,10 +26,13 @@
 //! over N workers (RSS) meets N independent meters of the same profile and may pass at up to N
 //! times the configured rates.
 
+pub mod array;
 pub mod bucket;
 pub mod profile;
 pub mod tcm;
 
+#[cfg(test)]
+mod pipeline_tests;
 #[cfg(test)]
 mod tests;
 
@@ -51,7 +54,28 @@ pub enum Color {
     Red = 2,
 }
 
+impl Default for Color {
+    /// Green: a packet no meter has coloured yet.
+    fn default() -> Color {
+        Color::Green
+    }
+}
+
 impl Color {
+    /// The colour's name in configs and stats: `green`, `yellow`, `red`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Color::Green => "green",
+            Color::Yellow => "yellow",
+            Color::Red => "red",
+        }
+    }
+
+    /// Looks a colour up by its name.
+    pub fn from_name(s: &str) -> Option<Color> {
+        [Color::Green, Color::Yellow, Color::Red].into_iter().find(|c| c.name() == s)
+    }
+
     /// The colour of a V1Model / `rte_color` value (0, 1, 2); `None` for anything else.
     pub fn from_u8(v: u8) -> Option<Color> {
         match v {

@@ -2,7 +2,7 @@
 //!
 //! A hit runs the entry's actions; keeping them in one 64-byte, 64-byte aligned [`Entry`] makes
 //! that a single cache line with no pointer to follow (the entry's counter is the worker's, in
-//! [`super::PipelineCounters`]). Lists of
+//! [`super::PipelineState`]). Lists of
 //! up to [`INLINE_ACTIONS`] actions (every entry of the usual route, ACL and L2 tables) are held
 //! inline; a longer list lives in its table's action pool (one flat `Vec<Action>` per table) and
 //! the entry holds its range there.

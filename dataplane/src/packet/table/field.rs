@@ -52,6 +52,8 @@ macro_rules! fields {
 fields! {
     /// The port the packet arrived on (2 bytes; metadata).
     IngressPort = "ingress_port", 2, Int;
+    /// The colour the last meter gave the packet: 0 green, 1 yellow, 2 red (1 byte; metadata).
+    MetaColor = "meta.color", 1, Int;
     /// Ethernet destination (6 bytes).
     EthDst = "eth.dst", 6, Mac;
     /// Ethernet source (6 bytes).
@@ -171,6 +173,7 @@ impl Field {
         let b8 = |valid: bool, v: u8| [if valid { v } else { 0 }];
         match self {
             Field::IngressPort => put(key, at, meta.ingress_port.to_be_bytes()),
+            Field::MetaColor => put(key, at, [meta.color as u8]),
             Field::EthDst => put(key, at, p.eth_dst.0),
             Field::EthSrc => put(key, at, p.eth_src.0),
             Field::EthType => put(key, at, p.ethertype.to_be_bytes()),

@@ -3,7 +3,7 @@
 //!
 //! A [`Pipeline`] holds only what lookups and actions read (it is immutable while packets go
 //! through it, so that a new version can replace it between bursts); what they count (per-entry,
-//! miss and named counters) lives apart in a [`PipelineCounters`] that each worker owns and
+//! miss and named counters) lives apart in a [`PipelineState`] that each worker owns and
 //! passes to [`Pipeline::apply`].
 //!
 //! Each table picks the lookup structure that fits its key's match kinds: all `exact` fields use
@@ -28,7 +28,9 @@ mod words;
 use crate::action::{self, Action, ActionList, Egress};
 use crate::buf::PacketBuf;
 use crate::meta::Meta;
+use crate::meter::array::{MeterArray, MeterSpec};
 use crate::parse::Parsed;
+pub use crate::stats::Counter;
 use crate::stats::Reason;
 use entry::Entry;
 use exact::ExactMatcher;
@@ -79,34 +81,6 @@ pub struct KeyField {
     pub kind: MatchKind,
     /// Byte offset of the field in the key.
     pub offset: usize,
-}
-
-/// Packet and byte counters (P4 counter, `packets_and_bytes`).
-///
-/// Aligned to its 16 bytes, so that it never straddles two cache lines wherever it is stored:
-/// a split counter's load cannot be
-/// forwarded from the previous packet's store to it, which stalls every packet that counts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-#[repr(align(16))]
-pub struct Counter {
-    /// Packets counted.
-    pub packets: u64,
-    /// Their bytes (frame length without FCS).
-    pub bytes: u64,
-}
-
-impl Counter {
-    #[inline(always)]
-    fn hit(&mut self, bytes: usize) {
-        self.packets += 1;
-        self.bytes += bytes as u64;
-    }
-
-    /// Adds another counter (merging workers' counters).
-    pub fn add(&mut self, o: &Counter) {
-        self.packets += o.packets;
-        self.bytes += o.bytes;
-    }
 }
 
 /// The lookup structure that fits the table's match kinds.
@@ -372,8 +346,9 @@ pub struct MulticastGroup {
     pub copies: Vec<(u16, ActionList)>,
 }
 
-/// The ordered ingress pipeline: tables, multicast groups and the names of its counters.
-/// Immutable while packets go through it; its counts are in a [`PipelineCounters`].
+/// The ordered ingress pipeline: tables, multicast groups, the names of its counters and its
+/// meters. Immutable while packets go through it; its counts and meter buckets are in a
+/// [`PipelineState`].
 #[derive(Debug, Clone, Default)]
 pub struct Pipeline {
     /// The tables, applied in order (`goto` skips forward).
@@ -382,6 +357,28 @@ pub struct Pipeline {
     pub groups: Vec<MulticastGroup>,
     /// Names of the named counters (`count(name)`), by index.
     pub counter_names: Vec<String>,
+    /// The meters (`meter(...)`, `police(...)`), by index.
+    pub meters: Vec<MeterSpec>,
+}
+
+/// The bytes a meter counts for a frame of `frame_len` bytes (without FCS) parsed as `p`: the
+/// frame without Ethernet padding, that is up to the end of its IP datagram when it has one.
+#[inline(always)]
+pub fn metered_len(p: &Parsed, frame_len: usize) -> u32 {
+    let len = if p.has(crate::parse::Layers::IPV4) || p.has(crate::parse::Layers::IPV6) {
+        frame_len.min(p.ip_end as usize)
+    } else {
+        frame_len
+    };
+    len as u32
+}
+
+/// The numeric value of a field from its [`Field::word`] (big-endian bytes loaded
+/// little-endian): its first `min(width, 8)` bytes as a big-endian integer.
+#[inline(always)]
+fn field_value(word: u64, width: usize) -> u64 {
+    let n = width.min(8);
+    u64::from_be_bytes(word.to_le_bytes()) >> (64 - 8 * n as u32)
 }
 
 /// One table's counts: packets and bytes (frame length without FCS, before the entry's
@@ -394,31 +391,46 @@ pub struct TableCounters {
     pub miss: Counter,
 }
 
-/// What a [`Pipeline`] counts, kept apart from it so that the pipeline stays immutable and can
-/// be replaced without losing counts. One per worker; the main lcore adds them up.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PipelineCounters {
+/// What a [`Pipeline`] counts and its meters' buckets, kept apart from it so that the pipeline
+/// stays immutable and can be replaced without losing counts. One per worker (meter state is
+/// per worker lcore, as DPDK's); the main lcore adds the counts up.
+#[derive(Debug, Clone, Default)]
+pub struct PipelineState {
     /// Per table, in pipeline order.
     pub tables: Vec<TableCounters>,
     /// The named counters (`count(name)`), by index (names in [`Pipeline::counter_names`]).
     pub named: Vec<Counter>,
+    /// Each meter's buckets and per-colour counts, by index (as [`Pipeline::meters`]).
+    pub meters: Vec<MeterArray>,
 }
 
-impl PipelineCounters {
-    /// Zero counters shaped for `pipeline`: one per entry, one miss per table, one per name.
+impl PipelineState {
+    /// Zero counters shaped for `pipeline` (one per entry, one miss per table, one per name)
+    /// and its meters with full buckets.
     pub fn new(pipeline: &Pipeline) -> Self {
-        PipelineCounters {
+        PipelineState {
             tables: pipeline
                 .tables
                 .iter()
                 .map(|t| TableCounters { entries: vec![Counter::default(); t.len()], miss: Counter::default() })
                 .collect(),
             named: vec![Counter::default(); pipeline.counter_names.len()],
+            meters: pipeline
+                .meters
+                .iter()
+                // A loaded configuration's profiles are valid (config::meter checks them).
+                .map(|m| MeterArray::new(m, 0).unwrap_or_else(|e| panic!("meter {}: {e}", m.name)))
+                .collect(),
         }
     }
 
+    /// Packets and bytes per colour of meter `m` (green, yellow, red).
+    pub fn meter_colors(&self, m: usize) -> [Counter; 3] {
+        self.meters[m].colors
+    }
+
     /// Adds another worker's counters of the same pipeline.
-    pub fn add(&mut self, o: &PipelineCounters) {
+    pub fn add(&mut self, o: &PipelineState) {
         debug_assert_eq!(self.tables.len(), o.tables.len(), "counters of one pipeline");
         for (t, ot) in self.tables.iter_mut().zip(&o.tables) {
             for (c, oc) in t.entries.iter_mut().zip(&ot.entries) {
@@ -428,6 +440,11 @@ impl PipelineCounters {
         }
         for (c, oc) in self.named.iter_mut().zip(&o.named) {
             c.add(oc);
+        }
+        for (m, om) in self.meters.iter_mut().zip(&o.meters) {
+            for (c, oc) in m.colors.iter_mut().zip(&om.colors) {
+                c.add(oc);
+            }
         }
     }
 }
@@ -442,12 +459,12 @@ impl Pipeline {
     }
 
     /// Runs the packet through the tables: counts hits and misses in `counts` (shaped for this
-    /// pipeline by [`PipelineCounters::new`]), applies rewrites to `buf` (keeping `p` up to
+    /// pipeline by [`PipelineState::new`]), applies rewrites to `buf` (keeping `p` up to
     /// date), lets actions set `meta`, and returns the egress.
     #[inline]
     pub fn apply<B: PacketBuf>(
         &self,
-        counts: &mut PipelineCounters,
+        counts: &mut PipelineState,
         buf: &mut B,
         p: &mut Parsed,
         meta: &mut Meta,
@@ -474,7 +491,7 @@ impl Pipeline {
     #[inline]
     pub fn apply_with_first_hit<B: PacketBuf>(
         &self,
-        counts: &mut PipelineCounters,
+        counts: &mut PipelineState,
         buf: &mut B,
         p: &mut Parsed,
         meta: &mut Meta,
@@ -487,7 +504,7 @@ impl Pipeline {
     #[inline(always)]
     fn apply_inner<B: PacketBuf>(
         &self,
-        counts: &mut PipelineCounters,
+        counts: &mut PipelineState,
         buf: &mut B,
         p: &mut Parsed,
         meta: &mut Meta,
@@ -508,9 +525,9 @@ impl Pipeline {
                 None => (&table.miss, &mut tc.miss, true),
             };
             counter.hit(len);
-            let actions = entry.actions(&table.pool);
+            let mut actions = entry.actions(&table.pool).iter();
             let mut next = t + 1;
-            for a in actions {
+            while let Some(a) = actions.next() {
                 match a {
                     Action::Forward(port) => egress = Egress::Port(*port),
                     Action::Flood => egress = Egress::Flood,
@@ -520,9 +537,34 @@ impl Pipeline {
                     Action::Drop => {
                         return Egress::Dropped(if miss { Reason::TableMiss } else { Reason::ExplicitDrop })
                     }
+                    Action::DropPoliced => return Egress::Dropped(Reason::Policed),
                     Action::Goto(to) => next = *to as usize,
                     Action::Exit => next = usize::MAX,
                     Action::Count(c) => counts.named[*c as usize].hit(buf.data().len()),
+                    Action::MeterAt(m, i) => {
+                        meta.color = counts.meters[*m as usize].color(
+                            u64::from(*i),
+                            meta.timestamp_us,
+                            metered_len(p, buf.data().len()),
+                            meta.color,
+                        )
+                    }
+                    Action::MeterBy(m, f) => {
+                        let w = f.word(p, meta);
+                        let index = field_value(w, f.width());
+                        meta.color = counts.meters[*m as usize].color(
+                            index,
+                            meta.timestamp_us,
+                            metered_len(p, buf.data().len()),
+                            meta.color,
+                        )
+                    }
+                    Action::SetColor(c) => meta.color = *c,
+                    Action::WhenColor(c, n) => {
+                        if meta.color != *c && *n > 0 {
+                            actions.nth(*n as usize - 1);
+                        }
+                    }
                     rw => {
                         if let Err(r) = action::rewrite(rw, buf, p) {
                             return Egress::Dropped(r);
@@ -539,7 +581,7 @@ impl Pipeline {
     #[inline]
     pub fn apply_copy<B: PacketBuf>(
         &self,
-        counts: &mut PipelineCounters,
+        counts: &mut PipelineState,
         group: usize,
         copy: usize,
         buf: &mut B,

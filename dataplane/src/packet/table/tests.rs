@@ -133,7 +133,7 @@ fn workers_counters_sum() {
     let pipe =
         Pipeline { tables: vec![t], counter_names: vec!["a".to_string(), "b".to_string()], ..Default::default() };
     let counts = |named: &[(usize, usize)], entry: (u64, u64), miss: (u64, u64)| {
-        let mut c = PipelineCounters::new(&pipe);
+        let mut c = PipelineState::new(&pipe);
         for (i, bytes) in named {
             c.named[*i].hit(*bytes);
         }
@@ -141,7 +141,7 @@ fn workers_counters_sum() {
         c.tables[0].miss = Counter { packets: miss.0, bytes: miss.1 };
         c
     };
-    let zero = PipelineCounters::new(&pipe);
+    let zero = PipelineState::new(&pipe);
     assert_eq!((zero.tables.len(), zero.tables[0].entries.len(), zero.named.len()), (1, 1, 2));
     let mut sum = counts(&[(0, 60), (0, 100), (1, 82)], (3, 200), (1, 64));
     sum.add(&counts(&[(1, 64)], (1, 60), (0, 0)));
@@ -178,7 +178,7 @@ fn entries_priorities_and_counters() {
         [Some(1), Some(0), None]
     );
     let pipe = Pipeline { tables: vec![t], ..Default::default() };
-    let mut counts = PipelineCounters::new(&pipe);
+    let mut counts = PipelineState::new(&pipe);
     let mut run = |port: u16, len: usize| {
         let mut buf = crate::buf::VecBuf::from_frame(&vec![0; len]);
         pipe.apply(&mut counts, &mut buf, &mut Parsed::default(), &mut Meta::new(port))
@@ -257,7 +257,7 @@ fn apply_with_first_hit_takes_the_given_hit() {
     assert_eq!(Pipeline::default().first_lookup(&p, &Meta::new(1)), None);
 
     let mut buf = crate::buf::VecBuf::from_frame(&[0; 60]);
-    let mut counts = PipelineCounters::new(&pipe);
+    let mut counts = PipelineState::new(&pipe);
     assert_eq!(
         pipe.apply_with_first_hit(&mut counts, &mut buf, &mut Parsed::default(), &mut Meta::new(1), Some(1)),
         Egress::Port(2)
@@ -286,7 +286,7 @@ fn apply_copy_rewrites_counts_and_fails() {
         counter_names: vec!["copies".to_string()],
         ..Default::default()
     };
-    let mut counts = PipelineCounters::new(&pipe);
+    let mut counts = PipelineState::new(&pipe);
     let mut buf = crate::buf::VecBuf::from_frame(&[0; 60]);
     let mut p = Parsed::default();
     assert_eq!(pipe.apply_copy(&mut counts, 0, 0, &mut buf, &mut p), Ok(()));

@@ -110,6 +110,19 @@ pub struct CounterSummary {
     pub counter: Counter,
 }
 
+/// A meter's (`[[meter]]`) packets and bytes per colour, summed over the workers.
+#[derive(Debug, Clone, Serialize)]
+pub struct MeterSummary {
+    /// The meter's name.
+    pub name: String,
+    /// Coloured green.
+    pub green: Counter,
+    /// Coloured yellow.
+    pub yellow: Counter,
+    /// Coloured red.
+    pub red: Counter,
+}
+
 /// The run's final stats.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
@@ -129,6 +142,8 @@ pub struct Summary {
     pub tables: Vec<EntrySummary>,
     /// Named counters, summed over the workers, in the order the config first uses them.
     pub counters: Vec<CounterSummary>,
+    /// Meters, in config order.
+    pub meters: Vec<MeterSummary>,
     /// Input records expected from finite pcap inputs (`None`: live or infinite input).
     pub input_records: Option<u64>,
     /// Whether the replay stopped by the idle fallback with records missing.
@@ -692,6 +707,7 @@ fn run_with_eal(
         finite_replay: expected.is_some() && opts.duration.is_none(),
         tables: totals.tables,
         counters: totals.named,
+        meters: totals.meters,
         input_records: expected.map(|i| i.records),
         input_short,
         input_errors: expected.map(|i| i.errors),
@@ -789,6 +805,13 @@ impl Summary {
         for c in &self.counters {
             let _ = writeln!(s, "counter {:<18} {:>10} pkts {:>12} bytes", c.name, c.counter.packets, c.counter.bytes);
         }
+        for m in &self.meters {
+            let _ = writeln!(
+                s,
+                "meter {:<20} green {} pkts {} bytes, yellow {} pkts {} bytes, red {} pkts {} bytes",
+                m.name, m.green.packets, m.green.bytes, m.yellow.packets, m.yellow.bytes, m.red.packets, m.red.bytes
+            );
+        }
         if self.collectives > 0 {
             let a = &self.aggregation;
             let _ = writeln!(
@@ -839,6 +862,7 @@ mod tests {
             finite_replay: true,
             tables: Vec::new(),
             counters: Vec::new(),
+            meters: Vec::new(),
             input_records: Some(100),
             input_short: false,
             input_errors: Some(0),

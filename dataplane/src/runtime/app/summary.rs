@@ -2,13 +2,13 @@
 //! the ports stopped and closed.
 
 use super::start::ResultSlot;
-use super::{AppError, CounterSummary, EntrySummary};
+use super::{AppError, CounterSummary, EntrySummary, MeterSummary};
 use crate::agg::AggCounters;
 use crate::dpdk::lcore::LcoreHandle;
 use crate::dpdk::{Port, PortStats};
 use crate::outputs::Staged;
 use crate::stats::Counters;
-use crate::table::{Pipeline, PipelineCounters};
+use crate::table::{Pipeline, PipelineState};
 
 /// A port's non-zero extended stats (`rte_eth_xstats_get`): (name, value).
 pub(super) type Xstats = Vec<(String, u64)>;
@@ -23,12 +23,14 @@ pub(super) struct Totals {
     pub tables: Vec<EntrySummary>,
     /// The named counters.
     pub named: Vec<CounterSummary>,
+    /// Each meter's packets and bytes per colour.
+    pub meters: Vec<MeterSummary>,
 }
 
 /// Sums the datapaths the workers left in `results` (`ports` ports).
 pub(super) fn collect(results: &[ResultSlot], ports: usize) -> Totals {
     let mut total = Counters::new(ports as u16);
-    let mut pipeline: Option<(Pipeline, PipelineCounters)> = None;
+    let mut pipeline: Option<(Pipeline, PipelineState)> = None;
     let mut agg = AggCounters::default();
     for r in results {
         if let Some(dp) = r.lock().unwrap_or_else(|e| e.into_inner()).take() {
@@ -37,21 +39,21 @@ pub(super) fn collect(results: &[ResultSlot], ports: usize) -> Totals {
                 agg.add(&a.counters);
             }
             match &mut pipeline {
-                Some((_, sum)) => sum.add(&dp.table_counters),
-                None => pipeline = Some((dp.pipeline, dp.table_counters)),
+                Some((_, sum)) => sum.add(&dp.pipeline_state),
+                None => pipeline = Some((dp.pipeline, dp.pipeline_state)),
             }
         }
     }
-    let (tables, named) = match &pipeline {
-        Some((p, sum)) => (entry_summaries(p, sum), named_summaries(p, sum)),
-        None => (Vec::new(), Vec::new()),
+    let (tables, named, meters) = match &pipeline {
+        Some((p, sum)) => (entry_summaries(p, sum), named_summaries(p, sum), meter_summaries(p, sum)),
+        None => (Vec::new(), Vec::new(), Vec::new()),
     };
-    Totals { counters: total, agg, tables, named }
+    Totals { counters: total, agg, tables, named, meters }
 }
 
 /// Each table entry's counter and each table's miss counter (after the entries), from the
 /// workers' summed counts `sum` of `pipeline`.
-fn entry_summaries(pipeline: &Pipeline, sum: &PipelineCounters) -> Vec<EntrySummary> {
+fn entry_summaries(pipeline: &Pipeline, sum: &PipelineState) -> Vec<EntrySummary> {
     let mut out = Vec::new();
     for (t, tc) in pipeline.tables.iter().zip(&sum.tables) {
         for (e, c) in tc.entries.iter().enumerate() {
@@ -62,8 +64,21 @@ fn entry_summaries(pipeline: &Pipeline, sum: &PipelineCounters) -> Vec<EntrySumm
     out
 }
 
+/// Each meter's colours, summed over the workers, in the config's order.
+fn meter_summaries(pipeline: &Pipeline, sum: &PipelineState) -> Vec<MeterSummary> {
+    pipeline
+        .meters
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let [green, yellow, red] = sum.meter_colors(i);
+            MeterSummary { name: m.name.clone(), green, yellow, red }
+        })
+        .collect()
+}
+
 /// The named counters, summed over the workers, in the pipeline's order.
-fn named_summaries(pipeline: &Pipeline, sum: &PipelineCounters) -> Vec<CounterSummary> {
+fn named_summaries(pipeline: &Pipeline, sum: &PipelineState) -> Vec<CounterSummary> {
     pipeline
         .counter_names
         .iter()

@@ -1,0 +1,69 @@
+//! The meters a pipeline uses, as configured ([`MeterSpec`]), and one worker's state of one of
+//! them ([`MeterArray`]): its instances' buckets and its packets and bytes per colour.
+
+use super::{Color, Meter, Profile};
+use crate::stats::Counter;
+
+/// The clock meters run on in the appliance: microseconds (the TSC live, converted once per
+/// burst; the capture timestamps net_pcap gives in a replay).
+pub const METER_HZ: u64 = 1_000_000;
+
+/// A configured meter (`[[meter]]`): its profile, its mode and how many instances it has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MeterSpec {
+    /// The name actions use.
+    pub name: String,
+    /// The marker and its rates (bytes/s) and burst sizes (bytes).
+    pub profile: Profile,
+    /// Colour-aware: the packet's colour so far is the marker's input colour.
+    pub color_aware: bool,
+    /// Instances (at least 1): an indexed meter's size, or a direct meter's number of users.
+    pub instances: u32,
+}
+
+/// One worker's state of one meter: a [`Meter`] per instance, and what it coloured.
+#[derive(Debug, Clone)]
+pub struct MeterArray {
+    instances: Vec<Meter>,
+    color_aware: bool,
+    /// Packets and bytes coloured green, yellow and red (indexed by [`Color`] as u8).
+    pub colors: [Counter; 3],
+}
+
+impl MeterArray {
+    /// The state of `spec`: every instance's buckets full at `now` (µs, [`METER_HZ`]).
+    ///
+    /// Errors: the profile's or clock's refusal ([`super::MeterError`]), which a loaded
+    /// configuration has already ruled out.
+    pub fn new(spec: &MeterSpec, now: u64) -> Result<MeterArray, super::MeterError> {
+        let one = Meter::new(&spec.profile, METER_HZ, now)?;
+        Ok(MeterArray {
+            instances: vec![one; spec.instances.max(1) as usize],
+            color_aware: spec.color_aware,
+            colors: [Counter::default(); 3],
+        })
+    }
+
+    /// Colours a packet of `bytes` (frame without FCS or padding) at `now` (µs) with instance
+    /// `index` (taken modulo the number of instances) and counts it under its colour.
+    /// `in_color` is the packet's colour so far, used in colour-aware mode.
+    #[inline]
+    pub fn color(&mut self, index: u64, now: u64, bytes: u32, in_color: Color) -> Color {
+        let n = self.instances.len() as u64;
+        let i = if index < n { index } else { index % n } as usize;
+        let m = &mut self.instances[i];
+        let c = if self.color_aware { m.color_aware(now, bytes, in_color) } else { m.color_blind(now, bytes) };
+        self.colors[c as usize].hit(bytes as usize);
+        c
+    }
+
+    /// Number of instances.
+    pub fn len(&self) -> usize {
+        self.instances.len()
+    }
+
+    /// Never true: a meter has at least one instance.
+    pub fn is_empty(&self) -> bool {
+        self.instances.is_empty()
+    }
+}
