@@ -3,7 +3,7 @@
 //! [`from_appliance_config`].
 
 use crate::{Dtype, Error, Op};
-use dataplane::agg::config::Carriage;
+use dataplane::agg::collective::Carriage;
 use dataplane::wire::build::IpAddrBytes;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;

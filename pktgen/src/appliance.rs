@@ -4,7 +4,8 @@
 use crate::frame;
 use crate::plan;
 use crate::workload::{carriage_name, Family, Kind, Workload};
-use dataplane::agg::config::{Carriage, CollectiveConfig, MemberConfig};
+use dataplane::agg::collective::Carriage;
+use dataplane::config::collective::{CollectiveConfig, MemberConfig};
 use serde::Serialize;
 use serde_json::json;
 use std::collections::HashMap;

@@ -4,7 +4,7 @@
 
 use crate::plan;
 use crate::workload::{Event, Params};
-use dataplane::agg::config::Carriage;
+use dataplane::agg::collective::Carriage;
 use dataplane::wire::build::{self, FrameSpec, Roce, ROCEV2_PORT};
 use dataplane::wire::gradient::{GradientRepr, VERSION};
 

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
-use dataplane::agg::config::Carriage;
+use dataplane::agg::collective::Carriage;
 use dataplane::agg::kernels::{Dtype, ReduceOp};
 use pktgen::workload::{Family, Impairments, Params, Workload};
 use std::path::PathBuf;

@@ -36,7 +36,7 @@
 //! ranks' chunks in rank order with [`Kernels::scalar`], which is what a `deterministic = true`
 //! appliance must send bit for bit (and any appliance for i32, max and min).
 
-use dataplane::agg::config::Carriage;
+use dataplane::agg::collective::Carriage;
 use dataplane::agg::kernels::{Dtype, Kernels, ReduceOp};
 use dataplane::wire::gradient::Flags;
 use rand::seq::SliceRandom;

@@ -5,6 +5,7 @@
 //! expected ([`ConfigError`]); the appliance starts only from a configuration that loaded
 //! completely. The format is documented in the README ("Configuration").
 
+pub mod collective;
 mod error;
 pub mod memory;
 mod table;
@@ -60,7 +61,7 @@ pub struct Config {
     pub groups: Vec<table::GroupConfig>,
     /// `[[collective]]`: the collectives the appliance aggregates (spec section 3).
     #[serde(rename = "collective", default)]
-    pub collectives: Vec<crate::agg::config::CollectiveConfig>,
+    pub collectives: Vec<collective::CollectiveConfig>,
 }
 
 /// `[eal]`.
@@ -249,7 +250,7 @@ pub struct Loaded {
     /// Per port: the appliance's IPv6 address.
     pub port_ipv6: Vec<Option<[u8; 16]>>,
     /// The validated collectives.
-    pub collectives: Vec<crate::agg::config::Collective>,
+    pub collectives: Vec<crate::agg::collective::Collective>,
 }
 
 impl Loaded {

@@ -1,8 +1,9 @@
 //! In-network AllReduce: gradient aggregation per the protocol spec
 //! (`shared/spec/gradient-protocol.md`), section by section:
 //!
-//! - [`config`]: the `[[collective]]` tables (section 3), validated, with slot memory checked
-//!   against `dataplane.memory_limit_mb`;
+//! - [`collective`]: a collective of section 3 as validated from its `[[collective]]` table (the
+//!   configuration reads and checks the tables, and the slot memory against
+//!   `dataplane.memory_limit_mb`);
 //! - [`slot`]: rules 1-4 and 8 on one slot's state;
 //! - [`kernels`]: the arithmetic of rule 6 (SIMD, runtime dispatch), and rule 7's rank order;
 //! - this module: validation (rule 5), folding, completion and replication of results (rule 2,
@@ -12,7 +13,7 @@
 //! All slot memory is allocated when the aggregator is built; the per-packet path allocates
 //! nothing (it takes mbufs from the pool for results and NAKs).
 
-pub mod config;
+pub mod collective;
 #[allow(unsafe_code)] // SIMD intrinsics behind runtime CPU-feature dispatch; every block has its SAFETY line.
 pub mod kernels;
 pub mod nak;
@@ -25,7 +26,7 @@ use crate::stats::{Counters, Reason};
 use crate::wire::build::{self, FrameSpec, IpAddrBytes, Roce, ROCEV2_PORT};
 use crate::wire::gradient::{probe_len, Flags, GradientHeader, GradientRepr, NakReason, RANK_NONE};
 use crate::wire::EthernetAddress;
-use config::{Carriage, Collective, MAX_WORKERS};
+use collective::{Carriage, Collective, MAX_WORKERS};
 use kernels::{Dtype, Kernels, ReduceOp};
 use serde::Serialize;
 use slot::{Slot, Verdict};
