@@ -199,7 +199,7 @@ pub fn expected_json(w: &Workload, packets: u64, bytes: u64) -> serde_json::Valu
 mod tests {
     use super::*;
     use crate::workload::{Impairments, Params};
-    use dataplane::agg::kernels::Dtype;
+    use dataplane::wire::gradient::Dtype;
     use std::path::Path;
 
     fn workload(p: Params) -> Workload {

@@ -4,8 +4,8 @@
 
 use super::ConfigError;
 use crate::agg::collective::{Carriage, Collective, Member, MAX_WORKERS};
-use crate::agg::kernels::{Dtype, ReduceOp};
 use crate::wire::build::IpAddrBytes;
+use crate::wire::gradient::{Dtype, Op};
 use crate::wire::EthernetAddress;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -104,24 +104,11 @@ pub fn validate(
                 format!("collective {} is configured twice", c.collective_id),
             ));
         }
-        let op = match c.op.as_str() {
-            "sum" => ReduceOp::Sum,
-            "max" => ReduceOp::Max,
-            "min" => ReduceOp::Min,
-            o => return Err(err(format!("{k}.op"), format!("expected \"sum\", \"max\" or \"min\", found {o:?}"))),
-        };
-        let dtype = match c.dtype.as_str() {
-            "f32" => Dtype::F32,
-            "f16" => Dtype::F16,
-            "bf16" => Dtype::Bf16,
-            "i32" => Dtype::I32,
-            o => {
-                return Err(err(
-                    format!("{k}.dtype"),
-                    format!("expected \"f32\", \"f16\", \"bf16\" or \"i32\", found {o:?}"),
-                ))
-            }
-        };
+        let op = Op::from_name(&c.op)
+            .ok_or_else(|| err(format!("{k}.op"), format!("expected \"sum\", \"max\" or \"min\", found {:?}", c.op)))?;
+        let dtype = Dtype::from_name(&c.dtype).ok_or_else(|| {
+            err(format!("{k}.dtype"), format!("expected \"f32\", \"f16\", \"bf16\" or \"i32\", found {:?}", c.dtype))
+        })?;
         let carriage = match c.carriage.as_str() {
             "udp" => Carriage::Udp,
             "rocev2" => Carriage::Rocev2,

@@ -2,8 +2,8 @@
 //! members, validated (the `[[collective]]` tables are read and checked by
 //! `config::collective`, which builds these).
 
-use super::kernels::{Dtype, ReduceOp};
 use crate::wire::build::IpAddrBytes;
+use crate::wire::gradient::{Dtype, Op};
 use crate::wire::EthernetAddress;
 use serde::Serialize;
 
@@ -46,7 +46,7 @@ pub struct Collective {
     /// Id.
     pub id: u16,
     /// Reduction.
-    pub op: ReduceOp,
+    pub op: Op,
     /// Lane type.
     pub dtype: Dtype,
     /// Carriage.

@@ -24,10 +24,10 @@ use crate::buf::{PacketBuf, PacketIo};
 use crate::parse::{Layers, Parsed};
 use crate::stats::{Counters, Reason};
 use crate::wire::build::{self, FrameSpec, IpAddrBytes, Roce, ROCEV2_PORT};
-use crate::wire::gradient::{probe_len, Flags, GradientHeader, GradientRepr, NakReason, RANK_NONE};
+use crate::wire::gradient::{probe_len, Dtype, Flags, GradientHeader, GradientRepr, NakReason, Op, RANK_NONE};
 use crate::wire::EthernetAddress;
 use collective::{Carriage, Collective, MAX_WORKERS};
-use kernels::{Dtype, Kernels, ReduceOp};
+use kernels::Kernels;
 use serde::Serialize;
 use slot::{Slot, Verdict};
 use strength_reduce::StrengthReducedU64;
@@ -399,7 +399,7 @@ impl Aggregator {
             return Err((Reason::GradBadVersion, Some(NakReason::BAD_VERSION)));
         }
         let carriage = if p.has(Layers::BTH) { Carriage::Rocev2 } else { Carriage::Udp };
-        if ReduceOp::from_wire(g.op_type()) != Some(spec.op)
+        if Op::from_wire(g.op_type()) != Some(spec.op)
             || Dtype::from_wire(g.dtype()) != Some(spec.dtype)
             || carriage != spec.carriage
         {
