@@ -3,7 +3,7 @@
 //! [`from_appliance_config`].
 
 use crate::{Dtype, Error, Op};
-use dataplane::agg::config::Carriage;
+use dataplane::agg::collective::Carriage;
 use dataplane::wire::build::IpAddrBytes;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
@@ -163,12 +163,10 @@ pub fn from_appliance_config(path: &Path, collective_id: u16, rank: u16) -> Resu
     let appliance = appliance.ok_or_else(|| {
         Error::Config(format!("{}: port[{port}] has no address of member {rank}'s family", path.display()))
     })?;
-    let op = Op::from_wire(c.op as u8).expect("the loader's ops have the wire codes");
-    let dtype = Dtype::from_wire(c.dtype as u8).expect("the loader's dtypes have the wire codes");
     let coll = Collective {
         collective_id,
-        op,
-        dtype,
+        op: c.op,
+        dtype: c.dtype,
         tensor_elements: c.tensor_elements,
         chunk_elements: c.chunk_elements,
         num_workers: c.members.len() as u16,

@@ -24,17 +24,17 @@ pub trait Element: Copy + sealed::Sealed {
 }
 
 macro_rules! element {
-    ($t:ty, $dtype:expr, $size:expr) => {
+    ($t:ty, $dtype:expr) => {
         impl Element for $t {
             const DTYPE: Dtype = $dtype;
-            const SIZE: usize = $size;
+            const SIZE: usize = $dtype.size();
             #[inline]
             fn write_le(self, out: &mut [u8]) {
                 out.copy_from_slice(&self.to_le_bytes());
             }
             #[inline]
             fn read_le(b: &[u8]) -> Self {
-                let mut a = [0u8; $size];
+                let mut a = [0u8; $dtype.size()];
                 a.copy_from_slice(b);
                 <$t>::from_le_bytes(a)
             }
@@ -42,10 +42,10 @@ macro_rules! element {
     };
 }
 
-element!(f32, Dtype::F32, 4);
-element!(i32, Dtype::I32, 4);
-element!(half::f16, Dtype::F16, 2);
-element!(half::bf16, Dtype::Bf16, 2);
+element!(f32, Dtype::F32);
+element!(i32, Dtype::I32);
+element!(half::f16, Dtype::F16);
+element!(half::bf16, Dtype::Bf16);
 
 /// A tensor the engine reads chunks from and writes results into, as payload bytes.
 pub(crate) trait Lanes {

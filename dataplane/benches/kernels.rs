@@ -12,7 +12,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use dataplane::agg::kernels::{Dtype, Kernels, ReduceOp};
+use dataplane::agg::kernels::Kernels;
+use dataplane::wire::gradient::{Dtype, Op};
 
 /// Lane counts per chunk.
 const SIZES: [usize; 2] = [256, 1024];
@@ -88,7 +89,7 @@ fn bench_alignment(c: &mut Criterion) {
             let src = Payload::new(Dtype::F32, lanes, src_shift);
             let id = format!("{}/acc+{}lanes/src+{}bytes", k.name(), acc_shift, src_shift);
             group.bench_function(id, |b| {
-                b.iter(|| k.fold(ReduceOp::Sum, Dtype::F32, black_box(acc.get()), black_box(src.bytes())))
+                b.iter(|| k.fold(Op::Sum, Dtype::F32, black_box(acc.get()), black_box(src.bytes())))
             });
         }
     }
@@ -97,7 +98,7 @@ fn bench_alignment(c: &mut Criterion) {
 
 /// `fold` of every op and dtype: the per-contribution cost of a slot.
 fn bench_fold(c: &mut Criterion) {
-    for op in ReduceOp::ALL {
+    for op in Op::ALL {
         for dtype in Dtype::ALL {
             let mut group = c.benchmark_group(format!("fold/{}/{}", op.name(), dtype.name()));
             for lanes in SIZES {
@@ -131,7 +132,7 @@ fn bench_emit(c: &mut Criterion) {
                 group.bench_with_input(BenchmarkId::new(k.name(), lanes), &lanes, |b, _| {
                     // Each pass adds the accumulator to the previous result: the values only
                     // grow (to infinity at worst), never into slow subnormals.
-                    b.iter(|| k.fold_store_in_place(ReduceOp::Sum, dtype, acc, black_box(buf.bytes_mut())))
+                    b.iter(|| k.fold_store_in_place(Op::Sum, dtype, acc, black_box(buf.bytes_mut())))
                 });
             }
         }

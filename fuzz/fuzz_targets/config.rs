@@ -10,7 +10,7 @@
 //! mutations start from text that loads.
 #![no_main]
 
-use dataplane::agg::config::Carriage;
+use dataplane::agg::collective::Carriage;
 use dataplane::agg::{Aggregator, PortAddr};
 use dataplane::buf::{VecBuf, VecIo};
 use dataplane::config::load_str;
@@ -109,7 +109,7 @@ fn plain_frames(udp_port: u16) -> Vec<Vec<u8>> {
 
 /// One contribution per member of `c` for its first chunk, round 0, addressed to the
 /// appliance's address on the member's port (a zero address where the port has none).
-fn contributions(c: &dataplane::agg::config::Collective, addrs: &[PortAddr], udp_port: u16, qpn: u32) -> Vec<Vec<u8>> {
+fn contributions(c: &dataplane::agg::collective::Collective, addrs: &[PortAddr], udp_port: u16, qpn: u32) -> Vec<Vec<u8>> {
     let elems = (c.chunk_elements as u64).min(c.tensor_elements) as usize;
     let len = (elems * c.dtype.size()).min(MAX_PAYLOAD);
     let payload = vec![0x3f; len];

@@ -4,7 +4,8 @@
 use crate::frame;
 use crate::plan;
 use crate::workload::{carriage_name, Family, Kind, Workload};
-use dataplane::agg::config::{Carriage, CollectiveConfig, MemberConfig};
+use dataplane::agg::collective::Carriage;
+use dataplane::config::collective::{CollectiveConfig, MemberConfig};
 use serde::Serialize;
 use serde_json::json;
 use std::collections::HashMap;
@@ -198,7 +199,7 @@ pub fn expected_json(w: &Workload, packets: u64, bytes: u64) -> serde_json::Valu
 mod tests {
     use super::*;
     use crate::workload::{Impairments, Params};
-    use dataplane::agg::kernels::Dtype;
+    use dataplane::wire::gradient::Dtype;
     use std::path::Path;
 
     fn workload(p: Params) -> Workload {

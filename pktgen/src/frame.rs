@@ -4,7 +4,7 @@
 
 use crate::plan;
 use crate::workload::{Event, Params};
-use dataplane::agg::config::Carriage;
+use dataplane::agg::collective::Carriage;
 use dataplane::wire::build::{self, FrameSpec, Roce, ROCEV2_PORT};
 use dataplane::wire::gradient::{GradientRepr, VERSION};
 
@@ -85,8 +85,8 @@ mod tests {
     use super::*;
     use crate::pcap::{write_pcap, EPOCH_S};
     use crate::workload::{Family, Impairments, Kind, Workload};
-    use dataplane::agg::kernels::{Dtype, ReduceOp};
     use dataplane::parse::{parse, Layers};
+    use dataplane::wire::gradient::{Dtype, Op};
     use dataplane::wire::gradient::{Flags, GradientHeader};
     use pcap_file::pcap::PcapReader;
 
@@ -103,7 +103,7 @@ mod tests {
                         tensor_elements: 103,
                         chunk_elements: 25,
                         dtype: Dtype::F16,
-                        op: ReduceOp::Max,
+                        op: Op::Max,
                         carriage,
                         family,
                         vlan,

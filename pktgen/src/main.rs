@@ -3,8 +3,8 @@
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
-use dataplane::agg::config::Carriage;
-use dataplane::agg::kernels::{Dtype, ReduceOp};
+use dataplane::agg::collective::Carriage;
+use dataplane::wire::gradient::{Dtype, Op};
 use pktgen::workload::{Family, Impairments, Params, Workload};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,7 +43,7 @@ struct AllreduceArgs {
     dtype: Dtype,
     /// Reduction: sum, max, min.
     #[arg(long, default_value = "sum", value_parser = parse_op)]
-    op: ReduceOp,
+    op: Op,
     /// Carriage: udp or rocev2.
     #[arg(long, default_value = "udp", value_parser = parse_carriage)]
     carriage: Carriage,
@@ -92,8 +92,8 @@ fn parse_dtype(s: &str) -> Result<Dtype, String> {
     Dtype::from_name(s).ok_or_else(|| format!("expected f32, f16, bf16 or i32, found {s:?}"))
 }
 
-fn parse_op(s: &str) -> Result<ReduceOp, String> {
-    ReduceOp::from_name(s).ok_or_else(|| format!("expected sum, max or min, found {s:?}"))
+fn parse_op(s: &str) -> Result<Op, String> {
+    Op::from_name(s).ok_or_else(|| format!("expected sum, max or min, found {s:?}"))
 }
 
 fn parse_carriage(s: &str) -> Result<Carriage, String> {

@@ -36,9 +36,10 @@
 //! ranks' chunks in rank order with [`Kernels::scalar`], which is what a `deterministic = true`
 //! appliance must send bit for bit (and any appliance for i32, max and min).
 
-use dataplane::agg::config::Carriage;
-use dataplane::agg::kernels::{Dtype, Kernels, ReduceOp};
+use dataplane::agg::collective::Carriage;
+use dataplane::agg::kernels::Kernels;
 use dataplane::wire::gradient::Flags;
+use dataplane::wire::gradient::{Dtype, Op};
 use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64;
@@ -106,7 +107,7 @@ pub struct Params {
     /// Lane type.
     pub dtype: Dtype,
     /// Reduction.
-    pub op: ReduceOp,
+    pub op: Op,
     /// UDP or RoCEv2 UD carriage.
     pub carriage: Carriage,
     /// IPv4 or IPv6.
@@ -144,7 +145,7 @@ impl Default for Params {
             tensor_elements: 4096,
             chunk_elements: 256,
             dtype: Dtype::F32,
-            op: ReduceOp::Sum,
+            op: Op::Sum,
             carriage: Carriage::Udp,
             family: Family::V4,
             vlan: None,
@@ -638,24 +639,24 @@ mod tests {
         let le_i32 = |v: &[i32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         let w = |dtype, op| Workload::generate(Params { dtype, op, ..params(2, 4, 2) }).unwrap();
         let t = vec![le_f32(&[1.5, -0.0, 1e30, -2.0]), le_f32(&[0.25, -0.0, 1e30, 3.0])];
-        let s = w(Dtype::F32, ReduceOp::Sum);
+        let s = w(Dtype::F32, Op::Sum);
         assert_eq!(s.reference_chunk(&t, 0, 2), le_f32(&[1.75, -0.0]));
         assert_eq!(s.reference_chunk(&t, 2, 2), le_f32(&[2e30, 1.0]));
-        let m = w(Dtype::F32, ReduceOp::Max);
+        let m = w(Dtype::F32, Op::Max);
         assert_eq!(m.reference_chunk(&t, 0, 4), le_f32(&[1.5, -0.0, 1e30, 3.0]));
         let t = vec![le_i32(&[i32::MAX, -5, 7, 0]), le_i32(&[1, -6, -7, 9])];
-        let i = w(Dtype::I32, ReduceOp::Sum);
+        let i = w(Dtype::I32, Op::Sum);
         assert_eq!(i.reference_chunk(&t, 0, 4), le_i32(&[i32::MIN, -11, 0, 9]));
-        let m = w(Dtype::I32, ReduceOp::Min);
+        let m = w(Dtype::I32, Op::Min);
         assert_eq!(m.reference_chunk(&t, 0, 4), le_i32(&[1, -6, -7, 0]));
         // f16: 1.0 + 2^-11 is a tie between 1.0 and 1.0 + 2^-10 on the f16 grid: rounded once,
         // to even (1.0); the two halves of 2^-11 accumulate exactly in f32 first.
         let h = |v: f32| half::f16::from_f32(v).to_le_bytes();
         let t = vec![[h(1.0), h(0.5)].concat(), [h(2f32.powi(-11)), h(-0.25)].concat()];
-        let f = w(Dtype::F16, ReduceOp::Sum);
+        let f = w(Dtype::F16, Op::Sum);
         assert_eq!(f.reference_chunk(&t, 0, 2), [h(1.0), h(0.25)].concat());
         // And the generated tensors: the reference of rank 0 + rank 1 lane by lane.
-        let s = w(Dtype::F32, ReduceOp::Sum);
+        let s = w(Dtype::F32, Op::Sum);
         let ts = s.tensors(0);
         let lanes = |b: &[u8]| b.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect::<Vec<_>>();
         let want: Vec<f32> = lanes(&ts[0]).iter().zip(lanes(&ts[1])).map(|(a, b)| a + b).collect();

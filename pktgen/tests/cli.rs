@@ -68,7 +68,7 @@ fn allreduce_writes_three_files_reproducibly() {
         workers: 3,
         tensor_elements: 1000,
         chunk_elements: 100,
-        dtype: dataplane::agg::kernels::Dtype::Bf16,
+        dtype: dataplane::wire::gradient::Dtype::Bf16,
         rounds: 2,
         seed: 9,
         ..Params::default()

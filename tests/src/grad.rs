@@ -3,7 +3,7 @@
 
 use crate::{root, run_with_timeout};
 use dataplane::wire::build::{self, FrameSpec, IpAddrBytes, Roce};
-use dataplane::wire::gradient::{GradientRepr, DEFAULT_UDP_PORT};
+use dataplane::wire::gradient::{Dtype, GradientRepr, Op, DEFAULT_UDP_PORT};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -127,17 +127,8 @@ impl Coll {
         } else {
             IpAddrBytes::V4([10, 0, 0, 254])
         };
-        let op = match self.op {
-            "sum" => 1,
-            "max" => 2,
-            _ => 3,
-        };
-        let dtype = match self.dtype {
-            "f32" => 1,
-            "f16" => 2,
-            "bf16" => 3,
-            _ => 4,
-        };
+        let op = Op::from_name(self.op).unwrap_or(Op::Min).wire();
+        let dtype = Dtype::from_name(self.dtype).unwrap_or(Dtype::I32).wire();
         let mut spec = FrameSpec {
             src_mac: format!("02:00:00:00:01:{k:02x}").parse().unwrap(),
             dst_mac: "02:00:00:00:00:fe".parse().unwrap(),

@@ -4,7 +4,7 @@
 //! counts the results. Included by both with `#[path]` (not a bench target of its own).
 #![allow(dead_code)]
 
-use dataplane::agg::config::{Carriage, Collective};
+use dataplane::agg::collective::{Carriage, Collective};
 use dataplane::agg::{Aggregator, PortAddr};
 use dataplane::buf::{PacketBuf, PacketIo};
 use dataplane::config::load_str;

@@ -5,6 +5,7 @@
 //! expected ([`ConfigError`]); the appliance starts only from a configuration that loaded
 //! completely. The format is documented in the README ("Configuration").
 
+pub mod collective;
 mod error;
 pub mod memory;
 pub mod meter;
@@ -64,7 +65,7 @@ pub struct Config {
     pub meters: Vec<meter::MeterConfig>,
     /// `[[collective]]`: the collectives the appliance aggregates (spec section 3).
     #[serde(rename = "collective", default)]
-    pub collectives: Vec<crate::agg::config::CollectiveConfig>,
+    pub collectives: Vec<collective::CollectiveConfig>,
 }
 
 /// `[eal]`.
@@ -253,7 +254,7 @@ pub struct Loaded {
     /// Per port: the appliance's IPv6 address.
     pub port_ipv6: Vec<Option<[u8; 16]>>,
     /// The validated collectives.
-    pub collectives: Vec<crate::agg::config::Collective>,
+    pub collectives: Vec<crate::agg::collective::Collective>,
 }
 
 impl Loaded {

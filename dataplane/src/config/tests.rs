@@ -340,7 +340,7 @@ fn collectives_take_the_spec_defaults_and_are_charged_their_slot_memory() {
     let load = |text: &str| load_str(text, Path::new("ok.toml")).unwrap_or_else(|e| panic!("{e}")).collectives;
     // 250 elements in chunks of 100: 3 slots (the last one 50 elements).
     let c = &load(&coll("f16", "deterministic = true", 250, 100))[0];
-    assert_eq!((c.carriage, c.slot_timeout_us, c.dscp), (crate::agg::config::Carriage::Udp, 1_000_000, 0));
+    assert_eq!((c.carriage, c.slot_timeout_us, c.dscp), (crate::agg::collective::Carriage::Udp, 1_000_000, 0));
     assert_eq!((c.slots(), c.workers()), (3, 3));
     assert_eq!(c.memory_bytes(), 3 * (100 * 4 + 100 * 2 + 3 * 100 * 2 + 64));
     let c = &load(&coll("f32", "", 250, 100))[0];
@@ -412,8 +412,12 @@ fn collective_values_are_accepted_up_to_their_limits() {
         (coll("chunk_elements = 2225", "udp_port = 5"), "", ""),
         (coll("chunk_elements = 2226", "udp_port = 5"), "`collective[0].chunk_elements`", "8904 bytes"),
         (coll("chunk_elements = 4450", "udp_port = 5").replace("\"f32\"", "\"f16\""), "", ""),
-        (members(crate::agg::config::MAX_WORKERS), "", ""),
-        (members(crate::agg::config::MAX_WORKERS + 1), "`collective[0].member`", "at most 4096 members, found 4097"),
+        (members(crate::agg::collective::MAX_WORKERS), "", ""),
+        (
+            members(crate::agg::collective::MAX_WORKERS + 1),
+            "`collective[0].member`",
+            "at most 4096 members, found 4097",
+        ),
         (second(2), "", ""),
         (second(1), "`collective[1].collective_id`", "collective 1 is configured twice"),
     ];

@@ -2,9 +2,11 @@
 //! dataplane, ports, lcores, tables, collectives), run in a fixed order: the first fault found
 //! is the one reported, naming the file, the key and what was expected.
 
-use super::{d_cache, memory, table, Config, ConfigError, DataplaneConfig, LcoreConfig, Loaded, MempoolConfig};
+use super::{
+    collective, d_cache, memory, table, Config, ConfigError, DataplaneConfig, LcoreConfig, Loaded, MempoolConfig,
+};
 use super::{PortConfig, RxQueueConfig, DEFAULT_MEMORY_LIMIT_MB, MBUF_HEADROOM};
-use crate::agg::config::Collective;
+use crate::agg::collective::Collective;
 use crate::wire::EthernetAddress;
 use std::path::Path;
 
@@ -270,9 +272,9 @@ fn check_collectives(config: &Config, addrs: &PortAddresses, path: &Path) -> Res
     let err = |key: String, msg: String| ConfigError::new(path, key, msg);
     let slot_room = check_eal_memory(config, path)?;
     let limit_mb = config.dataplane.memory_limit_mb.unwrap_or(DEFAULT_MEMORY_LIMIT_MB);
-    let collectives = crate::agg::config::validate(
+    let collectives = collective::validate(
         &config.collectives,
-        crate::agg::config::PortAddrs { ipv4: &addrs.ipv4, ipv6: &addrs.ipv6 },
+        collective::PortAddrs { ipv4: &addrs.ipv4, ipv6: &addrs.ipv6 },
         limit_mb.saturating_mul(memory::MIB),
         path,
     )?;

@@ -1,4 +1,5 @@
-//! NAK rate limiting (spec section 5): at most one NAK per source per 100 ms, so that NAKs can
+//! NAKs (spec section 5): the NAK the aggregator sends back for a refused packet, and their rate
+//! limit: at most one NAK per source per 100 ms, so that NAKs can
 //! never amplify traffic, and a budget of its own for every configured member's source, so that
 //! a flood of spoofed sources can never starve a member's NAKs.
 //!
@@ -20,6 +21,14 @@
 //!   therefore get at most [`BUCKETS`] NAKs per 100 ms between them, each at most one, in fixed
 //!   memory however many there are.
 
+use super::collective::{Carriage, Collective};
+use super::send::send_frame;
+use super::Aggregator;
+use crate::buf::PacketIo;
+use crate::parse::{Layers, Parsed};
+use crate::stats::Counters;
+use crate::wire::build::{FrameSpec, IpAddrBytes, Roce, ROCEV2_PORT};
+use crate::wire::gradient::{Flags, GradientHeader, GradientRepr, RANK_NONE};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -183,6 +192,102 @@ impl SharedNakLimiter {
             None => grant(&self.buckets[h % BUCKETS], now_us),
         }
     }
+}
+
+impl Aggregator {
+    /// Sends a NAK (section 5) for the refused packet, rate-limited per source.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn nak<I: PacketIo>(
+        &mut self,
+        io: &mut I,
+        in_port: u16,
+        frame: &[u8],
+        p: &Parsed,
+        reason: u8,
+        round: Option<u32>,
+        now_us: u64,
+        counters: &mut Counters,
+    ) {
+        let roce = p.has(Layers::BTH);
+        let src = source(p.ip_src(), if roce { p.deth_src_qp } else { p.udp_src as u32 }, roce);
+        if !self.naks.allow(src, now_us) {
+            self.counters.naks_suppressed += 1;
+            return;
+        }
+        let Ok(g) = GradientHeader::new_checked(&frame[p.grad_offset as usize..]) else { return };
+        let mut header = GradientRepr::parse(&g);
+        header.flags = Flags::NAK;
+        header.worker_rank = RANK_NONE;
+        header.reason = reason;
+        header.data_length = 0;
+        if let Some(r) = round {
+            header.round = r;
+        }
+        let port = self.ports.get(in_port as usize).copied().unwrap_or_default();
+        let (src_ip, dst_ip) = if p.has(Layers::IPV4) {
+            let mut d = [0u8; 4];
+            d.copy_from_slice(p.ip_dst());
+            let mut s = [0u8; 4];
+            s.copy_from_slice(p.ip_src());
+            (IpAddrBytes::V4(port.ipv4.unwrap_or(d)), IpAddrBytes::V4(s))
+        } else {
+            (IpAddrBytes::V6(port.ipv6.unwrap_or(p.ip_dst_bytes)), IpAddrBytes::V6(p.ip_src_bytes))
+        };
+        let coll_dscp = match self.index[g.collective_id() as usize] {
+            0 => 0,
+            i => self.colls[i as usize - 1].spec.dscp,
+        };
+        // Back the way the packet came: its tags mirrored, whole (priority, DEI and VID), an
+        // 802.1ad (or second 802.1Q) tag first, then the 802.1Q one.
+        let tci = |at: usize| u16::from_be_bytes([frame[at], frame[at + 1]]);
+        let (outer_tag, vlan) = match (p.has(Layers::VLAN_OUTER), p.has(Layers::VLAN_INNER)) {
+            (true, true) => (Some((p.vlan_outer_tpid, tci(14))), Some(tci(18))),
+            (true, false) if p.vlan_outer_tpid != 0x8100 => (Some((p.vlan_outer_tpid, tci(14))), None),
+            (true, false) => (None, Some(tci(14))),
+            _ => (None, None),
+        };
+        let spec = FrameSpec {
+            src_mac: port.mac,
+            dst_mac: p.eth_src,
+            vlan,
+            outer_tag,
+            src_ip,
+            dst_ip,
+            dscp: coll_dscp,
+            ecn: 2,
+            ttl: 64,
+            src_port: if roce { 0xc000 } else { self.gradient_udp_port },
+            dst_port: if roce { ROCEV2_PORT } else { p.udp_src },
+            roce: roce.then_some(Roce {
+                dest_qp: p.deth_src_qp,
+                psn: 0,
+                pkey: 0xffff,
+                qkey: p.deth_qkey,
+                src_qp: self.appliance_qpn,
+            }),
+            header,
+        };
+        if send_frame(io, &mut None, in_port, &spec, &[], None, counters) {
+            self.counters.naks += 1;
+        }
+    }
+}
+
+/// The sources of every member of `collectives` (their IP and UDP port, or IP and QP for
+/// RoCEv2): the NAK limiter's members (section 5).
+pub(super) fn member_sources<'a>(
+    collectives: impl IntoIterator<Item = &'a Collective> + 'a,
+) -> impl Iterator<Item = Source> + 'a {
+    collectives.into_iter().flat_map(|c| {
+        let roce = c.carriage == Carriage::Rocev2;
+        c.members.iter().map(move |m| {
+            let port_or_qp = if roce { m.qpn } else { m.udp_port as u32 };
+            match &m.ip {
+                IpAddrBytes::V4(a) => source(a, port_or_qp, roce),
+                IpAddrBytes::V6(a) => source(a, port_or_qp, roce),
+            }
+        })
+    })
 }
 
 #[cfg(test)]

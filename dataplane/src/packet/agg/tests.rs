@@ -1,11 +1,13 @@
 //! The aggregator on built frames: every rule of spec section 4, NAKs (section 5) and the
 //! result packets (section 6).
 
+use super::collective::Carriage;
 use super::*;
 use crate::buf::{VecBuf, VecIo};
 use crate::config::load_str;
 use crate::parse::parse;
-use crate::wire::build::UD_SEND_ONLY;
+use crate::wire::build::{self, IpAddrBytes, Roce, UD_SEND_ONLY};
+use crate::wire::gradient::{Flags, GradientHeader, GradientRepr};
 use std::path::Path;
 
 const APP_MAC: &str = "02:00:00:00:00:fe";

@@ -105,21 +105,24 @@ pub const fn probe_len(num_workers: usize) -> usize {
     num_workers.div_ceil(8)
 }
 
-/// Collective operations (`op_type`).
+/// Reduction operation of a collective (`op_type`, section 2; the `op` key of section 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Op {
-    /// ALL_REDUCE_SUM.
+    /// ALL_REDUCE_SUM, wire code 1.
     Sum = 0x01,
-    /// ALL_REDUCE_MAX.
+    /// ALL_REDUCE_MAX, wire code 2: IEEE 754-2019 `maximum` for floats, signed max for i32.
     Max = 0x02,
-    /// ALL_REDUCE_MIN.
+    /// ALL_REDUCE_MIN, wire code 3: IEEE 754-2019 `minimum` for floats, signed min for i32.
     Min = 0x03,
 }
 
 impl Op {
-    /// The op for a wire value, or `None` for an unknown one.
-    pub fn from_wire(v: u8) -> Option<Op> {
+    /// Every op, in wire-code order.
+    pub const ALL: [Op; 3] = [Op::Sum, Op::Max, Op::Min];
+
+    /// The op with header code `v` (section 2), or `None` for an unknown one.
+    pub const fn from_wire(v: u8) -> Option<Op> {
         match v {
             0x01 => Some(Op::Sum),
             0x02 => Some(Op::Max),
@@ -127,25 +130,47 @@ impl Op {
             _ => None,
         }
     }
+
+    /// The header code of this op (section 2): 1 sum, 2 max, 3 min.
+    pub const fn wire(self) -> u8 {
+        self as u8
+    }
+
+    /// The config name (section 3): `"sum"`, `"max"`, `"min"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Op::Sum => "sum",
+            Op::Max => "max",
+            Op::Min => "min",
+        }
+    }
+
+    /// The op whose config name (section 3) is `name`, or `None`.
+    pub fn from_name(name: &str) -> Option<Op> {
+        Op::ALL.into_iter().find(|o| o.name() == name)
+    }
 }
 
-/// Element types (`dtype`).
+/// Element type of a collective's lanes (`dtype`, section 2; the `dtype` key of section 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Dtype {
-    /// IEEE binary32.
+    /// IEEE binary32, wire code 1, 4 bytes.
     F32 = 0x01,
-    /// IEEE binary16.
+    /// IEEE binary16, wire code 2, 2 bytes.
     F16 = 0x02,
-    /// bfloat16.
+    /// bfloat16 (the top half of a binary32), wire code 3, 2 bytes.
     Bf16 = 0x03,
-    /// Two's-complement 32-bit integer.
+    /// Two's-complement 32-bit integer, wire code 4, 4 bytes.
     I32 = 0x04,
 }
 
 impl Dtype {
-    /// The dtype for a wire value, or `None` for an unknown one.
-    pub fn from_wire(v: u8) -> Option<Dtype> {
+    /// Every dtype, in wire-code order.
+    pub const ALL: [Dtype; 4] = [Dtype::F32, Dtype::F16, Dtype::Bf16, Dtype::I32];
+
+    /// The dtype with header code `v` (section 2), or `None` for an unknown one.
+    pub const fn from_wire(v: u8) -> Option<Dtype> {
         match v {
             0x01 => Some(Dtype::F32),
             0x02 => Some(Dtype::F16),
@@ -155,12 +180,32 @@ impl Dtype {
         }
     }
 
-    /// Size of one element (bytes).
-    pub fn size(self) -> usize {
+    /// The header code of this dtype (section 2): 1 f32, 2 f16, 3 bf16, 4 i32.
+    pub const fn wire(self) -> u8 {
+        self as u8
+    }
+
+    /// Size of one element on the wire (bytes): 4, 2, 2, 4.
+    pub const fn size(self) -> usize {
         match self {
             Dtype::F32 | Dtype::I32 => 4,
             Dtype::F16 | Dtype::Bf16 => 2,
         }
+    }
+
+    /// The config name (section 3): `"f32"`, `"f16"`, `"bf16"`, `"i32"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Dtype::F32 => "f32",
+            Dtype::F16 => "f16",
+            Dtype::Bf16 => "bf16",
+            Dtype::I32 => "i32",
+        }
+    }
+
+    /// The dtype whose config name (section 3) is `name`, or `None`.
+    pub fn from_name(name: &str) -> Option<Dtype> {
+        Dtype::ALL.into_iter().find(|d| d.name() == name)
     }
 }
 
@@ -431,6 +476,36 @@ mod tests {
             [Some(Dtype::F32), Some(Dtype::F16), Some(Dtype::Bf16), Some(Dtype::I32)]
         );
         assert_eq!([Dtype::F32, Dtype::F16, Dtype::Bf16, Dtype::I32].map(Dtype::size), [4, 2, 2, 4]);
+    }
+
+    #[test]
+    fn dtype_and_op_codes_round_trip() {
+        for (dtype, code, size, name) in [
+            (Dtype::F32, 1, 4, "f32"),
+            (Dtype::F16, 2, 2, "f16"),
+            (Dtype::Bf16, 3, 2, "bf16"),
+            (Dtype::I32, 4, 4, "i32"),
+        ] {
+            assert_eq!(dtype.wire(), code);
+            assert_eq!(Dtype::from_wire(code), Some(dtype));
+            assert_eq!(dtype.size(), size);
+            assert_eq!(dtype.name(), name);
+            assert_eq!(Dtype::from_name(name), Some(dtype));
+        }
+        for (op, code, name) in [(Op::Sum, 1, "sum"), (Op::Max, 2, "max"), (Op::Min, 3, "min")] {
+            assert_eq!(op.wire(), code);
+            assert_eq!(Op::from_wire(code), Some(op));
+            assert_eq!(op.name(), name);
+            assert_eq!(Op::from_name(name), Some(op));
+        }
+        for bad in [0, 5, 0xff] {
+            assert_eq!(Dtype::from_wire(bad), None);
+        }
+        for bad in [0, 4, 0xff] {
+            assert_eq!(Op::from_wire(bad), None);
+        }
+        assert_eq!(Dtype::from_name("f64"), None);
+        assert_eq!(Op::from_name("prod"), None);
     }
 
     #[test]

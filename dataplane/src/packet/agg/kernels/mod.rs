@@ -52,139 +52,37 @@ mod avx512;
 #[cfg(test)]
 mod tests;
 
+use crate::wire::gradient::{Dtype, Op};
 use std::fmt;
 
-/// Const-generic parameters of the kernel functions: the wire codes of [`Dtype`] and
-/// [`ReduceOp`] (section 2), so that each (op, dtype) pair is monomorphised into its own loop.
+/// Const-generic parameters of the kernel functions: the wire codes of [`Dtype`] and [`Op`]
+/// (section 2), so that each (op, dtype) pair is monomorphised into its own loop.
 mod code {
-    pub const F32: u8 = 1;
-    pub const F16: u8 = 2;
-    pub const BF16: u8 = 3;
-    pub const I32: u8 = 4;
+    use super::{Dtype, Op};
 
-    pub const SUM: u8 = 1;
-    pub const MAX: u8 = 2;
-    pub const MIN: u8 = 3;
+    pub const F32: u8 = Dtype::F32.wire();
+    pub const F16: u8 = Dtype::F16.wire();
+    pub const BF16: u8 = Dtype::Bf16.wire();
+    pub const I32: u8 = Dtype::I32.wire();
 
-    /// Bytes per payload lane of the dtype with wire code `dt`.
+    pub const SUM: u8 = Op::Sum.wire();
+    pub const MAX: u8 = Op::Max.wire();
+    pub const MIN: u8 = Op::Min.wire();
+
+    /// Bytes per payload lane of the dtype with wire code `dt` (a compile-time constant: `dt`
+    /// is always one of the codes above).
     pub const fn size(dt: u8) -> usize {
-        match dt {
-            F16 | BF16 => 2,
-            _ => 4,
+        match Dtype::from_wire(dt) {
+            Some(d) => d.size(),
+            None => panic!("not a dtype's wire code"),
         }
     }
 }
 
-/// Element type of a collective's lanes (section 2, header field `dtype`; section 3, key
-/// `dtype`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum Dtype {
-    /// IEEE binary32, wire code 1, 4 bytes.
-    F32 = code::F32,
-    /// IEEE binary16, wire code 2, 2 bytes.
-    F16 = code::F16,
-    /// bfloat16 (the top half of a binary32), wire code 3, 2 bytes.
-    Bf16 = code::BF16,
-    /// Two's-complement 32-bit integer, wire code 4, 4 bytes.
-    I32 = code::I32,
-}
-
-impl Dtype {
-    /// Every dtype, in wire-code order.
-    pub const ALL: [Dtype; 4] = [Dtype::F32, Dtype::F16, Dtype::Bf16, Dtype::I32];
-
-    /// The dtype with header code `code` (section 2), or `None` for an unknown code.
-    pub const fn from_wire(code: u8) -> Option<Dtype> {
-        match code {
-            code::F32 => Some(Dtype::F32),
-            code::F16 => Some(Dtype::F16),
-            code::BF16 => Some(Dtype::Bf16),
-            code::I32 => Some(Dtype::I32),
-            _ => None,
-        }
-    }
-
-    /// The header code of this dtype (section 2): 1 f32, 2 f16, 3 bf16, 4 i32.
-    pub const fn wire(self) -> u8 {
-        self as u8
-    }
-
-    /// Bytes per lane on the wire: 4, 2, 2, 4.
-    pub const fn size(self) -> usize {
-        code::size(self as u8)
-    }
-
-    /// The config name (section 3): `"f32"`, `"f16"`, `"bf16"`, `"i32"`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Dtype::F32 => "f32",
-            Dtype::F16 => "f16",
-            Dtype::Bf16 => "bf16",
-            Dtype::I32 => "i32",
-        }
-    }
-
-    /// The dtype whose config name (section 3) is `name`, or `None`.
-    pub fn from_name(name: &str) -> Option<Dtype> {
-        Dtype::ALL.into_iter().find(|d| d.name() == name)
-    }
-
-    /// Row of this dtype in a kernel table.
-    const fn index(self) -> usize {
-        self as usize - 1
-    }
-}
-
-/// Reduction operation of a collective (section 2, header field `op_type`; section 3, key `op`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum ReduceOp {
-    /// ALL_REDUCE_SUM, wire code 1.
-    Sum = code::SUM,
-    /// ALL_REDUCE_MAX, wire code 2: IEEE 754-2019 `maximum` for floats, signed max for i32.
-    Max = code::MAX,
-    /// ALL_REDUCE_MIN, wire code 3: IEEE 754-2019 `minimum` for floats, signed min for i32.
-    Min = code::MIN,
-}
-
-impl ReduceOp {
-    /// Every op, in wire-code order.
-    pub const ALL: [ReduceOp; 3] = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min];
-
-    /// The op with header code `code` (section 2), or `None` for an unknown code.
-    pub const fn from_wire(code: u8) -> Option<ReduceOp> {
-        match code {
-            code::SUM => Some(ReduceOp::Sum),
-            code::MAX => Some(ReduceOp::Max),
-            code::MIN => Some(ReduceOp::Min),
-            _ => None,
-        }
-    }
-
-    /// The header code of this op (section 2): 1 sum, 2 max, 3 min.
-    pub const fn wire(self) -> u8 {
-        self as u8
-    }
-
-    /// The config name (section 3): `"sum"`, `"max"`, `"min"`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            ReduceOp::Sum => "sum",
-            ReduceOp::Max => "max",
-            ReduceOp::Min => "min",
-        }
-    }
-
-    /// The op whose config name (section 3) is `name`, or `None`.
-    pub fn from_name(name: &str) -> Option<ReduceOp> {
-        ReduceOp::ALL.into_iter().find(|o| o.name() == name)
-    }
-
-    /// Row of this op in a kernel table.
-    const fn index(self) -> usize {
-        self as usize - 1
-    }
+/// Row of the dtype or op with wire code `code` (1, 2, ...) in a kernel table.
+#[inline(always)]
+const fn row(code: u8) -> usize {
+    code as usize - 1
 }
 
 // The raw kernel signatures shared by every kernel set. Each is an `unsafe fn` with the same
@@ -329,7 +227,7 @@ impl Kernels {
     /// If `src.len() != acc.len() * dtype.size()`.
     pub fn load(&self, dtype: Dtype, acc: &mut [u32], src: &[u8]) {
         check_len("src", src.len(), acc.len(), dtype);
-        let f = self.load[dtype.index()];
+        let f = self.load[row(dtype.wire())];
         // SAFETY: `acc` is a live exclusive slice of `acc.len()` u32s and `src` a live shared
         // slice of exactly `acc.len() * dtype.size()` bytes (checked above); a `&mut` and a `&`
         // never overlap; the table only holds kernels for detected CPU features (type invariant).
@@ -342,9 +240,9 @@ impl Kernels {
     /// # Panics
     ///
     /// If `src.len() != acc.len() * dtype.size()`.
-    pub fn fold(&self, op: ReduceOp, dtype: Dtype, acc: &mut [u32], src: &[u8]) {
+    pub fn fold(&self, op: Op, dtype: Dtype, acc: &mut [u32], src: &[u8]) {
         check_len("src", src.len(), acc.len(), dtype);
-        let f = self.fold[op.index()][dtype.index()];
+        let f = self.fold[row(op.wire())][row(dtype.wire())];
         // SAFETY: as in `load`: lengths checked above, `acc` and `src` are disjoint borrows, and
         // the table only holds kernels for detected CPU features.
         unsafe { f(acc.as_mut_ptr(), src.as_ptr(), acc.len()) }
@@ -361,7 +259,7 @@ impl Kernels {
     /// If `dst.len() != acc.len() * dtype.size()`.
     pub fn store(&self, dtype: Dtype, acc: &[u32], dst: &mut [u8]) {
         check_len("dst", dst.len(), acc.len(), dtype);
-        let f = self.store[dtype.index()];
+        let f = self.store[row(dtype.wire())];
         // SAFETY: lengths checked above, `acc` and `dst` are disjoint borrows (`dst` is `&mut`),
         // and the table only holds kernels for detected CPU features.
         unsafe { f(acc.as_ptr(), dst.as_mut_ptr(), acc.len()) }
@@ -375,10 +273,10 @@ impl Kernels {
     /// # Panics
     ///
     /// If `src.len()` or `dst.len()` is not `acc.len() * dtype.size()`.
-    pub fn fold_store(&self, op: ReduceOp, dtype: Dtype, acc: &[u32], src: &[u8], dst: &mut [u8]) {
+    pub fn fold_store(&self, op: Op, dtype: Dtype, acc: &[u32], src: &[u8], dst: &mut [u8]) {
         check_len("src", src.len(), acc.len(), dtype);
         check_len("dst", dst.len(), acc.len(), dtype);
-        let f = self.fold_store[op.index()][dtype.index()];
+        let f = self.fold_store[row(op.wire())][row(dtype.wire())];
         // SAFETY: lengths checked above; `dst` is an exclusive borrow, so it overlaps neither
         // `acc` nor `src`; the table only holds kernels for detected CPU features.
         unsafe { f(acc.as_ptr(), src.as_ptr(), dst.as_mut_ptr(), acc.len()) }
@@ -393,9 +291,9 @@ impl Kernels {
     /// # Panics
     ///
     /// If `buf.len() != acc.len() * dtype.size()`.
-    pub fn fold_store_in_place(&self, op: ReduceOp, dtype: Dtype, acc: &[u32], buf: &mut [u8]) {
+    pub fn fold_store_in_place(&self, op: Op, dtype: Dtype, acc: &[u32], buf: &mut [u8]) {
         check_len("buf", buf.len(), acc.len(), dtype);
-        let f = self.fold_store[op.index()][dtype.index()];
+        let f = self.fold_store[row(op.wire())][row(dtype.wire())];
         let p = buf.as_mut_ptr();
         // SAFETY: lengths checked above; `buf` is an exclusive borrow, so it does not overlap
         // `acc`; source and destination are the same pointer, derived from the `&mut`, which the

@@ -6,7 +6,7 @@ use half::{bf16, f16};
 
 use super::{from_wire, is_nan, kernel_sets, same, to_wire};
 use crate::agg::kernels::lanes;
-use crate::agg::kernels::Dtype;
+use crate::wire::gradient::Dtype;
 
 /// The oracle's f32 -> f16 (NaN payloads aside).
 fn half_f16(x: u32) -> u32 {

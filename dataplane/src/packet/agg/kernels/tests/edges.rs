@@ -2,7 +2,8 @@
 //! infinities, rounding at store, and the length checks.
 
 use super::{is_nan, reduce, to_wire, FINISHES};
-use crate::agg::kernels::{Dtype, Kernels, ReduceOp};
+use crate::agg::kernels::Kernels;
+use crate::wire::gradient::{Dtype, Op};
 
 /// Enough lanes for two AVX-512 vectors and a tail, and an AVX2 tail.
 const LANES: usize = 37;
@@ -62,7 +63,7 @@ const FLOATS: [Bits; 3] = [
 
 /// Reduces `inputs` (one value per contribution, replicated over [`LANES`] lanes) on kernel set
 /// `k` with every way of finishing, and asserts every lane is `want` (`None`: any NaN).
-fn check(k: &Kernels, op: ReduceOp, dtype: Dtype, inputs: &[u32], want: Option<u32>) {
+fn check(k: &Kernels, op: Op, dtype: Dtype, inputs: &[u32], want: Option<u32>) {
     let payloads: Vec<Vec<u8>> = inputs.iter().map(|&x| to_wire(dtype, &[x; LANES])).collect();
     for finish in FINISHES {
         let (got, _) = reduce(k, op, dtype, &payloads, finish);
@@ -84,7 +85,7 @@ fn check(k: &Kernels, op: ReduceOp, dtype: Dtype, inputs: &[u32], want: Option<u
 
 #[test]
 fn signed_zeros() {
-    use ReduceOp::{Max, Min, Sum};
+    use Op::{Max, Min, Sum};
     for k in super::kernel_sets() {
         for b in &FLOATS {
             let (p, n) = (b.pos_zero, b.neg_zero);
@@ -118,7 +119,7 @@ fn nan_in_either_operand() {
     for k in super::kernel_sets() {
         for b in &FLOATS {
             for nan in [b.quiet_nan, b.signalling_nan, b.quiet_nan | b.neg_zero] {
-                for op in ReduceOp::ALL {
+                for op in Op::ALL {
                     for x in [b.one, b.neg_zero, b.pos_zero, b.inf, b.neg_inf] {
                         // x86 max/min return the second operand on NaN: both orders matter.
                         check(&k, op, b.dtype, &[nan, x], None);
@@ -135,7 +136,7 @@ fn nan_in_either_operand() {
 
 #[test]
 fn infinities_and_ordinary_values() {
-    use ReduceOp::{Max, Min, Sum};
+    use Op::{Max, Min, Sum};
     for k in super::kernel_sets() {
         for b in &FLOATS {
             let d = b.dtype;
@@ -160,7 +161,7 @@ fn infinities_and_ordinary_values() {
 
 #[test]
 fn integer_ops() {
-    use ReduceOp::{Max, Min, Sum};
+    use Op::{Max, Min, Sum};
     let d = Dtype::I32;
     let neg = |x: i32| x as u32;
     for k in super::kernel_sets() {
@@ -225,7 +226,7 @@ fn empty_slices_are_fine() {
             let mut out: [u8; 0] = [];
             k.load(dtype, &mut acc, &[]);
             k.store(dtype, &acc, &mut out);
-            for op in ReduceOp::ALL {
+            for op in Op::ALL {
                 k.fold(op, dtype, &mut acc, &[]);
                 k.fold_store(op, dtype, &acc, &[], &mut out);
                 k.fold_store_in_place(op, dtype, &acc, &mut out);
@@ -243,7 +244,7 @@ fn load_checks_the_length() {
 #[test]
 #[should_panic(expected = "src is 17 bytes")]
 fn fold_checks_the_length() {
-    Kernels::detect().fold(ReduceOp::Sum, Dtype::F32, &mut [0; 4], &[0; 17]);
+    Kernels::detect().fold(Op::Sum, Dtype::F32, &mut [0; 4], &[0; 17]);
 }
 
 #[test]
@@ -255,11 +256,11 @@ fn store_checks_the_length() {
 #[test]
 #[should_panic(expected = "dst is 9 bytes")]
 fn fold_store_checks_the_destination_length() {
-    Kernels::detect().fold_store(ReduceOp::Max, Dtype::Bf16, &[0; 4], &[0; 8], &mut [0; 9]);
+    Kernels::detect().fold_store(Op::Max, Dtype::Bf16, &[0; 4], &[0; 8], &mut [0; 9]);
 }
 
 #[test]
 #[should_panic(expected = "buf is 2 bytes")]
 fn fold_store_in_place_checks_the_length() {
-    Kernels::detect().fold_store_in_place(ReduceOp::Min, Dtype::F16, &[0; 4], &mut [0; 2]);
+    Kernels::detect().fold_store_in_place(Op::Min, Dtype::F16, &[0; 4], &mut [0; 2]);
 }

@@ -11,7 +11,7 @@ mod random;
 mod vectors;
 
 use super::lanes::{bf16_is_nan, f16_is_nan, f32_is_nan};
-use super::{Dtype, Kernels, ReduceOp};
+use super::{Dtype, Kernels, Op};
 
 /// Every kernel set this machine runs, the scalar reference first.
 fn kernel_sets() -> Vec<Kernels> {
@@ -85,7 +85,7 @@ const FINISHES: [Finish; 3] = [Finish::FoldThenStore, Finish::FoldStore, Finish:
 /// Reduces `inputs` (wire payloads, at least one, in arrival order) the way the aggregator does:
 /// `load` the first, `fold` the others, and end with `finish`. Returns the result lanes and the
 /// accumulator as it is before the last contribution (or after the only one).
-fn reduce(k: &Kernels, op: ReduceOp, dtype: Dtype, inputs: &[Vec<u8>], finish: Finish) -> (Vec<u32>, Vec<u32>) {
+fn reduce(k: &Kernels, op: Op, dtype: Dtype, inputs: &[Vec<u8>], finish: Finish) -> (Vec<u32>, Vec<u32>) {
     let lanes = inputs[0].len() / dtype.size();
     let mut acc = vec![0u32; lanes];
     k.load(dtype, &mut acc, &inputs[0]);
@@ -133,31 +133,4 @@ fn detect_picks_the_widest_available_set() {
     if is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vl") {
         assert_eq!(names, ["scalar", "avx2", "avx512"]);
     }
-}
-
-#[test]
-fn dtype_and_op_codes_round_trip() {
-    for (dtype, code, size, name) in
-        [(Dtype::F32, 1, 4, "f32"), (Dtype::F16, 2, 2, "f16"), (Dtype::Bf16, 3, 2, "bf16"), (Dtype::I32, 4, 4, "i32")]
-    {
-        assert_eq!(dtype.wire(), code);
-        assert_eq!(Dtype::from_wire(code), Some(dtype));
-        assert_eq!(dtype.size(), size);
-        assert_eq!(dtype.name(), name);
-        assert_eq!(Dtype::from_name(name), Some(dtype));
-    }
-    for (op, code, name) in [(ReduceOp::Sum, 1, "sum"), (ReduceOp::Max, 2, "max"), (ReduceOp::Min, 3, "min")] {
-        assert_eq!(op.wire(), code);
-        assert_eq!(ReduceOp::from_wire(code), Some(op));
-        assert_eq!(op.name(), name);
-        assert_eq!(ReduceOp::from_name(name), Some(op));
-    }
-    for bad in [0, 5, 0xff] {
-        assert_eq!(Dtype::from_wire(bad), None);
-    }
-    for bad in [0, 4, 0xff] {
-        assert_eq!(ReduceOp::from_wire(bad), None);
-    }
-    assert_eq!(Dtype::from_name("f64"), None);
-    assert_eq!(ReduceOp::from_name("prod"), None);
 }

@@ -6,7 +6,8 @@ use proptest::sample::select;
 use proptest::test_runner::FileFailurePersistence;
 
 use super::{from_wire, reduce, same_acc, same_lanes, to_wire, Finish, FINISHES};
-use crate::agg::kernels::{Dtype, Kernels, ReduceOp};
+use crate::agg::kernels::Kernels;
+use crate::wire::gradient::{Dtype, Op};
 
 const F32_SPECIALS: [u32; 22] = [
     0x0000_0000, // +0
@@ -93,7 +94,7 @@ fn lane_bits(dtype: Dtype) -> BoxedStrategy<u32> {
 /// (so that every alignment of both, relative to a cache line, occurs).
 #[derive(Debug, Clone)]
 struct Case {
-    op: ReduceOp,
+    op: Op,
     dtype: Dtype,
     inputs: Vec<Vec<u32>>,
     offset: usize,
@@ -101,7 +102,7 @@ struct Case {
 }
 
 fn case() -> impl Strategy<Value = Case> {
-    (select(ReduceOp::ALL.to_vec()), select(Dtype::ALL.to_vec()), 0usize..=1100, 1usize..=4, 0usize..64, 0usize..16)
+    (select(Op::ALL.to_vec()), select(Dtype::ALL.to_vec()), 0usize..=1100, 1usize..=4, 0usize..64, 0usize..16)
         .prop_flat_map(|(op, dtype, lanes, count, offset, acc_offset)| {
             prop::collection::vec(prop::collection::vec(lane_bits(dtype), lanes), count).prop_map(move |inputs| Case {
                 op,
@@ -297,7 +298,7 @@ fn reduction_matches_a_plain_model() {
         .map(|_| (0..lanes).map(|_| (next() % 2001) as u32).map(|x| (x as i32 - 1000) as u32).collect())
         .collect();
     for k in super::kernel_sets() {
-        for op in ReduceOp::ALL {
+        for op in Op::ALL {
             for dtype in Dtype::ALL {
                 let to_dtype = |x: i32| -> u32 {
                     match dtype {
@@ -323,9 +324,9 @@ fn reduction_matches_a_plain_model() {
                 for (i, &lane) in got.iter().enumerate() {
                     let values = payloads.iter().map(|p| from_dtype(from_wire(dtype, p)[i]));
                     let want = match op {
-                        ReduceOp::Sum => values.sum::<f64>(),
-                        ReduceOp::Max => values.fold(f64::NEG_INFINITY, f64::max),
-                        ReduceOp::Min => values.fold(f64::INFINITY, f64::min),
+                        Op::Sum => values.sum::<f64>(),
+                        Op::Max => values.fold(f64::NEG_INFINITY, f64::max),
+                        Op::Min => values.fold(f64::INFINITY, f64::min),
                     };
                     let want_bits = match dtype {
                         Dtype::I32 => want as i32 as u32,

@@ -1,7 +1,7 @@
 //! The project's shared summation cases (`shared/cases/sum_vectors.csv`), for every kernel set.
 
 use super::{is_nan, reduce, to_wire, FINISHES};
-use crate::agg::kernels::{Dtype, ReduceOp};
+use crate::wire::gradient::{Dtype, Op};
 
 /// A copy of `shared/cases/sum_vectors.csv`: one lane per row, inputs in arrival order, each lane
 /// its bit pattern in hex (most significant digit first); `nan` means any NaN of the dtype.
@@ -29,7 +29,7 @@ const SUM_VECTORS: &str = r#"case,dtype,op,inputs_hex_in_arrival_order,expected_
 struct Case {
     name: String,
     dtype: Dtype,
-    op: ReduceOp,
+    op: Op,
     inputs: Vec<u32>,
     /// `None` for `nan`.
     expected: Option<u32>,
@@ -50,7 +50,7 @@ fn parse(csv: &str) -> Vec<Case> {
             Case {
                 name: name.to_string(),
                 dtype: Dtype::from_name(dtype).expect("dtype"),
-                op: ReduceOp::from_name(op).expect("op"),
+                op: Op::from_name(op).expect("op"),
                 inputs: inputs.split(' ').map(hex).collect(),
                 expected: (expected != "nan").then(|| hex(expected)),
             }

@@ -1,16 +1,14 @@
 //! `[[collective]]`: the collectives of spec section 3, with exactly the spec's key names (the
-//! traffic generator and the independent checker read the same file), validated into
-//! [`Collective`]s.
+//! traffic generator and the independent checker read the same file), validated into the
+//! aggregator's [`Collective`]s.
 
-use super::kernels::{Dtype, ReduceOp};
-use crate::config::ConfigError;
+use super::ConfigError;
+use crate::agg::collective::{Carriage, Collective, Member, MAX_WORKERS};
 use crate::wire::build::IpAddrBytes;
+use crate::wire::gradient::{Dtype, Op};
 use crate::wire::EthernetAddress;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
-
-/// Most members (workers) of one collective.
-pub const MAX_WORKERS: usize = 4096;
 
 /// `[[collective]]` as written in the file (spec section 3).
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -77,88 +75,6 @@ fn d_timeout() -> u64 {
     1000
 }
 
-/// The carriage of a collective (spec section 1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Carriage {
-    /// Ethernet / IP / UDP (gradient port) / gradient.
-    Udp,
-    /// Ethernet / IP / UDP 4791 / BTH (UD SEND Only) / DETH / gradient / pad / ICRC.
-    Rocev2,
-}
-
-/// A validated member.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Member {
-    /// Rank.
-    pub rank: u16,
-    /// IP address.
-    pub ip: IpAddrBytes,
-    /// UDP port (UDP carriage; 0 for RoCEv2).
-    pub udp_port: u16,
-    /// MAC.
-    pub mac: EthernetAddress,
-    /// VLAN tag of results.
-    pub vlan: Option<u16>,
-    /// Appliance port index.
-    pub port: u16,
-    /// QP (RoCEv2).
-    pub qpn: u32,
-    /// Q_Key (RoCEv2).
-    pub qkey: u32,
-}
-
-/// A validated collective.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Collective {
-    /// Id.
-    pub id: u16,
-    /// Reduction.
-    pub op: ReduceOp,
-    /// Lane type.
-    pub dtype: Dtype,
-    /// Carriage.
-    pub carriage: Carriage,
-    /// Elements in the tensor.
-    pub tensor_elements: u64,
-    /// Elements per chunk.
-    pub chunk_elements: u32,
-    /// Rank-order reduction.
-    pub deterministic: bool,
-    /// Slot timeout (µs).
-    pub slot_timeout_us: u64,
-    /// DSCP of results.
-    pub dscp: u8,
-    /// Members by rank.
-    pub members: Vec<Member>,
-}
-
-impl Collective {
-    /// Number of slots: one per chunk.
-    pub fn slots(&self) -> u64 {
-        self.tensor_elements.div_ceil(self.chunk_elements as u64)
-    }
-
-    /// Number of workers.
-    pub fn workers(&self) -> usize {
-        self.members.len()
-    }
-
-    /// Bytes of slot memory: per slot an f32/i32 accumulator and the kept result, per-rank
-    /// copies of the payload when deterministic, the rank bitmap (a u64 per 64 workers) and
-    /// 56 bytes of state (the slot's round state, the kept result's sums, the deterministic fold
-    /// count), as the aggregator allocates them.
-    pub fn memory_bytes(&self) -> u64 {
-        let chunk = self.chunk_elements as u64;
-        let workers = self.workers() as u64;
-        let per_slot = chunk * 4
-            + chunk * self.dtype.size() as u64
-            + if self.deterministic { workers * chunk * self.dtype.size() as u64 } else { 0 }
-            + 8 * workers.div_ceil(64)
-            + 56;
-        self.slots() * per_slot
-    }
-}
-
 /// What validation needs of the ports: how many there are and their addresses.
 #[derive(Debug, Clone, Copy)]
 pub struct PortAddrs<'a> {
@@ -188,24 +104,11 @@ pub fn validate(
                 format!("collective {} is configured twice", c.collective_id),
             ));
         }
-        let op = match c.op.as_str() {
-            "sum" => ReduceOp::Sum,
-            "max" => ReduceOp::Max,
-            "min" => ReduceOp::Min,
-            o => return Err(err(format!("{k}.op"), format!("expected \"sum\", \"max\" or \"min\", found {o:?}"))),
-        };
-        let dtype = match c.dtype.as_str() {
-            "f32" => Dtype::F32,
-            "f16" => Dtype::F16,
-            "bf16" => Dtype::Bf16,
-            "i32" => Dtype::I32,
-            o => {
-                return Err(err(
-                    format!("{k}.dtype"),
-                    format!("expected \"f32\", \"f16\", \"bf16\" or \"i32\", found {o:?}"),
-                ))
-            }
-        };
+        let op = Op::from_name(&c.op)
+            .ok_or_else(|| err(format!("{k}.op"), format!("expected \"sum\", \"max\" or \"min\", found {:?}", c.op)))?;
+        let dtype = Dtype::from_name(&c.dtype).ok_or_else(|| {
+            err(format!("{k}.dtype"), format!("expected \"f32\", \"f16\", \"bf16\" or \"i32\", found {:?}", c.dtype))
+        })?;
         let carriage = match c.carriage.as_str() {
             "udp" => Carriage::Udp,
             "rocev2" => Carriage::Rocev2,

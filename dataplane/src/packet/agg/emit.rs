@@ -1,0 +1,153 @@
+//! RESULT frames (spec section 6): a completed round's result to every member (rule 2), and the
+//! kept result again to one member (rule 3), from the member's header template when the
+//! payload fits it, else through the frame builder.
+
+use super::collective::{Carriage, Collective};
+use super::send::{send_frame, send_templated};
+use super::{template, Aggregator, PortAddr};
+use crate::buf::PacketIo;
+use crate::stats::Counters;
+use crate::wire::build::{self, FrameSpec, Roce, ROCEV2_PORT};
+use crate::wire::gradient::{Flags, GradientRepr, RANK_NONE};
+
+impl Aggregator {
+    /// Sends slot `s`'s kept result for `round` to every member (rule 2), or to `only` (rule 3).
+    /// `spare` is a frame the caller is done with (the contribution that triggered the send):
+    /// the first copy is written into it, in place, when it has the room (saving an mbuf
+    /// allocation and a free, and touching bytes already in cache).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn emit_result<I: PacketIo>(
+        &mut self,
+        io: &mut I,
+        coll: usize,
+        s: usize,
+        round: u32,
+        only: Option<usize>,
+        mut spare: Option<I::Buf>,
+        counters: &mut Counters,
+    ) {
+        let st = &mut self.colls[coll];
+        let lanes = st.lanes(s);
+        let size = st.spec.dtype.size();
+        let chunk = st.spec.chunk_elements as usize;
+        let payload = &st.result[s * chunk * size..s * chunk * size + lanes * size];
+        if only.is_none() {
+            let pad = if st.spec.carriage == Carriage::Rocev2 { (4 - (20 + payload.len()) % 4) % 4 } else { 0 };
+            st.sums[s] = build::PayloadSums::only(payload, pad, st.need_sum, st.need_crc);
+        }
+        let sums = &st.sums[s];
+        let members = match only {
+            Some(r) => r..r + 1,
+            None => 0..st.spec.workers(),
+        };
+        let roce = st.spec.carriage == Carriage::Rocev2;
+        let templates = st.templates.as_ref().filter(|t| t.fits(payload.len(), sums));
+        for r in members {
+            let psn = if roce {
+                let psn = st.psn[r];
+                st.psn[r] = (psn + 1) & 0xff_ffff;
+                psn
+            } else {
+                0
+            };
+            let port = st.spec.members[r].port;
+            let sent = match templates {
+                Some(t) => {
+                    let patch = template::Patch {
+                        tensor_offset: (s * chunk) as u32,
+                        round,
+                        roce: roce.then_some((result_source_port(s), psn)),
+                    };
+                    send_templated(io, &mut spare, port, t, r, &patch, payload, sums, counters)
+                }
+                None => {
+                    let spec = result_spec(
+                        &st.spec,
+                        &self.ports,
+                        self.gradient_udp_port,
+                        self.appliance_qpn,
+                        r,
+                        s,
+                        round,
+                        psn,
+                        lanes,
+                    );
+                    send_frame(io, &mut spare, port, &spec, payload, Some(sums), counters)
+                }
+            };
+            if sent && only.is_none() {
+                self.counters.results += 1;
+            }
+        }
+    }
+}
+
+/// The longest RESULT frame of `spec` (a full chunk, to the member whose headers are the
+/// longest: an 802.1Q tag, IPv6), in bytes. Results are built in one mbuf segment, so the
+/// mempool's data room (less its headroom) must hold it.
+pub fn max_result_frame_len(spec: &Collective) -> usize {
+    let full = (spec.chunk_elements as u64).min(spec.tensor_elements) as usize;
+    (0..spec.workers())
+        .map(|r| result_spec(spec, &[], 0, 0, r, 0, 0, 0, full).frame_len(full * spec.dtype.size()))
+        .max()
+        .unwrap_or(0)
+}
+
+/// The UDP source port of slot `s`'s RoCEv2 RESULT frames (spec section 6: entropy for ECMP).
+#[inline]
+fn result_source_port(s: usize) -> u16 {
+    0xc000 | (s as u16 & 0x3fff)
+}
+
+/// The headers of member `r`'s RESULT frame for slot `s` of `spec` in `round` (spec section 6):
+/// from the appliance's addresses on the member's port, with `lanes` lanes of payload and, on
+/// RoCEv2, BTH PSN `psn`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn result_spec(
+    spec: &Collective,
+    ports: &[PortAddr],
+    gradient_udp_port: u16,
+    appliance_qpn: u32,
+    r: usize,
+    s: usize,
+    round: u32,
+    psn: u32,
+    lanes: usize,
+) -> FrameSpec {
+    let m = spec.members[r];
+    let port = ports.get(m.port as usize).copied().unwrap_or_default();
+    let roce = (spec.carriage == Carriage::Rocev2).then_some(Roce {
+        dest_qp: m.qpn,
+        psn,
+        pkey: 0xffff,
+        qkey: m.qkey,
+        src_qp: appliance_qpn,
+    });
+    let chunk = spec.chunk_elements as usize;
+    FrameSpec {
+        src_mac: port.mac,
+        dst_mac: m.mac,
+        vlan: m.vlan,
+        outer_tag: None,
+        src_ip: template::source_ip(&port, &m.ip),
+        dst_ip: m.ip,
+        dscp: spec.dscp,
+        ecn: 2,
+        ttl: 64,
+        src_port: if roce.is_some() { result_source_port(s) } else { gradient_udp_port },
+        dst_port: if roce.is_some() { ROCEV2_PORT } else { m.udp_port },
+        roce,
+        header: GradientRepr {
+            version: 1,
+            flags: Flags::RESULT,
+            op_type: spec.op.wire(),
+            collective_id: spec.id,
+            dtype: spec.dtype.wire(),
+            reason: 0,
+            worker_rank: RANK_NONE,
+            tensor_offset: (s * chunk) as u32,
+            data_length: (lanes * spec.dtype.size()) as u32,
+            round,
+        },
+    }
+}

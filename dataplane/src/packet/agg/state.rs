@@ -1,0 +1,99 @@
+//! A collective's slots and their memory, as the worker that owns the collective holds them:
+//! allocated whole when the aggregator is built (spec section 3), never per packet.
+
+use super::collective::{Carriage, Collective};
+use super::slot::Slot;
+use super::template;
+use crate::wire::build;
+use strength_reduce::StrengthReducedU64;
+
+/// A collective's slots and their memory.
+#[derive(Debug, Clone)]
+pub(super) struct CollState {
+    pub(super) spec: Collective,
+    pub(super) slots: Vec<Slot>,
+    /// Rank bitmaps of the rounds in progress, `words` u64 per slot.
+    pub(super) bitmaps: Vec<u64>,
+    pub(super) words: usize,
+    /// Accumulators: `chunk` u32 lanes per slot.
+    pub(super) acc: Vec<u32>,
+    /// Kept results: `chunk * size` bytes per slot.
+    pub(super) result: Vec<u8>,
+    /// Deterministic mode: every rank's payload, `workers * chunk * size` bytes per slot (only
+    /// the ranks that arrive before a lower one are copied here).
+    pub(super) ranks: Vec<u8>,
+    /// Deterministic mode, per slot: how many ranks (0, 1, ...) are folded into the accumulator,
+    /// in rank order, in the current round.
+    pub(super) folded: Vec<u32>,
+    /// Per-member RoCEv2 PSN counters (section 6).
+    pub(super) psn: Vec<u32>,
+    /// Per slot: the kept result's checksum sum and CRC, computed once at completion and
+    /// reused for every copy and every resend.
+    pub(super) sums: Vec<build::PayloadSums>,
+    /// Whether a result frame of this collective needs the payload's ones'-complement sum (the
+    /// UDP carriage, or RoCEv2 to an IPv6 member: spec section 1) and its CRC (RoCEv2).
+    pub(super) need_sum: bool,
+    pub(super) need_crc: bool,
+    /// Per-member headers of full-chunk RESULT frames (none for collectives another worker
+    /// owns, or when the builder refused a member's frame: those go through the builder).
+    pub(super) templates: Option<template::Templates>,
+    /// `spec.chunk_elements` as a divisor by multiplication (validation divides every
+    /// contribution's tensor offset by it; a hardware division costs tens of cycles).
+    pub(super) chunk_div: StrengthReducedU64,
+    /// log2 of the dtype's size (1, 2 or 4 bytes).
+    pub(super) size_log2: u32,
+}
+
+impl CollState {
+    pub(super) fn new(spec: Collective) -> CollState {
+        let slots = spec.slots() as usize;
+        let chunk = spec.chunk_elements as usize;
+        let size = spec.dtype.size();
+        let n = spec.workers();
+        let words = n.div_ceil(64);
+        CollState {
+            slots: vec![Slot::default(); slots],
+            bitmaps: vec![0; slots * words],
+            words,
+            acc: vec![0; slots * chunk],
+            result: vec![0; slots * chunk * size],
+            ranks: if spec.deterministic { vec![0; slots * n * chunk * size] } else { Vec::new() },
+            folded: if spec.deterministic { vec![0; slots] } else { Vec::new() },
+            psn: vec![0; n],
+            sums: vec![build::PayloadSums::EMPTY; slots],
+            need_sum: spec.carriage == Carriage::Udp || spec.members.iter().any(|m| m.ip.is_v6()),
+            need_crc: spec.carriage == Carriage::Rocev2,
+            templates: None,
+            chunk_div: StrengthReducedU64::new((spec.chunk_elements as u64).max(1)),
+            size_log2: size.trailing_zeros(),
+            spec,
+        }
+    }
+
+    /// The state of a collective another worker owns: its spec only, no slot memory.
+    pub(super) fn unowned(spec: Collective) -> CollState {
+        CollState {
+            slots: Vec::new(),
+            bitmaps: Vec::new(),
+            words: 0,
+            acc: Vec::new(),
+            result: Vec::new(),
+            ranks: Vec::new(),
+            folded: Vec::new(),
+            psn: Vec::new(),
+            sums: Vec::new(),
+            need_sum: false,
+            need_crc: false,
+            templates: None,
+            chunk_div: StrengthReducedU64::new((spec.chunk_elements as u64).max(1)),
+            size_log2: spec.dtype.size().trailing_zeros(),
+            spec,
+        }
+    }
+
+    /// Lanes of slot `s` (the tensor's last chunk may be shorter).
+    pub(super) fn lanes(&self, s: usize) -> usize {
+        let chunk = self.spec.chunk_elements as u64;
+        (self.spec.tensor_elements - s as u64 * chunk).min(chunk) as usize
+    }
+}
