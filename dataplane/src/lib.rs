@@ -24,6 +24,8 @@ pub mod outputs;
 pub mod parse;
 pub mod pcapfile;
 pub mod prefetch;
+#[deny(unsafe_code)]
+pub mod sched;
 pub mod stats;
 pub mod table;
 pub mod wire;
