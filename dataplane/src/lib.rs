@@ -19,6 +19,8 @@ pub mod agg;
 pub mod buf;
 pub mod config;
 pub mod datapath;
+#[deny(unsafe_code)]
+pub mod meter;
 pub mod neighbor;
 pub mod outputs;
 pub mod parse;
