@@ -260,7 +260,8 @@ impl<T: SchedItem> Scheduler<T> {
     /// A scheduler for `cfg`; every ring and histogram is allocated here.
     ///
     /// # Errors
-    /// What [`PortConfig::validate`] finds.
+    /// What [`PortConfig::validate`] finds, or a shaper rate, bucket size or clock above the
+    /// token bucket's limits ([`crate::meter::bucket::MAX_RATE`] and its siblings).
     pub fn new(cfg: &PortConfig) -> Result<Self, String> {
         cfg.validate()?;
         let n = cfg.classes.len();
@@ -271,6 +272,12 @@ impl<T: SchedItem> Scheduler<T> {
         } else {
             Vec::new()
         };
+        let shaper = match cfg.rate_bytes_per_sec {
+            Some(rate) => {
+                Some(Shaper::new(rate, cfg.bucket_bytes, FRAME_OVERHEAD, cfg.hz).map_err(|e| format!("shaper: {e}"))?)
+            }
+            None => None,
+        };
         Ok(Scheduler {
             queues: cfg.classes.iter().map(|c| ClassQueue::new(c.capacity_bytes, c.capacity_pkts as usize)).collect(),
             red: cfg.classes.iter().map(|c| c.red.map(Red::new)).collect(),
@@ -280,7 +287,7 @@ impl<T: SchedItem> Scheduler<T> {
             nonempty: 0,
             policy: cfg.policy,
             dwrr: Dwrr::new(&quanta),
-            shaper: cfg.rate_bytes_per_sec.map(|r| Shaper::new(r, cfg.bucket_bytes, FRAME_OVERHEAD, cfg.hz)),
+            shaper,
             mark_point: cfg.mark_point,
             rng: EcnRng::new(cfg.seed),
             max_frame: cfg.max_frame_bytes,
