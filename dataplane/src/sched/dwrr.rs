@@ -9,9 +9,9 @@
 //! packet plus one quantum per round. With quanta of at least one maximum frame, each turn sends
 //! at least one packet (O(1) work per packet).
 //!
-//! Selection and commit are split so that a shaper can hold the selected packet back: [`Dwrr::
-//! select`] returns the class whose head fits (advancing turns as needed) and returns it again
-//! until [`Dwrr::commit`] removes that packet.
+//! Selection and commit are split so that a shaper can hold the selected packet back:
+//! [`Dwrr::select`] returns the class whose head fits (advancing turns as needed) and returns it
+//! again until [`Dwrr::commit`] removes that packet.
 
 use super::MAX_CLASSES;
 

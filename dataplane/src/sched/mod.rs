@@ -11,9 +11,9 @@
 //! - Classes: `0..classes`. Strict priority follows IEEE 802.1Q (8.6.8.1): the **highest class
 //!   number is served first** (class 7 before class 0), so PCP 7 traffic mapped to class 7 has
 //!   the highest priority. (`rte_sched` numbers the other way: its TC0 is the highest.)
-//! - DWRR ([`dwrr`]): byte weights per class, `weight × dwrr_quantum_bytes` per turn, costs in
+//! - DWRR (`dwrr.rs`): byte weights per class, `weight × dwrr_quantum_bytes` per turn, costs in
 //!   wire bytes (frame + 24).
-//! - Shaper ([`shaper`]): a token bucket at `rate_bytes_per_sec`, each frame costing its length
+//! - Shaper (`shaper.rs`): a token bucket at `rate_bytes_per_sec`, each frame costing its length
 //!   without FCS plus [`FRAME_OVERHEAD`] (24) bytes; [`Scheduler::next_departure`] tells a
 //!   virtual clock when the next packet may leave.
 //! - ECN ([`red`], [`ecn`]): per-class Kmin/Kmax/Pmax on the instantaneous or averaged depth;
@@ -25,7 +25,6 @@
 //! Time is an integer tick count at `hz` ticks per second (the TSC live; 1e9 for a virtual ns
 //! clock). Nothing allocates after [`Scheduler::new`]: each class's ring holds
 //! `capacity_pkts` entries from the start. No locks: one scheduler per port per lcore.
-#![deny(unsafe_code)]
 
 pub mod counters;
 mod dwrr;
