@@ -31,6 +31,8 @@ pub mod neighbor;
 pub mod parse;
 pub mod prefetch;
 #[deny(unsafe_code)]
+pub mod sched;
+#[deny(unsafe_code)]
 pub mod stats;
 #[deny(unsafe_code)]
 pub mod table;

@@ -1,0 +1,492 @@
+//! Egress scheduling for one port: up to [`MAX_CLASSES`] traffic classes, each a byte-bounded
+//! FIFO with optional queue-depth ECN marking, served by strict priority or DWRR under a port
+//! shaper.
+//!
+//! ```text
+//!  enqueue(class, item, now) ─► [tail drop] ─► [RED: pass / CE / red_drop] ─► class FIFO ─┐
+//!                                                                                        │
+//!  dequeue(now, budget) ◄─ shaper (rate, 24 B per frame) ◄─ strict priority | DWRR ◄─────┘
+//! ```
+//!
+//! - Classes: `0..classes`. Strict priority follows IEEE 802.1Q (8.6.8.1): the **highest class
+//!   number is served first** (class 7 before class 0), so PCP 7 traffic mapped to class 7 has
+//!   the highest priority. (`rte_sched` numbers the other way: its TC0 is the highest.)
+//! - DWRR (`dwrr.rs`): byte weights per class, `weight × dwrr_quantum_bytes` per turn, costs in
+//!   wire bytes (frame + 24).
+//! - Shaper (`shaper.rs`): a token bucket at `rate_bytes_per_sec`, each frame costing its length
+//!   without FCS plus [`FRAME_OVERHEAD`] (24) bytes; [`Scheduler::next_departure`] tells a
+//!   virtual clock when the next packet may leave.
+//! - ECN ([`red`], [`ecn`]): per-class Kmin/Kmax/Pmax on the instantaneous or averaged depth;
+//!   CE on ECT packets, drop of Not-ECT ones; at enqueue (default) or at dequeue
+//!   ([`MarkPoint`]).
+//! - Counters per class ([`ClassCounters`]) and, optionally, depth and sojourn histograms
+//!   ([`ClassHistograms`]).
+//!
+//! Time is an integer tick count at `hz` ticks per second (the TSC live; 1e9 for a virtual ns
+//! clock). Nothing allocates after [`Scheduler::new`]: each class's ring holds
+//! `capacity_pkts` entries from the start. No locks: one scheduler per port per lcore.
+
+pub mod counters;
+mod dwrr;
+pub mod ecn;
+mod queue;
+pub mod red;
+mod shaper;
+
+#[cfg(test)]
+mod tests;
+
+pub use counters::{ClassCounters, ClassHistograms, PktBytes, PortCounters};
+pub use ecn::{mark_frame_ce, CeOutcome};
+pub use red::{RedConfig, RedVerdict, P_ONE};
+
+use crate::buf::PacketBuf;
+use dwrr::Dwrr;
+use queue::{ClassQueue, Entry};
+use red::{EcnRng, Red};
+use shaper::Shaper;
+
+/// Most traffic classes per port (IEEE 802.1Q: 8).
+pub const MAX_CLASSES: usize = 8;
+/// Bytes a frame occupies on the wire beyond its length without FCS: FCS 4, preamble and SFD
+/// 8, inter-frame gap 12 (IEEE 802.3; `rte_sched`'s default `frame_overhead`).
+pub const FRAME_OVERHEAD: u32 = 24;
+
+/// What the scheduler needs from a queued item.
+pub trait SchedItem {
+    /// The frame's length in bytes, without FCS.
+    fn frame_len(&self) -> u32;
+    /// Sets CE if the packet is ECN-capable (RFC 3168 section 5) and says what it found.
+    fn mark_ce(&mut self) -> CeOutcome;
+}
+
+/// Any packet buffer: its data length, and CE set in its bytes by [`mark_frame_ce`].
+impl<B: PacketBuf> SchedItem for B {
+    #[inline]
+    fn frame_len(&self) -> u32 {
+        self.data().len() as u32
+    }
+    #[inline]
+    fn mark_ce(&mut self) -> CeOutcome {
+        mark_frame_ce(self.data_mut())
+    }
+}
+
+/// How the port chooses between classes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Policy {
+    /// The highest non-empty class first (802.1Q strict priority).
+    #[default]
+    StrictPriority,
+    /// Deficit weighted round robin with the classes' weights.
+    Dwrr,
+}
+
+/// Where RED samples the depth and marks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MarkPoint {
+    /// On arrival, with the depth ahead of the packet (RED as defined by Floyd & Jacobson, and
+    /// `rte_sched`): a Not-ECT packet that RED selects is dropped before it takes buffer space,
+    /// and every drop decision (tail or RED) is taken at one point.
+    #[default]
+    Enqueue,
+    /// On departure, with the depth left behind the packet: the CE mark reflects the queue as
+    /// the packet leaves it, so the signal reaches the receiver one queueing delay sooner.
+    Dequeue,
+}
+
+/// One class's configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClassConfig {
+    /// Capacity in bytes (frame lengths without FCS); a frame that would exceed it is a
+    /// tail drop.
+    pub capacity_bytes: u64,
+    /// Capacity in packets (size it to the mempool); the ring is allocated with it.
+    pub capacity_pkts: u32,
+    /// DWRR weight (at least 1; unused under strict priority).
+    pub weight: u32,
+    /// Queue-depth ECN marking, if any.
+    pub red: Option<RedConfig>,
+}
+
+/// One port's configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortConfig {
+    /// Clock ticks per second (TSC hz, or 1e9 for a ns clock).
+    pub hz: u64,
+    /// Shaper rate in bytes per second on the wire (frame + 24); `None` leaves the port
+    /// unshaped (dequeue releases up to the budget at once).
+    pub rate_bytes_per_sec: Option<u64>,
+    /// Shaper bucket size (largest burst) in bytes; at least `max_frame_bytes + 24`.
+    pub bucket_bytes: u64,
+    /// Longest frame accepted, bytes without FCS (longer: `oversize`).
+    pub max_frame_bytes: u32,
+    /// Class selection.
+    pub policy: Policy,
+    /// DWRR bytes per weight unit per turn (a maximum frame on the wire or more keeps DWRR
+    /// O(1)).
+    pub dwrr_quantum_bytes: u32,
+    /// Where RED marks.
+    pub mark_point: MarkPoint,
+    /// Seed of the marking decisions' random source.
+    pub seed: u64,
+    /// Record depth and sojourn histograms per class.
+    pub histograms: bool,
+    /// The classes, 1..=8; class `i` is `classes[i]`.
+    pub classes: Vec<ClassConfig>,
+}
+
+impl PortConfig {
+    /// A port with `classes`, unshaped, strict priority, marking at enqueue, standard frames
+    /// (1514 bytes), quantum 1538 bytes (1514 + 24), no histograms.
+    pub fn new(hz: u64, classes: Vec<ClassConfig>) -> Self {
+        PortConfig {
+            hz,
+            rate_bytes_per_sec: None,
+            bucket_bytes: 1514 + 24,
+            max_frame_bytes: 1514,
+            policy: Policy::StrictPriority,
+            dwrr_quantum_bytes: 1514 + 24,
+            mark_point: MarkPoint::Enqueue,
+            seed: 1,
+            histograms: false,
+            classes,
+        }
+    }
+
+    /// Checks the configuration.
+    ///
+    /// # Errors
+    /// A message naming the field (and class) and what was expected.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.hz == 0 {
+            return Err("hz must be at least 1".into());
+        }
+        if self.classes.is_empty() || self.classes.len() > MAX_CLASSES {
+            return Err(format!("classes: 1..={MAX_CLASSES} expected, got {}", self.classes.len()));
+        }
+        if self.rate_bytes_per_sec == Some(0) {
+            return Err("rate_bytes_per_sec must be at least 1 (omit it for an unshaped port)".into());
+        }
+        let need = u64::from(self.max_frame_bytes) + u64::from(FRAME_OVERHEAD);
+        if self.rate_bytes_per_sec.is_some() && self.bucket_bytes < need {
+            return Err(format!(
+                "bucket_bytes must hold one maximum frame on the wire ({need} bytes), got {}",
+                self.bucket_bytes
+            ));
+        }
+        if self.policy == Policy::Dwrr && self.dwrr_quantum_bytes == 0 {
+            return Err("dwrr_quantum_bytes must be at least 1".into());
+        }
+        for (i, c) in self.classes.iter().enumerate() {
+            if c.capacity_pkts == 0 || c.capacity_bytes == 0 {
+                return Err(format!("class {i}: capacity_bytes and capacity_pkts must be at least 1"));
+            }
+            if self.policy == Policy::Dwrr && c.weight == 0 {
+                return Err(format!("class {i}: weight must be at least 1"));
+            }
+            if let Some(r) = &c.red {
+                r.validate().map_err(|e| format!("class {i}: red: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why an item was given back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropReason {
+    /// The class's byte or packet capacity was reached.
+    TailDrop,
+    /// RED selected a Not-ECT (or non-IP) packet.
+    RedDrop,
+    /// Longer than the port's `max_frame_bytes`.
+    Oversize,
+    /// No such class on this port.
+    UnknownClass,
+}
+
+impl DropReason {
+    /// The counter name (`tail_drop`, `red_drop`, `oversize`, `unknown_class`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::TailDrop => "tail_drop",
+            DropReason::RedDrop => "red_drop",
+            DropReason::Oversize => "oversize",
+            DropReason::UnknownClass => "unknown_class",
+        }
+    }
+}
+
+/// An item refused at enqueue, given back to be counted and freed.
+#[derive(Debug)]
+pub struct Rejected<T> {
+    /// The item.
+    pub item: T,
+    /// Why.
+    pub reason: DropReason,
+}
+
+/// What [`Scheduler::dequeue`] hands out.
+#[derive(Debug)]
+pub enum Dequeued<T> {
+    /// Transmit this item.
+    Send(T),
+    /// Free this item: dropped at dequeue (only [`DropReason::RedDrop`], with
+    /// [`MarkPoint::Dequeue`]).
+    Drop(T, DropReason),
+}
+
+/// One port's egress scheduler over items `T` (mbufs in the appliance).
+#[derive(Debug)]
+pub struct Scheduler<T> {
+    queues: Vec<ClassQueue<T>>,
+    red: Vec<Option<Red>>,
+    counters: Vec<ClassCounters>,
+    hist: Vec<ClassHistograms>,
+    port: PortCounters,
+    /// Bit `c` set when class `c` is non-empty.
+    nonempty: u8,
+    policy: Policy,
+    dwrr: Dwrr,
+    shaper: Option<Shaper>,
+    mark_point: MarkPoint,
+    rng: EcnRng,
+    max_frame: u32,
+}
+
+impl<T: SchedItem> Scheduler<T> {
+    /// A scheduler for `cfg`; every ring and histogram is allocated here.
+    ///
+    /// # Errors
+    /// What [`PortConfig::validate`] finds, or a shaper rate, bucket size or clock above the
+    /// token bucket's limits ([`crate::meter::bucket::MAX_RATE`] and its siblings).
+    pub fn new(cfg: &PortConfig) -> Result<Self, String> {
+        cfg.validate()?;
+        let n = cfg.classes.len();
+        let quanta: Vec<u64> =
+            cfg.classes.iter().map(|c| u64::from(c.weight.max(1)) * u64::from(cfg.dwrr_quantum_bytes.max(1))).collect();
+        let hist = if cfg.histograms {
+            cfg.classes.iter().map(|c| ClassHistograms::new(c.capacity_bytes, cfg.hz.saturating_mul(60))).collect()
+        } else {
+            Vec::new()
+        };
+        let shaper = match cfg.rate_bytes_per_sec {
+            Some(rate) => {
+                Some(Shaper::new(rate, cfg.bucket_bytes, FRAME_OVERHEAD, cfg.hz).map_err(|e| format!("shaper: {e}"))?)
+            }
+            None => None,
+        };
+        Ok(Scheduler {
+            queues: cfg.classes.iter().map(|c| ClassQueue::new(c.capacity_bytes, c.capacity_pkts as usize)).collect(),
+            red: cfg.classes.iter().map(|c| c.red.map(Red::new)).collect(),
+            counters: vec![ClassCounters::default(); n],
+            hist,
+            port: PortCounters::default(),
+            nonempty: 0,
+            policy: cfg.policy,
+            dwrr: Dwrr::new(&quanta),
+            shaper,
+            mark_point: cfg.mark_point,
+            rng: EcnRng::new(cfg.seed),
+            max_frame: cfg.max_frame_bytes,
+        })
+    }
+
+    /// Number of classes.
+    pub fn classes(&self) -> usize {
+        self.queues.len()
+    }
+
+    /// Queues `item` in `class` at `now` (ticks). With marking at enqueue, RED may set CE on it
+    /// (counted `ecn_marked`) or refuse it.
+    ///
+    /// # Errors
+    /// The item back, with [`DropReason::UnknownClass`], [`DropReason::Oversize`],
+    /// [`DropReason::TailDrop`] (capacity reached; checked before RED, which samples only
+    /// packets that fit) or [`DropReason::RedDrop`] (selected and Not-ECT); each is counted.
+    #[inline]
+    pub fn enqueue(&mut self, class: usize, mut item: T, now: u64) -> Result<(), Rejected<T>> {
+        let len = item.frame_len();
+        let Some(q) = self.queues.get_mut(class) else {
+            self.port.unknown_class.add(len);
+            return Err(Rejected { item, reason: DropReason::UnknownClass });
+        };
+        if len > self.max_frame {
+            self.port.oversize.add(len);
+            return Err(Rejected { item, reason: DropReason::Oversize });
+        }
+        let cnt = &mut self.counters[class];
+        if !q.fits(len) {
+            cnt.tail_drop.add(len);
+            return Err(Rejected { item, reason: DropReason::TailDrop });
+        }
+        let depth = q.bytes();
+        if let Some(h) = self.hist.get_mut(class) {
+            h.depth_bytes.saturating_record(depth);
+        }
+        if self.mark_point == MarkPoint::Enqueue {
+            if let Some(red) = &mut self.red[class] {
+                if red.decide(depth, &mut self.rng) == RedVerdict::Mark {
+                    if item.mark_ce().is_ce() {
+                        cnt.ecn_marked.add(len);
+                    } else {
+                        cnt.red_drop.add(len);
+                        return Err(Rejected { item, reason: DropReason::RedDrop });
+                    }
+                }
+            }
+        }
+        let was_empty = q.is_empty();
+        q.push(Entry { item, len, enq: now, decided: false });
+        cnt.enqueued.add(len);
+        cnt.max_depth_bytes = cnt.max_depth_bytes.max(q.bytes());
+        if was_empty {
+            self.nonempty |= 1 << class;
+            if self.policy == Policy::Dwrr {
+                self.dwrr.activate(class);
+            }
+        }
+        Ok(())
+    }
+
+    /// The class whose head leaves next (strict priority: the highest non-empty class).
+    #[inline]
+    fn select(&mut self) -> Option<usize> {
+        match self.policy {
+            Policy::StrictPriority => {
+                (self.nonempty != 0).then(|| (u8::BITS - 1 - self.nonempty.leading_zeros()) as usize)
+            }
+            Policy::Dwrr => {
+                let (queues, overhead) = (&self.queues, u64::from(FRAME_OVERHEAD));
+                self.dwrr.select(|c| u64::from(queues[c].head_len().unwrap_or(0)) + overhead)
+            }
+        }
+    }
+
+    /// Removes class `c`'s head, updating the class set and DWRR (`cost`: wire bytes charged).
+    #[inline]
+    fn take_head(&mut self, c: usize, cost: u64) -> Entry<T> {
+        let q = &mut self.queues[c];
+        let e = q.pop().expect("a selected class is non-empty");
+        let empty = q.is_empty();
+        if empty {
+            self.nonempty &= !(1 << c);
+        }
+        if self.policy == Policy::Dwrr {
+            self.dwrr.commit(c, cost, empty);
+        }
+        e
+    }
+
+    /// Hands out at most `budget` items at `now` (ticks) to `out`, in scheduling order, as far
+    /// as the shaper allows; returns how many were sent ([`Dequeued::Send`]). With marking at
+    /// dequeue, RED decides once per packet as it reaches the head of the line; a selected
+    /// Not-ECT packet comes out as [`Dequeued::Drop`] (counted in the budget, not charged to
+    /// the shaper).
+    #[inline]
+    pub fn dequeue(&mut self, now: u64, budget: usize, mut out: impl FnMut(Dequeued<T>)) -> usize {
+        let mut handed = 0;
+        let mut sent = 0;
+        while handed < budget {
+            let Some(c) = self.select() else { break };
+            if self.mark_point == MarkPoint::Dequeue && self.red[c].is_some() && !self.decide_head(c) {
+                let e = self.take_head(c, 0);
+                self.counters[c].red_drop.add(e.len);
+                out(Dequeued::Drop(e.item, DropReason::RedDrop));
+                handed += 1;
+                continue;
+            }
+            let len = self.queues[c].head_len().unwrap_or(0);
+            if let Some(s) = &mut self.shaper {
+                if !s.try_send(len, now) {
+                    break;
+                }
+            }
+            let e = self.take_head(c, u64::from(len) + u64::from(FRAME_OVERHEAD));
+            let cnt = &mut self.counters[c];
+            cnt.sent.add(e.len);
+            if let Some(h) = self.hist.get_mut(c) {
+                h.sojourn_ticks.saturating_record(now.saturating_sub(e.enq));
+            }
+            out(Dequeued::Send(e.item));
+            handed += 1;
+            sent += 1;
+        }
+        sent
+    }
+
+    /// The dequeue-time RED decision for class `c`'s head, taken once: false when the head is
+    /// to be dropped.
+    fn decide_head(&mut self, c: usize) -> bool {
+        let q = &mut self.queues[c];
+        let behind = q.bytes() - u64::from(q.head_len().unwrap_or(0));
+        let Some(head) = q.head_mut() else { return true };
+        if head.decided {
+            return true;
+        }
+        head.decided = true;
+        let Some(red) = &mut self.red[c] else { return true };
+        if red.decide(behind, &mut self.rng) == RedVerdict::Pass {
+            return true;
+        }
+        if head.item.mark_ce().is_ce() {
+            self.counters[c].ecn_marked.add(head.len);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// When the next packet can leave: `None` with every queue empty, else the earliest tick at
+    /// or after `now` at which [`Scheduler::dequeue`] hands out at least one item (`now` itself
+    /// on an unshaped port). A virtual clock drains the port with
+    /// `while let Some(t) = s.next_departure(now) { now = t; s.dequeue(now, burst, ..) }`.
+    pub fn next_departure(&mut self, now: u64) -> Option<u64> {
+        let c = self.select()?;
+        let len = self.queues[c].head_len()?;
+        match &self.shaper {
+            // The configuration guarantees a maximum frame fits the bucket.
+            Some(s) => Some(s.ready_at(len, now).unwrap_or(u64::MAX)),
+            None => Some(now),
+        }
+    }
+
+    /// Class `class`'s counters.
+    pub fn counters(&self, class: usize) -> &ClassCounters {
+        &self.counters[class]
+    }
+
+    /// The port-level drop counters.
+    pub fn port_counters(&self) -> &PortCounters {
+        &self.port
+    }
+
+    /// Class `class`'s histograms, when configured.
+    pub fn histograms(&self, class: usize) -> Option<&ClassHistograms> {
+        self.hist.get(class)
+    }
+
+    /// What class `class` holds now: packets and bytes (frame lengths without FCS).
+    pub fn depth(&self, class: usize) -> PktBytes {
+        let q = &self.queues[class];
+        PktBytes { pkts: q.len() as u64, bytes: q.bytes() }
+    }
+
+    /// True when every class is empty.
+    pub fn is_empty(&self) -> bool {
+        self.nonempty == 0
+    }
+
+    /// Removes every queued item (at shutdown, to free them) without counting them as sent;
+    /// afterwards the depths are 0.
+    pub fn flush(&mut self, mut free: impl FnMut(T)) {
+        for q in &mut self.queues {
+            while let Some(e) = q.pop() {
+                free(e.item);
+            }
+        }
+        self.nonempty = 0;
+        self.dwrr.reset();
+    }
+}
