@@ -115,3 +115,66 @@ fn aggregate_without_collectives_is_a_config_error() {
     assert!(run.stderr().contains("table[0]"), "{}", run.stderr());
     assert!(run.stderr().contains("no [[collective]]"), "{}", run.stderr());
 }
+
+/// A tenant's gradient traffic over its meter is policed before it is summed, while another
+/// tenant's AllReduce stays exact (the checker on that tenant alone).
+#[test]
+fn a_tenant_over_its_meter_is_policed_while_another_stays_exact() {
+    let dir = scratch("aggregate-police");
+    let a = Coll { id: 1, n: 3, tensor: 16, chunk: 4, ..Default::default() };
+    let b = Coll { id: 2, n: 2, tensor: 16, chunk: 4, ..Default::default() };
+    let len = a.frame(0, 0, 0, &f32s(&[0.0; 4]), |_| {}).len() as u64;
+    // srTCM with room for exactly three of tenant 1's contributions (CBS = 3 frames, EBS 0) and a
+    // rate too low to refill within the capture: the first chunk's three contributions are
+    // green, the other nine red (RFC 2697 section 3).
+    let tables = format!(
+        r#"
+[[meter]]
+name = "tenant1"
+type = "srtcm"
+cir = 1
+cbs = {cbs}
+ebs = 0
+[[table]]
+name = "tenants"
+key = [{{ field = "gradient.collective_id", match = "exact" }}]
+default_action = "drop"
+[[table.entry]]
+key = [1]
+action = "police(tenant1); aggregate"
+[[table.entry]]
+key = [2]
+action = "aggregate"
+"#,
+        cbs = 3 * len
+    );
+    let conf = write_config(&dir, "c.toml", &format!("{EAL}{PORT}\n{}\n{}\n{tables}", a.toml(), b.toml()));
+    let mut frames = Vec::new();
+    let mut t = T0;
+    for off in (0..16).step_by(4) {
+        for (c, n) in [(&a, 3), (&b, 2)] {
+            for k in 0..n {
+                frames.push((t, c.frame(k, off, 0, &f32s(&[k as f32 + 0.5; 4]), |_| {})));
+                t += 5;
+            }
+        }
+    }
+    let inp = dir.join("in.pcap");
+    write_pcap_at(&inp, &frames);
+    let out = dir.join("out.pcap");
+    let run = run_dpu(&dir, &conf, &[format!("--rx=0={}", inp.display()), format!("--tx=0={}", out.display())]);
+    run.assert_ok();
+    let m = &run.stats()["meters"][0];
+    assert_eq!(
+        (m["name"].as_str(), m["green"]["packets"].as_u64(), m["red"]["packets"].as_u64()),
+        (Some("tenant1"), Some(3), Some(9))
+    );
+    assert_eq!(m["green"]["bytes"].as_u64(), Some(3 * len), "the meter counts whole frames");
+    assert_eq!(run.drops("policed"), 9);
+    // Tenant 1: chunk 0 completes (3 results); tenant 2: every chunk (4 x 2 results).
+    assert_eq!(read_pcap(&out).len(), 3 + 8);
+    assert_eq!(run.stats()["aggregation"]["completed"], 1 + 4);
+    let (ok, text) = gradcheck_only(&conf, &[&inp], &[&out], 2);
+    assert!(ok, "gradcheck on the other tenant failed:\n{text}");
+    assert!(run.stdout().contains("meter tenant1"), "{}", run.stdout());
+}
