@@ -235,6 +235,14 @@ pub fn stored(datagram: &[u8]) -> Option<u32> {
     Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
 
+/// Stores `crc` in the last 4 bytes of `datagram`, least-significant byte first (IBTA Vol. 1
+/// Annex A17.4; the counterpart of [`stored`]). `datagram` must hold at least [`ICRC_LEN`] bytes.
+#[inline]
+pub fn store(datagram: &mut [u8], crc: u32) {
+    let n = datagram.len() - ICRC_LEN;
+    datagram[n..].copy_from_slice(&crc.to_le_bytes());
+}
+
 /// True when the stored ICRC equals the computed one (see [`compute`] for the arguments).
 ///
 /// # Errors
@@ -250,8 +258,7 @@ pub fn verify(datagram: &[u8], l4_offset: usize) -> Result<bool, WireError> {
 /// As [`compute`].
 pub fn fill(datagram: &mut [u8], l4_offset: usize) -> Result<(), WireError> {
     let c = compute(datagram, l4_offset)?;
-    let n = datagram.len() - ICRC_LEN;
-    datagram[n..].copy_from_slice(&c.to_le_bytes());
+    store(datagram, c);
     Ok(())
 }
 
@@ -276,6 +283,16 @@ mod tests {
         0x00, 0x19, 0xc5, 0x55, 0x12, 0xb7, 0x00, 0x1c, 0x00, 0x00, 0x11, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x23,
         0x00, 0x00, 0x00, 0x00, 0x1f, 0x00, 0x00, 0x01, 0x1f, 0x37, 0x91, 0x35,
     ];
+
+    /// The c10 ICRC, 0x03ca9167, is stored least-significant byte first in the last 4 bytes.
+    #[test]
+    fn store_writes_the_last_four_bytes_little_endian() {
+        let mut b = C10;
+        b[56..].fill(0);
+        store(&mut b, 0x03ca_9167);
+        assert_eq!(b, C10);
+        assert_eq!(stored(&b), Some(0x03ca_9167));
+    }
 
     #[test]
     fn captured_icrcs_verify() {
