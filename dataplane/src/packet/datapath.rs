@@ -316,15 +316,12 @@ mod tests {
     use super::*;
     use crate::buf::{VecBuf, VecIo};
     use crate::config::load_str;
+    use crate::testing::null_ports;
     use std::path::Path;
 
-    const CONF: &str = r#"
-        [[port]]
-        vdev = "net_null0"
-        [[port]]
-        vdev = "net_null1"
-        [[port]]
-        vdev = "net_null2"
+    /// An l2 table for three ports: 02:..:01 to port 1, broadcast flooded, 02:..:66 dropped,
+    /// the rest to port 0.
+    const L2: &str = r#"
         [[table]]
         name = "l2"
         key = [{ field = "eth.dst", match = "exact" }]
@@ -349,7 +346,7 @@ mod tests {
     }
 
     fn datapath() -> Datapath {
-        let loaded = load_str(CONF, Path::new("test.toml")).unwrap();
+        let loaded = load_str(&format!("{}{L2}", null_ports(3)), Path::new("test.toml")).unwrap();
         Datapath::new(loaded.pipeline, 3, crate::wire::gradient::DEFAULT_UDP_PORT)
     }
 
