@@ -265,6 +265,7 @@ pub fn fill(datagram: &mut [u8], l4_offset: usize) -> Result<(), WireError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::ipv6::{Ipv6Packet, Ipv6Repr};
     use proptest::prelude::*;
 
     // Case c10 frame 1 from the IP header: IPv4 (TOS 0x02) / UDP 49152 -> 4791, checksum 0 /
@@ -327,25 +328,27 @@ mod tests {
     #[test]
     fn ipv6_masks_tc_flow_label_hop_limit() {
         // An IPv6 version of c10: same UDP/BTH/payload.
+        let fd = |last: u8| [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, last];
+        let ip = Ipv6Repr {
+            src_addr: fd(1),
+            dst_addr: fd(2),
+            next_header: 17,
+            payload_len: 40,
+            hop_limit: 64,
+            ..Default::default()
+        };
         let mut v = vec![0u8; 40];
-        v[0] = 0x60;
-        v[4..6].copy_from_slice(&40u16.to_be_bytes());
-        v[6] = 17;
-        v[7] = 64;
-        v[8] = 0xfd;
-        v[23] = 1;
-        v[24] = 0xfd;
-        v[39] = 2;
+        ip.emit(&mut v).unwrap();
         v.extend_from_slice(&C10[20..]);
         fill(&mut v, 40).unwrap();
         assert_eq!(verify(&v, 40), Ok(true));
-        v[0] = 0x6b; // traffic class 0xBA, flow label 0xABCDE, hop limit 1
-        v[1] = 0xaa;
-        v[2] = 0xbc;
-        v[3] = 0xde;
-        v[7] = 1;
+        let mut h = Ipv6Packet::new_unchecked(&mut v[..]);
+        h.set_traffic_class(0xba);
+        h.set_flow_label(0xabcde);
+        h.set_hop_limit(1);
+        assert_eq!(&v[..4], &[0x6b, 0xaa, 0xbc, 0xde]);
         assert_eq!(verify(&v, 40), Ok(true));
-        v[0] = 0x4b; // the version is not masked
+        Ipv6Packet::new_unchecked(&mut v[..]).set_version(4); // the version is not masked
         assert_eq!(verify(&v, 40), Err(WireError::BadHeaderLen));
     }
 
