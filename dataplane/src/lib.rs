@@ -24,6 +24,8 @@ pub mod config;
 pub mod packet;
 #[cfg(feature = "dpdk")]
 pub mod runtime;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 // The packet core's modules at the crate root, so that paths stay short
 // (`dataplane::wire::ipv4`, `crate::agg::Aggregator`).

@@ -25,6 +25,7 @@ use dataplane::meta::Meta;
 use dataplane::parse::{parse, Layers, Parsed};
 use dataplane::stats::{Counters, Reason};
 use dataplane::table::PipelineState;
+use dataplane::testing::null_ports;
 use dataplane::wire::ipv4::Ecn;
 use libfuzzer_sys::fuzz_target;
 use std::cell::RefCell;
@@ -35,17 +36,9 @@ const GRADIENT_PORT: u16 = dataplane::wire::gradient::DEFAULT_UDP_PORT;
 
 /// Seeds are the frames of the case captures (02:00:00:00:00:01 -> :02, 10.0.0.1 -> 10.0.0.2 or
 /// fd00::1 -> fd00::2, UDP 9000 or RoCEv2) and of an NCCL capture (fa:16:3e:..., 172.30.0.0/16,
-/// RoCEv2), so the entries below are hit from the first run.
+/// RoCEv2), so the entries below are hit from the first run. The config follows its [`PORTS`]
+/// null ports.
 const CONFIG: &str = r#"
-[[port]]
-vdev = "net_null0"
-[[port]]
-vdev = "net_null1"
-[[port]]
-vdev = "net_null2"
-[[port]]
-vdev = "net_null3"
-
 # Three copies, each with its own rewrites.
 [[multicast_group]]
 id = 1
@@ -177,7 +170,8 @@ thread_local! {
     /// pipeline per input would dominate the run time (the lpm tables' tries). Counters are
     /// reset per input; no other state carries over, so a crash reproduces from its input alone.
     static STATE: RefCell<(Datapath, PipelineState)> = RefCell::new({
-        let loaded = load_str(CONFIG, Path::new("fuzz.toml")).expect("the fuzz config loads");
+        let text = format!("{}{CONFIG}", null_ports(PORTS as usize));
+        let loaded = load_str(&text, Path::new("fuzz.toml")).expect("the fuzz config loads");
         let counts = PipelineState::new(&loaded.pipeline);
         (Datapath::new(loaded.pipeline, PORTS, GRADIENT_PORT), counts)
     });

@@ -5,9 +5,10 @@
 
 pub mod frames;
 pub mod grad;
+pub mod split;
 
-use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
-use std::fs::File;
+pub use dataplane::testing::{read_pcap, read_pcap_records, write_pcap, write_pcap_at};
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -89,12 +90,21 @@ impl Run {
 pub fn run_dpu(dir: &Path, config: &Path, args: &[String]) -> Run {
     let stats = dir.join(format!("stats-{}.json", rand_suffix()));
     let start = Instant::now();
-    let mut cmd = Command::new(dpu_bin());
-    cmd.current_dir(dir).arg("-c").arg(config).arg("--stats-json").arg(&stats).args(args);
+    let mut cmd = dpu_command(config, &stats);
+    cmd.current_dir(dir).args(args);
     let output = run_with_timeout(cmd, Duration::from_secs(120));
     let elapsed = start.elapsed();
     let stats = std::fs::read_to_string(&stats).ok().map(|s| serde_json::from_str(&s).unwrap());
     Run { output, stats, elapsed }
+}
+
+/// `dpu -c config --stats-json stats`, stdout and stderr piped, not started: the caller adds
+/// arguments, environment and working directory, then runs or spawns it.
+pub fn dpu_command(config: &Path, stats: &Path) -> Command {
+    let mut cmd = Command::new(dpu_bin());
+    cmd.arg("-c").arg(config).arg("--stats-json").arg(stats);
+    cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    cmd
 }
 
 fn rand_suffix() -> u64 {
@@ -126,27 +136,6 @@ pub fn run_with_timeout(mut cmd: Command, limit: Duration) -> Output {
     let killed = killer.join().unwrap();
     assert!(!killed, "dpu did not exit within {limit:?} (stalled)");
     out
-}
-
-/// The frames of a pcap file, in order.
-pub fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
-    let f = File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut r = PcapReader::new(f).unwrap();
-    let mut out = Vec::new();
-    while let Some(p) = r.next_packet() {
-        out.push(p.unwrap().data.into_owned());
-    }
-    out
-}
-
-/// Writes frames to a pcap file, 1 µs apart; `orig_len` (if given per frame) marks truncated
-/// captures.
-pub fn write_pcap(path: &Path, frames: &[(Vec<u8>, Option<u32>)]) {
-    let mut w = PcapWriter::new(File::create(path).unwrap()).unwrap();
-    for (i, (f, orig)) in frames.iter().enumerate() {
-        let orig = orig.unwrap_or(f.len() as u32);
-        w.write_packet(&PcapPacket::new(Duration::from_micros(1_000_000 + i as u64), orig, f)).unwrap();
-    }
 }
 
 /// Writes a config file built from `text` into `dir`.
@@ -185,11 +174,3 @@ name = "l2"
 key = [{ field = "eth.dst", match = "exact" }]
 default_action = "forward(1)"
 "#;
-
-/// Writes frames with explicit capture times (µs since the epoch) to a pcap file.
-pub fn write_pcap_at(path: &Path, frames: &[(u64, Vec<u8>)]) {
-    let mut w = PcapWriter::new(File::create(path).unwrap()).unwrap();
-    for (us, f) in frames {
-        w.write_packet(&PcapPacket::new(Duration::from_micros(*us), f.len() as u32, f)).unwrap();
-    }
-}

@@ -3,6 +3,7 @@
 //! every RESULT and NAK the appliance sent.
 
 use functional_tests::grad::*;
+use functional_tests::split::*;
 use functional_tests::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -298,46 +299,13 @@ fn two_workers_with_contributions_split_across_ports() {
         ],
     );
     // Split every input by rank: ranks 0-1 arrive on port 0, ranks 2-3 on port 1.
-    let mut by_port: [Vec<(u64, Vec<u8>)>; 2] = [Vec::new(), Vec::new()];
-    for d in [&d1, &d2] {
-        let f = std::fs::File::open(d.join("input.pcap")).unwrap();
-        let mut r = pcap_file::pcap::PcapReader::new(f).unwrap();
-        while let Some(p) = r.next_packet() {
-            let p = p.unwrap();
-            let rank = p.data[11] as usize; // source MAC 02:00:00:00:01:rr
-            by_port[rank / 2].push((p.timestamp.as_micros() as u64, p.data.into_owned()));
-        }
-    }
-    for v in by_port.iter_mut() {
-        v.sort_by_key(|(t, _)| *t);
-    }
-    let (in0, in1) = (dir.join("in0.pcap"), dir.join("in1.pcap"));
-    write_pcap_at(&in0, &by_port[0]);
-    write_pcap_at(&in1, &by_port[1]);
+    let (in0, in1) = split_by_rank(&dir, &[&d1, &d2], |r| r / 2);
     // The config: both collectives, members 2-3 reached through port 1.
-    let body = |d: &Path| {
-        let t = std::fs::read_to_string(d.join("appliance.toml")).unwrap();
-        t[t.find("[[collective]]").unwrap()..].to_string()
-    };
-    let colls = format!("{}\n{}", body(&d1), body(&d2))
-        .replace("rank = 2\n", "rank = 2\nport = 1\n")
-        .replace("rank = 3\n", "rank = 3\nport = 1\n");
-    let text = format!(
-        r#"{TWO_WORKERS}
-[[port]]
-name = "p0"
-vdev = "net_null0"
-mac = "02:00:00:00:00:fe"
-ipv4 = "10.0.0.254"
-[[port]]
-name = "p1"
-vdev = "net_null1"
-mac = "02:00:00:00:00:fd"
-ipv4 = "10.0.0.254"
-{colls}"#
-    );
+    let colls = format!("{}\n{}", collectives_via_ports(&d1, 2..4), collectives_via_ports(&d2, 2..4));
+    let text = format!("{TWO_WORKERS}\n{SPLIT_PORTS}{colls}");
     let conf = write_config(&dir, "c.toml", &text);
-    let (run, o0, o1) = run_two_ports(&dir, &conf, &in0, &in1);
+    let (o0, o1) = (dir.join("out0.pcap"), dir.join("out1.pcap"));
+    let run = run_two_ports(&dir, &conf, &in0, &in1, Some((&o0, &o1)));
     run.assert_ok();
     let s = run.stats();
     assert_eq!(s["workers"], 2);
@@ -353,11 +321,7 @@ ipv4 = "10.0.0.254"
     assert_eq!(rx(0) + rx(1), (16 + 8) * 4);
     assert_eq!(s["mbufs_in_use_after"], 0);
     // Results to ranks 0-1 leave on port 0, to ranks 2-3 on port 1.
-    for (i, o) in [&o0, &o1].iter().enumerate() {
-        let frames = read_pcap(o);
-        assert_eq!(frames.len(), (16 + 8) * 2, "port {i}");
-        assert!(frames.iter().all(|f| f[5] as usize / 2 == i), "port {i} only reaches its members");
-    }
+    assert_results_stay_on_their_ports([&o0, &o1], (16 + 8) * 2, 2);
     let (ok, text) = gradcheck(&conf, &[&in0, &in1], &[&o0, &o1]);
     assert!(ok, "{text}");
 }
@@ -408,7 +372,8 @@ ipv4 = "10.0.0.254"
     let (in0, in1) = (dir.join("in0.pcap"), dir.join("in1.pcap"));
     write_pcap_at(&in0, &p0);
     write_pcap_at(&in1, &p1);
-    let (run, o0, o1) = run_two_ports(&dir, &conf, &in0, &in1);
+    let (o0, o1) = (dir.join("out0.pcap"), dir.join("out1.pcap"));
+    let run = run_two_ports(&dir, &conf, &in0, &in1, Some((&o0, &o1)));
     run.assert_ok();
     let s = run.stats();
     assert_eq!(s["workers"], 2);
@@ -425,21 +390,4 @@ ipv4 = "10.0.0.254"
     assert_eq!(naks, 2);
     let (ok, text) = gradcheck(&conf, &[&in0, &in1], &[&o0, &o1]);
     assert!(ok, "{text}");
-}
-
-/// Runs the dpu on `conf` with two replay ports (`in0`, `in1`); returns the run and the two
-/// ports' output captures.
-fn run_two_ports(dir: &Path, conf: &Path, in0: &Path, in1: &Path) -> (Run, PathBuf, PathBuf) {
-    let (o0, o1) = (dir.join("out0.pcap"), dir.join("out1.pcap"));
-    let run = run_dpu(
-        dir,
-        conf,
-        &[
-            format!("--rx=0={}", in0.display()),
-            format!("--rx=1={}", in1.display()),
-            format!("--tx=0={}", o0.display()),
-            format!("--tx=1={}", o1.display()),
-        ],
-    );
-    (run, o0, o1)
 }

@@ -384,7 +384,6 @@ fn a_replay_writes_its_output_whole_under_the_final_name_and_no_temporary_file()
 /// the ports started).
 #[test]
 fn sigterm_leaves_no_temporary_file_and_no_partial_output() {
-    use std::process::Stdio;
     let dir = scratch("files-sigterm");
     let conf = write_config(&dir, "c.toml", &two_ports());
     let (a, b) = (dir.join("a.pcap"), dir.join("b.pcap"));
@@ -399,16 +398,10 @@ fn sigterm_leaves_no_temporary_file_and_no_partial_output() {
     for (wait_for_output, delay_ms) in [(false, 0), (true, 100), (true, 250)] {
         let _ = std::fs::remove_file(&out);
         let _ = std::fs::remove_file(&stats);
-        let child = Command::new(dpu_bin())
+        let child = dpu_command(&conf, &stats)
             .current_dir(&dir)
             .env("TMPDIR", &tmp)
-            .args(["-q", "-c"])
-            .arg(&conf)
-            .args([arg("rx", 0, &a), arg("rx", 0, &b), arg("tx", 1, &out)])
-            .arg("--stats-json")
-            .arg(&stats)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .args(["-q".into(), arg("rx", 0, &a), arg("rx", 0, &b), arg("tx", 1, &out)])
             .spawn()
             .unwrap();
         let start = std::time::Instant::now();

@@ -5,23 +5,10 @@
 //! not processed for lack of resources) are reported and fail a replay.
 
 use functional_tests::grad::*;
+use functional_tests::split::*;
 use functional_tests::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-
-/// The two ports of the split configs; members of the upper half of the ranks are reached
-/// through port 1.
-const PORTS: &str = r#"[[port]]
-name = "p0"
-vdev = "net_null0"
-mac = "02:00:00:00:00:fe"
-ipv4 = "10.0.0.254"
-[[port]]
-name = "p1"
-vdev = "net_null1"
-mac = "02:00:00:00:00:fd"
-ipv4 = "10.0.0.254"
-"#;
 
 /// A workload of two collectives (ids 1 and 2, `workers` ranks each, one round per slot: the
 /// order-independent kind that split inputs need), split by rank: ranks below `workers / 2`
@@ -32,7 +19,7 @@ ipv4 = "10.0.0.254"
 /// two inputs and the collectives' `[[collective]]` tables (members of the upper half on port
 /// 1).
 fn split_workload(dir: &Path, workers: usize, tensors: [u64; 2], chunk: u32) -> (PathBuf, PathBuf, String) {
-    let mut by_port: [Vec<(u64, Vec<u8>)>; 2] = [Vec::new(), Vec::new()];
+    let mut workloads = Vec::new();
     let mut colls = String::new();
     for (i, tensor) in tensors.iter().enumerate() {
         let d = pktgen(
@@ -51,38 +38,13 @@ fn split_workload(dir: &Path, workers: usize, tensors: [u64; 2], chunk: u32) -> 
                 "--shuffle",
             ],
         );
-        let f = std::fs::File::open(d.join("input.pcap")).unwrap();
-        let mut r = pcap_file::pcap::PcapReader::new(f).unwrap();
-        while let Some(p) = r.next_packet() {
-            let p = p.unwrap();
-            let rank = p.data[11] as usize; // source MAC 02:00:00:00:01:rr
-            by_port[rank * 2 / workers].push((p.timestamp.as_micros() as u64, p.data.into_owned()));
-        }
-        let t = std::fs::read_to_string(d.join("appliance.toml")).unwrap();
-        let mut c = t[t.find("[[collective]]").unwrap()..].to_string();
-        for k in workers / 2..workers {
-            c = c.replace(&format!("rank = {k}\n"), &format!("rank = {k}\nport = 1\n"));
-        }
-        colls += &c;
+        colls += &collectives_via_ports(&d, workers / 2..workers);
         colls.push('\n');
+        workloads.push(d);
     }
-    for v in by_port.iter_mut() {
-        v.sort_by_key(|(t, _)| *t);
-    }
-    let (in0, in1) = (dir.join("in0.pcap"), dir.join("in1.pcap"));
-    write_pcap_at(&in0, &by_port[0]);
-    write_pcap_at(&in1, &by_port[1]);
+    let (in0, in1) =
+        split_by_rank(dir, &workloads.iter().map(PathBuf::as_path).collect::<Vec<_>>(), |r| r * 2 / workers);
     (in0, in1, colls)
-}
-
-/// Replays `in0` into port 0 and `in1` into port 1; the outputs go to `outs` when given.
-fn replay(dir: &Path, conf: &Path, in0: &Path, in1: &Path, outs: Option<(&Path, &Path)>) -> Run {
-    let mut args = vec![format!("--rx=0={}", in0.display()), format!("--rx=1={}", in1.display())];
-    if let Some((o0, o1)) = outs {
-        args.push(format!("--tx=0={}", o0.display()));
-        args.push(format!("--tx=1={}", o1.display()));
-    }
-    run_dpu(dir, conf, &args)
 }
 
 fn u(v: &Value) -> u64 {
@@ -123,8 +85,8 @@ fn assert_lossless(run: &Run, contributions: u64, rounds: u64, members: u64) {
 fn two_workers_replay_250k_split_contributions_losslessly() {
     let dir = scratch("handoff-250k");
     let (in0, in1, colls) = split_workload(&dir, 16, [8000 * 64, 7625 * 64], 64);
-    let conf = write_config(&dir, "c.toml", &format!("{TWO_WORKERS}\n{PORTS}\n{colls}"));
-    let run = replay(&dir, &conf, &in0, &in1, None);
+    let conf = write_config(&dir, "c.toml", &format!("{TWO_WORKERS}\n{SPLIT_PORTS}\n{colls}"));
+    let run = run_two_ports(&dir, &conf, &in0, &in1, None);
     assert_lossless(&run, 250_000, 15_625, 16);
     let s = run.stats();
     eprintln!(
@@ -142,16 +104,12 @@ fn two_workers_replay_250k_split_contributions_losslessly() {
 fn two_workers_split_replay_passes_the_checker() {
     let dir = scratch("handoff-check");
     let (in0, in1, colls) = split_workload(&dir, 16, [64 * 64, 32 * 64], 64);
-    let conf = write_config(&dir, "c.toml", &format!("{TWO_WORKERS}\n{PORTS}\n{colls}"));
+    let conf = write_config(&dir, "c.toml", &format!("{TWO_WORKERS}\n{SPLIT_PORTS}\n{colls}"));
     let (o0, o1) = (dir.join("out0.pcap"), dir.join("out1.pcap"));
-    let run = replay(&dir, &conf, &in0, &in1, Some((&o0, &o1)));
+    let run = run_two_ports(&dir, &conf, &in0, &in1, Some((&o0, &o1)));
     assert_lossless(&run, (64 + 32) * 16, 64 + 32, 16);
     // Results to ranks 0-7 leave on port 0, to ranks 8-15 on port 1.
-    for (i, o) in [&o0, &o1].iter().enumerate() {
-        let frames = read_pcap(o);
-        assert_eq!(frames.len(), (64 + 32) * 8, "port {i}");
-        assert!(frames.iter().all(|f| f[5] as usize / 8 == i), "port {i} only reaches its members");
-    }
+    assert_results_stay_on_their_ports([&o0, &o1], (64 + 32) * 8, 8);
     let (ok, text) = gradcheck(&conf, &[&in0, &in1], &[&o0, &o1]);
     assert!(ok, "{text}");
 }
@@ -164,8 +122,8 @@ fn two_workers_sharing_one_cpu_lose_nothing() {
     let (in0, in1, colls) = split_workload(&dir, 16, [256 * 64, 128 * 64], 64);
     let layout = TWO_WORKERS.replace("0@0,1@0,2@1", "0@0,1@1,2@1");
     assert_ne!(layout, TWO_WORKERS);
-    let conf = write_config(&dir, "c.toml", &format!("{layout}\n{PORTS}\n{colls}"));
-    let run = replay(&dir, &conf, &in0, &in1, None);
+    let conf = write_config(&dir, "c.toml", &format!("{layout}\n{SPLIT_PORTS}\n{colls}"));
+    let run = run_two_ports(&dir, &conf, &in0, &in1, None);
     assert_lossless(&run, (256 + 128) * 16, 256 + 128, 16);
 }
 
@@ -175,8 +133,8 @@ fn two_workers_sharing_one_cpu_lose_nothing() {
 fn one_worker_replay_of_the_split_input_is_lossless() {
     let dir = scratch("handoff-one");
     let (in0, in1, colls) = split_workload(&dir, 16, [256 * 64, 128 * 64], 64);
-    let conf = write_config(&dir, "c.toml", &format!("{EAL}\n{PORTS}\n{colls}"));
-    let run = replay(&dir, &conf, &in0, &in1, None);
+    let conf = write_config(&dir, "c.toml", &format!("{EAL}\n{SPLIT_PORTS}\n{colls}"));
+    let run = run_two_ports(&dir, &conf, &in0, &in1, None);
     run.assert_ok();
     let s = run.stats();
     assert_eq!(s["workers"], 1);
@@ -196,18 +154,24 @@ fn a_pool_too_small_for_two_workers_is_refused_with_the_size_to_set() {
     // Each worker: burst 32 + 2 ports x 32 tx buffers + 1.5 x cache 32 = 144; rings of at
     // least twice the 32 free slots an rx burst waits for, 128 slots (127 mbufs) each:
     // 2 x 144 + 2 x 127 = 542.
-    let conf =
-        write_config(&dir, "c.toml", &format!("{TWO_WORKERS}\n[mempool]\nmbufs = 541\ncache = 32\n{PORTS}\n{colls}"));
-    let run = replay(&dir, &conf, &in0, &in1, None);
+    let conf = write_config(
+        &dir,
+        "c.toml",
+        &format!("{TWO_WORKERS}\n[mempool]\nmbufs = 541\ncache = 32\n{SPLIT_PORTS}\n{colls}"),
+    );
+    let run = run_two_ports(&dir, &conf, &in0, &in1, None);
     assert_eq!(run.code(), 2, "{}", run.stderr());
     let e = run.stderr();
     assert!(e.contains("c.toml") && e.contains("mempool.mbufs"), "{e}");
     assert!(e.contains("expected at least 542 mbufs, found 541"), "{e}");
     assert!(run.stats.is_none(), "nothing ran");
     // One more mbuf and it runs, losslessly.
-    let conf =
-        write_config(&dir, "c.toml", &format!("{TWO_WORKERS}\n[mempool]\nmbufs = 542\ncache = 32\n{PORTS}\n{colls}"));
-    let run = replay(&dir, &conf, &in0, &in1, None);
+    let conf = write_config(
+        &dir,
+        "c.toml",
+        &format!("{TWO_WORKERS}\n[mempool]\nmbufs = 542\ncache = 32\n{SPLIT_PORTS}\n{colls}"),
+    );
+    let run = run_two_ports(&dir, &conf, &in0, &in1, None);
     assert_lossless(&run, 2 * 4 * 4, 2 * 4, 4);
 }
 

@@ -265,19 +265,11 @@ fn default_config_aggregates_the_make_run_workload() {
 
 #[test]
 fn sigint_stops_rx_flushes_and_prints_final_stats() {
-    use std::process::{Command, Stdio};
+    use std::process::Command;
     let dir = scratch("sigint");
     let conf = write_config(&dir, "c.toml", &two_ports(TO_PORT1));
     let stats = dir.join("stats.json");
-    let child = Command::new(dpu_bin())
-        .arg("-c")
-        .arg(&conf)
-        .arg("--stats-json")
-        .arg(&stats)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = dpu_command(&conf, &stats).spawn().unwrap();
     // net_null ports never run dry: only the signal stops this run.
     std::thread::sleep(std::time::Duration::from_millis(1500));
     assert!(Command::new("kill").arg("-INT").arg(child.id().to_string()).status().unwrap().success());

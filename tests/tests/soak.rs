@@ -12,7 +12,6 @@
 
 use functional_tests::grad::*;
 use functional_tests::*;
-use pcap_file::pcap::PcapReader;
 use serde_json::Value;
 use std::path::Path;
 
@@ -42,17 +41,6 @@ const FLOOD: usize = 2000;
 
 fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
-}
-
-/// A pcap's records with their capture times (µs).
-fn records(path: &Path) -> Vec<(u64, Vec<u8>)> {
-    let mut r = PcapReader::new(std::fs::File::open(path).unwrap()).unwrap();
-    let mut out = Vec::new();
-    while let Some(p) = r.next_packet() {
-        let p = p.unwrap();
-        out.push((p.timestamp.as_micros() as u64, p.data.into_owned()));
-    }
-    out
 }
 
 /// Runs pktgen for one collective; returns its records, its `[[collective]]` tables and the
@@ -90,7 +78,7 @@ fn generate(
     let t = std::fs::read_to_string(d.join("appliance.toml")).unwrap();
     let colls = t[t.find("[[collective]]").unwrap()..].to_string();
     let expected: Value = serde_json::from_str(&std::fs::read_to_string(d.join("expected.json")).unwrap()).unwrap();
-    (records(&d.join("input.pcap")), colls, u(&expected["counts"]["result_packets"]))
+    (read_pcap_records(&d.join("input.pcap")), colls, u(&expected["counts"]["result_packets"]))
 }
 
 /// A copy of `f` with one payload byte flipped: its UDP checksum no longer verifies.

@@ -4,7 +4,7 @@
 
 use functional_tests::frames::{tshark_fields, Udp4};
 use functional_tests::*;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 fn ports(n: usize) -> String {
     let mut s = EAL.to_string();
@@ -35,21 +35,29 @@ fn ip(d: &[u8]) -> [u8; 4] {
     [d[0], d[1], d[2], d[3]]
 }
 
-fn checksums_valid_by_tshark(pcap: &Path, frames: usize) {
-    let Some(lines) = tshark_fields(pcap, &["ip.checksum.status", "udp.checksum.status"]) else {
-        return;
-    };
-    assert_eq!(lines.len(), frames);
-    for l in lines {
-        assert_eq!(l, "1\t1", "tshark: IPv4 and UDP checksums good (status 1), got {l:?}");
+/// `nports` null ports, then `tables`.
+fn config(nports: usize, tables: &str) -> String {
+    format!("{}{tables}", ports(nports))
+}
+
+/// tshark (where installed) finds every frame of each output capture, `outs[i]` holding
+/// `got[i]`, with good IPv4 and UDP checksums.
+fn checksums_valid_by_tshark(outs: &[PathBuf], got: &[Vec<Vec<u8>>]) {
+    for (pcap, frames) in outs.iter().zip(got) {
+        let Some(lines) = tshark_fields(pcap, &["ip.checksum.status", "udp.checksum.status"]) else {
+            return;
+        };
+        assert_eq!(lines.len(), frames.len());
+        for l in lines {
+            assert_eq!(l, "1\t1", "tshark: IPv4 and UDP checksums good (status 1), got {l:?}");
+        }
     }
 }
 
 #[test]
 fn lpm_routes_by_longest_prefix() {
-    let conf = format!(
-        "{}{}",
-        ports(3),
+    let conf = config(
+        3,
         r#"
 [[table]]
 name = "route"
@@ -67,7 +75,7 @@ action = "forward(2); dec_ttl; set_eth_dst(02:00:00:00:02:02)"
 [[table.entry]]
 key = ["10.1.2.3/32"]
 action = "forward(0); dec_ttl"
-"#
+"#,
     );
     let dsts: [[u8; 4]; 6] = [[10, 9, 9, 9], [10, 1, 9, 9], [10, 1, 2, 9], [10, 1, 2, 3], [11, 0, 0, 1], [10, 1, 2, 4]];
     let frames: Vec<Vec<u8>> = dsts.iter().map(|d| Udp4 { dst: *d, ..Default::default() }.build()).collect();
@@ -79,9 +87,7 @@ action = "forward(0); dec_ttl"
     assert!(got[2].iter().all(|f| f[..6] == [2, 0, 0, 0, 2, 2]));
     assert!(got.iter().flatten().all(|f| f[22] == 63), "TTL decremented");
     assert_eq!(run.drops("table_miss"), 1, "11.0.0.1 has no route");
-    for (o, g) in outs.iter().zip(&got) {
-        checksums_valid_by_tshark(o, g.len());
-    }
+    checksums_valid_by_tshark(&outs, &got);
     let t = &run.stats()["tables"];
     let hits: Vec<u64> = (0..5).map(|i| t[i]["counter"]["packets"].as_u64().unwrap()).collect();
     assert_eq!(hits, vec![1, 1, 2, 1, 1], "per-entry counters, then misses");
@@ -89,9 +95,8 @@ action = "forward(0); dec_ttl"
 
 #[test]
 fn ternary_acl_takes_the_highest_priority() {
-    let conf = format!(
-        "{}{}",
-        ports(2),
+    let conf = config(
+        2,
         r#"
 [[table]]
 name = "acl"
@@ -113,7 +118,7 @@ action = "set_dscp(46); forward(1)"
 key = ["*", "7000->7999"]
 priority = 5
 action = "drop"
-"#
+"#,
     );
     let cases: [([u8; 4], u16); 6] = [
         ([10, 1, 1, 1], 80),      // p10 -> port 0
@@ -132,16 +137,13 @@ action = "drop"
     assert_eq!(got[1][0][15] >> 2, 46);
     assert_eq!(got[1][1][15] >> 2, 0);
     assert_eq!(run.drops("explicit_drop"), 2);
-    for (o, g) in outs.iter().zip(&got) {
-        checksums_valid_by_tshark(o, g.len());
-    }
+    checksums_valid_by_tshark(&outs, &got);
 }
 
 #[test]
 fn vlan_push_and_pop() {
-    let conf = format!(
-        "{}{}",
-        ports(2),
+    let conf = config(
+        2,
         r#"
 [[table]]
 name = "vlan"
@@ -153,7 +155,7 @@ action = "push_vlan(100); forward(1)"
 [[table.entry]]
 key = [1]
 action = "pop_vlan; forward(0)"
-"#
+"#,
     );
     let untagged = Udp4::default().build();
     let tagged = Udp4 { vlan: Some(42), ..Default::default() }.build();
@@ -167,9 +169,8 @@ action = "pop_vlan; forward(0)"
 
 #[test]
 fn multicast_to_three_ports_with_different_rewrites() {
-    let conf = format!(
-        "{}{}",
-        ports(4),
+    let conf = config(
+        4,
         r#"
 [[multicast_group]]
 id = 1
@@ -190,7 +191,7 @@ default_action = "drop"
 [[table.entry]]
 key = ["239.1.1.1"]
 action = "multicast(1)"
-"#
+"#,
     );
     let f = Udp4 { dst: [239, 1, 1, 1], ecn: 2, payload: vec![7; 100], ..Default::default() }.build();
     let (got, run, outs) = replay("mcast", &conf, 4, &[f.clone(), f.clone()]);
@@ -210,16 +211,13 @@ action = "multicast(1)"
     assert_eq!(g3[15], (10 << 2) | 3, "DSCP 10, CE");
     assert_eq!(&g3[16..], &f[16..24].iter().chain(&g3[24..26]).chain(&f[26..]).cloned().collect::<Vec<_>>()[..]);
     assert_eq!(run.stats()["ports"][0]["workers"]["rx_packets"], 2);
-    for (o, g) in outs.iter().zip(&got).skip(1) {
-        checksums_valid_by_tshark(o, g.len());
-    }
+    checksums_valid_by_tshark(&outs[1..], &got[1..]);
 }
 
 #[test]
 fn named_counters_are_reported_in_the_stats() {
-    let conf = format!(
-        "{}{}",
-        ports(2),
+    let conf = config(
+        2,
         r#"
 [[table]]
 name = "acl"
@@ -231,7 +229,7 @@ action = "count(port9000); forward(1)"
 [[table.entry]]
 key = [9001]
 action = "count(acl_pass); forward(1)"
-"#
+"#,
     );
     // Three frames to 9000, one to 9001 and one to 80 (a miss): every length different.
     let cases: [(u16, usize); 5] = [(9000, 10), (9001, 20), (9000, 100), (80, 0), (9000, 50)];

@@ -349,15 +349,13 @@ mod tests {
     use super::*;
     use crate::buf::{VecBuf, VecIo};
     use crate::config::load_str;
+    use crate::testing::null_ports;
+    use crate::wire::ipv6::Ipv6Repr;
     use std::path::Path;
 
-    const CONF: &str = r#"
-        [[port]]
-        vdev = "net_null0"
-        [[port]]
-        vdev = "net_null1"
-        [[port]]
-        vdev = "net_null2"
+    /// An l2 table for three ports: 02:..:01 to port 1, broadcast flooded, 02:..:66 dropped,
+    /// the rest to port 0.
+    const L2: &str = r#"
         [[table]]
         name = "l2"
         key = [{ field = "eth.dst", match = "exact" }]
@@ -382,7 +380,7 @@ mod tests {
     }
 
     fn datapath() -> Datapath {
-        let loaded = load_str(CONF, Path::new("test.toml")).unwrap();
+        let loaded = load_str(&format!("{}{L2}", null_ports(3)), Path::new("test.toml")).unwrap();
         Datapath::new(loaded.pipeline, 3, crate::wire::gradient::DEFAULT_UDP_PORT)
     }
 
@@ -470,13 +468,17 @@ mod tests {
         let mut f = frame([2, 0, 0, 0, 0, 1])[..14].to_vec();
         f[12..14].copy_from_slice(&[0x86, 0xdd]);
         let mut ip = [0u8; 40];
-        ip[0] = 0x60;
-        ip[4..6].copy_from_slice(&24u16.to_be_bytes());
-        ip[6] = 43;
-        ip[7] = 64;
-        ip[8] = 0xfd;
-        ip[23] = 1;
-        ip[24..40].copy_from_slice(&dst);
+        let src = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+        Ipv6Repr {
+            src_addr: src,
+            dst_addr: dst,
+            next_header: 43,
+            payload_len: 24,
+            hop_limit: 64,
+            ..Default::default()
+        }
+        .emit(&mut ip)
+        .unwrap();
         f.extend_from_slice(&ip);
         f.extend_from_slice(&[59, 2, 2, segments_left, 0, 0, 0, 0]);
         f.extend_from_slice(&[0xfd; 16]);

@@ -8,7 +8,9 @@ use crate::buf::PacketBuf;
 use crate::parse::{Layers, Parsed};
 use crate::stats::Reason;
 use crate::wire::arp::{ArpPacket, ArpRepr, OP_REQUEST};
-use crate::wire::ndp;
+use crate::wire::ipv6::{self, Ipv6Packet};
+use crate::wire::ndp::{self, NdMessage};
+use crate::wire::EthernetFrame;
 
 /// What became of a packet offered to [`answer`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,8 +100,9 @@ fn answer_arp<B: PacketBuf>(buf: &mut B, p: &Parsed, port: &PortAddr) -> Answer 
         if reply.emit(&mut f[l3..]).is_err() {
             return Answer::PASS;
         }
-        f[0..6].copy_from_slice(&p.eth_src.0);
-        f[6..12].copy_from_slice(&port.mac.0);
+        let mut eth = EthernetFrame::new_unchecked(f);
+        eth.set_dst(p.eth_src);
+        eth.set_src(port.mac);
         Verdict::Reply
     };
     Answer { verdict, conflict: probe }
@@ -113,10 +116,11 @@ fn answer_ns<B: PacketBuf>(buf: &mut B, p: &Parsed, port: &PortAddr, local: &[Po
     let (l3, l4) = (p.l3_offset as usize, p.l4_offset as usize);
     let f = buf.data();
     let icmp = &f[l4..p.ip_end as usize];
-    if l4 != l3 + 40 || icmp.first() != Some(&ndp::TYPE_NS) {
+    if l4 != l3 + ipv6::HEADER_LEN || icmp.first() != Some(&ndp::TYPE_NS) {
         return Answer::PASS;
     }
-    let target = (icmp.len() >= ndp::BODY_LEN).then(|| <[u8; 16]>::try_from(&icmp[8..24]).unwrap_or_default());
+    let ns = NdMessage::new_checked(icmp).ok();
+    let target = ns.as_ref().map(NdMessage::target);
     let dst = p.ip_dst_bytes;
     if dst != ip && dst != ndp::solicited_node(&ip) && target != Some(ip) {
         return Answer::PASS;
@@ -124,20 +128,21 @@ fn answer_ns<B: PacketBuf>(buf: &mut B, p: &Parsed, port: &PortAddr, local: &[Po
     // RFC 4861 section 7.1.1, in its order.
     let src = p.ip_src_bytes;
     let unspecified = src == [0; 16];
-    let Some(target) = target else { return Answer::drop(Reason::NdTooShort) };
+    let Some(ns) = ns else { return Answer::drop(Reason::NdTooShort) };
+    let target = ns.target();
     if p.ttl != 255 {
         return Answer::drop(Reason::NdBadHopLimit);
     }
     if !ndp::checksum_ok(icmp, &src, &dst) {
         return Answer::drop(Reason::NdBadChecksum);
     }
-    if icmp[1] != 0 {
+    if ns.code() != 0 {
         return Answer::drop(Reason::NdBadCode);
     }
     if target[0] == 0xff {
         return Answer::drop(Reason::NdMulticastTarget);
     }
-    let Some(source_lladdr) = ndp::check_options(&icmp[ndp::BODY_LEN..]) else {
+    let Some(source_lladdr) = ndp::check_options(ns.options()) else {
         return Answer::drop(Reason::NdBadOption);
     };
     if local.iter().any(|a| a.ipv6 == Some(src)) {
@@ -150,29 +155,22 @@ fn answer_ns<B: PacketBuf>(buf: &mut B, p: &Parsed, port: &PortAddr, local: &[Po
         return Answer::PASS;
     }
     let requester_mac = p.eth_src;
-    let dst: [u8; 16] = if unspecified {
-        let mut a = [0u8; 16];
-        a[0] = 0xff;
-        a[1] = 0x02;
-        a[15] = 1;
-        a
-    } else {
-        src
-    };
+    let dst = if unspecified { ndp::ALL_NODES } else { src };
     let len = l4 + ndp::BODY_LEN + ndp::LLADDR_OPT_LEN;
     if !buf.set_len(len) {
         return Answer::PASS;
     }
     let f = buf.data_mut();
-    let dst_mac = if unspecified { [0x33, 0x33, 0, 0, 0, 1] } else { requester_mac.0 };
-    f[0..6].copy_from_slice(&dst_mac);
-    f[6..12].copy_from_slice(&port.mac.0);
+    let mut eth = EthernetFrame::new_unchecked(&mut *f);
+    eth.set_dst(if unspecified { ndp::multicast_mac(&ndp::ALL_NODES) } else { requester_mac });
+    eth.set_src(port.mac);
     // IPv6 header: payload length, hop limit 255, addresses (version, class and flow label kept).
-    f[l3 + 4..l3 + 6].copy_from_slice(&((ndp::BODY_LEN + ndp::LLADDR_OPT_LEN) as u16).to_be_bytes());
-    f[l3 + 6] = ndp::NEXT_HEADER_ICMPV6;
-    f[l3 + 7] = 255;
-    f[l3 + 8..l3 + 24].copy_from_slice(&ip);
-    f[l3 + 24..l3 + 40].copy_from_slice(&dst);
+    let mut ip6 = Ipv6Packet::new_unchecked(&mut f[l3..l4]);
+    ip6.set_payload_len((ndp::BODY_LEN + ndp::LLADDR_OPT_LEN) as u16);
+    ip6.set_next_header(ndp::NEXT_HEADER_ICMPV6);
+    ip6.set_hop_limit(255);
+    ip6.set_src_addr(ip);
+    ip6.set_dst_addr(dst);
     ndp::emit_advertisement(&mut f[l4..], &ip, port.mac, !unspecified, &ip, &dst);
     Answer { verdict: Verdict::Reply, conflict: unspecified }
 }

@@ -7,27 +7,16 @@ use crate::config::load_str;
 use crate::datapath::Datapath;
 use crate::parse::{parse, Layers};
 use crate::stats::Reason;
+use crate::testing::{case_frames, null_ports};
 use crate::wire::gradient::DEFAULT_UDP_PORT;
 use crate::wire::{checksum, icrc, EthernetAddress};
 use std::path::Path;
 
-fn frames(name: &str) -> Vec<Vec<u8>> {
-    let path = format!("{}/tests/data/cases/{}", env!("CARGO_MANIFEST_DIR"), name);
-    let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let mut r = pcap_file::pcap::PcapReader::new(file).unwrap();
-    let mut out = Vec::new();
-    while let Some(pkt) = r.next_packet() {
-        out.push(pkt.unwrap().data.into_owned());
-    }
-    out
-}
-
-const PORTS: &str = "[[port]]\nvdev = \"net_null0\"\n[[port]]\nvdev = \"net_null1\"\n[[port]]\nvdev = \"net_null2\"\n[[port]]\nvdev = \"net_null3\"\n";
-
 /// A datapath whose one table runs `actions` on every packet.
 fn with_actions(actions: &str, extra: &str) -> Datapath {
     let text = format!(
-        "{PORTS}{extra}\n[[table]]\nname = \"t\"\nkey = [{{ field = \"ingress_port\", match = \"exact\" }}]\ndefault_action = \"{actions}\"\n"
+        "{}{extra}\n[[table]]\nname = \"t\"\nkey = [{{ field = \"ingress_port\", match = \"exact\" }}]\ndefault_action = \"{actions}\"\n",
+        null_ports(4)
     );
     let l = load_str(&text, Path::new("t.toml")).unwrap_or_else(|e| panic!("{e}"));
     Datapath::new(l.pipeline, 4, DEFAULT_UDP_PORT)
@@ -53,7 +42,7 @@ fn ipv4_checksum_is_a_full_recompute(frame: &[u8], l3: usize) {
 
 #[test]
 fn c05_ce_mark_gives_checksum_0000() {
-    let f = frames("c05_ipv4_ce_mark_cksum_becomes_0000.pcap");
+    let f = case_frames("c05_ipv4_ce_mark_cksum_becomes_0000.pcap");
     let out = run(&mut with_actions("mark_ecn; forward(1)", ""), &f);
     assert_eq!(out.len(), 1);
     let o = &out[0].1;
@@ -68,7 +57,7 @@ fn c05_ce_mark_gives_checksum_0000() {
 
 #[test]
 fn c06_ecn_codepoints() {
-    let f = frames("c06_ecn_codepoints.pcap");
+    let f = case_frames("c06_ecn_codepoints.pcap");
     assert_eq!(f.len(), 4);
     let out = run(&mut with_actions("mark_ecn; forward(1)", ""), &f);
     assert_eq!(out.len(), 4);
@@ -89,7 +78,7 @@ fn c06_ecn_codepoints() {
 /// (unchanged) and for a frame without IP.
 #[test]
 fn mark_ce_reports_whether_the_packet_is_ce() {
-    for (i, inp) in frames("c06_ecn_codepoints.pcap").into_iter().enumerate() {
+    for (i, inp) in case_frames("c06_ecn_codepoints.pcap").into_iter().enumerate() {
         let ecn_in = inp[15] & 3;
         let mut f = inp.clone();
         let mut p = parse(&f, DEFAULT_UDP_PORT).unwrap();
@@ -104,7 +93,7 @@ fn mark_ce_reports_whether_the_packet_is_ce() {
     }
 
     // IPv6 (c07): traffic class 0xBA is ECT(0); marked once, then already CE.
-    let mut f = frames("c07_ipv6_tc_ecn_flowlabel.pcap").remove(0);
+    let mut f = case_frames("c07_ipv6_tc_ecn_flowlabel.pcap").remove(0);
     let mut p = parse(&f, DEFAULT_UDP_PORT).unwrap();
     assert!(ecn::mark_ce(&mut f, &mut p));
     assert_eq!(u32::from_be_bytes([f[14], f[15], f[16], f[17]]), 0x6BBA_BCDE);
@@ -128,7 +117,7 @@ fn mark_ce_reports_whether_the_packet_is_ce() {
 /// HC = 0xFFFF): a CE packet must not be touched at all.
 #[test]
 fn mark_ce_leaves_a_ce_packet_with_checksum_ffff_untouched() {
-    let mut inp = frames("c05_ipv4_ce_mark_cksum_becomes_0000.pcap").remove(0);
+    let mut inp = case_frames("c05_ipv4_ce_mark_cksum_becomes_0000.pcap").remove(0);
     inp[15] = 0x03;
     inp[24..26].copy_from_slice(&[0xff, 0xff]);
     assert_eq!(checksum::sum(&inp[14..34]), 0xffff, "0xFFFF stored: the header still sums to 0xFFFF");
@@ -143,7 +132,7 @@ fn mark_ce_leaves_a_ce_packet_with_checksum_ffff_untouched() {
 
 #[test]
 fn c07_ipv6_mark_keeps_version_dscp_and_flow_label() {
-    let f = frames("c07_ipv6_tc_ecn_flowlabel.pcap");
+    let f = case_frames("c07_ipv6_tc_ecn_flowlabel.pcap");
     let out = run(&mut with_actions("mark_ecn; forward(1)", ""), &f);
     let o = &out[0].1;
     assert_eq!(u32::from_be_bytes([o[14], o[15], o[16], o[17]]), 0x6BBA_BCDE);
@@ -153,8 +142,8 @@ fn c07_ipv6_mark_keeps_version_dscp_and_flow_label() {
 
 #[test]
 fn c10_and_nccl_icrc_unchanged_by_ecn_ttl_dscp() {
-    let mut all = frames("c10_rocev2_ipv4_icrc.pcap");
-    all.extend(frames("nccl_ring_allreduce_rocev2.pcap"));
+    let mut all = case_frames("c10_rocev2_ipv4_icrc.pcap");
+    all.extend(case_frames("nccl_ring_allreduce_rocev2.pcap"));
     let mut dp = with_actions("mark_ecn; dec_ttl; set_dscp(26); forward(1)", "");
     let out = run(&mut dp, &all);
     assert_eq!(out.len(), all.len(), "nothing dropped: {:?}", dp.counters.drops_by_name());
@@ -182,7 +171,7 @@ fn c10_and_nccl_icrc_unchanged_by_ecn_ttl_dscp() {
 
 #[test]
 fn set_dscp_on_options_header_recomputes_exactly() {
-    let f = frames("c02_ipv4_options.pcap");
+    let f = case_frames("c02_ipv4_options.pcap");
     for d in [0u8, 1, 46, 63] {
         let out = run(&mut with_actions(&format!("set_dscp({d}); forward(1)"), ""), &f);
         let o = &out[0].1;
@@ -195,7 +184,7 @@ fn set_dscp_on_options_header_recomputes_exactly() {
 
 #[test]
 fn dec_ttl_drops_at_one() {
-    let mut f = frames("c02_ipv4_options.pcap")[0].clone();
+    let mut f = case_frames("c02_ipv4_options.pcap")[0].clone();
     f[22] = 1; // TTL
     let mut h = f[14..14 + 24].to_vec();
     h[10] = 0;
@@ -212,7 +201,7 @@ fn dec_ttl_drops_at_one() {
 /// limit 2 leaves as 1, and hop limit 1 is dropped with the frame untouched.
 #[test]
 fn dec_ttl_on_ipv6_hop_limit() {
-    let inp = frames("c07_ipv6_tc_ecn_flowlabel.pcap").remove(0);
+    let inp = case_frames("c07_ipv6_tc_ecn_flowlabel.pcap").remove(0);
     assert_eq!(inp[14 + 7], 64, "hop limit is byte 7 of the IPv6 header");
     let out = run(&mut with_actions("dec_ttl; forward(1)", ""), std::slice::from_ref(&inp));
     let o = &out[0].1;
@@ -237,7 +226,7 @@ fn dec_ttl_on_ipv6_hop_limit() {
 /// router forwards, RFC 1812 5.3.1) is dropped like TTL 1, never wrapped to 255.
 #[test]
 fn dec_ttl_ipv4_two_leaves_as_one_and_zero_is_dropped() {
-    let inp = frames("c02_ipv4_options.pcap").remove(0);
+    let inp = case_frames("c02_ipv4_options.pcap").remove(0);
     for (ttl_in, want) in [(2u8, Ok(1u8)), (1, Err(Reason::TtlExpired)), (0, Err(Reason::TtlExpired))] {
         let mut f = inp.clone();
         f[22] = ttl_in;
@@ -263,7 +252,7 @@ fn dec_ttl_ipv4_two_leaves_as_one_and_zero_is_dropped() {
 
 #[test]
 fn vlan_push_pop_set() {
-    let plain = frames("c02_ipv4_options.pcap")[0].clone();
+    let plain = case_frames("c02_ipv4_options.pcap")[0].clone();
     let out = run(&mut with_actions("push_vlan(100); forward(1)", ""), std::slice::from_ref(&plain));
     let o = &out[0].1;
     assert_eq!(o.len(), plain.len() + 4);
@@ -287,7 +276,7 @@ fn vlan_push_pop_set() {
     assert_eq!(dp.counters.dropped(Reason::VlanDepth), 1);
 
     // c09: pop the outer tag of a QinQ frame: the inner tag becomes the only one.
-    let q = frames("c09_stacked_vlan.pcap");
+    let q = case_frames("c09_stacked_vlan.pcap");
     let before = parse(&q[0], DEFAULT_UDP_PORT).unwrap();
     let out = run(&mut with_actions("pop_vlan; forward(1)", ""), &[q[0].clone()]);
     let p = parse(&out[0].1, DEFAULT_UDP_PORT).unwrap();
@@ -302,7 +291,7 @@ fn vlan_push_pop_set() {
 /// changes, and the parse the actions keep is the output's.
 #[test]
 fn set_eth_dst_and_src_rewrite_their_six_bytes() {
-    let inp = frames("c02_ipv4_options.pcap").remove(0);
+    let inp = case_frames("c02_ipv4_options.pcap").remove(0);
     assert_eq!(&inp[..12], &[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1]);
     let out = run(
         &mut with_actions("set_eth_dst(0a:1b:2c:3d:4e:5f); set_eth_src(66:77:88:99:aa:bb); forward(1)", ""),
@@ -339,7 +328,7 @@ actions = "set_eth_dst(02:00:00:00:00:02); push_vlan(20); count(copy2)"
 port = 3
 actions = "set_dscp(46); dec_ttl"
 "#;
-    let f = frames("c02_ipv4_options.pcap");
+    let f = case_frames("c02_ipv4_options.pcap");
     let mut dp = with_actions("multicast(9)", groups);
     let out = run(&mut dp, &f);
     assert_eq!(out.iter().map(|(p, _)| *p).collect::<Vec<_>>(), vec![1, 2, 3]);

@@ -2,22 +2,11 @@
 //! layer it recognises, every drop reason it counts, and the invariants of `Parsed` on any input.
 
 use super::*;
+use crate::testing::case_frames;
 use crate::wire::checksum;
 use proptest::prelude::*;
 
 const GRAD_PORT: u16 = gradient::DEFAULT_UDP_PORT;
-
-/// The frames of `tests/data/cases/<name>`, in order.
-fn frames(name: &str) -> Vec<Vec<u8>> {
-    let path = format!("{}/tests/data/cases/{}", env!("CARGO_MANIFEST_DIR"), name);
-    let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let mut r = pcap_file::pcap::PcapReader::new(file).unwrap();
-    let mut out = Vec::new();
-    while let Some(pkt) = r.next_packet() {
-        out.push(pkt.unwrap().data.into_owned());
-    }
-    out
-}
 
 fn ok(frame: &[u8]) -> Parsed {
     ok_on(frame, GRAD_PORT)
@@ -77,7 +66,7 @@ fn layers_are_a_set_of_distinct_bits() {
 
 #[test]
 fn c01_bad_ihl_all_malformed_ipv4() {
-    let f = frames("c01_ipv4_bad_ihl.pcap");
+    let f = case_frames("c01_ipv4_bad_ihl.pcap");
     assert_eq!(f.len(), 3);
     for frame in &f {
         assert_eq!(parse(frame, GRAD_PORT), Err(Reason::MalformedIpv4));
@@ -86,7 +75,7 @@ fn c01_bad_ihl_all_malformed_ipv4() {
 
 #[test]
 fn c02_options_udp_through_ihl() {
-    let f = frames("c02_ipv4_options.pcap");
+    let f = case_frames("c02_ipv4_options.pcap");
     let p = ok(&f[0]);
     assert_case_udp(&p, 14, 24);
     assert_eq!(p.l4_offset, 38);
@@ -106,7 +95,7 @@ fn c02_options_udp_through_ihl() {
 
 #[test]
 fn c03_padding_ignored() {
-    let f = frames("c03_eth_padding_nonzero.pcap");
+    let f = case_frames("c03_eth_padding_nonzero.pcap");
     assert_eq!(f[0].len(), 60);
     let p = ok(&f[0]);
     assert_case_udp(&p, 14, 20);
@@ -134,7 +123,7 @@ fn c03_padding_ignored() {
 
 #[test]
 fn c04_udp_checksum_ffff_and_zero() {
-    let f = frames("c04_udp_csum_ffff_and_zero.pcap");
+    let f = case_frames("c04_udp_csum_ffff_and_zero.pcap");
     assert_eq!(f.len(), 2);
     for frame in &f {
         assert_case_udp(&ok(frame), 14, 20);
@@ -145,7 +134,7 @@ fn c04_udp_checksum_ffff_and_zero() {
 
 #[test]
 fn c05_checksum_0001_then_0000() {
-    let f = frames("c05_ipv4_ce_mark_cksum_becomes_0000.pcap");
+    let f = case_frames("c05_ipv4_ce_mark_cksum_becomes_0000.pcap");
     let p = ok(&f[0]);
     assert_case_udp(&p, 14, 20);
     assert_eq!((p.dscp, p.ecn), (0, 0b10));
@@ -161,7 +150,7 @@ fn c05_checksum_0001_then_0000() {
 
 #[test]
 fn c06_ecn_codepoints() {
-    let f = frames("c06_ecn_codepoints.pcap");
+    let f = case_frames("c06_ecn_codepoints.pcap");
     assert_eq!(f.len(), 4);
     for (i, frame) in f.iter().enumerate() {
         let p = ok(frame);
@@ -172,7 +161,7 @@ fn c06_ecn_codepoints() {
 
 #[test]
 fn c07_ipv6_fields() {
-    let f = frames("c07_ipv6_tc_ecn_flowlabel.pcap");
+    let f = case_frames("c07_ipv6_tc_ecn_flowlabel.pcap");
     let p = ok(&f[0]);
     assert!(p.has(Layers::IPV6.union(Layers::UDP)));
     assert_eq!((p.dscp, p.ecn, p.ttl, p.ip_proto), (46, 0b10, 64, 17));
@@ -199,7 +188,7 @@ fn c07_ipv6_fields() {
 
 #[test]
 fn c08_ipv6_extension_headers() {
-    let f = frames("c08_ipv6_ext_headers.pcap");
+    let f = case_frames("c08_ipv6_ext_headers.pcap");
     let p = ok(&f[0]);
     assert!(p.has(Layers::IPV6.union(Layers::UDP)));
     assert_eq!((p.l4_offset, p.ip_header_len, p.ip_proto), (70, 56, 17));
@@ -214,7 +203,7 @@ fn c08_ipv6_extension_headers() {
 
 #[test]
 fn c09_stacked_vlans() {
-    let f = frames("c09_stacked_vlan.pcap");
+    let f = case_frames("c09_stacked_vlan.pcap");
     for (frame, tpid) in f[..2].iter().zip([0x88a8, 0x8100]) {
         let p = ok(frame);
         assert_eq!(p.vlan_tags(), 2);
@@ -235,7 +224,7 @@ const STATUSES: [CsumStatus; 3] = [CsumStatus::Unknown, CsumStatus::Good, CsumSt
 #[test]
 fn offload_verdicts_on_ipv4_udp() {
     use CsumStatus::{Bad, Good, Unknown};
-    let good = frames("c02_ipv4_options.pcap").remove(0);
+    let good = case_frames("c02_ipv4_options.pcap").remove(0);
     let mut bad_ip = good.clone();
     bad_ip[14 + 10] ^= 0x01;
     let mut bad_udp = good.clone();
@@ -262,7 +251,7 @@ fn offload_verdicts_on_ipv4_udp() {
         assert_eq!(with(&bad_udp, ip, Bad), Err(Reason::BadUdpChecksum));
     }
     // Length checks come first whatever the NIC says.
-    for f in frames("c01_ipv4_bad_ihl.pcap") {
+    for f in case_frames("c01_ipv4_bad_ihl.pcap") {
         for (ip, l4) in STATUSES.iter().flat_map(|&i| STATUSES.map(|l| (i, l))) {
             assert_eq!(with(&f, ip, l4), Err(Reason::MalformedIpv4));
         }
@@ -271,7 +260,7 @@ fn offload_verdicts_on_ipv4_udp() {
     long_udp[38 + 4..38 + 6].copy_from_slice(&13u16.to_be_bytes());
     assert_eq!(with(&long_udp, Good, Good), Err(Reason::MalformedUdp));
     // A zero UDP checksum over IPv4 means none, whatever the NIC says.
-    let zero = frames("c04_udp_csum_ffff_and_zero.pcap").remove(1);
+    let zero = case_frames("c04_udp_csum_ffff_and_zero.pcap").remove(1);
     for l4 in STATUSES {
         assert!(with(&zero, Unknown, l4).is_ok());
     }
@@ -285,7 +274,7 @@ fn offload_verdicts_on_ipv4_udp() {
 #[test]
 fn offload_verdicts_on_ipv6_udp() {
     use CsumStatus::{Bad, Good, Unknown};
-    let good = frames("c07_ipv6_tc_ecn_flowlabel.pcap").remove(0);
+    let good = case_frames("c07_ipv6_tc_ecn_flowlabel.pcap").remove(0);
     let mut bad_udp = good.clone();
     bad_udp[62] ^= 0x01;
     let mut zero = good.clone();
@@ -310,7 +299,7 @@ fn offload_verdicts_on_ipv6_udp() {
 #[test]
 fn offload_never_skips_the_icrc() {
     use CsumStatus::Good;
-    let f = frames("c10_rocev2_ipv4_icrc.pcap").remove(0);
+    let f = case_frames("c10_rocev2_ipv4_icrc.pcap").remove(0);
     assert!(parse_with(&f, GRAD_PORT, rx(Good, Good)).unwrap().has(Layers::BTH));
     let mut b = f.clone();
     b[60] ^= 1;
@@ -319,7 +308,7 @@ fn offload_never_skips_the_icrc() {
 
 #[test]
 fn c10_rocev2_icrc_invariant() {
-    let f = frames("c10_rocev2_ipv4_icrc.pcap");
+    let f = case_frames("c10_rocev2_ipv4_icrc.pcap");
     assert_eq!(f.len(), 3);
     let mut icrcs = Vec::new();
     for (frame, (l3, ecn)) in f.iter().zip([(14, 0b10), (18, 0b10), (14, 0b11)]) {
@@ -371,7 +360,7 @@ fn c10_rocev2_icrc_invariant() {
 
 #[test]
 fn nccl_capture_every_rocev2_frame() {
-    let f = frames("nccl_ring_allreduce_rocev2.pcap");
+    let f = case_frames("nccl_ring_allreduce_rocev2.pcap");
     assert_eq!(f.len(), 275);
     let mut by_op = std::collections::BTreeMap::new();
     let mut by_qp = std::collections::BTreeMap::new();
@@ -783,13 +772,13 @@ fn routing_header_segments_left_beyond_its_addresses_is_flagged() {
     h[3] = 1;
     assert!(ok(&frame(&h)).ipv6_bad_segments_left);
     // c08's first frame (Hop-by-Hop + Destination Options) has no Routing header.
-    assert!(!ok(&frames("c08_ipv6_ext_headers.pcap")[0]).ipv6_bad_segments_left);
+    assert!(!ok(&case_frames("c08_ipv6_ext_headers.pcap")[0]).ipv6_bad_segments_left);
 }
 
 #[test]
 fn fragments_never_udp() {
     // IPv4: MF set, or a non-zero offset.
-    let f = frames("c02_ipv4_options.pcap");
+    let f = case_frames("c02_ipv4_options.pcap");
     for (mf, off) in [(true, 0u16), (false, 8), (true, 1480)] {
         let mut b = f[0].clone();
         let mut ip = ipv4::Ipv4Packet::new_checked(&mut b[14..]).unwrap();
@@ -802,7 +791,7 @@ fn fragments_never_udp() {
     }
     // IPv6: a Fragment header with a non-zero offset, followed by bytes that would be a
     // valid-looking UDP header.
-    let c07 = frames("c07_ipv6_tc_ecn_flowlabel.pcap");
+    let c07 = case_frames("c07_ipv6_tc_ecn_flowlabel.pcap");
     for (off_m, frag) in [(0x0008u16 << 3, true), (0x0001, true), (0x0000, false)] {
         let mut b = c07[0][..54].to_vec();
         b[20] = 44; // next header: Fragment
@@ -821,7 +810,7 @@ fn fragments_never_udp() {
 
 #[test]
 fn l2_only_arp_and_runts() {
-    let f = frames("c02_ipv4_options.pcap");
+    let f = case_frames("c02_ipv4_options.pcap");
     assert_eq!(parse(&f[0][..13], GRAD_PORT), Err(Reason::Runt));
     assert_eq!(parse(&[], GRAD_PORT), Err(Reason::Runt));
     // A VLAN TPID with no tag after it.
@@ -853,7 +842,7 @@ fn l2_only_arp_and_runts() {
     assert!(ok(&b).has(Layers::ARP));
     assert!(!ok(&b[..41]).has(Layers::ARP));
     // Non-UDP IPv4: L3 only.
-    let nccl = frames("nccl_ring_allreduce_rocev2.pcap");
+    let nccl = case_frames("nccl_ring_allreduce_rocev2.pcap");
     let p = ok(&nccl[0]);
     assert_eq!((p.ip_proto, p.layers), (6, Layers::ETH.union(Layers::IPV4)));
 }
@@ -861,12 +850,12 @@ fn l2_only_arp_and_runts() {
 #[test]
 fn parsed_is_small_and_tag_offsets() {
     assert!(core::mem::size_of::<Parsed>() <= 160, "{}", core::mem::size_of::<Parsed>());
-    let f = frames("c09_stacked_vlan.pcap");
+    let f = case_frames("c09_stacked_vlan.pcap");
     let p = ok(&f[0]);
     assert_eq!((p.vlan_tag_offset(0), p.vlan_tag_offset(1), p.vlan_tag_offset(2)), (Some(12), Some(16), None));
-    let p = ok(&frames("c10_rocev2_ipv4_icrc.pcap")[1]);
+    let p = ok(&case_frames("c10_rocev2_ipv4_icrc.pcap")[1]);
     assert_eq!((p.vlan_tags(), p.vlan_tag_offset(0), p.vlan_tag_offset(1)), (1, Some(12), None));
-    assert_eq!(ok(&frames("c02_ipv4_options.pcap")[0]).vlan_tag_offset(0), None);
+    assert_eq!(ok(&case_frames("c02_ipv4_options.pcap")[0]).vlan_tag_offset(0), None);
 }
 
 /// Every case frame and a sample of the NCCL capture, for the fuzz tests (read once).
@@ -889,9 +878,9 @@ fn build_corpus() -> Vec<Vec<u8>> {
         "c09_stacked_vlan.pcap",
         "c10_rocev2_ipv4_icrc.pcap",
     ] {
-        v.extend(frames(name));
+        v.extend(case_frames(name));
     }
-    v.extend(frames("nccl_ring_allreduce_rocev2.pcap").into_iter().step_by(9));
+    v.extend(case_frames("nccl_ring_allreduce_rocev2.pcap").into_iter().step_by(9));
     v.push(rocev2_gradient_frame(true, Some(3), &[1, 2, 3, 4, 5, 6]));
     v.push(udp_frame(true, None, GRAD_PORT, &grad_header(1, 4), false));
     v

@@ -59,6 +59,13 @@ impl<T: AsRef<[u8]>> ArpPacket<T> {
         Ok(ArpPacket { buffer })
     }
 
+    /// Wraps `buffer` without checks, for a packet being written (at least [`PACKET_LEN`]
+    /// bytes); the accessors still index the buffer, so a shorter one panics.
+    #[inline]
+    pub fn new_unchecked(buffer: T) -> Self {
+        ArpPacket { buffer }
+    }
+
     /// Operation ([`OP_REQUEST`], [`OP_REPLY`], or another value).
     #[inline]
     pub fn operation(&self) -> u16 {
@@ -93,6 +100,50 @@ impl<T: AsRef<[u8]>> ArpPacket<T> {
     pub fn target_ip(&self) -> [u8; 4] {
         let b = &self.buffer.as_ref()[field::TPA];
         [b[0], b[1], b[2], b[3]]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> ArpPacket<T> {
+    /// Sets the hardware and protocol types and lengths of ARP for IPv4 over Ethernet (RFC 826;
+    /// hardware type 1 and length 6, protocol type 0x0800 and length 4), the only kind
+    /// [`ArpPacket::new_checked`] accepts.
+    #[inline]
+    pub fn set_ethernet_ipv4(&mut self) {
+        let b = self.buffer.as_mut();
+        put_be16(b, field::HTYPE.start, 1);
+        put_be16(b, field::PTYPE.start, 0x0800);
+        b[field::HLEN] = 6;
+        b[field::PLEN] = 4;
+    }
+
+    /// Sets the operation ([`OP_REQUEST`], [`OP_REPLY`]).
+    #[inline]
+    pub fn set_operation(&mut self, op: u16) {
+        put_be16(self.buffer.as_mut(), field::OPER.start, op);
+    }
+
+    /// Sets the sender hardware address.
+    #[inline]
+    pub fn set_sender_mac(&mut self, a: EthernetAddress) {
+        self.buffer.as_mut()[field::SHA].copy_from_slice(&a.0);
+    }
+
+    /// Sets the sender protocol address.
+    #[inline]
+    pub fn set_sender_ip(&mut self, a: [u8; 4]) {
+        self.buffer.as_mut()[field::SPA].copy_from_slice(&a);
+    }
+
+    /// Sets the target hardware address.
+    #[inline]
+    pub fn set_target_mac(&mut self, a: EthernetAddress) {
+        self.buffer.as_mut()[field::THA].copy_from_slice(&a.0);
+    }
+
+    /// Sets the target protocol address.
+    #[inline]
+    pub fn set_target_ip(&mut self, a: [u8; 4]) {
+        self.buffer.as_mut()[field::TPA].copy_from_slice(&a);
     }
 }
 
@@ -142,15 +193,13 @@ impl ArpRepr {
         if buf.len() < PACKET_LEN {
             return Err(WireError::Truncated);
         }
-        put_be16(buf, field::HTYPE.start, 1);
-        put_be16(buf, field::PTYPE.start, 0x0800);
-        buf[field::HLEN] = 6;
-        buf[field::PLEN] = 4;
-        put_be16(buf, field::OPER.start, self.operation);
-        buf[field::SHA].copy_from_slice(&self.sender_mac.0);
-        buf[field::SPA].copy_from_slice(&self.sender_ip);
-        buf[field::THA].copy_from_slice(&self.target_mac.0);
-        buf[field::TPA].copy_from_slice(&self.target_ip);
+        let mut p = ArpPacket::new_unchecked(buf);
+        p.set_ethernet_ipv4();
+        p.set_operation(self.operation);
+        p.set_sender_mac(self.sender_mac);
+        p.set_sender_ip(self.sender_ip);
+        p.set_target_mac(self.target_mac);
+        p.set_target_ip(self.target_ip);
         Ok(())
     }
 }
@@ -183,6 +232,61 @@ mod tests {
         assert_eq!(&b[8..14], &mac.0);
         assert_eq!(&b[14..18], &[10, 0, 0, 2]);
         assert_eq!(&b[18..28], &REQUEST[8..18]);
+    }
+
+    /// Each setter writes its own bytes of RFC 826's layout and no others.
+    fn set(f: impl Fn(&mut ArpPacket<&mut [u8]>)) -> [u8; 28] {
+        let mut b = REQUEST;
+        f(&mut ArpPacket::new_unchecked(&mut b[..]));
+        b
+    }
+
+    fn changed(b: &[u8; 28]) -> Vec<usize> {
+        (0..28).filter(|&i| b[i] != REQUEST[i]).collect()
+    }
+
+    #[test]
+    fn set_ethernet_ipv4_writes_bytes_0_to_6() {
+        let mut b = [0xaau8; 28];
+        ArpPacket::new_unchecked(&mut b[..]).set_ethernet_ipv4();
+        assert_eq!(&b[..6], &[0, 1, 8, 0, 6, 4]);
+        assert_eq!(&b[6..], &[0xaa; 22]);
+        assert!(ArpPacket::new_checked(&b[..]).is_ok());
+    }
+
+    #[test]
+    fn set_operation_writes_bytes_6_and_7() {
+        let b = set(|p| p.set_operation(OP_REPLY));
+        assert_eq!(&b[6..8], &[0, 2]);
+        assert_eq!(changed(&b), [7]);
+    }
+
+    #[test]
+    fn set_sender_mac_writes_bytes_8_to_14() {
+        let b = set(|p| p.set_sender_mac(EthernetAddress([0xa0, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5])));
+        assert_eq!(&b[8..14], &[0xa0, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5]);
+        assert_eq!(changed(&b), [8, 9, 10, 11, 12, 13]);
+    }
+
+    #[test]
+    fn set_sender_ip_writes_bytes_14_to_18() {
+        let b = set(|p| p.set_sender_ip([0xc0, 0xa8, 0xc1, 0xc2]));
+        assert_eq!(&b[14..18], &[0xc0, 0xa8, 0xc1, 0xc2]);
+        assert_eq!(changed(&b), [14, 15, 16, 17]);
+    }
+
+    #[test]
+    fn set_target_mac_writes_bytes_18_to_24() {
+        let b = set(|p| p.set_target_mac(EthernetAddress([0xb0, 0xb1, 0xb2, 0xb3, 0xb4, 0xb5])));
+        assert_eq!(&b[18..24], &[0xb0, 0xb1, 0xb2, 0xb3, 0xb4, 0xb5]);
+        assert_eq!(changed(&b), [18, 19, 20, 21, 22, 23]);
+    }
+
+    #[test]
+    fn set_target_ip_writes_bytes_24_to_28() {
+        let b = set(|p| p.set_target_ip([0xc0, 0xa8, 0xd1, 0xd2]));
+        assert_eq!(&b[24..28], &[0xc0, 0xa8, 0xd1, 0xd2]);
+        assert_eq!(changed(&b), [24, 25, 26, 27]);
     }
 
     #[test]

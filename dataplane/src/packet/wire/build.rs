@@ -10,10 +10,11 @@ use super::checksum;
 use super::error::WireError;
 use super::gradient::{GradientRepr, HEADER_LEN as GRAD_LEN};
 use super::icrc::{self, ICRC_LEN};
-use super::ipv4::{Ipv4Packet, Ipv4Repr};
-use super::ipv6::Ipv6Repr;
-use super::udp::UdpRepr;
-use super::EthernetAddress;
+use super::ipv4::{self, Ipv4Packet, Ipv4Repr};
+use super::ipv6::{self, Ipv6Repr};
+use super::udp::{self, UdpPacket, UdpRepr};
+use super::vlan::{self, VlanTag};
+use super::{ethernet, EtherType, EthernetAddress, EthernetFrame};
 
 /// The UDP destination port of RoCEv2 (IANA).
 pub const ROCEV2_PORT: u16 = 4791;
@@ -106,15 +107,15 @@ pub struct FrameSpec {
 impl FrameSpec {
     /// Bytes of the L2 header.
     fn l2_len(&self) -> usize {
-        14 + 4 * (self.vlan.is_some() as usize + self.outer_tag.is_some() as usize)
+        ethernet::HEADER_LEN + vlan::HEADER_LEN * (self.vlan.is_some() as usize + self.outer_tag.is_some() as usize)
     }
 
     /// Bytes of the IP header.
     fn l3_len(&self) -> usize {
         if self.src_ip.is_v6() {
-            40
+            ipv6::HEADER_LEN
         } else {
-            20
+            ipv4::MIN_HEADER_LEN
         }
     }
 
@@ -130,7 +131,7 @@ impl FrameSpec {
     /// The whole frame's length for a payload of `payload_len` bytes.
     pub fn frame_len(&self, payload_len: usize) -> usize {
         let roce = if self.roce.is_some() { bth::HEADER_LEN + bth::DETH_LEN + ICRC_LEN } else { 0 };
-        self.l2_len() + self.l3_len() + 8 + roce + GRAD_LEN + payload_len + self.pad(payload_len)
+        self.l2_len() + self.l3_len() + udp::HEADER_LEN + roce + GRAD_LEN + payload_len + self.pad(payload_len)
     }
 }
 
@@ -202,29 +203,33 @@ pub fn build_with(
         return Err(WireError::Truncated);
     }
     let f = &mut buf[..len];
-    let l2 = spec.l2_len();
-    f[0..6].copy_from_slice(&spec.dst_mac.0);
-    f[6..12].copy_from_slice(&spec.src_mac.0);
-    let mut at = 12;
-    for (tpid, tci) in [spec.outer_tag, spec.vlan.map(|v| (0x8100, v))].into_iter().flatten() {
-        f[at..at + 2].copy_from_slice(&tpid.to_be_bytes());
-        f[at + 2..at + 4].copy_from_slice(&tci.to_be_bytes());
-        at += 4;
-    }
-    let l3 = l2;
+    let l3 = spec.l2_len();
     let l4 = l3 + spec.l3_len();
     let udp_len = len - l4;
     if udp_len > u16::MAX as usize {
         return Err(WireError::BadLength);
     }
-    let ethertype: u16 = if spec.src_ip.is_v6() { 0x86dd } else { 0x0800 };
-    f[l2 - 2..l2].copy_from_slice(&ethertype.to_be_bytes());
+    let ethertype = if spec.src_ip.is_v6() { EtherType::IPV6 } else { EtherType::IPV4 };
+    // The EtherType field of the Ethernet header announces the first tag (its TPID); each tag's
+    // view covers its TCI and the field after it, which announces the next tag or the IP header.
+    let mut tags = [spec.outer_tag, spec.vlan.map(|v| (vlan::TPID_8021Q, v))].into_iter().flatten().peekable();
+    let mut eth = EthernetFrame::new_unchecked(&mut *f);
+    eth.set_dst(spec.dst_mac);
+    eth.set_src(spec.src_mac);
+    eth.set_ethertype(tags.peek().map_or(ethertype, |t| t.0));
+    let mut at = ethernet::HEADER_LEN;
+    while let Some((_, tci)) = tags.next() {
+        let mut tag = VlanTag::new_unchecked(&mut f[at..]);
+        tag.set_tci(tci);
+        tag.set_ethertype(tags.peek().map_or(ethertype, |t| t.0));
+        at += vlan::HEADER_LEN;
+    }
     match (spec.src_ip, spec.dst_ip) {
         (IpAddrBytes::V4(s), IpAddrBytes::V4(d)) => {
             Ipv4Repr {
                 src_addr: s,
                 dst_addr: d,
-                protocol: 17,
+                protocol: udp::PROTOCOL,
                 payload_len: udp_len as u16,
                 ttl: spec.ttl,
                 dscp: spec.dscp,
@@ -239,7 +244,7 @@ pub fn build_with(
             Ipv6Repr {
                 src_addr: s,
                 dst_addr: d,
-                next_header: 17,
+                next_header: udp::PROTOCOL,
                 payload_len: udp_len as u16,
                 hop_limit: spec.ttl,
                 traffic_class: (spec.dscp << 2) | (spec.ecn & 3),
@@ -249,9 +254,9 @@ pub fn build_with(
         }
         _ => return Err(WireError::BadLength),
     }
-    UdpRepr { src_port: spec.src_port, dst_port: spec.dst_port, payload_len: (udp_len - 8) as u16 }
+    UdpRepr { src_port: spec.src_port, dst_port: spec.dst_port, payload_len: (udp_len - udp::HEADER_LEN) as u16 }
         .emit(&mut f[l4..])?;
-    let mut g = l4 + 8;
+    let mut g = l4 + udp::HEADER_LEN;
     if let Some(r) = spec.roce {
         BthRepr {
             opcode: UD_SEND_ONLY,
@@ -269,8 +274,7 @@ pub fn build_with(
         .emit(&mut f[g..])?;
         let mut deth = DethHeader::new_checked(&mut f[g + bth::HEADER_LEN..])?;
         deth.set_qkey(r.qkey);
-        deth.set_src_qp(r.src_qp);
-        f[g + bth::HEADER_LEN + 4] = 0; // DETH reserved byte
+        deth.set_src_qp(r.src_qp); // and the reserved byte before it: 0
         g += bth::HEADER_LEN + bth::DETH_LEN;
     }
     spec.header.emit(&mut f[g..])?;
@@ -293,31 +297,29 @@ pub fn build_with(
     };
     let nonzero = |ck: u16| if ck == 0 { 0xffff } else { ck };
     if spec.roce.is_some() {
-        f[l4 + 6..l4 + 8].fill(0);
+        UdpPacket::new_unchecked(&mut f[l4..]).set_checksum(0);
         match pre.and_then(|p| Some((p.crc?, p.factor))) {
             Some((tail, factor)) => {
                 let head = icrc::head_hasher(&f[l3..pay], l4 - l3)?;
-                let crc = icrc::combine_factor(head, factor, tail);
-                f[datagram_end - ICRC_LEN..datagram_end].copy_from_slice(&crc.to_le_bytes());
+                icrc::store(&mut f[..datagram_end], icrc::combine_factor(head, factor, tail));
             }
             None => icrc::fill(&mut f[l3..datagram_end], l4 - l3)?,
         }
     }
-    match (spec.roce.is_some(), spec.src_ip, spec.dst_ip) {
-        (true, IpAddrBytes::V4(_), IpAddrBytes::V4(_)) => {}
+    let pseudo = match (spec.roce.is_some(), spec.src_ip, spec.dst_ip) {
+        (true, IpAddrBytes::V4(_), IpAddrBytes::V4(_)) => None,
         (_, IpAddrBytes::V4(s), IpAddrBytes::V4(d)) => {
-            f[l4 + 6..l4 + 8].fill(0);
-            let ph = checksum::pseudo_header_v4(s, d, 17, udp_len as u16);
-            let ck = nonzero(!udp_sum(f, ph, datagram_end));
-            f[l4 + 6..l4 + 8].copy_from_slice(&ck.to_be_bytes());
+            Some(checksum::pseudo_header_v4(s, d, udp::PROTOCOL, udp_len as u16))
         }
         (_, IpAddrBytes::V6(s), IpAddrBytes::V6(d)) => {
-            f[l4 + 6..l4 + 8].fill(0);
-            let ph = checksum::pseudo_header_v6(&s, &d, 17, udp_len as u32);
-            let ck = nonzero(!udp_sum(f, ph, datagram_end));
-            f[l4 + 6..l4 + 8].copy_from_slice(&ck.to_be_bytes());
+            Some(checksum::pseudo_header_v6(&s, &d, udp::PROTOCOL, udp_len as u32))
         }
         _ => return Err(WireError::BadLength),
+    };
+    if let Some(ph) = pseudo {
+        UdpPacket::new_unchecked(&mut f[l4..]).set_checksum(0);
+        let ck = nonzero(!udp_sum(f, ph, datagram_end));
+        UdpPacket::new_unchecked(&mut f[l4..]).set_checksum(ck);
     }
     Ok(len)
 }
@@ -396,6 +398,31 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// The tags stand between the source MAC and the IP EtherType, outer first, each TPID in
+    /// the field before its TCI (IEEE 802.1Q-2018 9.5): an S-tag then a C-tag, a second 0x8100,
+    /// or an S-tag alone.
+    #[test]
+    fn tags_are_written_outer_first_with_their_tpids() {
+        type Tags = (Option<(u16, u16)>, Option<u16>);
+        let cases: [(Tags, &[u8]); 4] = [
+            ((Some((0x88a8, 0x2064)), Some(200)), &[0x88, 0xa8, 0x20, 0x64, 0x81, 0x00, 0x00, 200, 0x08, 0x00]),
+            ((Some((0x8100, 0x0007)), Some(200)), &[0x81, 0x00, 0x00, 7, 0x81, 0x00, 0x00, 200, 0x08, 0x00]),
+            ((Some((0x88a8, 0x0064)), None), &[0x88, 0xa8, 0x00, 0x64, 0x08, 0x00]),
+            ((None, None), &[0x08, 0x00]),
+        ];
+        for ((outer, vlan), want) in cases {
+            let mut s = spec(false, false, vlan);
+            s.outer_tag = outer;
+            let mut buf = [0xaau8; 256];
+            let n = build(&s, &[1, 2, 3, 4, 5, 6], &mut buf).unwrap();
+            assert_eq!(&buf[..12], &[2, 0, 0, 0, 0, 0xfe, 2, 0, 0, 0, 0, 1]);
+            assert_eq!(&buf[12..12 + want.len()], want, "{outer:?} {vlan:?}");
+            let p = parse(&buf[..n], DEFAULT_UDP_PORT).unwrap();
+            assert_eq!(p.vlan_tags(), (want.len() - 2) / 4);
+            assert!(p.has(Layers::GRADIENT));
         }
     }
 

@@ -235,6 +235,14 @@ pub fn stored(datagram: &[u8]) -> Option<u32> {
     Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
 
+/// Stores `crc` in the last 4 bytes of `datagram`, least-significant byte first (IBTA Vol. 1
+/// Annex A17.4; the counterpart of [`stored`]). `datagram` must hold at least [`ICRC_LEN`] bytes.
+#[inline]
+pub fn store(datagram: &mut [u8], crc: u32) {
+    let n = datagram.len() - ICRC_LEN;
+    datagram[n..].copy_from_slice(&crc.to_le_bytes());
+}
+
 /// True when the stored ICRC equals the computed one (see [`compute`] for the arguments).
 ///
 /// # Errors
@@ -250,14 +258,14 @@ pub fn verify(datagram: &[u8], l4_offset: usize) -> Result<bool, WireError> {
 /// As [`compute`].
 pub fn fill(datagram: &mut [u8], l4_offset: usize) -> Result<(), WireError> {
     let c = compute(datagram, l4_offset)?;
-    let n = datagram.len() - ICRC_LEN;
-    datagram[n..].copy_from_slice(&c.to_le_bytes());
+    store(datagram, c);
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::ipv6::{Ipv6Packet, Ipv6Repr};
     use proptest::prelude::*;
 
     // Case c10 frame 1 from the IP header: IPv4 (TOS 0x02) / UDP 49152 -> 4791, checksum 0 /
@@ -276,6 +284,16 @@ mod tests {
         0x00, 0x19, 0xc5, 0x55, 0x12, 0xb7, 0x00, 0x1c, 0x00, 0x00, 0x11, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x23,
         0x00, 0x00, 0x00, 0x00, 0x1f, 0x00, 0x00, 0x01, 0x1f, 0x37, 0x91, 0x35,
     ];
+
+    /// The c10 ICRC, 0x03ca9167, is stored least-significant byte first in the last 4 bytes.
+    #[test]
+    fn store_writes_the_last_four_bytes_little_endian() {
+        let mut b = C10;
+        b[56..].fill(0);
+        store(&mut b, 0x03ca_9167);
+        assert_eq!(b, C10);
+        assert_eq!(stored(&b), Some(0x03ca_9167));
+    }
 
     #[test]
     fn captured_icrcs_verify() {
@@ -310,25 +328,27 @@ mod tests {
     #[test]
     fn ipv6_masks_tc_flow_label_hop_limit() {
         // An IPv6 version of c10: same UDP/BTH/payload.
+        let fd = |last: u8| [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, last];
+        let ip = Ipv6Repr {
+            src_addr: fd(1),
+            dst_addr: fd(2),
+            next_header: 17,
+            payload_len: 40,
+            hop_limit: 64,
+            ..Default::default()
+        };
         let mut v = vec![0u8; 40];
-        v[0] = 0x60;
-        v[4..6].copy_from_slice(&40u16.to_be_bytes());
-        v[6] = 17;
-        v[7] = 64;
-        v[8] = 0xfd;
-        v[23] = 1;
-        v[24] = 0xfd;
-        v[39] = 2;
+        ip.emit(&mut v).unwrap();
         v.extend_from_slice(&C10[20..]);
         fill(&mut v, 40).unwrap();
         assert_eq!(verify(&v, 40), Ok(true));
-        v[0] = 0x6b; // traffic class 0xBA, flow label 0xABCDE, hop limit 1
-        v[1] = 0xaa;
-        v[2] = 0xbc;
-        v[3] = 0xde;
-        v[7] = 1;
+        let mut h = Ipv6Packet::new_unchecked(&mut v[..]);
+        h.set_traffic_class(0xba);
+        h.set_flow_label(0xabcde);
+        h.set_hop_limit(1);
+        assert_eq!(&v[..4], &[0x6b, 0xaa, 0xbc, 0xde]);
         assert_eq!(verify(&v, 40), Ok(true));
-        v[0] = 0x4b; // the version is not masked
+        Ipv6Packet::new_unchecked(&mut v[..]).set_version(4); // the version is not masked
         assert_eq!(verify(&v, 40), Err(WireError::BadHeaderLen));
     }
 
