@@ -15,11 +15,14 @@
 //! increments happen. The state is the whole token count plus the fraction of the next token
 //! already earned, kept in byte·ticks (a value below `hz`): no fraction of a token is ever lost,
 //! at 1 kB/s or at 100 Gbit/s (12.5e9 B/s), over any run length. Everything is integer
-//! arithmetic; the fast path is one 64-bit multiply and one 64-bit division, and a refill after a
+//! arithmetic; the fast path is one 64-bit multiply and one division by `hz` done as a multiply
+//! (a divisor precomputed with `strength_reduce`), and a refill after a
 //! long idle (days, years) goes through 128 bits and cannot overflow.
 //!
 //! Time that goes backwards (a clock read on another core, a capture out of order) counts as no
 //! time passing: the bucket keeps the latest instant it has seen.
+
+use strength_reduce::StrengthReducedU64;
 
 /// The largest rate a bucket accepts: 2^40 bytes/s (about 8.8 Tbit/s).
 pub const MAX_RATE: u64 = 1 << 40;
@@ -62,6 +65,8 @@ pub struct TokenBucket {
     size: u64,
     /// Clock, ticks per second (1..=[`MAX_HZ`]).
     hz: u64,
+    /// `hz` as a divisor by multiplication (a 64-bit division costs tens of cycles; this, a few).
+    hz_div: StrengthReducedU64,
     /// Whole tokens (bytes) in the bucket, `<= size`.
     tokens: u64,
     /// The part of the next token earned so far, in byte·ticks (`frac / hz` bytes), `< hz`.
@@ -92,7 +97,15 @@ impl TokenBucket {
                 return Err(BucketError::TooLarge { what, value, max });
             }
         }
-        Ok(TokenBucket { rate: rate_bytes_per_s, size: size_bytes, hz, tokens: size_bytes, frac: 0, last: now })
+        Ok(TokenBucket {
+            rate: rate_bytes_per_s,
+            size: size_bytes,
+            hz,
+            hz_div: StrengthReducedU64::new(hz),
+            tokens: size_bytes,
+            frac: 0,
+            last: now,
+        })
     }
 
     /// The fill rate, bytes per second.
@@ -130,7 +143,7 @@ impl TokenBucket {
         self.last = now;
         // frac < hz <= 2^40; dt·rate fits in 64 bits for dt up to 2^24 ticks at the largest rate.
         let (whole, frac) = match dt.checked_mul(self.rate).and_then(|x| x.checked_add(self.frac)) {
-            Some(earned) => (earned / self.hz, earned % self.hz),
+            Some(earned) => StrengthReducedU64::div_rem(earned, self.hz_div),
             None => self.earned_wide(dt),
         };
         self.frac = frac;
