@@ -43,6 +43,7 @@ test: build
 bench: build
 	$(CARGO) bench -p dataplane --no-default-features --bench packet_core -- --noplot
 	$(CARGO) bench -p dataplane --no-default-features --bench aggregation -- --noplot
+	$(CARGO) bench -p dataplane --bench meter -- --noplot
 	python3 tools/bench/run.py
 	python3 tools/bench/agg.py
 
