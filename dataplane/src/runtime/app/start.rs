@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// Where a worker leaves its datapath (counters and tables) when it stops.
-pub(super) type ResultSlot = Arc<Mutex<Option<Datapath>>>;
+pub(super) type ResultSlot = Arc<Mutex<Option<Datapath<crate::dpdk::Mbuf>>>>;
 
 /// The launched workers.
 pub(super) struct Running {
@@ -227,7 +227,9 @@ fn make_worker(loaded: &Loaded, shared: &Shared, wi: usize, l: &LcoreConfig) -> 
         datapath: {
             let dp =
                 Datapath::new(loaded.pipeline.clone(), shared.port_ids.len() as u16, cfg.dataplane.gradient_udp_port)
-                    .with_local_addresses(shared.port_addrs.clone());
+                    .with_local_addresses(shared.port_addrs.clone())
+                    .with_egress(&loaded.qos)
+                    .expect("the configuration's schedulers were built once when it was validated");
             if loaded.collectives.is_empty() {
                 dp
             } else {
