@@ -117,17 +117,18 @@ pub(super) fn check(
     if q.rate.is_none() && q.burst.is_some() {
         return Err(err("burst", "a burst needs a rate: set rate or leave burst out".into()));
     }
-    let bucket =
-        match q.burst {
-            Some(b) if b < wire_max => return Err(err(
+    let bucket = match q.burst {
+        Some(b) if b < wire_max => {
+            return Err(err(
                 "burst",
                 format!(
                     "expected at least one maximum frame on the wire ({max_frame} + 24 = {wire_max} bytes), found {b}"
                 ),
-            )),
-            Some(b) => b,
-            None => wire_max.max(q.rate.unwrap_or(0) / 1000),
-        };
+            ))
+        }
+        Some(b) => b,
+        None => wire_max.max(q.rate.unwrap_or(0) / 1000),
+    };
     if q.quantum == Some(0) {
         return Err(err("quantum", "expected at least 1 byte".into()));
     }

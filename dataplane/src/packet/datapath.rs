@@ -104,6 +104,9 @@ impl<B: PacketBuf> PortEgress<B> {
                 break;
             }
         }
+        // Whatever could leave by `t` has left: the clock stands at `t` (a packet queued now
+        // cannot leave earlier, nor can tokens be spent in the past).
+        self.last_us = t;
         dropped
     }
 
@@ -131,10 +134,13 @@ impl<B: PacketBuf> PortEgress<B> {
     /// is empty (the end of a replay). Returns the packets dropped at dequeue.
     fn finish<I: PacketIo<Buf = B>>(&mut self, io: &mut I, port: u16) -> u64 {
         let mut dropped = 0;
+        let mut prev = None;
         while let Some(d) = self.sched.next_departure(self.last_us) {
-            if d == u64::MAX {
+            // Back at the same instant: the scheduler released nothing at `d` (never expected).
+            if d == u64::MAX || prev == Some(d) {
                 break;
             }
+            prev = Some(d);
             dropped += self.advance(io, port, d);
         }
         // Anything a stalled scheduler kept is freed, counted as dropped at the tail.
@@ -844,5 +850,80 @@ mod tests {
         assert_eq!(io.sent.len(), 2);
         assert_eq!(dp.counters.dropped(Reason::BadUdpChecksum), 2);
         assert_eq!(dp.counters.dropped(Reason::BadIpv4Checksum), 1);
+    }
+
+    /// A datapath whose port 1 has `qos` as its `[port.qos]`; everything goes to port 1 unless
+    /// the frame is for 02:00:00:00:00:02 (then `set_class(1)` and port 1).
+    fn shaped(qos: &str) -> Datapath {
+        let conf = format!(
+            r#"
+            [[port]]
+            vdev = "net_null0"
+            [[port]]
+            vdev = "net_null1"
+            {qos}
+            [[table]]
+            name = "l2"
+            key = [{{ field = "eth.dst", match = "exact" }}]
+            default_action = "forward(1)"
+            [[table.entry]]
+            key = ["02:00:00:00:00:02"]
+            action = "set_class(1); forward(1)"
+            "#
+        );
+        let loaded = load_str(&conf, Path::new("test.toml")).unwrap();
+        Datapath::new(loaded.pipeline, 2, crate::wire::gradient::DEFAULT_UDP_PORT).with_egress(&loaded.qos).unwrap()
+    }
+
+    /// A 1000-byte frame to `dst` received at `t` µs.
+    fn stamped(dst: [u8; 6], t: u64) -> VecBuf {
+        let mut f = frame(dst);
+        f.resize(1000, 0);
+        let mut b = VecBuf::from_frame(&f);
+        b.timestamp_us = Some(t);
+        b
+    }
+
+    /// 1e6 bytes/s of line on the capture clock: 1000-byte frames (1024 on the wire) offered
+    /// twice as fast as the line leave one per 1024 µs; the rest is tail-dropped; nothing stays
+    /// queued after finish_egress.
+    #[test]
+    fn a_shaped_port_sends_at_its_rate_on_the_capture_clock() {
+        let mut dp = shaped("[port.qos]\nrate = 1000000\nburst = 2072\n[[port.qos.class]]\ncapacity_bytes = 3000\n");
+        let mut io = VecIo::new(2);
+        for i in 0..2000u64 {
+            dp.process(&mut io, 0, stamped([2, 0, 0, 0, 0, 1], 1_000_000 + 512 * i), 0);
+        }
+        // 2000 arrivals over 1.024 s: the bucket (2 frames) plus 1 frame per 1024 µs.
+        let sent_during = io.sent.len();
+        assert_eq!(sent_during, 2 + (512 * 1999) / 1024, "sent by the last arrival");
+        dp.finish_egress(&mut io);
+        let e = dp.egress[1].as_ref().unwrap();
+        let c = e.sched.counters(0);
+        assert_eq!(c.sent.pkts as usize, io.sent.len());
+        assert_eq!(c.sent.pkts + c.tail_drop.pkts, 2000);
+        assert_eq!(dp.counters.dropped(Reason::TailDrop), c.tail_drop.pkts);
+        assert!(e.sched.is_empty());
+        assert_eq!(io.sent.len(), sent_during + 3, "the 3 queued frames left at the end");
+        assert_eq!(dp.next_departure(), None);
+    }
+
+    /// `set_class` overrides the map; strict priority serves class 1 first.
+    #[test]
+    fn set_class_overrides_the_map_and_strict_priority_serves_it_first() {
+        let mut dp = shaped("[port.qos]\nclasses = 2\nrate = 1000000\nburst = 2072\n");
+        let mut io = VecIo::new(2);
+        // Drain the initial bucket: two low frames leave at once.
+        for i in 0..2 {
+            dp.process(&mut io, 0, stamped([2, 0, 0, 0, 0, 1], 1_000_000 + i), 0);
+        }
+        assert_eq!(io.sent.len(), 2);
+        dp.process(&mut io, 0, stamped([2, 0, 0, 0, 0, 1], 1_000_010), 0);
+        dp.process(&mut io, 0, stamped([2, 0, 0, 0, 0, 2], 1_000_011), 0);
+        dp.finish_egress(&mut io);
+        let dsts: Vec<u8> = io.sent.iter().map(|(_, f)| f[5]).collect();
+        assert_eq!(dsts, vec![1, 1, 2, 1], "the class-1 frame overtakes the queued class-0 one");
+        let e = dp.egress[1].as_ref().unwrap();
+        assert_eq!((e.sched.counters(0).sent.pkts, e.sched.counters(1).sent.pkts), (3, 1));
     }
 }
