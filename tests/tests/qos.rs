@@ -117,6 +117,8 @@ capacity_bytes = 3000
     );
     assert!(err < 0.01, "low class {got} line bytes, the rest of the line is {rest}");
     assert!(pkts(&c0, "tail_drop") > 0, "the low class was offered more than the rest: {c0}");
+    let line = format!("qos port 1 class 1: enqueued {nh} pkts {} bytes, sent {nh} pkts", nh * 1000);
+    assert!(run.stdout().contains(&line) || run.stderr().contains(&line), "{line:?} in the report");
 }
 
 /// DWRR under the shaper: class 1 (DSCP 10, weight 3) and class 0 (weight 1) both offered the

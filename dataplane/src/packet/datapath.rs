@@ -280,9 +280,12 @@ impl<B: PacketBuf> Datapath<B> {
         }
     }
 
-    /// Notes a packet's rx timestamp in the schedulers' clock.
+    /// Notes a packet's rx timestamp in the schedulers' clock (nothing without schedulers).
     #[inline(always)]
     fn tick(&mut self, pkt: &B) {
+        if self.egress.is_empty() {
+            return;
+        }
         if let Some(t) = pkt.rx_timestamp_us() {
             self.rx_clock_us = Some(self.rx_clock_us.map_or(t, |c| c.max(t)));
         }
@@ -925,5 +928,49 @@ mod tests {
         assert_eq!(dsts, vec![1, 1, 2, 1], "the class-1 frame overtakes the queued class-0 one");
         let e = dp.egress[1].as_ref().unwrap();
         assert_eq!((e.sched.counters(0).sent.pkts, e.sched.counters(1).sent.pkts), (3, 1));
+    }
+
+    /// Multicast and flood copies to a shaped port go through its scheduler, in the class
+    /// `set_class` chose; copies to other ports go straight out.
+    #[test]
+    fn multicast_and_flood_copies_go_through_the_scheduler() {
+        let conf = r#"
+            [[port]]
+            vdev = "net_null0"
+            [[port]]
+            vdev = "net_null1"
+            [port.qos]
+            classes = 2
+            [[port]]
+            vdev = "net_null2"
+            [[table]]
+            name = "l2"
+            key = [{ field = "eth.dst", match = "exact" }]
+            default_action = "set_class(1); flood"
+            [[table.entry]]
+            key = ["02:00:00:00:00:01"]
+            action = "multicast(1)"
+            [[multicast_group]]
+            id = 1
+            [[multicast_group.copy]]
+            port = 1
+            [[multicast_group.copy]]
+            port = 2
+        "#;
+        let loaded = load_str(conf, Path::new("test.toml")).unwrap();
+        let mut dp = Datapath::new(loaded.pipeline, 3, crate::wire::gradient::DEFAULT_UDP_PORT)
+            .with_egress(&loaded.qos)
+            .unwrap();
+        let mut io = VecIo::new(3);
+        dp.process(&mut io, 0, VecBuf::from_frame(&frame([2, 0, 0, 0, 0, 1])), 5);
+        dp.process(&mut io, 0, VecBuf::from_frame(&frame([2, 0, 0, 0, 0, 7])), 6);
+        dp.drain_egress(&mut io, 6);
+        let mut ports: Vec<u16> = io.sent.iter().map(|(p, _)| *p).collect();
+        ports.sort_unstable();
+        assert_eq!(ports, vec![1, 1, 2, 2]);
+        let s = &dp.egress[1].as_ref().unwrap().sched;
+        assert_eq!((s.counters(0).sent.pkts, s.counters(1).sent.pkts), (1, 1), "multicast: map; flood: set_class(1)");
+        assert!(dp.egress[0].is_none() && dp.egress[2].is_none());
+        assert_eq!(dp.next_departure(), None);
     }
 }
