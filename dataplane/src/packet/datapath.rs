@@ -194,6 +194,8 @@ pub struct Datapath<B = VecBuf> {
     rx_clock_us: Option<u64>,
     /// The appliance's clock (µs) as of the current burst, for packets without timestamps.
     live_us: u64,
+    /// Whether rx timestamps drive the schedulers' clock (default; a replay's capture times).
+    capture_clock: bool,
 }
 
 impl<B: PacketBuf> Datapath<B> {
@@ -213,6 +215,7 @@ impl<B: PacketBuf> Datapath<B> {
             egress: Vec::new(),
             rx_clock_us: None,
             live_us: 0,
+            capture_clock: true,
         }
     }
 
@@ -236,6 +239,15 @@ impl<B: PacketBuf> Datapath<B> {
             })
             .collect::<Result<_, _>>()?;
         Ok(self)
+    }
+
+    /// Chooses the schedulers' clock: with `capture` (the default) the packets' rx timestamps
+    /// when they carry them (a replay's capture times, so shaping follows the capture), else
+    /// always the `now_us` the worker passes (the TSC: live ports, whose timestamps, if any, are
+    /// not the worker's clock).
+    pub fn with_capture_clock(mut self, capture: bool) -> Self {
+        self.capture_clock = capture;
+        self
     }
 
     /// The schedulers' clock (µs): the latest rx timestamp seen when packets carry them (capture
@@ -283,7 +295,7 @@ impl<B: PacketBuf> Datapath<B> {
     /// Notes a packet's rx timestamp in the schedulers' clock (nothing without schedulers).
     #[inline(always)]
     fn tick(&mut self, pkt: &B) {
-        if self.egress.is_empty() {
+        if self.egress.is_empty() || !self.capture_clock {
             return;
         }
         if let Some(t) = pkt.rx_timestamp_us() {

@@ -700,7 +700,7 @@ fn run_with_eal(
     let (pool, ring_slots) = start::create_pool(loaded, opts, plans)?;
     let ports = start::start_ports(loaded, plans, &pool)?;
     stop_requested()?;
-    let running = start::launch_workers(loaded, &ports, pool, ring_slots)?;
+    let running = start::launch_workers(loaded, &ports, pool, ring_slots, expected.is_some())?;
     if !opts.quiet && expected.is_none() {
         // Live or endless input: say when the ports are forwarding (scripts wait for this line).
         let names: Vec<&str> = ports.iter().map(|p| p.name()).collect();
