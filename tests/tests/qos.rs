@@ -231,3 +231,34 @@ kmax = 0
     assert!(zero_checksums > 0, "c05's checksum becomes 0x0000");
     assert!(rocev2 > 0, "c10's RoCEv2 packets were marked");
 }
+
+/// Two workers, each receiving on its own port and sending to port 2 with `rate = R`: each has
+/// its own scheduler, so each sends R (the port 2R in all), and neither ends with packets
+/// queued.
+#[test]
+fn with_two_workers_each_worker_shapes_its_own_traffic() {
+    let dir = scratch("qos-two-workers");
+    let conf = format!(
+        "{TWO_WORKERS}\n[[table]]\nname = \"l2\"\nkey = [{{ field = \"eth.dst\", match = \"exact\" }}]\ndefault_action = \"forward(2)\"\n\
+         [[port]]\nvdev = \"net_null0\"\n[[port]]\nvdev = \"net_null1\"\n[[port]]\nvdev = \"net_null2\"\n\
+         [port.qos]\nrate = 1000000\n[[port.qos.class]]\ncapacity_bytes = 3000\n"
+    );
+    let conf = write_config(&dir, "c.toml", &conf);
+    let (a, b) = (stream(0, T0, 512, SPAN), stream(0, T0 + 5, 512, SPAN)); // each 2x the rate
+    let n = (a.len() + b.len()) as u64;
+    let span = a.last().unwrap().0 - a[0].0;
+    write_pcap_at(&dir.join("a.pcap"), &a);
+    write_pcap_at(&dir.join("b.pcap"), &b);
+    let out = dir.join("out.pcap");
+    let args = ["--rx=0=a.pcap".to_string(), "--rx=1=b.pcap".to_string(), format!("--tx=2={}", out.display())];
+    let run = run_dpu(&dir, &conf, &args);
+    run.assert_ok();
+    let all = run.stats()["qos"].as_array().unwrap().clone();
+    let c0 = all.iter().find(|q| q["port"] == 2 && q["class"] == 0).unwrap();
+    balanced(c0, n);
+    let per_worker = (RATE * span / 1_000_000) as f64;
+    let got = wire(c0, "sent") as f64;
+    println!("two workers: port sent {got} line bytes, 2 x rate x span = {}", 2.0 * per_worker);
+    assert!((got / (2.0 * per_worker) - 1.0).abs() < 0.01, "{got} vs {}", 2.0 * per_worker);
+    assert_eq!(read_pcap(&out).len() as u64, pkts(c0, "sent"));
+}
