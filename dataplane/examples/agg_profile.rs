@@ -44,6 +44,6 @@ fn main() {
 
 /// The counted part: every frame of `case` through `dp`.
 #[inline(never)]
-fn run(case: &Case, dp: &mut Datapath, io: &mut Sink) {
+fn run(case: &Case, dp: &mut Datapath<PoolBuf>, io: &mut Sink) {
     case.run(dp, io);
 }

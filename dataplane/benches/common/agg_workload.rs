@@ -203,7 +203,7 @@ impl Case {
         Case { text, coll, frames }
     }
 
-    pub fn datapath(&self) -> Datapath {
+    pub fn datapath(&self) -> Datapath<PoolBuf> {
         let l = load_str(&self.text, Path::new("bench.toml")).unwrap();
         let ports = vec![PortAddr { mac: APP_MAC.parse().unwrap(), ipv4: l.port_ipv4[0], ipv6: l.port_ipv6[0] }];
         let agg = Aggregator::new(&l.collectives, ports, DEFAULT_UDP_PORT, 1);
@@ -211,7 +211,7 @@ impl Case {
     }
 
     /// Feeds every frame to `dp`.
-    pub fn run(&self, dp: &mut Datapath, io: &mut Sink) {
+    pub fn run(&self, dp: &mut Datapath<PoolBuf>, io: &mut Sink) {
         for f in &self.frames {
             let mut b = PoolBuf::get();
             b.append(f.len());

@@ -9,6 +9,7 @@ pub mod collective;
 mod error;
 pub mod memory;
 pub mod meter;
+pub mod qos;
 mod table;
 mod validate;
 
@@ -166,6 +167,9 @@ pub struct PortConfig {
     pub ipv4: Option<String>,
     /// The appliance's IPv6 address on this port.
     pub ipv6: Option<String>,
+    /// `[port.qos]`: the port's egress scheduler and class maps (absent: packets go straight
+    /// to the tx queue).
+    pub qos: Option<qos::QosConfig>,
 }
 
 impl PortConfig {
@@ -255,6 +259,9 @@ pub struct Loaded {
     pub port_ipv6: Vec<Option<[u8; 16]>>,
     /// The validated collectives.
     pub collectives: Vec<crate::agg::collective::Collective>,
+    /// Per port: its egress scheduler's configuration (at µs, `hz` 1e6) and class map, from
+    /// `[port.qos]`.
+    pub qos: Vec<Option<(crate::sched::PortConfig, crate::sched::ClassMap)>>,
 }
 
 impl Loaded {

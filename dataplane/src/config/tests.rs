@@ -500,3 +500,105 @@ fn memory_needs_must_fit_the_eal_memory() {
     let e = err(&format!("[eal]\nargs = [\"-m\", \"x\"]\n{PORT}"));
     assert!(e.contains("key `eal.args`") && e.contains("expected MiB"), "{e}");
 }
+
+/// `[port.qos]`: a full section builds the scheduler configuration and maps it says; each bad
+/// key fails naming `port[i].qos.KEY`.
+#[test]
+fn port_qos_builds_the_scheduler_and_names_bad_keys() {
+    let good = r#"
+[[port]]
+vdev = "net_null0"
+[[port]]
+vdev = "net_null1"
+[port.qos]
+classes = 3
+policy = "dwrr"
+rate = 1250000000
+burst = 100000
+mark_at = "dequeue"
+seed = 7
+dscp_map = { 46 = 2, 26 = 1 }
+pcp_map = [0, 0, 1, 1, 1, 2, 2, 2]
+[[port.qos.class]]
+capacity_bytes = 50000
+weight = 1
+[[port.qos.class]]
+weight = 2
+kmin = 10000
+kmax = 40000
+pmax = 0.25
+ewma_log2 = 3
+[[port.qos.class]]
+weight = 4
+"#;
+    let l = load_str(good, Path::new("q.toml")).unwrap();
+    assert!(l.qos[0].is_none());
+    let (cfg, map) = l.qos[1].as_ref().unwrap();
+    assert_eq!(cfg.hz, 1_000_000);
+    assert_eq!(cfg.rate_bytes_per_sec, Some(1_250_000_000));
+    assert_eq!(cfg.bucket_bytes, 100_000);
+    assert_eq!(cfg.max_frame_bytes, u32::from(DEFAULT_DATA_ROOM) - 128);
+    assert_eq!(
+        (cfg.policy, cfg.mark_point, cfg.seed),
+        (crate::sched::Policy::Dwrr, crate::sched::MarkPoint::Dequeue, 7)
+    );
+    let w: Vec<u32> = cfg.classes.iter().map(|c| c.weight).collect();
+    assert_eq!(w, vec![1, 2, 4]);
+    assert_eq!(cfg.classes[0].capacity_bytes, 50_000);
+    assert_eq!(cfg.classes[2].capacity_bytes, qos::DEFAULT_CAPACITY_BYTES);
+    let red = cfg.classes[1].red.unwrap();
+    assert_eq!((red.kmin_bytes, red.kmax_bytes, red.pmax, red.ewma_log2), (10_000, 40_000, 16_384, 3));
+    let dscp = map.dscp.unwrap();
+    assert_eq!((dscp[46], dscp[26], dscp[0], dscp[45]), (2, 1, 0, 0));
+    assert_eq!(map.pcp.unwrap()[5], 2);
+    // Defaults: one class, strict, unshaped, marking at enqueue.
+    let l = load_str(&format!("{PORT}[port.qos]\n"), Path::new("q.toml")).unwrap();
+    let (cfg, map) = l.qos[0].as_ref().unwrap();
+    assert_eq!(
+        (cfg.classes.len(), cfg.rate_bytes_per_sec, cfg.policy),
+        (1, None, crate::sched::Policy::StrictPriority)
+    );
+    assert_eq!(*map, crate::sched::ClassMap::default());
+
+    let q = |s: &str| format!("{PORT}[port.qos]\n{s}\n");
+    check_cases(vec![
+        (q("classes = 9"), "port[0].qos.classes", "1..=8"),
+        (q("classes = 0"), "port[0].qos.classes", "1..=8"),
+        (q("policy = \"wfq\""), "port[0].qos.policy", "\"strict\" or \"dwrr\""),
+        (q("mark_at = \"later\""), "port[0].qos.mark_at", "\"enqueue\" or \"dequeue\""),
+        (q("rate = 0"), "port[0].qos.rate", "at least 1"),
+        (q("burst = 5000"), "port[0].qos.burst", "needs a rate"),
+        (q("rate = 1000\nburst = 100"), "port[0].qos.burst", "2072"),
+        (q("classes = 2\n[[port.qos.class]]"), "port[0].qos.class", "expected 2"),
+        (
+            q("[[port.qos.class]]\ncapacity_bytes = 100"),
+            "port[0].qos.class[0].capacity_bytes",
+            "at least one maximum frame",
+        ),
+        (q("[[port.qos.class]]\nweight = 2"), "port[0].qos.class[0].weight", "dwrr"),
+        (q("policy = \"dwrr\"\n[[port.qos.class]]\nweight = 0"), "port[0].qos.class[0].weight", "at least 1"),
+        (q("[[port.qos.class]]\nkmax = 10"), "port[0].qos.class[0].kmin", "with kmax"),
+        (q("[[port.qos.class]]\nkmin = 20\nkmax = 10"), "port[0].qos.class[0].kmin", "kmin <= kmax"),
+        (q("[[port.qos.class]]\nkmin = 0\nkmax = 10\npmax = 1.5"), "port[0].qos.class[0].pmax", "0..=1"),
+        (q("[[port.qos.class]]\nkmin = 0\nkmax = 10\newma_log2 = 21"), "port[0].qos.class[0].ewma_log2", "0..=20"),
+        (q("[[port.qos.class]]\npmax = 0.5"), "port[0].qos.class[0].pmax", "kmin and kmax"),
+        (q("dscp_map = { 46 = 1 }"), "port[0].qos.dscp_map.46", "class 0..=0"),
+        (q("classes = 2\ndscp_map = { 64 = 1 }"), "port[0].qos.dscp_map.64", "code point 0..=63"),
+        (q("classes = 2\ndscp_map = [0, 1]"), "port[0].qos.dscp_map", "64 classes"),
+        (q("classes = 2\npcp_map = [0, 1, 0, 0, 0, 0, 0, 2]"), "port[0].qos.pcp_map[7]", "class 0..=1"),
+        (q("classes = 2\npcp_map = { 8 = 1 }"), "port[0].qos.pcp_map.8", "code point 0..=7"),
+        (q("colour = 1"), "port[0].qos", "unknown field"),
+        (q("classes = 2\ndscp_map = { 46 = 1 }\npcp_map = { 5 = 1 }"), "", ""),
+    ]);
+}
+
+#[test]
+fn set_class_takes_a_class_0_to_7() {
+    let t = |a: &str| {
+        format!("{PORT}[[table]]\nname = \"t\"\nkey = [{{ field = \"eth.dst\", match = \"exact\" }}]\ndefault_action = \"{a}\"\n")
+    };
+    check_cases(vec![
+        (t("set_class(7); forward(0)"), "", ""),
+        (t("set_class(8); forward(0)"), "table[0].default_action", "0..=7"),
+    ]);
+}

@@ -45,8 +45,17 @@ pub(super) fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigErro
     }
     let collectives = check_collectives(&config, &addrs, path)?;
     check_result_frames(&config, &collectives, path)?;
+    let max_frame = u32::from(config.mempool.data_room).saturating_sub(MBUF_HEADROOM as u32);
+    let qos = config
+        .ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            p.qos.as_ref().map(|q| super::qos::check(q, i, max_frame, config.mempool.mbufs, path)).transpose()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let PortAddresses { macs: port_macs, ipv4: port_ipv4, ipv6: port_ipv6 } = addrs;
-    let loaded = Loaded { config, pipeline, port_macs, port_ipv4, port_ipv6, collectives };
+    let loaded = Loaded { config, pipeline, port_macs, port_ipv4, port_ipv6, collectives, qos };
     check_queue_owners(&loaded, path)?;
     Ok(loaded)
 }

@@ -5,11 +5,12 @@
 
 use crate::action::{Action, Egress};
 use crate::agg::{Aggregator, PortAddr};
-use crate::buf::{PacketBuf, PacketIo};
-use crate::meta::Meta;
+use crate::buf::{PacketBuf, PacketIo, VecBuf};
+use crate::meta::{Meta, CLASS_UNSET};
 use crate::neighbor::Verdict;
 use crate::parse::{parse_into, Layers, Parsed};
 use crate::prefetch::prefetch;
+use crate::sched::{ClassMap, Dequeued, DropReason, PortConfig, Scheduler};
 use crate::stats::{Counters, Reason};
 use crate::table::{Pipeline, PipelineState};
 
@@ -47,9 +48,127 @@ impl std::fmt::Debug for BurstScratch {
     }
 }
 
-/// Per-worker state: the pipeline, its counts, and the worker's counters.
-#[derive(Debug, Clone)]
-pub struct Datapath {
+/// Items one call of [`PortEgress::advance`] dequeues at one instant at most (a shaped port's
+/// bucket releases fewer; an unshaped port's queue is emptied in bursts of this size).
+pub const DEQUEUE_BURST: usize = MAX_BURST;
+
+/// One port's egress scheduler on this worker, with its class map and clock.
+#[derive(Debug)]
+pub struct PortEgress<B> {
+    /// The scheduler (counters and histograms included).
+    pub sched: Scheduler<B>,
+    /// How a frame's class is chosen when no action set `meta.class`.
+    pub map: ClassMap,
+    /// The latest instant (µs) the scheduler was run at: its clock never goes back.
+    last_us: u64,
+}
+
+impl<B: PacketBuf> PortEgress<B> {
+    /// A port's egress state from its configuration (`cfg.hz` must be 1e6: the datapath's clock
+    /// is µs).
+    ///
+    /// # Errors
+    /// What [`Scheduler::new`] refuses.
+    pub fn new(cfg: &PortConfig, map: ClassMap) -> Result<Self, String> {
+        Ok(PortEgress { sched: Scheduler::new(cfg)?, map, last_us: 0 })
+    }
+
+    /// Runs the scheduler's clock forward to `t` (µs): at each instant a packet may leave
+    /// ([`Scheduler::next_departure`]) up to `t`, what the scheduler releases is sent on `port`
+    /// through `io`. Returns the packets dropped at dequeue (RED with marking at dequeue), freed.
+    #[inline]
+    fn advance<I: PacketIo<Buf = B>>(&mut self, io: &mut I, port: u16, t: u64) -> u64 {
+        let t = t.max(self.last_us);
+        let mut dropped = 0;
+        let mut stalls = 0;
+        while let Some(d) = self.sched.next_departure(self.last_us) {
+            if d > t {
+                break;
+            }
+            self.last_us = d;
+            let mut handed = 0;
+            self.sched.dequeue(d, DEQUEUE_BURST, |x| {
+                handed += 1;
+                match x {
+                    Dequeued::Send(b) => io.send(port, b),
+                    Dequeued::Drop(b, _) => {
+                        dropped += 1;
+                        drop(b)
+                    }
+                }
+            });
+            // The scheduler promised a departure at `d`; should it release nothing twice, stop
+            // rather than spin (the worker's next call resumes).
+            stalls += u32::from(handed == 0);
+            if stalls > 1 {
+                break;
+            }
+        }
+        // Whatever could leave by `t` has left: the clock stands at `t` (a packet queued now
+        // cannot leave earlier, nor can tokens be spent in the past).
+        self.last_us = t;
+        dropped
+    }
+
+    /// Queues `pkt` in class `class` ([`CLASS_UNSET`]: the map's) at `now` (µs), after running
+    /// the clock to `now`, and releases what may leave at `now`. Returns the packets dropped:
+    /// the refused one with its reason, and those dropped at dequeue.
+    #[inline]
+    fn enqueue<I: PacketIo<Buf = B>>(
+        &mut self,
+        io: &mut I,
+        port: u16,
+        class: u8,
+        pkt: B,
+        now: u64,
+    ) -> (Option<Reason>, u64) {
+        let mut dropped = self.advance(io, port, now);
+        let class = if class == CLASS_UNSET { self.map.classify(pkt.data()) } else { class };
+        let refused =
+            self.sched.enqueue(class as usize, pkt, now.max(self.last_us)).err().map(|r| sched_reason(r.reason));
+        dropped += self.advance(io, port, now);
+        (refused, dropped)
+    }
+
+    /// Sends everything queued: the clock jumps from departure to departure until every class
+    /// is empty (the end of a replay). Returns the packets dropped at dequeue.
+    fn finish<I: PacketIo<Buf = B>>(&mut self, io: &mut I, port: u16) -> u64 {
+        let mut dropped = 0;
+        let mut prev = None;
+        while let Some(d) = self.sched.next_departure(self.last_us) {
+            // Back at the same instant: the scheduler released nothing at `d` (never expected).
+            if d == u64::MAX || prev == Some(d) {
+                break;
+            }
+            prev = Some(d);
+            dropped += self.advance(io, port, d);
+        }
+        // Anything a stalled scheduler kept is freed, counted as dropped at the tail.
+        let mut left = 0;
+        self.sched.flush(|b| {
+            left += 1;
+            drop(b)
+        });
+        dropped + left
+    }
+}
+
+/// The drop reason of a scheduler's refusal.
+#[inline]
+fn sched_reason(r: DropReason) -> Reason {
+    match r {
+        DropReason::TailDrop => Reason::TailDrop,
+        DropReason::RedDrop => Reason::RedDrop,
+        DropReason::Oversize => Reason::EgressOversize,
+        DropReason::UnknownClass => Reason::UnknownClass,
+    }
+}
+
+/// Per-worker state: the pipeline, its counts, the worker's counters, and its egress
+/// schedulers. `B` is the packet buffer type of the [`PacketIo`] it runs with (an mbuf in the
+/// appliance).
+#[derive(Debug)]
+pub struct Datapath<B = VecBuf> {
     /// The ingress pipeline (only read while packets go through it).
     pub pipeline: Pipeline,
     /// This worker's counts of the pipeline's entries, misses and named counters.
@@ -67,9 +186,19 @@ pub struct Datapath {
     /// the aggregator before the tables.
     aggregate_in_pipeline: bool,
     scratch: BurstScratch,
+    /// Per port, its egress scheduler; empty when no port has one (then sending is a bounds
+    /// check and `io.send`).
+    pub egress: Vec<Option<PortEgress<B>>>,
+    /// The latest rx timestamp seen (µs, capture time in a replay): the schedulers' clock when
+    /// packets carry timestamps.
+    rx_clock_us: Option<u64>,
+    /// The appliance's clock (µs) as of the current burst, for packets without timestamps.
+    live_us: u64,
+    /// Whether rx timestamps drive the schedulers' clock (default; a replay's capture times).
+    capture_clock: bool,
 }
 
-impl Datapath {
+impl<B: PacketBuf> Datapath<B> {
     /// A datapath over `ports` ports running `pipeline`; `gradient_udp_port` is the UDP port of
     /// the gradient protocol's UDP carriage (spec section 1).
     pub fn new(pipeline: Pipeline, ports: u16, gradient_udp_port: u16) -> Self {
@@ -83,6 +212,94 @@ impl Datapath {
             ports,
             gradient_udp_port,
             scratch: BurstScratch::new(),
+            egress: Vec::new(),
+            rx_clock_us: None,
+            live_us: 0,
+            capture_clock: true,
+        }
+    }
+
+    /// Adds egress schedulers: `ports[p]`, when `Some`, is port `p`'s configuration and class
+    /// map (its `hz` must be 1e6, the datapath's µs clock). Packets sent to such a port are
+    /// queued in it and leave as [`Datapath::drain_egress`] or later sends release them.
+    ///
+    /// # Errors
+    /// What [`Scheduler::new`] refuses, with the port's index.
+    pub fn with_egress(mut self, ports: &[Option<(PortConfig, ClassMap)>]) -> Result<Self, String> {
+        if ports.iter().all(Option::is_none) {
+            self.egress = Vec::new();
+            return Ok(self);
+        }
+        self.egress = ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| match p {
+                Some((cfg, map)) => PortEgress::new(cfg, *map).map(Some).map_err(|e| format!("port {i}: {e}")),
+                None => Ok(None),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(self)
+    }
+
+    /// Chooses the schedulers' clock: with `capture` (the default) the packets' rx timestamps
+    /// when they carry them (a replay's capture times, so shaping follows the capture), else
+    /// always the `now_us` the worker passes (the TSC: live ports, whose timestamps, if any, are
+    /// not the worker's clock).
+    pub fn with_capture_clock(mut self, capture: bool) -> Self {
+        self.capture_clock = capture;
+        self
+    }
+
+    /// The schedulers' clock (µs): the latest rx timestamp seen when packets carry them (capture
+    /// time in a replay), else `now_us`.
+    #[inline]
+    pub fn egress_clock(&self, now_us: u64) -> u64 {
+        self.rx_clock_us.unwrap_or(now_us)
+    }
+
+    /// Releases what each scheduler allows up to the clock ([`Datapath::egress_clock`] of
+    /// `now_us`) into `io.send`; returns nothing when no port has a scheduler. Call it every
+    /// poll-loop iteration.
+    #[inline]
+    pub fn drain_egress<I: PacketIo<Buf = B>>(&mut self, io: &mut I, now_us: u64) {
+        if self.egress.is_empty() {
+            return;
+        }
+        let t = self.egress_clock(now_us);
+        for (port, e) in self.egress.iter_mut().enumerate() {
+            if let Some(e) = e {
+                let red = e.advance(io, port as u16, t);
+                self.counters.drop_n(Reason::RedDrop, red);
+            }
+        }
+    }
+
+    /// The earliest instant (µs) at which a scheduler can release a packet, `None` when every
+    /// queue is empty.
+    pub fn next_departure(&mut self) -> Option<u64> {
+        self.egress.iter_mut().flatten().filter_map(|e| e.sched.next_departure(e.last_us)).min()
+    }
+
+    /// Sends everything still queued, advancing each scheduler's clock from departure to
+    /// departure until every queue is empty (the end of a replay: a run never ends with packets
+    /// queued). What a scheduler drops at dequeue on the way is counted `red_drop`.
+    pub fn finish_egress<I: PacketIo<Buf = B>>(&mut self, io: &mut I) {
+        for (port, e) in self.egress.iter_mut().enumerate() {
+            if let Some(e) = e {
+                let red = e.finish(io, port as u16);
+                self.counters.drop_n(Reason::RedDrop, red);
+            }
+        }
+    }
+
+    /// Notes a packet's rx timestamp in the schedulers' clock (nothing without schedulers).
+    #[inline(always)]
+    fn tick(&mut self, pkt: &B) {
+        if self.egress.is_empty() || !self.capture_clock {
+            return;
+        }
+        if let Some(t) = pkt.rx_timestamp_us() {
+            self.rx_clock_us = Some(self.rx_clock_us.map_or(t, |c| c.max(t)));
         }
     }
 
@@ -103,14 +320,15 @@ impl Datapath {
     /// Processes one received packet: it is sent, copied, consumed by the aggregator, or dropped
     /// and counted. `now_us` is the appliance's clock (µs) for packets without an rx timestamp.
     #[inline]
-    pub fn process<I: PacketIo>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, now_us: u64) {
+    pub fn process<I: PacketIo<Buf = B>>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, now_us: u64) {
         self.counters.rx(in_port, pkt.data().len());
+        self.live_us = now_us;
         self.process_counted(io, in_port, pkt, now_us);
     }
 
     /// Processes a received packet that was already counted.
     #[inline]
-    fn process_counted<I: PacketIo>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, now_us: u64) {
+    fn process_counted<I: PacketIo<Buf = B>>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, now_us: u64) {
         if pkt.is_segmented() {
             self.counters.drop(Reason::MultiSegment);
             return;
@@ -128,7 +346,9 @@ impl Datapath {
     /// collective (software steering, [`PacketIo::hand_off`]): straight to the aggregator,
     /// not counted again as received.
     #[inline]
-    pub fn process_handed_off<I: PacketIo>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, now_us: u64) {
+    pub fn process_handed_off<I: PacketIo<Buf = B>>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, now_us: u64) {
+        self.live_us = now_us;
+        self.tick(&pkt);
         let mut p = Parsed::default();
         if let Err(r) = parse_into(pkt.data(), self.gradient_udp_port, pkt.rx_checksum(), &mut p) {
             self.counters.drop(r);
@@ -147,7 +367,14 @@ impl Datapath {
     /// Every `Some` slot of `pkts` is taken (left `None`); `None` slots are skipped. Bursts of
     /// more than [`MAX_BURST`] packets are handled in chunks of it. Never allocates.
     #[inline(never)]
-    pub fn process_burst<I: PacketIo>(&mut self, io: &mut I, in_port: u16, pkts: &mut [Option<I::Buf>], now_us: u64) {
+    pub fn process_burst<I: PacketIo<Buf = B>>(
+        &mut self,
+        io: &mut I,
+        in_port: u16,
+        pkts: &mut [Option<I::Buf>],
+        now_us: u64,
+    ) {
+        self.live_us = now_us;
         for chunk in pkts.chunks_mut(MAX_BURST) {
             self.process_chunk(io, in_port, chunk, now_us);
         }
@@ -155,7 +382,13 @@ impl Datapath {
 
     /// [`Datapath::process_burst`] for at most [`MAX_BURST`] packets.
     #[inline]
-    fn process_chunk<I: PacketIo>(&mut self, io: &mut I, in_port: u16, pkts: &mut [Option<I::Buf>], now_us: u64) {
+    fn process_chunk<I: PacketIo<Buf = B>>(
+        &mut self,
+        io: &mut I,
+        in_port: u16,
+        pkts: &mut [Option<I::Buf>],
+        now_us: u64,
+    ) {
         let n = pkts.len();
         // The slots leave `self` for the burst, so that each packet's path can borrow both.
         let mut scratch = std::mem::take(&mut self.scratch);
@@ -209,7 +442,7 @@ impl Datapath {
     /// up to date by rewrites): neighbour answering, the aggregator, or the pipeline and egress.
     /// `first_hit`, when known, is the first table's lookup of `p`.
     #[inline(always)]
-    fn deliver<I: PacketIo>(
+    fn deliver<I: PacketIo<Buf = B>>(
         &mut self,
         io: &mut I,
         in_port: u16,
@@ -218,6 +451,7 @@ impl Datapath {
         first_hit: Option<Option<usize>>,
         now_us: u64,
     ) {
+        self.tick(&pkt);
         if p.has(Layers::ARP) || (p.has(Layers::IPV6) && p.ip_proto == crate::wire::ndp::NEXT_HEADER_ICMPV6) {
             if let Some(addr) = self.local.get(in_port as usize) {
                 let a = crate::neighbor::answer(&mut pkt, p, addr, &self.local);
@@ -225,7 +459,7 @@ impl Datapath {
                 match a.verdict {
                     Verdict::Reply => {
                         self.counters.neighbor_replies += 1;
-                        self.send(io, in_port, pkt);
+                        self.send(io, in_port, pkt, CLASS_UNSET);
                         return;
                     }
                     Verdict::Drop(r) => {
@@ -252,9 +486,9 @@ impl Datapath {
             None => self.pipeline.apply(&mut self.pipeline_state, &mut pkt, p, &mut meta),
         };
         match egress {
-            Egress::Port(port) => self.send(io, port, pkt),
-            Egress::Flood => self.flood(io, in_port, pkt),
-            Egress::Multicast(g) => self.multicast(io, g as usize, pkt, p),
+            Egress::Port(port) => self.send(io, port, pkt, meta.class),
+            Egress::Flood => self.flood(io, in_port, pkt, meta.class),
+            Egress::Multicast(g) => self.multicast(io, g as usize, pkt, p, meta.class),
             Egress::Aggregate => self.aggregate(io, in_port, pkt, p, now_us),
             Egress::Dropped(r) => self.counters.drop(r),
             Egress::Unset if self.agg.as_ref().is_some_and(|agg| agg.wants(p, in_port)) => {
@@ -268,7 +502,7 @@ impl Datapath {
     /// one, or another reached over its hand-off ring. A packet that is not a gradient packet
     /// addressed to the appliance is dropped (`aggregate_not_gradient`).
     #[inline]
-    fn aggregate<I: PacketIo>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, p: &Parsed, now_us: u64) {
+    fn aggregate<I: PacketIo<Buf = B>>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, p: &Parsed, now_us: u64) {
         let Some(agg) = self.agg.as_mut().filter(|agg| agg.wants(p, in_port)) else {
             self.counters.drop(Reason::AggregateNotGradient);
             return;
@@ -283,7 +517,21 @@ impl Datapath {
             return;
         }
         let now = pkt.rx_timestamp_us().unwrap_or(now_us);
-        agg.process(io, in_port, pkt, p, now, &mut self.counters);
+        if self.egress.is_empty() {
+            agg.process(io, in_port, pkt, p, now, &mut self.counters);
+            return;
+        }
+        // Results, resends and NAKs leave through the ports' schedulers, classified by their
+        // DSCP (the collective's) through the port's map.
+        let clock = self.rx_clock_us.unwrap_or(self.live_us);
+        let mut eio = EgressIo { io, egress: &mut self.egress, now: clock, drops: [0; 4] };
+        agg.process(&mut eio, in_port, pkt, p, now, &mut self.counters);
+        let drops = eio.drops;
+        for (r, n) in
+            [Reason::TailDrop, Reason::RedDrop, Reason::EgressOversize, Reason::UnknownClass].iter().zip(drops)
+        {
+            self.counters.drop_n(*r, n);
+        }
     }
 
     /// True if the IPv6 packet `p`, received on `in_port`, is addressed to the appliance: its
@@ -294,30 +542,42 @@ impl Datapath {
             || self.agg.as_ref().is_some_and(|agg| agg.wants(p, in_port))
     }
 
+    /// Hands `pkt` to port `port`: counted `tx`, then queued in the port's scheduler in `class`
+    /// ([`CLASS_UNSET`]: the port's class map decides) when it has one, else straight to `io`.
+    /// A packet the scheduler refuses is counted under the refusal's reason and freed.
     #[inline(always)]
-    fn send<I: PacketIo>(&mut self, io: &mut I, port: u16, pkt: I::Buf) {
+    fn send<I: PacketIo<Buf = B>>(&mut self, io: &mut I, port: u16, pkt: I::Buf, class: u8) {
         self.counters.tx(port, pkt.data().len());
+        if let Some(Some(e)) = self.egress.get_mut(port as usize) {
+            let now = self.rx_clock_us.unwrap_or(self.live_us);
+            let (refused, red) = e.enqueue(io, port, class, pkt, now);
+            self.counters.drop_n(Reason::RedDrop, red);
+            if let Some(r) = refused {
+                self.counters.drop(r);
+            }
+            return;
+        }
         io.send(port, pkt);
     }
 
     /// Sends a copy to every port but `in_port`; the original goes to the last one.
-    fn flood<I: PacketIo>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf) {
+    fn flood<I: PacketIo<Buf = B>>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, class: u8) {
         let Some(last) = (0..self.ports).rev().find(|&p| p != in_port) else {
             self.counters.drop(Reason::NoEgress);
             return;
         };
         for p in (0..last).filter(|&p| p != in_port) {
             match io.copy_of(pkt.data()) {
-                Some(copy) => self.send(io, p, copy),
+                Some(copy) => self.send(io, p, copy, class),
                 None => self.counters.drop(Reason::NoMbuf),
             }
         }
-        self.send(io, last, pkt);
+        self.send(io, last, pkt, class);
     }
 
     /// Sends one copy per member of group `g`, each a full copy of the frame (copies never share
     /// bytes written per copy) with that copy's rewrites; the original becomes the last copy.
-    fn multicast<I: PacketIo>(&mut self, io: &mut I, g: usize, mut pkt: I::Buf, p: &Parsed) {
+    fn multicast<I: PacketIo<Buf = B>>(&mut self, io: &mut I, g: usize, mut pkt: I::Buf, p: &Parsed, class: u8) {
         let n = self.pipeline.groups[g].copies.len();
         for c in 0..n - 1 {
             let Some(mut copy) = io.copy_of(pkt.data()) else {
@@ -328,7 +588,7 @@ impl Datapath {
             match self.pipeline.apply_copy(&mut self.pipeline_state, g, c, &mut copy, &mut cp) {
                 Ok(()) => {
                     let port = self.pipeline.groups[g].copies[c].0;
-                    self.send(io, port, copy)
+                    self.send(io, port, copy, class)
                 }
                 Err(r) => self.counters.drop(r),
             }
@@ -337,10 +597,61 @@ impl Datapath {
         match self.pipeline.apply_copy(&mut self.pipeline_state, g, n - 1, &mut pkt, &mut cp) {
             Ok(()) => {
                 let port = self.pipeline.groups[g].copies[n - 1].0;
-                self.send(io, port, pkt)
+                self.send(io, port, pkt, class)
             }
             Err(r) => self.counters.drop(r),
         }
+    }
+}
+
+/// The [`PacketIo`] the aggregator sends through when ports have schedulers: a send to a port
+/// with one is queued there (classified by the port's map) at `now`; the refusals are tallied
+/// in `drops` (tail, RED, oversize, unknown class) for the datapath's counters.
+struct EgressIo<'a, I: PacketIo> {
+    io: &'a mut I,
+    egress: &'a mut Vec<Option<PortEgress<I::Buf>>>,
+    now: u64,
+    drops: [u64; 4],
+}
+
+impl<I: PacketIo> PacketIo for EgressIo<'_, I>
+where
+    I::Buf: PacketBuf,
+{
+    type Buf = I::Buf;
+
+    #[inline]
+    fn alloc(&mut self) -> Option<I::Buf> {
+        self.io.alloc()
+    }
+
+    #[inline]
+    fn send(&mut self, port: u16, buf: I::Buf) {
+        let Some(Some(e)) = self.egress.get_mut(port as usize) else {
+            self.io.send(port, buf);
+            return;
+        };
+        let (refused, red) = e.enqueue(self.io, port, CLASS_UNSET, buf, self.now);
+        self.drops[1] += red;
+        match refused {
+            Some(Reason::TailDrop) => self.drops[0] += 1,
+            Some(Reason::RedDrop) => self.drops[1] += 1,
+            Some(Reason::EgressOversize) => self.drops[2] += 1,
+            Some(_) => self.drops[3] += 1,
+            None => {}
+        }
+    }
+
+    fn ports(&self) -> u16 {
+        self.io.ports()
+    }
+
+    fn hand_off(&mut self, worker: u16, buf: I::Buf) -> Result<(), I::Buf> {
+        self.io.hand_off(worker, buf)
+    }
+
+    fn copy_of(&mut self, src: &[u8]) -> Option<I::Buf> {
+        self.io.copy_of(src)
     }
 }
 
@@ -556,5 +867,124 @@ mod tests {
         assert_eq!(io.sent.len(), 2);
         assert_eq!(dp.counters.dropped(Reason::BadUdpChecksum), 2);
         assert_eq!(dp.counters.dropped(Reason::BadIpv4Checksum), 1);
+    }
+
+    /// A datapath whose port 1 has `qos` as its `[port.qos]`; everything goes to port 1 unless
+    /// the frame is for 02:00:00:00:00:02 (then `set_class(1)` and port 1).
+    fn shaped(qos: &str) -> Datapath {
+        let conf = format!(
+            r#"
+            [[port]]
+            vdev = "net_null0"
+            [[port]]
+            vdev = "net_null1"
+            {qos}
+            [[table]]
+            name = "l2"
+            key = [{{ field = "eth.dst", match = "exact" }}]
+            default_action = "forward(1)"
+            [[table.entry]]
+            key = ["02:00:00:00:00:02"]
+            action = "set_class(1); forward(1)"
+            "#
+        );
+        let loaded = load_str(&conf, Path::new("test.toml")).unwrap();
+        Datapath::new(loaded.pipeline, 2, crate::wire::gradient::DEFAULT_UDP_PORT).with_egress(&loaded.qos).unwrap()
+    }
+
+    /// A 1000-byte frame to `dst` received at `t` µs.
+    fn stamped(dst: [u8; 6], t: u64) -> VecBuf {
+        let mut f = frame(dst);
+        f.resize(1000, 0);
+        let mut b = VecBuf::from_frame(&f);
+        b.timestamp_us = Some(t);
+        b
+    }
+
+    /// 1e6 bytes/s of line on the capture clock: 1000-byte frames (1024 on the wire) offered
+    /// twice as fast as the line leave one per 1024 µs; the rest is tail-dropped; nothing stays
+    /// queued after finish_egress.
+    #[test]
+    fn a_shaped_port_sends_at_its_rate_on_the_capture_clock() {
+        let mut dp = shaped("[port.qos]\nrate = 1000000\nburst = 2072\n[[port.qos.class]]\ncapacity_bytes = 3000\n");
+        let mut io = VecIo::new(2);
+        for i in 0..2000u64 {
+            dp.process(&mut io, 0, stamped([2, 0, 0, 0, 0, 1], 1_000_000 + 512 * i), 0);
+        }
+        // 2000 arrivals over 1.024 s: the bucket (2 frames) plus 1 frame per 1024 µs.
+        let sent_during = io.sent.len();
+        assert_eq!(sent_during, 2 + (512 * 1999) / 1024, "sent by the last arrival");
+        dp.finish_egress(&mut io);
+        let e = dp.egress[1].as_ref().unwrap();
+        let c = e.sched.counters(0);
+        assert_eq!(c.sent.pkts as usize, io.sent.len());
+        assert_eq!(c.sent.pkts + c.tail_drop.pkts, 2000);
+        assert_eq!(dp.counters.dropped(Reason::TailDrop), c.tail_drop.pkts);
+        assert!(e.sched.is_empty());
+        assert_eq!(io.sent.len(), sent_during + 3, "the 3 queued frames left at the end");
+        assert_eq!(dp.next_departure(), None);
+    }
+
+    /// `set_class` overrides the map; strict priority serves class 1 first.
+    #[test]
+    fn set_class_overrides_the_map_and_strict_priority_serves_it_first() {
+        let mut dp = shaped("[port.qos]\nclasses = 2\nrate = 1000000\nburst = 2072\n");
+        let mut io = VecIo::new(2);
+        // Drain the initial bucket: two low frames leave at once.
+        for i in 0..2 {
+            dp.process(&mut io, 0, stamped([2, 0, 0, 0, 0, 1], 1_000_000 + i), 0);
+        }
+        assert_eq!(io.sent.len(), 2);
+        dp.process(&mut io, 0, stamped([2, 0, 0, 0, 0, 1], 1_000_010), 0);
+        dp.process(&mut io, 0, stamped([2, 0, 0, 0, 0, 2], 1_000_011), 0);
+        dp.finish_egress(&mut io);
+        let dsts: Vec<u8> = io.sent.iter().map(|(_, f)| f[5]).collect();
+        assert_eq!(dsts, vec![1, 1, 2, 1], "the class-1 frame overtakes the queued class-0 one");
+        let e = dp.egress[1].as_ref().unwrap();
+        assert_eq!((e.sched.counters(0).sent.pkts, e.sched.counters(1).sent.pkts), (3, 1));
+    }
+
+    /// Multicast and flood copies to a shaped port go through its scheduler, in the class
+    /// `set_class` chose; copies to other ports go straight out.
+    #[test]
+    fn multicast_and_flood_copies_go_through_the_scheduler() {
+        let conf = r#"
+            [[port]]
+            vdev = "net_null0"
+            [[port]]
+            vdev = "net_null1"
+            [port.qos]
+            classes = 2
+            [[port]]
+            vdev = "net_null2"
+            [[table]]
+            name = "l2"
+            key = [{ field = "eth.dst", match = "exact" }]
+            default_action = "set_class(1); flood"
+            [[table.entry]]
+            key = ["02:00:00:00:00:01"]
+            action = "multicast(1)"
+            [[multicast_group]]
+            id = 1
+            [[multicast_group.copy]]
+            port = 1
+            [[multicast_group.copy]]
+            port = 2
+        "#;
+        let loaded = load_str(conf, Path::new("test.toml")).unwrap();
+        let mut dp = Datapath::new(loaded.pipeline, 3, crate::wire::gradient::DEFAULT_UDP_PORT)
+            .with_egress(&loaded.qos)
+            .unwrap();
+        let mut io = VecIo::new(3);
+        dp.process(&mut io, 0, VecBuf::from_frame(&frame([2, 0, 0, 0, 0, 1])), 5);
+        dp.process(&mut io, 0, VecBuf::from_frame(&frame([2, 0, 0, 0, 0, 7])), 6);
+        dp.drain_egress(&mut io, 6);
+        let mut ports: Vec<u16> = io.sent.iter().map(|(p, _)| *p).collect();
+        ports.sort_unstable();
+        assert_eq!(ports, vec![1, 1, 2, 2]);
+        let s = &dp.egress[1].as_ref().unwrap().sched;
+        assert_eq!((s.counters(0).sent.pkts, s.counters(1).sent.pkts), (1, 1), "multicast: map; flood: set_class(1)");
+        assert!(dp.egress[0].is_none() && dp.egress[2].is_none());
+        assert_eq!(dp.next_departure(), None);
     }
 }

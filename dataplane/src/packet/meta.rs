@@ -5,9 +5,12 @@
 
 use crate::meter::Color;
 
+/// [`Meta::class`] when no action chose a class: the egress port's class map decides.
+pub const CLASS_UNSET: u8 = u8::MAX;
+
 /// A packet's metadata, made when it is received and dropped when it leaves: 16 bytes, copied
 /// freely.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Meta {
     /// When the packet arrived (µs): its capture time in a replay, the TSC's time live. The
     /// clock meters run on.
@@ -16,6 +19,15 @@ pub struct Meta {
     pub ingress_port: u16,
     /// The colour the last `meter` (or `set_color`) gave it; green until then (`meta.color`).
     pub color: Color,
+    /// The egress traffic class `set_class(n)` chose (`meta.class`), or [`CLASS_UNSET`]: then
+    /// a shaped port's DSCP or PCP map chooses ([`crate::sched::ClassMap`]).
+    pub class: u8,
+}
+
+impl Default for Meta {
+    fn default() -> Self {
+        Meta { timestamp_us: 0, ingress_port: 0, color: Color::default(), class: CLASS_UNSET }
+    }
 }
 
 impl Meta {

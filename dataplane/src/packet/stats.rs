@@ -140,11 +140,19 @@ pub enum Reason {
     /// The `aggregate` action on a packet that is not a gradient packet addressed to the
     /// appliance (or in a worker without an aggregator).
     AggregateNotGradient,
+    /// An egress scheduler's class queue was full (its byte or packet capacity): tail drop.
+    TailDrop,
+    /// An egress scheduler's RED selected a Not-ECT (or non-IP) packet (RFC 3168 6.1.1.1).
+    RedDrop,
+    /// Longer than an egress scheduler's largest frame.
+    EgressOversize,
+    /// `set_class` chose a class the egress port's scheduler does not have.
+    UnknownClass,
 }
 
 impl Reason {
     /// Every reason, in counter order.
-    pub const ALL: [Reason; 42] = [
+    pub const ALL: [Reason; 46] = [
         Reason::Runt,
         Reason::VlanDepth,
         Reason::MalformedIpv4,
@@ -187,6 +195,10 @@ impl Reason {
         Reason::GradDuplicate,
         Reason::GradNotAggregated,
         Reason::AggregateNotGradient,
+        Reason::TailDrop,
+        Reason::RedDrop,
+        Reason::EgressOversize,
+        Reason::UnknownClass,
     ];
     /// Number of reasons.
     pub const COUNT: usize = Self::ALL.len();
@@ -236,6 +248,10 @@ impl Reason {
             Reason::GradDuplicate => "grad_duplicate",
             Reason::GradNotAggregated => "grad_not_aggregated",
             Reason::AggregateNotGradient => "aggregate_not_gradient",
+            Reason::TailDrop => "tail_drop",
+            Reason::RedDrop => "red_drop",
+            Reason::EgressOversize => "egress_oversize",
+            Reason::UnknownClass => "unknown_class",
         }
     }
 
@@ -310,7 +326,8 @@ impl Counters {
         }
     }
 
-    /// Counts a packet of `len` bytes handed to `port`'s tx queue.
+    /// Counts a packet of `len` bytes handed to `port`: its tx queue, or its egress scheduler
+    /// when it has one (whose refusals are counted as drops, `tail_drop` and `red_drop`).
     #[inline(always)]
     pub fn tx(&mut self, port: u16, len: usize) {
         if let Some(p) = self.ports.get_mut(port as usize) {

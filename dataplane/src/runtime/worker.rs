@@ -63,7 +63,7 @@ pub struct Worker {
     /// TSC cycles per µs (the appliance's clock for packets without an rx timestamp).
     pub tsc_per_us: u64,
     /// Packet processing and counters.
-    pub datapath: Datapath,
+    pub datapath: Datapath<Mbuf>,
     /// The pool new frames (copies) come from.
     pub pool: Mempool,
     /// Every worker's hand-off ring, by worker index (empty with one worker).
@@ -129,9 +129,15 @@ impl PacketIo for TxIo {
 }
 
 impl Worker {
-    /// The poll loop: runs until [`QUIT`] is set, then flushes every tx buffer and returns the
-    /// datapath (its counters and tables' counters).
-    pub fn run(mut self) -> Datapath {
+    /// The poll loop: runs until [`QUIT`] is set, then sends what the egress schedulers still
+    /// hold, flushes every tx buffer and returns the datapath (its counters and tables'
+    /// counters).
+    ///
+    /// The schedulers run after each iteration's bursts ([`Datapath::drain_egress`]) on the
+    /// datapath's clock: the latest capture time seen in a replay, the TSC (µs) live. At the
+    /// stop, their clock advances from departure to departure until every queue is empty
+    /// ([`Datapath::finish_egress`]), so a run never ends with packets queued.
+    pub fn run(mut self) -> Datapath<Mbuf> {
         let mut io = TxIo {
             bufs: self.port_ids.iter().map(|_| TxBuffer::default()).collect(),
             queues: self.port_ids.iter().map(|&id| TxQueue::new(id, self.tx_queue)).collect(),
@@ -181,6 +187,7 @@ impl Worker {
                 self.datapath.process_burst(&mut io, *port, &mut mbufs[..n], now_us);
             }
             self.drain_ring(&mut io, &mut mbufs[..burst], &port_index, now_us);
+            self.datapath.drain_egress(&mut io, now_us);
         }
         if workers > 1 {
             // Second phase of the stop: once every worker has stopped rx, nothing more is handed
@@ -195,6 +202,7 @@ impl Worker {
                 }
             }
         }
+        self.datapath.finish_egress(&mut io);
         io.flush_all();
         self.datapath.counters.drop_n(Reason::TxFull, io.tx_full);
         self.datapath

@@ -52,6 +52,9 @@ pub enum Action {
     MeterBy(u16, crate::table::Field),
     /// Set `meta.color` (the input colour of a colour-aware meter).
     SetColor(crate::meter::Color),
+    /// Set `meta.class`: the egress traffic class (0..=7) on a port with a scheduler, in place
+    /// of the port's DSCP or PCP map.
+    SetClass(u8),
     /// Run the next `.1` actions only when `meta.color` is `.0` (what `police` expands to).
     WhenColor(crate::meter::Color, u8),
     /// `drop` among a `police` colour's actions: dropped, counted `policed`.

@@ -45,7 +45,7 @@ pub struct MeterRef {
 
 const KNOWN: &str = "forward(port), flood, multicast(group), drop, aggregate, goto(table), exit, count(name), \
                      meter(name[, field]), police(name[, field], yellow=actions, red=actions), set_color(colour), \
-                     set_dscp(0..63), mark_ecn, dec_ttl, set_eth_src(mac), set_eth_dst(mac), \
+                     set_class(0..7),                      set_dscp(0..63), mark_ecn, dec_ttl, set_eth_src(mac), set_eth_dst(mac), \
                      push_vlan(vid), pop_vlan, set_vlan(vid)";
 
 fn err<T>(s: String) -> Result<T, ActionParseError> {
@@ -166,6 +166,7 @@ pub fn parse_action_list(text: &str, ctx: &mut ActionContext<'_>) -> Result<Acti
                     ActionParseError(format!("set_color: expected green, yellow or red, found {a:?}"))
                 })?)
             }
+            "set_class" => Action::SetClass(int("a traffic class", crate::sched::MAX_CLASSES as u64 - 1)? as u8),
             "meter" => meter_action(need("a meter name")?, ctx)?,
             "police" => {
                 if ctx.rewrites_only {

@@ -827,3 +827,38 @@ fn completed_results_keep_sums_for_their_frames_pad() {
 }
 
 mod probe;
+
+/// With `[port.qos]` on the members' port, results leave through its scheduler in the class the
+/// collective's DSCP (10) maps to: class 1, whose queue marks every packet, so each result
+/// (ECT(0)) leaves with CE and valid checksums; class 0 sees nothing.
+#[test]
+fn results_go_through_the_ports_scheduler_in_the_collectives_class() {
+    let qos =
+        "[port.qos]\nclasses = 2\ndscp_map = { 10 = 1 }\n[[port.qos.class]]\n[[port.qos.class]]\nkmin = 0\nkmax = 0\n";
+    let text = conf("sum", "f32", "udp", false, qos, 3, 4, 4);
+    let l = load_str(&text, Path::new("t.toml")).unwrap_or_else(|e| panic!("{e}"));
+    let ports = vec![PortAddr { mac: APP_MAC.parse().unwrap(), ipv4: l.port_ipv4[0], ipv6: l.port_ipv6[0] }];
+    let agg = Aggregator::new(&l.collectives, ports, crate::wire::gradient::DEFAULT_UDP_PORT, 1);
+    let mut rig = Rig {
+        dp: crate::datapath::Datapath::new(l.pipeline, 1, crate::wire::gradient::DEFAULT_UDP_PORT)
+            .with_aggregator(agg)
+            .with_egress(&l.qos)
+            .unwrap(),
+        coll: l.collectives[0].clone(),
+    };
+    let mut io = VecIo::new(1);
+    for k in 0..3 {
+        let f = rig.frame(k, 0, 1, &f32s(&[1.0, 2.0, 3.0, 4.0]), |_| {});
+        rig.send(&mut io, f, 10);
+    }
+    rig.dp.finish_egress(&mut io);
+    let out = decode(&io);
+    assert_eq!(out.len(), 3);
+    for (_, g, payload, p) in &out {
+        assert_eq!((g.flags, p.dscp, p.ecn), (Flags::RESULT, 10, 3), "a result, class 1, CE");
+        assert_eq!(payload, &f32s(&[3.0, 6.0, 9.0, 12.0]));
+    }
+    let e = rig.dp.egress[0].as_ref().unwrap();
+    assert_eq!((e.sched.counters(1).sent.pkts, e.sched.counters(1).ecn_marked.pkts), (3, 3));
+    assert_eq!(e.sched.counters(0).enqueued.pkts, 0);
+}

@@ -17,6 +17,12 @@ impl PktBytes {
         self.pkts += 1;
         self.bytes += u64::from(len);
     }
+
+    /// Adds another count (merging workers' counters).
+    pub fn merge(&mut self, o: &PktBytes) {
+        self.pkts += o.pkts;
+        self.bytes += o.bytes;
+    }
 }
 
 /// One class's counters.
@@ -40,6 +46,18 @@ pub struct ClassCounters {
     pub red_drop: PktBytes,
     /// Highest depth reached, bytes.
     pub max_depth_bytes: u64,
+}
+
+impl ClassCounters {
+    /// Adds another worker's counters; the highest depth is the larger of the two.
+    pub fn merge(&mut self, o: &ClassCounters) {
+        self.enqueued.merge(&o.enqueued);
+        self.sent.merge(&o.sent);
+        self.ecn_marked.merge(&o.ecn_marked);
+        self.tail_drop.merge(&o.tail_drop);
+        self.red_drop.merge(&o.red_drop);
+        self.max_depth_bytes = self.max_depth_bytes.max(o.max_depth_bytes);
+    }
 }
 
 /// Drops not attributable to a class's queue.

@@ -26,6 +26,7 @@
 //! clock). Nothing allocates after [`Scheduler::new`]: each class's ring holds
 //! `capacity_pkts` entries from the start. No locks: one scheduler per port per lcore.
 
+pub mod classify;
 pub mod counters;
 mod dwrr;
 pub mod ecn;
@@ -36,6 +37,7 @@ mod shaper;
 #[cfg(test)]
 mod tests;
 
+pub use classify::ClassMap;
 pub use counters::{ClassCounters, ClassHistograms, PktBytes, PortCounters};
 pub use ecn::{mark_frame_ce, CeOutcome};
 pub use red::{RedConfig, RedVerdict, P_ONE};

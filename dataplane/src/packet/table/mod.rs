@@ -560,6 +560,7 @@ impl Pipeline {
                         )
                     }
                     Action::SetColor(c) => meta.color = *c,
+                    Action::SetClass(c) => meta.class = *c,
                     Action::WhenColor(c, n) => {
                         if meta.color != *c && *n > 0 {
                             actions.nth(*n as usize - 1);

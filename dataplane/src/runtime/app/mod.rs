@@ -123,6 +123,44 @@ pub struct MeterSummary {
     pub red: Counter,
 }
 
+/// Percentiles of a distribution: median, 99th percentile and maximum.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Percentiles {
+    /// 50th percentile.
+    pub p50: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// Maximum.
+    pub max: u64,
+}
+
+/// One traffic class of a port's egress scheduler (`[port.qos]`), summed over the workers
+/// (each worker has its own scheduler per shaped port). Packets and bytes are frames without
+/// FCS.
+#[derive(Debug, Clone, Serialize)]
+pub struct QosClassSummary {
+    /// Port index.
+    pub port: usize,
+    /// Class (0..8; under strict priority the highest is served first).
+    pub class: usize,
+    /// Accepted into the queue.
+    pub enqueued: Counter,
+    /// Handed to the port.
+    pub sent: Counter,
+    /// Selected by RED and carrying CE.
+    pub ecn_marked: Counter,
+    /// Refused: the queue was full.
+    pub tail_drop: Counter,
+    /// Selected by RED and not ECN-capable: dropped.
+    pub red_drop: Counter,
+    /// Highest depth (bytes) one worker's queue reached.
+    pub max_depth_bytes: u64,
+    /// Depth (bytes) each arriving packet found, over every worker.
+    pub depth_bytes: Percentiles,
+    /// Time (µs) from enqueue to dequeue of each sent packet, over every worker.
+    pub sojourn_us: Percentiles,
+}
+
 /// The run's final stats.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
@@ -144,6 +182,8 @@ pub struct Summary {
     pub counters: Vec<CounterSummary>,
     /// Meters, in config order.
     pub meters: Vec<MeterSummary>,
+    /// Egress scheduler classes, by port and class.
+    pub qos: Vec<QosClassSummary>,
     /// Input records expected from finite pcap inputs (`None`: live or infinite input).
     pub input_records: Option<u64>,
     /// Whether the replay stopped by the idle fallback with records missing.
@@ -660,7 +700,7 @@ fn run_with_eal(
     let (pool, ring_slots) = start::create_pool(loaded, opts, plans)?;
     let ports = start::start_ports(loaded, plans, &pool)?;
     stop_requested()?;
-    let running = start::launch_workers(loaded, &ports, pool, ring_slots)?;
+    let running = start::launch_workers(loaded, &ports, pool, ring_slots, expected.is_some())?;
     if !opts.quiet && expected.is_none() {
         // Live or endless input: say when the ports are forwarding (scripts wait for this line).
         let names: Vec<&str> = ports.iter().map(|p| p.name()).collect();
@@ -708,6 +748,7 @@ fn run_with_eal(
         tables: totals.tables,
         counters: totals.named,
         meters: totals.meters,
+        qos: totals.qos,
         input_records: expected.map(|i| i.records),
         input_short,
         input_errors: expected.map(|i| i.errors),
@@ -812,6 +853,30 @@ impl Summary {
                 m.name, m.green.packets, m.green.bytes, m.yellow.packets, m.yellow.bytes, m.red.packets, m.red.bytes
             );
         }
+        for q in &self.qos {
+            let _ = writeln!(
+                s,
+                "qos port {} class {}: enqueued {} pkts {} bytes, sent {} pkts {} bytes, ecn_marked {} pkts, tail_drop {} pkts {} bytes, red_drop {} pkts {} bytes, max depth {} bytes, depth p50/p99/max {}/{}/{} bytes, sojourn p50/p99/max {}/{}/{} us",
+                q.port,
+                q.class,
+                q.enqueued.packets,
+                q.enqueued.bytes,
+                q.sent.packets,
+                q.sent.bytes,
+                q.ecn_marked.packets,
+                q.tail_drop.packets,
+                q.tail_drop.bytes,
+                q.red_drop.packets,
+                q.red_drop.bytes,
+                q.max_depth_bytes,
+                q.depth_bytes.p50,
+                q.depth_bytes.p99,
+                q.depth_bytes.max,
+                q.sojourn_us.p50,
+                q.sojourn_us.p99,
+                q.sojourn_us.max
+            );
+        }
         if self.collectives > 0 {
             let a = &self.aggregation;
             let _ = writeln!(
@@ -863,6 +928,7 @@ mod tests {
             tables: Vec::new(),
             counters: Vec::new(),
             meters: Vec::new(),
+            qos: Vec::new(),
             input_records: Some(100),
             input_short: false,
             input_errors: Some(0),

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// Where a worker leaves its datapath (counters and tables) when it stops.
-pub(super) type ResultSlot = Arc<Mutex<Option<Datapath>>>;
+pub(super) type ResultSlot = Arc<Mutex<Option<Datapath<crate::dpdk::Mbuf>>>>;
 
 /// The launched workers.
 pub(super) struct Running {
@@ -141,15 +141,19 @@ struct Shared {
     /// One NAK limiter for all workers: spec section 5's limit is per source, whichever worker
     /// refuses it.
     nak_limiter: Arc<SharedNakLimiter>,
+    /// Finite pcap inputs: the egress schedulers run on capture time.
+    replay: bool,
 }
 
 /// Makes the hand-off rings (`ring_slots` slots each, if any) and launches one worker per
-/// configured lcore. On a failed launch, stops and joins those already launched.
+/// configured lcore. On a failed launch, stops and joins those already launched. `replay`:
+/// finite pcap inputs, whose capture times are the egress schedulers' clock (else the TSC).
 pub(super) fn launch_workers(
     loaded: &Loaded,
     ports: &[Port],
     pool: Mempool,
     ring_slots: Option<u32>,
+    replay: bool,
 ) -> Result<Running, AppError> {
     let cfg = &loaded.config;
     let lcores = loaded.lcores();
@@ -181,6 +185,7 @@ pub(super) fn launch_workers(
         pool,
         rings,
         nak_limiter: crate::agg::nak::shared(),
+        replay,
     };
     let on_panic: Arc<dyn Fn() + Send + Sync> = Arc::new(worker::request_quit);
     let mut handles = Vec::new();
@@ -227,7 +232,10 @@ fn make_worker(loaded: &Loaded, shared: &Shared, wi: usize, l: &LcoreConfig) -> 
         datapath: {
             let dp =
                 Datapath::new(loaded.pipeline.clone(), shared.port_ids.len() as u16, cfg.dataplane.gradient_udp_port)
-                    .with_local_addresses(shared.port_addrs.clone());
+                    .with_local_addresses(shared.port_addrs.clone())
+                    .with_egress(&loaded.qos)
+                    .expect("the configuration's schedulers were built once when it was validated")
+                    .with_capture_clock(shared.replay);
             if loaded.collectives.is_empty() {
                 dp
             } else {

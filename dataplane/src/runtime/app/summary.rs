@@ -2,12 +2,14 @@
 //! the ports stopped and closed.
 
 use super::start::ResultSlot;
-use super::{AppError, CounterSummary, EntrySummary, MeterSummary};
+use super::{AppError, CounterSummary, EntrySummary, MeterSummary, Percentiles, QosClassSummary};
 use crate::agg::AggCounters;
+use crate::datapath::PortEgress;
 use crate::dpdk::lcore::LcoreHandle;
 use crate::dpdk::{Port, PortStats};
 use crate::outputs::Staged;
-use crate::stats::Counters;
+use crate::sched::{ClassCounters, ClassHistograms, PktBytes};
+use crate::stats::{Counter, Counters};
 use crate::table::{Pipeline, PipelineState};
 
 /// A port's non-zero extended stats (`rte_eth_xstats_get`): (name, value).
@@ -25,6 +27,8 @@ pub(super) struct Totals {
     pub named: Vec<CounterSummary>,
     /// Each meter's packets and bytes per colour.
     pub meters: Vec<MeterSummary>,
+    /// Each egress scheduler class's counters and distributions.
+    pub qos: Vec<QosClassSummary>,
 }
 
 /// Sums the datapaths the workers left in `results` (`ports` ports).
@@ -32,9 +36,11 @@ pub(super) fn collect(results: &[ResultSlot], ports: usize) -> Totals {
     let mut total = Counters::new(ports as u16);
     let mut pipeline: Option<(Pipeline, PipelineState)> = None;
     let mut agg = AggCounters::default();
+    let mut qos = QosTotals::default();
     for r in results {
         if let Some(dp) = r.lock().unwrap_or_else(|e| e.into_inner()).take() {
             total.add(&dp.counters);
+            qos.add(&dp.egress);
             if let Some(a) = &dp.agg {
                 agg.add(&a.counters);
             }
@@ -48,7 +54,69 @@ pub(super) fn collect(results: &[ResultSlot], ports: usize) -> Totals {
         Some((p, sum)) => (entry_summaries(p, sum), named_summaries(p, sum), meter_summaries(p, sum)),
         None => (Vec::new(), Vec::new(), Vec::new()),
     };
-    Totals { counters: total, agg, tables, named, meters }
+    Totals { counters: total, agg, tables, named, meters, qos: qos.summaries() }
+}
+
+/// Per (port, class): the workers' scheduler counters and histograms, summed.
+#[derive(Default)]
+struct QosTotals {
+    classes: Vec<(usize, usize, ClassCounters, Option<ClassHistograms>)>,
+}
+
+impl QosTotals {
+    /// Adds one worker's schedulers.
+    fn add<B: crate::buf::PacketBuf>(&mut self, egress: &[Option<PortEgress<B>>]) {
+        for (port, e) in egress.iter().enumerate() {
+            let Some(e) = e else { continue };
+            for c in 0..e.sched.classes() {
+                let i = match self.classes.iter().position(|(p, k, ..)| (*p, *k) == (port, c)) {
+                    Some(i) => i,
+                    None => {
+                        self.classes.push((port, c, ClassCounters::default(), None));
+                        self.classes.len() - 1
+                    }
+                };
+                let (_, _, cnt, hist) = &mut self.classes[i];
+                cnt.merge(e.sched.counters(c));
+                if let Some(h) = e.sched.histograms(c) {
+                    match hist {
+                        Some(sum) => {
+                            // Same bounds on every worker: adding cannot fail.
+                            let _ = sum.depth_bytes.add(&h.depth_bytes);
+                            let _ = sum.sojourn_ticks.add(&h.sojourn_ticks);
+                        }
+                        None => *hist = Some(h.clone()),
+                    }
+                }
+            }
+        }
+    }
+
+    fn summaries(self) -> Vec<QosClassSummary> {
+        let pb = |p: &PktBytes| Counter { packets: p.pkts, bytes: p.bytes };
+        let pct = |h: Option<&hdrhistogram::Histogram<u64>>| match h {
+            Some(h) if !h.is_empty() => {
+                Percentiles { p50: h.value_at_quantile(0.5), p99: h.value_at_quantile(0.99), max: h.max() }
+            }
+            _ => Percentiles::default(),
+        };
+        self.classes
+            .into_iter()
+            .map(|(port, class, c, h)| QosClassSummary {
+                port,
+                class,
+                enqueued: pb(&c.enqueued),
+                sent: pb(&c.sent),
+                ecn_marked: pb(&c.ecn_marked),
+                tail_drop: pb(&c.tail_drop),
+                red_drop: pb(&c.red_drop),
+                max_depth_bytes: c.max_depth_bytes,
+                depth_bytes: pct(h.as_ref().map(|h| &h.depth_bytes)),
+                // The schedulers' clock is µs (hz 1e6): ticks are µs.
+                sojourn_us: pct(h.as_ref().map(|h| &h.sojourn_ticks)),
+            })
+            .collect()
+    }
 }
 
 /// Each table entry's counter and each table's miss counter (after the entries), from the
