@@ -42,7 +42,7 @@ def bench_exes(tree, target_dir, benches):
 
 def run(exe, flt, seconds):
     """Runs one criterion bench binary; returns {benchmark id: median ns}."""
-    cmd = [exe, "--bench", "--noplot", "--warm-up-time", "1", "--measurement-time", str(seconds)]
+    cmd = [exe, "--bench", "--noplot", "--discard-baseline", "--warm-up-time", "1", "--measurement-time", str(seconds)]
     if flt:
         cmd.append(flt)
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
@@ -59,7 +59,9 @@ def run(exe, flt, seconds):
                 continue
             rng = m.group(1)
         parts = rng.split()
-        res[name] = float(parts[2]) * UNITS[parts[3]]
+        # A "change:" block repeats `time:` with percentages: only absolute times count.
+        if len(parts) == 6 and parts[3] in UNITS:
+            res.setdefault(name, float(parts[2]) * UNITS[parts[3]])
     return res
 
 
