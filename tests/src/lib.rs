@@ -7,7 +7,9 @@ pub mod frames;
 pub mod grad;
 pub mod split;
 
-pub use dataplane::testing::{read_pcap, read_pcap_records, write_pcap, write_pcap_at};
+pub use dataplane::testing::{
+    ipv4_checksum_is_a_full_recompute, read_pcap, read_pcap_records, write_pcap, write_pcap_at,
+};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -6,7 +6,7 @@
 use dataplane::parse::{parse, Layers};
 use dataplane::sched::ecn::locate_ip;
 use dataplane::wire::gradient::DEFAULT_UDP_PORT;
-use dataplane::wire::{checksum, icrc};
+use dataplane::wire::icrc;
 use functional_tests::frames::Udp4;
 use functional_tests::*;
 use serde_json::Value;
@@ -151,17 +151,6 @@ weight = 3
     println!("dwrr: shares class 0 {s0:.4} (weight 1/4), class 1 {s1:.4} (weight 3/4)");
     assert!((s0 - 0.25).abs() / 0.25 < 0.02, "class 0 share {s0}");
     assert!((s1 - 0.75).abs() / 0.75 < 0.02, "class 1 share {s1}");
-}
-
-/// The IPv4 header checksum stored at `l3` equals a full recompute.
-fn ipv4_checksum_is_a_full_recompute(f: &[u8], l3: usize) -> u16 {
-    let ihl = (f[l3] & 0xf) as usize * 4;
-    let mut h = f[l3..l3 + ihl].to_vec();
-    let stored = u16::from_be_bytes([h[10], h[11]]);
-    h[10] = 0;
-    h[11] = 0;
-    assert_eq!(stored, checksum::checksum(&h), "IPv4 checksum equal to a full recompute");
-    stored
 }
 
 /// The shared cases c05, c06, c07 and c10 through a queue that marks every packet (Kmin = Kmax

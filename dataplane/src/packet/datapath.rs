@@ -480,7 +480,9 @@ impl<B: PacketBuf> Datapath<B> {
             self.aggregate(io, in_port, pkt, p, now_us);
             return;
         }
-        let mut meta = Meta::at(in_port, pkt.rx_timestamp_us().unwrap_or(now_us));
+        // Only meters read the arrival time: without them, no rx-timestamp read per packet.
+        let at = if self.pipeline.meters.is_empty() { now_us } else { pkt.rx_timestamp_us().unwrap_or(now_us) };
+        let mut meta = Meta::at(in_port, at);
         let egress = match first_hit {
             Some(hit) => self.pipeline.apply_with_first_hit(&mut self.pipeline_state, &mut pkt, p, &mut meta, hit),
             None => self.pipeline.apply(&mut self.pipeline_state, &mut pkt, p, &mut meta),

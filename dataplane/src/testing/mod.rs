@@ -61,6 +61,18 @@ pub fn case_frames(name: &str) -> Vec<Vec<u8>> {
     read_pcap(&cases_dir().join(name))
 }
 
+/// Asserts that the IPv4 header at `frame[l3..]` carries a checksum equal to a full recompute
+/// (RFC 1071; after an incremental update, RFC 1624: 0x0000, never 0xFFFF), and returns it.
+pub fn ipv4_checksum_is_a_full_recompute(frame: &[u8], l3: usize) -> u16 {
+    let ihl = (frame[l3] & 0xf) as usize * 4;
+    let mut h = frame[l3..l3 + ihl].to_vec();
+    let stored = u16::from_be_bytes([h[10], h[11]]);
+    h[10] = 0;
+    h[11] = 0;
+    assert_eq!(stored, crate::wire::checksum::checksum(&h), "stored IPv4 checksum equals a full recompute");
+    stored
+}
+
 /// The `[[port]]` tables of `n` null ports (`net_null0` ...), numbered 0 to `n - 1` in order: the
 /// ports of a test config whose frames go through the packet core or a replay, not a network.
 pub fn null_ports(n: usize) -> String {

@@ -7,7 +7,7 @@ use crate::config::load_str;
 use crate::datapath::Datapath;
 use crate::parse::{parse, Layers};
 use crate::stats::Reason;
-use crate::testing::{case_frames, null_ports};
+use crate::testing::{case_frames, ipv4_checksum_is_a_full_recompute, null_ports};
 use crate::wire::gradient::DEFAULT_UDP_PORT;
 use crate::wire::{checksum, icrc, EthernetAddress};
 use std::path::Path;
@@ -29,15 +29,6 @@ fn run(dp: &mut Datapath, frames: &[Vec<u8>]) -> Vec<(u16, Vec<u8>)> {
         dp.process(&mut io, 0, VecBuf::from_frame(f), 0);
     }
     io.sent
-}
-
-fn ipv4_checksum_is_a_full_recompute(frame: &[u8], l3: usize) {
-    let ihl = (frame[l3] & 0xf) as usize * 4;
-    let mut h = frame[l3..l3 + ihl].to_vec();
-    let stored = u16::from_be_bytes([h[10], h[11]]);
-    h[10] = 0;
-    h[11] = 0;
-    assert_eq!(stored, checksum::checksum(&h), "stored checksum equals a full recompute");
 }
 
 #[test]

@@ -82,30 +82,10 @@ pub fn mark_frame_ce(frame: &mut [u8]) -> CeOutcome {
 pub(crate) mod tests {
     use super::*;
     use crate::parse::parse;
+    use crate::testing::{case_frames as frames, ipv4_checksum_is_a_full_recompute};
     use crate::wire::build::{self, FrameSpec, IpAddrBytes, Roce};
     use crate::wire::gradient::{GradientRepr, DEFAULT_UDP_PORT};
-    use crate::wire::{checksum, icrc};
-
-    /// The frames of a shared case's pcap.
-    pub(crate) fn frames(name: &str) -> Vec<Vec<u8>> {
-        let path = format!("{}/tests/data/cases/{}", env!("CARGO_MANIFEST_DIR"), name);
-        let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        let mut r = pcap_file::pcap::PcapReader::new(file).unwrap();
-        let mut out = Vec::new();
-        while let Some(pkt) = r.next_packet() {
-            out.push(pkt.unwrap().data.into_owned());
-        }
-        out
-    }
-
-    fn ipv4_checksum_is_a_full_recompute(frame: &[u8], l3: usize) {
-        let ihl = (frame[l3] & 0xf) as usize * 4;
-        let mut h = frame[l3..l3 + ihl].to_vec();
-        let stored = u16::from_be_bytes([h[10], h[11]]);
-        h[10] = 0;
-        h[11] = 0;
-        assert_eq!(stored, checksum::checksum(&h), "stored checksum equals a full recompute");
-    }
+    use crate::wire::icrc;
 
     /// IPv4 frames of every codepoint (c06) and the one whose checksum becomes 0x0000 (c05):
     /// ECT(0) and ECT(1) become CE, CE stays, Not-ECT is untouched; only the TOS and the

@@ -401,7 +401,7 @@ fn histograms_record_depth_and_sojourn() {
 fn packet_buffers_are_marked_in_their_bytes() {
     use crate::buf::PacketBuf;
     use crate::buf::VecBuf;
-    let frames = super::ecn::tests::frames("c06_ecn_codepoints.pcap");
+    let frames = crate::testing::case_frames("c06_ecn_codepoints.pcap");
     let red = RedConfig { kmin_bytes: 0, kmax_bytes: 0, pmax: 0, ewma_log2: 0 };
     let cfg = PortConfig::new(NS, vec![ClassConfig { red: Some(red), ..class(1 << 20, 1) }]);
     let mut s: Scheduler<VecBuf> = Scheduler::new(&cfg).unwrap();
