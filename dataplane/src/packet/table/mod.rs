@@ -373,6 +373,14 @@ pub fn metered_len(p: &Parsed, frame_len: usize) -> u32 {
     len as u32
 }
 
+/// Colours the packet with instance `index` of meter `m` into `meta.color` (`frame_len`: the
+/// frame's length without FCS). Kept out of line: the pipeline's loop stays small for the
+/// packets that meet no meter.
+#[inline(never)]
+fn meter(counts: &mut PipelineState, m: u16, index: u64, p: &Parsed, meta: &mut Meta, frame_len: usize) {
+    meta.color = counts.meters[m as usize].color(index, meta.timestamp_us, metered_len(p, frame_len), meta.color);
+}
+
 /// The numeric value of a field from its [`Field::word`] (big-endian bytes loaded
 /// little-endian): its first `min(width, 8)` bytes as a big-endian integer.
 #[inline(always)]
@@ -541,23 +549,10 @@ impl Pipeline {
                     Action::Goto(to) => next = *to as usize,
                     Action::Exit => next = usize::MAX,
                     Action::Count(c) => counts.named[*c as usize].hit(buf.data().len()),
-                    Action::MeterAt(m, i) => {
-                        meta.color = counts.meters[*m as usize].color(
-                            u64::from(*i),
-                            meta.timestamp_us,
-                            metered_len(p, buf.data().len()),
-                            meta.color,
-                        )
-                    }
+                    Action::MeterAt(m, i) => meter(counts, *m, u64::from(*i), p, meta, buf.data().len()),
                     Action::MeterBy(m, f) => {
-                        let w = f.word(p, meta);
-                        let index = field_value(w, f.width());
-                        meta.color = counts.meters[*m as usize].color(
-                            index,
-                            meta.timestamp_us,
-                            metered_len(p, buf.data().len()),
-                            meta.color,
-                        )
+                        let index = field_value(f.word(p, meta), f.width());
+                        meter(counts, *m, index, p, meta, buf.data().len())
                     }
                     Action::SetColor(c) => meta.color = *c,
                     Action::SetClass(c) => meta.class = *c,
