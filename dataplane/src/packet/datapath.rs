@@ -421,7 +421,7 @@ impl<B: PacketBuf> Datapath<B> {
             }
             for ((p, v), hit) in parsed.iter().zip(verdict_n.iter()).zip(first_hit.iter_mut()) {
                 if v.is_ok() {
-                    *hit = self.pipeline.first_lookup(p, &Meta::new(in_port));
+                    *hit = self.pipeline.first_lookup(&self.pipeline_state, p, &Meta::new(in_port));
                 }
             }
         }
@@ -707,9 +707,9 @@ mod tests {
         let ports: Vec<u16> = io.sent.iter().map(|(p, _)| *p).collect();
         assert_eq!(ports, vec![1, 0, 1]);
         assert_eq!(io.sent[1].1, frame([2, 0, 0, 0, 0, 2]));
-        assert_eq!(dp.pipeline_state.tables[0].entries[0].packets, 2);
-        assert_eq!(dp.pipeline_state.tables[0].entries[0].bytes, 120);
-        assert_eq!(dp.pipeline_state.tables[0].miss.packets, 1);
+        assert_eq!(dp.pipeline_state.entries(0)[0].packets, 2);
+        assert_eq!(dp.pipeline_state.entries(0)[0].bytes, 120);
+        assert_eq!(dp.pipeline_state.miss(0).packets, 1);
         assert_eq!(dp.counters.ports[1].tx_packets, 2);
         assert_eq!(dp.counters.ports[2].rx_packets, 3);
     }
@@ -735,10 +735,9 @@ mod tests {
         assert_eq!(io1.sent, io2.sent);
         assert_eq!(one.counters, burst.counters);
         assert_eq!(one.counters.ports[2].rx_packets, frames.len() as u64);
-        for e in 0..3 {
-            assert_eq!(one.pipeline_state.tables[0].entries[e], burst.pipeline_state.tables[0].entries[e]);
-        }
-        assert_eq!(one.pipeline_state.tables[0].miss, burst.pipeline_state.tables[0].miss);
+        assert_eq!(one.pipeline_state.entries(0), burst.pipeline_state.entries(0));
+        assert_eq!(one.pipeline_state.entries(0).len(), 3);
+        assert_eq!(one.pipeline_state.miss(0), burst.pipeline_state.miss(0));
     }
 
     #[test]

@@ -657,7 +657,7 @@ fn a_burst_is_processed_as_packet_after_packet() {
             }
         }
         let tables: Vec<Vec<crate::table::Counter>> =
-            r.dp.pipeline_state.tables.iter().map(|t| t.entries.iter().copied().chain([t.miss]).collect()).collect();
+            (0..r.dp.pipeline_state.tables()).map(|t| r.dp.pipeline_state.hits_of(t).to_vec()).collect();
         let named: Vec<crate::table::Counter> = r.dp.pipeline_state.named.clone();
         (io.sent, r.dp.counters.clone(), *r.agg(), tables, named)
     };

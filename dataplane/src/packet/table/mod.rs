@@ -389,23 +389,20 @@ fn field_value(word: u64, width: usize) -> u64 {
     u64::from_be_bytes(word.to_le_bytes()) >> (64 - 8 * n as u32)
 }
 
-/// One table's counts: packets and bytes (frame length without FCS, before the entry's
-/// rewrites) per entry and on a miss.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TableCounters {
-    /// Hits per entry, by entry index (the order entries were added).
-    pub entries: Vec<Counter>,
-    /// Misses (the default action ran).
-    pub miss: Counter,
-}
-
 /// What a [`Pipeline`] counts and its meters' buckets, kept apart from it so that the pipeline
 /// stays immutable and can be replaced without losing counts. One per worker (meter state is
 /// per worker lcore, as DPDK's); the main lcore adds the counts up.
+///
+/// Table counts (packets and bytes, the frame length without FCS before the entry's rewrites)
+/// sit in one flat array, table after table: entry `i` of table `t` at `base[t] + i`, the
+/// table's miss right after its last entry. A hit then costs one index into one array, and the
+/// burst's lookup stage prefetches the counter beside the entry.
 #[derive(Debug, Clone, Default)]
 pub struct PipelineState {
-    /// Per table, in pipeline order.
-    pub tables: Vec<TableCounters>,
+    /// Every table's entry and miss counters, table after table.
+    hits: Vec<Counter>,
+    /// Where each table's counters start in `hits`; one more element than tables (the end).
+    base: Vec<usize>,
     /// The named counters (`count(name)`), by index (names in [`Pipeline::counter_names`]).
     pub named: Vec<Counter>,
     /// Each meter's buckets and per-colour counts, by index (as [`Pipeline::meters`]).
@@ -416,12 +413,16 @@ impl PipelineState {
     /// Zero counters shaped for `pipeline` (one per entry, one miss per table, one per name)
     /// and its meters with full buckets.
     pub fn new(pipeline: &Pipeline) -> Self {
+        let mut base = Vec::with_capacity(pipeline.tables.len() + 1);
+        let mut at = 0;
+        for t in &pipeline.tables {
+            base.push(at);
+            at += t.len() + 1;
+        }
+        base.push(at);
         PipelineState {
-            tables: pipeline
-                .tables
-                .iter()
-                .map(|t| TableCounters { entries: vec![Counter::default(); t.len()], miss: Counter::default() })
-                .collect(),
+            hits: vec![Counter::default(); at],
+            base,
             named: vec![Counter::default(); pipeline.counter_names.len()],
             meters: pipeline
                 .meters
@@ -432,6 +433,44 @@ impl PipelineState {
         }
     }
 
+    /// Tables counted (those of the pipeline this state was made for).
+    pub fn tables(&self) -> usize {
+        self.base.len().saturating_sub(1)
+    }
+
+    /// Table `t`'s hits per entry, by entry index (the order entries were added).
+    ///
+    /// Panics if `t` is not below [`PipelineState::tables`].
+    pub fn entries(&self, t: usize) -> &[Counter] {
+        &self.hits[self.base[t]..self.base[t + 1] - 1]
+    }
+
+    /// Table `t`'s hits per entry, to set (tests and merging).
+    pub fn entries_mut(&mut self, t: usize) -> &mut [Counter] {
+        &mut self.hits[self.base[t]..self.base[t + 1] - 1]
+    }
+
+    /// Table `t`'s misses (the default action ran).
+    pub fn miss(&self, t: usize) -> Counter {
+        self.hits[self.base[t + 1] - 1]
+    }
+
+    /// Table `t`'s miss counter, to set.
+    pub fn miss_mut(&mut self, t: usize) -> &mut Counter {
+        &mut self.hits[self.base[t + 1] - 1]
+    }
+
+    /// Table `t`'s entry counters followed by its miss counter.
+    pub fn hits_of(&self, t: usize) -> &[Counter] {
+        &self.hits[self.base[t]..self.base[t + 1]]
+    }
+
+    /// The counter of table `t`'s entry `slot` (its length for the miss).
+    #[inline(always)]
+    fn slot(&mut self, t: usize, slot: usize) -> &mut Counter {
+        &mut self.hits[self.base[t] + slot]
+    }
+
     /// Packets and bytes per colour of meter `m` (green, yellow, red).
     pub fn meter_colors(&self, m: usize) -> [Counter; 3] {
         self.meters[m].colors
@@ -439,12 +478,9 @@ impl PipelineState {
 
     /// Adds another worker's counters of the same pipeline.
     pub fn add(&mut self, o: &PipelineState) {
-        debug_assert_eq!(self.tables.len(), o.tables.len(), "counters of one pipeline");
-        for (t, ot) in self.tables.iter_mut().zip(&o.tables) {
-            for (c, oc) in t.entries.iter_mut().zip(&ot.entries) {
-                c.add(oc);
-            }
-            t.miss.add(&ot.miss);
+        debug_assert_eq!(self.base, o.base, "counters of one pipeline");
+        for (c, oc) in self.hits.iter_mut().zip(&o.hits) {
+            c.add(oc);
         }
         for (c, oc) in self.named.iter_mut().zip(&o.named) {
             c.add(oc);
@@ -481,14 +517,17 @@ impl Pipeline {
     }
 
     /// Looks the packet up in the first table, as [`Pipeline::apply`] would first, and
-    /// prefetches the entry it hits: the first stage of a burst, whose
+    /// prefetches the entry it hits and the counter it counts in (in `counts`): the first stage of a burst, whose
     /// result [`Pipeline::apply_with_first_hit`] takes. `None` without tables or on a miss.
     #[inline]
-    pub fn first_lookup(&self, p: &Parsed, meta: &Meta) -> Option<usize> {
+    pub fn first_lookup(&self, counts: &PipelineState, p: &Parsed, meta: &Meta) -> Option<usize> {
         let table = self.tables.first()?;
         let hit = table.lookup(p, meta);
         if let Some(e) = hit.and_then(|i| table.entries.get(i)) {
             crate::prefetch::prefetch(e);
+        }
+        if let Some(c) = counts.hits.get(hit.unwrap_or(table.len())) {
+            crate::prefetch::prefetch(c);
         }
         hit
     }
@@ -527,12 +566,11 @@ impl Pipeline {
                 Some(hit) if t == 0 => hit,
                 _ => table.lookup(p, meta),
             };
-            let tc = &mut counts.tables[t];
-            let (entry, counter, miss) = match hit {
-                Some(i) => (&table.entries[i], &mut tc.entries[i], false),
-                None => (&table.miss, &mut tc.miss, true),
+            let (entry, slot, miss) = match hit {
+                Some(i) => (&table.entries[i], i, false),
+                None => (&table.miss, table.len(), true),
             };
-            counter.hit(len);
+            counts.slot(t, slot).hit(len);
             let mut actions = entry.actions(&table.pool).iter();
             let mut next = t + 1;
             while let Some(a) = actions.next() {

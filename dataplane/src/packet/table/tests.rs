@@ -137,18 +137,18 @@ fn workers_counters_sum() {
         for (i, bytes) in named {
             c.named[*i].hit(*bytes);
         }
-        c.tables[0].entries[0] = Counter { packets: entry.0, bytes: entry.1 };
-        c.tables[0].miss = Counter { packets: miss.0, bytes: miss.1 };
+        c.entries_mut(0)[0] = Counter { packets: entry.0, bytes: entry.1 };
+        *c.miss_mut(0) = Counter { packets: miss.0, bytes: miss.1 };
         c
     };
     let zero = PipelineState::new(&pipe);
-    assert_eq!((zero.tables.len(), zero.tables[0].entries.len(), zero.named.len()), (1, 1, 2));
+    assert_eq!((zero.tables(), zero.entries(0).len(), zero.named.len()), (1, 1, 2));
     let mut sum = counts(&[(0, 60), (0, 100), (1, 82)], (3, 200), (1, 64));
     sum.add(&counts(&[(1, 64)], (1, 60), (0, 0)));
     sum.add(&zero);
     assert_eq!(sum.named, vec![Counter { packets: 2, bytes: 160 }, Counter { packets: 2, bytes: 146 }]);
-    assert_eq!(sum.tables[0].entries, vec![Counter { packets: 4, bytes: 260 }]);
-    assert_eq!(sum.tables[0].miss, Counter { packets: 1, bytes: 64 });
+    assert_eq!(sum.entries(0), [Counter { packets: 4, bytes: 260 }]);
+    assert_eq!(sum.miss(0), Counter { packets: 1, bytes: 64 });
 }
 
 /// A table's own checks (arity, match kinds, priorities) and its bookkeeping through the
@@ -187,10 +187,8 @@ fn entries_priorities_and_counters() {
     assert_eq!(run(4, 70), Egress::Port(1));
     assert_eq!(run(3, 80), Egress::Port(1));
     assert_eq!(run(10, 90), Egress::Dropped(Reason::TableMiss));
-    let t = &counts.tables[0];
-    assert_eq!(t.entries[0], Counter { packets: 2, bytes: 150 });
-    assert_eq!(t.entries[1], Counter { packets: 1, bytes: 60 });
-    assert_eq!(t.miss, Counter { packets: 1, bytes: 90 });
+    assert_eq!(counts.entries(0), [Counter { packets: 2, bytes: 150 }, Counter { packets: 1, bytes: 60 }]);
+    assert_eq!(counts.miss(0), Counter { packets: 1, bytes: 90 });
 
     // Exact and lpm tables take no priority.
     let mut t = Table::new("l2", vec![(Field::IngressPort, MatchKind::Exact)], acts(vec![])).unwrap();
@@ -246,18 +244,19 @@ fn two_port_pipeline() -> Pipeline {
 fn apply_with_first_hit_takes_the_given_hit() {
     let pipe = two_port_pipeline();
     let p = Parsed::default();
+    let mut counts = PipelineState::new(&pipe);
     assert_eq!(
         [
-            pipe.first_lookup(&p, &Meta::new(1)),
-            pipe.first_lookup(&p, &Meta::new(2)),
-            pipe.first_lookup(&p, &Meta::new(3))
+            pipe.first_lookup(&counts, &p, &Meta::new(1)),
+            pipe.first_lookup(&counts, &p, &Meta::new(2)),
+            pipe.first_lookup(&counts, &p, &Meta::new(3))
         ],
         [Some(0), Some(1), None]
     );
-    assert_eq!(Pipeline::default().first_lookup(&p, &Meta::new(1)), None);
+    let empty = Pipeline::default();
+    assert_eq!(empty.first_lookup(&PipelineState::new(&empty), &p, &Meta::new(1)), None);
 
     let mut buf = crate::buf::VecBuf::from_frame(&[0; 60]);
-    let mut counts = PipelineState::new(&pipe);
     assert_eq!(
         pipe.apply_with_first_hit(&mut counts, &mut buf, &mut Parsed::default(), &mut Meta::new(1), Some(1)),
         Egress::Port(2)
@@ -266,8 +265,7 @@ fn apply_with_first_hit_takes_the_given_hit() {
         pipe.apply_with_first_hit(&mut counts, &mut buf, &mut Parsed::default(), &mut Meta::new(1), None),
         Egress::Dropped(Reason::TableMiss)
     );
-    let t = &counts.tables[0];
-    assert_eq!((t.entries[0].packets, t.entries[1].packets, t.miss.packets), (0, 1, 1));
+    assert_eq!((counts.entries(0)[0].packets, counts.entries(0)[1].packets, counts.miss(0).packets), (0, 1, 1));
 }
 
 /// A multicast copy's rewrites change the frame, its counts count, and a rewrite that drops

@@ -123,11 +123,11 @@ impl QosTotals {
 /// workers' summed counts `sum` of `pipeline`.
 fn entry_summaries(pipeline: &Pipeline, sum: &PipelineState) -> Vec<EntrySummary> {
     let mut out = Vec::new();
-    for (t, tc) in pipeline.tables.iter().zip(&sum.tables) {
-        for (e, c) in tc.entries.iter().enumerate() {
+    for (i, t) in pipeline.tables.iter().enumerate() {
+        for (e, c) in sum.entries(i).iter().enumerate() {
             out.push(EntrySummary { table: t.name.clone(), entry: Some(e), counter: *c });
         }
-        out.push(EntrySummary { table: t.name.clone(), entry: None, counter: tc.miss });
+        out.push(EntrySummary { table: t.name.clone(), entry: None, counter: sum.miss(i) });
     }
     out
 }
