@@ -12,12 +12,16 @@
 //! times per second up to `size`" (RFC 2697 §3, RFC 2698 §3, RFC 4115 §3). The increments fall
 //! at the fixed instants `start + k·hz/rate` ticks (k = 1, 2, ...), whether the bucket is full or
 //! not, so that between two instants `a < b` exactly `⌊(b-start)·rate/hz⌋ - ⌊(a-start)·rate/hz⌋`
-//! increments happen. The state is the whole token count plus the fraction of the next token
-//! already earned, kept in byte·ticks (a value below `hz`): no fraction of a token is ever lost,
-//! at 1 kB/s or at 100 Gbit/s (12.5e9 B/s), over any run length. Everything is integer
-//! arithmetic; the fast path is one 64-bit multiply and one division by `hz` done as a multiply
-//! (a divisor precomputed with `strength_reduce`), and a refill after a
-//! long idle (days, years) goes through 128 bits and cannot overflow.
+//! increments happen. The state is the bucket's **level** in byte·ticks: `tokens·hz + frac`,
+//! the whole token count and the fraction of the next token already earned (`frac < hz`). No
+//! fraction of a token is ever lost, at 1 kB/s or at 100 Gbit/s (12.5e9 B/s), over any run
+//! length. Everything is integer arithmetic, and the fast path has no division: a refill adds
+//! `dt·rate` (one multiply), a packet of `B` bytes fits when the level is at least `B·hz` (one
+//! more) and takes `B·hz` from it. The limits ([`MAX_SIZE`] bytes, a clock of at most [`MAX_HZ`]
+//! ticks per second) keep every level below 2^64. Only a refill that overflows a full bucket
+//! splits the overflow into whole tokens and the kept fraction, with a division by `hz` done as
+//! a multiply (a divisor precomputed with `strength_reduce`); after a long idle (days, years)
+//! the refill goes through 128 bits and cannot overflow.
 //!
 //! Time that goes backwards (a clock read on another core, a capture out of order) counts as no
 //! time passing: the bucket keeps the latest instant it has seen.
@@ -26,11 +30,11 @@ use strength_reduce::StrengthReducedU64;
 
 /// The largest rate a bucket accepts: 2^40 bytes/s (about 8.8 Tbit/s).
 pub const MAX_RATE: u64 = 1 << 40;
-/// The largest size a bucket accepts: 2^40 bytes (1 TiB).
-pub const MAX_SIZE: u64 = 1 << 40;
-/// The fastest clock a bucket accepts: 2^40 ticks per second (about 1.1 THz; a TSC runs at a few
-/// GHz).
-pub const MAX_HZ: u64 = 1 << 40;
+/// The largest size a bucket accepts: 2^29 bytes (512 MiB: 10 ms at 400 Gbit/s).
+pub const MAX_SIZE: u64 = 1 << 29;
+/// The fastest clock a bucket accepts: 2^34 ticks per second (about 17 GHz; a TSC runs at a few
+/// GHz, the replay clock at 1 GHz). With [`MAX_SIZE`], `(size + 1)·hz` stays below 2^64.
+pub const MAX_HZ: u64 = 1 << 34;
 
 /// Why a token bucket cannot be made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -67,10 +71,13 @@ pub struct TokenBucket {
     hz: u64,
     /// `hz` as a divisor by multiplication (a 64-bit division costs tens of cycles; this, a few).
     hz_div: StrengthReducedU64,
-    /// Whole tokens (bytes) in the bucket, `<= size`.
-    tokens: u64,
-    /// The part of the next token earned so far, in byte·ticks (`frac / hz` bytes), `< hz`.
-    frac: u64,
+    /// Whole tokens times `hz` plus the part of the next token earned so far (byte·ticks):
+    /// `tokens = level / hz <= size`, `frac = level % hz`.
+    level: u64,
+    /// `size·hz`: the level of a full bucket with no fraction earned.
+    full: u64,
+    /// `(size + 1)·hz`: every level is below it.
+    cap: u64,
     /// The latest instant seen, ticks.
     last: u64,
 }
@@ -102,8 +109,10 @@ impl TokenBucket {
             size: size_bytes,
             hz,
             hz_div: StrengthReducedU64::new(hz),
-            tokens: size_bytes,
-            frac: 0,
+            // size <= 2^29 and hz <= 2^34: (size + 1)·hz < 2^64.
+            level: size_bytes * hz,
+            full: size_bytes * hz,
+            cap: (size_bytes + 1) * hz,
             last: now,
         })
     }
@@ -126,7 +135,29 @@ impl TokenBucket {
     /// The whole tokens (bytes) in the bucket as of the last [`refill`](Self::refill).
     #[inline]
     pub fn tokens_bytes(&self) -> u64 {
-        self.tokens
+        StrengthReducedU64::div_rem(self.level, self.hz_div).0
+    }
+
+    /// `bytes` tokens in byte·ticks (the unit of [`holds_scaled`](Self::holds_scaled) and
+    /// [`take_scaled`](Self::take_scaled), which save the multiply when buckets on one clock
+    /// test the same packet); saturates at `u64::MAX`, which no level reaches.
+    #[inline(always)]
+    pub fn scaled(&self, bytes: u64) -> u64 {
+        bytes.saturating_mul(self.hz)
+    }
+
+    /// [`holds`](Self::holds) of `scaled` = [`scaled`](Self::scaled)`(bytes)`.
+    #[inline(always)]
+    pub fn holds_scaled(&self, scaled: u64) -> bool {
+        self.level >= scaled
+    }
+
+    /// Takes `scaled` = [`scaled`](Self::scaled)`(bytes)` from a bucket that
+    /// [`holds_scaled`](Self::holds_scaled) it.
+    #[inline(always)]
+    pub fn take_scaled(&mut self, scaled: u64) {
+        debug_assert!(self.level >= scaled, "take_scaled of more than the bucket holds");
+        self.level -= scaled;
     }
 
     /// Adds the tokens earned from the last instant seen up to `now` (ticks), up to the bucket's
@@ -141,37 +172,45 @@ impl TokenBucket {
         }
         let dt = now - self.last;
         self.last = now;
-        // frac < hz <= 2^40; dt·rate fits in 64 bits for dt up to 2^24 ticks at the largest rate.
-        let (whole, frac) = match dt.checked_mul(self.rate).and_then(|x| x.checked_add(self.frac)) {
-            Some(earned) => StrengthReducedU64::div_rem(earned, self.hz_div),
-            None => self.earned_wide(dt),
-        };
-        self.frac = frac;
-        let room = self.size - self.tokens;
-        if whole <= room {
-            self.tokens += whole;
-            0
-        } else {
-            self.tokens = self.size;
-            whole - room
+        match dt.checked_mul(self.rate).and_then(|earned| earned.checked_add(self.level)) {
+            Some(level) if level < self.cap => {
+                self.level = level;
+                0
+            }
+            // Full: keep `size` tokens and the fraction earned; the whole tokens above go.
+            Some(level) => {
+                let (overflow, frac) = StrengthReducedU64::div_rem(level - self.full, self.hz_div);
+                self.level = self.full + frac;
+                overflow
+            }
+            None => self.overflow_wide(dt),
         }
     }
 
-    /// The slow path of [`refill`](Self::refill) after a long idle: `frac + dt·rate` in 128 bits
-    /// (at most 2^64·2^40 + 2^40), split into whole tokens (saturated) and the new fraction.
+    /// The end of [`refill`](Self::refill) when `level + dt·rate` passes 64 bits (a long idle):
+    /// the bucket is full, the overflow (saturated) and the fraction come from 128 bits.
     #[cold]
-    fn earned_wide(&self, dt: u64) -> (u64, u64) {
-        let earned = dt as u128 * self.rate as u128 + self.frac as u128;
-        let hz = self.hz as u128;
-        (u64::try_from(earned / hz).unwrap_or(u64::MAX), (earned % hz) as u64)
+    fn overflow_wide(&mut self, dt: u64) -> u64 {
+        let excess = u128::from(dt) * u128::from(self.rate) + u128::from(self.level) - u128::from(self.full);
+        let hz = u128::from(self.hz);
+        self.level = self.full + (excess % hz) as u64;
+        u64::try_from(excess / hz).unwrap_or(u64::MAX)
+    }
+
+    /// Whether the bucket holds `bytes` tokens (RFC 2697 §3's "Tc(t)-B >= 0"), as of the last
+    /// [`refill`](Self::refill).
+    #[inline]
+    pub fn holds(&self, bytes: u64) -> bool {
+        self.holds_scaled(self.scaled(bytes))
     }
 
     /// Takes `bytes` tokens if the bucket holds that many (RFC 2697 §3: "if Tc(t)-B >= 0 ... Tc is
     /// decremented by B"); returns whether it did. Call [`refill`](Self::refill) first.
     #[inline]
     pub fn try_take(&mut self, bytes: u64) -> bool {
-        if self.tokens >= bytes {
-            self.tokens -= bytes;
+        let need = self.scaled(bytes);
+        if self.level >= need {
+            self.level -= need;
             true
         } else {
             false
@@ -182,7 +221,12 @@ impl TokenBucket {
     /// of 0"). The earned fraction of the next token is kept.
     #[inline]
     pub fn take(&mut self, bytes: u64) {
-        self.tokens = self.tokens.saturating_sub(bytes);
+        let need = self.scaled(bytes);
+        if self.level >= need {
+            self.level -= need;
+        } else {
+            self.level = StrengthReducedU64::div_rem(self.level, self.hz_div).1;
+        }
     }
 
     /// How many ticks after `now` the bucket will hold `bytes` tokens if nothing is taken
@@ -190,17 +234,17 @@ impl TokenBucket {
     /// never will (`bytes` above the size). Does not change the bucket. A `now` before the last
     /// instant seen counts as that instant.
     pub fn ticks_until(&self, bytes: u64, now: u64) -> u64 {
-        if bytes <= self.tokens {
-            return 0;
-        }
         if bytes > self.size {
             return u64::MAX;
         }
-        // The first t (ticks after `last`) with frac + t·rate >= need·hz, need = bytes - tokens.
-        let need = (bytes - self.tokens) as u128 * self.hz as u128 - self.frac as u128;
-        let t = need.div_ceil(self.rate as u128);
-        let at = self.last as u128 + t;
-        let now = now.max(self.last) as u128;
+        let want = self.scaled(bytes);
+        if self.level >= want {
+            return 0;
+        }
+        // The first t (ticks after `last`) with level + t·rate >= bytes·hz.
+        let t = (want - self.level).div_ceil(self.rate);
+        let at = u128::from(self.last) + u128::from(t);
+        let now = u128::from(now.max(self.last));
         u64::try_from(at.saturating_sub(now)).unwrap_or(u64::MAX)
     }
 }
@@ -254,8 +298,8 @@ mod tests {
         // 12.5e9 B/s at 5e9 ticks/s = 2.5 bytes per tick. 10^9 refills one tick apart would be
         // slow; refill every 7 ticks (17.5 bytes) for 7·10^6 ticks: exactly 17_500_000 bytes.
         let hz = 5_000_000_000;
-        let mut b = TokenBucket::new(12_500_000_000, 1 << 30, hz, 0).unwrap();
-        assert!(b.try_take(1 << 30));
+        let mut b = TokenBucket::new(12_500_000_000, MAX_SIZE, hz, 0).unwrap();
+        assert!(b.try_take(MAX_SIZE));
         for k in 1..=1_000_000u64 {
             b.refill(7 * k);
         }
@@ -302,6 +346,25 @@ mod tests {
         assert_eq!(b.tokens_bytes(), 9000);
         assert_eq!(b.refill(u64::MAX), u64::MAX);
         assert_eq!(b.tokens_bytes(), 9000);
+    }
+
+    #[test]
+    fn the_largest_bucket_on_the_fastest_clock_stays_exact() {
+        // MAX_SIZE bytes at MAX_RATE on a MAX_HZ clock: the level reaches (2^29 + 1)·2^34 - 1,
+        // just below 2^64. 2^40 B/s on 2^34 ticks/s = 64 bytes per tick.
+        let mut b = TokenBucket::new(MAX_RATE, MAX_SIZE, MAX_HZ, 0).unwrap();
+        assert!(b.try_take(MAX_SIZE - 100));
+        assert_eq!(b.refill(1), 0);
+        assert_eq!(b.tokens_bytes(), 164);
+        // 2^23 ticks earn 2^29 bytes: 164 + 2^29 - MAX_SIZE = 164 overflow.
+        assert_eq!(b.refill(1 + (1 << 23)), 164);
+        assert_eq!(b.tokens_bytes(), MAX_SIZE);
+        assert!(!b.holds(MAX_SIZE + 1));
+        assert!(!b.holds(u64::MAX));
+        assert!(b.try_take(MAX_SIZE));
+        // dt·rate past 64 bits (2^25 ticks · 2^40 B/s = 2^65 byte·ticks): the wide path.
+        assert_eq!(b.refill(1 + (1 << 23) + (1 << 25)), (1 << 31) - MAX_SIZE);
+        assert_eq!(b.tokens_bytes(), MAX_SIZE);
     }
 
     #[test]

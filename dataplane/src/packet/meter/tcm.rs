@@ -139,14 +139,18 @@ impl Meter {
             State::TrTcm { c, p } => {
                 c.refill(now);
                 p.refill(now);
-                if in_color == Color::Red || p.tokens_bytes() < b {
+                // Both buckets run on one clock: B in byte·ticks is the same for both. The
+                // colour is computed without branches (a trace's colours are hard to predict):
+                // P pays unless red, C only for green.
+                let need = p.scaled(b);
+                if in_color == Color::Red || !p.holds_scaled(need) {
                     Color::Red
-                } else if in_color == Color::Yellow || c.tokens_bytes() < b {
-                    p.take(b);
+                } else if in_color == Color::Yellow || !c.holds_scaled(need) {
+                    p.take_scaled(need);
                     Color::Yellow
                 } else {
-                    p.take(b);
-                    c.take(b);
+                    p.take_scaled(need);
+                    c.take_scaled(need);
                     Color::Green
                 }
             }

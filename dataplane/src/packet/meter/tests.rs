@@ -181,8 +181,8 @@ fn forbidden_profiles_are_refused_with_the_field() {
             E::TooLarge { profile: "srTCM", field: "CIR", value: (1 << 40) + 1, max: 1 << 40 },
         ),
         (
-            Profile::TrTcm { cir: 1, cbs: 1, pir: 1, pbs: (1 << 40) + 1 },
-            E::TooLarge { profile: "trTCM", field: "PBS", value: (1 << 40) + 1, max: 1 << 40 },
+            Profile::TrTcm { cir: 1, cbs: 1, pir: 1, pbs: (1 << 29) + 1 },
+            E::TooLarge { profile: "trTCM", field: "PBS", value: (1 << 29) + 1, max: 1 << 29 },
         ),
     ];
     for (p, e) in cases {
@@ -325,7 +325,7 @@ fn rate() -> impl Strategy<Value = u64> {
 }
 
 fn size() -> impl Strategy<Value = u64> {
-    prop_oneof![Just(0u64), 1u64..200, 1000u64..20_000]
+    prop_oneof![Just(0u64), 1u64..200, 1000u64..20_000, Just(super::bucket::MAX_SIZE)]
 }
 
 fn profile() -> impl Strategy<Value = Profile> {
