@@ -237,13 +237,14 @@ fn fold(mut s: u64) -> u16 {
 pub struct SizeTemplates {
     /// Frame length (bytes without FCS).
     pub len: usize,
-    /// Bytes of each template: headers and stamp.
-    prefix: usize,
-    /// `flows` templates of `prefix` bytes each.
+    /// Bytes of each template: the frame's first [`HEAD_LEN`] bytes (all of a shorter frame):
+    /// headers, stamp, and the start of the filler.
+    head: usize,
+    /// `flows` templates of `head` bytes each.
     heads: Vec<u8>,
     /// Per flow: the UDP checksum and the ICRC of the frame with sequence number, TSC and PSN 0.
     sums: Vec<(u16, u32)>,
-    /// The filler after the stamp, up to the ICRC or the end of the frame.
+    /// The rest of the filler after the head, up to the ICRC or the end of the frame.
     filler: Vec<u8>,
     /// Zero bytes after the IP datagram (RoCEv2 lengths that are not a multiple of 4 away).
     trailer: usize,
@@ -291,7 +292,8 @@ impl SizeTemplates {
         let filler_end = icrc_at.unwrap_or(end);
         let filler: Vec<u8> = (0..filler_end - stamp - STAMP_LEN).map(filler_byte).collect();
         let prefix = stamp + STAMP_LEN;
-        let mut heads = Vec::with_capacity(prefix * spec.flows as usize);
+        let head = len.min(HEAD_LEN.max(prefix));
+        let mut heads = Vec::with_capacity(head * spec.flows as usize);
         let mut sums = Vec::with_capacity(spec.flows as usize);
         let mut f = vec![0u8; len];
         for flow in 0..spec.flows {
@@ -303,7 +305,7 @@ impl SizeTemplates {
             }
             let ck = fill_udp_checksum(spec, &mut f[l3..end], l4 - l3);
             let crc = icrc_at.map_or(0, |at| u32::from_le_bytes([f[at], f[at + 1], f[at + 2], f[at + 3]]));
-            heads.extend_from_slice(&f[..prefix]);
+            heads.extend_from_slice(&f[..head]);
             sums.push((ck, crc));
         }
         let udp_ck = (!roce || spec.src_ip.is_v6()).then_some(l4 + 6);
@@ -316,7 +318,10 @@ impl SizeTemplates {
             }
             None => Vec::new(),
         };
-        Ok(SizeTemplates { len, prefix, heads, sums, filler, trailer, stamp, udp_ck, icrc_at, tables, psn_at })
+        // What the head leaves of the filler (nothing for frames of at most HEAD_LEN bytes).
+        let rest = filler_end.saturating_sub(head);
+        let filler = filler[filler.len() - rest..].to_vec();
+        Ok(SizeTemplates { len, head, heads, sums, filler, trailer, stamp, udp_ck, icrc_at, tables, psn_at })
     }
 
     /// Flows.
@@ -333,11 +338,14 @@ impl SizeTemplates {
     pub fn stamp(&self, out: &mut [u8], flow: u32, seq: u32, tsc: u64) {
         let out = &mut out[..self.len];
         let flow = flow as usize;
-        out[..self.prefix].copy_from_slice(&self.heads[flow * self.prefix..(flow + 1) * self.prefix]);
-        let fe = self.prefix + self.filler.len();
-        out[self.prefix..fe].copy_from_slice(&self.filler);
-        if self.trailer != 0 {
-            out[self.len - self.trailer..].fill(0);
+        let h = self.head;
+        copy_chunks(&mut out[..h], &self.heads[flow * h..(flow + 1) * h]);
+        if self.len > h {
+            let fe = h + self.filler.len();
+            out[h..fe].copy_from_slice(&self.filler);
+            if self.trailer != 0 {
+                out[self.len - self.trailer..].fill(0);
+            }
         }
         let s = self.stamp;
         out[s + 4..s + 8].copy_from_slice(&seq.to_be_bytes());
@@ -371,6 +379,26 @@ impl SizeTemplates {
             let ck = !fold(sum);
             out[at..at + 2].copy_from_slice(&(if ck == 0 { 0xffff } else { ck }).to_be_bytes());
         }
+    }
+}
+
+/// Bytes of a template copied per packet with fixed-size moves (the rest of a longer frame's
+/// filler follows in one `memcpy`).
+pub const HEAD_LEN: usize = 128;
+
+/// `dst.copy_from_slice(src)` in 16-byte pieces of fixed size, which the compiler turns into
+/// vector moves (a `memcpy` call of a variable length costs more than a 64-byte frame's copy).
+#[inline(always)]
+fn copy_chunks(dst: &mut [u8], src: &[u8]) {
+    assert_eq!(dst.len(), src.len());
+    let mut d = dst.chunks_exact_mut(16);
+    let mut s = src.chunks_exact(16);
+    for (a, b) in (&mut d).zip(&mut s) {
+        let b: &[u8; 16] = b.try_into().expect("16 bytes");
+        a.copy_from_slice(b);
+    }
+    for (a, b) in d.into_remainder().iter_mut().zip(s.remainder()) {
+        *a = *b;
     }
 }
 

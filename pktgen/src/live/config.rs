@@ -76,6 +76,9 @@ fn d_desc() -> u16 {
 fn d_one() -> u16 {
     1
 }
+fn d_catch_up() -> u64 {
+    50
+}
 fn d_drain() -> u64 {
     500
 }
@@ -99,6 +102,10 @@ pub struct RunConfig {
     /// received as many packets as were sent.
     #[serde(default = "d_drain")]
     pub drain_ms: u64,
+    /// How far behind its rate (ms) a paced sender catches up after a stall (a full tx queue,
+    /// a preempted lcore), in bursts; beyond that the debt is forgiven and shows as a shortfall.
+    #[serde(default = "d_catch_up")]
+    pub catch_up_ms: u64,
     /// For tests of the latency path: every TSC stamp is written this many µs in the past, so
     /// every latency measured is this much larger than the real one.
     #[serde(default)]
@@ -107,7 +114,14 @@ pub struct RunConfig {
 
 impl Default for RunConfig {
     fn default() -> Self {
-        RunConfig { tx_lcores: Vec::new(), burst: d_burst(), duration_s: None, drain_ms: d_drain(), stamp_offset_us: 0 }
+        RunConfig {
+            tx_lcores: Vec::new(),
+            burst: d_burst(),
+            duration_s: None,
+            drain_ms: d_drain(),
+            catch_up_ms: d_catch_up(),
+            stamp_offset_us: 0,
+        }
     }
 }
 
@@ -627,12 +641,14 @@ fn check(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
     }
     let need = largest as u32 + 128;
     let data_room = match config.mempool.data_room {
-        Some(d) if (d as u32) < need => return Err(err(
-            "mempool.data_room".into(),
-            format!(
+        Some(d) if (d as u32) < need => {
+            return Err(err(
+                "mempool.data_room".into(),
+                format!(
                 "expected at least {need} bytes (the largest frame, {largest} bytes, plus 128 of headroom), found {d}"
             ),
-        )),
+            ))
+        }
         Some(d) => d,
         None => need.max(2176) as u16,
     };

@@ -328,7 +328,7 @@ impl Rx {
 }
 
 fn latency_of(h: &Histogram<u64>) -> Option<Latency> {
-    (h.len() > 0).then(|| Latency {
+    (!h.is_empty()).then(|| Latency {
         min_us: h.min() as f64 / 1e3,
         p50_us: h.value_at_quantile(0.5) as f64 / 1e3,
         p99_us: h.value_at_quantile(0.99) as f64 / 1e3,
@@ -419,6 +419,7 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
     let counters: Arc<[TxCounters]> = (0..n_streams * lanes as usize).map(|_| TxCounters::default()).collect();
     let burst = run.burst as usize;
     let stamp_back = run.stamp_offset_us * hz / 1_000_000;
+    let catch_up_s = run.catch_up_ms as f64 / 1e3;
     let mut per_lane: Vec<Vec<LaneStream>> = (0..lanes).map(|_| Vec::new()).collect();
     for (si, s) in loaded.streams.iter().enumerate() {
         let share = s.lcores.len() as f64;
@@ -432,11 +433,11 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
                 .map_err(RunError::Config)?;
             let (cost, pacer): (Vec<f64>, Option<Pacer>) = match s.rate {
                 Rate::Full => (vec![1.0; s.sizes.len()], None),
-                Rate::Pps(r) => (vec![1.0; s.sizes.len()], Some(Pacer::new(r / share, hz, burst as f64))),
+                Rate::Pps(r) => (vec![1.0; s.sizes.len()], Some(Pacer::new(r / share, hz, burst as f64, catch_up_s))),
                 Rate::Bps(r, layer) => {
                     let cost: Vec<f64> = s.sizes.iter().map(|&n| (layer.bytes(n as u64) * 8) as f64).collect();
                     let big = cost.iter().cloned().fold(0.0, f64::max);
-                    (cost, Some(Pacer::new(r / share, hz, big * burst as f64)))
+                    (cost, Some(Pacer::new(r / share, hz, big * burst as f64, catch_up_s)))
                 }
             };
             let sweep_step = match s.mix {
@@ -621,11 +622,11 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
 
 fn tx_totals(c: &[TxCounters], n_streams: usize, lanes: u16) -> report::Totals {
     let mut t = report::Totals::default();
-    for i in 0..n_streams * lanes as usize {
-        t.packets += c[i].packets.load(Ordering::Relaxed);
-        t.bytes += c[i].bytes.load(Ordering::Relaxed);
-        t.tx_full += c[i].tx_full.load(Ordering::Relaxed);
-        t.nombuf += c[i].nombuf.load(Ordering::Relaxed);
+    for x in &c[..n_streams * lanes as usize] {
+        t.packets += x.packets.load(Ordering::Relaxed);
+        t.bytes += x.bytes.load(Ordering::Relaxed);
+        t.tx_full += x.tx_full.load(Ordering::Relaxed);
+        t.nombuf += x.nombuf.load(Ordering::Relaxed);
     }
     t
 }

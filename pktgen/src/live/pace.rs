@@ -6,7 +6,7 @@
 /// spent yet is the budget. A sender that falls behind (the lcore was preempted, the queue was
 /// full) catches up in bursts, but never by more than `cap` units (50 ms of the rate, or the
 /// `min_cap` given, a burst's worth): beyond that the debt is forgiven and the achieved rate
-/// shows the shortfall.
+/// shows the shortfall. (`[pktgen] catch_up_ms` sets the 50 ms.)
 #[derive(Debug, Clone, Copy)]
 pub struct Pacer {
     per_cycle: f64,
@@ -16,9 +16,10 @@ pub struct Pacer {
 }
 
 impl Pacer {
-    /// A pacer for `rate` units per second on a TSC of `hz` cycles per second.
-    pub fn new(rate: f64, hz: u64, min_cap: f64) -> Pacer {
-        Pacer { per_cycle: rate / hz as f64, start: 0, spent: 0.0, cap: (rate * 0.05).max(min_cap) }
+    /// A pacer for `rate` units per second on a TSC of `hz` cycles per second, catching up at
+    /// most `catch_up_s` seconds of the rate (and at least `min_cap` units).
+    pub fn new(rate: f64, hz: u64, min_cap: f64, catch_up_s: f64) -> Pacer {
+        Pacer { per_cycle: rate / hz as f64, start: 0, spent: 0.0, cap: (rate * catch_up_s).max(min_cap) }
     }
 
     /// Starts the clock at TSC `t0`.
@@ -51,7 +52,7 @@ mod tests {
     #[test]
     fn budget_follows_the_clock_and_caps_the_debt() {
         // 1000 packets/s on a 1 MHz clock: one packet per 1000 cycles.
-        let mut p = Pacer::new(1000.0, 1_000_000, 4.0);
+        let mut p = Pacer::new(1000.0, 1_000_000, 4.0, 0.05);
         p.start(500);
         assert_eq!(p.budget(500), 0.0);
         assert_eq!(p.budget(1500), 1.0);
