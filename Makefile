@@ -46,6 +46,7 @@ bench: build
 	$(CARGO) bench -p dataplane --bench meter -- --noplot
 	python3 tools/bench/run.py
 	python3 tools/bench/agg.py
+	python3 tools/bench/pktgen.py
 
 # Fuzzing (fuzz/, a cargo-fuzz crate outside the workspace): every target for FUZZ_SECONDS
 # each, starting from the committed seeds (fuzz/seeds/<target>/) plus whatever earlier runs

@@ -6,13 +6,17 @@
 //! - [`frame`]: the contribution frame of an event;
 //! - [`pcap`]: the pcap writer;
 //! - [`appliance`]: the appliance config and the expected results that go with a pcap;
-//! - [`write_dir`]: all three files into a directory.
+//! - [`write_dir`]: all three files into a directory;
+//! - [`stream`]: plain UDP and RoCEv2 streams (frame templates, the per-packet stamp);
+//! - [`live`]: `pktgen run`, the live generator on DPDK ports.
 #![warn(missing_docs, missing_debug_implementations)]
 
 pub mod appliance;
 pub mod frame;
+pub mod live;
 pub mod pcap;
 pub mod plan;
+pub mod stream;
 pub mod workload;
 
 use anyhow::Context;

@@ -1,5 +1,6 @@
 //! `pktgen`: writes gradient AllReduce workloads as pcap files with the appliance config and
-//! the expected results.
+//! the expected results (`pktgen allreduce`), and sends live UDP and RoCEv2 streams on DPDK
+//! ports, measuring what comes back (`pktgen run`).
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
@@ -22,6 +23,31 @@ enum Cmd {
     /// Writes an AllReduce workload: DIR/input.pcap (every worker's contributions),
     /// DIR/appliance.toml (the appliance config) and DIR/expected.json (reference results).
     Allreduce(AllreduceArgs),
+    /// Sends the streams of a config on DPDK ports and measures what comes back: a line per
+    /// second, a summary table at the end (and as JSON and CSV files).
+    Run(RunArgs),
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// The config (TOML: [eal], [mempool], [pktgen], [[port]], [[stream]]).
+    #[arg(short = 'c', long = "config", value_name = "CONF")]
+    config: PathBuf,
+    /// Seconds to run (default: the config's duration_s, else until SIGINT).
+    #[arg(long, value_name = "S")]
+    duration: Option<f64>,
+    /// Write the summary as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write the summary as CSV (one row per stream).
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
+    /// No line per second.
+    #[arg(short, long)]
+    quiet: bool,
+    /// More EAL arguments, after `--`.
+    #[arg(last = true)]
+    eal: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -155,10 +181,26 @@ fn allreduce(a: AllreduceArgs) -> Result<()> {
     Ok(())
 }
 
+fn run(a: RunArgs) -> ExitCode {
+    let opts =
+        pktgen::live::RunOptions { duration_s: a.duration, json: a.json, csv: a.csv, quiet: a.quiet, eal_extra: a.eal };
+    match pktgen::live::run(&a.config, &opts) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pktgen: {e}");
+            ExitCode::from(match e {
+                pktgen::live::RunError::Config(_) => 2,
+                pktgen::live::RunError::Runtime(_) => 1,
+            })
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Allreduce(a) => allreduce(a),
+        Cmd::Run(a) => return run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

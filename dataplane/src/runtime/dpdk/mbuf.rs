@@ -39,6 +39,22 @@ impl Mbuf {
         unsafe { self.0.as_ref() }
     }
 
+    /// Sets the length of a one-segment mbuf's data to `len` bytes (`data_len` and `pkt_len`,
+    /// as `rte_pktmbuf_append` on a fresh mbuf does, without the call): false, with nothing
+    /// changed, when the buffer has no room for `len` bytes after its headroom
+    /// (`buf_len - data_off`). The new bytes hold whatever the buffer held.
+    #[inline(always)]
+    pub fn set_len(&mut self, len: u16) -> bool {
+        // SAFETY: we own a valid mbuf; &mut self guarantees exclusive access.
+        let h = unsafe { self.0.as_mut() };
+        if h.nb_segs != 1 || u32::from(len) + u32::from(h.data_off) > u32::from(h.buf_len) {
+            return false;
+        }
+        h.data_len = len;
+        h.pkt_len = u32::from(len);
+        true
+    }
+
     /// The port the mbuf was received on (`mbuf->port`).
     #[inline(always)]
     pub fn port(&self) -> u16 {
@@ -185,6 +201,24 @@ pub unsafe fn data_ptr(m: *const dpdk_sys::rte_mbuf) -> *const u8 {
 pub unsafe fn free_bulk(mbufs: &mut [*mut dpdk_sys::rte_mbuf]) {
     if !mbufs.is_empty() {
         dpdk_sys::rte_pktmbuf_free_bulk(mbufs.as_mut_ptr(), mbufs.len() as u32);
+    }
+}
+
+/// Frees every mbuf of `slots` in one call (`rte_pktmbuf_free_bulk`) and leaves the slots
+/// `None`. Empty slots are skipped (DPDK's bulk free ignores NULL pointers).
+#[inline]
+pub fn free_burst(slots: &mut [Option<Mbuf>]) {
+    if slots.is_empty() {
+        return;
+    }
+    // SAFETY: Option<Mbuf> has the layout of a nullable mbuf pointer; the slots own their
+    // mbufs, which rte_pktmbuf_free_bulk frees (skipping NULLs); the slots are then forgotten
+    // by overwriting them with None without running Mbuf's drop.
+    unsafe {
+        dpdk_sys::rte_pktmbuf_free_bulk(slots.as_mut_ptr().cast(), slots.len() as u32);
+        for s in slots.iter_mut() {
+            std::ptr::write(s, None);
+        }
     }
 }
 

@@ -48,6 +48,21 @@ impl Mempool {
         NonNull::new(unsafe { dpdk_sys::shim_pktmbuf_alloc(self.raw.as_ptr()) }).map(|m| unsafe { Mbuf::from_raw(m) })
     }
 
+    /// Fills every slot of `out` (at most 65535; every slot `None` on entry) with a fresh mbuf
+    /// (`rte_pktmbuf_alloc_bulk`: reset, data length 0), all or none: false, with `out`
+    /// untouched, when the pool cannot give `out.len()` mbufs. One call per burst.
+    #[inline]
+    pub fn alloc_bulk(&self, out: &mut [Option<Mbuf>]) -> bool {
+        debug_assert!(out.iter().all(Option::is_none), "alloc_bulk into occupied slots would leak them");
+        if out.is_empty() {
+            return true;
+        }
+        // SAFETY: `out` has room for out.len() mbuf pointers (Option<Mbuf> has the layout of a
+        // nullable `*mut rte_mbuf`); on success DPDK writes out.len() fresh mbufs that nothing
+        // else owns, whose ownership passes to the slots; on failure it writes nothing.
+        unsafe { dpdk_sys::shim_pktmbuf_alloc_bulk(self.raw.as_ptr(), out.as_mut_ptr().cast(), out.len() as u32) == 0 }
+    }
+
     /// Mbufs currently allocated from the pool (`rte_mempool_in_use_count`; slow: not for the
     /// fast path).
     pub fn in_use(&self) -> u32 {

@@ -59,6 +59,26 @@ impl TxQueue {
         TxQueue { port_id, queue }
     }
 
+    /// Hands the mbufs of `pkts` (at most 65535, every slot `Some`) to the queue
+    /// (`rte_eth_tx_burst`) and returns how many it took, `n`: the PMD owns those, and
+    /// `pkts[..n]` are `None` afterwards; `pkts[n..]` still hold the ones it refused (a full
+    /// queue), for the caller to retry or free.
+    #[inline(always)]
+    pub fn tx_burst(&self, pkts: &mut [Option<Mbuf>]) -> usize {
+        debug_assert!(pkts.iter().all(Option::is_some), "tx_burst of empty slots");
+        let len = pkts.len().min(u16::MAX as usize) as u16;
+        // SAFETY: `pkts` holds `len` valid mbufs we own (same layout as `*mut rte_mbuf`); the
+        // PMD takes ownership of the first `n`, which are then forgotten (overwritten with None
+        // without dropping), and leaves the rest to us.
+        unsafe {
+            let n = dpdk_sys::shim_tx_burst(self.port_id, self.queue, as_raw(pkts), len) as usize;
+            for s in &mut pkts[..n] {
+                std::ptr::write(s, None);
+            }
+            n
+        }
+    }
+
     /// Hands the raw mbufs `pkts` to the queue (`rte_eth_tx_burst`); returns how many it took
     /// (a prefix of `pkts`).
     ///

@@ -1,0 +1,643 @@
+//! `pktgen run`: the live generator on DPDK ports.
+//!
+//! - Tx lcores (`[pktgen] tx_lcores`, one lane each, lane `i` owning tx queue `i` of every
+//!   port) send their share of every stream: bulk mbuf allocation, per-flow frame templates
+//!   ([`crate::stream::SizeTemplates`]) stamped with a sequence number and the TSC, bursts of
+//!   `burst` packets, paced by the TSC ([`pace::Pacer`]). A burst the queue does not take whole
+//!   is kept and retried first on the next pass (a tx-full retry), never dropped.
+//! - The main lcore polls the streams' receive ports, finds each frame's stamp, and counts per
+//!   stream: packets, bytes, loss and reordering from the sequence numbers (per lane), latency
+//!   (receive TSC minus stamp) into an HDR histogram; it prints a line per second and the final
+//!   summary ([`report`]).
+//!
+//! Nothing on the per-packet path allocates, locks or makes a system call: the tx lanes publish
+//! their counters with relaxed atomic stores that only they write.
+
+pub mod config;
+pub mod pace;
+pub mod report;
+
+use crate::stream::{self, SizeMix, SizeTemplates};
+use config::{Loaded, Rate};
+use dataplane::dpdk::port::PortSetup;
+use dataplane::dpdk::{self as dpdk, lcore, DpdkError, Eal, Mbuf, Mempool, Port, RxQueue, TxQueue};
+use hdrhistogram::Histogram;
+use pace::Pacer;
+use report::{Latency, StreamSummary, Summary};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Options from the command line.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Seconds to run (overrides `[pktgen] duration_s`).
+    pub duration_s: Option<f64>,
+    /// Write the summary as JSON here.
+    pub json: Option<PathBuf>,
+    /// Write the summary as CSV here.
+    pub csv: Option<PathBuf>,
+    /// No line per second.
+    pub quiet: bool,
+    /// More EAL arguments, after the config's.
+    pub eal_extra: Vec<String>,
+}
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A bad configuration or command line (exit status 2).
+    #[error("{0}")]
+    Config(String),
+    /// DPDK or the system refused (exit status 1).
+    #[error("{0}")]
+    Runtime(String),
+}
+
+impl From<DpdkError> for RunError {
+    fn from(e: DpdkError) -> Self {
+        RunError::Runtime(e.to_string())
+    }
+}
+
+/// Set by SIGINT/SIGTERM: the run ends as if its duration were over.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// One lane's counters of one stream, written by that lane only (relaxed load + store: no
+/// locked instruction), read by the main lcore. A cache line each.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+pub struct TxCounters {
+    /// Packets the tx queue took.
+    pub packets: AtomicU64,
+    /// Their bytes (frames without FCS).
+    pub bytes: AtomicU64,
+    /// `rte_eth_tx_burst` calls that left part of a burst (the rest is retried).
+    pub tx_full: AtomicU64,
+    /// Bulk mbuf allocations that failed (the pool was empty).
+    pub nombuf: AtomicU64,
+    /// The lane's TSC when it started and when it stopped sending (0: not yet).
+    pub start_tsc: AtomicU64,
+    /// See `start_tsc`.
+    pub end_tsc: AtomicU64,
+}
+
+#[inline(always)]
+fn bump(c: &AtomicU64, n: u64) {
+    c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+}
+
+/// The size index of the `k`-th next packet of a stream at position `pos` of its mix.
+#[inline(always)]
+fn size_index(mix: &SizeMix, pos: usize, k: usize) -> usize {
+    match mix {
+        SizeMix::Fixed => 0,
+        SizeMix::Mix { pattern } => pattern[(pos + k) % pattern.len()] as usize,
+        SizeMix::Sweep { .. } => pos,
+    }
+}
+
+/// One stream as one lane sends it.
+struct LaneStream {
+    counters: Arc<[TxCounters]>,
+    slot: usize,
+    txq: TxQueue,
+    templates: Vec<SizeTemplates>,
+    /// Per size: what one frame costs in the pacer's units (1 packet, or bits at the layer).
+    cost: Vec<f64>,
+    mix: SizeMix,
+    pos: usize,
+    sweep_step: u64,
+    sweep_next: u64,
+    flow: u32,
+    seq: u32,
+    pacer: Option<Pacer>,
+    pend: Vec<Option<Mbuf>>,
+    lens: Vec<u16>,
+    pend_at: usize,
+    pend_n: usize,
+}
+
+impl LaneStream {
+    #[inline(always)]
+    fn size_index(&self, k: usize) -> usize {
+        size_index(&self.mix, self.pos, k)
+    }
+
+    /// One pass: retry what the queue refused, else build and send what the pacer allows.
+    #[inline]
+    fn step(&mut self, now: u64, pool: &Mempool, burst: usize, stamp_back: u64) {
+        let c = &self.counters[self.slot];
+        if self.pend_n > 0 {
+            let (a, n) = (self.pend_at, self.pend_n);
+            let k = self.txq.tx_burst(&mut self.pend[a..a + n]);
+            bump(&c.packets, k as u64);
+            bump(&c.bytes, self.lens[a..a + k].iter().map(|&l| l as u64).sum());
+            self.pend_at += k;
+            self.pend_n -= k;
+            if self.pend_n > 0 {
+                bump(&c.tx_full, 1);
+                return;
+            }
+        }
+        if let SizeMix::Sweep { .. } = self.mix {
+            if now >= self.sweep_next {
+                self.pos = (self.pos + 1) % self.templates.len();
+                self.sweep_next = now + self.sweep_step;
+            }
+        }
+        let n = match &mut self.pacer {
+            None => burst,
+            Some(p) => {
+                let mut budget = p.budget(now);
+                let mut n = 0;
+                while n < burst {
+                    let cost = self.cost[self.size_index(n)];
+                    if cost > budget {
+                        break;
+                    }
+                    budget -= cost;
+                    n += 1;
+                }
+                n
+            }
+        };
+        if n == 0 {
+            return;
+        }
+        let slots = &mut self.pend[..n];
+        if !pool.alloc_bulk(slots) {
+            bump(&c.nombuf, 1);
+            return;
+        }
+        let tsc = now.wrapping_sub(stamp_back);
+        let mut spent = 0.0;
+        for (j, slot) in slots.iter_mut().enumerate() {
+            let si = size_index(&self.mix, self.pos, j);
+            let t = &self.templates[si];
+            let m = slot.as_mut().expect("allocated above");
+            // The pool's data room fits the largest frame (checked with the config).
+            let ok = m.set_len(t.len as u16);
+            debug_assert!(ok);
+            t.stamp(dataplane::buf::PacketBuf::data_mut(m), self.flow, self.seq, tsc);
+            self.lens[j] = t.len as u16;
+            spent += self.cost[si];
+            self.seq = self.seq.wrapping_add(1);
+            self.flow += 1;
+            if self.flow == t.flows() {
+                self.flow = 0;
+            }
+        }
+        if let SizeMix::Mix { pattern } = &self.mix {
+            self.pos = (self.pos + n) % pattern.len();
+        }
+        if let Some(p) = &mut self.pacer {
+            p.spend(spent);
+        }
+        let k = self.txq.tx_burst(&mut self.pend[..n]);
+        bump(&c.packets, k as u64);
+        bump(&c.bytes, self.lens[..k].iter().map(|&l| l as u64).sum());
+        if k < n {
+            bump(&c.tx_full, 1);
+            self.pend_at = k;
+            self.pend_n = n - k;
+        }
+    }
+
+    /// Frees what is still waiting.
+    fn discard(&mut self) {
+        dpdk::mbuf::free_burst(&mut self.pend[self.pend_at..self.pend_at + self.pend_n]);
+        self.pend_n = 0;
+    }
+}
+
+/// A tx lane's whole work: until `stop`, every stream in turn.
+fn lane_loop(mut streams: Vec<LaneStream>, pool: Mempool, burst: usize, stamp_back: u64, stop: Arc<AtomicBool>) {
+    let t0 = dpdk::rdtsc();
+    for s in &mut streams {
+        s.counters[s.slot].start_tsc.store(t0, Ordering::Relaxed);
+        if let Some(p) = &mut s.pacer {
+            p.start(t0);
+        }
+        s.sweep_next = t0 + s.sweep_step;
+    }
+    while !stop.load(Ordering::Relaxed) {
+        let now = dpdk::rdtsc();
+        for s in &mut streams {
+            s.step(now, &pool, burst, stamp_back);
+        }
+    }
+    let t1 = dpdk::rdtsc();
+    for s in &mut streams {
+        s.discard();
+        s.counters[s.slot].end_tsc.store(t1, Ordering::Relaxed);
+    }
+}
+
+/// Sequence numbers of one (stream, lane) as received.
+#[derive(Debug, Default, Clone, Copy)]
+struct SeqTrack {
+    /// One past the highest sequence number seen (extended to 64 bits).
+    next: u64,
+    received: u64,
+}
+
+/// What the receive side keeps per stream.
+struct RxStream {
+    packets: u64,
+    bytes: u64,
+    reordered: u64,
+    lanes: Vec<SeqTrack>,
+    hist: Histogram<u64>,
+    first_tsc: u64,
+    last_tsc: u64,
+}
+
+impl RxStream {
+    fn seq_lost(&self) -> u64 {
+        self.lanes.iter().map(|l| l.next.saturating_sub(l.received)).sum()
+    }
+}
+
+/// The receive side: streams and the per-second histogram.
+struct Rx {
+    streams: Vec<RxStream>,
+    queues: Vec<RxQueue>,
+    interval: Histogram<u64>,
+    other: u64,
+    /// ns = cycles * mult >> 32.
+    mult: u128,
+    slots: Vec<Option<Mbuf>>,
+}
+
+/// Latencies are recorded in ns from 1 ns to 10 s, 3 significant digits.
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 10_000_000_000, 3).expect("valid bounds")
+}
+
+impl Rx {
+    /// Polls every rx queue once; returns the packets received.
+    #[inline]
+    fn poll(&mut self) -> usize {
+        let mut total = 0;
+        for qi in 0..self.queues.len() {
+            let n = self.queues[qi].rx_burst(&mut self.slots);
+            if n == 0 {
+                continue;
+            }
+            total += n;
+            let now = dpdk::rdtsc();
+            for slot in &self.slots[..n] {
+                let m = slot.as_ref().expect("received");
+                let f = dataplane::buf::PacketBuf::data(m);
+                let Some(st) = stream::find_stamp(f) else {
+                    self.other += 1;
+                    continue;
+                };
+                let Some(s) = self.streams.get_mut(st.stream as usize) else {
+                    self.other += 1;
+                    continue;
+                };
+                let Some(l) = s.lanes.get_mut(st.lane as usize) else {
+                    self.other += 1;
+                    continue;
+                };
+                // The 32-bit sequence number, extended around the highest seen so far.
+                let d = st.seq.wrapping_sub(l.next as u32) as i32 as i64;
+                let seq = (l.next as i64 + d).max(0) as u64;
+                if seq >= l.next {
+                    l.next = seq + 1;
+                } else {
+                    s.reordered += 1;
+                }
+                l.received += 1;
+                s.packets += 1;
+                s.bytes += f.len() as u64;
+                if s.first_tsc == 0 {
+                    s.first_tsc = now;
+                }
+                s.last_tsc = now;
+                let ns = ((now.saturating_sub(st.tsc) as u128 * self.mult) >> 32) as u64;
+                s.hist.saturating_record(ns.max(1));
+                self.interval.saturating_record(ns.max(1));
+            }
+            dpdk::mbuf::free_burst(&mut self.slots[..n]);
+        }
+        total
+    }
+}
+
+fn latency_of(h: &Histogram<u64>) -> Option<Latency> {
+    (!h.is_empty()).then(|| Latency {
+        min_us: h.min() as f64 / 1e3,
+        p50_us: h.value_at_quantile(0.5) as f64 / 1e3,
+        p99_us: h.value_at_quantile(0.99) as f64 / 1e3,
+        p999_us: h.value_at_quantile(0.999) as f64 / 1e3,
+        max_us: h.max() as f64 / 1e3,
+        mean_us: h.mean() / 1e3,
+    })
+}
+
+/// Loads `conf`, runs it and returns the summary (also printed, and written as asked).
+///
+/// # Errors
+/// [`RunError::Config`] for a bad config or option (nothing was sent), [`RunError::Runtime`]
+/// when DPDK refuses (EAL, a port, the pool, an lcore) or an output cannot be written.
+pub fn run(conf: &Path, opts: &RunOptions) -> Result<Summary, RunError> {
+    let loaded = config::load(conf).map_err(|e| RunError::Config(e.to_string()))?;
+    if let Some(d) = opts.duration_s {
+        if !(d > 0.0 && d.is_finite()) {
+            return Err(RunError::Config(format!("--duration: expected seconds above 0, found {d}")));
+        }
+    }
+    let duration = opts.duration_s.or(loaded.config.pktgen.duration_s);
+    let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::Relaxed));
+    let mut args = vec!["pktgen".to_string()];
+    args.extend(loaded.config.eal.args.iter().cloned());
+    for p in &loaded.config.ports {
+        match (&p.vdev, &p.pci) {
+            (Some(v), _) => args.extend(["--vdev".to_string(), v.clone()]),
+            (None, Some(pci)) => args.extend(["-a".to_string(), pci.clone()]),
+            _ => {}
+        }
+    }
+    args.extend(opts.eal_extra.iter().cloned());
+    let eal = Eal::init(&args)?;
+    let r = run_on(&eal, &loaded, duration, opts);
+    drop(eal);
+    let summary = r?;
+    if let Some(p) = &opts.json {
+        let text = serde_json::to_string_pretty(&summary).expect("serialisable") + "\n";
+        write_file(p, &text)?;
+    }
+    if let Some(p) = &opts.csv {
+        write_file(p, &report::csv(&summary))?;
+    }
+    Ok(summary)
+}
+
+fn write_file(p: &Path, text: &str) -> Result<(), RunError> {
+    if let Some(d) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(d).map_err(|e| RunError::Runtime(format!("{}: cannot create: {e}", d.display())))?;
+    }
+    std::fs::write(p, text).map_err(|e| RunError::Runtime(format!("{}: cannot write: {e}", p.display())))
+}
+
+fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) -> Result<Summary, RunError> {
+    let cfg = &loaded.config;
+    let run = &cfg.pktgen;
+    let workers = eal.worker_lcores();
+    for (i, l) in run.tx_lcores.iter().enumerate() {
+        if !workers.contains(l) {
+            return Err(RunError::Config(format!(
+                "pktgen.tx_lcores[{i}]: lcore {l} is not a worker lcore of the EAL (workers: {workers:?}; the main \
+                 lcore {} receives): give it in [eal] args, like --lcores 0@0,{l}@1",
+                eal.main_lcore()
+            )));
+        }
+    }
+    let hz = dpdk::tsc_hz();
+    let mp = &cfg.mempool;
+    let pool = Mempool::new("pktgen_pool", mp.mbufs, mp.cache, loaded.data_room, -1)?;
+    let lanes = run.tx_lcores.len().max(1) as u16;
+    let largest = loaded.streams.iter().flat_map(|s| s.sizes.iter()).copied().max().unwrap_or(0);
+    let mut ports = Vec::new();
+    for (i, p) in cfg.ports.iter().enumerate() {
+        let id = Port::by_name(p.device_name())?;
+        let setup = PortSetup {
+            rx_queues: p.rx_queues,
+            tx_queues: lanes,
+            rx_desc: p.rx_desc,
+            tx_desc: p.tx_desc,
+            mtu: (largest > 1514).then(|| (largest - 14) as u16),
+            mac: None,
+        };
+        ports.push((Port::start(id, &loaded.port_names[i], &setup, &pool)?, p.rx_queues));
+    }
+    // The lanes' streams.
+    let n_streams = loaded.streams.len();
+    let counters: Arc<[TxCounters]> = (0..n_streams * lanes as usize).map(|_| TxCounters::default()).collect();
+    let burst = run.burst as usize;
+    let stamp_back = run.stamp_offset_us * hz / 1_000_000;
+    let catch_up_s = run.catch_up_ms as f64 / 1e3;
+    let mut per_lane: Vec<Vec<LaneStream>> = (0..lanes).map(|_| Vec::new()).collect();
+    for (si, s) in loaded.streams.iter().enumerate() {
+        let share = s.lcores.len() as f64;
+        for &lc in &s.lcores {
+            let lane = run.tx_lcores.iter().position(|&x| x == lc).expect("checked with the config");
+            let templates = s
+                .sizes
+                .iter()
+                .map(|&n| SizeTemplates::new(&s.spec, n, lane as u8))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(RunError::Config)?;
+            let (cost, pacer): (Vec<f64>, Option<Pacer>) = match s.rate {
+                Rate::Full => (vec![1.0; s.sizes.len()], None),
+                Rate::Pps(r) => (vec![1.0; s.sizes.len()], Some(Pacer::new(r / share, hz, burst as f64, catch_up_s))),
+                Rate::Bps(r, layer) => {
+                    let cost: Vec<f64> = s.sizes.iter().map(|&n| (layer.bytes(n as u64) * 8) as f64).collect();
+                    let big = cost.iter().cloned().fold(0.0, f64::max);
+                    (cost, Some(Pacer::new(r / share, hz, big * burst as f64, catch_up_s)))
+                }
+            };
+            let sweep_step = match s.mix {
+                SizeMix::Sweep { step_s } => (step_s * hz as f64) as u64,
+                _ => u64::MAX / 2,
+            };
+            per_lane[lane].push(LaneStream {
+                counters: counters.clone(),
+                slot: si * lanes as usize + lane,
+                txq: TxQueue::new(ports[s.port as usize].0.id(), lane as u16),
+                templates,
+                cost,
+                mix: s.mix.clone(),
+                pos: 0,
+                sweep_step,
+                sweep_next: 0,
+                flow: 0,
+                seq: 0,
+                pacer,
+                pend: (0..burst).map(|_| None).collect(),
+                lens: vec![0; burst],
+                pend_at: 0,
+                pend_n: 0,
+            });
+        }
+    }
+    // The receive side.
+    let mut rx_ports: Vec<u16> = loaded.streams.iter().filter_map(|s| s.rx_port).collect();
+    rx_ports.sort_unstable();
+    rx_ports.dedup();
+    let queues = rx_ports
+        .iter()
+        .flat_map(|&p| {
+            let (port, nq) = &ports[p as usize];
+            (0..*nq).map(move |q| RxQueue::new(port.id(), q))
+        })
+        .collect();
+    let mut rx = Rx {
+        streams: (0..n_streams)
+            .map(|_| RxStream {
+                packets: 0,
+                bytes: 0,
+                reordered: 0,
+                lanes: vec![SeqTrack::default(); lanes as usize],
+                hist: histogram(),
+                first_tsc: 0,
+                last_tsc: 0,
+            })
+            .collect(),
+        queues,
+        interval: histogram(),
+        other: 0,
+        mult: ((1_000_000_000u128) << 32) / hz as u128,
+        slots: (0..burst).map(|_| None).collect(),
+    };
+    // Go.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut handles = Vec::new();
+    for (lane, streams) in per_lane.into_iter().enumerate() {
+        if streams.is_empty() {
+            continue;
+        }
+        let stop2 = stop.clone();
+        let lc = run.tx_lcores[lane];
+        match lcore::launch(lc, move || lane_loop(streams, pool, burst, stamp_back, stop2), None) {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                stop.store(true, Ordering::Relaxed);
+                for h in handles {
+                    let _ = h.join();
+                }
+                return Err(e.into());
+            }
+        }
+    }
+    let t0 = dpdk::rdtsc();
+    let end = duration.map(|d| t0 + (d * hz as f64) as u64);
+    let mut next_line = t0 + hz;
+    let mut live = report::LiveLine::new(loaded, hz);
+    let has_rx = !rx.queues.is_empty();
+    loop {
+        if has_rx {
+            rx.poll();
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let now = dpdk::rdtsc();
+        if now >= next_line {
+            let line =
+                live.line(now - t0, &tx_totals(&counters, n_streams, lanes), &rx_totals(&rx), latency_of(&rx.interval));
+            if !opts.quiet {
+                println!("{line}");
+            }
+            rx.interval.reset();
+            next_line += hz;
+        }
+        if INTERRUPTED.load(Ordering::Relaxed) || end.is_some_and(|e| now >= e) {
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut panics = Vec::new();
+    for h in handles {
+        let lc = h.lcore();
+        if let Err(p) = h.join() {
+            panics.push(format!("tx lcore {lc} panicked: {p}"));
+        }
+    }
+    let t_stop = dpdk::rdtsc();
+    // Drain: packets still in flight, until every received stream has all it was sent.
+    let drain_end = t_stop + run.drain_ms * hz / 1000;
+    if has_rx {
+        loop {
+            rx.poll();
+            let done = loaded.streams.iter().enumerate().filter(|(_, s)| s.rx_port.is_some()).all(|(i, _)| {
+                let tx: u64 =
+                    (0..lanes as usize).map(|l| counters[i * lanes as usize + l].packets.load(Ordering::Relaxed)).sum();
+                rx.streams[i].packets >= tx
+            });
+            if done || dpdk::rdtsc() >= drain_end {
+                break;
+            }
+        }
+    }
+    if !panics.is_empty() {
+        return Err(RunError::Runtime(panics.join("; ")));
+    }
+    let seconds = (t_stop - t0) as f64 / hz as f64;
+    let mut streams = Vec::new();
+    for (i, s) in loaded.streams.iter().enumerate() {
+        let c = |l: usize| &counters[i * lanes as usize + l];
+        let sum = |f: &dyn Fn(&TxCounters) -> u64| (0..lanes as usize).map(|l| f(c(l))).sum::<u64>();
+        let tx_packets = sum(&|c| c.packets.load(Ordering::Relaxed));
+        let tx_bytes = sum(&|c| c.bytes.load(Ordering::Relaxed));
+        let starts = (0..lanes as usize).map(|l| c(l).start_tsc.load(Ordering::Relaxed)).filter(|&t| t != 0);
+        let ends = (0..lanes as usize).map(|l| c(l).end_tsc.load(Ordering::Relaxed)).filter(|&t| t != 0);
+        let tx_seconds = match (starts.min(), ends.max()) {
+            (Some(a), Some(b)) if b > a => (b - a) as f64 / hz as f64,
+            _ => 0.0,
+        };
+        let r = &rx.streams[i];
+        let rx_seconds = if r.packets > 1 { (r.last_tsc - r.first_tsc) as f64 / hz as f64 } else { 0.0 };
+        streams.push(StreamSummary::new(
+            s,
+            &loaded.port_names,
+            report::TxSide {
+                packets: tx_packets,
+                bytes: tx_bytes,
+                seconds: tx_seconds,
+                tx_full: sum(&|c| c.tx_full.load(Ordering::Relaxed)),
+                nombuf: sum(&|c| c.nombuf.load(Ordering::Relaxed)),
+            },
+            s.rx_port.map(|_| report::RxSide {
+                packets: r.packets,
+                bytes: r.bytes,
+                seconds: rx_seconds,
+                seq_lost: r.seq_lost(),
+                reordered: r.reordered,
+                latency: latency_of(&r.hist),
+            }),
+        ));
+    }
+    let port_stats = ports
+        .iter()
+        .enumerate()
+        .map(|(i, (p, _))| report::PortSummary { name: loaded.port_names[i].clone(), stats: p.stats() })
+        .collect();
+    let summary = Summary {
+        seconds,
+        tsc_hz: hz,
+        tx_lcores: run.tx_lcores.clone(),
+        burst: run.burst,
+        stamp_offset_us: run.stamp_offset_us,
+        streams,
+        ports: port_stats,
+        rx_other: rx.other,
+    };
+    println!("{}", report::table(&summary));
+    drop(ports);
+    Ok(summary)
+}
+
+fn tx_totals(c: &[TxCounters], n_streams: usize, lanes: u16) -> report::Totals {
+    let mut t = report::Totals::default();
+    for x in &c[..n_streams * lanes as usize] {
+        t.packets += x.packets.load(Ordering::Relaxed);
+        t.bytes += x.bytes.load(Ordering::Relaxed);
+        t.tx_full += x.tx_full.load(Ordering::Relaxed);
+        t.nombuf += x.nombuf.load(Ordering::Relaxed);
+    }
+    t
+}
+
+fn rx_totals(rx: &Rx) -> report::Totals {
+    let mut t = report::Totals::default();
+    for s in &rx.streams {
+        t.packets += s.packets;
+        t.bytes += s.bytes;
+        t.lost += s.seq_lost();
+        t.reordered += s.reordered;
+    }
+    t
+}
