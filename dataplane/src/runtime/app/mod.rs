@@ -210,8 +210,9 @@ pub struct Summary {
 
 /// The drops that are losses: packets the appliance did not process for lack of resources (the
 /// PMD found no mbuf or no room in its rx queue; no mbuf for a copy, a full tx queue, a full
-/// hand-off ring), as opposed to policy drops (tables, malformed packets, gradient validation).
-pub const LOSS_REASONS: [&str; 5] = ["rx_nombuf", "imissed", "no_mbuf", "tx_full", "hand_off_full"];
+/// hand-off ring, a full ring to a shaped port's scheduler), as opposed to policy drops (tables,
+/// malformed packets, gradient validation, the schedulers' tail and RED drops).
+pub const LOSS_REASONS: [&str; 6] = ["rx_nombuf", "imissed", "no_mbuf", "tx_full", "hand_off_full", "qos_ring_full"];
 
 /// Drops by reason: the workers' `counters` and the ports' `rx_nombuf` and `imissed` (summed
 /// over `ethdev`, the ports' `rte_eth_stats`); and the losses among them ([`LOSS_REASONS`]).

@@ -11,6 +11,7 @@ use crate::dpdk::lcore::{self, LcoreHandle};
 use crate::dpdk::ring::Ring;
 use crate::dpdk::{self, port::PortSetup, DpdkError, Eal, Mempool, Port};
 use crate::worker::{self, RxQueue, Worker};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -138,6 +139,13 @@ struct Shared {
     pool: Mempool,
     /// Every worker's hand-off ring (empty without rings).
     rings: Vec<Ring>,
+    /// The worker owning each port's egress scheduler ([`worker::scheduler_owners`]).
+    owners: Vec<Option<usize>>,
+    /// `qos_rings[port][w]`: worker `w`'s ring to the owner of shaped port `port` (`None` for
+    /// the owner itself, an unshaped port, or a single worker).
+    qos_rings: Vec<Vec<Option<Ring>>>,
+    /// Published capture clocks of a lockstep replay ([`Worker::lockstep`]).
+    lockstep: Option<Arc<[AtomicU64]>>,
     /// One NAK limiter for all workers: spec section 5's limit is per source, whichever worker
     /// refuses it.
     nak_limiter: Arc<SharedNakLimiter>,
@@ -170,6 +178,24 @@ pub(super) fn launch_workers(
     let drain_tsc = hz / 1_000_000 * cfg.dataplane.tx_drain_us.max(1);
     let results: Vec<ResultSlot> = lcores.iter().map(|_| Arc::new(Mutex::new(None))).collect();
     worker::STOPPED_RX.store(0, std::sync::atomic::Ordering::SeqCst);
+    worker::DRAINED_HAND_OFFS.store(0, std::sync::atomic::Ordering::SeqCst);
+    // One lcore owns each shaped port's scheduler; every other worker reaches it over a ring
+    // of its own (single producer, single consumer).
+    let workers = lcores.len();
+    let owners = worker::scheduler_owners(&loaded.qos, workers);
+    let mut qos_rings: Vec<Vec<Option<Ring>>> = Vec::new();
+    for (p, owner) in owners.iter().enumerate() {
+        let mut per_worker = Vec::new();
+        for w in 0..workers {
+            per_worker.push(match owner {
+                Some(o) if *o != w => Some(Ring::new_spsc(&format!("dpu_qos{p}_{w}"), worker::QOS_RING_SLOTS)?),
+                _ => None,
+            });
+        }
+        qos_rings.push(per_worker);
+    }
+    let shared_sched = qos_rings.iter().flatten().any(Option::is_some);
+    let lockstep = (replay && shared_sched).then(|| (0..workers).map(|_| AtomicU64::new(0)).collect());
     let rings: Vec<Ring> = match ring_slots {
         Some(slots) => {
             (0..lcores.len()).map(|w| Ring::new(&format!("dpu_handoff{w}"), slots)).collect::<Result<_, _>>()?
@@ -184,6 +210,9 @@ pub(super) fn launch_workers(
         workers: lcores.len(),
         pool,
         rings,
+        owners,
+        qos_rings,
+        lockstep,
         nak_limiter: crate::agg::nak::shared(),
         replay,
     };
@@ -218,6 +247,14 @@ pub(super) fn launch_workers(
 /// Worker `wi` of the run, polling lcore `l`'s rx queues.
 fn make_worker(loaded: &Loaded, shared: &Shared, wi: usize, l: &LcoreConfig) -> Worker {
     let cfg = &loaded.config;
+    let owned: Vec<bool> = shared.owners.iter().map(|o| *o == Some(wi)).collect();
+    let qos_in = shared
+        .qos_rings
+        .iter()
+        .enumerate()
+        .filter(|(p, _)| owned[*p])
+        .flat_map(|(p, rings)| rings.iter().flatten().map(move |r| (p as u16, *r)))
+        .collect();
     Worker {
         rx: l
             .rx
@@ -233,7 +270,7 @@ fn make_worker(loaded: &Loaded, shared: &Shared, wi: usize, l: &LcoreConfig) -> 
             let dp =
                 Datapath::new(loaded.pipeline.clone(), shared.port_ids.len() as u16, cfg.dataplane.gradient_udp_port)
                     .with_local_addresses(shared.port_addrs.clone())
-                    .with_egress(&loaded.qos)
+                    .with_egress_owned(&loaded.qos, &owned)
                     .expect("the configuration's schedulers were built once when it was validated")
                     .with_capture_clock(shared.replay);
             if loaded.collectives.is_empty() {
@@ -255,5 +292,10 @@ fn make_worker(loaded: &Loaded, shared: &Shared, wi: usize, l: &LcoreConfig) -> 
         pool: shared.pool,
         rings: shared.rings.clone(),
         index: wi,
+        workers: shared.workers,
+        qos_out: shared.qos_rings.iter().map(|rings| rings[wi]).collect(),
+        qos_in,
+        qos_shared: shared.qos_rings.iter().flatten().any(Option::is_some),
+        lockstep: shared.lockstep.clone(),
     }
 }
