@@ -624,7 +624,7 @@ impl<B: PacketBuf> Datapath<B> {
             return;
         }
         if let Some(Some(map)) = self.remote_egress.get(port as usize) {
-            self.to_owner(io, port, class, pkt, *map);
+            self.hand_to_owner(io, port, class, pkt, *map);
             return;
         }
         io.send(port, pkt);
@@ -633,7 +633,7 @@ impl<B: PacketBuf> Datapath<B> {
     /// Classifies `pkt` for shaped port `port`, whose scheduler another worker owns, and hands
     /// it over; a full ring is a counted drop (`qos_ring_full`).
     #[inline]
-    fn to_owner<I: PacketIo<Buf = B>>(&mut self, io: &mut I, port: u16, class: u8, pkt: I::Buf, map: ClassMap) {
+    fn hand_to_owner<I: PacketIo<Buf = B>>(&mut self, io: &mut I, port: u16, class: u8, pkt: I::Buf, map: ClassMap) {
         let class = if class == CLASS_UNSET { map.classify(pkt.data()) } else { class };
         if io.to_scheduler(port, class, pkt).is_err() {
             self.counters.drop(Reason::QosRingFull);
