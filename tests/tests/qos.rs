@@ -221,33 +221,88 @@ kmax = 0
     assert!(rocev2 > 0, "c10's RoCEv2 packets were marked");
 }
 
-/// Two workers, each receiving on its own port and sending to port 2 with `rate = R`: each has
-/// its own scheduler, so each sends R (the port 2R in all), and neither ends with packets
-/// queued.
-#[test]
-fn with_two_workers_each_worker_shapes_its_own_traffic() {
-    let dir = scratch("qos-two-workers");
+/// Two workers, each receiving on its own port and sending to port 2, whose `[port.qos]` is
+/// `qos`: replays `a` into port 0 (worker 0, the owner of port 2's scheduler) and `b` into port
+/// 1 (worker 1, which reaches the scheduler over a ring); returns port 2's output and the run.
+fn replay_two_workers(name: &str, qos: &str, a: &[(u64, Vec<u8>)], b: &[(u64, Vec<u8>)]) -> (Vec<Vec<u8>>, Run) {
+    let dir = scratch(name);
     let conf = format!(
         "{TWO_WORKERS}\n[[table]]\nname = \"l2\"\nkey = [{{ field = \"eth.dst\", match = \"exact\" }}]\ndefault_action = \"forward(2)\"\n\
-         [[port]]\nvdev = \"net_null0\"\n[[port]]\nvdev = \"net_null1\"\n[[port]]\nvdev = \"net_null2\"\n\
-         [port.qos]\nrate = 1000000\n[[port.qos.class]]\ncapacity_bytes = 3000\n"
+         [[port]]\nvdev = \"net_null0\"\n[[port]]\nvdev = \"net_null1\"\n[[port]]\nvdev = \"net_null2\"\n{qos}"
     );
     let conf = write_config(&dir, "c.toml", &conf);
-    let (a, b) = (stream(0, T0, 512, SPAN), stream(0, T0 + 5, 512, SPAN)); // each 2x the rate
-    let n = (a.len() + b.len()) as u64;
-    let span = a.last().unwrap().0 - a[0].0;
-    write_pcap_at(&dir.join("a.pcap"), &a);
-    write_pcap_at(&dir.join("b.pcap"), &b);
+    write_pcap_at(&dir.join("a.pcap"), a);
+    write_pcap_at(&dir.join("b.pcap"), b);
     let out = dir.join("out.pcap");
     let args = ["--rx=0=a.pcap".to_string(), "--rx=1=b.pcap".to_string(), format!("--tx=2={}", out.display())];
     let run = run_dpu(&dir, &conf, &args);
     run.assert_ok();
-    let all = run.stats()["qos"].as_array().unwrap().clone();
-    let c0 = all.iter().find(|q| q["port"] == 2 && q["class"] == 0).unwrap();
-    balanced(c0, n);
-    let per_worker = (RATE * span / 1_000_000) as f64;
-    let got = wire(c0, "sent") as f64;
-    println!("two workers: port sent {got} line bytes, 2 x rate x span = {}", 2.0 * per_worker);
-    assert!((got / (2.0 * per_worker) - 1.0).abs() < 0.01, "{got} vs {}", 2.0 * per_worker);
-    assert_eq!(read_pcap(&out).len() as u64, pkts(c0, "sent"));
+    (read_pcap(&out), run)
+}
+
+/// Port 2's class `c` in the stats.
+fn class2(run: &Run, c: u64) -> Value {
+    let all = run.stats()["qos"].as_array().expect("qos in the stats").clone();
+    all.into_iter().find(|q| q["port"] == 2 && q["class"] == c).unwrap_or_else(|| panic!("no class {c}"))
+}
+
+/// Two workers, each offering port 2 twice its rate `R`: one lcore owns port 2's scheduler and
+/// the other reaches it over a ring, so the port sends `R` in all (within 1% over the capture's
+/// span; with a scheduler per worker it sent 2R), nothing is lost on the ring, and neither
+/// worker ends with packets queued.
+#[test]
+fn with_two_workers_the_port_sends_its_rate_in_all() {
+    let (a, b) = (stream(0, T0, 512, SPAN), stream(0, T0 + 5, 512, SPAN)); // each 2x the rate
+    let n = (a.len() + b.len()) as u64;
+    let span = b.last().unwrap().0 - a[0].0;
+    let qos = "[port.qos]\nrate = 1000000\n[[port.qos.class]]\ncapacity_bytes = 3000\n";
+    let (out, run) = replay_two_workers("qos-two-workers", qos, &a, &b);
+    let c0 = class2(&run, 0);
+    balanced(&c0, n);
+    assert_eq!(run.drops("qos_ring_full"), 0);
+    let line = (RATE * span / 1_000_000) as f64;
+    let got = wire(&c0, "sent") as f64;
+    println!("two workers: port sent {got} line bytes, rate x span = {line}");
+    assert!((got / line - 1.0).abs() < 0.01, "{got} vs {line}");
+    assert!(pkts(&c0, "tail_drop") > 0, "offered twice the rate: {c0}");
+    assert_eq!(out.len() as u64, pkts(&c0, "sent"));
+}
+
+/// Strict priority across workers: worker 1 (not the owner) offers class 1 (DSCP 46) half the
+/// line over the ring, worker 0 (the owner) offers class 0 the whole line. Class 1 gets all of
+/// its load; class 0 gets the rest of the line over the capture's span (within 1%).
+#[test]
+fn with_two_workers_strict_priority_holds_across_workers() {
+    let low = stream(0, T0 + 7, 1024, SPAN); // 1e6 B/s, on worker 0
+    let high = stream(46, T0, 2048, SPAN); // 0.5e6 B/s, on worker 1
+    let (nh, nl) = (high.len() as u64, low.len() as u64);
+    let span = low.last().unwrap().0.max(high.last().unwrap().0) - T0;
+    let qos = r#"
+[port.qos]
+classes = 2
+rate = 1000000
+dscp_map = { 46 = 1 }
+[[port.qos.class]]
+capacity_bytes = 3000
+[[port.qos.class]]
+capacity_bytes = 3000
+"#;
+    let (out, run) = replay_two_workers("qos-two-workers-strict", qos, &low, &high);
+    let (c0, c1) = (class2(&run, 0), class2(&run, 1));
+    balanced(&c0, nl);
+    balanced(&c1, nh);
+    assert_eq!(run.drops("qos_ring_full"), 0);
+    assert_eq!(out.len() as u64, pkts(&c0, "sent") + pkts(&c1, "sent"));
+    assert_eq!((pkts(&c1, "sent"), pkts(&c1, "tail_drop")), (nh, 0), "the high class gets its load: {c1}");
+    let line = RATE * span / 1_000_000;
+    let rest = line - wire(&c1, "sent");
+    let got = wire(&c0, "sent");
+    let err = (got as f64 - rest as f64).abs() / rest as f64;
+    println!(
+        "two workers, strict: line {line} B; high sent {} B, low sent {got} B of the rest {rest} B: error {:.3}%",
+        wire(&c1, "sent"),
+        err * 100.0
+    );
+    assert!(err < 0.01, "low class {got} line bytes, the rest of the line is {rest}");
+    assert!(pkts(&c0, "tail_drop") > 0, "the low class was offered more than the rest: {c0}");
 }

@@ -7,10 +7,12 @@ Every measurement runs one program for SECONDS on the same vdevs: net_pcap with 
 replaying a capture of 1024 UDP/IPv4 frames (port 0) into net_null without rx (port 1), one
 worker lcore on CPU 1 and the main lcore on CPU 0, no hugepages. Per frame size, the runs
 alternate testpmd io, the dpu with the full pipeline (conf/bench/pipeline.toml), the dpu
-with an empty pipeline (conf/bench/empty.toml) and testpmd in csum mode (for reference: DPDK's
-own engine that parses each packet and computes its IPv4 and UDP checksums in software), REPS
-times; the table gives the median and the min-max, and the ratio of medians to testpmd io at
-the same size.
+with the same pipeline plus a meter on the path and a shaped marking (RED) queue on the output
+port (conf/bench/qos.toml; rates far above the offered load, so nothing is policed, marked or
+dropped), the dpu with an empty pipeline (conf/bench/empty.toml) and testpmd in csum mode (for
+reference: DPDK's own engine that parses each packet and computes its IPv4 and UDP checksums in
+software), REPS times; the table gives the median and the min-max, and the ratio of medians to
+testpmd io at the same size (for the qos row also its ratio to the pipeline row).
 
 Rates: testpmd, the mean of its per-second Rx-pps samples on port 0 (the first, partial one
 left out); the dpu, port 0's `workers.rx_packets` / `seconds` from --stats-json (every packet
@@ -38,6 +40,7 @@ SIZES = (60, 1066)
 EAL = ["--no-huge", "-m", "1024", "--no-pci", "--no-shconf", "--lcores", "0@0,1@1",
        "--log-level", "*:warning"]
 GOALS = {60: 0.5, 1066: 0.9}
+QOS_GOAL = 0.85  # the qos row against the pipeline row, at 60 B (64 B with FCS)
 BATCH = 256  # frames per iteration of dataplane/benches/packet_core.rs
 
 
@@ -182,6 +185,7 @@ def main():
         for rep in range(a.reps):
             for what, fn in (("testpmd", lambda: run_testpmd(size, a.seconds)),
                              ("dpu", lambda: run_dpu("pipeline", size, a.seconds)),
+                             ("qos", lambda: run_dpu("qos", size, a.seconds)),
                              ("empty", lambda: run_dpu("empty", size, a.seconds)),
                              ("csum", lambda: run_testpmd(size, a.seconds, "csum"))):
                 mpps = fn()
@@ -190,6 +194,7 @@ def main():
                       file=sys.stderr, flush=True)
     label = {
         "dpu": "dpu: parse + route (LPM, 312 prefixes) + ACL (40 ternary/range) + L2 (exact)",
+        "qos": "dpu: the same pipeline + trTCM meter (police) + shaped RED queue on port 1",
         "empty": "dpu: parse + empty pipeline (one exact table, miss -> forward(1))",
         "testpmd": "dpdk-testpmd io (no parse, no tables)",
         "csum": "dpdk-testpmd csum (parse, IPv4 + UDP checksums in software, no tables)",
@@ -206,13 +211,20 @@ def main():
     verdicts = []
     for size in SIZES:
         tp = statistics.median(res[("testpmd", size)])
-        for what in ("dpu", "empty", "csum", "testpmd"):
+        pipeline = statistics.median(res[("dpu", size)])
+        for what in ("dpu", "qos", "empty", "csum", "testpmd"):
             xs = res[(what, size)]
-            ratio = statistics.median(xs) / tp
-            lines.append(f"| {label[what]} | {size} B | {fmt(xs)} | {ratio:.2f} |")
-        r = statistics.median(res[("dpu", size)]) / tp
+            ratio = f"{statistics.median(xs) / tp:.2f}"
+            if what == "qos":
+                ratio += f" ({statistics.median(xs) / pipeline:.2f} of the pipeline)"
+            lines.append(f"| {label[what]} | {size} B | {fmt(xs)} | {ratio} |")
+        r = pipeline / tp
         verdicts.append(f"Goal at {size} B: dpu/testpmd >= {GOALS[size]}: "
                         f"{'met' if r >= GOALS[size] else 'NOT met'} ({r:.2f}).")
+        if size == 60:
+            q = statistics.median(res[("qos", size)]) / pipeline
+            verdicts.append(f"Goal at {size} B: qos/pipeline >= {QOS_GOAL}: "
+                            f"{'met' if q >= QOS_GOAL else 'NOT met'} ({q:.2f}).")
     lines += ["", *verdicts]
     lines += criterion_table()
     text = "\n".join(lines) + "\n"

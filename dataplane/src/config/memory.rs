@@ -158,12 +158,55 @@ pub fn page_size(args: &[String]) -> u64 {
     }
 }
 
-/// Bytes of EAL memory that EAL, `ports` ports and `rings` hand-off rings take besides the
+/// Bytes of EAL memory that EAL, `ports` ports and `rings` rings (hand-off rings, and the
+/// rings to shaped ports' scheduler owners, each charged as a hand-off ring) take besides the
 /// mbuf pool.
 pub fn fixed_overhead(ports: usize, rings: usize) -> u64 {
     EAL_OVERHEAD
         + PORT_OVERHEAD * ports.saturating_sub(1) as u64
         + rings as u64 * ring_bytes(HAND_OFF_RING_SLOTS as u64)
+}
+
+/// The shortest frame an egress scheduler's class is sized for (bytes, without FCS): an
+/// Ethernet header, the shortest frame the parser passes. A class of `capacity_bytes` can hold
+/// `capacity_bytes / 14 + 1` such frames, one mbuf each.
+pub const QUEUE_MIN_FRAME: u64 = 14;
+
+/// Mbufs one class of `capacity_bytes` (frames without FCS) can hold at once: one per
+/// [`QUEUE_MIN_FRAME`] bytes plus the frame that may overrun the last, at most `bound` (the
+/// pool), at least 1. 18,725 for the default 262,144 bytes, unbounded.
+pub fn class_mbufs(capacity_bytes: u64, bound: u64) -> u64 {
+    (capacity_bytes / QUEUE_MIN_FRAME + 1).min(bound).max(1)
+}
+
+/// The fewest mbufs a class of `capacity_bytes` is cut to when the pool is short: as many
+/// frames of `max_frame` bytes as fill its byte capacity (so that with full-size frames the
+/// byte capacity, not the mbufs, still bounds the queue), at least 1.
+pub fn class_mbufs_floor(capacity_bytes: u64, max_frame: u32) -> u64 {
+    capacity_bytes.div_ceil(u64::from(max_frame.max(1))).max(1)
+}
+
+/// Fits the egress schedulers' classes into the `spare` mbufs the pool leaves once the workers,
+/// the ports and the rings have theirs, so that full queues never take the mbufs rx needs.
+/// `demand[i]` is class `i`'s packet capacity ([`class_mbufs`]), `floor[i]` the least it may be
+/// cut to ([`class_mbufs_floor`], at most `demand[i]`). When the demands fit, they are kept;
+/// otherwise each class keeps its floor plus a share of what the floors leave, in proportion to
+/// what it asked beyond its floor (rounded down, so the sum never exceeds `spare`).
+///
+/// # Errors
+/// The mbufs missing (`Σ floor − spare`) when even the floors do not fit.
+pub fn fit_class_mbufs(demand: &[u64], floor: &[u64], spare: u64) -> Result<Vec<u64>, u64> {
+    let floor: Vec<u64> = demand.iter().zip(floor).map(|(d, f)| (*f).min(*d)).collect();
+    let want: u64 = demand.iter().sum();
+    if want <= spare {
+        return Ok(demand.to_vec());
+    }
+    let base: u64 = floor.iter().sum();
+    if base > spare {
+        return Err(base - spare);
+    }
+    let (extra, room) = ((want - base) as u128, (spare - base) as u128);
+    Ok(demand.iter().zip(&floor).map(|(d, f)| f + ((d - f) as u128 * room / extra) as u64).collect())
 }
 
 /// `bytes` in MiB with two decimals, for messages.

@@ -16,8 +16,6 @@ use std::path::Path;
 pub const QOS_HZ: u64 = 1_000_000;
 /// Default per-class capacity (bytes).
 pub const DEFAULT_CAPACITY_BYTES: u64 = 256 * 1024;
-/// The shortest frame a queue entry is sized for (bytes): an Ethernet header.
-const MIN_FRAME: u64 = 14;
 
 /// `[port.qos]` as written in the file.
 #[derive(Debug, Clone, Deserialize)]
@@ -185,7 +183,9 @@ pub(super) fn check(
                 })
             }
         };
-        let capacity_pkts = (capacity_bytes / MIN_FRAME + 1).min(u64::from(mbufs)).max(1) as u32;
+        // Cut further at start-up when the pool cannot hold every queue full
+        // (`memory::fit_class_mbufs`).
+        let capacity_pkts = super::memory::class_mbufs(capacity_bytes, u64::from(mbufs)) as u32;
         classes.push(ClassConfig { capacity_bytes, capacity_pkts, weight, red });
     }
     let cfg = sched::PortConfig {

@@ -362,7 +362,10 @@ fn check_eal_memory(config: &Config, path: &Path) -> Result<Option<(u64, u64)>, 
     let page = memory::page_size(args);
     let pool = memory::mempool_bytes(mp.mbufs, mp.cache, mp.data_room, page);
     let workers = config.lcores.len().max(1);
-    let rings = if workers > 1 && !config.collectives.is_empty() { workers } else { 0 };
+    let hand_off = if workers > 1 && !config.collectives.is_empty() { workers } else { 0 };
+    // One ring per other worker to the owner of each shaped port's scheduler.
+    let shaped = config.ports.iter().filter(|p| p.qos.is_some()).count();
+    let rings = hand_off + shaped * (workers - 1);
     let fixed = memory::fixed_overhead(config.ports.len(), rings);
     let need = pool + fixed;
     if need > budget {

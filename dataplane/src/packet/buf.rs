@@ -68,6 +68,15 @@ pub trait PacketIo {
         Err(buf)
     }
 
+    /// Hands `buf`, to leave on `port` in traffic class `class`, to the worker that owns
+    /// `port`'s egress scheduler (several workers sending to a shaped port: one lcore owns its
+    /// scheduler and the others reach it over rings, as DPDK's qos_sched). Gives the buffer back
+    /// when there is no such worker or its ring is full.
+    fn to_scheduler(&mut self, port: u16, class: u8, buf: Self::Buf) -> Result<(), Self::Buf> {
+        let _ = (port, class);
+        Err(buf)
+    }
+
     /// A new frame holding a copy of `src`'s bytes; `None` when the pool is exhausted.
     fn copy_of(&mut self, src: &[u8]) -> Option<Self::Buf> {
         let mut b = self.alloc()?;
@@ -178,12 +187,23 @@ pub struct VecIo {
     pub alloc_budget: Option<usize>,
     /// Frames handed to other workers: (worker, frame bytes).
     pub handed_off: Vec<(u16, Vec<u8>)>,
+    /// Frames handed to the worker owning a shaped port's scheduler: (port, class, frame).
+    pub to_scheduler: Vec<(u16, u8, VecBuf)>,
+    /// How many more frames the scheduler rings take (`None`: unlimited), to test a full ring.
+    pub scheduler_room: Option<usize>,
 }
 
 impl VecIo {
     /// An I/O with `nb_ports` ports and unlimited allocation.
     pub fn new(nb_ports: u16) -> Self {
-        VecIo { nb_ports, sent: Vec::new(), alloc_budget: None, handed_off: Vec::new() }
+        VecIo {
+            nb_ports,
+            sent: Vec::new(),
+            alloc_budget: None,
+            handed_off: Vec::new(),
+            to_scheduler: Vec::new(),
+            scheduler_room: None,
+        }
     }
 }
 
@@ -206,6 +226,16 @@ impl PacketIo for VecIo {
     }
     fn hand_off(&mut self, worker: u16, buf: VecBuf) -> Result<(), VecBuf> {
         self.handed_off.push((worker, buf.data().to_vec()));
+        Ok(())
+    }
+    fn to_scheduler(&mut self, port: u16, class: u8, buf: VecBuf) -> Result<(), VecBuf> {
+        if let Some(n) = self.scheduler_room.as_mut() {
+            if *n == 0 {
+                return Err(buf);
+            }
+            *n -= 1;
+        }
+        self.to_scheduler.push((port, class, buf));
         Ok(())
     }
 }

@@ -186,9 +186,13 @@ pub struct Datapath<B = VecBuf> {
     /// the aggregator before the tables.
     aggregate_in_pipeline: bool,
     scratch: BurstScratch,
-    /// Per port, its egress scheduler; empty when no port has one (then sending is a bounds
-    /// check and `io.send`).
+    /// Per port, its egress scheduler when this worker owns it; empty when no port has one
+    /// (then sending is a bounds check and `io.send`).
     pub egress: Vec<Option<PortEgress<B>>>,
+    /// Per port, the class map of a shaped port whose scheduler another worker owns: packets
+    /// for it are classified here and handed over ([`PacketIo::to_scheduler`]). Empty when this
+    /// worker owns every scheduler.
+    remote_egress: Vec<Option<ClassMap>>,
     /// The latest rx timestamp seen (µs, capture time in a replay): the schedulers' clock when
     /// packets carry timestamps.
     rx_clock_us: Option<u64>,
@@ -213,6 +217,7 @@ impl<B: PacketBuf> Datapath<B> {
             gradient_udp_port,
             scratch: BurstScratch::new(),
             egress: Vec::new(),
+            remote_egress: Vec::new(),
             rx_clock_us: None,
             live_us: 0,
             capture_clock: true,
@@ -225,20 +230,71 @@ impl<B: PacketBuf> Datapath<B> {
     ///
     /// # Errors
     /// What [`Scheduler::new`] refuses, with the port's index.
-    pub fn with_egress(mut self, ports: &[Option<(PortConfig, ClassMap)>]) -> Result<Self, String> {
+    pub fn with_egress(self, ports: &[Option<(PortConfig, ClassMap)>]) -> Result<Self, String> {
+        self.with_egress_owned(ports, &vec![true; ports.len()])
+    }
+
+    /// As [`Datapath::with_egress`], but this worker builds the schedulers of the ports `owned`
+    /// marks only; a packet for another shaped port is classified here (the class `set_class`
+    /// chose, else the port's map) and handed to the owner with [`PacketIo::to_scheduler`],
+    /// which then queues it with [`Datapath::schedule_handed_over`].
+    ///
+    /// # Errors
+    /// What [`Scheduler::new`] refuses, with the port's index.
+    pub fn with_egress_owned(
+        mut self,
+        ports: &[Option<(PortConfig, ClassMap)>],
+        owned: &[bool],
+    ) -> Result<Self, String> {
+        self.egress = Vec::new();
+        self.remote_egress = Vec::new();
         if ports.iter().all(Option::is_none) {
-            self.egress = Vec::new();
             return Ok(self);
         }
+        let owns = |i: usize| owned.get(i).copied().unwrap_or(false);
         self.egress = ports
             .iter()
             .enumerate()
             .map(|(i, p)| match p {
-                Some((cfg, map)) => PortEgress::new(cfg, *map).map(Some).map_err(|e| format!("port {i}: {e}")),
-                None => Ok(None),
+                Some((cfg, map)) if owns(i) => {
+                    PortEgress::new(cfg, *map).map(Some).map_err(|e| format!("port {i}: {e}"))
+                }
+                _ => Ok(None),
             })
             .collect::<Result<_, _>>()?;
+        if ports.iter().enumerate().any(|(i, p)| p.is_some() && !owns(i)) {
+            self.remote_egress =
+                ports.iter().enumerate().map(|(i, p)| p.as_ref().filter(|_| !owns(i)).map(|(_, m)| *m)).collect();
+        }
         Ok(self)
+    }
+
+    /// Queues a packet another worker classified into `class` and handed over for port `port`,
+    /// whose scheduler this worker owns ([`Datapath::with_egress_owned`]); counted `tx` by the
+    /// sender, so not again. Its rx timestamp, if any, moves the schedulers' clock as this
+    /// worker's own packets do. A refusal is counted under its reason and the packet freed; a
+    /// port without a scheduler here sends it straight to `io` (never expected).
+    #[inline]
+    pub fn schedule_handed_over<I: PacketIo<Buf = B>>(
+        &mut self,
+        io: &mut I,
+        port: u16,
+        class: u8,
+        pkt: I::Buf,
+        now_us: u64,
+    ) {
+        self.live_us = self.live_us.max(now_us);
+        self.tick(&pkt);
+        let now = self.rx_clock_us.unwrap_or(self.live_us);
+        let Some(Some(e)) = self.egress.get_mut(port as usize) else {
+            io.send(port, pkt);
+            return;
+        };
+        let (refused, red) = e.enqueue(io, port, class, pkt, now);
+        self.counters.drop_n(Reason::RedDrop, red);
+        if let Some(r) = refused {
+            self.counters.drop(r);
+        }
     }
 
     /// Chooses the schedulers' clock: with `capture` (the default) the packets' rx timestamps
@@ -263,6 +319,12 @@ impl<B: PacketBuf> Datapath<B> {
     #[inline]
     pub fn drain_egress<I: PacketIo<Buf = B>>(&mut self, io: &mut I, now_us: u64) {
         if self.egress.is_empty() {
+            return;
+        }
+        if self.capture_clock && self.rx_clock_us.is_none() && self.egress.iter().flatten().all(|e| e.sched.is_empty())
+        {
+            // A replay before its first packet: the capture clock has not started, and running
+            // the schedulers on the live clock now would put them ahead of every capture time.
             return;
         }
         let t = self.egress_clock(now_us);
@@ -526,11 +588,13 @@ impl<B: PacketBuf> Datapath<B> {
         // Results, resends and NAKs leave through the ports' schedulers, classified by their
         // DSCP (the collective's) through the port's map.
         let clock = self.rx_clock_us.unwrap_or(self.live_us);
-        let mut eio = EgressIo { io, egress: &mut self.egress, now: clock, drops: [0; 4] };
+        let mut eio = EgressIo { io, egress: &mut self.egress, remote: &self.remote_egress, now: clock, drops: [0; 5] };
         agg.process(&mut eio, in_port, pkt, p, now, &mut self.counters);
         let drops = eio.drops;
         for (r, n) in
-            [Reason::TailDrop, Reason::RedDrop, Reason::EgressOversize, Reason::UnknownClass].iter().zip(drops)
+            [Reason::TailDrop, Reason::RedDrop, Reason::EgressOversize, Reason::UnknownClass, Reason::QosRingFull]
+                .iter()
+                .zip(drops)
         {
             self.counters.drop_n(*r, n);
         }
@@ -559,7 +623,21 @@ impl<B: PacketBuf> Datapath<B> {
             }
             return;
         }
+        if let Some(Some(map)) = self.remote_egress.get(port as usize) {
+            self.hand_to_owner(io, port, class, pkt, *map);
+            return;
+        }
         io.send(port, pkt);
+    }
+
+    /// Classifies `pkt` for shaped port `port`, whose scheduler another worker owns, and hands
+    /// it over; a full ring is a counted drop (`qos_ring_full`).
+    #[inline]
+    fn hand_to_owner<I: PacketIo<Buf = B>>(&mut self, io: &mut I, port: u16, class: u8, pkt: I::Buf, map: ClassMap) {
+        let class = if class == CLASS_UNSET { map.classify(pkt.data()) } else { class };
+        if io.to_scheduler(port, class, pkt).is_err() {
+            self.counters.drop(Reason::QosRingFull);
+        }
     }
 
     /// Sends a copy to every port but `in_port`; the original goes to the last one.
@@ -607,13 +685,15 @@ impl<B: PacketBuf> Datapath<B> {
 }
 
 /// The [`PacketIo`] the aggregator sends through when ports have schedulers: a send to a port
-/// with one is queued there (classified by the port's map) at `now`; the refusals are tallied
-/// in `drops` (tail, RED, oversize, unknown class) for the datapath's counters.
+/// with one is queued there (classified by the port's map) at `now`, or handed to the worker
+/// that owns it; the refusals are tallied in `drops` (tail, RED, oversize, unknown class, full
+/// ring to the owner) for the datapath's counters.
 struct EgressIo<'a, I: PacketIo> {
     io: &'a mut I,
     egress: &'a mut Vec<Option<PortEgress<I::Buf>>>,
+    remote: &'a [Option<ClassMap>],
     now: u64,
-    drops: [u64; 4],
+    drops: [u64; 5],
 }
 
 impl<I: PacketIo> PacketIo for EgressIo<'_, I>
@@ -630,6 +710,13 @@ where
     #[inline]
     fn send(&mut self, port: u16, buf: I::Buf) {
         let Some(Some(e)) = self.egress.get_mut(port as usize) else {
+            if let Some(Some(map)) = self.remote.get(port as usize) {
+                let class = map.classify(buf.data());
+                if self.io.to_scheduler(port, class, buf).is_err() {
+                    self.drops[4] += 1;
+                }
+                return;
+            }
             self.io.send(port, buf);
             return;
         };
@@ -650,6 +737,10 @@ where
 
     fn hand_off(&mut self, worker: u16, buf: I::Buf) -> Result<(), I::Buf> {
         self.io.hand_off(worker, buf)
+    }
+
+    fn to_scheduler(&mut self, port: u16, class: u8, buf: I::Buf) -> Result<(), I::Buf> {
+        self.io.to_scheduler(port, class, buf)
     }
 
     fn copy_of(&mut self, src: &[u8]) -> Option<I::Buf> {
@@ -924,6 +1015,52 @@ mod tests {
         assert!(e.sched.is_empty());
         assert_eq!(io.sent.len(), sent_during + 3, "the 3 queued frames left at the end");
         assert_eq!(dp.next_departure(), None);
+    }
+
+    /// A worker that does not own port 1's scheduler classifies (the map, or `set_class`) and
+    /// hands its packets over, counting a full ring `qos_ring_full`; the owner queues them in
+    /// the class they carry, on its clock moved by their timestamps, and shapes them as its
+    /// own: one rate for the port whichever worker received the packets.
+    #[test]
+    fn a_shaped_port_owned_by_another_worker_is_reached_with_the_class_chosen_here() {
+        let qos = "[port.qos]\nclasses = 2\nrate = 1000000\nburst = 2072\n";
+        let owner = shaped(qos);
+        let loaded_qos: Vec<_> = owner.egress.iter().map(|e| e.is_some()).collect();
+        assert_eq!(loaded_qos, vec![false, true]);
+        let conf_qos = {
+            let conf = format!("[[port]]\nvdev = \"net_null0\"\n[[port]]\nvdev = \"net_null1\"\n{qos}");
+            load_str(&conf, Path::new("test.toml")).unwrap().qos
+        };
+        let mut sender = shaped(qos).with_egress_owned(&conf_qos, &[true, false]).unwrap();
+        assert!(sender.egress.iter().all(Option::is_none), "no scheduler on the sender");
+        let mut io = VecIo::new(2);
+        io.scheduler_room = Some(4);
+        for i in 0..5u64 {
+            // Even: the map's class 0; odd: set_class(1).
+            let dst = if i % 2 == 0 { [2, 0, 0, 0, 0, 1] } else { [2, 0, 0, 0, 0, 2] };
+            sender.process(&mut io, 0, stamped(dst, 1_000_000 + i), 0);
+        }
+        assert!(io.sent.is_empty(), "nothing leaves the sender directly");
+        let classes: Vec<(u16, u8)> = io.to_scheduler.iter().map(|(p, c, _)| (*p, *c)).collect();
+        assert_eq!(classes, vec![(1, 0), (1, 1), (1, 0), (1, 1)]);
+        assert_eq!(sender.counters.dropped(Reason::QosRingFull), 1, "the fifth found the ring full");
+        assert_eq!(sender.counters.ports[1].tx_packets, 5, "counted tx by the sender");
+        // The owner: one frame of its own (class 0) at 1_000_000, then the four handed over.
+        let mut owner = owner;
+        let mut out = VecIo::new(2);
+        owner.process(&mut out, 0, stamped([2, 0, 0, 0, 0, 1], 1_000_000), 0);
+        for (port, class, b) in std::mem::take(&mut io.to_scheduler) {
+            owner.schedule_handed_over(&mut out, port, class, b, 0);
+        }
+        // The bucket (2072 bytes) lets two 1024-byte frames go at once; the class-1 frames
+        // overtake the queued class-0 ones; the rest leave one per 1024 µs.
+        assert_eq!(out.sent.len(), 2);
+        owner.finish_egress(&mut out);
+        let dsts: Vec<u8> = out.sent.iter().map(|(_, f)| f[5]).collect();
+        assert_eq!(dsts, vec![1, 1, 2, 2, 1]);
+        let s = &owner.egress[1].as_ref().unwrap().sched;
+        assert_eq!((s.counters(0).sent.pkts, s.counters(1).sent.pkts), (3, 2));
+        assert_eq!(owner.counters.ports[1].tx_packets, 1, "only its own frame counted tx here");
     }
 
     /// `set_class` overrides the map; strict priority serves class 1 first.

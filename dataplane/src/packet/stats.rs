@@ -148,11 +148,14 @@ pub enum Reason {
     EgressOversize,
     /// `set_class` chose a class the egress port's scheduler does not have.
     UnknownClass,
+    /// The ring to the worker that owns a shaped port's scheduler was full (`[port.qos]` with
+    /// several workers: the other workers reach the owner's scheduler over rings).
+    QosRingFull,
 }
 
 impl Reason {
     /// Every reason, in counter order.
-    pub const ALL: [Reason; 46] = [
+    pub const ALL: [Reason; 47] = [
         Reason::Runt,
         Reason::VlanDepth,
         Reason::MalformedIpv4,
@@ -199,6 +202,7 @@ impl Reason {
         Reason::RedDrop,
         Reason::EgressOversize,
         Reason::UnknownClass,
+        Reason::QosRingFull,
     ];
     /// Number of reasons.
     pub const COUNT: usize = Self::ALL.len();
@@ -252,6 +256,7 @@ impl Reason {
             Reason::RedDrop => "red_drop",
             Reason::EgressOversize => "egress_oversize",
             Reason::UnknownClass => "unknown_class",
+            Reason::QosRingFull => "qos_ring_full",
         }
     }
 

@@ -3,12 +3,13 @@
 //! a drain period in TSC ticks. One per worker lcore; its state is one struct that no other
 //! lcore touches.
 
-use crate::buf::PacketIo;
+use crate::buf::{PacketBuf, PacketIo};
 use crate::datapath::Datapath;
 use crate::dpdk::ring::Ring;
 use crate::dpdk::{self, rdtsc, Mbuf, Mempool, TxBuffer, TxQueue};
 use crate::stats::Reason;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// Largest rx burst (packets).
 pub const MAX_BURST: usize = crate::datapath::MAX_BURST;
@@ -24,6 +25,36 @@ pub static QUIT: AtomicBool = AtomicBool::new(false);
 /// Workers that have stopped polling their rx queues (the second phase of a stop: then no more
 /// hand-offs can happen, and each worker drains its ring once more).
 pub static STOPPED_RX: AtomicUsize = AtomicUsize::new(0);
+
+/// Workers that have processed every packet handed to them over the hand-off rings (the third
+/// phase of a stop: then no worker hands a packet to a shaped port's owner any more, and each
+/// owner drains its scheduler rings once more before its schedulers send what they hold).
+pub static DRAINED_HAND_OFFS: AtomicUsize = AtomicUsize::new(0);
+
+/// Slots of each ring to a shaped port's scheduler owner (one ring per other worker and shaped
+/// port; holds one mbuf less). The owner empties its rings every poll-loop iteration, so a ring
+/// need only absorb what a sender's bursts make while the owner takes one turn.
+pub const QOS_RING_SLOTS: u32 = 1024;
+
+/// In a replay with several workers and a shaped port, how far (µs of capture time) a worker
+/// may run ahead of the slowest other worker (see [`Worker::lockstep`]).
+pub const REPLAY_SKEW_US: u64 = 100;
+
+/// The worker that owns the egress scheduler of each port (`None`: the port has none), with
+/// `workers` workers: the k-th shaped port in port order belongs to worker `k mod workers`, so
+/// several shaped ports spread over the workers; with one shaped port, worker 0 (the lcore of
+/// the first `[[lcore]]` table, tx queue 0 of every port) owns it.
+pub fn scheduler_owners<T>(qos: &[Option<T>], workers: usize) -> Vec<Option<usize>> {
+    let mut k = 0;
+    qos.iter()
+        .map(|q| {
+            q.as_ref().map(|_| {
+                k += 1;
+                (k - 1) % workers.max(1)
+            })
+        })
+        .collect()
+}
 
 /// True once a stop was requested.
 #[inline(always)]
@@ -70,6 +101,28 @@ pub struct Worker {
     pub rings: Vec<Ring>,
     /// This worker's index.
     pub index: usize,
+    /// Workers in the run.
+    pub workers: usize,
+    /// Per port index: this worker's ring to the worker owning the port's scheduler (`None`:
+    /// the port has no scheduler, or this worker owns it).
+    pub qos_out: Vec<Option<Ring>>,
+    /// The rings this worker drains into the schedulers it owns: (port index, ring), one per
+    /// other worker and owned shaped port.
+    pub qos_in: Vec<(u16, Ring)>,
+    /// Some worker reaches a scheduler over a ring: the stop drains those rings in a phase of
+    /// its own.
+    pub qos_shared: bool,
+    /// In a replay with several workers and a shaped port, every worker's published capture
+    /// clock (µs), by worker index: see [`Worker::lockstep`].
+    pub lockstep: Option<Arc<[AtomicU64]>>,
+}
+
+/// A received burst a worker holds in a lockstep replay: `mbufs[pos..end]`, from `port`.
+#[derive(Debug, Default, Clone, Copy)]
+struct Held {
+    port: u16,
+    pos: usize,
+    end: usize,
 }
 
 /// Buffered transmission on every port: the worker's [`PacketIo`].
@@ -82,6 +135,8 @@ struct TxIo {
     /// Packets dropped because a tx queue stayed full.
     tx_full: u64,
     rings: Vec<Ring>,
+    /// Per port: the ring to the owner of its scheduler ([`Worker::qos_out`]).
+    qos_out: Vec<Option<Ring>>,
 }
 
 impl TxIo {
@@ -126,6 +181,19 @@ impl PacketIo for TxIo {
             None => Err(buf),
         }
     }
+
+    /// The class travels in `mbuf->hash.sched` ([`Mbuf::set_sched_class`]); the ring is this
+    /// worker's own to the owner (single producer).
+    #[inline]
+    fn to_scheduler(&mut self, port: u16, class: u8, mut buf: Mbuf) -> Result<(), Mbuf> {
+        match self.qos_out.get(port as usize) {
+            Some(Some(r)) => {
+                buf.set_sched_class(class);
+                r.push(buf)
+            }
+            _ => Err(buf),
+        }
+    }
 }
 
 impl Worker {
@@ -134,8 +202,10 @@ impl Worker {
     /// counters).
     ///
     /// The schedulers run after each iteration's bursts ([`Datapath::drain_egress`]) on the
-    /// datapath's clock: the latest capture time seen in a replay, the TSC (µs) live. At the
-    /// stop, their clock advances from departure to departure until every queue is empty
+    /// datapath's clock: the latest capture time seen in a replay, the TSC (µs) live. Packets
+    /// for a shaped port that another worker owns go to it over a ring; the owner empties its
+    /// rings into its schedulers every iteration. At the stop, every ring is drained, then the
+    /// schedulers' clock advances from departure to departure until every queue is empty
     /// ([`Datapath::finish_egress`]), so a run never ends with packets queued.
     pub fn run(mut self) -> Datapath<Mbuf> {
         let mut io = TxIo {
@@ -144,60 +214,91 @@ impl Worker {
             pool: self.pool,
             tx_full: 0,
             rings: self.rings.clone(),
+            qos_out: self.qos_out.clone(),
         };
         // DPDK port id -> port index, for packets handed over by another worker.
         let mut port_index = vec![0u16; 1 + *self.port_ids.iter().max().unwrap_or(&0) as usize];
         for (i, id) in self.port_ids.iter().enumerate() {
             port_index[*id as usize] = i as u16;
         }
-        let workers = self.rings.len();
+        let hand_offs = self.rings.len() > 1;
         let burst = self.burst.min(MAX_BURST);
         // Free slots every other worker's ring needs before an rx burst: the burst may hand all
         // its packets to one worker, and each of the other producers may be doing the same at
         // once. The appliance sizes the rings to hold at least this ([`ring_room_needed`]).
-        let room_needed = ring_room_needed(workers, burst);
+        let room_needed = ring_room_needed(self.rings.len(), burst);
         // Each rx queue with the port index its packets arrive on.
         let rx: Vec<(dpdk::RxQueue, u16)> =
             self.rx.iter().map(|q| (dpdk::RxQueue::new(q.port_id, q.queue), q.port)).collect();
-        // The burst being processed (received or taken from the ring) as owned mbufs, for
-        // Datapath::process_burst, which takes them all: `None` between bursts.
+        // The burst being processed (received) as owned mbufs, for Datapath::process_burst,
+        // which takes them all: `None` between bursts (in a lockstep replay, `held` says which
+        // slots still hold packets).
         let mut mbufs: [Option<Mbuf>; MAX_BURST] = std::array::from_fn(|_| None);
+        // What the rings hand over, one ring's burst at a time.
+        let mut scratch: [Option<Mbuf>; MAX_BURST] = std::array::from_fn(|_| None);
+        let lockstep = self.lockstep.take();
+        let mut held = Held::default();
+        let mut stalled_since = None;
         let mut last_drain = rdtsc();
-        while !quitting() {
+        while !quitting() || held.pos < held.end {
             let now = rdtsc();
             if now.wrapping_sub(last_drain) > self.drain_tsc {
                 io.flush_all();
                 last_drain = now;
             }
             let now_us = now / self.tsc_per_us;
-            for (rxq, port) in &rx {
-                if workers > 1 && !self.rings_have_room(room_needed) {
-                    // Backpressure: another worker's ring could not take this burst's hand-offs.
-                    // Leave the packets to the port (net_pcap keeps them in its file, a NIC in
-                    // its rx ring) and drain our own ring meanwhile, which is what lets the
-                    // other worker, perhaps waiting on ours, go on: no two workers wait on each
-                    // other.
-                    break;
+            if let Some(clocks) = &lockstep {
+                let ctx = Step { io: &mut io, rx: &rx, room_needed, now_us };
+                self.lockstep(clocks, ctx, &mut mbufs[..burst], &mut scratch[..burst], &mut held, &mut stalled_since);
+            } else {
+                for (rxq, port) in &rx {
+                    if hand_offs && !self.rings_have_room(room_needed) {
+                        // Backpressure: another worker's ring could not take this burst's
+                        // hand-offs. Leave the packets to the port (net_pcap keeps them in its
+                        // file, a NIC in its rx ring) and drain our own ring meanwhile, which is
+                        // what lets the other worker, perhaps waiting on ours, go on: no two
+                        // workers wait on each other.
+                        break;
+                    }
+                    // This lcore owns the queue.
+                    let n = rxq.rx_burst(&mut mbufs[..burst]);
+                    if n == 0 {
+                        continue;
+                    }
+                    self.datapath.process_burst(&mut io, *port, &mut mbufs[..n], now_us);
                 }
-                // This lcore owns the queue.
-                let n = rxq.rx_burst(&mut mbufs[..burst]);
-                if n == 0 {
-                    continue;
-                }
-                self.datapath.process_burst(&mut io, *port, &mut mbufs[..n], now_us);
+                self.drain_qos_rings(&mut io, &mut scratch[..burst], now_us);
             }
-            self.drain_ring(&mut io, &mut mbufs[..burst], &port_index, now_us);
+            self.drain_ring(&mut io, &mut scratch[..burst], &port_index, now_us);
             self.datapath.drain_egress(&mut io, now_us);
         }
-        if workers > 1 {
+        if let Some(clocks) = &lockstep {
+            // Nothing more from this worker's input: the others need not wait for it.
+            clocks[self.index].store(u64::MAX, Ordering::Release);
+        }
+        if hand_offs {
             // Second phase of the stop: once every worker has stopped rx, nothing more is handed
             // over; drain what was.
             STOPPED_RX.fetch_add(1, Ordering::SeqCst);
             loop {
-                let all_stopped = STOPPED_RX.load(Ordering::SeqCst) >= workers;
+                let all_stopped = STOPPED_RX.load(Ordering::SeqCst) >= self.workers;
                 let now_us = rdtsc() / self.tsc_per_us;
-                let n = self.drain_ring(&mut io, &mut mbufs[..burst], &port_index, now_us);
+                let n = self.drain_ring(&mut io, &mut scratch[..burst], &port_index, now_us);
+                self.drain_qos_rings(&mut io, &mut scratch[..burst], now_us);
                 if all_stopped && n == 0 {
+                    break;
+                }
+            }
+        }
+        if self.qos_shared {
+            // Third phase: once every worker has processed its hand-offs, nothing more goes to
+            // a scheduler's owner; each owner empties its rings into its schedulers.
+            DRAINED_HAND_OFFS.fetch_add(1, Ordering::SeqCst);
+            loop {
+                let all_drained = DRAINED_HAND_OFFS.load(Ordering::SeqCst) >= self.workers;
+                let now_us = rdtsc() / self.tsc_per_us;
+                let n = self.drain_qos_rings(&mut io, &mut scratch[..burst], now_us);
+                if all_drained && n == 0 {
                     break;
                 }
             }
@@ -206,6 +307,81 @@ impl Worker {
         io.flush_all();
         self.datapath.counters.drop_n(Reason::TxFull, io.tx_full);
         self.datapath
+    }
+
+    /// One poll-loop turn of a replay in lockstep, when several workers send to a shaped port
+    /// (whose owner must see their packets in about capture order for the shaper and the
+    /// priorities to act as in a single worker's replay).
+    ///
+    /// Each worker publishes in `clocks` a lower bound of the capture time (µs) of anything it
+    /// will still send: the capture time of the next packet it holds, its clock when it holds
+    /// none, `u64::MAX` once its input is exhausted (an rx poll of every queue found nothing:
+    /// net_pcap returns nothing only at the end of its file) or it stopped. A worker processes
+    /// the packets of its held burst only up to the smallest clock the others published plus
+    /// [`REPLAY_SKEW_US`], having first drained its scheduler rings: what the others sent
+    /// before they published is then in its schedulers. The worker holding the earliest packet
+    /// can always go on, so no worker waits forever; after a stop was requested, a worker
+    /// whose bound has not moved for 100 ms (another worker died) processes what it holds.
+    fn lockstep(
+        &mut self,
+        clocks: &[AtomicU64],
+        ctx: Step<'_>,
+        mbufs: &mut [Option<Mbuf>],
+        scratch: &mut [Option<Mbuf>],
+        held: &mut Held,
+        stalled_since: &mut Option<u64>,
+    ) {
+        let me = self.index;
+        let others = clocks.iter().enumerate().filter(|(i, _)| *i != me).map(|(_, c)| c.load(Ordering::Acquire));
+        let mut bound = others.min().unwrap_or(u64::MAX).saturating_add(REPLAY_SKEW_US);
+        self.drain_qos_rings(ctx.io, scratch, ctx.now_us);
+        let stamp = |m: &Option<Mbuf>| m.as_ref().and_then(|m| m.rx_timestamp_us()).unwrap_or(0);
+        let publish = |t: u64| {
+            let c = &clocks[me];
+            c.store(c.load(Ordering::Relaxed).max(t), Ordering::Release);
+        };
+        if held.pos == held.end {
+            *held = Held::default();
+            if quitting() {
+                clocks[me].store(u64::MAX, Ordering::Release);
+                return;
+            }
+            if self.rings.len() > 1 && !self.rings_have_room(ctx.room_needed) {
+                return; // backpressure, as in the free-running loop
+            }
+            let got = ctx.rx.iter().find_map(|(rxq, port)| {
+                let n = rxq.rx_burst(mbufs);
+                (n > 0).then_some((*port, n))
+            });
+            let Some((port, n)) = got else {
+                clocks[me].store(u64::MAX, Ordering::Release);
+                return;
+            };
+            *held = Held { port, pos: 0, end: n };
+            // Every packet sent so far is in the rings: the held burst's first packet bounds
+            // what follows.
+            clocks[me].store(stamp(&mbufs[0]), Ordering::Release);
+        }
+        if quitting() {
+            let now = ctx.now_us;
+            match *stalled_since {
+                Some(t) if now.saturating_sub(t) > 100_000 => bound = u64::MAX,
+                Some(_) => {}
+                None => *stalled_since = Some(now),
+            }
+        }
+        let mut k = held.pos;
+        while k < held.end && stamp(&mbufs[k]) <= bound {
+            k += 1;
+        }
+        if k == held.pos {
+            return;
+        }
+        *stalled_since = None;
+        let last = stamp(&mbufs[k - 1]);
+        self.datapath.process_burst(ctx.io, held.port, &mut mbufs[held.pos..k], ctx.now_us);
+        held.pos = k;
+        publish(if k < held.end { stamp(&mbufs[k]) } else { last });
     }
 }
 
@@ -224,11 +400,43 @@ pub fn mbufs_held(burst: usize, ports: usize) -> u64 {
     (burst.min(MAX_BURST) + ports * TX_BUFFER) as u64
 }
 
+/// What one lockstep turn works with.
+struct Step<'a> {
+    io: &'a mut TxIo,
+    rx: &'a [(dpdk::RxQueue, u16)],
+    room_needed: u32,
+    now_us: u64,
+}
+
 impl Worker {
     /// True when every other worker's ring has at least `need` free slots.
     #[inline]
     fn rings_have_room(&self, need: u32) -> bool {
         self.rings.iter().enumerate().all(|(i, r)| i == self.index || r.free_count() >= need)
+    }
+
+    /// Queues what other workers handed over for the shaped ports this one owns, one burst
+    /// per ring and turn, up to a ring's worth; returns how many.
+    #[inline]
+    fn drain_qos_rings(&mut self, io: &mut TxIo, pkts: &mut [Option<Mbuf>], now_us: u64) -> usize {
+        let mut total = 0;
+        for i in 0..self.qos_in.len() {
+            let (port, ring) = self.qos_in[i];
+            let mut rounds = QOS_RING_SLOTS as usize / pkts.len().max(1);
+            loop {
+                let n = ring.pop_burst(pkts);
+                for m in pkts.iter_mut().take(n).filter_map(Option::take) {
+                    let class = m.sched_class();
+                    self.datapath.schedule_handed_over(io, port, class, m, now_us);
+                }
+                total += n;
+                rounds = rounds.saturating_sub(1);
+                if n < pkts.len() || rounds == 0 {
+                    break;
+                }
+            }
+        }
+        total
     }
 
     /// Processes what other workers handed to this one; returns how many.
@@ -241,5 +449,19 @@ impl Worker {
             self.datapath.process_handed_off(io, port, m, now_us);
         }
         n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shaped_ports_are_spread_over_the_workers_in_port_order() {
+        let qos = [Some(()), None, Some(()), Some(()), None];
+        assert_eq!(scheduler_owners(&qos, 2), vec![Some(0), None, Some(1), Some(0), None]);
+        assert_eq!(scheduler_owners(&qos, 1), vec![Some(0), None, Some(0), Some(0), None]);
+        assert_eq!(scheduler_owners(&qos, 4), vec![Some(0), None, Some(1), Some(2), None]);
+        assert_eq!(scheduler_owners::<()>(&[None, None], 3), vec![None, None]);
     }
 }

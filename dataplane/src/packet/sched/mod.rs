@@ -24,7 +24,8 @@
 //!
 //! Time is an integer tick count at `hz` ticks per second (the TSC live; 1e9 for a virtual ns
 //! clock). Nothing allocates after [`Scheduler::new`]: each class's ring holds
-//! `capacity_pkts` entries from the start. No locks: one scheduler per port per lcore.
+//! `capacity_pkts` entries from the start. No locks: one scheduler per port, on the lcore that
+//! owns it (other workers reach it over rings: see `docs/scheduling.md`).
 
 pub mod classify;
 pub mod counters;

@@ -210,8 +210,9 @@ pub struct Summary {
 
 /// The drops that are losses: packets the appliance did not process for lack of resources (the
 /// PMD found no mbuf or no room in its rx queue; no mbuf for a copy, a full tx queue, a full
-/// hand-off ring), as opposed to policy drops (tables, malformed packets, gradient validation).
-pub const LOSS_REASONS: [&str; 5] = ["rx_nombuf", "imissed", "no_mbuf", "tx_full", "hand_off_full"];
+/// hand-off ring, a full ring to a shaped port's scheduler), as opposed to policy drops (tables,
+/// malformed packets, gradient validation, the schedulers' tail and RED drops).
+pub const LOSS_REASONS: [&str; 6] = ["rx_nombuf", "imissed", "no_mbuf", "tx_full", "hand_off_full", "qos_ring_full"];
 
 /// Drops by reason: the workers' `counters` and the ports' `rx_nombuf` and `imissed` (summed
 /// over `ethdev`, the ports' `rte_eth_stats`); and the losses among them ([`LOSS_REASONS`]).
@@ -233,7 +234,7 @@ fn drops_and_losses(counters: &Counters, ethdev: &[PortStats]) -> (std::collecti
 /// `pmd_held`: mbufs the ports' descriptors may hold (rx rings a NIC keeps filled, tx rings it
 /// frees lazily). A ring gets an equal share of what the rest leaves, at most
 /// [`MAX_RING_SLOTS`], and at least twice [`worker::ring_room_needed`] (the room a producer
-/// waits for before an rx burst).
+/// waits for before an rx burst). [`plan_pool`] with the egress schedulers' needs.
 pub fn size_hand_off_rings(
     mbufs: u32,
     cache: u32,
@@ -243,13 +244,57 @@ pub fn size_hand_off_rings(
     rings: bool,
     pmd_held: u64,
 ) -> Result<u32, String> {
+    plan_pool(mbufs, cache, burst, ports, workers, rings, pmd_held, &SchedMbufs::default()).map(|p| p.0)
+}
+
+/// The mbufs the egress schedulers can hold at once: the rings to the owners of shaped ports'
+/// schedulers, counted full, and each class's queue (`[port.qos]`; one scheduler per port).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SchedMbufs {
+    /// Mbufs the rings to the schedulers' owners hold when full (each ring's slots - 1).
+    pub ring_mbufs: u64,
+    /// Per class of every shaped port, in port and class order: its packet capacity
+    /// ([`crate::config::memory::class_mbufs`]).
+    pub demand: Vec<u64>,
+    /// Per class: the least it may be cut to ([`crate::config::memory::class_mbufs_floor`]).
+    pub floor: Vec<u64>,
+}
+
+/// [`size_hand_off_rings`] with the egress schedulers: what their rings and queues can hold
+/// counts among what the pool must keep apart from rx, so that full queues never starve the
+/// ports of mbufs. Returns each hand-off ring's slots (0 without) and each class's packet
+/// capacity (`sched.demand`, or less when the pool cannot hold every queue full: cut by
+/// [`crate::config::memory::fit_class_mbufs`] into what the workers, the PMDs, the schedulers'
+/// rings and the smallest hand-off rings leave; the hand-off rings then share the rest).
+///
+/// # Errors
+/// The pool is smaller than all of that with every class at its floor: the message gives the
+/// size to set and what takes the mbufs.
+#[allow(clippy::too_many_arguments)]
+pub fn plan_pool(
+    mbufs: u32,
+    cache: u32,
+    burst: usize,
+    ports: usize,
+    workers: usize,
+    rings: bool,
+    pmd_held: u64,
+    sched: &SchedMbufs,
+) -> Result<(u32, Vec<u64>), String> {
     let workers = workers.max(1);
     let held = worker::mbufs_held(burst, ports);
     let cached = (cache as u64 * 3).div_ceil(2); // a cache holds up to 1.5 x its size (flush threshold)
-    let reserved = workers as u64 * (held + cached) + pmd_held;
+    let reserved = workers as u64 * (held + cached) + pmd_held + sched.ring_mbufs;
     let min_slots = if rings { (2 * worker::ring_room_needed(workers, burst) + 1).next_power_of_two() } else { 0 };
-    let needed = reserved + workers as u64 * min_slots.saturating_sub(1) as u64;
-    if (mbufs as u64) < needed {
+    let min_rings = workers as u64 * min_slots.saturating_sub(1) as u64;
+    let fitted = crate::config::memory::fit_class_mbufs(
+        &sched.demand,
+        &sched.floor,
+        (mbufs as u64).saturating_sub(reserved + min_rings),
+    );
+    let floors: u64 = sched.demand.iter().zip(&sched.floor).map(|(d, f)| (*d).min(*f)).sum();
+    let needed = reserved + min_rings + floors;
+    let Ok(classes) = fitted.map_err(|_| ()).and_then(|c| if (mbufs as u64) < needed { Err(()) } else { Ok(c) }) else {
         let mut why = format!(
             "{workers} worker(s) hold up to {} mbufs each (an rx burst of {}, {ports} port(s) x {} tx buffers, and \
              1.5 x the cache of {cache} on their lcore)",
@@ -263,20 +308,27 @@ pub fn size_hand_off_rings(
         if rings {
             why += &format!(", each worker's hand-off ring {}", min_slots - 1);
         }
+        if sched.ring_mbufs > 0 {
+            why += &format!(", the rings to the shaped ports' scheduler owners {}", sched.ring_mbufs);
+        }
+        if floors > 0 {
+            why += &format!(", the egress queues at least {floors} (each class's capacity_bytes in maximum frames)");
+        }
         return Err(format!(
             "expected at least {needed} mbufs, found {mbufs}: {why}; a smaller pool runs dry and the ports lose \
              packets (rx_nombuf)"
         ));
-    }
+    };
     if !rings {
-        return Ok(0);
+        return Ok((0, classes));
     }
-    let share = (mbufs as u64 - reserved) / workers as u64; // mbufs per ring
+    let queued: u64 = classes.iter().sum();
+    let share = (mbufs as u64 - reserved - queued) / workers as u64; // mbufs per ring
     let mut slots = MAX_RING_SLOTS;
     while slots > min_slots && (slots - 1) as u64 > share {
         slots /= 2;
     }
-    Ok(slots)
+    Ok((slots, classes))
 }
 
 /// The largest hand-off ring (slots): enough to absorb a worker's bursts while the other catches
@@ -697,10 +749,10 @@ fn run_with_eal(
     let cfg = &loaded.config;
     let lcores = loaded.lcores();
     start::check_lcores(eal, loaded, opts)?;
-    let (pool, ring_slots) = start::create_pool(loaded, opts, plans)?;
+    let (pool, ring_slots, schedulers) = start::create_pool(loaded, opts, plans)?;
     let ports = start::start_ports(loaded, plans, &pool)?;
     stop_requested()?;
-    let running = start::launch_workers(loaded, &ports, pool, ring_slots, expected.is_some())?;
+    let running = start::launch_workers(loaded, &ports, pool, ring_slots, schedulers, expected.is_some())?;
     if !opts.quiet && expected.is_none() {
         // Live or endless input: say when the ports are forwarding (scripts wait for this line).
         let names: Vec<&str> = ports.iter().map(|p| p.name()).collect();
@@ -1000,6 +1052,44 @@ mod tests {
         assert_eq!(s.failure(), None);
         let short = Summary { input_short: true, ..s };
         assert!(short.failure().unwrap().contains("ended short"));
+    }
+
+    #[test]
+    fn full_egress_queues_leave_rx_its_mbufs() {
+        use crate::config::memory::{class_mbufs, class_mbufs_floor, fit_class_mbufs};
+        // A class of the default 262,144 bytes holds up to 262144 / 14 + 1 = 18,725 frames of
+        // 14 bytes, bounded by the pool; its floor is 262144 / 1514 rounded up = 174 full frames.
+        assert_eq!(class_mbufs(262_144, u64::MAX), 18_725);
+        assert_eq!(class_mbufs(262_144, 8191), 8191);
+        assert_eq!(class_mbufs(3000, 8191), 215);
+        assert_eq!(class_mbufs_floor(262_144, 1514), 174);
+        assert_eq!(class_mbufs_floor(3000, 1514), 2);
+        // Demands that fit are kept; else floors plus shares in proportion to the rest.
+        assert_eq!(fit_class_mbufs(&[215, 100], &[2, 10], 315), Ok(vec![215, 100]));
+        // 1000 - (174 + 2) = 824 spare over floors; extra asked 8017 and 213: shares
+        // 8017 x 824 / 8230 = 802 and 213 x 824 / 8230 = 21.
+        assert_eq!(fit_class_mbufs(&[8191, 215], &[174, 2], 1000), Ok(vec![174 + 802, 2 + 21]));
+        assert_eq!(fit_class_mbufs(&[8191, 215], &[174, 2], 175), Err(1));
+        // One worker, 2 ports, burst 32, cache 256: it holds 32 + 64 + 384 = 480. A port with
+        // two default classes and one of 3000 bytes in the default pool of 8191: 7711 spare
+        // for 8191 + 8191 + 215 asked, floors 174 + 174 + 2: the 7361 beyond the floors go in
+        // proportion to 8017, 8017 and 213 of 16247 asked beyond them: 3632, 3632 and 96.
+        let sched = SchedMbufs { ring_mbufs: 0, demand: vec![8191, 8191, 215], floor: vec![174, 174, 2] };
+        let (slots, classes) = plan_pool(8191, 256, 32, 2, 1, false, 0, &sched).unwrap();
+        assert_eq!(slots, 0);
+        assert!(classes.iter().sum::<u64>() <= 8191 - 480, "{classes:?}");
+        assert_eq!(classes, fit_class_mbufs(&sched.demand, &sched.floor, 8191 - 480).unwrap());
+        assert_eq!(classes, vec![174 + 3632, 174 + 3632, 2 + 96]);
+        // Two workers, each other's rings to the owner (1023 mbufs), hand-off rings: 2 x 480 +
+        // 1023 + 2 x 127 + 350 = 2587 needed at the floors.
+        let sched = SchedMbufs { ring_mbufs: 1023, ..sched };
+        let e = plan_pool(2586, 256, 32, 2, 2, true, 0, &sched).unwrap_err();
+        assert!(e.starts_with("expected at least 2587 mbufs, found 2586"), "{e}");
+        assert!(e.contains("scheduler owners 1023") && e.contains("egress queues at least 350"), "{e}");
+        let (slots, classes) = plan_pool(2587, 256, 32, 2, 2, true, 0, &sched).unwrap();
+        assert_eq!((slots, classes), (128, vec![174, 174, 2]));
+        // Without schedulers, as before.
+        assert_eq!(plan_pool(8191, 256, 32, 2, 2, true, 0, &SchedMbufs::default()), Ok((2048, vec![])));
     }
 
     #[test]

@@ -2,15 +2,18 @@
 //! and created, every port configured and started, the hand-off rings made and every worker
 //! launched on its lcore. All or nothing: the first failure is returned.
 
-use super::{pmd_held, size_hand_off_rings, AppError, Options, PortPlan};
+use super::{plan_pool, pmd_held, AppError, Options, PortPlan, SchedMbufs};
 use crate::agg::nak::SharedNakLimiter;
 use crate::agg::PortAddr;
+use crate::config::memory::class_mbufs_floor;
 use crate::config::{ConfigError, LcoreConfig, Loaded};
 use crate::datapath::Datapath;
 use crate::dpdk::lcore::{self, LcoreHandle};
 use crate::dpdk::ring::Ring;
 use crate::dpdk::{self, port::PortSetup, DpdkError, Eal, Mempool, Port};
+use crate::sched::{ClassMap, PortConfig};
 use crate::worker::{self, RxQueue, Worker};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -57,13 +60,19 @@ pub(super) fn check_lcores(eal: &Eal, loaded: &Loaded, opts: &Options) -> Result
     Ok(())
 }
 
-/// Sizes the mbuf pool's share of the hand-off rings and creates the pool. Returns it, and the
-/// slots of each hand-off ring when the run has rings (several workers sharing collectives).
+/// The egress schedulers' configurations with each class's packet capacity fitted to the pool
+/// ([`plan_pool`]), by port.
+pub(super) type Schedulers = Vec<Option<(PortConfig, ClassMap)>>;
+
+/// Sizes the mbuf pool's share of the hand-off rings and of the egress schedulers' rings and
+/// queues, and creates the pool. Returns it, the slots of each hand-off ring when the run has
+/// rings (several workers sharing collectives), and the schedulers with their classes' packet
+/// capacities cut to what the pool can hold.
 pub(super) fn create_pool(
     loaded: &Loaded,
     opts: &Options,
     plans: &[PortPlan],
-) -> Result<(Mempool, Option<u32>), AppError> {
+) -> Result<(Mempool, Option<u32>, Schedulers), AppError> {
     let cfg = &loaded.config;
     let lcores = loaded.lcores();
     // One hand-off ring per worker when several share the collectives (software steering); the
@@ -77,7 +86,17 @@ pub(super) fn create_pool(
             pmd_held(&p.device, loaded.rx_queues(i as u16), pc.rx_desc, lcores.len() as u16, pc.tx_desc)
         })
         .sum();
-    let ring_slots = size_hand_off_rings(
+    // One scheduler per shaped port (its owner's), and a ring to it from every other worker.
+    let shaped: Vec<&PortConfig> = loaded.qos.iter().flatten().map(|(c, _)| c).collect();
+    let sched = SchedMbufs {
+        ring_mbufs: (shaped.len() * lcores.len().saturating_sub(1)) as u64 * u64::from(worker::QOS_RING_SLOTS - 1),
+        demand: shaped.iter().flat_map(|c| c.classes.iter().map(|k| u64::from(k.capacity_pkts))).collect(),
+        floor: shaped
+            .iter()
+            .flat_map(|c| c.classes.iter().map(|k| class_mbufs_floor(k.capacity_bytes, c.max_frame_bytes)))
+            .collect(),
+    };
+    let (ring_slots, fitted) = plan_pool(
         cfg.mempool.mbufs,
         cfg.mempool.cache,
         cfg.dataplane.burst as usize,
@@ -85,10 +104,18 @@ pub(super) fn create_pool(
         lcores.len(),
         with_rings,
         descriptors,
+        &sched,
     )
     .map_err(|e| ConfigError::new(&opts.config, "mempool.mbufs", e))?;
+    let mut fitted = fitted.into_iter();
+    let mut schedulers = loaded.qos.clone();
+    for (c, _) in schedulers.iter_mut().flatten() {
+        for k in &mut c.classes {
+            k.capacity_pkts = fitted.next().map_or(k.capacity_pkts, |n| n as u32);
+        }
+    }
     let pool = Mempool::new("dpu_mbufs", cfg.mempool.mbufs, cfg.mempool.cache, cfg.mempool.data_room, -1)?;
-    Ok((pool, with_rings.then_some(ring_slots)))
+    Ok((pool, with_rings.then_some(ring_slots), schedulers))
 }
 
 /// Configures and starts every planned port on `pool` (one tx queue per worker), in port order.
@@ -138,6 +165,15 @@ struct Shared {
     pool: Mempool,
     /// Every worker's hand-off ring (empty without rings).
     rings: Vec<Ring>,
+    /// The worker owning each port's egress scheduler ([`worker::scheduler_owners`]).
+    owners: Vec<Option<usize>>,
+    /// `qos_rings[port][w]`: worker `w`'s ring to the owner of shaped port `port` (`None` for
+    /// the owner itself, an unshaped port, or a single worker).
+    qos_rings: Vec<Vec<Option<Ring>>>,
+    /// The egress schedulers, their queues fitted to the pool.
+    schedulers: Schedulers,
+    /// Published capture clocks of a lockstep replay ([`Worker::lockstep`]).
+    lockstep: Option<Arc<[AtomicU64]>>,
     /// One NAK limiter for all workers: spec section 5's limit is per source, whichever worker
     /// refuses it.
     nak_limiter: Arc<SharedNakLimiter>,
@@ -145,14 +181,16 @@ struct Shared {
     replay: bool,
 }
 
-/// Makes the hand-off rings (`ring_slots` slots each, if any) and launches one worker per
-/// configured lcore. On a failed launch, stops and joins those already launched. `replay`:
-/// finite pcap inputs, whose capture times are the egress schedulers' clock (else the TSC).
+/// Makes the hand-off rings (`ring_slots` slots each, if any) and the rings to the owners of the
+/// shaped ports' `schedulers`, and launches one worker per configured lcore. On a failed
+/// launch, stops and joins those already launched. `replay`: finite pcap inputs, whose capture
+/// times are the egress schedulers' clock (else the TSC).
 pub(super) fn launch_workers(
     loaded: &Loaded,
     ports: &[Port],
     pool: Mempool,
     ring_slots: Option<u32>,
+    schedulers: Schedulers,
     replay: bool,
 ) -> Result<Running, AppError> {
     let cfg = &loaded.config;
@@ -170,6 +208,24 @@ pub(super) fn launch_workers(
     let drain_tsc = hz / 1_000_000 * cfg.dataplane.tx_drain_us.max(1);
     let results: Vec<ResultSlot> = lcores.iter().map(|_| Arc::new(Mutex::new(None))).collect();
     worker::STOPPED_RX.store(0, std::sync::atomic::Ordering::SeqCst);
+    worker::DRAINED_HAND_OFFS.store(0, std::sync::atomic::Ordering::SeqCst);
+    // One lcore owns each shaped port's scheduler; every other worker reaches it over a ring
+    // of its own (single producer, single consumer).
+    let workers = lcores.len();
+    let owners = worker::scheduler_owners(&loaded.qos, workers);
+    let mut qos_rings: Vec<Vec<Option<Ring>>> = Vec::new();
+    for (p, owner) in owners.iter().enumerate() {
+        let mut per_worker = Vec::new();
+        for w in 0..workers {
+            per_worker.push(match owner {
+                Some(o) if *o != w => Some(Ring::new_spsc(&format!("dpu_qos{p}_{w}"), worker::QOS_RING_SLOTS)?),
+                _ => None,
+            });
+        }
+        qos_rings.push(per_worker);
+    }
+    let shared_sched = qos_rings.iter().flatten().any(Option::is_some);
+    let lockstep = (replay && shared_sched).then(|| (0..workers).map(|_| AtomicU64::new(0)).collect());
     let rings: Vec<Ring> = match ring_slots {
         Some(slots) => {
             (0..lcores.len()).map(|w| Ring::new(&format!("dpu_handoff{w}"), slots)).collect::<Result<_, _>>()?
@@ -184,6 +240,10 @@ pub(super) fn launch_workers(
         workers: lcores.len(),
         pool,
         rings,
+        owners,
+        qos_rings,
+        schedulers,
+        lockstep,
         nak_limiter: crate::agg::nak::shared(),
         replay,
     };
@@ -218,6 +278,14 @@ pub(super) fn launch_workers(
 /// Worker `wi` of the run, polling lcore `l`'s rx queues.
 fn make_worker(loaded: &Loaded, shared: &Shared, wi: usize, l: &LcoreConfig) -> Worker {
     let cfg = &loaded.config;
+    let owned: Vec<bool> = shared.owners.iter().map(|o| *o == Some(wi)).collect();
+    let qos_in = shared
+        .qos_rings
+        .iter()
+        .enumerate()
+        .filter(|(p, _)| owned[*p])
+        .flat_map(|(p, rings)| rings.iter().flatten().map(move |r| (p as u16, *r)))
+        .collect();
     Worker {
         rx: l
             .rx
@@ -233,7 +301,7 @@ fn make_worker(loaded: &Loaded, shared: &Shared, wi: usize, l: &LcoreConfig) -> 
             let dp =
                 Datapath::new(loaded.pipeline.clone(), shared.port_ids.len() as u16, cfg.dataplane.gradient_udp_port)
                     .with_local_addresses(shared.port_addrs.clone())
-                    .with_egress(&loaded.qos)
+                    .with_egress_owned(&shared.schedulers, &owned)
                     .expect("the configuration's schedulers were built once when it was validated")
                     .with_capture_clock(shared.replay);
             if loaded.collectives.is_empty() {
@@ -255,5 +323,10 @@ fn make_worker(loaded: &Loaded, shared: &Shared, wi: usize, l: &LcoreConfig) -> 
         pool: shared.pool,
         rings: shared.rings.clone(),
         index: wi,
+        workers: shared.workers,
+        qos_out: shared.qos_rings.iter().map(|rings| rings[wi]).collect(),
+        qos_in,
+        qos_shared: shared.qos_rings.iter().flatten().any(Option::is_some),
+        lockstep: shared.lockstep.clone(),
     }
 }

@@ -60,6 +60,25 @@ impl Mbuf {
     pub fn port(&self) -> u16 {
         self.hdr().port
     }
+
+    /// Writes the egress traffic class (0..8) the sending worker chose into
+    /// `mbuf->hash.sched.traffic_class`, where `rte_sched_port_pkt_write` keeps it for
+    /// `rte_sched` (`rte_mbuf_core.h`, `struct rte_mbuf_sched`): the field DPDK reserves for
+    /// carrying a packet's class to a scheduler on another lcore. It shares the `hash` union
+    /// with the rx RSS hash, which nothing reads after the pipeline. The owner of the port's
+    /// scheduler reads it back with [`Mbuf::sched_class`].
+    #[inline(always)]
+    pub fn set_sched_class(&mut self, class: u8) {
+        // SAFETY: we own a valid mbuf; every variant of the `hash` union is plain data.
+        unsafe { (*self.0.as_ptr()).__bindgen_anon_2.hash.sched.traffic_class = class }
+    }
+
+    /// The traffic class [`Mbuf::set_sched_class`] wrote.
+    #[inline(always)]
+    pub fn sched_class(&self) -> u8 {
+        // SAFETY: as above; a byte of plain data, whichever variant was written last.
+        unsafe { self.hdr().__bindgen_anon_2.hash.sched.traffic_class }
+    }
 }
 
 impl Drop for Mbuf {

@@ -5,14 +5,16 @@ use super::{DpdkError, Mbuf};
 use std::ffi::CString;
 use std::ptr::NonNull;
 
-/// A multi-producer, single-consumer ring of mbuf pointers. Lives as long as the process.
+/// A ring of mbuf pointers: multi-producer, single-consumer ([`Ring::new`]) or
+/// single-producer, single-consumer ([`Ring::new_spsc`]). Lives as long as the process.
 #[derive(Debug, Clone, Copy)]
 pub struct Ring {
     raw: NonNull<dpdk_sys::rte_ring>,
 }
 
-// SAFETY: rte_ring is lock-free and safe for concurrent producers; the single consumer is the
-// worker that owns the ring (by construction in the appliance).
+// SAFETY: rte_ring is lock-free; an MP ring is safe for concurrent producers, an SP ring has
+// one producer and every ring one consumer, each a fixed worker (by construction in the
+// appliance).
 unsafe impl Send for Ring {}
 // SAFETY: as above.
 unsafe impl Sync for Ring {}
@@ -20,9 +22,20 @@ unsafe impl Sync for Ring {}
 impl Ring {
     /// Creates a ring of `count` slots (a power of two; holds `count - 1` mbufs) named `name`.
     pub fn new(name: &str, count: u32) -> Result<Ring, DpdkError> {
+        Self::create(name, count, dpdk_sys::RING_F_SC_DEQ)
+    }
+
+    /// Creates a single-producer, single-consumer ring of `count` slots (a power of two; holds
+    /// `count - 1` mbufs) named `name` (`RING_F_SP_ENQ | RING_F_SC_DEQ`: no compare-and-swap on
+    /// either side). Exactly one lcore may push and one pop.
+    pub fn new_spsc(name: &str, count: u32) -> Result<Ring, DpdkError> {
+        Self::create(name, count, dpdk_sys::RING_F_SP_ENQ | dpdk_sys::RING_F_SC_DEQ)
+    }
+
+    fn create(name: &str, count: u32, flags: u32) -> Result<Ring, DpdkError> {
         let c = CString::new(name).expect("ring names hold no NUL");
-        // SAFETY: valid name; flags select single-consumer dequeue.
-        let raw = unsafe { dpdk_sys::rte_ring_create(c.as_ptr(), count, -1, dpdk_sys::RING_F_SC_DEQ) };
+        // SAFETY: valid name; `flags` select the producer and consumer modes.
+        let raw = unsafe { dpdk_sys::rte_ring_create(c.as_ptr(), count, -1, flags) };
         NonNull::new(raw)
             .map(|raw| Ring { raw })
             .ok_or_else(|| DpdkError::from_errno(format!("rte_ring_create({name}, {count})")))
