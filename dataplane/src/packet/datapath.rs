@@ -614,6 +614,18 @@ impl<B: PacketBuf> Datapath<B> {
     #[inline(always)]
     fn send<I: PacketIo<Buf = B>>(&mut self, io: &mut I, port: u16, pkt: I::Buf, class: u8) {
         self.counters.tx(port, pkt.data().len());
+        if self.egress.is_empty() && self.remote_egress.is_empty() {
+            // No shaped port on this datapath: the common case, one test.
+            io.send(port, pkt);
+            return;
+        }
+        self.send_shaped(io, port, pkt, class);
+    }
+
+    /// [`Datapath::send`] on a datapath with shaped ports: queued here, handed to the port's
+    /// owner, or sent.
+    #[inline(never)]
+    fn send_shaped<I: PacketIo<Buf = B>>(&mut self, io: &mut I, port: u16, pkt: I::Buf, class: u8) {
         if let Some(Some(e)) = self.egress.get_mut(port as usize) {
             let now = self.rx_clock_us.unwrap_or(self.live_us);
             let (refused, red) = e.enqueue(io, port, class, pkt, now);
