@@ -256,6 +256,9 @@ pub struct Scheduler<T> {
     mark_point: MarkPoint,
     rng: EcnRng,
     max_frame: u32,
+    /// Ticks to send one frame of `max_frame` bytes (with the 24 bytes of overhead) at the
+    /// shaper's rate: RED's idle-decay step. `None` without a shaper.
+    slot_ticks: Option<u64>,
 }
 
 impl<T: SchedItem> Scheduler<T> {
@@ -293,6 +296,10 @@ impl<T: SchedItem> Scheduler<T> {
             mark_point: cfg.mark_point,
             rng: EcnRng::new(cfg.seed),
             max_frame: cfg.max_frame_bytes,
+            slot_ticks: cfg.rate_bytes_per_sec.filter(|&r| r > 0).map(|rate| {
+                let bytes = u128::from(cfg.max_frame_bytes) + u128::from(FRAME_OVERHEAD);
+                u64::try_from((bytes * u128::from(cfg.hz)).div_ceil(u128::from(rate))).unwrap_or(u64::MAX)
+            }),
         })
     }
 
@@ -327,6 +334,11 @@ impl<T: SchedItem> Scheduler<T> {
         let depth = q.bytes();
         if let Some(h) = self.hist.get_mut(class) {
             h.depth_bytes.saturating_record(depth);
+        }
+        if depth == 0 {
+            if let Some(red) = &mut self.red[class] {
+                red.wake(now, self.slot_ticks);
+            }
         }
         if self.mark_point == MarkPoint::Enqueue {
             if let Some(red) = &mut self.red[class] {
@@ -395,6 +407,7 @@ impl<T: SchedItem> Scheduler<T> {
             let Some(c) = self.select() else { break };
             if self.mark_point == MarkPoint::Dequeue && self.red[c].is_some() && !self.decide_head(c) {
                 let e = self.take_head(c, 0);
+                self.note_if_empty(c, now);
                 self.counters[c].red_drop.add(e.len);
                 out(Dequeued::Drop(e.item, DropReason::RedDrop));
                 handed += 1;
@@ -407,6 +420,7 @@ impl<T: SchedItem> Scheduler<T> {
                 }
             }
             let e = self.take_head(c, u64::from(len) + u64::from(FRAME_OVERHEAD));
+            self.note_if_empty(c, now);
             let cnt = &mut self.counters[c];
             cnt.sent.add(e.len);
             if let Some(h) = self.hist.get_mut(c) {
@@ -417,6 +431,16 @@ impl<T: SchedItem> Scheduler<T> {
             sent += 1;
         }
         sent
+    }
+
+    /// Tells class `c`'s RED that its queue went empty at `now`, if it did.
+    #[inline]
+    fn note_if_empty(&mut self, c: usize, now: u64) {
+        if self.nonempty & (1 << c) == 0 {
+            if let Some(red) = &mut self.red[c] {
+                red.went_empty(now);
+            }
+        }
     }
 
     /// The dequeue-time RED decision for class `c`'s head, taken once: false when the head is

@@ -11,8 +11,12 @@
 //! marked Not-ECT one is dropped (RFC 3168 section 6.1.1.1): [`RedVerdict::Mark`] is the
 //! decision, the scheduler applies it.
 //!
-//! Not done: RED's decay of the average over an idle period (`rte_red_mark_queue_empty`): the
-//! average moves only when a packet is sampled.
+//! Over an idle period the average decays as if the queue had been sampled empty once per
+//! *slot* (the time the port takes to send one frame of the largest size, at the shaper's
+//! rate): `avg × (1 − 2^−w)^m` for `m` slots, computed in fixed point when the next packet
+//! arrives (RED's `m` of Floyd & Jacobson section 4; `rte_red_mark_queue_empty` and
+//! `rte_red_enqueue_empty` in DPDK). A port without a shaper has no line time to count slots
+//! in, so there the average moves only when a packet is sampled.
 
 use rand_core::{Rng, SeedableRng};
 use rand_pcg::Pcg32;
@@ -103,12 +107,32 @@ pub struct Red {
     cfg: RedConfig,
     /// Average depth in bytes × 2^[`AVG_FRAC_BITS`].
     avg_fp: u64,
+    /// When the queue last went empty (ticks), until the next arrival.
+    idle_since: Option<u64>,
 }
 
 impl Red {
     /// Marking with `cfg` (checked with [`RedConfig::validate`] by the caller), average 0.
     pub fn new(cfg: RedConfig) -> Self {
-        Red { cfg, avg_fp: 0 }
+        Red { cfg, avg_fp: 0, idle_since: None }
+    }
+
+    /// Notes that the queue went empty at `now` (ticks).
+    #[inline]
+    pub fn went_empty(&mut self, now: u64) {
+        self.idle_since = Some(now);
+    }
+
+    /// A packet arrives at an empty queue at `now` (ticks): the average decays over the idle
+    /// time since [`Red::went_empty`] by one EWMA step towards 0 per `slot_ticks` (none without
+    /// a slot, with `ewma_log2` 0, or if the queue never went empty).
+    #[inline]
+    pub fn wake(&mut self, now: u64, slot_ticks: Option<u64>) {
+        let Some(since) = self.idle_since.take() else { return };
+        let w = u32::from(self.cfg.ewma_log2);
+        if let (Some(slot), true) = (slot_ticks.filter(|&s| s > 0), w > 0) {
+            self.avg_fp = decay(self.avg_fp, w, now.saturating_sub(since) / slot);
+        }
     }
 
     /// The parameters.
@@ -151,9 +175,83 @@ impl Red {
     }
 }
 
+/// `avg × (1 − 2^−w)^m`, rounded down: the factor raised by squaring in 0.64 fixed point.
+/// After `64·2^w` steps the factor is below e^−64 and the average is 0.
+fn decay(avg: u64, w: u32, m: u64) -> u64 {
+    if m == 0 || avg == 0 {
+        return avg;
+    }
+    if m >= 64u64 << w {
+        return 0;
+    }
+    // Factors in 0.64 fixed point (u64::MAX stands for 1); `mul` rounds down.
+    let mul = |a: u64, b: u64| ((u128::from(a) * u128::from(b)) >> 64) as u64;
+    let mut base = u64::MAX - (u64::MAX >> w);
+    let mut f = u64::MAX;
+    let mut e = m;
+    while e > 0 && f > 0 {
+        if e & 1 == 1 {
+            f = mul(f, base);
+        }
+        base = mul(base, base);
+        e >>= 1;
+    }
+    mul(avg, f)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The decay is the EWMA applied `m` times with q = 0: `avg·(1 − 2^−w)^m` within a part in
+    /// 10^9, never above what `m` truncating steps leave, and 0 past `64·2^w` steps.
+    #[test]
+    fn idle_decay_is_the_ewma_towards_zero_m_times() {
+        for w in [1u32, 3, 9, 20] {
+            for m in [1u64, 2, 7, 100, 5000] {
+                let start = 40_000u64 << AVG_FRAC_BITS;
+                let exact = start as f64 * (1.0 - (-(w as f64)).exp2()).powf(m as f64);
+                let got = decay(start, w, m) as f64;
+                assert!((got - exact).abs() <= exact * 1e-9 + 1.0, "w={w} m={m}: {got} vs {exact}");
+                let mut stepwise = start;
+                for _ in 0..m.min(5000) {
+                    stepwise -= stepwise >> w;
+                }
+                // Each truncating step keeps a little more (and stalls below 2^w).
+                assert!(got <= stepwise as f64 + 1.0, "w={w} m={m}: at least as far as the truncating steps");
+            }
+            assert_eq!(decay(1 << 40, w, 64 << w), 0);
+        }
+        assert_eq!(decay(12345, 4, 0), 12345);
+    }
+
+    /// A queue that stood above kmax, then idled for many slots, marks nothing on the next
+    /// packet at depth 0; without the idle time (or without a slot length) the average still
+    /// stands above kmax and the packet is marked.
+    #[test]
+    fn the_average_decays_over_an_idle_period() {
+        let mut rng = EcnRng::new(1);
+        let fill = |red: &mut Red| {
+            for _ in 0..2000 {
+                red.sample(80_000);
+            }
+            assert!(red.avg_fixed() >> AVG_FRAC_BITS > 79_000);
+        };
+        // ewma 2^-4, slot 1000 ticks: 200 slots of idle is (15/16)^200 ≈ 2.5e-6 of 80 kB.
+        let mut red = Red::new(cfg(4));
+        fill(&mut red);
+        red.went_empty(10_000);
+        red.wake(210_000, Some(1000));
+        assert_eq!(red.avg_fixed() >> AVG_FRAC_BITS, 0);
+        assert_eq!(red.decide(0, &mut rng), RedVerdict::Pass);
+
+        let mut held = Red::new(cfg(4));
+        fill(&mut held);
+        held.went_empty(10_000);
+        held.wake(210_000, None);
+        assert!(held.avg_fixed() >> AVG_FRAC_BITS > 79_000);
+        assert_eq!(held.decide(0, &mut rng), RedVerdict::Mark, "one sample at 0 leaves 15/16 of 80 kB");
+    }
 
     fn cfg(ewma_log2: u8) -> RedConfig {
         RedConfig { kmin_bytes: 10_000, kmax_bytes: 50_000, pmax: P_ONE / 5, ewma_log2 }
