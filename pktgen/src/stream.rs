@@ -360,7 +360,7 @@ impl SizeTemplates {
             udp_at: self.udp_ck.unwrap_or(0),
             roce: self.icrc_at.is_some(),
             tsc,
-            tsc_words: words64(tsc),
+            tsc_words: words64(tsc) as u32,
         }
     }
 
@@ -445,7 +445,8 @@ pub struct Stamper<'a> {
     udp_at: usize,
     roce: bool,
     tsc: u64,
-    tsc_words: u64,
+    /// The TSC's four 16-bit words summed (below 2^18).
+    tsc_words: u32,
 }
 
 impl Stamper<'_> {
@@ -489,11 +490,11 @@ impl Stamper<'_> {
             dst.add(s + 4).cast::<[u8; 4]>().write_unaligned(seq.to_be_bytes());
             dst.add(s + 8).cast::<[u8; 8]>().write_unaligned(self.tsc.to_be_bytes());
             let ck0 = self.sums.get_unchecked(flow).0;
-            // At most 2^16 + 4 * 2^16 + 2 * 2^16: three folds reach 16 bits.
-            let sum = u64::from(!ck0) + self.tsc_words + u64::from(seq >> 16) + u64::from(seq & 0xffff);
+            // Below 2^16 * 7: one fold leaves at most 0xffff + 6, whose carry the second adds
+            // into the low 16 bits (RFC 1071's two-step fold).
+            let sum = u32::from(!ck0) + self.tsc_words + (seq >> 16) + (seq & 0xffff);
             let sum = (sum & 0xffff) + (sum >> 16);
-            let sum = (sum & 0xffff) + (sum >> 16);
-            let ck = !(((sum & 0xffff) + (sum >> 16)) as u16);
+            let ck = !((sum + (sum >> 16)) as u16);
             dst.add(self.udp_at).cast::<[u8; 2]>().write_unaligned((if ck == 0 { 0xffff } else { ck }).to_be_bytes());
         }
     }

@@ -201,9 +201,9 @@ impl LaneStream {
             for (slot, l) in slots.iter_mut().zip(&mut self.lens) {
                 let m = slot.as_mut().expect("allocated above");
                 // The pool's data room fits the largest frame (checked with the config).
-                let ok = m.reset_tx(len);
-                debug_assert!(ok);
-                st.stamp(dataplane::buf::PacketBuf::data_mut(m), flow, seq);
+                if let Some(data) = m.reset_tx(len) {
+                    st.stamp(data, flow, seq);
+                }
                 *l = len;
                 seq = seq.wrapping_add(1);
                 flow += 1;
@@ -218,9 +218,9 @@ impl LaneStream {
                 let si = size_index(&self.mix, self.pos, j);
                 let t = &self.templates[si];
                 let m = slot.as_mut().expect("allocated above");
-                let ok = m.reset_tx(t.len as u16);
-                debug_assert!(ok);
-                t.stamp(dataplane::buf::PacketBuf::data_mut(m), self.flow, self.seq, tsc);
+                if let Some(data) = m.reset_tx(t.len as u16) {
+                    t.stamp(data, self.flow, self.seq, tsc);
+                }
                 self.lens[j] = t.len as u16;
                 spent += self.cost[si];
                 self.seq = self.seq.wrapping_add(1);

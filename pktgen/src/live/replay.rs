@@ -623,10 +623,10 @@ impl ReplayLane {
         for ((slot, f), l) in slots.iter_mut().zip(&frames[..n]).zip(&mut self.lens) {
             let m = slot.as_mut().expect("allocated above");
             // The pool's data room fits the longest frame sent (the reader skips longer ones).
-            let ok = m.reset_tx(f.len as u16);
-            debug_assert!(ok);
-            let at = f.at as usize;
-            dataplane::buf::PacketBuf::data_mut(m).copy_from_slice(&b.data[at..at + f.len as usize]);
+            if let Some(data) = m.reset_tx(f.len as u16) {
+                let at = f.at as usize;
+                data.copy_from_slice(&b.data[at..at + f.len as usize]);
+            }
             *l = f.len as u16;
         }
         if let Timing::Capture { cycles_per_ns } = self.timing {
