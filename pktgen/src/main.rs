@@ -45,6 +45,10 @@ struct RunArgs {
     /// No line per second.
     #[arg(short, long)]
     quiet: bool,
+    /// Each stream stops after N packets (split among its tx lcores); the run ends when all
+    /// have stopped.
+    #[arg(long, value_name = "N")]
+    packets: Option<u64>,
     /// More EAL arguments, after `--`.
     #[arg(last = true)]
     eal: Vec<String>,
@@ -182,8 +186,14 @@ fn allreduce(a: AllreduceArgs) -> Result<()> {
 }
 
 fn run(a: RunArgs) -> ExitCode {
-    let opts =
-        pktgen::live::RunOptions { duration_s: a.duration, json: a.json, csv: a.csv, quiet: a.quiet, eal_extra: a.eal };
+    let opts = pktgen::live::RunOptions {
+        duration_s: a.duration,
+        json: a.json,
+        csv: a.csv,
+        quiet: a.quiet,
+        eal_extra: a.eal,
+        packets: a.packets,
+    };
     match pktgen::live::run(&a.config, &opts) {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {

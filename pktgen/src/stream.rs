@@ -62,6 +62,9 @@ pub enum Kind {
     Udp,
     /// RoCEv2 UD SEND Only (BTH + DETH over UDP port 4791).
     Rocev2,
+    /// The frames of a pcap file, as captured (no stamp; `pktgen run` only: see
+    /// [`crate::live::replay`]).
+    Pcap,
 }
 
 /// The RoCEv2 fields of a stream's frames.
@@ -223,12 +226,13 @@ fn words64(v: u64) -> u64 {
     (v >> 48) + ((v >> 32) & 0xffff) + ((v >> 16) & 0xffff) + (v & 0xffff)
 }
 
+/// Folds a ones'-complement sum to 16 bits, without a loop (four folds take any u64 there).
 #[inline(always)]
-fn fold(mut s: u64) -> u16 {
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    s as u16
+fn fold(s: u64) -> u16 {
+    let s = (s & 0xffff_ffff) + (s >> 32);
+    let s = (s & 0xffff) + (s >> 16);
+    let s = (s & 0xffff) + (s >> 16);
+    ((s & 0xffff) + (s >> 16)) as u16
 }
 
 /// Every flow's template of one frame length of a stream, for one lane: the frames' first
@@ -330,77 +334,186 @@ impl SizeTemplates {
     }
 
     /// Writes flow `flow`'s frame (`self.len` bytes) into `out` with sequence number `seq` and
-    /// TSC `tsc`: the template, the filler, the fields, the UDP checksum and the ICRC.
+    /// TSC `tsc`: the template, the filler, the fields, the UDP checksum and the ICRC. (The
+    /// same as `self.stamper(tsc).stamp(out, flow, seq)`.)
     ///
     /// # Panics
-    /// If `out` is not `self.len` bytes long or `flow` is not below [`Self::flows`].
+    /// If `out` is shorter than `self.len` bytes or `flow` is not below [`Self::flows`].
     #[inline]
     pub fn stamp(&self, out: &mut [u8], flow: u32, seq: u32, tsc: u64) {
-        let out = &mut out[..self.len];
+        self.stamper(tsc).stamp(out, flow, seq);
+    }
+
+    /// What stamping a burst of frames with TSC `tsc` needs, in a few words the compiler keeps
+    /// in registers across the burst's loop (the template's fields would be reloaded per
+    /// packet after every store into a frame), with the TSC's share of the UDP checksum summed
+    /// once.
+    #[inline(always)]
+    pub fn stamper(&self, tsc: u64) -> Stamper<'_> {
+        Stamper {
+            t: self,
+            heads: &self.heads,
+            sums: &self.sums,
+            h: self.head,
+            len: self.len,
+            s: self.stamp,
+            udp_at: self.udp_ck.unwrap_or(0),
+            roce: self.icrc_at.is_some(),
+            tsc,
+            tsc_words: words64(tsc) as u32,
+        }
+    }
+
+    /// The whole stamp: the template, the filler, the fields, the UDP checksum and the ICRC.
+    ///
+    /// One length check, then unchecked moves: the head in one or two overlapping fixed-size
+    /// copies, the fields as whole words, the ICRC from the values written (not read back).
+    #[inline]
+    fn stamp_full(&self, out: &mut [u8], flow: u32, seq: u32, tsc: u64) {
         let flow = flow as usize;
         let h = self.head;
-        copy_chunks(&mut out[..h], &self.heads[flow * h..(flow + 1) * h]);
-        if self.len > h {
-            let fe = h + self.filler.len();
-            out[h..fe].copy_from_slice(&self.filler);
-            if self.trailer != 0 {
-                out[self.len - self.trailer..].fill(0);
+        assert!(out.len() >= self.len && flow < self.sums.len());
+        let dst = out.as_mut_ptr();
+        // SAFETY: `out` holds at least `self.len` bytes; every write below lies in
+        // [0, self.len): the head (h <= len, at least 60 bytes: the two copies of 32 or 64
+        // bytes end at 64 or 32 and at h), the filler and trailer (h + filler + ICRC + trailer =
+        // len, as built), the stamp's fields, the PSN, the ICRC and the UDP checksum (all
+        // inside the headers built for len). `heads` holds `flows` templates of `h` bytes.
+        unsafe {
+            let src = self.heads.as_ptr().add(flow * h);
+            if h == 64 {
+                copy_fixed::<64>(dst, src);
+            } else if h > 64 {
+                copy_fixed::<64>(dst, src);
+                copy_fixed::<64>(dst.add(h - 64), src.add(h - 64));
+            } else {
+                copy_fixed::<32>(dst, src);
+                copy_fixed::<32>(dst.add(h - 32), src.add(h - 32));
             }
-        }
-        let s = self.stamp;
-        out[s + 4..s + 8].copy_from_slice(&seq.to_be_bytes());
-        out[s + 8..s + 16].copy_from_slice(&tsc.to_be_bytes());
-        let (ck0, crc0) = self.sums[flow];
-        let mut crc_new = crc0;
-        if let Some(at) = self.icrc_at {
-            let psn = seq & 0x00ff_ffff;
-            out[self.psn_at..self.psn_at + 3].copy_from_slice(&psn.to_be_bytes()[1..]);
-            let mut c = crc0;
-            let t = &self.tables;
-            c ^= t[0][out[self.psn_at] as usize]
-                ^ t[1][out[self.psn_at + 1] as usize]
-                ^ t[2][out[self.psn_at + 2] as usize];
-            for (i, tab) in t[3..].iter().enumerate() {
-                c ^= tab[out[s + 4 + i] as usize];
+            if self.len > h {
+                std::ptr::copy_nonoverlapping(self.filler.as_ptr(), dst.add(h), self.filler.len());
+                if self.trailer != 0 {
+                    std::ptr::write_bytes(dst.add(self.len - self.trailer), 0, self.trailer);
+                }
             }
-            crc_new = c;
-            out[at..at + 4].copy_from_slice(&c.to_le_bytes());
-        }
-        if let Some(at) = self.udp_ck {
-            // RFC 1624 eq. 3: HC' = ~(~HC + ~m + m'); the template's fields are 0 (m = 0) but
-            // for the ICRC, which changes from crc0 to crc_new.
-            let psn = if self.icrc_at.is_some() { u64::from(seq & 0x00ff_ffff) } else { 0 };
-            let old_crc = u32::from_be_bytes(crc0.to_le_bytes());
-            let new_crc = u32::from_be_bytes(crc_new.to_le_bytes());
-            let mut sum = u64::from(!ck0) + words64(psn) + words64(u64::from(seq)) + words64(tsc);
-            if self.icrc_at.is_some() {
-                sum += words64(u64::from(!old_crc)) + words64(u64::from(new_crc));
+            let s = self.stamp;
+            dst.add(s + 4).cast::<[u8; 4]>().write_unaligned(seq.to_be_bytes());
+            dst.add(s + 8).cast::<[u8; 8]>().write_unaligned(tsc.to_be_bytes());
+            let (ck0, crc0) = *self.sums.get_unchecked(flow);
+            let mut crc_new = crc0;
+            if let Some(at) = self.icrc_at {
+                let psn = (seq & 0x00ff_ffff).to_be_bytes();
+                let p = self.psn_at;
+                *dst.add(p) = psn[1];
+                *dst.add(p + 1) = psn[2];
+                *dst.add(p + 2) = psn[3];
+                let t: &[[u32; 256]; 15] = self.tables[..].try_into().expect("15 ICRC tables");
+                let mut c = crc0 ^ t[0][psn[1] as usize] ^ t[1][psn[2] as usize] ^ t[2][psn[3] as usize];
+                for (i, b) in seq.to_be_bytes().into_iter().chain(tsc.to_be_bytes()).enumerate() {
+                    c ^= t[3 + i][b as usize];
+                }
+                crc_new = c;
+                dst.add(at).cast::<[u8; 4]>().write_unaligned(c.to_le_bytes());
             }
-            let ck = !fold(sum);
-            out[at..at + 2].copy_from_slice(&(if ck == 0 { 0xffff } else { ck }).to_be_bytes());
+            if let Some(at) = self.udp_ck {
+                // RFC 1624 eq. 3: HC' = ~(~HC + ~m + m'); the template's fields are 0 (m = 0)
+                // but for the ICRC, which changes from crc0 to crc_new.
+                let mut sum = u64::from(!ck0) + words64(u64::from(seq)) + words64(tsc);
+                if self.icrc_at.is_some() {
+                    let old_crc = u32::from_be_bytes(crc0.to_le_bytes());
+                    let new_crc = u32::from_be_bytes(crc_new.to_le_bytes());
+                    sum += words64(u64::from(seq & 0x00ff_ffff))
+                        + words64(u64::from(!old_crc))
+                        + words64(u64::from(new_crc));
+                }
+                let ck = !fold(sum);
+                dst.add(at).cast::<[u8; 2]>().write_unaligned((if ck == 0 { 0xffff } else { ck }).to_be_bytes());
+            }
         }
     }
 }
 
-/// Bytes of a template copied per packet with fixed-size moves (the rest of a longer frame's
-/// filler follows in one `memcpy`).
-pub const HEAD_LEN: usize = 128;
+/// A burst's view of one [`SizeTemplates`] ([`SizeTemplates::stamper`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Stamper<'a> {
+    t: &'a SizeTemplates,
+    heads: &'a [u8],
+    sums: &'a [(u16, u32)],
+    h: usize,
+    len: usize,
+    s: usize,
+    udp_at: usize,
+    roce: bool,
+    tsc: u64,
+    /// The TSC's four 16-bit words summed (below 2^18).
+    tsc_words: u32,
+}
 
-/// `dst.copy_from_slice(src)` in 16-byte pieces of fixed size, which the compiler turns into
-/// vector moves (a `memcpy` call of a variable length costs more than a 64-byte frame's copy).
+impl Stamper<'_> {
+    /// Writes flow `flow`'s frame with sequence number `seq` and the burst's TSC into `out`
+    /// (its first `len` bytes), as [`SizeTemplates::stamp`].
+    ///
+    /// UDP frames take the short way: the head (one 64-byte move for a 64-byte frame), the
+    /// filler of a longer frame, the two fields, and the UDP checksum from the template's with
+    /// the sequence number's two words and the TSC's precomputed sum (RFC 1624 eq. 3, the
+    /// template's fields being 0). RoCEv2 frames go through the whole stamp (PSN and ICRC).
+    ///
+    /// # Panics
+    /// If `out` is shorter than the frame or `flow` is not below the flows.
+    #[inline(always)]
+    pub fn stamp(&self, out: &mut [u8], flow: u32, seq: u32) {
+        if self.roce {
+            return self.t.stamp_full(out, flow, seq, self.tsc);
+        }
+        let (h, len, flow) = (self.h, self.len, flow as usize);
+        assert!(out.len() >= len && flow < self.sums.len());
+        let dst = out.as_mut_ptr();
+        // SAFETY: as in `stamp_full`: every write lies in [0, len) of `out` (UDP frames have no
+        // trailer and no ICRC; the filler ends the frame), the head's source in template `flow`
+        // of `heads` (`flows` templates of `h` bytes, 60 <= h <= len).
+        unsafe {
+            let src = self.heads.as_ptr().add(flow * h);
+            if h == 64 {
+                copy_fixed::<64>(dst, src);
+            } else if h > 64 {
+                copy_fixed::<64>(dst, src);
+                copy_fixed::<64>(dst.add(h - 64), src.add(h - 64));
+            } else {
+                copy_fixed::<32>(dst, src);
+                copy_fixed::<32>(dst.add(h - 32), src.add(h - 32));
+            }
+            if len > h {
+                let filler = &self.t.filler;
+                std::ptr::copy_nonoverlapping(filler.as_ptr(), dst.add(h), filler.len());
+            }
+            let s = self.s;
+            dst.add(s + 4).cast::<[u8; 4]>().write_unaligned(seq.to_be_bytes());
+            dst.add(s + 8).cast::<[u8; 8]>().write_unaligned(self.tsc.to_be_bytes());
+            let ck0 = self.sums.get_unchecked(flow).0;
+            // Below 2^16 * 7: one fold leaves at most 0xffff + 6, whose carry the second adds
+            // into the low 16 bits (RFC 1071's two-step fold).
+            let sum = u32::from(!ck0) + self.tsc_words + (seq >> 16) + (seq & 0xffff);
+            let sum = (sum & 0xffff) + (sum >> 16);
+            let ck = !((sum + (sum >> 16)) as u16);
+            dst.add(self.udp_at).cast::<[u8; 2]>().write_unaligned((if ck == 0 { 0xffff } else { ck }).to_be_bytes());
+        }
+    }
+}
+
+/// Copies `N` bytes from `src` to `dst` with one fixed-size (vector) move.
+///
+/// # Safety
+/// Both valid for `N` bytes; they may overlap only if equal ranges are not required (the
+/// callers copy disjoint buffers).
 #[inline(always)]
-fn copy_chunks(dst: &mut [u8], src: &[u8]) {
-    assert_eq!(dst.len(), src.len());
-    let mut d = dst.chunks_exact_mut(16);
-    let mut s = src.chunks_exact(16);
-    for (a, b) in (&mut d).zip(&mut s) {
-        let b: &[u8; 16] = b.try_into().expect("16 bytes");
-        a.copy_from_slice(b);
-    }
-    for (a, b) in d.into_remainder().iter_mut().zip(s.remainder()) {
-        *a = *b;
-    }
+unsafe fn copy_fixed<const N: usize>(dst: *mut u8, src: *const u8) {
+    // SAFETY: as the caller guarantees.
+    unsafe { dst.cast::<[u8; N]>().write_unaligned(src.cast::<[u8; N]>().read_unaligned()) }
 }
+
+/// Bytes of a template copied per packet with fixed-size moves (two overlapping copies of 64
+/// bytes, or of 32 below 64; the rest of a longer frame's filler follows in one `memcpy`).
+pub const HEAD_LEN: usize = 128;
 
 /// Writes Ethernet, IP, UDP, [BTH, DETH] and the stamp (sequence number and TSC 0) of `flow`.
 fn build_headers(spec: &StreamSpec, flow: u32, lane: u8, ip_payload: usize, f: &mut [u8], l3: usize, l4: usize) {

@@ -13,6 +13,9 @@ struct rte_mbuf *shim_pktmbuf_alloc(struct rte_mempool *mp) { return rte_pktmbuf
 int shim_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsigned int n)
 { return rte_pktmbuf_alloc_bulk(mp, mbufs, n); }
 
+int shim_mempool_get_bulk(struct rte_mempool *mp, void **objs, unsigned int n)
+{ return rte_mempool_get_bulk(mp, objs, n); }
+
 void shim_pktmbuf_free(struct rte_mbuf *m) { rte_pktmbuf_free(m); }
 
 void *shim_pktmbuf_mtod(struct rte_mbuf *m) { return rte_pktmbuf_mtod(m, void *); }

@@ -27,6 +27,8 @@ uint16_t shim_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, ui
 struct rte_mbuf *shim_pktmbuf_alloc(struct rte_mempool *mp);
 /* rte_pktmbuf_alloc_bulk(): n mbufs or none; 0 on success. */
 int shim_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsigned int n);
+/* rte_mempool_get_bulk: n objects (mbufs of a pktmbuf pool, not reset), all or none (0 or -ENOENT). */
+int shim_mempool_get_bulk(struct rte_mempool *mp, void **objs, unsigned int n);
 /* rte_pktmbuf_free(): free a (possibly chained) mbuf. */
 void shim_pktmbuf_free(struct rte_mbuf *m);
 /* rte_pktmbuf_mtod(): pointer to the first data byte. */

@@ -249,6 +249,14 @@ pub struct StreamConfig {
     /// RoCEv2: BTH P_Key (default 0xffff).
     #[serde(default = "d_pkey")]
     pub pkey: u16,
+    /// pcap streams: the capture file (classic pcap, Ethernet; relative to the working
+    /// directory), sent as captured ([`super::replay`]).
+    pub file: Option<String>,
+    /// pcap streams: passes over the file (default 1; 0: until the run ends).
+    pub loops: Option<u64>,
+    /// pcap streams: timing-faithful to the capture's timestamps, this many times faster
+    /// (unset: full rate, or `rate_pps`/`rate_bps`).
+    pub speed: Option<f64>,
 }
 
 fn d_kind() -> Kind {
@@ -340,6 +348,8 @@ pub struct Stream {
     pub rx_port: Option<u16>,
     /// The tx lcores that send it.
     pub lcores: Vec<u32>,
+    /// A pcap stream's file and timing (`kind = "pcap"`).
+    pub replay: Option<super::replay::Replay>,
 }
 
 /// A checked configuration.
@@ -506,6 +516,8 @@ fn check(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
             }
             None => run.tx_lcores.clone(),
         };
+        let mut lcores = lcores;
+        let replay = super::replay::resolve(s, i, path, &mut lcores)?;
         let src_ip = parse_ip(path, &k("src_ip"), s.src_ip.as_deref().unwrap_or("10.0.0.1"))?;
         let dst_default = if src_ip.is_v6() { "fd00::2" } else { "10.0.0.2" };
         let dst_ip = parse_ip(path, &k("dst_ip"), s.dst_ip.as_deref().unwrap_or(dst_default))?;
@@ -537,8 +549,8 @@ fn check(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
                 return Err(err(k("dst_port"), format!("RoCEv2 is UDP port 4791, found {p}")))
             }
             (Kind::Rocev2, _) => ROCEV2_PORT,
-            (Kind::Udp, Some(p)) => p,
-            (Kind::Udp, None) => 9,
+            (Kind::Udp | Kind::Pcap, Some(p)) => p,
+            (Kind::Udp | Kind::Pcap, None) => 9,
         };
         for (f, v) in [("dest_qp", s.dest_qp), ("src_qp", s.src_qp)] {
             if v > 0xff_ffff {
@@ -562,6 +574,7 @@ fn check(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
             roce: RoceFields { dest_qp: s.dest_qp, src_qp: s.src_qp, qkey: s.qkey, pkey: s.pkey },
         };
         let (sizes, mix, size_key): (Vec<usize>, SizeMix, String) = match (&s.size, &s.imix, &s.sweep) {
+            _ if replay.is_some() => (vec![replay.as_ref().map_or(0, |r| r.max_frame)], SizeMix::Fixed, k("file")),
             (Some(n), None, None) => (vec![*n as usize], SizeMix::Fixed, k("size")),
             (None, Some(ImixConfig::Name(n)), None) if n == "standard" => (
                 IMIX.iter().map(|x| x.0).collect(),
@@ -605,7 +618,7 @@ fn check(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
         }
         let min = spec.min_frame_len();
         for (j, &n) in sizes.iter().enumerate() {
-            if n < min || n > MAX_FRAME {
+            if replay.is_none() && (n < min || n > MAX_FRAME) {
                 let key =
                     if sizes.len() == 1 && s.size.is_some() { size_key.clone() } else { format!("{size_key}[{j}]") };
                 return Err(err(
@@ -637,7 +650,18 @@ fn check(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
                 return Err(err(format!("stream[{i}]"), "expected at most one of `rate_pps` and `rate_bps`".into()))
             }
         };
-        streams.push(Stream { name, spec, sizes, mix, rate, layer: s.rate_layer, port, rx_port, lcores });
+        if let (Some(_), Some(rp)) = (&replay, rx_port) {
+            if let Some(o) = streams.iter().find(|x: &&Stream| x.replay.is_some() && x.rx_port == Some(rp)) {
+                return Err(err(
+                    k("rx_port"),
+                    format!(
+                        "pcap stream {:?} already receives on this port (frames without a stamp cannot be told apart)",
+                        o.name
+                    ),
+                ));
+            }
+        }
+        streams.push(Stream { name, spec, sizes, mix, rate, layer: s.rate_layer, port, rx_port, lcores, replay });
     }
     let need = largest as u32 + 128;
     let data_room = match config.mempool.data_room {

@@ -15,6 +15,7 @@
 
 pub mod config;
 pub mod pace;
+pub mod replay;
 pub mod report;
 
 use crate::stream::{self, SizeMix, SizeTemplates};
@@ -25,7 +26,7 @@ use hdrhistogram::Histogram;
 use pace::Pacer;
 use report::{Latency, StreamSummary, Summary};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Options from the command line.
@@ -41,6 +42,9 @@ pub struct RunOptions {
     pub quiet: bool,
     /// More EAL arguments, after the config's.
     pub eal_extra: Vec<String>,
+    /// Each stream stops after this many packets (split among its lanes); the run ends when
+    /// every stream has stopped (or at the duration).
+    pub packets: Option<u64>,
 }
 
 /// Why a run failed.
@@ -76,6 +80,8 @@ pub struct TxCounters {
     pub tx_full: AtomicU64,
     /// Bulk mbuf allocations that failed (the pool was empty).
     pub nombuf: AtomicU64,
+    /// pcap streams: captured frames too long for the mbufs, not sent.
+    pub skipped: AtomicU64,
     /// The lane's TSC when it started and when it stopped sending (0: not yet).
     pub start_tsc: AtomicU64,
     /// See `start_tsc`.
@@ -116,6 +122,8 @@ struct LaneStream {
     lens: Vec<u16>,
     pend_at: usize,
     pend_n: usize,
+    /// Packets still to send (`--packets`; `u64::MAX`: no limit).
+    limit: u64,
 }
 
 impl LaneStream {
@@ -146,8 +154,18 @@ impl LaneStream {
                 self.sweep_next = now + self.sweep_step;
             }
         }
+        let burst = burst.min(self.limit.min(burst as u64) as usize);
         let n = match &mut self.pacer {
             None => burst,
+            Some(p) if matches!(self.mix, SizeMix::Fixed) => {
+                // Whole packets of one cost: one division per burst.
+                let k = (p.budget(now) / self.cost[0]).max(0.0);
+                if k >= burst as f64 {
+                    burst
+                } else {
+                    k as usize
+                }
+            }
             Some(p) => {
                 let mut budget = p.budget(now);
                 let mut n = 0;
@@ -166,26 +184,50 @@ impl LaneStream {
             return;
         }
         let slots = &mut self.pend[..n];
-        if !pool.alloc_bulk(slots) {
+        // Unreset mbufs: reset_tx below sets what a tx PMD reads.
+        if !pool.alloc_bulk_raw(slots) {
             bump(&c.nombuf, 1);
             return;
         }
+        // One TSC read per burst: every packet of a burst carries the same stamp time.
         let tsc = now.wrapping_sub(stamp_back);
         let mut spent = 0.0;
-        for (j, slot) in slots.iter_mut().enumerate() {
-            let si = size_index(&self.mix, self.pos, j);
-            let t = &self.templates[si];
-            let m = slot.as_mut().expect("allocated above");
-            // The pool's data room fits the largest frame (checked with the config).
-            let ok = m.set_len(t.len as u16);
-            debug_assert!(ok);
-            t.stamp(dataplane::buf::PacketBuf::data_mut(m), self.flow, self.seq, tsc);
-            self.lens[j] = t.len as u16;
-            spent += self.cost[si];
-            self.seq = self.seq.wrapping_add(1);
-            self.flow += 1;
-            if self.flow == t.flows() {
-                self.flow = 0;
+        if let SizeMix::Fixed = self.mix {
+            // One template for the whole burst: no size lookup per packet.
+            let t = &self.templates[0];
+            let st = t.stamper(tsc);
+            let (len, flows) = (t.len as u16, t.flows());
+            let (mut seq, mut flow) = (self.seq, self.flow);
+            for (slot, l) in slots.iter_mut().zip(&mut self.lens) {
+                let m = slot.as_mut().expect("allocated above");
+                // The pool's data room fits the largest frame (checked with the config).
+                if let Some(data) = m.reset_tx(len) {
+                    st.stamp(data, flow, seq);
+                }
+                *l = len;
+                seq = seq.wrapping_add(1);
+                flow += 1;
+                if flow == flows {
+                    flow = 0;
+                }
+            }
+            (self.seq, self.flow) = (seq, flow);
+            spent = self.cost[0] * n as f64;
+        } else {
+            for (j, slot) in slots.iter_mut().enumerate() {
+                let si = size_index(&self.mix, self.pos, j);
+                let t = &self.templates[si];
+                let m = slot.as_mut().expect("allocated above");
+                if let Some(data) = m.reset_tx(t.len as u16) {
+                    t.stamp(data, self.flow, self.seq, tsc);
+                }
+                self.lens[j] = t.len as u16;
+                spent += self.cost[si];
+                self.seq = self.seq.wrapping_add(1);
+                self.flow += 1;
+                if self.flow == t.flows() {
+                    self.flow = 0;
+                }
             }
         }
         if let SizeMix::Mix { pattern } = &self.mix {
@@ -194,6 +236,7 @@ impl LaneStream {
         if let Some(p) = &mut self.pacer {
             p.spend(spent);
         }
+        self.limit -= n as u64;
         let k = self.txq.tx_burst(&mut self.pend[..n]);
         bump(&c.packets, k as u64);
         bump(&c.bytes, self.lens[..k].iter().map(|&l| l as u64).sum());
@@ -209,10 +252,26 @@ impl LaneStream {
         dpdk::mbuf::free_burst(&mut self.pend[self.pend_at..self.pend_at + self.pend_n]);
         self.pend_n = 0;
     }
+
+    /// Nothing left to send or retry.
+    #[inline(always)]
+    fn finished(&self) -> bool {
+        self.limit == 0 && self.pend_n == 0
+    }
 }
 
-/// A tx lane's whole work: until `stop`, every stream in turn.
-fn lane_loop(mut streams: Vec<LaneStream>, pool: Mempool, burst: usize, stamp_back: u64, stop: Arc<AtomicBool>) {
+/// A tx lane's whole work: every stream in turn, until `stop` or until every stream has
+/// finished (`--packets`, the passes of a pcap file); then it counts itself in `finished`.
+#[inline(never)]
+fn lane_loop(
+    mut streams: Vec<LaneStream>,
+    mut replays: Vec<replay::ReplayLane>,
+    pool: Mempool,
+    burst: usize,
+    stamp_back: u64,
+    stop: Arc<AtomicBool>,
+    finished: Arc<AtomicUsize>,
+) {
     let t0 = dpdk::rdtsc();
     for s in &mut streams {
         s.counters[s.slot].start_tsc.store(t0, Ordering::Relaxed);
@@ -221,10 +280,20 @@ fn lane_loop(mut streams: Vec<LaneStream>, pool: Mempool, burst: usize, stamp_ba
         }
         s.sweep_next = t0 + s.sweep_step;
     }
+    for r in &mut replays {
+        r.counters[r.slot].start_tsc.store(t0, Ordering::Relaxed);
+        r.start(t0);
+    }
     while !stop.load(Ordering::Relaxed) {
         let now = dpdk::rdtsc();
         for s in &mut streams {
             s.step(now, &pool, burst, stamp_back);
+        }
+        for r in &mut replays {
+            r.step(now, &pool, burst);
+        }
+        if streams.iter().all(LaneStream::finished) && replays.iter().all(replay::ReplayLane::finished) {
+            break;
         }
     }
     let t1 = dpdk::rdtsc();
@@ -232,6 +301,11 @@ fn lane_loop(mut streams: Vec<LaneStream>, pool: Mempool, burst: usize, stamp_ba
         s.discard();
         s.counters[s.slot].end_tsc.store(t1, Ordering::Relaxed);
     }
+    for r in &mut replays {
+        r.discard();
+        r.counters[r.slot].end_tsc.store(t1, Ordering::Relaxed);
+    }
+    finished.fetch_add(1, Ordering::Release);
 }
 
 /// Sequence numbers of one (stream, lane) as received.
@@ -263,6 +337,8 @@ impl RxStream {
 struct Rx {
     streams: Vec<RxStream>,
     queues: Vec<RxQueue>,
+    /// Per queue: the pcap stream that frames without a stamp arriving there belong to.
+    unstamped: Vec<Option<usize>>,
     interval: Histogram<u64>,
     other: u64,
     /// ns = cycles * mult >> 32.
@@ -291,7 +367,18 @@ impl Rx {
                 let m = slot.as_ref().expect("received");
                 let f = dataplane::buf::PacketBuf::data(m);
                 let Some(st) = stream::find_stamp(f) else {
-                    self.other += 1;
+                    match self.unstamped[qi] {
+                        Some(si) => {
+                            let s = &mut self.streams[si];
+                            s.packets += 1;
+                            s.bytes += f.len() as u64;
+                            if s.first_tsc == 0 {
+                                s.first_tsc = now;
+                            }
+                            s.last_tsc = now;
+                        }
+                        None => self.other += 1,
+                    }
                     continue;
                 };
                 let Some(s) = self.streams.get_mut(st.stream as usize) else {
@@ -421,10 +508,49 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
     let stamp_back = run.stamp_offset_us * hz / 1_000_000;
     let catch_up_s = run.catch_up_ms as f64 / 1e3;
     let mut per_lane: Vec<Vec<LaneStream>> = (0..lanes).map(|_| Vec::new()).collect();
+    let mut per_lane_replays: Vec<Vec<replay::ReplayLane>> = (0..lanes).map(|_| Vec::new()).collect();
+    let mut readers = Vec::new();
     for (si, s) in loaded.streams.iter().enumerate() {
         let share = s.lcores.len() as f64;
-        for &lc in &s.lcores {
+        for (j, &lc) in s.lcores.iter().enumerate() {
             let lane = run.tx_lcores.iter().position(|&x| x == lc).expect("checked with the config");
+            // This lane's part of --packets.
+            let limit = opts.packets.map_or(u64::MAX, |n| {
+                let l = s.lcores.len() as u64;
+                n / l + u64::from((j as u64) < n % l)
+            });
+            let txq = TxQueue::new(ports[s.port as usize].0.id(), lane as u16);
+            if let Some(r) = &s.replay {
+                let timing = match (r.speed, s.rate) {
+                    (Some(speed), _) => replay::Timing::Capture { cycles_per_ns: hz as f64 / 1e9 / speed },
+                    (None, Rate::Full) => replay::Timing::Full,
+                    (None, Rate::Pps(p)) => replay::Timing::Paced(Pacer::new(p, hz, burst as f64, catch_up_s), None),
+                    (None, Rate::Bps(b, layer)) => {
+                        let big = (layer.bytes(r.max_frame as u64) * 8) as f64 * burst as f64;
+                        replay::Timing::Paced(Pacer::new(b, hz, big, catch_up_s), Some(layer.bytes(0)))
+                    }
+                };
+                let (tx, rx) = std::sync::mpsc::sync_channel(replay::BATCHES);
+                let (back_tx, back_rx) = std::sync::mpsc::sync_channel(replay::BATCHES);
+                let (file, loops, max_frame) = (r.file.clone(), r.loops, r.max_frame);
+                let h = std::thread::Builder::new()
+                    .name(format!("pcap-{si}"))
+                    .spawn(move || replay::read_loops(&file, loops, max_frame, tx, back_rx))
+                    .map_err(|e| RunError::Runtime(format!("cannot start the reader of {}: {e}", r.file.display())))?;
+                readers.push((s.name.clone(), h));
+                let slot = si * lanes as usize + lane;
+                per_lane_replays[lane].push(replay::ReplayLane::new(
+                    counters.clone(),
+                    slot,
+                    txq,
+                    timing,
+                    rx,
+                    back_tx,
+                    limit,
+                    burst,
+                ));
+                continue;
+            }
             let templates = s
                 .sizes
                 .iter()
@@ -447,7 +573,7 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
             per_lane[lane].push(LaneStream {
                 counters: counters.clone(),
                 slot: si * lanes as usize + lane,
-                txq: TxQueue::new(ports[s.port as usize].0.id(), lane as u16),
+                txq,
                 templates,
                 cost,
                 mix: s.mix.clone(),
@@ -461,6 +587,7 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
                 lens: vec![0; burst],
                 pend_at: 0,
                 pend_n: 0,
+                limit,
             });
         }
     }
@@ -468,11 +595,18 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
     let mut rx_ports: Vec<u16> = loaded.streams.iter().filter_map(|s| s.rx_port).collect();
     rx_ports.sort_unstable();
     rx_ports.dedup();
-    let queues = rx_ports
+    let queues: Vec<RxQueue> = rx_ports
         .iter()
         .flat_map(|&p| {
             let (port, nq) = &ports[p as usize];
             (0..*nq).map(move |q| RxQueue::new(port.id(), q))
+        })
+        .collect();
+    let unstamped = rx_ports
+        .iter()
+        .flat_map(|&p| {
+            let pcap = loaded.streams.iter().position(|s| s.replay.is_some() && s.rx_port == Some(p));
+            (0..ports[p as usize].1).map(move |_| pcap)
         })
         .collect();
     let mut rx = Rx {
@@ -488,6 +622,7 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
             })
             .collect(),
         queues,
+        unstamped,
         interval: histogram(),
         other: 0,
         mult: ((1_000_000_000u128) << 32) / hz as u128,
@@ -495,14 +630,16 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
     };
     // Go.
     let stop = Arc::new(AtomicBool::new(false));
+    let finished = Arc::new(AtomicUsize::new(0));
     let mut handles = Vec::new();
-    for (lane, streams) in per_lane.into_iter().enumerate() {
-        if streams.is_empty() {
+    for (lane, (streams, replays)) in per_lane.into_iter().zip(per_lane_replays).enumerate() {
+        if streams.is_empty() && replays.is_empty() {
             continue;
         }
-        let stop2 = stop.clone();
+        let (stop2, fin2) = (stop.clone(), finished.clone());
         let lc = run.tx_lcores[lane];
-        match lcore::launch(lc, move || lane_loop(streams, pool, burst, stamp_back, stop2), None) {
+        let job = move || lane_loop(streams, replays, pool, burst, stamp_back, stop2, fin2);
+        match lcore::launch(lc, job, None) {
             Ok(h) => handles.push(h),
             Err(e) => {
                 stop.store(true, Ordering::Relaxed);
@@ -534,7 +671,8 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
             rx.interval.reset();
             next_line += hz;
         }
-        if INTERRUPTED.load(Ordering::Relaxed) || end.is_some_and(|e| now >= e) {
+        let all_done = !handles.is_empty() && finished.load(Ordering::Acquire) == handles.len();
+        if INTERRUPTED.load(Ordering::Relaxed) || end.is_some_and(|e| now >= e) || all_done {
             break;
         }
     }
@@ -560,6 +698,13 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
             if done || dpdk::rdtsc() >= drain_end {
                 break;
             }
+        }
+    }
+    for (name, h) in readers {
+        match h.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => panics.push(format!("pcap stream {name:?}: {e}")),
+            Err(_) => panics.push(format!("pcap stream {name:?}: the reader panicked")),
         }
     }
     if !panics.is_empty() {
@@ -599,6 +744,15 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
                 latency: latency_of(&r.hist),
             }),
         ));
+        if let (Some(rp), Some(last)) = (&s.replay, streams.last_mut()) {
+            last.replay = Some(report::ReplaySide {
+                file: rp.file.display().to_string(),
+                loops: rp.loops,
+                speed: rp.speed,
+                frames_in_file: rp.info.scanned.map(|x| x.0),
+                skipped: sum(&|c| c.skipped.load(Ordering::Relaxed)),
+            });
+        }
     }
     let port_stats = ports
         .iter()

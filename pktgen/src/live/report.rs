@@ -77,6 +77,21 @@ pub struct RxSide {
     pub latency: Option<Latency>,
 }
 
+/// A pcap stream's replay.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplaySide {
+    /// The capture file.
+    pub file: String,
+    /// Passes over the file asked for (0: until the run ended).
+    pub loops: u64,
+    /// Timing-faithful speed factor (`None`: full or set rate).
+    pub speed: Option<f64>,
+    /// Frames in the file, when it was read through as the config loaded.
+    pub frames_in_file: Option<u64>,
+    /// Captured frames too long for the mbufs, not sent.
+    pub skipped: u64,
+}
+
 /// One stream's summary.
 #[derive(Debug, Clone, Serialize)]
 pub struct StreamSummary {
@@ -114,6 +129,8 @@ pub struct StreamSummary {
     pub rx_gbps: Option<f64>,
     /// Packets sent and not received (`tx.packets - rx.packets`, 0 when more arrived).
     pub lost: Option<u64>,
+    /// A pcap stream's replay.
+    pub replay: Option<ReplaySide>,
 }
 
 fn gbps(bytes: u64, packets: u64, layer: Layer, seconds: f64) -> f64 {
@@ -171,6 +188,7 @@ impl StreamSummary {
             rx_pps,
             rx_gbps,
             lost: rx.map(|r| tx.packets.saturating_sub(r.packets)),
+            replay: None,
         }
     }
 }
@@ -210,6 +228,9 @@ fn opt(v: Option<f64>, prec: usize) -> String {
 }
 
 fn target_text(s: &StreamSummary) -> String {
+    if let Some(sp) = s.replay.as_ref().and_then(|r| r.speed) {
+        return format!("capture x{sp}");
+    }
     match (s.target_pps, s.target_bps) {
         (Some(p), _) => format!("{:.4} Mpps", p / 1e6),
         (_, Some(b)) => format!("{:.3} Gb/s", b / 1e9),
@@ -244,6 +265,7 @@ pub fn table(s: &Summary) -> String {
             match st.kind {
                 Kind::Udp => "udp",
                 Kind::Rocev2 => "rocev2",
+                Kind::Pcap => "pcap",
             },
             target_text(st),
             st.tx.packets,
@@ -302,6 +324,7 @@ pub fn csv(s: &Summary) -> String {
             match st.kind {
                 Kind::Udp => "udp".into(),
                 Kind::Rocev2 => "rocev2".into(),
+                Kind::Pcap => "pcap".into(),
             },
             st.port.clone(),
             st.rx_port.clone().unwrap_or_default(),

@@ -55,6 +55,30 @@ impl Mbuf {
         true
     }
 
+    /// Makes an mbuf from [`super::Mempool::alloc_bulk_raw`] a `len`-byte frame to transmit
+    /// and returns its data (`len` bytes, holding whatever the buffer held): the headroom reset
+    /// (`data_off = min(RTE_PKTMBUF_HEADROOM, buf_len)`), `data_len` and `pkt_len` set to
+    /// `len`, and no offload request (`ol_flags` cleared but for `RTE_MBUF_F_EXTERNAL`), as
+    /// `rte_pktmbuf_reset` then `rte_pktmbuf_append` would leave it for a tx PMD (which reads
+    /// the other fields only under offload flags). `None`, with only the headroom and flags
+    /// reset, when `len` bytes do not fit after the headroom.
+    #[inline(always)]
+    pub fn reset_tx(&mut self, len: u16) -> Option<&mut [u8]> {
+        // SAFETY: we own a valid mbuf; &mut self guarantees exclusive access.
+        let h = unsafe { self.0.as_mut() };
+        let off = (dpdk_sys::RTE_PKTMBUF_HEADROOM as u16).min(h.buf_len);
+        h.data_off = off;
+        h.ol_flags &= dpdk_sys::RTE_MBUF_F_EXTERNAL;
+        if u32::from(len) + u32::from(off) > u32::from(h.buf_len) {
+            return None;
+        }
+        h.data_len = len;
+        h.pkt_len = u32::from(len);
+        // SAFETY: buf_addr + off .. + len lies inside the mbuf's buffer (checked above), which
+        // we own exclusively for the returned borrow.
+        Some(unsafe { std::slice::from_raw_parts_mut((h.buf_addr as *mut u8).add(off as usize), len as usize) })
+    }
+
     /// The port the mbuf was received on (`mbuf->port`).
     #[inline(always)]
     pub fn port(&self) -> u16 {
