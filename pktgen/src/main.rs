@@ -185,7 +185,14 @@ fn run(a: RunArgs) -> ExitCode {
     let opts =
         pktgen::live::RunOptions { duration_s: a.duration, json: a.json, csv: a.csv, quiet: a.quiet, eal_extra: a.eal };
     match pktgen::live::run(&a.config, &opts) {
-        Ok(_) => ExitCode::SUCCESS,
+        Ok(s) => match s.failure() {
+            // Wrong results, or slots refused or incomplete: the appliance failed the check.
+            Some(why) => {
+                eprintln!("pktgen: {why}");
+                ExitCode::from(3)
+            }
+            None => ExitCode::SUCCESS,
+        },
         Err(e) => {
             eprintln!("pktgen: {e}");
             ExitCode::from(match e {
