@@ -195,7 +195,14 @@ fn run(a: RunArgs) -> ExitCode {
         packets: a.packets,
     };
     match pktgen::live::run(&a.config, &opts) {
-        Ok(_) => ExitCode::SUCCESS,
+        Ok(s) => match s.failure() {
+            // Wrong results, or slots refused or incomplete: the appliance failed the check.
+            Some(why) => {
+                eprintln!("pktgen: {why}");
+                ExitCode::from(3)
+            }
+            None => ExitCode::SUCCESS,
+        },
         Err(e) => {
             eprintln!("pktgen: {e}");
             ExitCode::from(match e {

@@ -28,6 +28,9 @@ pub struct Config {
     /// `[[stream]]`: what to send; a stream's id is its index.
     #[serde(rename = "stream", default)]
     pub streams: Vec<StreamConfig>,
+    /// `[[allreduce]]`: AllReduce workers emulated against the appliance.
+    #[serde(rename = "allreduce", default)]
+    pub allreduce: Vec<super::allreduce::AllreduceConfig>,
 }
 
 /// `[eal]`.
@@ -361,6 +364,8 @@ pub struct Loaded {
     pub port_names: Vec<String>,
     /// The streams.
     pub streams: Vec<Stream>,
+    /// The AllReduce emulations.
+    pub allreduce: Vec<super::allreduce::Emulation>,
     /// Data room per mbuf (bytes).
     pub data_room: u16,
 }
@@ -470,8 +475,8 @@ fn check(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
         }
         port_names.push(name);
     }
-    if config.streams.is_empty() {
-        return Err(err("stream".into(), "expected at least one [[stream]]".into()));
+    if config.streams.is_empty() && config.allreduce.is_empty() {
+        return Err(err("stream".into(), "expected at least one [[stream]] or [[allreduce]]".into()));
     }
     if config.streams.len() > u16::MAX as usize {
         return Err(err("stream".into(), "expected at most 65535 streams".into()));
@@ -663,6 +668,16 @@ fn check(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
         }
         streams.push(Stream { name, spec, sizes, mix, rate, layer: s.rate_layer, port, rx_port, lcores, replay });
     }
+    let allreduce = super::allreduce::check(&config.allreduce, path, &find_port)?;
+    for (i, a) in allreduce.iter().enumerate() {
+        if let Some(j) = streams.iter().position(|s| s.port == a.port || s.rx_port == Some(a.port)) {
+            return Err(err(
+                format!("allreduce[{i}].port"),
+                format!("stream[{j}] uses this port too: an [[allreduce]] needs a port of its own"),
+            ));
+        }
+        largest = largest.max(a.max_frame_len());
+    }
     let need = largest as u32 + 128;
     let data_room = match config.mempool.data_room {
         Some(d) if (d as u32) < need => {
@@ -676,7 +691,7 @@ fn check(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
         Some(d) => d,
         None => need.max(2176) as u16,
     };
-    Ok(Loaded { config, port_names, streams, data_room })
+    Ok(Loaded { config, port_names, streams, allreduce, data_room })
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 //! Nothing on the per-packet path allocates, locks or makes a system call: the tx lanes publish
 //! their counters with relaxed atomic stores that only they write.
 
+pub mod allreduce;
 pub mod config;
 pub mod pace;
 pub mod replay;
@@ -458,9 +459,22 @@ pub fn run(conf: &Path, opts: &RunOptions) -> Result<Summary, RunError> {
         write_file(p, &text)?;
     }
     if let Some(p) = &opts.csv {
-        write_file(p, &report::csv(&summary))?;
+        if summary.streams.is_empty() {
+            write_file(p, &allreduce::csv(&summary.allreduce))?;
+        } else {
+            write_file(p, &report::csv(&summary))?;
+            if !summary.allreduce.is_empty() {
+                write_file(&allreduce_csv_path(p), &allreduce::csv(&summary.allreduce))?;
+            }
+        }
     }
     Ok(summary)
+}
+
+/// Where the AllReduce rows go when the CSV file holds streams: `NAME-allreduce.csv` beside it.
+pub fn allreduce_csv_path(p: &Path) -> PathBuf {
+    let stem = p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    p.with_file_name(format!("{stem}-allreduce.csv"))
 }
 
 fn write_file(p: &Path, text: &str) -> Result<(), RunError> {
@@ -487,7 +501,13 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
     let mp = &cfg.mempool;
     let pool = Mempool::new("pktgen_pool", mp.mbufs, mp.cache, loaded.data_room, -1)?;
     let lanes = run.tx_lcores.len().max(1) as u16;
-    let largest = loaded.streams.iter().flat_map(|s| s.sizes.iter()).copied().max().unwrap_or(0);
+    let largest = loaded
+        .streams
+        .iter()
+        .flat_map(|s| s.sizes.iter().copied())
+        .chain(loaded.allreduce.iter().map(|a| a.max_frame_len()))
+        .max()
+        .unwrap_or(0);
     let mut ports = Vec::new();
     for (i, p) in cfg.ports.iter().enumerate() {
         let id = Port::by_name(p.device_name())?;
@@ -628,6 +648,16 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
         mult: ((1_000_000_000u128) << 32) / hz as u128,
         slots: (0..burst).map(|_| None).collect(),
     };
+    // The AllReduce emulations: on the main lcore, each on its own port.
+    let mut ars: Vec<allreduce::Runner> = loaded
+        .allreduce
+        .iter()
+        .map(|a| {
+            let (port, nq) = &ports[a.port as usize];
+            allreduce::Runner::new(a, port.id(), *nq, burst, hz, dpdk::rdtsc())
+        })
+        .collect();
+    let mut ar_live: Vec<allreduce::LiveState> = ars.iter().map(|_| allreduce::LiveState::new()).collect();
     // Go.
     let stop = Arc::new(AtomicBool::new(false));
     let finished = Arc::new(AtomicUsize::new(0));
@@ -655,26 +685,46 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
     let mut next_line = t0 + hz;
     let mut live = report::LiveLine::new(loaded, hz);
     let has_rx = !rx.queues.is_empty();
+    // With bounded rounds everywhere, the run ends when every emulation has finished them.
+    let ar_bounded = !ars.is_empty() && loaded.allreduce.iter().all(|a| a.rounds.is_some());
     loop {
         if has_rx {
             rx.poll();
-        } else {
+        } else if ars.is_empty() {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         let now = dpdk::rdtsc();
+        for a in &mut ars {
+            a.poll(now, &pool);
+        }
         if now >= next_line {
             let line =
                 live.line(now - t0, &tx_totals(&counters, n_streams, lanes), &rx_totals(&rx), latency_of(&rx.interval));
-            if !opts.quiet {
+            if !opts.quiet && n_streams > 0 {
                 println!("{line}");
+            }
+            for (a, l) in ars.iter_mut().zip(&mut ar_live) {
+                let line = l.line((now - t0) as f64 / hz as f64, 1.0, a);
+                if !opts.quiet {
+                    println!("{line}");
+                }
             }
             rx.interval.reset();
             next_line += hz;
         }
-        let all_done = !handles.is_empty() && finished.load(Ordering::Acquire) == handles.len();
+        // The run ends by itself once every bounded part is done: the tx lanes (finite
+        // replays, `--packets`) and the emulations (bounded rounds); a part without an end
+        // keeps it running until --duration or ^C.
+        let lanes_done = finished.load(Ordering::Acquire) == handles.len();
+        let ars_done = ars.iter().all(|a| a.engine.finished());
+        let bounded = !handles.is_empty() || ar_bounded;
+        let all_done = bounded && lanes_done && (ars.is_empty() || (ar_bounded && ars_done));
         if INTERRUPTED.load(Ordering::Relaxed) || end.is_some_and(|e| now >= e) || all_done {
             break;
         }
+    }
+    for a in &mut ars {
+        a.engine.stop();
     }
     stop.store(true, Ordering::Relaxed);
     let mut panics = Vec::new();
@@ -687,14 +737,20 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
     let t_stop = dpdk::rdtsc();
     // Drain: packets still in flight, until every received stream has all it was sent.
     let drain_end = t_stop + run.drain_ms * hz / 1000;
-    if has_rx {
+    if has_rx || !ars.is_empty() {
         loop {
-            rx.poll();
+            if has_rx {
+                rx.poll();
+            }
+            let now = dpdk::rdtsc();
+            for a in &mut ars {
+                a.poll(now, &pool);
+            }
             let done = loaded.streams.iter().enumerate().filter(|(_, s)| s.rx_port.is_some()).all(|(i, _)| {
                 let tx: u64 =
                     (0..lanes as usize).map(|l| counters[i * lanes as usize + l].packets.load(Ordering::Relaxed)).sum();
                 rx.streams[i].packets >= tx
-            });
+            }) && ars.iter().all(|a| a.engine.drained());
             if done || dpdk::rdtsc() >= drain_end {
                 break;
             }
@@ -759,6 +815,10 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
         .enumerate()
         .map(|(i, (p, _))| report::PortSummary { name: loaded.port_names[i].clone(), stats: p.stats() })
         .collect();
+    for a in &mut ars {
+        a.discard();
+    }
+    let allreduce = ars.iter().map(allreduce::AllreduceSummary::new).collect();
     let summary = Summary {
         seconds,
         tsc_hz: hz,
@@ -768,6 +828,7 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
         streams,
         ports: port_stats,
         rx_other: rx.other,
+        allreduce,
     };
     println!("{}", report::table(&summary));
     drop(ports);

@@ -221,6 +221,17 @@ pub struct Summary {
     pub ports: Vec<PortSummary>,
     /// Frames received on the receive ports without a known stamp.
     pub rx_other: u64,
+    /// The AllReduce emulations.
+    pub allreduce: Vec<super::allreduce::AllreduceSummary>,
+}
+
+impl Summary {
+    /// Why the run failed, if an AllReduce emulation did (wrong results, slots refused by NAKs,
+    /// rounds that did not complete).
+    pub fn failure(&self) -> Option<String> {
+        let v: Vec<String> = self.allreduce.iter().filter_map(|a| a.failure()).collect();
+        (!v.is_empty()).then(|| v.join("; "))
+    }
 }
 
 fn opt(v: Option<f64>, prec: usize) -> String {
@@ -242,6 +253,13 @@ fn target_text(s: &StreamSummary) -> String {
 pub fn table(s: &Summary) -> String {
     let mut out =
         format!("== pktgen: summary ({:.3} s, {} tx lcore(s), burst {})\n", s.seconds, s.tx_lcores.len(), s.burst);
+    if !s.allreduce.is_empty() {
+        out += &super::allreduce::table(&s.allreduce);
+        out.push('\n');
+        if s.streams.is_empty() {
+            return out.trim_end().to_string();
+        }
+    }
     out += &format!(
         "{:<12} {:>6} {:>12} {:>12} {:>10} {:>9} {:>12} {:>10} {:>9} {:>9} {:>8} {:>9}\n",
         "stream",

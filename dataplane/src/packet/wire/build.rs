@@ -289,7 +289,10 @@ pub fn build_with(
         match pre.and_then(|p| p.sum) {
             Some(psum) => {
                 let head = checksum::sum(&f[l4..pay]);
+                // After a payload of odd length the tail starts at an odd offset of the datagram:
+                // its bytes pair the other way round, so its sum is byte-swapped (RFC 1071 2.(B)).
                 let tail = checksum::sum(&f[pay + payload.len()..end]);
+                let tail = if payload.len() % 2 == 1 { tail.swap_bytes() } else { tail };
                 checksum::combine(checksum::combine(pseudo, head), checksum::combine(psum, tail))
             }
             None => checksum::combine(pseudo, checksum::sum(&f[l4..end])),
@@ -430,7 +433,9 @@ mod tests {
     fn precomputed_payload_sums_give_the_same_frames() {
         for v6 in [false, true] {
             for roce in [false, true] {
-                for n in [2usize, 6, 8, 1024] {
+                // Odd lengths too (a PROBE's bitmap): the RoCEv2 pad and ICRC then follow at an
+                // odd offset.
+                for n in [1usize, 2, 3, 5, 6, 7, 8, 1023, 1024] {
                     let payload: Vec<u8> = (0..n).map(|i| (i * 37 + 11) as u8).collect();
                     let mut s = spec(v6, roce, Some(5));
                     s.header.data_length = n as u32;

@@ -1,0 +1,2106 @@
+//! `[[allreduce]]`: N workers of one collective emulated on a live DPDK port, against the
+//! appliance (spec `gradient-protocol.md`, sections 2 to 7).
+//!
+//! The collective, its members' addresses and the appliance's own addresses come from the
+//! appliance's configuration file (`appliance`, `collective_id`), so that what pktgen sends is
+//! what the appliance expects. Every member of the collective is emulated on one port.
+//!
+//! # Modes
+//!
+//! - **Closed loop** (`mode = "closed"`, as real workers behave): each worker keeps at most
+//!   `window` chunks outstanding; a slot's next round is sent once its result came back; a
+//!   contribution without a result after `timeout_us` is resent with flag RETRANSMIT (section 2).
+//!   A NAK with reason 7 (stale or premature round) moves the slot to the round the NAK names; a
+//!   NAK with another reason (1 to 6) refuses the slot: it is counted and not sent again.
+//! - **Open loop** (`mode = "open"`): every worker's contributions for successive rounds, round
+//!   by round (all slots of round k, every worker's, before round k + 1 of any slot), at
+//!   `rate_pps` or as fast as the port takes them, without waiting for results; results are
+//!   counted and checked as they return.
+//!
+//! Both start with a PROBE (section 7) of every slot by every worker, resent every `timeout_us`
+//! until the appliance answers with a STATUS (so pktgen may start before the appliance or its
+//! link): a slot without history starts at `first_round`, one in progress at its round, a
+//! completed one at the next (with `probe = false`, every slot starts at `first_round`).
+//!
+//! # Values: results known without storing tensors
+//!
+//! Worker `r`'s lane at tensor element `g` in round `k` is `V[r][(g + 7k) mod 61]`, a small
+//! integer from a table of 61 per worker drawn from `seed`: in `-m..=m` with `m` = 256 (bf16),
+//! 2048 (f16) or 2^24 (f32, i32) divided by the number of workers (at least 1), and `V[r][0] = 1`.
+//! Every value, and every partial sum in any order, is an integer the dtype holds exactly, so the
+//! sum, max and min of each lane are exact in every dtype, whatever the arrival order (rule 7 does
+//! not matter) and with f16/bf16 rounding once at emit (rule 6). The reference is the same table
+//! reduced lane by lane: checking a result is one comparison of its payload with a slice of it.
+//!
+//! # Impairments
+//!
+//! - `loss`: that fraction of pktgen's own sends (contributions, retransmissions and probes) is
+//!   dropped before the port, at random; in closed loop the timeout resends them.
+//! - `slow_rank`, `slow_us`: that worker's sends wait `slow_us` µs after the slot is ready.
+//!
+//! The emulation runs on the main lcore, which polls the port's rx queues and sends on its tx
+//! queue 0 (no `[[stream]]` may use the port). Nothing on its per-packet path allocates.
+
+use super::config::PortRef;
+use super::pace::Pacer;
+use super::report::Latency;
+use dataplane::agg::collective::Carriage;
+use dataplane::config::ConfigError;
+use dataplane::dpdk::{self as dpdk, Mbuf, Mempool, RxQueue, TxQueue};
+use dataplane::wire::build::{self, FrameSpec, IpAddrBytes, PayloadSums, Roce, ROCEV2_PORT, UD_SEND_ONLY};
+use dataplane::wire::gradient::{self, Dtype, Flags, GradientRepr, NakReason, Op, SlotState, VERSION};
+use dataplane::wire::{checksum, icrc, EthernetAddress};
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, VecDeque};
+use std::path::Path;
+
+/// The period of the value tables (lanes): a prime, so that chunks of any size see every value.
+pub const PERIOD: usize = 61;
+
+/// Closed or open loop.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// A window of outstanding chunks per worker; the next round once the result is back.
+    #[default]
+    Closed,
+    /// Successive rounds without waiting for results.
+    Open,
+}
+
+/// `[[allreduce]]` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AllreduceConfig {
+    /// A label (default `allreduce<i>`).
+    pub name: Option<String>,
+    /// The port (name or index) contributions leave by and results come back on.
+    pub port: PortRef,
+    /// The appliance's configuration file (TOML): its `[[collective]]` and `[[port]]` addresses.
+    pub appliance: String,
+    /// Which `[[collective]]` of it.
+    pub collective_id: u16,
+    /// `closed` (default) or `open`.
+    #[serde(default)]
+    pub mode: Mode,
+    /// Closed loop: chunks (contributions or probes) outstanding per worker (default 8).
+    #[serde(default = "d_window")]
+    pub window: u32,
+    /// Rounds per slot; the emulation ends once every slot of every worker has completed them
+    /// (or was refused). Unset: until the run's duration ends.
+    pub rounds: Option<u32>,
+    /// Resend a contribution (RETRANSMIT) or a probe after this long without an answer (µs;
+    /// default 5000).
+    #[serde(default = "d_timeout")]
+    pub timeout_us: u64,
+    /// Contributions per second, all workers together (default: as fast as the window or the port
+    /// allow).
+    pub rate_pps: Option<f64>,
+    /// Fraction of pktgen's own sends dropped before the port (0..1).
+    #[serde(default)]
+    pub loss: f64,
+    /// The rank whose sends are delayed by `slow_us`.
+    pub slow_rank: Option<u16>,
+    /// The delay of `slow_rank`'s sends (µs).
+    #[serde(default)]
+    pub slow_us: u64,
+    /// Probe every slot first (default true).
+    #[serde(default = "d_true")]
+    pub probe: bool,
+    /// The round of a slot without history (default 0).
+    #[serde(default)]
+    pub first_round: u32,
+    /// The op written in contributions (default the collective's; another one is refused by the
+    /// appliance with NAK reason 3).
+    pub op: Option<String>,
+    /// The op results are checked against (default the collective's).
+    pub expect_op: Option<String>,
+    /// Elements of the tensor as pktgen sends it (default the collective's; more sends chunks past
+    /// the appliance's tensor, which it refuses with NAK reason 6).
+    pub tensor_elements: Option<u64>,
+    /// Seed of the value tables and of the injected loss (default 1).
+    #[serde(default = "d_seed")]
+    pub seed: u64,
+}
+
+fn d_window() -> u32 {
+    8
+}
+fn d_timeout() -> u64 {
+    5000
+}
+fn d_true() -> bool {
+    true
+}
+fn d_seed() -> u64 {
+    1
+}
+
+/// One emulated worker's addresses (its member's, and the appliance's on the member's port).
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerAddr {
+    /// Rank.
+    pub rank: u16,
+    /// The member's MAC (source of its contributions).
+    pub mac: EthernetAddress,
+    /// The member's IP.
+    pub ip: IpAddrBytes,
+    /// The member's UDP port (UDP carriage; the source port on RoCEv2 too).
+    pub udp_port: u16,
+    /// 802.1Q VID of its frames.
+    pub vlan: Option<u16>,
+    /// RoCEv2: its QP (DETH source QP) and Q_Key.
+    pub qpn: u32,
+    /// RoCEv2 Q_Key.
+    pub qkey: u32,
+    /// The appliance's MAC on the member's port.
+    pub appliance_mac: EthernetAddress,
+    /// The appliance's IP on that port, of the member's family.
+    pub appliance_ip: IpAddrBytes,
+}
+
+/// A checked `[[allreduce]]`.
+#[derive(Debug, Clone)]
+pub struct Emulation {
+    /// Label.
+    pub name: String,
+    /// Port index.
+    pub port: u16,
+    /// Closed or open loop.
+    pub mode: Mode,
+    /// Outstanding chunks per worker (closed loop).
+    pub window: u32,
+    /// Rounds per slot, if bounded.
+    pub rounds: Option<u32>,
+    /// Resend timeout (µs).
+    pub timeout_us: u64,
+    /// Contributions per second, if paced.
+    pub rate_pps: Option<f64>,
+    /// Fraction of sends dropped.
+    pub loss: f64,
+    /// (rank, µs) of the slow worker.
+    pub slow: Option<(u16, u64)>,
+    /// Probe first.
+    pub probe: bool,
+    /// Round of a slot without history.
+    pub first_round: u32,
+    /// Collective id.
+    pub collective_id: u16,
+    /// The op sent.
+    pub op: Op,
+    /// The op results are checked against.
+    pub expect_op: Op,
+    /// Lane type.
+    pub dtype: Dtype,
+    /// Carriage.
+    pub carriage: Carriage,
+    /// Tensor elements as sent.
+    pub tensor_elements: u64,
+    /// Elements per chunk.
+    pub chunk_elements: u32,
+    /// The appliance's `gradient_udp_port`.
+    pub gradient_udp_port: u16,
+    /// The appliance's `appliance_qpn`.
+    pub appliance_qpn: u32,
+    /// The workers, by rank.
+    pub workers: Vec<WorkerAddr>,
+    /// Seed.
+    pub seed: u64,
+}
+
+impl Emulation {
+    /// Number of slots (chunks) as sent.
+    pub fn slots(&self) -> u32 {
+        self.tensor_elements.div_ceil(self.chunk_elements as u64) as u32
+    }
+
+    /// Chunk `slot`'s offset and element count.
+    pub fn chunk(&self, slot: u32) -> (u32, u32) {
+        let off = slot as u64 * self.chunk_elements as u64;
+        (off as u32, (self.tensor_elements - off).min(self.chunk_elements as u64) as u32)
+    }
+
+    fn spec(&self, w: &WorkerAddr) -> FrameSpec {
+        let roce = self.carriage == Carriage::Rocev2;
+        FrameSpec {
+            src_mac: w.mac,
+            dst_mac: w.appliance_mac,
+            vlan: w.vlan,
+            outer_tag: None,
+            src_ip: w.ip,
+            dst_ip: w.appliance_ip,
+            dscp: 0,
+            ecn: 0b10,
+            ttl: 64,
+            src_port: w.udp_port,
+            dst_port: if roce { ROCEV2_PORT } else { self.gradient_udp_port },
+            roce: roce.then_some(Roce {
+                dest_qp: self.appliance_qpn,
+                psn: 0,
+                pkey: 0xffff,
+                qkey: w.qkey,
+                src_qp: w.qpn,
+            }),
+            header: GradientRepr {
+                version: VERSION,
+                flags: 0,
+                op_type: self.op.wire(),
+                collective_id: self.collective_id,
+                dtype: self.dtype.wire(),
+                reason: 0,
+                worker_rank: w.rank,
+                tensor_offset: 0,
+                data_length: 0,
+                round: 0,
+            },
+        }
+    }
+
+    /// The longest frame it sends (bytes without FCS): a full chunk from the worker with the
+    /// longest headers.
+    pub fn max_frame_len(&self) -> usize {
+        let full = self.chunk(0).1 as usize * self.dtype.size();
+        let probe = gradient::probe_len(self.workers.len());
+        self.workers.iter().map(|w| self.spec(w).frame_len(full.max(probe))).max().unwrap_or(0)
+    }
+}
+
+fn op_of(path: &Path, key: String, s: &Option<String>, default: Op) -> Result<Op, ConfigError> {
+    match s {
+        None => Ok(default),
+        Some(n) => Op::from_name(n)
+            .ok_or_else(|| ConfigError::new(path, key, format!("expected \"sum\", \"max\" or \"min\", found {n:?}"))),
+    }
+}
+
+/// Checks the `[[allreduce]]` tables of `path` (ports resolved by `find_port`), loading each
+/// one's appliance configuration with the appliance's own loader.
+///
+/// # Errors
+/// The first bad key, named `allreduce[i].KEY`, with what was expected; an appliance file that
+/// does not load is named with its own error.
+pub fn check(
+    list: &[AllreduceConfig],
+    path: &Path,
+    find_port: &dyn Fn(String, &PortRef) -> Result<u16, ConfigError>,
+) -> Result<Vec<Emulation>, ConfigError> {
+    let mut out: Vec<Emulation> = Vec::new();
+    for (i, a) in list.iter().enumerate() {
+        let k = |f: &str| format!("allreduce[{i}].{f}");
+        let err = |f: &str, m: String| ConfigError::new(path, k(f), m);
+        let name = a.name.clone().unwrap_or_else(|| format!("allreduce{i}"));
+        if out.iter().any(|e| e.name == name) {
+            return Err(err("name", format!("the name {name:?} is already used by another [[allreduce]]")));
+        }
+        let port = find_port(k("port"), &a.port)?;
+        if out.iter().any(|e| e.port == port) {
+            return Err(err("port", "another [[allreduce]] already uses this port: give each its own".into()));
+        }
+        let app = dataplane::config::load(Path::new(&a.appliance))
+            .map_err(|e| err("appliance", format!("the appliance's config does not load: {e}")))?;
+        let Some(c) = app.collectives.iter().find(|c| c.id == a.collective_id) else {
+            let ids: Vec<String> = app.collectives.iter().map(|c| c.id.to_string()).collect();
+            return Err(err(
+                "collective_id",
+                format!("{} has no [[collective]] {} (it has: {})", a.appliance, a.collective_id, ids.join(", ")),
+            ));
+        };
+        if a.window == 0 {
+            return Err(err("window", "expected at least 1 chunk".into()));
+        }
+        if a.rounds == Some(0) {
+            return Err(err("rounds", "expected at least 1".into()));
+        }
+        if a.timeout_us == 0 {
+            return Err(err("timeout_us", "expected at least 1 µs".into()));
+        }
+        if let Some(r) = a.rate_pps {
+            if !(r > 0.0 && r.is_finite()) {
+                return Err(err("rate_pps", format!("expected contributions per second above 0, found {r}")));
+            }
+        }
+        if !(0.0..1.0).contains(&a.loss) {
+            return Err(err("loss", format!("expected a fraction in 0..1, found {}", a.loss)));
+        }
+        let slow = match a.slow_rank {
+            Some(r) if (r as usize) < c.members.len() => Some((r, a.slow_us)),
+            Some(r) => return Err(err("slow_rank", format!("expected a rank below {}, found {r}", c.members.len()))),
+            None if a.slow_us > 0 => return Err(err("slow_us", "expected `slow_rank` with it".into())),
+            None => None,
+        };
+        let op = op_of(path, k("op"), &a.op, c.op)?;
+        let expect_op = op_of(path, k("expect_op"), &a.expect_op, c.op)?;
+        let tensor_elements = a.tensor_elements.unwrap_or(c.tensor_elements);
+        if tensor_elements == 0 || tensor_elements > 1 << 32 {
+            return Err(err("tensor_elements", format!("expected 1..=2^32, found {tensor_elements}")));
+        }
+        let mut workers = Vec::new();
+        for m in &c.members {
+            let p = m.port as usize;
+            let key = format!("collective {} member {}", c.id, m.rank);
+            let appliance_mac = app.port_macs.get(p).copied().flatten().ok_or_else(|| {
+                err(
+                    "appliance",
+                    format!("{}: port {p} (that reaches {key}) has no `mac`: pktgen needs it", a.appliance),
+                )
+            })?;
+            let appliance_ip = match m.ip {
+                IpAddrBytes::V4(_) => app.port_ipv4.get(p).copied().flatten().map(IpAddrBytes::V4),
+                IpAddrBytes::V6(_) => app.port_ipv6.get(p).copied().flatten().map(IpAddrBytes::V6),
+            }
+            .ok_or_else(|| err("appliance", format!("{}: port {p} has no address of {key}'s family", a.appliance)))?;
+            workers.push(WorkerAddr {
+                rank: m.rank,
+                mac: m.mac,
+                ip: m.ip,
+                udp_port: m.udp_port,
+                vlan: m.vlan,
+                qpn: m.qpn,
+                qkey: m.qkey,
+                appliance_mac,
+                appliance_ip,
+            });
+        }
+        workers.sort_by_key(|w| w.rank);
+        out.push(Emulation {
+            name,
+            port,
+            mode: a.mode,
+            window: a.window,
+            rounds: a.rounds,
+            timeout_us: a.timeout_us,
+            rate_pps: a.rate_pps,
+            loss: a.loss,
+            slow,
+            probe: a.probe,
+            first_round: a.first_round,
+            collective_id: c.id,
+            op,
+            expect_op,
+            dtype: c.dtype,
+            carriage: c.carriage,
+            tensor_elements,
+            chunk_elements: c.chunk_elements,
+            gradient_udp_port: app.config.dataplane.gradient_udp_port,
+            appliance_qpn: app.config.dataplane.appliance_qpn,
+            workers,
+            seed: a.seed,
+        });
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Values
+
+/// SplitMix64's finaliser.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The largest magnitude of a lane for `workers` workers in `dtype`: sums of that many stay
+/// integers the dtype holds exactly (bf16: 256, f16: 2048, f32 and i32: 2^24).
+pub fn magnitude(dtype: Dtype, workers: usize) -> i32 {
+    let limit: i64 = match dtype {
+        Dtype::Bf16 => 256,
+        Dtype::F16 => 2048,
+        Dtype::F32 | Dtype::I32 => 1 << 24,
+    };
+    (limit / workers.max(1) as i64).max(1) as i32
+}
+
+/// Worker `rank`'s value at table index `j` (0..[`PERIOD`]).
+pub fn lane_value(seed: u64, rank: u16, j: usize, m: i32) -> i32 {
+    if j == 0 {
+        return 1;
+    }
+    let h = mix(seed ^ mix(((rank as u64) << 32) | j as u64));
+    (h % (2 * m as u64 + 1)) as i64 as i32 - m
+}
+
+fn encode(dtype: Dtype, v: i32, out: &mut Vec<u8>) {
+    match dtype {
+        Dtype::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
+        Dtype::F16 => out.extend_from_slice(&half::f16::from_f32(v as f32).to_le_bytes()),
+        Dtype::Bf16 => out.extend_from_slice(&half::bf16::from_f32(v as f32).to_le_bytes()),
+        Dtype::I32 => out.extend_from_slice(&v.to_le_bytes()),
+    }
+}
+
+/// The table index of tensor element `g` in round `round`: `(g + 7 round) mod 61`.
+#[inline(always)]
+pub fn table_index(g: u32, round: u32) -> usize {
+    ((g as u64 % PERIOD as u64 + 7 * (round as u64 % PERIOD as u64)) % PERIOD as u64) as usize
+}
+
+/// Every worker's lanes and the reference result, as bytes, for `PERIOD + chunk` lanes (the
+/// table repeated), so that a chunk's payload is one slice.
+#[derive(Debug, Clone)]
+pub struct Values {
+    /// Bytes per lane.
+    pub lane: usize,
+    /// By rank: `(PERIOD + chunk) x lane` bytes.
+    pub workers: Vec<Vec<u8>>,
+    /// The reference, reduced with the expected op.
+    pub expected: Vec<u8>,
+}
+
+impl Values {
+    /// The tables of `em`.
+    pub fn new(em: &Emulation) -> Values {
+        let n = em.workers.len();
+        let m = magnitude(em.dtype, n);
+        let len = PERIOD + em.chunk_elements as usize;
+        let mut workers = vec![Vec::with_capacity(len * em.dtype.size()); n];
+        let mut expected = Vec::with_capacity(len * em.dtype.size());
+        for i in 0..len {
+            let j = i % PERIOD;
+            let vals: Vec<i32> = (0..n).map(|r| lane_value(em.seed, r as u16, j, m)).collect();
+            for (r, &v) in vals.iter().enumerate() {
+                encode(em.dtype, v, &mut workers[r]);
+            }
+            let red = match em.expect_op {
+                Op::Sum => {
+                    let s: i64 = vals.iter().map(|&v| v as i64).sum();
+                    s as i32
+                }
+                Op::Max => *vals.iter().max().expect("a worker"),
+                Op::Min => *vals.iter().min().expect("a worker"),
+            };
+            encode(em.dtype, red, &mut expected);
+        }
+        Values { lane: em.dtype.size(), workers, expected }
+    }
+
+    /// Worker `rank`'s payload of the chunk at `offset` with `count` lanes in `round`.
+    #[inline(always)]
+    pub fn payload(&self, rank: usize, offset: u32, count: u32, round: u32) -> &[u8] {
+        let j = table_index(offset, round);
+        &self.workers[rank][j * self.lane..(j + count as usize) * self.lane]
+    }
+
+    /// The right result of that chunk.
+    #[inline(always)]
+    pub fn result(&self, offset: u32, count: u32, round: u32) -> &[u8] {
+        let j = table_index(offset, round);
+        &self.expected[j * self.lane..(j + count as usize) * self.lane]
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Receiving: results, STATUS answers and NAKs
+
+/// What the appliance sent to one of the workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reply {
+    /// Destination IP (IPv4 in the first 4 bytes) and UDP port (UDP) or BTH DestQP (RoCEv2):
+    /// whose it is.
+    pub to: ([u8; 16], u32),
+    /// The gradient header.
+    pub header: GradientRepr,
+    /// The payload's byte range in the frame.
+    pub payload: (usize, usize),
+}
+
+/// Why a received frame is not a reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotReply {
+    /// Not a gradient packet of this carriage (ARP, neighbour discovery, other traffic).
+    Other,
+    /// A gradient packet with a bad length, UDP checksum or ICRC.
+    Bad,
+}
+
+fn key_of(ip: &[u8]) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[..ip.len()].copy_from_slice(ip);
+    k
+}
+
+/// Parses a frame the appliance sent: Ethernet (up to two VLAN tags) / IPv4 or IPv6 / UDP from
+/// `grad_port` (UDP carriage), or UDP to 4791 / BTH UD SEND Only / DETH (RoCEv2) / gradient
+/// header / payload; verifies the UDP checksum (when not 0 over IPv4) and the ICRC.
+pub fn parse_reply(f: &[u8], grad_port: u16, carriage: Carriage) -> Result<Reply, NotReply> {
+    let be16 = |a: usize| u16::from_be_bytes([f[a], f[a + 1]]);
+    if f.len() < 14 {
+        return Err(NotReply::Other);
+    }
+    let mut l3 = 14;
+    let mut et = be16(12);
+    for _ in 0..2 {
+        if (et == 0x8100 || et == 0x88a8) && f.len() >= l3 + 4 {
+            et = be16(l3 + 2);
+            l3 += 4;
+        }
+    }
+    let (l4, ip_end, dst): (usize, usize, [u8; 16]) = match et {
+        0x0800 => {
+            if f.len() < l3 + 20 || f[l3 + 9] != 17 {
+                return Err(NotReply::Other);
+            }
+            let ihl = (f[l3] & 0xf) as usize * 4;
+            let end = l3 + be16(l3 + 2) as usize;
+            if ihl < 20 || end > f.len() || end < l3 + ihl + 8 {
+                return Err(NotReply::Bad);
+            }
+            (l3 + ihl, end, key_of(&f[l3 + 16..l3 + 20]))
+        }
+        0x86dd => {
+            if f.len() < l3 + 40 || f[l3 + 6] != 17 {
+                return Err(NotReply::Other);
+            }
+            let end = l3 + 40 + be16(l3 + 4) as usize;
+            if end > f.len() || end < l3 + 48 {
+                return Err(NotReply::Bad);
+            }
+            (l3 + 40, end, key_of(&f[l3 + 24..l3 + 40]))
+        }
+        _ => return Err(NotReply::Other),
+    };
+    let (sport, dport, ulen) = (be16(l4), be16(l4 + 2), be16(l4 + 4) as usize);
+    let udp_ck = be16(l4 + 6);
+    let v6 = et == 0x86dd;
+    let (grad, to, end) = match carriage {
+        Carriage::Udp if sport == grad_port => (l4 + 8, (dst, dport as u32), ip_end),
+        Carriage::Rocev2 if dport == ROCEV2_PORT => {
+            if ip_end < l4 + 8 + 20 + 4 || f[l4 + 8] != UD_SEND_ONLY {
+                return Err(NotReply::Other);
+            }
+            let qp = u32::from_be_bytes([0, f[l4 + 8 + 5], f[l4 + 8 + 6], f[l4 + 8 + 7]]);
+            let pad = ((f[l4 + 8 + 1] >> 4) & 3) as usize;
+            if !icrc::verify(&f[l3..ip_end], l4 - l3).unwrap_or(false) {
+                return Err(NotReply::Bad);
+            }
+            (l4 + 8 + 12 + 8, (dst, qp), ip_end - 4 - pad)
+        }
+        _ => return Err(NotReply::Other),
+    };
+    if ulen != ip_end - l4 {
+        return Err(NotReply::Bad);
+    }
+    if udp_ck != 0 || v6 {
+        let pseudo = if v6 {
+            checksum::pseudo_header_v6(
+                f[l3 + 8..l3 + 24].try_into().expect("16"),
+                f[l3 + 24..l3 + 40].try_into().expect("16"),
+                17,
+                ulen as u32,
+            )
+        } else {
+            checksum::pseudo_header_v4(
+                f[l3 + 12..l3 + 16].try_into().expect("4"),
+                f[l3 + 16..l3 + 20].try_into().expect("4"),
+                17,
+                ulen as u16,
+            )
+        };
+        if checksum::combine(pseudo, checksum::sum(&f[l4..ip_end])) != 0xffff {
+            return Err(NotReply::Bad);
+        }
+    }
+    if end < grad + gradient::HEADER_LEN {
+        return Err(NotReply::Bad);
+    }
+    let h = &f[grad..grad + gradient::HEADER_LEN];
+    let be32 = |a: usize| u32::from_be_bytes([h[a], h[a + 1], h[a + 2], h[a + 3]]);
+    let header = GradientRepr {
+        version: h[0] >> 4,
+        flags: h[0] & 0xf,
+        op_type: h[1],
+        collective_id: u16::from_be_bytes([h[2], h[3]]),
+        dtype: h[4],
+        reason: h[5],
+        worker_rank: u16::from_be_bytes([h[6], h[7]]),
+        tensor_offset: be32(8),
+        data_length: be32(12),
+        round: be32(16),
+    };
+    let p0 = grad + gradient::HEADER_LEN;
+    if p0 + header.data_length as usize > end {
+        return Err(NotReply::Bad);
+    }
+    Ok(Reply { to, header, payload: (p0, p0 + header.data_length as usize) })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The emulation's state machine (DPDK-free)
+
+/// One send the engine asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Send {
+    /// Worker (index = rank).
+    pub rank: u16,
+    /// Slot.
+    pub slot: u32,
+    /// Round field.
+    pub round: u32,
+    /// Header flags (0, RETRANSMIT, PROBE, PROBE | RETRANSMIT).
+    pub flags: u8,
+}
+
+/// Counters of one worker.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct WorkerCounters {
+    /// Contributions sent for the first time (per round), injected drops included.
+    pub contributions: u64,
+    /// Contributions resent with RETRANSMIT after a timeout.
+    pub retransmissions: u64,
+    /// Timeouts (contributions and probes without an answer in time).
+    pub timeouts: u64,
+    /// PROBEs sent (resends included).
+    pub probes: u64,
+    /// STATUS answers received.
+    pub statuses: u64,
+    /// Sends dropped on purpose (`loss`).
+    pub injected_drops: u64,
+    /// Rounds completed: results of the round in flight received (right or wrong).
+    pub rounds_completed: u64,
+    /// Of them, equal to the reference.
+    pub right: u64,
+    /// Of them, different from the reference.
+    pub wrong: u64,
+    /// Results for no round in flight (a resend answered by rule 3 after the result came).
+    pub stale_results: u64,
+    /// Payload bytes of the rounds completed (this worker's contributions folded).
+    pub payload_bytes: u64,
+    /// Elements of the rounds completed.
+    pub elements: u64,
+    /// NAKs received, by reason 1 to 7 (index 0: unknown reasons).
+    pub naks: [u64; 8],
+    /// Slots refused by a NAK (reasons 1 to 6) and given up.
+    pub refused_slots: u64,
+}
+
+const S_PROBE: u8 = 0;
+const S_READY: u8 = 1;
+const S_OUT: u8 = 2;
+const S_DONE: u8 = 3;
+const S_REFUSED: u8 = 4;
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    state: u8,
+    round: u32,
+    /// Bumped whenever the slot's send in flight changes, so that stale timers are ignored.
+    gen: u32,
+    first_tsc: u64,
+    completed: u32,
+}
+
+#[derive(Debug)]
+struct Worker {
+    slots: Vec<Slot>,
+    /// (slot, not before TSC).
+    ready: VecDeque<(u32, u64)>,
+    /// (slot, deadline TSC, generation).
+    timers: VecDeque<(u32, u64, u32)>,
+    /// Slots in S_PROBE or S_OUT with a send in flight.
+    outstanding: u32,
+    c: WorkerCounters,
+    hist: Histogram<u64>,
+}
+
+/// Open-loop progress.
+#[derive(Debug, Default)]
+struct Open {
+    started: bool,
+    k: u32,
+    slot: u32,
+    rank: u16,
+    done: bool,
+    /// Per slot: the first round number (from the probe) and the send TSC of its last 4 rounds
+    /// (round, TSC of the last worker's contribution).
+    base: Vec<u32>,
+    sent: Vec<[(u32, u64); 4]>,
+    /// Results due: (round, slot) pairs fully sent x workers, minus those received.
+    due: u64,
+}
+
+/// The emulation's state: what to send next, and what every reply means.
+#[derive(Debug)]
+pub struct Engine {
+    em: Emulation,
+    values: Values,
+    hz: u64,
+    timeout: u64,
+    slow: Option<(u16, u64)>,
+    workers: Vec<Worker>,
+    by_addr: HashMap<([u8; 16], u32), u16>,
+    next_worker: usize,
+    rng: u64,
+    loss_threshold: u64,
+    stopping: bool,
+    open: Open,
+    /// Frames received that are not replies of this collective.
+    pub rx_other: u64,
+    /// Gradient frames with a bad length, checksum or ICRC.
+    pub rx_bad: u64,
+    /// Latency of the last interval (for the live line).
+    pub interval: Histogram<u64>,
+    /// TSC of the first contribution and of the last result.
+    pub first_tsc: u64,
+    /// See `first_tsc`.
+    pub last_tsc: u64,
+    mult: u128,
+}
+
+/// Latencies in ns from 1 ns to 10 s, 3 significant digits.
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 10_000_000_000, 3).expect("valid bounds")
+}
+
+impl Engine {
+    /// The state of `em` on a TSC of `hz`.
+    pub fn new(em: &Emulation, hz: u64, now: u64) -> Engine {
+        let n_slots = em.slots();
+        let start = if em.probe { S_PROBE } else { S_READY };
+        let mut workers = Vec::new();
+        let mut by_addr = HashMap::new();
+        for w in &em.workers {
+            let ip = match w.ip {
+                IpAddrBytes::V4(a) => key_of(&a),
+                IpAddrBytes::V6(a) => a,
+            };
+            let port = if em.carriage == Carriage::Udp { w.udp_port as u32 } else { w.qpn };
+            by_addr.insert((ip, port), w.rank);
+            let slot = Slot { state: start, round: em.first_round, gen: 0, first_tsc: 0, completed: 0 };
+            let mut ready = VecDeque::with_capacity(n_slots as usize + 1);
+            ready.extend((0..n_slots).map(|s| (s, now)));
+            workers.push(Worker {
+                slots: vec![slot; n_slots as usize],
+                ready,
+                timers: VecDeque::with_capacity(2 * (n_slots as usize + em.window as usize)),
+                outstanding: 0,
+                c: WorkerCounters::default(),
+                hist: histogram(),
+            });
+        }
+        let cyc = |us: u64| us.saturating_mul(hz) / 1_000_000;
+        Engine {
+            values: Values::new(em),
+            hz,
+            timeout: cyc(em.timeout_us).max(1),
+            slow: em.slow.map(|(r, us)| (r, cyc(us))),
+            workers,
+            by_addr,
+            next_worker: 0,
+            rng: mix(em.seed ^ 0x1055),
+            loss_threshold: (em.loss * u64::MAX as f64) as u64,
+            stopping: false,
+            open: Open {
+                base: vec![em.first_round; n_slots as usize],
+                sent: vec![[(u32::MAX, 0); 4]; n_slots as usize],
+                ..Open::default()
+            },
+            rx_other: 0,
+            rx_bad: 0,
+            interval: histogram(),
+            first_tsc: 0,
+            last_tsc: 0,
+            mult: ((1_000_000_000u128) << 32) / hz as u128,
+            em: em.clone(),
+        }
+    }
+
+    /// The emulation.
+    pub fn emulation(&self) -> &Emulation {
+        &self.em
+    }
+
+    /// The value tables.
+    pub fn values(&self) -> &Values {
+        &self.values
+    }
+
+    /// Counters of worker `rank`.
+    pub fn counters(&self, rank: usize) -> &WorkerCounters {
+        &self.workers[rank].c
+    }
+
+    /// Latency histogram (ns) of worker `rank`.
+    pub fn histogram(&self, rank: usize) -> &Histogram<u64> {
+        &self.workers[rank].hist
+    }
+
+    /// No new contributions from now on; replies are still taken.
+    pub fn stop(&mut self) {
+        self.stopping = true;
+    }
+
+    /// Every slot of every worker has completed its `rounds` or was refused (closed loop), or
+    /// every round was sent (open loop). Never with unbounded rounds.
+    pub fn finished(&self) -> bool {
+        if self.em.rounds.is_none() {
+            return false;
+        }
+        match self.em.mode {
+            Mode::Closed => {
+                self.workers.iter().all(|w| w.slots.iter().all(|s| s.state == S_DONE || s.state == S_REFUSED))
+            }
+            Mode::Open => self.open.done,
+        }
+    }
+
+    /// Nothing is awaited any more (the run may end once stopped).
+    pub fn drained(&self) -> bool {
+        match self.em.mode {
+            Mode::Closed => self.workers.iter().all(|w| w.outstanding == 0),
+            Mode::Open => self.open.due == 0 && self.workers.iter().all(|w| w.outstanding == 0),
+        }
+    }
+
+    #[inline(always)]
+    fn lose(&mut self) -> bool {
+        if self.loss_threshold == 0 {
+            return false;
+        }
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng < self.loss_threshold
+    }
+
+    fn not_before(&self, rank: usize, now: u64) -> u64 {
+        match self.slow {
+            Some((r, d)) if r as usize == rank => now + d,
+            _ => now,
+        }
+    }
+
+    /// Appends at most `max` sends due at `now` to `out` (sends dropped by `loss` are counted
+    /// and not appended).
+    pub fn sends(&mut self, now: u64, max: usize, out: &mut Vec<Send>) {
+        let n = self.workers.len();
+        let mut room = max;
+        // Timeouts first: resends of contributions and probes.
+        for i in 0..n {
+            let w = (self.next_worker + i) % n;
+            while room > 0 {
+                let Some(&(s, deadline, gen)) = self.workers[w].timers.front() else { break };
+                if deadline > now {
+                    break;
+                }
+                self.workers[w].timers.pop_front();
+                let slot = self.workers[w].slots[s as usize];
+                if slot.gen != gen || (slot.state != S_OUT && slot.state != S_PROBE) {
+                    continue;
+                }
+                self.workers[w].c.timeouts += 1;
+                if self.stopping && slot.state == S_PROBE {
+                    // Nothing will follow the answer: stop probing.
+                    self.workers[w].outstanding -= 1;
+                    self.workers[w].slots[s as usize].state = S_READY;
+                    continue;
+                }
+                let flags = if slot.state == S_PROBE {
+                    self.workers[w].c.probes += 1;
+                    Flags::PROBE | Flags::RETRANSMIT
+                } else {
+                    self.workers[w].c.retransmissions += 1;
+                    Flags::RETRANSMIT
+                };
+                self.workers[w].timers.push_back((s, now + self.timeout, gen));
+                if self.lose() {
+                    self.workers[w].c.injected_drops += 1;
+                } else {
+                    out.push(Send { rank: w as u16, slot: s, round: slot.round, flags });
+                    room -= 1;
+                }
+            }
+        }
+        if room == 0 {
+            self.next_worker = (self.next_worker + 1) % n;
+            return;
+        }
+        let probing = self.em.probe && !self.open.started && self.em.mode == Mode::Open;
+        if self.em.mode == Mode::Closed || probing {
+            // Probes, then (closed loop) contributions, a window per worker.
+            let window = if probing { u32::MAX } else { self.em.window };
+            let mut progress = true;
+            while room > 0 && progress {
+                progress = false;
+                for i in 0..n {
+                    let w = (self.next_worker + i) % n;
+                    if room == 0 {
+                        break;
+                    }
+                    let wk = &mut self.workers[w];
+                    if wk.outstanding >= window {
+                        continue;
+                    }
+                    let Some(&(s, nb)) = wk.ready.front() else { continue };
+                    if nb > now {
+                        continue;
+                    }
+                    let slot = &mut wk.slots[s as usize];
+                    let probe = slot.state == S_PROBE;
+                    if !probe && (self.stopping || probing) {
+                        continue;
+                    }
+                    wk.ready.pop_front();
+                    progress = true;
+                    wk.outstanding += 1;
+                    slot.gen = slot.gen.wrapping_add(1);
+                    let flags = if probe {
+                        wk.c.probes += 1;
+                        Flags::PROBE
+                    } else {
+                        slot.state = S_OUT;
+                        slot.first_tsc = now;
+                        wk.c.contributions += 1;
+                        0
+                    };
+                    let send = Send { rank: w as u16, slot: s, round: slot.round, flags };
+                    wk.timers.push_back((s, now + self.timeout, slot.gen));
+                    if self.first_tsc == 0 && !probe {
+                        self.first_tsc = now;
+                    }
+                    if self.lose() {
+                        self.workers[w].c.injected_drops += 1;
+                    } else {
+                        out.push(send);
+                        room -= 1;
+                    }
+                }
+            }
+            self.next_worker = (self.next_worker + 1) % n;
+            if probing && self.workers.iter().all(|w| w.outstanding == 0 && w.ready.is_empty()) {
+                // Every slot answered: the open loop starts with the next pass.
+                self.open.started = true;
+            }
+            return;
+        }
+        self.open_sends(now, room, out);
+    }
+
+    fn open_sends(&mut self, now: u64, mut room: usize, out: &mut Vec<Send>) {
+        self.open.started = true;
+        let n = self.workers.len() as u16;
+        let slots = self.em.slots();
+        while room > 0 && !self.open.done && !self.stopping {
+            let (k, s, r) = (self.open.k, self.open.slot, self.open.rank);
+            let round = self.open.base[s as usize].wrapping_add(k);
+            if self.first_tsc == 0 {
+                self.first_tsc = now;
+            }
+            self.workers[r as usize].c.contributions += 1;
+            if self.lose() {
+                self.workers[r as usize].c.injected_drops += 1;
+            } else {
+                out.push(Send { rank: r, slot: s, round, flags: 0 });
+                room -= 1;
+            }
+            if r + 1 == n {
+                self.open.sent[s as usize][(round & 3) as usize] = (round, now);
+                self.open.due += n as u64;
+                self.open.rank = 0;
+                if s + 1 == slots {
+                    self.open.slot = 0;
+                    self.open.k += 1;
+                    if self.em.rounds.is_some_and(|x| self.open.k >= x) {
+                        self.open.done = true;
+                    }
+                } else {
+                    self.open.slot = s + 1;
+                }
+            } else {
+                self.open.rank = r + 1;
+            }
+        }
+    }
+
+    /// Takes one received frame at `now`.
+    pub fn on_frame(&mut self, now: u64, f: &[u8]) {
+        let r = match parse_reply(f, self.em.gradient_udp_port, self.em.carriage) {
+            Ok(r) => r,
+            Err(NotReply::Other) => {
+                self.rx_other += 1;
+                return;
+            }
+            Err(NotReply::Bad) => {
+                self.rx_bad += 1;
+                return;
+            }
+        };
+        let h = r.header;
+        let Some(&rank) = self.by_addr.get(&r.to) else {
+            self.rx_other += 1;
+            return;
+        };
+        if h.collective_id != self.em.collective_id || h.version != VERSION {
+            self.rx_other += 1;
+            return;
+        }
+        let w = rank as usize;
+        let chunk = self.em.chunk_elements;
+        let s = h.tensor_offset / chunk;
+        let slot_ok = h.tensor_offset % chunk == 0 && s < self.em.slots();
+        if h.flags & Flags::NAK != 0 {
+            let reason = if (1..=7).contains(&h.reason) { h.reason as usize } else { 0 };
+            self.workers[w].c.naks[reason] += 1;
+            if !slot_ok {
+                return;
+            }
+            let wk = &mut self.workers[w];
+            let slot = &mut wk.slots[s as usize];
+            if slot.state != S_OUT && slot.state != S_PROBE {
+                return;
+            }
+            slot.gen = slot.gen.wrapping_add(1);
+            wk.outstanding -= 1;
+            if reason == NakReason::STALE_ROUND as usize {
+                slot.round = h.round;
+                slot.state = S_READY;
+                wk.ready.push_back((s, now));
+            } else {
+                slot.state = S_REFUSED;
+                wk.c.refused_slots += 1;
+            }
+            return;
+        }
+        if h.flags & Flags::RESULT == 0 || !slot_ok {
+            self.rx_other += 1;
+            return;
+        }
+        if h.flags & Flags::PROBE != 0 {
+            self.on_status(now, w, s, &h);
+            return;
+        }
+        let (off, count) = self.em.chunk(s);
+        let right = h.data_length as usize == count as usize * self.values.lane
+            && h.op_type == self.em.op.wire()
+            && h.dtype == self.em.dtype.wire()
+            && &f[r.payload.0..r.payload.1] == self.values.result(off, count, h.round);
+        let lat = match self.em.mode {
+            Mode::Closed => {
+                let slot = self.workers[w].slots[s as usize];
+                if slot.state != S_OUT || slot.round != h.round {
+                    self.workers[w].c.stale_results += 1;
+                    return;
+                }
+                let nb = self.not_before(w, now);
+                let done = self.em.rounds.is_some_and(|x| slot.completed + 1 >= x);
+                let wk = &mut self.workers[w];
+                let sl = &mut wk.slots[s as usize];
+                sl.gen = sl.gen.wrapping_add(1);
+                sl.completed += 1;
+                sl.round = sl.round.wrapping_add(1);
+                wk.outstanding -= 1;
+                if done {
+                    sl.state = S_DONE;
+                } else {
+                    sl.state = S_READY;
+                    wk.ready.push_back((s, nb));
+                }
+                now.saturating_sub(slot.first_tsc)
+            }
+            Mode::Open => {
+                let (round, t) = self.open.sent[s as usize][(h.round & 3) as usize];
+                if round != h.round || self.open.due == 0 {
+                    self.workers[w].c.stale_results += 1;
+                    return;
+                }
+                self.open.due -= 1;
+                now.saturating_sub(t)
+            }
+        };
+        let c = &mut self.workers[w].c;
+        c.rounds_completed += 1;
+        c.payload_bytes += h.data_length as u64;
+        c.elements += count as u64;
+        if right {
+            c.right += 1;
+        } else {
+            c.wrong += 1;
+        }
+        let ns = ((lat as u128 * self.mult) >> 32) as u64;
+        self.workers[w].hist.saturating_record(ns.max(1));
+        self.interval.saturating_record(ns.max(1));
+        self.last_tsc = now;
+    }
+
+    fn on_status(&mut self, now: u64, w: usize, s: u32, h: &GradientRepr) {
+        let nb = self.not_before(w, now);
+        let first = self.em.first_round;
+        let open = self.em.mode == Mode::Open;
+        let wk = &mut self.workers[w];
+        wk.c.statuses += 1;
+        let slot = &mut wk.slots[s as usize];
+        if slot.state != S_PROBE {
+            return;
+        }
+        slot.gen = slot.gen.wrapping_add(1);
+        let round = match h.reason {
+            SlotState::NO_HISTORY => first,
+            _ => h.round,
+        };
+        slot.round = round;
+        if open {
+            if w == 0 {
+                self.open.base[s as usize] = round;
+            }
+            slot.state = S_READY;
+            wk.outstanding -= 1;
+            return;
+        }
+        if h.reason == SlotState::IN_PROGRESS_WITH_RANK {
+            // Ours is in: wait for the result (a timeout resends it, a duplicate).
+            slot.state = S_OUT;
+            slot.first_tsc = now;
+            wk.timers.push_back((s, now + self.timeout, slot.gen));
+        } else {
+            slot.state = S_READY;
+            wk.outstanding -= 1;
+            wk.ready.push_back((s, nb));
+        }
+    }
+
+    /// Converts TSC cycles to seconds.
+    pub fn seconds(&self, cycles: u64) -> f64 {
+        cycles as f64 / self.hz as f64
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Frames
+
+/// Builds the frames of sends: per worker a header spec, the payload slice and its precomputed
+/// checksum contributions (one per table position and chunk length), the RoCEv2 PSN counter.
+#[derive(Debug)]
+pub struct Builder {
+    specs: Vec<FrameSpec>,
+    /// [rank][0: full chunk, 1: last chunk][table index].
+    sums: Vec<[Vec<PayloadSums>; 2]>,
+    probe: Vec<u8>,
+    probe_sums: PayloadSums,
+    psn: Vec<u32>,
+}
+
+impl Builder {
+    /// For `e`'s emulation.
+    pub fn new(e: &Engine) -> Builder {
+        let em = &e.em;
+        let specs: Vec<FrameSpec> = em.workers.iter().map(|w| em.spec(w)).collect();
+        let full = em.chunk(0).1;
+        let last = em.chunk(em.slots() - 1).1;
+        let sums = (0..em.workers.len())
+            .map(|r| {
+                [full, last].map(|count| {
+                    let pad = specs[r].pad(count as usize * e.values.lane);
+                    (0..PERIOD)
+                        .map(|j| {
+                            let p = &e.values.workers[r][j * e.values.lane..(j + count as usize) * e.values.lane];
+                            PayloadSums::of(p, pad)
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        let probe = vec![0u8; gradient::probe_len(em.workers.len())];
+        let probe_sums = PayloadSums::of(&probe, specs[0].pad(probe.len()));
+        Builder { psn: vec![0; specs.len()], specs, sums, probe, probe_sums }
+    }
+
+    /// Frame length of `s`.
+    pub fn frame_len(&self, e: &Engine, s: &Send) -> usize {
+        let len =
+            if s.flags & Flags::PROBE != 0 { self.probe.len() } else { e.em.chunk(s.slot).1 as usize * e.values.lane };
+        self.specs[s.rank as usize].frame_len(len)
+    }
+
+    /// Writes `s`'s frame into `buf` (at least [`Builder::frame_len`] bytes); returns its length.
+    pub fn build(&mut self, e: &Engine, s: &Send, buf: &mut [u8]) -> usize {
+        let r = s.rank as usize;
+        let (off, count) = e.em.chunk(s.slot);
+        let spec = &mut self.specs[r];
+        if let Some(roce) = &mut spec.roce {
+            roce.psn = self.psn[r] & 0xff_ffff;
+            self.psn[r] = self.psn[r].wrapping_add(1);
+        }
+        spec.header.flags = s.flags;
+        spec.header.tensor_offset = off;
+        spec.header.round = s.round;
+        let (payload, sums) = if s.flags & Flags::PROBE != 0 {
+            spec.header.round = 0;
+            (&self.probe[..], &self.probe_sums)
+        } else {
+            let kind = usize::from(count != e.em.chunk_elements);
+            let j = table_index(off, s.round);
+            (e.values.payload(r, off, count, s.round), &self.sums[r][kind][j])
+        };
+        spec.header.data_length = payload.len() as u32;
+        build::build_with(spec, payload, Some(sums), buf).expect("the buffer fits the frame")
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// On the port
+
+/// An emulation on its port: the engine, the frames, the queues.
+#[derive(Debug)]
+pub struct Runner {
+    /// The state machine.
+    pub engine: Engine,
+    builder: Builder,
+    txq: TxQueue,
+    rxqs: Vec<RxQueue>,
+    sends: Vec<Send>,
+    pend: Vec<Option<Mbuf>>,
+    pend_at: usize,
+    pend_n: usize,
+    rx: Vec<Option<Mbuf>>,
+    pacer: Option<Pacer>,
+    burst: usize,
+    /// Bursts the tx queue did not take whole (the rest is retried first).
+    pub tx_full: u64,
+    /// Failed mbuf allocations.
+    pub nombuf: u64,
+    /// Frames sent.
+    pub tx_packets: u64,
+    /// Their bytes.
+    pub tx_bytes: u64,
+    /// Frames received.
+    pub rx_packets: u64,
+}
+
+impl Runner {
+    /// `em` on DPDK port `port_id` (`rx_queues` rx queues, tx queue 0), `burst` frames at most per
+    /// pass, on a TSC of `hz`.
+    pub fn new(em: &Emulation, port_id: u16, rx_queues: u16, burst: usize, hz: u64, now: u64) -> Runner {
+        let engine = Engine::new(em, hz, now);
+        let builder = Builder::new(&engine);
+        let pacer = em.rate_pps.map(|r| {
+            let mut p = Pacer::new(r, hz, burst as f64, 0.05);
+            p.start(now);
+            p
+        });
+        Runner {
+            engine,
+            builder,
+            txq: TxQueue::new(port_id, 0),
+            rxqs: (0..rx_queues).map(|q| RxQueue::new(port_id, q)).collect(),
+            sends: Vec::with_capacity(burst),
+            pend: (0..burst).map(|_| None).collect(),
+            pend_at: 0,
+            pend_n: 0,
+            rx: (0..burst).map(|_| None).collect(),
+            pacer,
+            burst,
+            tx_full: 0,
+            nombuf: 0,
+            tx_packets: 0,
+            tx_bytes: 0,
+            rx_packets: 0,
+        }
+    }
+
+    /// One pass at `now`: receive and take every reply, retry what the tx queue refused, else
+    /// send what the engine asks for.
+    pub fn poll(&mut self, now: u64, pool: &Mempool) {
+        for q in 0..self.rxqs.len() {
+            let n = self.rxqs[q].rx_burst(&mut self.rx);
+            for m in self.rx[..n].iter() {
+                let m = m.as_ref().expect("received");
+                self.engine.on_frame(now, dataplane::buf::PacketBuf::data(m));
+            }
+            self.rx_packets += n as u64;
+            dpdk::mbuf::free_burst(&mut self.rx[..n]);
+        }
+        if self.pend_n > 0 {
+            let (a, n) = (self.pend_at, self.pend_n);
+            let k = self.txq.tx_burst(&mut self.pend[a..a + n]);
+            self.tx_packets += k as u64;
+            self.pend_at += k;
+            self.pend_n -= k;
+            if self.pend_n > 0 {
+                self.tx_full += 1;
+                return;
+            }
+        }
+        let max = match &mut self.pacer {
+            None => self.burst,
+            Some(p) => (p.budget(now) as usize).min(self.burst),
+        };
+        if max == 0 {
+            return;
+        }
+        self.sends.clear();
+        self.engine.sends(now, max, &mut self.sends);
+        let n = self.sends.len();
+        if n == 0 {
+            return;
+        }
+        if let Some(p) = &mut self.pacer {
+            p.spend(n as f64);
+        }
+        if !pool.alloc_bulk(&mut self.pend[..n]) {
+            // The sends are lost as if dropped: the timeouts resend them (closed loop).
+            self.nombuf += 1;
+            return;
+        }
+        for (slot, s) in self.pend[..n].iter_mut().zip(&self.sends) {
+            let m = slot.as_mut().expect("allocated above");
+            let len = self.builder.frame_len(&self.engine, s);
+            let ok = m.set_len(len as u16);
+            debug_assert!(ok, "the data room fits the largest frame (checked with the config)");
+            self.builder.build(&self.engine, s, dataplane::buf::PacketBuf::data_mut(m));
+            self.tx_bytes += len as u64;
+        }
+        let k = self.txq.tx_burst(&mut self.pend[..n]);
+        self.tx_packets += k as u64;
+        if k < n {
+            self.tx_full += 1;
+            self.pend_at = k;
+            self.pend_n = n - k;
+        }
+    }
+
+    /// Frees frames still waiting for the tx queue.
+    pub fn discard(&mut self) {
+        dpdk::mbuf::free_burst(&mut self.pend[self.pend_at..self.pend_at + self.pend_n]);
+        self.pend_n = 0;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reporting
+
+/// NAKs by reason (spec section 5).
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct NakCounts {
+    /// 1: unknown collective.
+    pub unknown_collective: u64,
+    /// 2: bad version.
+    pub bad_version: u64,
+    /// 3: op, dtype or carriage mismatch.
+    pub mismatch: u64,
+    /// 4: bad rank.
+    pub bad_rank: u64,
+    /// 5: not the rank's member.
+    pub not_member: u64,
+    /// 6: bad length or offset.
+    pub bad_length_or_offset: u64,
+    /// 7: stale or premature round.
+    pub stale_round: u64,
+    /// Any other reason code.
+    pub other: u64,
+}
+
+impl NakCounts {
+    fn of(n: &[u64; 8]) -> NakCounts {
+        NakCounts {
+            other: n[0],
+            unknown_collective: n[1],
+            bad_version: n[2],
+            mismatch: n[3],
+            bad_rank: n[4],
+            not_member: n[5],
+            bad_length_or_offset: n[6],
+            stale_round: n[7],
+        }
+    }
+
+    /// All reasons together.
+    pub fn total(&self) -> u64 {
+        self.unknown_collective
+            + self.bad_version
+            + self.mismatch
+            + self.bad_rank
+            + self.not_member
+            + self.bad_length_or_offset
+            + self.stale_round
+            + self.other
+    }
+
+    fn text(&self) -> String {
+        let all = [
+            ("unknown_collective", self.unknown_collective),
+            ("bad_version", self.bad_version),
+            ("mismatch", self.mismatch),
+            ("bad_rank", self.bad_rank),
+            ("not_member", self.not_member),
+            ("bad_length_or_offset", self.bad_length_or_offset),
+            ("stale_round", self.stale_round),
+            ("other", self.other),
+        ];
+        let v: Vec<String> = all.iter().filter(|x| x.1 > 0).map(|(k, v)| format!("{k}={v}")).collect();
+        if v.is_empty() {
+            "0".into()
+        } else {
+            v.join(" ")
+        }
+    }
+}
+
+/// One worker's summary.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkerSummary {
+    /// Rank.
+    pub rank: u16,
+    /// Counters.
+    #[serde(flatten)]
+    pub counters: WorkerCounters,
+    /// NAKs by reason.
+    pub nak_reasons: NakCounts,
+    /// Latency from a round's first send to its result (µs).
+    pub latency: Option<Latency>,
+}
+
+/// An emulation's summary.
+#[derive(Debug, Clone, Serialize)]
+pub struct AllreduceSummary {
+    /// Label.
+    pub name: String,
+    /// Closed or open loop.
+    pub mode: Mode,
+    /// `udp` or `rocev2`.
+    pub carriage: &'static str,
+    /// Lane type.
+    pub dtype: &'static str,
+    /// The op sent.
+    pub op: &'static str,
+    /// The op results were checked against.
+    pub expect_op: &'static str,
+    /// Workers.
+    pub workers: usize,
+    /// Slots as sent.
+    pub slots: u32,
+    /// Elements per chunk.
+    pub chunk_elements: u32,
+    /// Rounds per slot asked for.
+    pub rounds: Option<u32>,
+    /// Seconds from the first contribution to the last result.
+    pub seconds: f64,
+    /// Contributions sent (first sends).
+    pub contributions: u64,
+    /// Retransmissions.
+    pub retransmissions: u64,
+    /// Timeouts.
+    pub timeouts: u64,
+    /// Sends dropped on purpose.
+    pub injected_drops: u64,
+    /// Rounds completed, summed over workers (contributions folded into a result that came back).
+    pub rounds_completed: u64,
+    /// Results equal to the reference.
+    pub right: u64,
+    /// Results that were not.
+    pub wrong: u64,
+    /// Results for no round in flight.
+    pub stale_results: u64,
+    /// Slots refused by a NAK.
+    pub refused_slots: u64,
+    /// (worker, slot) pairs that did not complete their rounds (closed loop with `rounds`).
+    pub incomplete: u64,
+    /// NAKs by reason.
+    pub naks: NakCounts,
+    /// Completed contributions per second.
+    pub contributions_per_s: f64,
+    /// Payload Gbit/s of the completed contributions.
+    pub payload_gbps: f64,
+    /// Elements per second of the completed contributions.
+    pub elements_per_s: f64,
+    /// Latency over every worker (µs).
+    pub latency: Option<Latency>,
+    /// Frames sent and received on the port, tx-full retries, mbuf allocation failures.
+    pub tx_packets: u64,
+    /// See `tx_packets`.
+    pub rx_packets: u64,
+    /// See `tx_packets`.
+    pub tx_full: u64,
+    /// See `tx_packets`.
+    pub nombuf: u64,
+    /// Gradient frames with a bad checksum, ICRC or length.
+    pub rx_bad: u64,
+    /// Other frames received.
+    pub rx_other: u64,
+    /// Per worker.
+    pub per_worker: Vec<WorkerSummary>,
+}
+
+/// Percentiles of `h` (ns) in µs.
+pub fn latency_of(h: &Histogram<u64>) -> Option<Latency> {
+    (!h.is_empty()).then(|| Latency {
+        min_us: h.min() as f64 / 1e3,
+        p50_us: h.value_at_quantile(0.5) as f64 / 1e3,
+        p99_us: h.value_at_quantile(0.99) as f64 / 1e3,
+        p999_us: h.value_at_quantile(0.999) as f64 / 1e3,
+        max_us: h.max() as f64 / 1e3,
+        mean_us: h.mean() / 1e3,
+    })
+}
+
+fn carriage_name(c: Carriage) -> &'static str {
+    match c {
+        Carriage::Udp => "udp",
+        Carriage::Rocev2 => "rocev2",
+    }
+}
+
+impl AllreduceSummary {
+    /// From a runner at the end of the run.
+    pub fn new(r: &Runner) -> AllreduceSummary {
+        let e = &r.engine;
+        let em = &e.em;
+        let mut all = histogram();
+        let mut per_worker = Vec::new();
+        let mut t = WorkerCounters::default();
+        let mut naks = [0u64; 8];
+        let mut incomplete = 0;
+        for (i, w) in e.workers.iter().enumerate() {
+            all.add(&w.hist).expect("same bounds");
+            let c = &w.c;
+            t.contributions += c.contributions;
+            t.retransmissions += c.retransmissions;
+            t.timeouts += c.timeouts;
+            t.injected_drops += c.injected_drops;
+            t.rounds_completed += c.rounds_completed;
+            t.right += c.right;
+            t.wrong += c.wrong;
+            t.stale_results += c.stale_results;
+            t.refused_slots += c.refused_slots;
+            t.payload_bytes += c.payload_bytes;
+            t.elements += c.elements;
+            for (a, b) in naks.iter_mut().zip(c.naks) {
+                *a += b;
+            }
+            if em.mode == Mode::Closed && em.rounds.is_some() {
+                incomplete += w.slots.iter().filter(|s| s.state != S_DONE).count() as u64;
+            }
+            per_worker.push(WorkerSummary {
+                rank: i as u16,
+                counters: *c,
+                nak_reasons: NakCounts::of(&c.naks),
+                latency: latency_of(&w.hist),
+            });
+        }
+        let seconds =
+            if e.last_tsc > e.first_tsc && e.first_tsc != 0 { e.seconds(e.last_tsc - e.first_tsc) } else { 0.0 };
+        let per_s = |x: u64| if seconds > 0.0 { x as f64 / seconds } else { 0.0 };
+        AllreduceSummary {
+            name: em.name.clone(),
+            mode: em.mode,
+            carriage: carriage_name(em.carriage),
+            dtype: em.dtype.name(),
+            op: em.op.name(),
+            expect_op: em.expect_op.name(),
+            workers: em.workers.len(),
+            slots: em.slots(),
+            chunk_elements: em.chunk_elements,
+            rounds: em.rounds,
+            seconds,
+            contributions: t.contributions,
+            retransmissions: t.retransmissions,
+            timeouts: t.timeouts,
+            injected_drops: t.injected_drops,
+            rounds_completed: t.rounds_completed,
+            right: t.right,
+            wrong: t.wrong,
+            stale_results: t.stale_results,
+            refused_slots: t.refused_slots,
+            incomplete,
+            naks: NakCounts::of(&naks),
+            contributions_per_s: per_s(t.rounds_completed),
+            payload_gbps: per_s(t.payload_bytes) * 8.0 / 1e9,
+            elements_per_s: per_s(t.elements),
+            latency: latency_of(&all),
+            tx_packets: r.tx_packets,
+            rx_packets: r.rx_packets,
+            tx_full: r.tx_full,
+            nombuf: r.nombuf,
+            rx_bad: e.rx_bad,
+            rx_other: e.rx_other,
+            per_worker,
+        }
+    }
+
+    /// Why the emulation failed, if it did: wrong results, refused slots, or rounds that did not
+    /// complete.
+    pub fn failure(&self) -> Option<String> {
+        let mut v = Vec::new();
+        if self.wrong > 0 {
+            v.push(format!("{} of {} results wrong", self.wrong, self.rounds_completed));
+        }
+        if self.refused_slots > 0 {
+            v.push(format!("{} slots refused by NAKs ({})", self.refused_slots, self.naks.text()));
+        }
+        if self.incomplete > self.refused_slots {
+            v.push(format!(
+                "{} (worker, slot) pairs did not complete their rounds",
+                self.incomplete - self.refused_slots
+            ));
+        }
+        (!v.is_empty()).then(|| format!("allreduce {}: {}", self.name, v.join("; ")))
+    }
+}
+
+/// The summaries as a text table: one row per emulation and one per worker.
+pub fn table(list: &[AllreduceSummary]) -> String {
+    let mut out = String::new();
+    for a in list {
+        out += &format!(
+            "allreduce {}: {} loop, {} workers x {} slots of {} {} lanes, {} (checked as {}), {}\n",
+            a.name,
+            match a.mode {
+                Mode::Closed => "closed",
+                Mode::Open => "open",
+            },
+            a.workers,
+            a.slots,
+            a.chunk_elements,
+            a.dtype,
+            a.op,
+            a.expect_op,
+            a.carriage
+        );
+        out += &format!(
+            "  {:.3} s: {} rounds completed ({} right, {} wrong, {} stale), {:.4} M contributions/s, {:.3} Gbit/s payload, {:.4} G elements/s\n",
+            a.seconds,
+            a.rounds_completed,
+            a.right,
+            a.wrong,
+            a.stale_results,
+            a.contributions_per_s / 1e6,
+            a.payload_gbps,
+            a.elements_per_s / 1e9
+        );
+        out += &format!(
+            "  sent {} contributions, {} retransmissions, {} timeouts, {} injected drops; NAKs: {}; refused slots {}, incomplete {}; tx-full {} nombuf {} rx bad {}\n",
+            a.contributions,
+            a.retransmissions,
+            a.timeouts,
+            a.injected_drops,
+            a.naks.text(),
+            a.refused_slots,
+            a.incomplete,
+            a.tx_full,
+            a.nombuf,
+            a.rx_bad
+        );
+        out += &format!(
+            "  {:>6} {:>10} {:>10} {:>8} {:>8} {:>8} {:>6} {:>10} {:>10} {:>10}\n",
+            "rank", "rounds", "right", "wrong", "retx", "timeouts", "naks", "p50 µs", "p99 µs", "max µs"
+        );
+        for w in &a.per_worker {
+            let l = w.latency;
+            let f = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.1}"));
+            out += &format!(
+                "  {:>6} {:>10} {:>10} {:>8} {:>8} {:>8} {:>6} {:>10} {:>10} {:>10}\n",
+                w.rank,
+                w.counters.rounds_completed,
+                w.counters.right,
+                w.counters.wrong,
+                w.counters.retransmissions,
+                w.counters.timeouts,
+                w.nak_reasons.total(),
+                f(l.map(|l| l.p50_us)),
+                f(l.map(|l| l.p99_us)),
+                f(l.map(|l| l.max_us)),
+            );
+        }
+    }
+    out.trim_end().to_string()
+}
+
+/// The CSV columns of the allreduce rows.
+pub const CSV_HEADER: &str = "allreduce,rank,mode,carriage,dtype,op,expect_op,workers,slots,chunk_elements,seconds,\
+contributions,retransmissions,timeouts,injected_drops,rounds_completed,right,wrong,stale_results,refused_slots,\
+naks,nak_unknown_collective,nak_bad_version,nak_mismatch,nak_bad_rank,nak_not_member,nak_bad_length_or_offset,\
+nak_stale_round,contributions_per_s,payload_gbps,elements_per_s,lat_min_us,lat_p50_us,lat_p99_us,lat_p999_us,\
+lat_max_us,lat_mean_us";
+
+/// The summaries as CSV: [`CSV_HEADER`], then per emulation a row for all workers (`rank`
+/// empty) and one per worker (rates over the emulation's time).
+pub fn csv(list: &[AllreduceSummary]) -> String {
+    let mut out = String::from(CSV_HEADER);
+    out.push('\n');
+    let o = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x}"));
+    for a in list {
+        let per_s = |x: u64| if a.seconds > 0.0 { x as f64 / a.seconds } else { 0.0 };
+        let mut row = |rank: String, c: &WorkerCounters, n: &NakCounts, lat: Option<Latency>| {
+            let cells = [
+                a.name.clone(),
+                rank,
+                format!("{:?}", a.mode).to_lowercase(),
+                a.carriage.into(),
+                a.dtype.into(),
+                a.op.into(),
+                a.expect_op.into(),
+                a.workers.to_string(),
+                a.slots.to_string(),
+                a.chunk_elements.to_string(),
+                a.seconds.to_string(),
+                c.contributions.to_string(),
+                c.retransmissions.to_string(),
+                c.timeouts.to_string(),
+                c.injected_drops.to_string(),
+                c.rounds_completed.to_string(),
+                c.right.to_string(),
+                c.wrong.to_string(),
+                c.stale_results.to_string(),
+                c.refused_slots.to_string(),
+                n.total().to_string(),
+                n.unknown_collective.to_string(),
+                n.bad_version.to_string(),
+                n.mismatch.to_string(),
+                n.bad_rank.to_string(),
+                n.not_member.to_string(),
+                n.bad_length_or_offset.to_string(),
+                n.stale_round.to_string(),
+                per_s(c.rounds_completed).to_string(),
+                (per_s(c.payload_bytes) * 8.0 / 1e9).to_string(),
+                per_s(c.elements).to_string(),
+                o(lat.map(|l| l.min_us)),
+                o(lat.map(|l| l.p50_us)),
+                o(lat.map(|l| l.p99_us)),
+                o(lat.map(|l| l.p999_us)),
+                o(lat.map(|l| l.max_us)),
+                o(lat.map(|l| l.mean_us)),
+            ];
+            out += &cells.map(|c| if c.contains(',') { format!("\"{c}\"") } else { c }).join(",");
+            out.push('\n');
+        };
+        let mut t = WorkerCounters::default();
+        for w in &a.per_worker {
+            let c = &w.counters;
+            t.contributions += c.contributions;
+            t.retransmissions += c.retransmissions;
+            t.timeouts += c.timeouts;
+            t.injected_drops += c.injected_drops;
+            t.rounds_completed += c.rounds_completed;
+            t.right += c.right;
+            t.wrong += c.wrong;
+            t.stale_results += c.stale_results;
+            t.refused_slots += c.refused_slots;
+            t.payload_bytes += c.payload_bytes;
+            t.elements += c.elements;
+        }
+        row(String::new(), &t, &a.naks, a.latency);
+        for w in &a.per_worker {
+            row(w.rank.to_string(), &w.counters, &w.nak_reasons, w.latency);
+        }
+    }
+    out
+}
+
+/// The live line's part for one emulation: totals so far, rates over the last interval.
+#[derive(Debug)]
+pub struct LiveState {
+    last_rounds: u64,
+    last_bytes: u64,
+}
+
+impl LiveState {
+    /// Nothing seen yet.
+    pub fn new() -> LiveState {
+        LiveState { last_rounds: 0, last_bytes: 0 }
+    }
+
+    /// The line at `t` seconds since the start, `dt` seconds after the previous one; resets the
+    /// engine's interval histogram.
+    pub fn line(&mut self, t: f64, dt: f64, r: &mut Runner) -> String {
+        let e = &mut r.engine;
+        let mut c = WorkerCounters::default();
+        let mut naks = 0;
+        for w in &e.workers {
+            c.rounds_completed += w.c.rounds_completed;
+            c.payload_bytes += w.c.payload_bytes;
+            c.right += w.c.right;
+            c.wrong += w.c.wrong;
+            c.retransmissions += w.c.retransmissions;
+            c.timeouts += w.c.timeouts;
+            naks += w.c.naks.iter().sum::<u64>();
+        }
+        let lat = latency_of(&e.interval).map_or("-".to_string(), |l| {
+            format!("p50 {:.1} p99 {:.1} p99.9 {:.1} max {:.1}", l.p50_us, l.p99_us, l.p999_us, l.max_us)
+        });
+        e.interval.reset();
+        let rate = (c.rounds_completed - self.last_rounds) as f64 / dt;
+        let gbps = (c.payload_bytes - self.last_bytes) as f64 * 8.0 / dt / 1e9;
+        self.last_rounds = c.rounds_completed;
+        self.last_bytes = c.payload_bytes;
+        format!(
+            "[{t:6.1} s] allreduce {}: {:.4} M contributions/s {gbps:.3} Gbit/s payload | rounds {} right {} wrong {} | naks {naks} retx {} timeouts {} | lat µs {lat} | tx-full {} nombuf {}",
+            e.em.name,
+            rate / 1e6,
+            c.rounds_completed,
+            c.right,
+            c.wrong,
+            c.retransmissions,
+            c.timeouts,
+            r.tx_full,
+            r.nombuf
+        )
+    }
+}
+
+impl Default for LiveState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every value and every reduction of the tables is exact in every dtype: decoding the
+    /// encoded reference gives the integer reduction, for 1 to 253 workers.
+    #[test]
+    fn reductions_are_exact_in_every_dtype() {
+        for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16, Dtype::I32] {
+            for n in [1usize, 2, 4, 16, 253] {
+                let m = magnitude(dtype, n);
+                for j in 0..PERIOD {
+                    let vals: Vec<i32> = (0..n).map(|r| lane_value(7, r as u16, j, m)).collect();
+                    assert!(vals.iter().all(|v| v.abs() <= m));
+                    let sum: i64 = vals.iter().map(|&v| v as i64).sum();
+                    let mut b = Vec::new();
+                    encode(dtype, sum as i32, &mut b);
+                    let back = match dtype {
+                        Dtype::F32 => f32::from_le_bytes(b[..4].try_into().unwrap()) as i64,
+                        Dtype::F16 => half::f16::from_le_bytes([b[0], b[1]]).to_f32() as i64,
+                        Dtype::Bf16 => half::bf16::from_le_bytes([b[0], b[1]]).to_f32() as i64,
+                        Dtype::I32 => i32::from_le_bytes(b[..4].try_into().unwrap()) as i64,
+                    };
+                    assert_eq!(back, sum, "{dtype:?} {n} workers lane {j}");
+                }
+            }
+        }
+    }
+
+    fn em(op: Op, expect: Op, dtype: Dtype) -> Emulation {
+        let w = |k: u16| WorkerAddr {
+            rank: k,
+            mac: EthernetAddress([2, 0, 0, 0, 1, k as u8]),
+            ip: IpAddrBytes::V4([10, 0, 0, k as u8 + 1]),
+            udp_port: 50000 + k,
+            vlan: None,
+            qpn: 0x100 + k as u32,
+            qkey: 0x1111_1111,
+            appliance_mac: EthernetAddress([2, 0, 0, 0, 0, 0xfe]),
+            appliance_ip: IpAddrBytes::V4([10, 0, 0, 254]),
+        };
+        Emulation {
+            name: "t".into(),
+            port: 0,
+            mode: Mode::Closed,
+            window: 2,
+            rounds: Some(2),
+            timeout_us: 1000,
+            rate_pps: None,
+            loss: 0.0,
+            slow: None,
+            probe: false,
+            first_round: 0,
+            collective_id: 1,
+            op,
+            expect_op: expect,
+            dtype,
+            carriage: Carriage::Udp,
+            tensor_elements: 100,
+            chunk_elements: 64,
+            gradient_udp_port: 49374,
+            appliance_qpn: 1,
+            workers: (0..3).map(w).collect(),
+            seed: 1,
+        }
+    }
+
+    /// The reference is the lane-wise reduction of the workers' payloads, decoded, for every
+    /// op, at any offset and round.
+    #[test]
+    fn the_reference_reduces_the_payloads() {
+        for op in Op::ALL {
+            let e = em(op, op, Dtype::F32);
+            let v = Values::new(&e);
+            for (off, count, round) in [(0u32, 64u32, 0u32), (64, 36, 5), (64, 36, u32::MAX)] {
+                let lanes =
+                    |b: &[u8]| -> Vec<f32> { b.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect() };
+                let ps: Vec<Vec<f32>> = (0..3).map(|r| lanes(v.payload(r, off, count, round))).collect();
+                let want: Vec<f32> = (0..count as usize)
+                    .map(|i| {
+                        let it = ps.iter().map(|p| p[i]);
+                        match op {
+                            Op::Sum => it.sum(),
+                            Op::Max => it.fold(f32::MIN, f32::max),
+                            Op::Min => it.fold(f32::MAX, f32::min),
+                        }
+                    })
+                    .collect();
+                assert_eq!(lanes(v.result(off, count, round)), want, "{op:?} {off} {round}");
+            }
+            // Rounds differ.
+            assert_ne!(v.payload(0, 0, 64, 0), v.payload(0, 0, 64, 1));
+        }
+        // Sum against max: every full chunk differs (lane 0 of the table is 1 for everyone).
+        let s = Values::new(&em(Op::Sum, Op::Sum, Dtype::Bf16));
+        let m = Values::new(&em(Op::Sum, Op::Max, Dtype::Bf16));
+        for round in 0..70 {
+            assert_ne!(s.result(0, 64, round), m.result(0, 64, round));
+        }
+    }
+
+    /// Every frame the builder makes (both carriages and families, a VLAN, every dtype, every
+    /// table position, full and short chunks, probes, PSNs across the 24-bit wrap) passes the
+    /// appliance's parser, which verifies the UDP checksum and the ICRC, with the header asked
+    /// for.
+    #[test]
+    fn built_frames_pass_the_appliance_parser() {
+        for carriage in [Carriage::Udp, Carriage::Rocev2] {
+            for v6 in [false, true] {
+                for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16, Dtype::I32] {
+                    let mut e = em(Op::Sum, Op::Sum, dtype);
+                    e.carriage = carriage;
+                    e.tensor_elements = 64 * 3 + 7;
+                    for w in &mut e.workers {
+                        w.vlan = Some(12);
+                        if v6 {
+                            w.ip = IpAddrBytes::V6([0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, w.rank as u8 + 1]);
+                            w.appliance_ip = IpAddrBytes::V6([0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xfe]);
+                        }
+                    }
+                    let eng = Engine::new(&e, 1_000_000_000, 1);
+                    let mut b = Builder::new(&eng);
+                    b.psn = vec![0xff_fff0; 3];
+                    let mut buf = vec![0u8; 4096];
+                    for round in 0..PERIOD as u32 + 2 {
+                        for slot in 0..e.slots() {
+                            for rank in 0..3u16 {
+                                for flags in [0, Flags::RETRANSMIT, Flags::PROBE] {
+                                    let s = Send { rank, slot, round, flags };
+                                    let n = b.build(&eng, &s, &mut buf);
+                                    assert_eq!(n, b.frame_len(&eng, &s));
+                                    let ctx = format!("{carriage:?} v6 {v6} {dtype:?} {s:?}");
+                                    let p = dataplane::parse::parse(&buf[..n], 49374)
+                                        .unwrap_or_else(|r| panic!("{ctx}: {r:?}"));
+                                    let (off, count) = e.chunk(slot);
+                                    let h = &buf[p.grad_offset as usize..];
+                                    assert_eq!(h[0], 0x10 | flags, "{ctx}");
+                                    assert_eq!(u32::from_be_bytes(h[8..12].try_into().unwrap()), off, "{ctx}");
+                                    let len = if flags == Flags::PROBE { 1 } else { count as usize * dtype.size() };
+                                    assert_eq!(p.grad_payload_len as usize, len, "{ctx}");
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The example configs load: pktgen's resolves the appliance's collective and addresses.
+    #[test]
+    fn the_example_configs_load() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let app = root.join("conf/pktgen/allreduce-appliance.toml");
+        let text = std::fs::read_to_string(root.join("conf/pktgen/allreduce.toml"))
+            .unwrap()
+            .replace("conf/pktgen/allreduce-appliance.toml", app.to_str().unwrap());
+        let l = super::super::config::load_str(&text, Path::new("allreduce.toml")).unwrap();
+        let a = &l.allreduce[0];
+        assert_eq!((a.workers.len(), a.slots(), a.chunk_elements, a.window, a.rounds), (4, 256, 256, 16, Some(1000)));
+        assert_eq!((a.op, a.expect_op, a.dtype, a.carriage), (Op::Sum, Op::Sum, Dtype::F32, Carriage::Udp));
+        assert_eq!(a.workers[3].udp_port, 50003);
+        assert_eq!(a.workers[3].ip, IpAddrBytes::V4([10, 0, 0, 4]));
+        assert_eq!(a.workers[0].appliance_mac, EthernetAddress([2, 0, 0, 0, 0, 0xfe]));
+        assert_eq!(a.workers[0].appliance_ip, IpAddrBytes::V4([10, 0, 0, 254]));
+        // 256 f32 lanes over UDP/IPv4: 14 + 20 + 8 + 20 + 1024 bytes.
+        assert_eq!(a.max_frame_len(), 1086);
+        let bad = text.replace("window = 16", "window = 0");
+        let e = super::super::config::load_str(&bad, Path::new("x.toml")).unwrap_err().to_string();
+        assert!(e.contains("x.toml: key `allreduce[0].window`: expected at least 1 chunk"), "{e}");
+    }
+
+    /// A closed-loop engine against a model appliance in memory: every contribution frame it
+    /// builds parses as a reply would (own parser), results complete rounds, and a wrong payload
+    /// counts as wrong; a timeout resends with RETRANSMIT; NAK 7 moves the round, NAK 6 refuses.
+    #[test]
+    fn closed_loop_engine_walks_rounds() {
+        let e0 = em(Op::Sum, Op::Sum, Dtype::F32);
+        let hz = 1_000_000_000;
+        let mut eng = Engine::new(&e0, hz, 1);
+        let mut b = Builder::new(&eng);
+        let mut out = Vec::new();
+        eng.sends(1, 100, &mut out);
+        // Window 2 per worker, 2 slots: every slot of every worker goes out.
+        assert_eq!(out.len(), 6);
+        assert!(out.iter().all(|s| s.flags == 0 && s.round == 0));
+        let mut buf = vec![0u8; 2048];
+        for s in &out {
+            let n = b.build(&eng, s, &mut buf);
+            let f = &buf[..n];
+            let p = dataplane::parse::parse(f, 49374).expect("the appliance's parser takes it");
+            assert_eq!(p.grad_payload_len as usize, e0.chunk(s.slot).1 as usize * 4);
+        }
+        // Results from a model appliance: source port 49374 to each member.
+        let result = |rank: u16, slot: u32, round: u32, payload: &[u8], flags: u8, reason: u8| {
+            let w = e0.workers[rank as usize];
+            let spec = FrameSpec {
+                src_mac: w.appliance_mac,
+                dst_mac: w.mac,
+                vlan: None,
+                outer_tag: None,
+                src_ip: w.appliance_ip,
+                dst_ip: w.ip,
+                dscp: 0,
+                ecn: 2,
+                ttl: 64,
+                src_port: 49374,
+                dst_port: w.udp_port,
+                roce: None,
+                header: GradientRepr {
+                    version: 1,
+                    flags,
+                    op_type: 1,
+                    collective_id: 1,
+                    dtype: 1,
+                    reason,
+                    worker_rank: 0xffff,
+                    tensor_offset: slot * 64,
+                    data_length: payload.len() as u32,
+                    round,
+                },
+            };
+            let mut f = vec![0u8; spec.frame_len(payload.len())];
+            build::build(&spec, payload, &mut f).unwrap();
+            f
+        };
+        let v = eng.values().clone();
+        let right = v.result(0, 64, 0).to_vec();
+        eng.on_frame(10, &result(0, 0, 0, &right, Flags::RESULT, 0));
+        let mut wrong = right.clone();
+        wrong[0] ^= 1;
+        eng.on_frame(10, &result(1, 0, 0, &wrong, Flags::RESULT, 0));
+        assert_eq!((eng.counters(0).right, eng.counters(1).wrong), (1, 1));
+        // A repeat is stale.
+        eng.on_frame(11, &result(0, 0, 0, &right, Flags::RESULT, 0));
+        assert_eq!(eng.counters(0).stale_results, 1);
+        // A damaged checksum is counted bad.
+        let mut bad = result(2, 0, 0, &right, Flags::RESULT, 0);
+        let l = bad.len();
+        bad[l - 1] ^= 0xff;
+        eng.on_frame(11, &bad);
+        assert_eq!(eng.rx_bad, 1);
+        // Worker 0's slot 0 goes on to round 1.
+        out.clear();
+        eng.sends(12, 100, &mut out);
+        assert!(out.contains(&Send { rank: 0, slot: 0, round: 1, flags: 0 }), "{out:?}");
+        // NAK 7 for worker 2 slot 1: round 9 next; NAK 6 for worker 2 slot 0: refused.
+        eng.on_frame(13, &result(2, 1, 9, &[], Flags::NAK, 7));
+        eng.on_frame(13, &result(2, 0, 0, &[], Flags::NAK, 6));
+        assert_eq!(eng.counters(2).naks[7], 1);
+        assert_eq!(eng.counters(2).refused_slots, 1);
+        out.clear();
+        eng.sends(14, 100, &mut out);
+        assert!(out.contains(&Send { rank: 2, slot: 1, round: 9, flags: 0 }), "{out:?}");
+        // After the timeout, what is still out is resent with RETRANSMIT.
+        out.clear();
+        eng.sends(14 + 1_000_000, 100, &mut out);
+        assert!(out.iter().any(|s| s.flags == Flags::RETRANSMIT), "{out:?}");
+        assert!(!out.iter().any(|s| s.rank == 2 && s.slot == 0), "a refused slot is not resent");
+    }
+}

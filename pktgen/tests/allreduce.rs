@@ -1,0 +1,378 @@
+//! `[[allreduce]]` end to end, two processes: the real appliance (`target/release/dpu`, memif
+//! server) and `pktgen run` (memif client), one memif link per collective, without hugepages.
+//! pktgen reads the collective and the addresses from the appliance's own config file.
+//!
+//! The runs take turns (one lock): each busy-polls a CPU, and the machine has two.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn dpu_bin() -> PathBuf {
+    let p = std::env::var_os("DPU_BIN").map(PathBuf::from).unwrap_or_else(|| root().join("target/release/dpu"));
+    assert!(p.exists(), "{} does not exist: build it first (cargo build --release -p dataplane --bins)", p.display());
+    p
+}
+
+fn tmp(name: &str) -> PathBuf {
+    // Short: a memif socket path must fit a sockaddr_un (108 bytes).
+    let d = std::env::temp_dir().join(format!("pgar-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// One collective of the appliance, on its own memif port, and the `[[allreduce]]` that
+/// emulates its workers.
+struct Coll {
+    id: u16,
+    op: &'static str,
+    dtype: &'static str,
+    carriage: &'static str,
+    v6: bool,
+    vlan: Option<u16>,
+    workers: u16,
+    tensor: u64,
+    chunk: u32,
+    /// Extra keys of the `[[allreduce]]`.
+    pktgen: String,
+}
+
+impl Coll {
+    fn new(id: u16, op: &'static str, dtype: &'static str, carriage: &'static str) -> Coll {
+        Coll {
+            id,
+            op,
+            dtype,
+            carriage,
+            v6: false,
+            vlan: None,
+            workers: 4,
+            tensor: 1000,
+            chunk: 128,
+            pktgen: String::new(),
+        }
+    }
+    fn slots(&self) -> u64 {
+        self.tensor.div_ceil(self.chunk as u64)
+    }
+}
+
+fn appliance_toml(dir: &Path, colls: &[Coll]) -> String {
+    let mut t = String::from(
+        "[eal]\nargs = [\"--no-huge\", \"-m\", \"256\", \"--no-pci\", \"--no-shconf\", \"--lcores\", \"0@0,1@1\", \
+         \"--log-level\", \"*:error\"]\n[mempool]\nmbufs = 16383\n",
+    );
+    for i in 0..colls.len() {
+        t += &format!(
+            "[[port]]\nname = \"m{i}\"\nrx_desc = 256\ntx_desc = 256\nvdev = \"net_memif{i},role=server,socket={},socket-abstract=no\"\n\
+             mac = \"02:00:00:00:00:fe\"\nipv4 = \"10.0.0.254\"\nipv6 = \"fd00::fe\"\n",
+            dir.join(format!("m{i}.sock")).display()
+        );
+    }
+    for (i, c) in colls.iter().enumerate() {
+        t += &format!(
+            "[[collective]]\ncollective_id = {}\nop = \"{}\"\ndtype = \"{}\"\ncarriage = \"{}\"\ntensor_elements = {}\n\
+             chunk_elements = {}\n",
+            c.id, c.op, c.dtype, c.carriage, c.tensor, c.chunk
+        );
+        for k in 0..c.workers {
+            let ip = if c.v6 { format!("fd00::{:x}", k + 1) } else { format!("10.0.0.{}", k + 1) };
+            t += &format!(
+                "[[collective.member]]\nrank = {k}\nip = \"{ip}\"\nmac = \"02:00:00:00:01:{k:02x}\"\nport = {i}\n"
+            );
+            if c.carriage == "udp" {
+                t += &format!("udp_port = {}\n", 50000 + k);
+            } else {
+                t += &format!("qpn = {}\nqkey = 0x11111111\n", 0x100 + k);
+            }
+            if let Some(v) = c.vlan {
+                t += &format!("vlan = {v}\n");
+            }
+        }
+    }
+    t
+}
+
+fn pktgen_toml(dir: &Path, appliance: &Path, colls: &[Coll]) -> String {
+    let mut t = String::from(
+        "[eal]\nargs = [\"--no-huge\", \"-m\", \"256\", \"--no-pci\", \"--no-shconf\", \"--lcores\", \"0@0\", \
+         \"--log-level\", \"*:error\"]\n",
+    );
+    for i in 0..colls.len() {
+        t += &format!(
+            "[[port]]\nname = \"m{i}\"\nvdev = \"net_memif{i},role=client,socket={},socket-abstract=no\"\n",
+            dir.join(format!("m{i}.sock")).display()
+        );
+    }
+    for (i, c) in colls.iter().enumerate() {
+        t += &format!(
+            "[[allreduce]]\nname = \"c{}\"\nport = \"m{i}\"\nappliance = \"{}\"\ncollective_id = {}\n{}\n",
+            c.id,
+            appliance.display(),
+            c.id,
+            c.pktgen
+        );
+    }
+    t
+}
+
+struct Outcome {
+    code: i32,
+    out: String,
+    pktgen: Value,
+    csv: String,
+    dpu: Value,
+}
+
+fn kill_term(child: &Child) {
+    let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+}
+
+/// Starts the appliance on `colls`, waits for its memif sockets, runs pktgen (at most 30 s),
+/// stops the appliance (SIGTERM) and returns both sides' reports.
+fn run(name: &str, colls: &[Coll]) -> Outcome {
+    let dir = tmp(name);
+    let app = dir.join("appliance.toml");
+    std::fs::write(&app, appliance_toml(&dir, colls)).unwrap();
+    let conf = dir.join("pktgen.toml");
+    std::fs::write(&conf, pktgen_toml(&dir, &app, colls)).unwrap();
+    let stats = dir.join("dpu-stats.json");
+    let mut dpu = Command::new(dpu_bin())
+        .arg("-c")
+        .arg(&app)
+        .arg("--stats-json")
+        .arg(&stats)
+        .arg("--duration")
+        .arg("60")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !(0..colls.len()).all(|i| dir.join(format!("m{i}.sock")).exists()) {
+        if start.elapsed() > Duration::from_secs(20) || dpu.try_wait().unwrap().is_some() {
+            kill_term(&dpu);
+            let o = dpu.wait_with_output().unwrap();
+            panic!("the appliance did not create its memif sockets:\n{}", String::from_utf8_lossy(&o.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let json = dir.join("pktgen.json");
+    let csv = dir.join("pktgen.csv");
+    let out = Command::new(env!("CARGO_BIN_EXE_pktgen"))
+        .args(["run", "-c", conf.to_str().unwrap(), "--duration", "30"])
+        .args(["--json", json.to_str().unwrap(), "--csv", csv.to_str().unwrap()])
+        .output()
+        .unwrap();
+    kill_term(&dpu);
+    let d = dpu.wait_with_output().unwrap();
+    let text = format!(
+        "pktgen:\n{}{}\ndpu:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&d.stdout),
+        String::from_utf8_lossy(&d.stderr)
+    );
+    assert_eq!(d.status.code(), Some(0), "the appliance failed:\n{text}");
+    let read = |p: &Path| -> Value {
+        let t = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}\n{text}", p.display()));
+        serde_json::from_str(&t).unwrap()
+    };
+    Outcome {
+        code: out.status.code().unwrap_or(-1),
+        pktgen: read(&json),
+        dpu: read(&stats),
+        csv: std::fs::read_to_string(&csv).unwrap_or_default(),
+        out: text,
+    }
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not an integer: {v}"))
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// Every worker completed every round of every slot, every result right.
+fn assert_complete(a: &Value, c: &Coll, rounds: u64, ctx: &str) {
+    let due = rounds * c.slots();
+    assert_eq!(u(&a["wrong"]), 0, "{ctx}: {a}");
+    assert_eq!(u(&a["right"]), due * c.workers as u64, "{ctx}: {a}");
+    assert_eq!(u(&a["incomplete"]), 0, "{ctx}");
+    assert_eq!(u(&a["refused_slots"]), 0, "{ctx}");
+    for w in a["per_worker"].as_array().unwrap() {
+        assert_eq!(u(&w["rounds_completed"]), due, "{ctx}: {w}");
+        assert_eq!(u(&w["right"]), due, "{ctx}: {w}");
+        assert!(w["latency"]["p50_us"].as_f64().is_some(), "{ctx}");
+    }
+    assert!(f(&a["contributions_per_s"]) > 0.0 && f(&a["payload_gbps"]) > 0.0, "{ctx}");
+    assert_eq!(u(&a["rx_bad"]), 0, "{ctx}");
+}
+
+/// Closed loop, four collectives at once, one per memif link: UDP f32 sum over IPv4, RoCEv2 bf16
+/// max over IPv6, UDP f16 min over IPv6 behind VLAN 30, RoCEv2 i32 sum over IPv4, 4 workers x 8
+/// slots (the last one shorter) x 25 rounds each, windows of 1 to 8 chunks: every round of every
+/// worker completes and checks bit for bit, and the appliance completed exactly those rounds
+/// (a PROBE of every slot first: the appliance answered every one).
+#[test]
+fn closed_loop_every_round_of_every_worker_checks() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let rounds = 25;
+    let mut colls = vec![
+        Coll::new(1, "sum", "f32", "udp"),
+        Coll { v6: true, ..Coll::new(2, "max", "bf16", "rocev2") },
+        Coll { v6: true, vlan: Some(30), ..Coll::new(3, "min", "f16", "udp") },
+        Coll::new(4, "sum", "i32", "rocev2"),
+    ];
+    for (c, w) in colls.iter_mut().zip([4, 8, 1, 2]) {
+        c.pktgen = format!("rounds = {rounds}\nwindow = {w}\ntimeout_us = 20000\n");
+    }
+    let o = run("closed", &colls);
+    assert_eq!(o.code, 0, "{}", o.out);
+    for (i, c) in colls.iter().enumerate() {
+        let a = &o.pktgen["allreduce"][i];
+        assert_eq!(a["carriage"], c.carriage);
+        assert_eq!(a["dtype"], c.dtype);
+        assert_complete(a, c, rounds, &format!("collective {}", c.id));
+        assert_eq!(u(&a["naks"]["stale_round"]) + u(&a["naks"]["mismatch"]), 0, "{a}");
+        let statuses: u64 = a["per_worker"].as_array().unwrap().iter().map(|w| u(&w["statuses"])).sum();
+        assert_eq!(statuses, c.slots() * c.workers as u64, "one STATUS per probed slot: {a}");
+    }
+    let agg = &o.dpu["aggregation"];
+    let due: u64 = colls.iter().map(|c| rounds * c.slots()).sum();
+    assert_eq!(u(&agg["completed"]), due, "{agg}");
+    assert_eq!(u(&agg["naks"]), 0, "{agg}");
+    // The CSV: a row for all workers, then one per worker, per emulation.
+    assert_eq!(o.csv.lines().count(), 1 + 4 * 5, "{}", o.csv);
+    assert!(o.csv.lines().nth(1).unwrap().starts_with("c1,,closed,udp,f32,sum,sum,4,8,128,"), "{}", o.csv);
+    assert!(o.out.contains("allreduce c1: closed loop, 4 workers x 8 slots of 128 f32 lanes"), "{}", o.out);
+}
+
+/// Injected loss (10% of pktgen's own sends dropped, UDP) and a slow worker (rank 2's sends 3 ms
+/// late, RoCEv2), closed loop; and an open-loop emulation at 20000 contributions/s: every round
+/// still completes and checks. Under loss the timeouts resent what was dropped (RETRANSMIT);
+/// with the slow worker every other worker waits for it: their latency is at least its delay.
+#[test]
+fn loss_and_a_slow_worker_still_complete_every_round() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let rounds = 20;
+    let colls = vec![
+        Coll {
+            pktgen: format!("rounds = {rounds}\nwindow = 4\ntimeout_us = 3000\nloss = 0.1\nseed = 7\n"),
+            ..Coll::new(1, "sum", "f32", "udp")
+        },
+        Coll {
+            pktgen: format!("rounds = {rounds}\nwindow = 8\ntimeout_us = 100000\nslow_rank = 2\nslow_us = 3000\n"),
+            ..Coll::new(2, "sum", "bf16", "rocev2")
+        },
+        Coll {
+            pktgen: format!("rounds = {rounds}\nmode = \"open\"\nrate_pps = 20000\n"),
+            ..Coll::new(3, "max", "f32", "udp")
+        },
+    ];
+    let o = run("impair", &colls);
+    assert_eq!(o.code, 0, "{}", o.out);
+    let a = &o.pktgen["allreduce"][0];
+    assert_complete(a, &colls[0], rounds, "loss");
+    let drops = u(&a["injected_drops"]);
+    let sent = u(&a["contributions"]) + u(&a["retransmissions"]);
+    assert!(drops > 0 && u(&a["retransmissions"]) >= drops / 2, "{a}");
+    assert!((drops as f64 / sent as f64 - 0.1).abs() < 0.05, "about 10% dropped: {a}");
+    let b = &o.pktgen["allreduce"][1];
+    assert_complete(b, &colls[1], rounds, "slow");
+    assert_eq!(u(&b["retransmissions"]), 0, "{b}");
+    for w in b["per_worker"].as_array().unwrap() {
+        if w["rank"] != 2 {
+            assert!(f(&w["latency"]["p50_us"]) >= 2900.0, "the others wait for rank 2: {w}");
+        }
+    }
+    let c = &o.pktgen["allreduce"][2];
+    assert_eq!(c["mode"], "open");
+    assert_complete(c, &colls[2], rounds, "open loop");
+    assert_eq!(u(&c["contributions"]), rounds * colls[2].slots() * 4, "{c}");
+    let agg = &o.dpu["aggregation"];
+    assert_eq!(u(&agg["completed"]), 3 * rounds * 8, "{agg}");
+}
+
+/// Wrong answers and NAKs: pktgen expects max from a sum collective (every result is counted
+/// wrong); sends chunks past the appliance's tensor (each refused with NAK reason 6, the rest
+/// completes); sends op max to a sum collective (NAK reason 3, every slot refused). pktgen exits
+/// with status 3 naming them.
+#[test]
+fn wrong_results_and_naks_are_reported() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let rounds = 5;
+    let colls = vec![
+        Coll { pktgen: format!("rounds = {rounds}\nexpect_op = \"max\"\n"), ..Coll::new(1, "sum", "f32", "udp") },
+        Coll {
+            tensor: 1024,
+            pktgen: format!("rounds = {rounds}\ntensor_elements = 1256\ntimeout_us = 20000\n"),
+            ..Coll::new(2, "sum", "f16", "rocev2")
+        },
+        Coll {
+            pktgen: format!("rounds = {rounds}\nop = \"max\"\ntimeout_us = 20000\n"),
+            ..Coll::new(3, "sum", "i32", "udp")
+        },
+    ];
+    let o = run("wrong", &colls);
+    assert_eq!(o.code, 3, "{}", o.out);
+    assert!(o.out.contains("allreduce c1: 160 of 160 results wrong"), "{}", o.out);
+    let a = &o.pktgen["allreduce"][0];
+    assert_eq!((u(&a["wrong"]), u(&a["right"])), (rounds * 8 * 4, 0), "{a}");
+    assert_eq!(a["expect_op"], "max");
+    // 1256 elements: slots 8 and 9 lie past the appliance's 1024: refused with reason 6.
+    let b = &o.pktgen["allreduce"][1];
+    assert_eq!(u(&b["slots"]), 10);
+    assert_eq!(u(&b["refused_slots"]), 2 * 4, "{b}");
+    assert!(u(&b["naks"]["bad_length_or_offset"]) >= 8, "{b}");
+    assert_eq!(u(&b["right"]), rounds * 8 * 4, "{b}");
+    assert_eq!(u(&b["wrong"]), 0, "{b}");
+    let c = &o.pktgen["allreduce"][2];
+    assert_eq!(u(&c["refused_slots"]), 8 * 4, "{c}");
+    assert!(u(&c["naks"]["mismatch"]) >= 32, "{c}");
+    assert_eq!(u(&c["rounds_completed"]), 0, "{c}");
+    assert!(o.out.contains("slots refused by NAKs (mismatch="), "{}", o.out);
+    let drops = &o.dpu["drops"];
+    assert!(u(&drops["grad_mismatch"]) >= 32 && u(&drops["grad_bad_offset"]) >= 8, "{drops}");
+}
+
+/// A bad `[[allreduce]]` is refused before EAL starts, naming the file and key.
+#[test]
+fn a_bad_allreduce_config_names_the_key() {
+    let dir = tmp("bad");
+    let app = dir.join("appliance.toml");
+    let colls = [Coll::new(1, "sum", "f32", "udp")];
+    std::fs::write(&app, appliance_toml(&dir, &colls)).unwrap();
+    let conf = dir.join("pktgen.toml");
+    let try_conf = |extra: &str| {
+        std::fs::write(&conf, pktgen_toml(&dir, &app, &colls) + extra).unwrap();
+        let o =
+            Command::new(env!("CARGO_BIN_EXE_pktgen")).args(["run", "-c", conf.to_str().unwrap()]).output().unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (code, err) = try_conf("loss = 1.5\n");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("pktgen.toml: key `allreduce[0].loss`: expected a fraction in 0..1, found 1.5"), "{err}");
+    std::fs::write(&conf, pktgen_toml(&dir, &app, &colls).replace("collective_id = 1", "collective_id = 9")).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_pktgen")).args(["run", "-c", conf.to_str().unwrap()]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("key `allreduce[0].collective_id`") && err.contains("has no [[collective]] 9 (it has: 1)"),
+        "{err}"
+    );
+    let (code, err) = try_conf("slow_rank = 4\n");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("key `allreduce[0].slow_rank`: expected a rank below 4, found 4"), "{err}");
+}
