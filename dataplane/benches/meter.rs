@@ -8,29 +8,11 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use dataplane::meter::{Color, Meter, Profile};
+use dataplane::meter::{Color, Meter};
 
-const PACKETS: usize = 1 << 16;
-const PROFILE: Profile = Profile::TrTcm { cir: 1_250_000_000, cbs: 65_536, pir: 2_500_000_000, pbs: 65_536 };
-
-/// A fixed trace on a clock of `hz`: (timestamps, lengths).
-fn trace(hz: u64) -> (Vec<u64>, Vec<u32>) {
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    let (mut ts, mut lens, mut t) = (Vec::new(), Vec::new(), 0u64);
-    for _ in 0..PACKETS {
-        let len = 64 + (next() % 1455) as u32;
-        ts.push(t);
-        lens.push(len);
-        t += u64::from(len) * hz / 3_125_000_000 * (next() % 2000) / 1000;
-    }
-    (ts, lens)
-}
+#[path = "common/meter_trace.rs"]
+mod meter_trace;
+use meter_trace::{trace, PACKETS, PROFILE};
 
 fn bench(c: &mut Criterion) {
     #[cfg(feature = "dpdk")]

@@ -18,12 +18,12 @@ Goal: pktgen >= 1.0x testpmd txonly. Output: stdout and target/bench/pktgen.md.
 import argparse
 import json
 import os
-import re
-import signal
 import statistics
 import subprocess
 import sys
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import testpmd_mpps  # noqa: E402  (the same testpmd runner as the packet-core rows)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "target", "bench")
@@ -51,29 +51,7 @@ def run_testpmd(seconds):
     cmd = ["dpdk-testpmd", *EAL, "--vdev", "net_null0,no-rx=1", "--", "--nb-cores=1",
            "--forward-mode=txonly", "--txpkts=64", "--burst=32", "--total-num-mbufs=8191",
            "--mbcache=256", "--stats-period", "1"]
-    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         stdin=subprocess.DEVNULL, text=True)
-    samples, log = [], []
-    deadline = time.monotonic() + seconds + 60
-    for line in p.stdout:
-        log.append(line)
-        m = re.search(r"Tx-pps:\s+(\d+)", line)
-        if m:
-            samples.append(int(m.group(1)))
-            if len([x for x in samples if x > 0]) >= seconds + 1:
-                break
-        if time.monotonic() > deadline:
-            break
-    p.send_signal(signal.SIGINT)
-    try:
-        p.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.communicate()
-    live = [x for x in samples if x > 0][1:]
-    if not live:
-        sys.exit("pktgen.py: testpmd gave no tx stats:\n" + "".join(log[-30:]))
-    return statistics.mean(live) / 1e6
+    return testpmd_mpps(cmd, seconds, "pktgen.py", field="Tx-pps")
 
 
 def fmt(xs):

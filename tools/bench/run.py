@@ -99,9 +99,10 @@ def run_testpmd(size, seconds, mode="io"):
     return testpmd_mpps(cmd, seconds, "run.py")
 
 
-def testpmd_mpps(cmd, seconds, who):
+def testpmd_mpps(cmd, seconds, who, field="Rx-pps"):
     """Runs testpmd `cmd` (with --stats-period 1) for `seconds` of forwarding and returns port
-    0's mean Rx rate in Mpps (per-second samples, the first partial one left out)."""
+    0's mean `field` rate (`Rx-pps` or `Tx-pps`) in Mpps (per-second samples, the first partial
+    one left out)."""
     p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          stdin=subprocess.DEVNULL, text=True)
     samples, port, log = [], None, []
@@ -111,7 +112,7 @@ def testpmd_mpps(cmd, seconds, who):
         m = re.search(r"NIC statistics for port (\d+)", line)
         if m:
             port = int(m.group(1))
-        m = re.search(r"Rx-pps:\s+(\d+)", line)
+        m = re.search(field + r":\s+(\d+)", line)
         if m and port == 0:
             samples.append(int(m.group(1)))
             if len([x for x in samples if x > 0]) >= seconds + 1:

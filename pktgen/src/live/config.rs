@@ -4,6 +4,8 @@
 
 use crate::stream::{self, Kind, RoceFields, SizeMix, StreamSpec, IMIX, MAX_FRAME};
 use dataplane::config::ConfigError;
+/// `[eal]`: the appliance's own section (EAL options; `--vdev`/`-a` for each port are added).
+pub use dataplane::config::EalConfig;
 use dataplane::wire::build::{IpAddrBytes, ROCEV2_PORT};
 use dataplane::wire::EthernetAddress;
 use serde::Deserialize;
@@ -31,16 +33,6 @@ pub struct Config {
     /// `[[allreduce]]`: AllReduce workers emulated against the appliance.
     #[serde(rename = "allreduce", default)]
     pub allreduce: Vec<super::allreduce::AllreduceConfig>,
-}
-
-/// `[eal]`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EalConfig {
-    /// EAL options (`--lcores`, `--no-huge`, `-m`, `--no-shconf`, ...); `--vdev`/`-a` for
-    /// each port are added.
-    #[serde(default)]
-    pub args: Vec<String>,
 }
 
 /// `[mempool]`: one pool for every port and lcore.

@@ -526,7 +526,8 @@ impl Pipeline {
         if let Some(e) = hit.and_then(|i| table.entries.get(i)) {
             crate::prefetch::prefetch(e);
         }
-        if let Some(c) = counts.hits.get(hit.unwrap_or(table.len())) {
+        let slot = counts.base.first().map_or(0, |b| b + hit.unwrap_or(table.len()));
+        if let Some(c) = counts.hits.get(slot) {
             crate::prefetch::prefetch(c);
         }
         hit
