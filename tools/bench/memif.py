@@ -38,8 +38,10 @@ result to each worker, so it also sends one frame per contribution). Payload Gbi
 elements/s follow from the appliance's rate (1024 bytes and 256 elements per contribution).
 
 Generator check: per row and size, pktgen alone sends the same traffic into testpmd in
-`rxonly` mode over the same link (the cheapest peer: it frees what it receives). A row whose
-measured rate is more than 1/1.2 of that says "generator-bound" instead of claiming a ratio.
+`rxonly` mode over the same link (a peer that frees what it receives, nothing comes back). The
+generator's reach is the highest median tx rate pktgen achieved in the row (into rxonly, testpmd
+io or the appliance: it did send that fast over this link); a row whose measured rates are not
+all below 1/1.2 of it says "generator-bound" instead of claiming a ratio.
 
 Every run stops pktgen (the end of its --duration) before its peer; then the peer is stopped.
 Last, the appliance's survival of its peer going away: one appliance process takes two pktgen
@@ -350,7 +352,9 @@ def main():
 
     def verdict(row, size):
         r = res[(row, size)]
-        gen = statistics.median(r["testpmd-rxonly"]["tx"])
+        # What pktgen reached over this link in this row: its tx into testpmd rxonly is not
+        # always its best (at 1 KiB it sent more into testpmd io than into rxonly).
+        gen = max(statistics.median(r[k]["tx"]) for k in r)
         io = statistics.median(r["testpmd-io"]["rate"])
         dpu = statistics.median(r["dpu"]["rate"])
         bound = max(io, dpu) * GEN_MARGIN > gen
@@ -393,10 +397,12 @@ def main():
             goal_line = (
                 f"AllReduce row, the appliance: {fmt(gbps, 1, 3)} Gbit/s of payload, "
                 f"{fmt(eps, 1e9, 4)} G elements/s. Goal appliance >= {GOAL}x testpmd io: "
-                + ("not judged (generator-bound: pktgen alone does not reach "
-                   f"{GEN_MARGIN}x the rate measured)" if bound else
+                + ("not judged (generator-bound: pktgen's highest tx rate in the row is not "
+                   f"{GEN_MARGIN}x the rates measured)" if bound else
                    ("met" if ratio >= GOAL else "NOT met") + f" ({ratio:.2f})") + ".")
     lines += ["", goal_line,
+              f"Generator-bound: pktgen's highest median tx rate in the row (its reach) is below "
+              f"{GEN_MARGIN}x testpmd io's or the appliance's rate. "
               "'back': the fraction of what pktgen sent that came back to it (its receiving shares "
               "CPU 0 with its sending). Peers that failed to stop cleanly (not running once "
               "pktgen had stopped and left, or a non-zero exit): "
