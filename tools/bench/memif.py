@@ -3,13 +3,16 @@
 
     tools/bench/memif.py [--seconds 3] [--reps 3]
 
-Two programs, two processes, one memif link (a filesystem socket): the device under test is the
-memif server (started first; testpmd is waited for until it forwards), `pktgen run` the client.
-Copy mode: zero-copy (a client option, `zero-copy=yes`) needs no hugepages (EAL
---single-file-segments suffices: without hugepages EAL memory is memfd-backed and shared), and it
-works with the appliance as server, but dpdk-testpmd 22.11 as server passes no packet from a
-zero-copy client (its rx ring stays full), and the roles cannot swap without the generator's
-clock running before its peer connects; so every program of a row runs in copy mode alike.
+Two programs, two processes, one memif link (a filesystem socket). By default the device under
+test is the memif server (started first; testpmd is waited for until it forwards) and `pktgen
+run` the client, in copy mode. Zero-copy (`zero-copy=yes`, a client option) needs no hugepages
+(EAL --single-file-segments suffices: without hugepages EAL memory is memfd-backed and shared),
+but dpdk-testpmd 22.11 as server passes no packet from a zero-copy client, so the default row
+runs every program in copy mode alike. `--zero-copy` swaps the roles: pktgen is the server
+(`[pktgen] link_wait_ms`: its clock starts once the link is up) and the device the zero-copy
+client (output target/bench/memif-zc.md). In that mode the memif PMD is fragile here: pktgen,
+testpmd and the appliance were each seen to die with SIGSEGV when the peer left, and the
+appliance's client does not reconnect to a new server.
 Every program gets the same EAL memory options (--no-huge -m 512 --single-file-segments), the
 same mbuf data room (2176 bytes, 128 of them headroom), 16383 mbufs (cache 256) and bursts of 32.
 
@@ -53,6 +56,7 @@ Output: stdout and target/bench/memif.md.
 """
 
 import argparse
+import atexit
 import json
 import os
 import shutil
@@ -192,10 +196,26 @@ probe = false
     return path
 
 
+STARTED = []
+
+
+@atexit.register
+def _stop_all():
+    """No process of a run outlives the script, whatever ends it."""
+    for proc in STARTED:
+        if proc.p.poll() is None:
+            proc.p.send_signal(signal.SIGINT)
+            try:
+                proc.p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.p.kill()
+
+
 class Proc:
     """A process whose output is kept (read by a thread, so that it never blocks)."""
 
     def __init__(self, cmd):
+        STARTED.append(self)
         self.p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   stdin=subprocess.DEVNULL, text=True)
         self.log = []
