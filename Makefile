@@ -40,6 +40,8 @@ test: build
 # The packet core alone (criterion, ns per packet), then the dpu beside dpdk-testpmd on the same
 # vdevs (Mpps, one worker core): prints one table, also written to target/bench/results.md.
 # BENCH_SECONDS and BENCH_REPS (default 5 and 3) set the length of the DPDK runs.
+# Last, the two-process rows over net_memif (tools/bench/memif.py: MEMIF_SECONDS, MEMIF_REPS,
+# default 3 and 3), written to target/bench/memif.md.
 bench: build
 	$(CARGO) bench -p dataplane --no-default-features --bench packet_core -- --noplot
 	$(CARGO) bench -p dataplane --no-default-features --bench aggregation -- --noplot
@@ -47,6 +49,7 @@ bench: build
 	python3 tools/bench/run.py
 	python3 tools/bench/agg.py
 	python3 tools/bench/pktgen.py
+	python3 tools/bench/memif.py
 
 # Fuzzing (fuzz/, a cargo-fuzz crate outside the workspace): every target for FUZZ_SECONDS
 # each, starting from the committed seeds (fuzz/seeds/<target>/) plus whatever earlier runs

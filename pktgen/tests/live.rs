@@ -235,6 +235,34 @@ fn a_bad_config_names_file_and_key() {
     assert!(err.contains("pktgen.tx_lcores[0]: lcore 5 is not a worker lcore"), "{err}");
 }
 
+/// `[pktgen] link_wait_ms`: a memif server whose client never comes stays down, and the run
+/// ends with exit 1 naming the port, after the wait and without sending anything; a port whose
+/// link is up at once (net_ring) does not wait and sends.
+#[test]
+fn link_wait_ms_waits_for_the_link_and_names_a_port_still_down() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let d = tmp("linkwait");
+    let sock = d.join("m.sock");
+    let conf = format!(
+        "[eal]\n{EAL}\n[pktgen]\ntx_lcores = [1]\nlink_wait_ms = 300\n[[port]]\nname = \"mem\"\n\
+         vdev = \"net_memif0,role=server,socket={},socket-abstract=no\"\n[[stream]]\nport = 0\nsize = 64\n",
+        sock.display()
+    );
+    let t = std::time::Instant::now();
+    let (rc, _, err, v) = run(&d, &conf, "1");
+    assert_eq!(rc, 1, "{err}");
+    assert!(err.contains("port mem: the link is not up after 300 ms ([pktgen] link_wait_ms)"), "{err}");
+    assert!(t.elapsed() >= std::time::Duration::from_millis(300));
+    assert_eq!(v, Value::Null, "nothing was sent, no summary");
+    let conf = format!(
+        "[eal]\n{EAL}\n[pktgen]\ntx_lcores = [1]\nlink_wait_ms = 300\n[[port]]\nvdev = \"net_ring0\"\n\
+         [[stream]]\nport = 0\nrx_port = 0\nsize = 64\nrate_pps = 1000\n"
+    );
+    let (rc, _, err, v) = run(&d, &conf, "1");
+    assert_eq!(rc, 0, "{err}");
+    assert!(u(&v["streams"][0]["tx"]["packets"]) >= 900, "{v}");
+}
+
 /// A capture of `n` UDP/IPv4 frames of 60 to 187 bytes (frame `i`: `60 + i % 128`), frame `i`
 /// at `i * gap_us` µs: payload bytes `0x11 + i`, never the stamp's magic where a stamp would be.
 fn capture(path: &Path, n: usize, gap_us: u64) -> Vec<Vec<u8>> {

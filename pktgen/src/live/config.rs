@@ -105,6 +105,11 @@ pub struct RunConfig {
     /// every latency measured is this much larger than the real one.
     #[serde(default)]
     pub stamp_offset_us: u64,
+    /// How long (ms) to wait, at most, for every port's link to come up before anything is
+    /// sent and the run's clock starts (a memif server waits for its client here); 0 (the
+    /// default): no wait. A link still down then is an error naming the port.
+    #[serde(default)]
+    pub link_wait_ms: u64,
 }
 
 impl Default for RunConfig {
@@ -116,6 +121,7 @@ impl Default for RunConfig {
             drain_ms: d_drain(),
             catch_up_ms: d_catch_up(),
             stamp_offset_us: 0,
+            link_wait_ms: 0,
         }
     }
 }

@@ -29,6 +29,7 @@ use report::{Latency, StreamSummary, Summary};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Options from the command line.
 #[derive(Debug, Clone, Default)]
@@ -520,6 +521,18 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
             mac: None,
         };
         ports.push((Port::start(id, &loaded.port_names[i], &setup, &pool)?, p.rx_queues));
+    }
+    if run.link_wait_ms > 0 {
+        let deadline = Instant::now() + Duration::from_millis(run.link_wait_ms);
+        while let Some(i) = ports.iter().position(|(p, _)| !p.link_up()) {
+            if Instant::now() >= deadline {
+                return Err(RunError::Runtime(format!(
+                    "port {}: the link is not up after {} ms ([pktgen] link_wait_ms)",
+                    loaded.port_names[i], run.link_wait_ms
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
     // The lanes' streams.
     let n_streams = loaded.streams.len();

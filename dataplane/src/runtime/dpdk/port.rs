@@ -167,6 +167,16 @@ impl Port {
         self.id
     }
 
+    /// Whether the link is up now (`rte_eth_link_get_nowait`, which does not wait); a PMD that
+    /// cannot tell (an error such as -ENOTSUP) counts as up.
+    pub fn link_up(&self) -> bool {
+        // SAFETY: a plain C struct of integers, written by DPDK for a valid port id.
+        let mut link: dpdk_sys::rte_eth_link = unsafe { std::mem::zeroed() };
+        // SAFETY: a started port and a valid out-pointer.
+        let rc = unsafe { dpdk_sys::rte_eth_link_get_nowait(self.id, &mut link) };
+        rc != 0 || link.link_status() != 0
+    }
+
     /// The device name (vdev name or PCI address).
     pub fn name(&self) -> &str {
         &self.name

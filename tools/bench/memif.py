@@ -1,0 +1,517 @@
+#!/usr/bin/env python3
+"""`make bench`: the two-process rows, pktgen and a device under test over net_memif.
+
+    tools/bench/memif.py [--seconds 3] [--reps 3]
+
+Two programs, two processes, one memif link (a filesystem socket). By default the device under
+test is the memif server (started first; testpmd is waited for until it forwards) and `pktgen
+run` the client, in copy mode. Zero-copy (`zero-copy=yes`, a client option) needs no hugepages
+(EAL --single-file-segments suffices: without hugepages EAL memory is memfd-backed and shared),
+but dpdk-testpmd 22.11 as server passes no packet from a zero-copy client, so the default row
+runs every program in copy mode alike. `--zero-copy` swaps the roles: pktgen is the server
+(`[pktgen] link_wait_ms`: its clock starts once the link is up) and the device the zero-copy
+client (output target/bench/memif-zc.md). In that mode the memif PMD is fragile here: pktgen,
+testpmd and the appliance were each seen to die with SIGSEGV when the peer left, and the
+appliance's client does not reconnect to a new server.
+Every program gets the same EAL memory options (--no-huge -m 512 --single-file-segments), the
+same mbuf data room (2176 bytes, 128 of them headroom), 16383 mbufs (cache 256) and bursts of 32.
+
+Cores (the machine has 2 CPUs): the device under test polls on CPU 1 alone (the appliance's
+worker lcore, or testpmd's forwarding lcore); its main lcore is on CPU 0. pktgen's lcores are on
+CPU 0 too: in row 1 its tx lcore and its main lcore (which receives) share CPU 0; in row 2 its
+main lcore sends and receives. So CPU 0 carries the generator's sending and receiving, and the
+devices' control threads.
+
+Row 1, forwarding at 60 and 1020 bytes (64 B and 1 KiB with the FCS): a UDP stream (16 flows)
+at full rate. The appliance forwards it back out of the port it came in on (an exact table on
+eth.dst without entries, miss: forward(0)); testpmd (`--forward-mode=io --port-topology=loop`)
+echoes it. pktgen keeps and retries a burst the memif ring does not take, so the link loses
+nothing on the way in: the rate is the packets/s the device took (pktgen's tx Mpps, which the
+appliance's port rx count confirms). What came back to pktgen is shown as a fraction: pktgen's
+receiving shares CPU 0 with its sending, so the devices' tx drops most of what they forward at
+64 B, alike for both.
+
+Row 2, AllReduce open loop: collective 1 of 4 workers, 256 f32 lanes per chunk (1 KiB of
+payload, 1086-byte UDP frames), 256 slots, f32 sum; pktgen's `[[allreduce]]` in open loop
+(`probe = false`), unpaced. The appliance's rate is its folded contributions
+(`aggregation.folded` of --stats-json) over pktgen's run time; testpmd io echoes the same
+contributions back and its rate is the contributions/s it took (pktgen's tx, over the same time);
+the fraction that came back to pktgen is shown too (the appliance answers every round with a
+result to each worker, so it also sends one frame per contribution). Payload Gbit/s and
+elements/s follow from the appliance's rate (1024 bytes and 256 elements per contribution).
+
+Generator check: per row and size, pktgen alone sends the same traffic into testpmd in
+`rxonly` mode over the same link (a peer that frees what it receives, nothing comes back). The
+generator's reach is the highest median tx rate pktgen achieved in the row (into rxonly, testpmd
+io or the appliance: it did send that fast over this link); a row whose measured rates are not
+all below 1/1.2 of it says "generator-bound" instead of claiming a ratio.
+
+Every run stops pktgen (the end of its --duration) before its peer; then the peer is stopped.
+Last, the appliance's survival of its peer going away: one appliance process takes two pktgen
+runs one after the other; it must still run after the first disconnects and count the second's
+packets too.
+
+The runs of a row alternate, REPS times; the table gives median [min-max].
+Output: stdout and target/bench/memif.md.
+"""
+
+import argparse
+import atexit
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT = os.path.join(ROOT, "target", "bench")
+DPU = os.path.join(ROOT, "target", "release", "dpu")
+PKTGEN = os.path.join(ROOT, "target", "release", "pktgen")
+MEM = ["--no-huge", "-m", "512", "--no-pci", "--no-shconf", "--single-file-segments",
+       "--log-level", "*:error"]
+DUT_LCORES = "0@0,1@1"
+DATA_ROOM = 2176
+MBUFS = 16383
+RING = 1024
+GEN_MARGIN = 1.2
+GOAL = 0.8
+SIZES = (60, 1020)
+CHUNK = 256  # f32 lanes per contribution
+WORKERS = 4
+SLOTS = 256
+
+
+def toml_list(xs):
+    return "[" + ", ".join(json.dumps(x) for x in xs) + "]"
+
+
+# --zero-copy: pktgen is the memif server and the device the zero-copy client; else the device is
+# the server and pktgen the client, both in copy mode.
+ZC = False
+
+
+def vdev(sock, who):
+    role = "server" if (who == "pktgen") == ZC else "client"
+    zc = ",zero-copy=yes" if ZC and role == "client" else ""
+    return f"net_memif0,role={role},socket={sock},socket-abstract=no{zc}"
+
+
+def appliance_conf(d, row):
+    t = f"""[eal]
+args = {toml_list(MEM + ["--lcores", DUT_LCORES])}
+[mempool]
+mbufs = {MBUFS}
+cache = 256
+data_room = {DATA_ROOM}
+[dataplane]
+burst = 32
+[[port]]
+name = "m0"
+vdev = "{vdev(os.path.join(d, 'm0.sock'), 'device')}"
+rx_desc = {RING}
+tx_desc = {RING}
+mac = "02:00:00:00:00:fe"
+ipv4 = "10.0.0.254"
+[[lcore]]
+id = 1
+rx = [{{ port = 0, queue = 0 }}]
+"""
+    if row == "fwd":
+        t += """[[table]]
+name = "l2"
+key = [{ field = "eth.dst", match = "exact" }]
+default_action = "forward(0)"
+"""
+    else:
+        t += f"""[[collective]]
+collective_id = 1
+op = "sum"
+dtype = "f32"
+carriage = "udp"
+tensor_elements = {CHUNK * SLOTS}
+chunk_elements = {CHUNK}
+"""
+        for r in range(WORKERS):
+            t += f"""[[collective.member]]
+rank = {r}
+ip = "10.0.0.{r + 1}"
+udp_port = {50000 + r}
+mac = "02:00:00:00:01:{r:02x}"
+"""
+    path = os.path.join(d, f"appliance-{row}.toml")
+    with open(path, "w") as f:
+        f.write(t)
+    return path
+
+
+def pktgen_conf(d, row, size, app_conf):
+    lcores = "0@0,1@0" if row == "fwd" else "0@0"
+    t = f"""[eal]
+args = {toml_list(MEM + ["--lcores", lcores])}
+[mempool]
+mbufs = {MBUFS}
+cache = 256
+data_room = {DATA_ROOM}
+[pktgen]
+burst = 32
+link_wait_ms = 20000
+"""
+    if row == "fwd":
+        t += "tx_lcores = [1]\n"
+    t += f"""[[port]]
+name = "m0"
+vdev = "{vdev(os.path.join(d, 'm0.sock'), 'pktgen')}"
+rx_desc = {RING}
+tx_desc = {RING}
+"""
+    if row == "fwd":
+        t += f"""[[stream]]
+name = "udp{size}"
+port = "m0"
+rx_port = "m0"
+size = {size}
+flows = 16
+src_ip = "10.0.0.1"
+dst_ip = "10.0.1.1"
+src_port = 10000
+dst_port = 9
+"""
+    else:
+        t += f"""[[allreduce]]
+name = "ar"
+port = "m0"
+appliance = "{app_conf}"
+collective_id = 1
+mode = "open"
+probe = false
+"""
+    path = os.path.join(d, f"pktgen-{row}-{size}.toml")
+    with open(path, "w") as f:
+        f.write(t)
+    return path
+
+
+STARTED = []
+
+
+@atexit.register
+def _stop_all():
+    """No process of a run outlives the script, whatever ends it."""
+    for proc in STARTED:
+        if proc.p.poll() is None:
+            proc.p.send_signal(signal.SIGINT)
+            try:
+                proc.p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.p.kill()
+
+
+class Proc:
+    """A process whose output is kept (read by a thread, so that it never blocks)."""
+
+    def __init__(self, cmd):
+        STARTED.append(self)
+        self.p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, text=True)
+        self.log = []
+        self.t = threading.Thread(target=self._drain, daemon=True)
+        self.t.start()
+
+    def _drain(self):
+        for line in self.p.stdout:
+            self.log.append(line)
+
+    def alive(self):
+        return self.p.poll() is None
+
+    def wait(self, timeout):
+        try:
+            self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+        self.t.join(timeout=5)
+        return self.p.returncode
+
+    def stop(self, sig):
+        if self.p.poll() is None:
+            self.p.send_signal(sig)
+        return self.wait(30)
+
+
+def wait_socket(d, who, proc, also=None):
+    """Until the memif server `proc` has created its socket (and `also` is in its output)."""
+    sock = os.path.join(d, "m0.sock")
+    deadline = time.monotonic() + 30
+    while not os.path.exists(sock) or (also and not any(also in x for x in proc.log)):
+        if not proc.alive() or time.monotonic() > deadline:
+            proc.stop(signal.SIGINT)
+            sys.exit(f"memif.py: {who} did not create its memif socket or start:\n"
+                     + "".join(proc.log[-30:]))
+        time.sleep(0.02)
+
+
+def start_pktgen(d, conf, seconds, js):
+    """pktgen; as the memif server it returns once its socket exists. It starts sending and
+    its clock once the link is up ([pktgen] link_wait_ms)."""
+    sock = os.path.join(d, "m0.sock")
+    if ZC and os.path.exists(sock):
+        os.unlink(sock)
+    g = Proc([PKTGEN, "run", "-q", "-c", conf, "--duration", str(seconds), "--json", js])
+    if not ZC:
+        return g
+    deadline = time.monotonic() + 30
+    while not os.path.exists(sock):
+        if not g.alive() or time.monotonic() > deadline:
+            g.stop(signal.SIGINT)
+            sys.exit("memif.py: pktgen did not create its memif socket:\n" + "".join(g.log[-30:]))
+        time.sleep(0.02)
+    # The socket appears when the vdev is probed; let pktgen start its port before a client
+    # connects.
+    time.sleep(1.0)
+    return g
+
+
+def start_device(d, kind, app_conf, stats):
+    """The device under test; as the memif server it returns once it forwards."""
+    sock = os.path.join(d, "m0.sock")
+    if not ZC and os.path.exists(sock):
+        os.unlink(sock)
+    dev = Proc(device_cmd(sock, kind, app_conf, stats))
+    if not ZC:
+        # testpmd creates the socket when it probes the vdev, before it configures the port:
+        # a client that connects then passes no packet. Wait until it forwards.
+        wait_socket(d, kind, dev, None if kind == "dpu" else "packet forwarding - ports")
+        time.sleep(0.3)
+    return dev
+
+
+def device_cmd(sock, kind, app_conf, stats):
+    if kind == "dpu":
+        return [DPU, "-c", app_conf, "--stats-json", stats]
+    mode = kind.split("-", 1)[1]
+    return (["dpdk-testpmd", *MEM, "--lcores", DUT_LCORES, "--vdev", vdev(sock, "device"),
+                 "--", "--nb-cores=1", f"--forward-mode={mode}", "--port-topology=loop",
+                 f"--mbuf-size={DATA_ROOM}", f"--total-num-mbufs={MBUFS}", "--mbcache=256",
+                 "--burst=32", f"--rxd={RING}", f"--txd={RING}", "--stats-period", "10"])
+
+
+def start_pair(d, kind, app, stats, conf, seconds, js):
+    """The memif server first, then the client; returns (pktgen, device)."""
+    if ZC:
+        g = start_pktgen(d, conf, seconds, js)
+        return g, start_device(d, kind, app, stats)
+    dev = start_device(d, kind, app, stats)
+    return start_pktgen(d, conf, seconds, js), dev
+
+
+def finish_pktgen(g, js, seconds, must=True):
+    code = g.wait(seconds + 60)
+    if code not in (0, 3) or not os.path.exists(js):
+        if not must:
+            return None
+        sys.exit(f"memif.py: pktgen failed ({code}):\n" + "".join(g.log[-30:]))
+    with open(js) as f:
+        return json.load(f)
+
+
+def measure(d, row, size, kind, seconds):
+    """One run; returns (rate in packets/s, pktgen's tx packets/s, details)."""
+    ar = appliance_conf(d, "ar")  # pktgen's [[allreduce]] reads the collective from it
+    app = appliance_conf(d, "fwd") if row == "fwd" else ar
+    stats = os.path.join(d, "dpu-stats.json")
+    if os.path.exists(stats):
+        os.unlink(stats)
+    js = os.path.join(d, "pktgen.json")
+    if os.path.exists(js):
+        os.unlink(js)
+    g, dev = start_pair(d, kind, app, stats, pktgen_conf(d, row, size, ar), seconds, js)
+    p = finish_pktgen(g, js, seconds)
+    time.sleep(0.3)
+    alive = dev.alive()
+    code = dev.stop(signal.SIGTERM if kind == "dpu" else signal.SIGINT)
+    if not alive or code != 0:
+        print(f"memif.py: note: {kind} was not running after pktgen left, or exited {code}",
+              file=sys.stderr)
+    if row == "fwd":
+        s = p["streams"][0]
+        tx_pps = s["tx_pps"]
+        detail = {"tx_full": s["tx"]["tx_full"], "back": s["rx"]["packets"] / max(1, s["tx"]["packets"])}
+        rate = tx_pps
+        if kind == "dpu" and os.path.exists(stats):
+            with open(stats) as f:
+                st = json.load(f)
+            detail["dpu_rx"] = st["ports"][0]["workers"]["rx_packets"]
+            detail["sent"] = s["tx"]["packets"]
+    else:
+        a = p["allreduce"][0]
+        secs = p["seconds"]
+        tx_pps = a["tx_packets"] / secs
+        detail = {"tx_full": a["tx_full"], "back": a["rx_packets"] / max(1, a["tx_packets"]),
+                  "right": a.get("right")}
+        rate = tx_pps
+        if kind == "dpu" and not os.path.exists(stats):
+            detail["stats_lost"] = True  # the appliance died: pktgen's tx stands in
+        elif kind == "dpu":
+            with open(stats) as f:
+                st = json.load(f)
+            folded = st["aggregation"]["folded"]
+            detail["folded"] = folded
+            rate = folded / secs
+    detail["peer_ok"] = alive and code == 0
+    return rate, tx_pps, detail
+
+
+def survival(d, seconds):
+    """The appliance keeps running and counting when its memif peer goes away: one appliance,
+    two pktgen sessions one after the other (the memif client reconnects to the second)."""
+    ar = appliance_conf(d, "ar")
+    app = appliance_conf(d, "fwd")
+    stats = os.path.join(d, "dpu-stats.json")
+    if os.path.exists(stats):
+        os.unlink(stats)
+    conf = pktgen_conf(d, "fwd", 60, ar)
+    sent, dev, alive_between = [], None, True
+    for i in range(2):
+        js = os.path.join(d, f"survive-{i}.json")
+        if dev is None:
+            g, dev = start_pair(d, "dpu", app, stats, conf, seconds, js)
+        else:
+            g = start_pktgen(d, conf, seconds, js)
+        p = finish_pktgen(g, js, seconds, must=False)
+        if p is None:
+            why = "".join(g.log[-3:]).strip()
+            sent.append(0)
+            print(f"memif.py: survival: pktgen session {i + 1} failed: {why}", file=sys.stderr)
+        else:
+            sent.append(p["streams"][0]["tx"]["packets"])
+        time.sleep(0.5)
+        alive_between = alive_between and dev.alive()
+    code = dev.stop(signal.SIGTERM)
+    rx, leftover = 0, None
+    if os.path.exists(stats):
+        with open(stats) as f:
+            st = json.load(f)
+        rx = st["ports"][0]["workers"]["rx_packets"]
+        leftover = st.get("mbufs_in_use_after")
+    ok = alive_between and code == 0 and rx == sum(sent) and sent[1] > 0
+    return ok, (f"alive after each disconnect: {alive_between}, exit {code}, counted {rx} of "
+                f"{sent[0]} + {sent[1]} sent; mbufs in use after shutdown: {leftover}")
+
+
+def fmt(xs, scale=1e6, digits=2):
+    xs = [x / scale for x in xs]
+    return f"{statistics.median(xs):.{digits}f} [{min(xs):.{digits}f}-{max(xs):.{digits}f}]"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=int, default=int(os.environ.get("MEMIF_SECONDS", 3)))
+    ap.add_argument("--reps", type=int, default=int(os.environ.get("MEMIF_REPS", 3)))
+    ap.add_argument("--zero-copy", action="store_true",
+                    help="pktgen the memif server, the device the zero-copy client")
+    a = ap.parse_args()
+    global ZC
+    ZC = a.zero_copy
+    for b in (DPU, PKTGEN):
+        if not os.path.exists(b):
+            sys.exit(f"memif.py: {b} is missing: cargo build --release first")
+    if not shutil.which("dpdk-testpmd"):
+        sys.exit("memif.py: dpdk-testpmd is missing (Debian package dpdk)")
+    os.makedirs(OUT, exist_ok=True)
+    # A short directory: a memif socket path must fit a sockaddr_un (108 bytes).
+    d = tempfile.mkdtemp(prefix="dpu-memif-")
+    load = os.getloadavg()[0]
+    cases = [("fwd", s) for s in SIZES] + [("ar", 1086)]
+    res = {}
+    for rep in range(a.reps):
+        for row, size in cases:
+            for kind in ("testpmd-rxonly", "testpmd-io", "dpu"):
+                rate, tx, det = measure(d, row, size, kind, a.seconds)
+                r = res.setdefault((row, size), {}).setdefault(kind, {"rate": [], "tx": [], "det": []})
+                r["rate"].append(rate)
+                r["tx"].append(tx)
+                r["det"].append(det)
+                print(f"memif.py: run {rep + 1}/{a.reps}: {row} {size} B {kind}: "
+                      f"{rate / 1e6:.3f} Mpps, pktgen tx {tx / 1e6:.3f} Mpps {det}",
+                      file=sys.stderr, flush=True)
+    surv_ok, surv = survival(d, 2)
+    shutil.rmtree(d, ignore_errors=True)
+
+    def verdict(row, size):
+        r = res[(row, size)]
+        # What pktgen reached over this link in this row: its tx into testpmd rxonly is not
+        # always its best (at 1 KiB it sent more into testpmd io than into rxonly).
+        gen = max(statistics.median(r[k]["tx"]) for k in r)
+        io = statistics.median(r["testpmd-io"]["rate"])
+        dpu = statistics.median(r["dpu"]["rate"])
+        bound = max(io, dpu) * GEN_MARGIN > gen
+        ratio = dpu / io
+        return gen, io, dpu, ratio, bound
+
+    def back(r):
+        return f"{100 * statistics.median(x['back'] for x in r['det']):.0f}%"
+
+    crashes = {k: sum(not x["peer_ok"] for r in res.values() for x in r[k]["det"])
+               for k in ("testpmd-rxonly", "testpmd-io", "dpu")}
+    runs = a.reps * len(cases)
+    lines = [
+        "Two processes over net_memif ("
+        + ("zero-copy: pktgen the memif server, the device the zero-copy client"
+           if ZC else "copy mode: the device the memif server, pktgen the client")
+        + f"; no hugepages; data room {DATA_ROOM} B, "
+        f"{MBUFS} mbufs, bursts of 32; load average {load:.1f} at start; {a.reps} x {a.seconds} s, "
+        "alternating). CPU 1: the device's polling lcore alone; CPU 0: pktgen's lcores (row 1: "
+        "its tx and rx lcores share it; row 2: one lcore sends and receives) and the device's main "
+        "lcore. Mpps median [min-max].",
+        "",
+        "| row | pktgen alone (tx into testpmd rxonly) | testpmd io | back | appliance | back | "
+        "appliance / testpmd io |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    goal_line = ""
+    for row, size in cases:
+        r = res[(row, size)]
+        gen, io, dpu, ratio, bound = verdict(row, size)
+        if row == "fwd":
+            name = f"forwarding {size + 4} B (frames {size} B + FCS): packets/s taken"
+        else:
+            name = (f"AllReduce open loop, {WORKERS} workers, {CHUNK} f32 lanes, UDP ({size} B): "
+                    "contributions/s folded (appliance) or echoed (testpmd)")
+        claim = "generator-bound" if bound else f"{ratio:.2f}"
+        lines.append(f"| {name} | {fmt(r['testpmd-rxonly']['tx'])} | {fmt(r['testpmd-io']['rate'])} | "
+                     f"{back(r['testpmd-io'])} | {fmt(r['dpu']['rate'])} | {back(r['dpu'])} | {claim} |")
+        if row == "ar":
+            gbps = [x * CHUNK * 4 * 8 / 1e9 for x in r["dpu"]["rate"]]
+            eps = [x * CHUNK for x in r["dpu"]["rate"]]
+            goal_line = (
+                f"AllReduce row, the appliance: {fmt(gbps, 1, 3)} Gbit/s of payload, "
+                f"{fmt(eps, 1e9, 4)} G elements/s. Goal appliance >= {GOAL}x testpmd io: "
+                + ("not judged (generator-bound: pktgen's highest tx rate in the row is not "
+                   f"{GEN_MARGIN}x the rates measured)" if bound else
+                   ("met" if ratio >= GOAL else "NOT met") + f" ({ratio:.2f})") + ".")
+    lines += ["", goal_line,
+              f"Generator-bound: pktgen's highest median tx rate in the row (its reach) is below "
+              f"{GEN_MARGIN}x testpmd io's or the appliance's rate. "
+              "'back': the fraction of what pktgen sent that came back to it (its receiving shares "
+              "CPU 0 with its sending). Peers that failed to stop cleanly (not running once "
+              "pktgen had stopped and left, or a non-zero exit): "
+              + ", ".join(f"{k} {v} of {runs}" for k, v in crashes.items()) + ".",
+              f"The appliance when its memif peer goes away (two pktgen runs, one after the other): "
+              f"{'survives and keeps counting' if surv_ok else 'FAILED'} ({surv})."]
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(OUT, "memif-zc.md" if ZC else "memif.md"), "w") as f:
+        f.write(text)
+    print(text, end="")
+    if not surv_ok:
+        print("memif.py: the appliance did not survive its memif peer going away (see the table)",
+              file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
