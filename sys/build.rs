@@ -69,6 +69,8 @@ fn main() {
         .allowlist_function("rte_dev_probe")
         .allowlist_function("rte_delay_us_block")
         .allowlist_function("rte_ring_.*")
+        .allowlist_function("rte_rcu_qsbr_.*")
+        .allowlist_type("rte_rcu_qsbr")
         .allowlist_function("shim_.*")
         .allowlist_type("rte_mbuf")
         .allowlist_type("rte_eth_.*")

@@ -10,6 +10,10 @@ use pktgen::workload::{Family, Impairments, Params, Workload};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+// A PMD's `munmap` of memory the lcores may be reading (net_memif's when its peer leaves) waits
+// for their grace period first (dataplane::dpdk::rcu).
+dataplane::guard_unmaps!();
+
 /// Traffic generator for the gradient aggregation protocol.
 #[derive(Parser, Debug)]
 #[command(version, about)]

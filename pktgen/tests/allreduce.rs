@@ -4,23 +4,14 @@
 //!
 //! The runs take turns (one lock): each busy-polls a CPU, and the machine has two.
 
+mod common;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-fn dpu_bin() -> PathBuf {
-    let p = std::env::var_os("DPU_BIN").map(PathBuf::from).unwrap_or_else(|| root().join("target/release/dpu"));
-    assert!(p.exists(), "{} does not exist: build it first (cargo build --release -p dataplane --bins)", p.display());
-    p
-}
 
 fn tmp(name: &str) -> PathBuf {
     // Short: a memif socket path must fit a sockaddr_un (108 bytes).
@@ -133,10 +124,6 @@ struct Outcome {
     dpu: Value,
 }
 
-fn kill_term(child: &Child) {
-    let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
-}
-
 /// Starts the appliance on `colls`, waits for its memif sockets, runs pktgen (at most 30 s),
 /// stops the appliance (SIGTERM) and returns both sides' reports.
 fn run(name: &str, colls: &[Coll]) -> Outcome {
@@ -146,26 +133,8 @@ fn run(name: &str, colls: &[Coll]) -> Outcome {
     let conf = dir.join("pktgen.toml");
     std::fs::write(&conf, pktgen_toml(&dir, &app, colls)).unwrap();
     let stats = dir.join("dpu-stats.json");
-    let mut dpu = Command::new(dpu_bin())
-        .arg("-c")
-        .arg(&app)
-        .arg("--stats-json")
-        .arg(&stats)
-        .arg("--duration")
-        .arg("60")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while !(0..colls.len()).all(|i| dir.join(format!("m{i}.sock")).exists()) {
-        if start.elapsed() > Duration::from_secs(20) || dpu.try_wait().unwrap().is_some() {
-            kill_term(&dpu);
-            let o = dpu.wait_with_output().unwrap();
-            panic!("the appliance did not create its memif sockets:\n{}", String::from_utf8_lossy(&o.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let socks: Vec<PathBuf> = (0..colls.len()).map(|i| dir.join(format!("m{i}.sock"))).collect();
+    let dpu = common::start_dpu(&app, &stats, 60, &socks);
     let json = dir.join("pktgen.json");
     let csv = dir.join("pktgen.csv");
     let out = Command::new(env!("CARGO_BIN_EXE_pktgen"))
@@ -173,7 +142,7 @@ fn run(name: &str, colls: &[Coll]) -> Outcome {
         .args(["--json", json.to_str().unwrap(), "--csv", csv.to_str().unwrap()])
         .output()
         .unwrap();
-    kill_term(&dpu);
+    common::kill(&dpu, "-TERM");
     let d = dpu.wait_with_output().unwrap();
     let text = format!(
         "pktgen:\n{}{}\ndpu:\n{}{}",

@@ -114,3 +114,13 @@ int shim_meter_run(const struct shim_meter_params *params, uint64_t t0, const ui
 		*rounding = r;
 	return 0;
 }
+
+void shim_rcu_qsbr_thread_online(struct rte_rcu_qsbr *v, unsigned int thread_id)
+{ rte_rcu_qsbr_thread_online(v, thread_id); }
+void shim_rcu_qsbr_thread_offline(struct rte_rcu_qsbr *v, unsigned int thread_id)
+{ rte_rcu_qsbr_thread_offline(v, thread_id); }
+void shim_rcu_qsbr_quiescent(struct rte_rcu_qsbr *v, unsigned int thread_id)
+{ rte_rcu_qsbr_quiescent(v, thread_id); }
+uint64_t shim_rcu_qsbr_start(struct rte_rcu_qsbr *v) { return rte_rcu_qsbr_start(v); }
+int shim_rcu_qsbr_check(struct rte_rcu_qsbr *v, uint64_t t, bool wait)
+{ return rte_rcu_qsbr_check(v, t, wait); }

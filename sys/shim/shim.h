@@ -18,6 +18,7 @@
 #include <rte_ring.h>
 #include <rte_dev.h>
 #include <rte_meter.h>
+#include <rte_rcu_qsbr.h>
 
 /* rte_eth_rx_burst(): receive up to nb_pkts mbufs from (port, queue). */
 uint16_t shim_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t nb_pkts);
@@ -84,5 +85,14 @@ struct shim_meter_rounding {
 int shim_meter_run(const struct shim_meter_params *params, uint64_t t0, const uint64_t *ts,
 	const uint32_t *len, const uint8_t *in_colors, uint32_t n, uint8_t *out,
 	struct shim_meter_rounding *rounding);
+
+/* rte_rcu_qsbr (lib/rcu): a reader thread's state changes, and the writer's grace period. */
+void shim_rcu_qsbr_thread_online(struct rte_rcu_qsbr *v, unsigned int thread_id);
+void shim_rcu_qsbr_thread_offline(struct rte_rcu_qsbr *v, unsigned int thread_id);
+void shim_rcu_qsbr_quiescent(struct rte_rcu_qsbr *v, unsigned int thread_id);
+/* rte_rcu_qsbr_start(): a new token; rte_rcu_qsbr_check(): 1 once every online reader reported
+ * a quiescent state after the token was issued, else 0 (wait=false). */
+uint64_t shim_rcu_qsbr_start(struct rte_rcu_qsbr *v);
+int shim_rcu_qsbr_check(struct rte_rcu_qsbr *v, uint64_t t, bool wait);
 
 #endif

@@ -12,6 +12,11 @@
 //! directory and files.
 
 use clap::Parser;
+
+// A PMD's `munmap` of memory the workers may be reading (net_memif's when its peer leaves) waits
+// for the workers' grace period first (dataplane::dpdk::rcu).
+dataplane::guard_unmaps!();
+
 use dataplane::app::{self, AppError, Options};
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -240,7 +240,11 @@ impl Worker {
         let mut held = Held::default();
         let mut stalled_since = None;
         let mut last_drain = rdtsc();
+        // Online for the grace periods of `dpdk::rcu` until the end of the run: each loop turn
+        // below is a quiescent state (no burst of a port in progress).
+        let online = dpdk::rcu::workers().enter(self.index as u32).expect("worker indexes are below RTE_MAX_LCORE");
         while !quitting() || held.pos < held.end {
+            online.quiescent();
             let now = rdtsc();
             if now.wrapping_sub(last_drain) > self.drain_tsc {
                 io.flush_all();
@@ -281,6 +285,7 @@ impl Worker {
             // over; drain what was.
             STOPPED_RX.fetch_add(1, Ordering::SeqCst);
             loop {
+                online.quiescent();
                 let all_stopped = STOPPED_RX.load(Ordering::SeqCst) >= self.workers;
                 let now_us = rdtsc() / self.tsc_per_us;
                 let n = self.drain_ring(&mut io, &mut scratch[..burst], &port_index, now_us);
@@ -295,6 +300,7 @@ impl Worker {
             // a scheduler's owner; each owner empties its rings into its schedulers.
             DRAINED_HAND_OFFS.fetch_add(1, Ordering::SeqCst);
             loop {
+                online.quiescent();
                 let all_drained = DRAINED_HAND_OFFS.load(Ordering::SeqCst) >= self.workers;
                 let now_us = rdtsc() / self.tsc_per_us;
                 let n = self.drain_qos_rings(&mut io, &mut scratch[..burst], now_us);
@@ -305,6 +311,7 @@ impl Worker {
         }
         self.datapath.finish_egress(&mut io);
         io.flush_all();
+        drop(online);
         self.datapath.counters.drop_n(Reason::TxFull, io.tx_full);
         self.datapath
     }

@@ -265,6 +265,7 @@ impl LaneStream {
 /// A tx lane's whole work: every stream in turn, until `stop` or until every stream has
 /// finished (`--packets`, the passes of a pcap file); then it counts itself in `finished`.
 #[inline(never)]
+#[allow(clippy::too_many_arguments)] // the lane's parts, moved onto its lcore
 fn lane_loop(
     mut streams: Vec<LaneStream>,
     mut replays: Vec<replay::ReplayLane>,
@@ -273,7 +274,11 @@ fn lane_loop(
     stamp_back: u64,
     stop: Arc<AtomicBool>,
     finished: Arc<AtomicUsize>,
+    reader: u32,
 ) {
+    // A reader of `dpdk::rcu` while it sends: a memif peer's departure unmaps the rings only
+    // after this loop's next turn.
+    let online = dpdk::rcu::workers().enter(reader).expect("reader ids are below RTE_MAX_LCORE");
     let t0 = dpdk::rdtsc();
     for s in &mut streams {
         s.counters[s.slot].start_tsc.store(t0, Ordering::Relaxed);
@@ -287,6 +292,7 @@ fn lane_loop(
         r.start(t0);
     }
     while !stop.load(Ordering::Relaxed) {
+        online.quiescent();
         let now = dpdk::rdtsc();
         for s in &mut streams {
             s.step(now, &pool, burst, stamp_back);
@@ -681,7 +687,9 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
         }
         let (stop2, fin2) = (stop.clone(), finished.clone());
         let lc = run.tx_lcores[lane];
-        let job = move || lane_loop(streams, replays, pool, burst, stamp_back, stop2, fin2);
+        // Reader 0 is the main lcore; lanes are 1, 2, ...
+        let reader = lane as u32 + 1;
+        let job = move || lane_loop(streams, replays, pool, burst, stamp_back, stop2, fin2, reader);
         match lcore::launch(lc, job, None) {
             Ok(h) => handles.push(h),
             Err(e) => {
@@ -700,7 +708,9 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
     let has_rx = !rx.queues.is_empty();
     // With bounded rounds everywhere, the run ends when every emulation has finished them.
     let ar_bounded = !ars.is_empty() && loaded.allreduce.iter().all(|a| a.rounds.is_some());
+    let online = dpdk::rcu::workers().enter(0).expect("reader 0 exists");
     loop {
+        online.quiescent();
         if has_rx {
             rx.poll();
         } else if ars.is_empty() {
@@ -752,6 +762,7 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
     let drain_end = t_stop + run.drain_ms * hz / 1000;
     if has_rx || !ars.is_empty() {
         loop {
+            online.quiescent();
             if has_rx {
                 rx.poll();
             }
@@ -769,6 +780,7 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
             }
         }
     }
+    drop(online);
     for (name, h) in readers {
         match h.join() {
             Ok(Ok(())) => {}

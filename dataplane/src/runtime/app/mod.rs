@@ -195,6 +195,11 @@ pub struct Summary {
     pub seconds: f64,
     /// Mbufs still in use after the ports were closed (0 when nothing leaked).
     pub mbufs_in_use_after: u32,
+    /// Memory unmapped by threads other than the workers (a memif port's shared rings when its
+    /// peer left) after a grace period of the workers ([`crate::dpdk::rcu`]).
+    pub unmaps_after_grace: u64,
+    /// Of those, grace periods given up after [`crate::dpdk::rcu::GRACE_TIMEOUT`] (0 normally).
+    pub grace_timeouts: u64,
     /// Worker lcores.
     pub workers: usize,
     /// The aggregator's counters (all workers).
@@ -806,6 +811,8 @@ fn run_with_eal(
         input_errors: expected.map(|i| i.errors),
         seconds,
         mbufs_in_use_after: pool.in_use(),
+        unmaps_after_grace: dpdk::rcu::unmap_waits(),
+        grace_timeouts: dpdk::rcu::grace_timeouts(),
         workers: lcores.len(),
         aggregation: totals.agg,
         collectives: loaded.collectives.len(),
@@ -959,6 +966,13 @@ impl Summary {
             };
             let _ = writeln!(s, "input: {n} records{errors}{}", if self.input_short { " (ended short)" } else { "" });
         }
+        if self.unmaps_after_grace > 0 {
+            let _ = writeln!(
+                s,
+                "peer memory unmapped after the workers' grace period: {} time(s), {} timed out",
+                self.unmaps_after_grace, self.grace_timeouts
+            );
+        }
         let _ = writeln!(s, "mbufs in use after shutdown: {}", self.mbufs_in_use_after);
         s
     }
@@ -986,6 +1000,8 @@ mod tests {
             input_errors: Some(0),
             seconds: 0.5,
             mbufs_in_use_after: 0,
+            unmaps_after_grace: 0,
+            grace_timeouts: 0,
             workers: 2,
             aggregation: Default::default(),
             collectives: 0,

@@ -1,5 +1,5 @@
 //! A small safe layer over DPDK: one module per concept (EAL, mempool, mbuf, port, queue, ring, lcore,
-//! meter).
+//! meter, rcu).
 //!
 //! Everything here is thin: the packet core never imports it. Errors carry the DPDK call that
 //! failed and `rte_strerror`'s text.
@@ -11,6 +11,7 @@ pub mod mempool;
 pub mod meter;
 pub mod port;
 pub mod queue;
+pub mod rcu;
 pub mod ring;
 
 pub use eal::Eal;

@@ -1,0 +1,7 @@
+//! Build script: exports the binary's `munmap` (see `dataplane::dpdk::rcu`), so that the DPDK
+//! drivers, shared libraries, call it instead of libc's.
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rustc-link-arg-bins=-Wl,--export-dynamic-symbol=munmap");
+}

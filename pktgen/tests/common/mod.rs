@@ -1,0 +1,48 @@
+//! What the two-process tests share: the appliance binary, started as a memif server.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// `target/release/dpu`, or `$DPU_BIN`.
+pub fn dpu_bin() -> PathBuf {
+    let p = std::env::var_os("DPU_BIN").map(PathBuf::from).unwrap_or_else(|| root().join("target/release/dpu"));
+    assert!(p.exists(), "{} does not exist: build it first (cargo build --release -p dataplane --bins)", p.display());
+    p
+}
+
+/// Sends `sig` (e.g. "-TERM") to `child`.
+pub fn kill(child: &Child, sig: &str) {
+    let _ = Command::new("kill").arg(sig).arg(child.id().to_string()).status();
+}
+
+/// Starts the appliance on config `app` for at most `seconds`, its final stats to `stats`, and
+/// returns once each of its memif server sockets `socks` exists (panics after 20 s, or if it
+/// exits first, with its stderr).
+pub fn start_dpu(app: &Path, stats: &Path, seconds: u32, socks: &[PathBuf]) -> Child {
+    let mut dpu = Command::new(dpu_bin())
+        .arg("-c")
+        .arg(app)
+        .arg("--stats-json")
+        .arg(stats)
+        .arg("--duration")
+        .arg(seconds.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !socks.iter().all(|s| s.exists()) {
+        if start.elapsed() > Duration::from_secs(20) || dpu.try_wait().unwrap().is_some() {
+            kill(&dpu, "-TERM");
+            let o = dpu.wait_with_output().unwrap();
+            panic!("the appliance did not create its memif sockets:\n{}", String::from_utf8_lossy(&o.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    dpu
+}
