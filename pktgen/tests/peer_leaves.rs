@@ -103,3 +103,74 @@ fn the_appliance_survives_its_memif_peer_leaving_mid_traffic() {
     assert_eq!(u(&s["mbufs_in_use_after"]), 0, "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A net_memif client connects only when its port starts: when its server goes away, the
+/// appliance restarts the port every second until a server is back. pktgen is the memif server
+/// here, twice in turn; the appliance (client) must take the second one's traffic too, without
+/// being restarted itself, and count one reconnection.
+#[test]
+fn the_appliance_as_memif_client_reconnects_to_a_server_that_comes_back() {
+    let dir = std::env::temp_dir().join(format!("pgrc-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("m0.sock");
+    let app = dir.join("appliance.toml");
+    std::fs::write(&app, appliance_toml(&sock).replace("role=server", "role=client")).unwrap();
+    let conf = dir.join("pktgen.toml");
+    std::fs::write(&conf, pktgen_toml(&sock).replace("role=client", "role=server")).unwrap();
+    let stats = dir.join("dpu-stats.json");
+    let server = |session: usize| {
+        let _ = std::fs::remove_file(&sock);
+        let json = dir.join(format!("pktgen{session}.json"));
+        let g = Command::new(env!("CARGO_BIN_EXE_pktgen"))
+            .args(["run", "-q", "-c", conf.to_str().unwrap(), "--duration", "1"])
+            .args(["--json", json.to_str().unwrap()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        while !sock.exists() {
+            assert!(t.elapsed() < Duration::from_secs(20), "pktgen did not create its memif socket");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The socket appears when the vdev is probed; let pktgen start its port.
+        std::thread::sleep(Duration::from_millis(500));
+        (g, json)
+    };
+    let finish = |g: std::process::Child, json: &Path| -> u64 {
+        let o = g.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "pktgen failed:\n{}", String::from_utf8_lossy(&o.stderr));
+        let p: Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+        u(&p["streams"][0]["tx"]["packets"])
+    };
+    let (g, json) = server(0);
+    let dpu = Command::new(common::dpu_bin())
+        .args(["-c", app.to_str().unwrap(), "--stats-json", stats.to_str().unwrap(), "--duration", "120"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first = finish(g, &json);
+    assert!(first > 1000, "the first session sent only {first} packets");
+    // The appliance finds its link down and tries to reconnect, with no server, for a while.
+    std::thread::sleep(Duration::from_millis(2500));
+    let (g, json) = server(1);
+    let second = finish(g, &json);
+    assert!(second > 1000, "the second session sent only {second} packets");
+    common::kill(&dpu, "-TERM");
+    let d = dpu.wait_with_output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&d.stdout), String::from_utf8_lossy(&d.stderr));
+    assert_eq!(d.status.code(), Some(0), "the appliance failed:\n{text}");
+    assert!(text.contains("link down (its memif server is gone)"), "{text}");
+    assert!(text.contains("link up again after"), "{text}");
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let rx = u(&s["ports"][0]["workers"]["rx_packets"]);
+    assert!(rx > first && rx <= first + second, "counted {rx}, sessions sent {first} and {second}:\n{text}");
+    // Nearly all of the second session arrived (what was in the ring when the server left may
+    // be lost with it).
+    assert!(rx - first >= second * 9 / 10, "counted {} of the second session's {second}:\n{text}", rx - first);
+    assert_eq!(u(&s["ports"][0]["reconnects"]), 1, "{text}");
+    assert_eq!(u(&s["grace_timeouts"]), 0, "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

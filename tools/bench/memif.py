@@ -10,8 +10,8 @@ run` the client, in copy mode. Zero-copy (`zero-copy=yes`, a client option) need
 but dpdk-testpmd 22.11 as server passes no packet from a zero-copy client, so the default row
 runs every program in copy mode alike. `--zero-copy` swaps the roles: pktgen is the server
 (`[pktgen] link_wait_ms`: its clock starts once the link is up) and the device the zero-copy
-client (output target/bench/memif-zc.md). A memif client connects only when its port starts, so
-the appliance's client does not reconnect to a new server. testpmd may die with SIGSEGV when
+client (output target/bench/memif-zc.md). A memif client connects only when its port starts (the
+appliance restarts its client port until a server answers; testpmd does not). testpmd may die with SIGSEGV when
 its peer leaves (the memif PMD unmaps the rings under its polling lcore); the appliance and
 pktgen wait for their lcores' grace period before any such unmap (dataplane/src/runtime/dpdk/rcu.rs).
 Every program gets the same EAL memory options (--no-huge -m 512 --single-file-segments), the

@@ -144,7 +144,9 @@ impl TxIo {
     /// counted.
     #[inline]
     fn flush(&mut self, p: usize) {
-        self.tx_full += self.bufs[p].flush(&self.queues[p], TX_RETRIES);
+        // A port paused for a restart takes nothing: no try, everything counted.
+        let tries = if dpdk::port::paused(self.queues[p].port_id()) { 0 } else { TX_RETRIES };
+        self.tx_full += self.bufs[p].flush(&self.queues[p], tries);
     }
 
     fn flush_all(&mut self) {
@@ -263,6 +265,9 @@ impl Worker {
                         // what lets the other worker, perhaps waiting on ours, go on: no two
                         // workers wait on each other.
                         break;
+                    }
+                    if dpdk::port::paused(rxq.port_id()) {
+                        continue;
                     }
                     // This lcore owns the queue.
                     let n = rxq.rx_burst(&mut mbufs[..burst]);

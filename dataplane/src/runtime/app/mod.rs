@@ -88,6 +88,9 @@ pub struct PortSummary {
     pub ethdev: PortStats,
     /// The PMD's extended counters (`rte_eth_xstats_get`), the non-zero ones.
     pub xstats: Vec<(String, u64)>,
+    /// Times the link came back after the appliance restarted the port (a net_memif client
+    /// whose server went away and came back; [`crate::dpdk::Port::reconnect`]).
+    pub reconnects: u64,
 }
 
 /// One table entry's (or miss's) counter.
@@ -364,6 +367,15 @@ struct PortPlan {
     live_rx: bool,
     /// net_pcap's `tx_pcap` files, one per tx queue in queue order, as named.
     tx_files: Vec<PathBuf>,
+}
+
+impl PortPlan {
+    /// A net_memif vdev in the client role (the default role): it connects only when started.
+    fn is_memif_client(&self) -> bool {
+        let mut args = self.eal_args[1].split(',');
+        let dev = args.next().unwrap_or("");
+        self.eal_args[0] == "--vdev" && dev.starts_with("net_memif") && !args.any(|a| a.trim() == "role=server")
+    }
 }
 
 /// The run's own directory for merged inputs (`$TMPDIR/dpu-PID`), created on first use and
@@ -755,7 +767,7 @@ fn run_with_eal(
     let lcores = loaded.lcores();
     start::check_lcores(eal, loaded, opts)?;
     let (pool, ring_slots, schedulers) = start::create_pool(loaded, opts, plans)?;
-    let ports = start::start_ports(loaded, plans, &pool)?;
+    let mut ports = start::start_ports(loaded, plans, &pool)?;
     stop_requested()?;
     let running = start::launch_workers(loaded, &ports, pool, ring_slots, schedulers, expected.is_some())?;
     if !opts.quiet && expected.is_none() {
@@ -768,8 +780,10 @@ fn run_with_eal(
         );
         let _ = std::io::Write::flush(&mut std::io::stdout());
     }
-    let input_short = monitor::monitor(
-        &ports,
+    let reconnect: Vec<bool> = plans.iter().map(PortPlan::is_memif_client).collect();
+    let watched = monitor::monitor(
+        &mut ports,
+        &reconnect,
         expected,
         opts.duration,
         Duration::from_millis(cfg.dataplane.replay_idle_ms),
@@ -797,6 +811,7 @@ fn run_with_eal(
                 workers: totals.counters.ports[i],
                 ethdev: ethdev[i],
                 xstats: xstats[i].clone(),
+                reconnects: watched.reconnects[i],
             })
             .collect(),
         drops,
@@ -807,7 +822,7 @@ fn run_with_eal(
         meters: totals.meters,
         qos: totals.qos,
         input_records: expected.map(|i| i.records),
-        input_short,
+        input_short: watched.input_short,
         input_errors: expected.map(|i| i.errors),
         seconds,
         mbufs_in_use_after: pool.in_use(),

@@ -1,33 +1,69 @@
 //! The main lcore's wait while the workers run: until a stop is requested, `--duration` passes,
-//! or a replay's input has been consumed (or stopped arriving).
+//! or a replay's input has been consumed (or stopped arriving). Meanwhile it restarts the
+//! net_memif client ports whose server went away, until they connect again.
 
 use crate::dpdk::Port;
 use crate::pcapfile;
 use crate::worker;
 use std::time::{Duration, Instant};
 
-/// Waits on the main lcore until a stop is due. Returns true if a replay's input ended short
-/// (the idle fallback fired before every record arrived).
+/// How often a memif client port whose link is down is restarted to reconnect.
+pub(super) const RECONNECT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How the watch ended.
+pub(super) struct Watched {
+    /// A replay's input ended short (the idle fallback fired before every record arrived).
+    pub input_short: bool,
+    /// Per port: times its link came back up after a restart ([`Port::reconnect`]).
+    pub reconnects: Vec<u64>,
+}
+
+/// One memif client port's outage.
+#[derive(Default)]
+struct Outage {
+    since: Option<Instant>,
+    last_try: Option<Instant>,
+    tried: bool,
+    said_error: bool,
+}
+
+/// Waits on the main lcore until a stop is due. Ports with `reconnect[i]` set (net_memif
+/// clients: they connect only when started) are restarted every [`RECONNECT_INTERVAL`] while
+/// their link is down, the workers skipping them meanwhile; each outage and recovery is
+/// logged on stderr unless `quiet`.
 ///
 /// A replay is over once net_pcap has consumed every record and error `expected` counts: each
 /// record is a packet received (`ipackets`), a record read without an mbuf (`rx_nombuf`) or one
 /// no mbuf chain could hold (`ierrors`); each read error of libpcap is one `ierrors`.
 pub(super) fn monitor(
-    ports: &[Port],
+    ports: &mut [Port],
+    reconnect: &[bool],
     expected: Option<pcapfile::Input>,
     duration: Option<Duration>,
     idle: Duration,
     quiet: bool,
-) -> bool {
+) -> Watched {
     let start = Instant::now();
     let mut last_seen = 0u64;
     let mut last_change = Instant::now();
+    let mut outages: Vec<Outage> = ports.iter().map(|_| Outage::default()).collect();
+    let mut reconnects = vec![0u64; ports.len()];
+    let mut next_link_check = Instant::now();
+    let done = |input_short, reconnects| Watched { input_short, reconnects };
     loop {
         if worker::quitting() {
-            return false;
+            return done(false, reconnects);
         }
         if duration.is_some_and(|d| start.elapsed() >= d) {
-            return false;
+            return done(false, reconnects);
+        }
+        if reconnect.iter().any(|&r| r) && Instant::now() >= next_link_check {
+            next_link_check = Instant::now() + Duration::from_millis(100);
+            for (i, p) in ports.iter_mut().enumerate() {
+                if reconnect.get(i) == Some(&true) && watch_link(p, &mut outages[i], quiet) {
+                    reconnects[i] += 1;
+                }
+            }
         }
         if let Some(input) = expected {
             let want = input.records + input.errors;
@@ -39,7 +75,7 @@ pub(super) fn monitor(
                 })
                 .sum();
             if seen >= want {
-                return false;
+                return done(false, reconnects);
             }
             if seen != last_seen {
                 last_seen = seen;
@@ -51,9 +87,48 @@ pub(super) fn monitor(
                         idle.as_millis()
                     );
                 }
-                return true;
+                return done(true, reconnects);
             }
         }
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// One look at a memif client port's link: an outage starts when it goes down; from
+/// [`RECONNECT_INTERVAL`] on, the port is restarted once per interval until the link is up.
+/// True when the link came back after a restart.
+fn watch_link(p: &mut Port, o: &mut Outage, quiet: bool) -> bool {
+    let now = Instant::now();
+    if p.link_up() {
+        let Some(since) = o.since.take() else { return false };
+        let back = o.tried;
+        if !quiet {
+            eprintln!("dpu: port {}: link up again after {:.1} s", p.name(), since.elapsed().as_secs_f64());
+        }
+        *o = Outage::default();
+        return back;
+    }
+    let since = *o.since.get_or_insert_with(|| {
+        if !quiet {
+            eprintln!(
+                "dpu: port {}: link down (its memif server is gone); restarting the port every {} s until it connects",
+                p.name(),
+                RECONNECT_INTERVAL.as_secs()
+            );
+        }
+        now
+    });
+    let due = now.duration_since(since) >= RECONNECT_INTERVAL
+        && o.last_try.is_none_or(|t| now.duration_since(t) >= RECONNECT_INTERVAL);
+    if due {
+        o.last_try = Some(now);
+        o.tried = true;
+        if let Err(e) = p.reconnect() {
+            if !quiet && !o.said_error {
+                eprintln!("dpu: port {}: {e}; trying again every {} s", p.name(), RECONNECT_INTERVAL.as_secs());
+            }
+            o.said_error = true;
+        }
+    }
+    false
 }

@@ -3,6 +3,22 @@
 use super::{DpdkError, Mempool};
 use crate::wire::EthernetAddress;
 use std::ffi::{CStr, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Ports DPDK can have (`RTE_MAX_ETHPORTS`): port ids are below it.
+pub const MAX_PORTS: usize = dpdk_sys::RTE_MAX_ETHPORTS as usize;
+
+/// Per DPDK port id: the port is being restarted ([`Port::reconnect`]); the worker lcores skip
+/// its rx queues and drop what they would send on it (counted as `tx_full`).
+static PAUSED: [AtomicBool; MAX_PORTS] = [const { AtomicBool::new(false) }; MAX_PORTS];
+
+/// Whether port `id` is paused for a restart: lcores must neither receive nor send on it. One
+/// relaxed load; the restart waits for the lcores' grace period ([`super::rcu`]) after pausing,
+/// so a worker sees the pause from its next poll-loop turn on.
+#[inline(always)]
+pub fn paused(id: u16) -> bool {
+    PAUSED.get(usize::from(id)).is_some_and(|p| p.load(Ordering::Relaxed))
+}
 
 /// Settings of one port's queues.
 #[derive(Debug, Clone)]
@@ -242,6 +258,43 @@ impl Port {
                 Some((s, v.value))
             })
             .collect()
+    }
+
+    /// Restarts the port while the worker lcores run (`rte_eth_dev_stop`, `rte_eth_dev_start`):
+    /// how a net_memif client, which connects only when its port starts, reaches a server that
+    /// came back. The port is [`paused`] first and the lcores' grace period awaited
+    /// ([`super::rcu::workers`]), so no lcore is in a burst on it; it is resumed only once
+    /// started again. Errors: the grace period timed out, or the stop or start failed (a memif
+    /// server not there yet): the port then stays paused and stopped, and a later call tries
+    /// again.
+    pub fn reconnect(&mut self) -> Result<(), DpdkError> {
+        let what = |call: &str| format!("{call}(port {}, {})", self.id, self.name);
+        let flag = &PAUSED[usize::from(self.id)];
+        flag.store(true, Ordering::SeqCst);
+        if !super::rcu::workers().synchronize(super::rcu::GRACE_TIMEOUT) {
+            if self.started {
+                flag.store(false, Ordering::SeqCst);
+            }
+            return Err(DpdkError::new(what("pause"), "the worker lcores did not pass a quiescent state"));
+        }
+        if self.started {
+            self.started = false;
+            // SAFETY: a started port that no lcore polls (paused, grace period over).
+            let ret = unsafe { dpdk_sys::rte_eth_dev_stop(self.id) };
+            if ret != 0 {
+                return Err(DpdkError::from_ret(what("rte_eth_dev_stop"), ret));
+            }
+        }
+        // SAFETY: a configured, stopped port that no lcore polls.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_start(self.id) };
+        if ret != 0 {
+            return Err(DpdkError::from_ret(what("rte_eth_dev_start"), ret));
+        }
+        // SAFETY: a started port.
+        unsafe { dpdk_sys::rte_eth_promiscuous_enable(self.id) };
+        self.started = true;
+        flag.store(false, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Stops the port (`rte_eth_dev_stop`): net_pcap closes and flushes its output files here.

@@ -31,6 +31,12 @@ impl RxQueue {
         RxQueue { port_id, queue }
     }
 
+    /// The DPDK port id.
+    #[inline(always)]
+    pub fn port_id(&self) -> u16 {
+        self.port_id
+    }
+
     /// Receives up to `out.len()` (at most 65535) packets into `out[..n]` and returns `n`
     /// (`rte_eth_rx_burst`). The slots must be empty (`None`) on entry; the queue must be polled
     /// by one lcore only (DPDK's rx queues are not thread-safe), which is how the appliance's
@@ -57,6 +63,12 @@ impl TxQueue {
     /// Tx queue `queue` of DPDK port `port_id` (configured and started by [`super::Port::start`]).
     pub fn new(port_id: u16, queue: u16) -> TxQueue {
         TxQueue { port_id, queue }
+    }
+
+    /// The DPDK port id.
+    #[inline(always)]
+    pub fn port_id(&self) -> u16 {
+        self.port_id
     }
 
     /// Hands the mbufs of `pkts` (at most 65535, every slot `Some`) to the queue
