@@ -29,6 +29,8 @@ pub mod testing;
 
 // The packet core's modules at the crate root, so that paths stay short
 // (`dataplane::wire::ipv4`, `crate::agg::Aggregator`).
-pub use packet::{action, agg, buf, datapath, meta, meter, neighbor, parse, prefetch, sched, stats, table, wire};
+pub use packet::{
+    action, agg, buf, datapath, export, meta, meter, neighbor, parse, prefetch, sched, stats, table, wire,
+};
 #[cfg(feature = "dpdk")]
-pub use runtime::{app, dpdk, outputs, pcapfile, worker};
+pub use runtime::{app, dpdk, live, outputs, pcapfile, worker};

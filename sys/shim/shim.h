@@ -19,6 +19,7 @@
 #include <rte_dev.h>
 #include <rte_meter.h>
 #include <rte_rcu_qsbr.h>
+#include <rte_telemetry.h>
 
 /* rte_eth_rx_burst(): receive up to nb_pkts mbufs from (port, queue). */
 uint16_t shim_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t nb_pkts);

@@ -127,6 +127,10 @@ pub struct DataplaneConfig {
     /// ([`memory::fixed_overhead`]). Set, it must fit in that.
     #[serde(default)]
     pub memory_limit_mb: Option<u64>,
+    /// While running live, print a one-line stats summary on stderr every this many ms (rates,
+    /// drops, rounds completed); 0 (the default): never.
+    #[serde(default)]
+    pub stats_interval_ms: u64,
 }
 
 impl Default for DataplaneConfig {
@@ -138,6 +142,7 @@ impl Default for DataplaneConfig {
             replay_idle_ms: d_idle(),
             appliance_qpn: d_qpn(),
             memory_limit_mb: None,
+            stats_interval_ms: 0,
         }
     }
 }

@@ -22,6 +22,8 @@ pub mod buf;
 #[deny(unsafe_code)]
 pub mod datapath;
 #[deny(unsafe_code)]
+pub mod export;
+#[deny(unsafe_code)]
 pub mod meta;
 #[deny(unsafe_code)]
 pub mod meter;

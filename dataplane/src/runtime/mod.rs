@@ -6,6 +6,7 @@
 
 pub mod app;
 pub mod dpdk;
+pub mod live;
 pub mod outputs;
 pub mod pcapfile;
 pub mod worker;

@@ -46,3 +46,36 @@ pub fn start_dpu(app: &Path, stats: &Path, seconds: u32, socks: &[PathBuf]) -> C
     }
     dpu
 }
+
+/// The running appliance `dpu`'s `/dpu/stats` (its telemetry socket, through DPDK's
+/// `dpdk-telemetry.py`; its file prefix is `dpu-<pid>`), or `None` while it has none yet.
+#[allow(dead_code)] // not every test binary that includes this module reads live counters
+pub fn live_stats(dpu: &Child) -> Option<serde_json::Value> {
+    use std::io::Write;
+    let mut c = Command::new("dpdk-telemetry.py")
+        .args(["-f", &format!("dpu-{}", dpu.id())])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("dpdk-telemetry.py (Debian package dpdk) runs");
+    let wrote = c.stdin.take().unwrap().write_all(b"/dpu/stats\n");
+    let out = c.wait_with_output().ok()?;
+    wrote.ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(&text[text.find('{')?..]).ok()?;
+    Some(v["/dpu/stats"].clone())
+}
+
+/// Port `port`'s received packets in `dpu`'s live counters (waits up to 20 s for its socket).
+#[allow(dead_code)]
+pub fn live_rx(dpu: &Child, port: &str) -> u64 {
+    let t = Instant::now();
+    loop {
+        if let Some(n) = live_stats(dpu).and_then(|v| v[format!("port_rx_packets/{port}")].as_u64()) {
+            return n;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "no live counters from the appliance");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -721,6 +721,11 @@ pub fn run(opts: &Options) -> Result<Summary, AppError> {
         args.extend(["--log-level".to_string(), "4".to_string()]);
     }
     args.extend(opts.eal_extra.iter().cloned());
+    if !args.iter().any(|a| a.starts_with("--file-prefix")) {
+        // An instance of its own: its runtime directory and telemetry socket are its own, so
+        // that two appliances (or tests) running at once never share one.
+        args.push(format!("--file-prefix=dpu-{}", std::process::id()));
+    }
     for p in &plans {
         args.extend(p.eal_args.iter().cloned());
     }
@@ -769,8 +774,21 @@ fn run_with_eal(
     let (pool, ring_slots, schedulers) = start::create_pool(loaded, opts, plans)?;
     let mut ports = start::start_ports(loaded, plans, &pool)?;
     stop_requested()?;
+    let telemetry = crate::live::register_telemetry();
     let running = start::launch_workers(loaded, &ports, pool, ring_slots, schedulers, expected.is_some())?;
     if !opts.quiet && expected.is_none() {
+        let socket = Path::new(&eal.runtime_dir()).join("dpdk_telemetry.v2");
+        match &telemetry {
+            Ok(()) if !eal.args().iter().any(|a| a == "--no-telemetry") => {
+                let prefix = eal.args().iter().rev().find_map(|a| a.strip_prefix("--file-prefix=")).unwrap_or("rte");
+                println!(
+                    "dpu: telemetry: {} (dpdk-telemetry.py -f {prefix}: /dpu/stats, /dpu/table,NAME)",
+                    socket.display()
+                );
+            }
+            Ok(()) => {}
+            Err(e) => eprintln!("dpu: telemetry commands not registered: {e}"),
+        }
         // Live or endless input: say when the ports are forwarding (scripts wait for this line).
         let names: Vec<&str> = ports.iter().map(|p| p.name()).collect();
         println!(
@@ -781,9 +799,12 @@ fn run_with_eal(
         let _ = std::io::Write::flush(&mut std::io::stdout());
     }
     let reconnect: Vec<bool> = plans.iter().map(PortPlan::is_memif_client).collect();
+    let stats_every = (cfg.dataplane.stats_interval_ms > 0 && expected.is_none())
+        .then(|| (&*running.board, Duration::from_millis(cfg.dataplane.stats_interval_ms)));
     let watched = monitor::monitor(
         &mut ports,
         &reconnect,
+        stats_every,
         expected,
         opts.duration,
         Duration::from_millis(cfg.dataplane.replay_idle_ms),
@@ -792,8 +813,9 @@ fn run_with_eal(
     worker::request_quit();
     let seconds = running.started.elapsed().as_secs_f64();
     let panics = summary::join_workers(running.handles);
+    crate::live::set_current(None);
     let totals = summary::collect(&running.results, ports.len());
-    let (ethdev, xstats) = summary::stop_ports(ports, lcores.len(), staged)?;
+    let (ethdev, xstats) = summary::stop_ports(ports, lcores.len(), staged, &watched.ethdev_seen)?;
     if !panics.is_empty() {
         return Err(AppError::Other(panics.join("; ")));
     }

@@ -2,7 +2,8 @@
 //! or a replay's input has been consumed (or stopped arriving). Meanwhile it restarts the
 //! net_memif client ports whose server went away, until they connect again.
 
-use crate::dpdk::Port;
+use crate::dpdk::{Port, PortStats};
+use crate::live::{self, Board};
 use crate::pcapfile;
 use crate::worker;
 use std::time::{Duration, Instant};
@@ -16,6 +17,9 @@ pub(super) struct Watched {
     pub input_short: bool,
     /// Per port: times its link came back up after a restart ([`Port::reconnect`]).
     pub reconnects: Vec<u64>,
+    /// Per port: the largest counts its PMD reported while the workers ran (read every 100 ms):
+    /// net_memif reports zeros once its peer has gone, forgetting what it sent.
+    pub ethdev_seen: Vec<PortStats>,
 }
 
 /// One memif client port's outage.
@@ -27,7 +31,8 @@ struct Outage {
     said_error: bool,
 }
 
-/// Waits on the main lcore until a stop is due. Ports with `reconnect[i]` set (net_memif
+/// Waits on the main lcore until a stop is due. With `stats` = (board, interval), prints the
+/// periodic stats line on stderr every interval ([`live::stats_line`]). Ports with `reconnect[i]` set (net_memif
 /// clients: they connect only when started) are restarted every [`RECONNECT_INTERVAL`] while
 /// their link is down, the workers skipping them meanwhile; each outage and recovery is
 /// logged on stderr unless `quiet`.
@@ -38,6 +43,7 @@ struct Outage {
 pub(super) fn monitor(
     ports: &mut [Port],
     reconnect: &[bool],
+    stats: Option<(&Board, Duration)>,
     expected: Option<pcapfile::Input>,
     duration: Option<Duration>,
     idle: Duration,
@@ -49,16 +55,33 @@ pub(super) fn monitor(
     let mut outages: Vec<Outage> = ports.iter().map(|_| Outage::default()).collect();
     let mut reconnects = vec![0u64; ports.len()];
     let mut next_link_check = Instant::now();
-    let done = |input_short, reconnects| Watched { input_short, reconnects };
+    let mut ethdev_seen: Vec<PortStats> = ports.iter().map(Port::stats).collect();
+    let done = |input_short, reconnects, ethdev_seen| Watched { input_short, reconnects, ethdev_seen };
+    // The periodic stats line: the last reading and when it was taken.
+    let mut last_stats = stats.map(|(b, _)| (b.totals(), Instant::now()));
     loop {
+        if let (Some((board, every)), Some((prev, at))) = (stats, &mut last_stats) {
+            if at.elapsed() >= every {
+                let now = board.totals();
+                eprintln!(
+                    "{}",
+                    live::stats_line(board, prev, &now, at.elapsed().as_secs_f64(), start.elapsed().as_secs_f64())
+                );
+                *prev = now;
+                *at = Instant::now();
+            }
+        }
         if worker::quitting() {
-            return done(false, reconnects);
+            return done(false, reconnects, ethdev_seen);
         }
         if duration.is_some_and(|d| start.elapsed() >= d) {
-            return done(false, reconnects);
+            return done(false, reconnects, ethdev_seen);
         }
-        if reconnect.iter().any(|&r| r) && Instant::now() >= next_link_check {
+        if Instant::now() >= next_link_check {
             next_link_check = Instant::now() + Duration::from_millis(100);
+            for (seen, p) in ethdev_seen.iter_mut().zip(ports.iter()) {
+                *seen = seen.max(&p.stats());
+            }
             for (i, p) in ports.iter_mut().enumerate() {
                 if reconnect.get(i) == Some(&true) && watch_link(p, &mut outages[i], quiet) {
                     reconnects[i] += 1;
@@ -75,7 +98,7 @@ pub(super) fn monitor(
                 })
                 .sum();
             if seen >= want {
-                return done(false, reconnects);
+                return done(false, reconnects, ethdev_seen);
             }
             if seen != last_seen {
                 last_seen = seen;
@@ -87,7 +110,7 @@ pub(super) fn monitor(
                         idle.as_millis()
                     );
                 }
-                return done(true, reconnects);
+                return done(true, reconnects, ethdev_seen);
             }
         }
         std::thread::sleep(Duration::from_millis(1));

@@ -28,6 +28,8 @@ pub(super) struct Running {
     pub results: Vec<ResultSlot>,
     /// When the workers were launched.
     pub started: Instant,
+    /// The workers' live counters ([`crate::live`]).
+    pub board: Arc<crate::live::Board>,
 }
 
 /// Checks that every configured worker lcore is a worker lcore of EAL.
@@ -249,9 +251,23 @@ pub(super) fn launch_workers(
     };
     let on_panic: Arc<dyn Fn() + Send + Sync> = Arc::new(worker::request_quit);
     let mut handles = Vec::new();
+    let mut workers: Vec<Worker> =
+        lcores.iter().enumerate().map(|(wi, l)| make_worker(loaded, &shared, wi, l)).collect();
+    // Every worker's walk has the same shape: worker 0's gives the names.
+    let names = workers.first().map(|w| crate::live::names_of(&w.datapath)).unwrap_or_default();
+    let board = Arc::new(crate::live::Board::new(
+        names,
+        workers.len(),
+        ports.iter().map(|p| p.name().to_string()).collect(),
+        loaded.pipeline.tables.iter().map(|t| t.name.clone()).collect(),
+    ));
+    for (wi, w) in workers.iter_mut().enumerate() {
+        w.live = Some(board.publisher(wi));
+        w.publish_tsc = hz / 1000 * crate::live::PUBLISH_MS;
+    }
+    crate::live::set_current(Some(board.clone()));
     let started = Instant::now();
-    for (wi, l) in lcores.iter().enumerate() {
-        let w = make_worker(loaded, &shared, wi, l);
+    for ((wi, l), w) in lcores.iter().enumerate().zip(workers) {
         let slot = results[wi].clone();
         let h = lcore::launch(
             l.id,
@@ -272,7 +288,7 @@ pub(super) fn launch_workers(
             }
         }
     }
-    Ok(Running { handles, results, started })
+    Ok(Running { handles, results, started, board })
 }
 
 /// Worker `wi` of the run, polling lcore `l`'s rx queues.
@@ -328,5 +344,7 @@ fn make_worker(loaded: &Loaded, shared: &Shared, wi: usize, l: &LcoreConfig) -> 
         qos_in,
         qos_shared: shared.qos_rings.iter().flatten().any(Option::is_some),
         lockstep: shared.lockstep.clone(),
+        live: None,
+        publish_tsc: u64::MAX,
     }
 }

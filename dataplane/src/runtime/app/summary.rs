@@ -155,14 +155,17 @@ fn named_summaries(pipeline: &Pipeline, sum: &PipelineState) -> Vec<CounterSumma
         .collect()
 }
 
-/// Reads the ports' final stats (`rte_eth_stats`, the non-zero xstats, and each tx queue's
-/// count into `staged`), then stops and closes them (`workers`: tx queues per port).
+/// Reads the ports' final stats (`rte_eth_stats`, no less than what was `seen` during the run;
+/// the non-zero xstats, and each tx queue's count into `staged`), then stops and closes them
+/// (`workers`: tx queues per port).
 pub(super) fn stop_ports(
     mut ports: Vec<Port>,
     workers: usize,
     staged: &mut Staged,
+    seen: &[PortStats],
 ) -> Result<(Vec<PortStats>, Vec<Xstats>), AppError> {
-    let ethdev: Vec<PortStats> = ports.iter().map(|p| p.stats()).collect();
+    let ethdev: Vec<PortStats> =
+        ports.iter().enumerate().map(|(i, p)| seen.get(i).map_or(p.stats(), |s| s.max(&p.stats()))).collect();
     let xstats: Vec<Xstats> = ports.iter().map(|p| p.xstats().into_iter().filter(|(_, v)| *v != 0).collect()).collect();
     for (i, p) in ports.iter().enumerate() {
         for q in 0..workers as u16 {

@@ -39,6 +39,18 @@ impl Eal {
         &self.args
     }
 
+    /// EAL's runtime directory (`rte_eal_get_runtime_dir`): `/var/run/dpdk/<file prefix>` as
+    /// root; the telemetry socket `dpdk_telemetry.v2` is there.
+    pub fn runtime_dir(&self) -> String {
+        // SAFETY: EAL is initialised; the string lives as long as EAL.
+        let p = unsafe { dpdk_sys::rte_eal_get_runtime_dir() };
+        if p.is_null() {
+            return String::new();
+        }
+        // SAFETY: a NUL-terminated string from EAL.
+        unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+
     /// The main lcore's id (`rte_get_main_lcore`).
     pub fn main_lcore(&self) -> u32 {
         // SAFETY: EAL is initialised.
@@ -62,9 +74,25 @@ impl Eal {
 
 impl Drop for Eal {
     fn drop(&mut self) {
+        let dir = self.runtime_dir();
         // SAFETY: called once, after every port is closed and every worker lcore has returned.
         unsafe {
             dpdk_sys::rte_eal_cleanup();
+        }
+        // The runtime directory (one per file prefix, hence per run by default) goes too: first
+        // the telemetry sockets (DPDK 22.11 unlinks them only at process exit), then the
+        // directory if nothing else is left in it.
+        if !dir.is_empty() {
+            let dir = std::path::Path::new(&dir);
+            for sock in ["dpdk_telemetry.v2", "telemetry"] {
+                let p = dir.join(sock);
+                if std::fs::symlink_metadata(&p)
+                    .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
+                {
+                    let _ = std::fs::remove_file(&p);
+                }
+            }
+            let _ = std::fs::remove_dir(dir);
         }
     }
 }

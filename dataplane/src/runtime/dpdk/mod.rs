@@ -1,5 +1,5 @@
 //! A small safe layer over DPDK: one module per concept (EAL, mempool, mbuf, port, queue, ring, lcore,
-//! meter, rcu).
+//! meter, rcu, telemetry).
 //!
 //! Everything here is thin: the packet core never imports it. Errors carry the DPDK call that
 //! failed and `rte_strerror`'s text.
@@ -13,6 +13,7 @@ pub mod port;
 pub mod queue;
 pub mod rcu;
 pub mod ring;
+pub mod telemetry;
 
 pub use eal::Eal;
 pub use mbuf::Mbuf;

@@ -67,6 +67,23 @@ pub struct PortStats {
     pub rx_nombuf: u64,
 }
 
+impl PortStats {
+    /// Field by field, the larger of `self` and `o`: for counters read at two moments, what a
+    /// PMD that forgets its counts (net_memif while its peer is gone reports 0) had counted.
+    pub fn max(&self, o: &PortStats) -> PortStats {
+        PortStats {
+            ipackets: self.ipackets.max(o.ipackets),
+            opackets: self.opackets.max(o.opackets),
+            ibytes: self.ibytes.max(o.ibytes),
+            obytes: self.obytes.max(o.obytes),
+            imissed: self.imissed.max(o.imissed),
+            ierrors: self.ierrors.max(o.ierrors),
+            oerrors: self.oerrors.max(o.oerrors),
+            rx_nombuf: self.rx_nombuf.max(o.rx_nombuf),
+        }
+    }
+}
+
 impl Port {
     /// Finds the port whose device name is `name` (a vdev name like `net_pcap0` or a PCI
     /// address like `0000:3b:00.0`), as probed by EAL.

@@ -1,0 +1,169 @@
+//! A worker's counters as a flat list of named values, in a fixed order, for the live views of a
+//! running appliance (the telemetry socket, the periodic stats line): [`Datapath::export`] walks
+//! them and hands each to a [`Visit`].
+//!
+//! The order depends only on the datapath's shape (ports, tables and their entries), which is
+//! the same on every worker of a run: value `i` of one worker's walk and value `i` of another's
+//! are the same counter, so a reader sums them index by index. The names come from one walk at
+//! start-up ([`Names`]); the workers' walks only store values (no allocation).
+
+use crate::agg::AggCounters;
+use crate::buf::PacketBuf;
+use crate::datapath::Datapath;
+use crate::stats::Reason;
+
+/// What a counter is about, beside its family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Label {
+    /// No label.
+    None,
+    /// A port, by index in the config.
+    Port(u16),
+    /// A drop reason.
+    Reason(Reason),
+    /// Table `table`'s entry `entry` (by index, in the order entries were added), or its miss
+    /// (`None`).
+    Entry {
+        /// Table index in the pipeline.
+        table: u16,
+        /// Entry index, `None` for the miss.
+        entry: Option<u32>,
+    },
+}
+
+/// One counter: its family (a snake_case name whose unit is its last word: `packets`,
+/// `bytes`, or a count of events) and its label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Metric {
+    /// E.g. `port_rx_packets`, `drops`, `table_packets`, `agg_folded`.
+    pub family: &'static str,
+    /// What the value counts, in one line.
+    pub help: &'static str,
+    /// Which port, reason or entry.
+    pub label: Label,
+}
+
+/// Receives the counters of a walk, in order.
+pub trait Visit {
+    /// The next counter and its value now.
+    fn counter(&mut self, m: Metric, value: u64);
+}
+
+/// A [`Visit`] that keeps the metrics (the names of a walk), dropping the values.
+#[derive(Debug, Default)]
+pub struct Names(pub Vec<Metric>);
+
+impl Visit for Names {
+    fn counter(&mut self, m: Metric, _: u64) {
+        self.0.push(m);
+    }
+}
+
+/// A [`Visit`] that keeps the values, in walk order.
+#[derive(Debug, Default)]
+pub struct Values(pub Vec<u64>);
+
+impl Visit for Values {
+    fn counter(&mut self, _: Metric, v: u64) {
+        self.0.push(v);
+    }
+}
+
+impl AggCounters {
+    /// The counters by family name, with their meaning (the fields' docs).
+    pub fn fields(&self) -> [(&'static str, &'static str, u64); 11] {
+        [
+            ("agg_folded", "contributions folded into a slot", self.folded),
+            ("agg_completed", "rounds completed", self.completed),
+            ("agg_results", "RESULT packets sent to all members on completion", self.results),
+            ("agg_resends", "RESULT packets resent to one member", self.resends),
+            ("agg_naks", "NAKs sent", self.naks),
+            ("agg_naks_suppressed", "NAKs suppressed by the per-source rate limit", self.naks_suppressed),
+            ("agg_slot_timeouts", "rounds reclaimed after slot_timeout_ms", self.slot_timeouts),
+            ("agg_payload_bytes", "bytes of gradient payload folded", self.payload_bytes),
+            ("agg_handed_off", "packets handed to the worker owning their collective", self.handed_off),
+            ("agg_probes", "valid PROBEs received", self.probes),
+            ("agg_statuses", "STATUS packets sent in answer to PROBEs", self.statuses),
+        ]
+    }
+}
+
+impl<B: PacketBuf> Datapath<B> {
+    /// Walks every counter of this worker, in a fixed order: per port rx and tx packets and
+    /// bytes; drops per reason (every reason, zeros included); neighbour replies and address
+    /// conflicts; per table each entry's then the miss's packets and bytes; the aggregator's
+    /// counters (zeros on a worker without one).
+    pub fn export<V: Visit>(&self, v: &mut V) {
+        let c = &self.counters;
+        for (i, p) in c.ports.iter().enumerate() {
+            let label = Label::Port(i as u16);
+            v.counter(Metric { family: "port_rx_packets", help: "packets received", label }, p.rx_packets);
+            v.counter(Metric { family: "port_rx_bytes", help: "bytes received", label }, p.rx_bytes);
+            v.counter(
+                Metric { family: "port_tx_packets", help: "packets handed to the port's tx", label },
+                p.tx_packets,
+            );
+            v.counter(Metric { family: "port_tx_bytes", help: "bytes handed to the port's tx", label }, p.tx_bytes);
+        }
+        for r in Reason::ALL {
+            let m = Metric { family: "drops", help: "packets dropped, by reason", label: Label::Reason(r) };
+            v.counter(m, c.drops[r as usize]);
+        }
+        let none = Label::None;
+        v.counter(
+            Metric { family: "neighbor_replies", help: "ARP replies and neighbour advertisements sent", label: none },
+            c.neighbor_replies,
+        );
+        v.counter(
+            Metric { family: "address_conflicts", help: "address conflicts seen", label: none },
+            c.address_conflicts,
+        );
+        let s = &self.pipeline_state;
+        for t in 0..s.tables() {
+            let hits = s.hits_of(t);
+            let last = hits.len().saturating_sub(1);
+            for (e, h) in hits.iter().enumerate() {
+                let entry = (e < last).then_some(e as u32);
+                let label = Label::Entry { table: t as u16, entry };
+                v.counter(Metric { family: "table_packets", help: "packets that hit the entry", label }, h.packets);
+                v.counter(
+                    Metric { family: "table_bytes", help: "bytes of the packets that hit the entry", label },
+                    h.bytes,
+                );
+            }
+        }
+        let agg = self.agg.as_ref().map(|a| a.counters).unwrap_or_default();
+        for (family, help, value) in agg.fields() {
+            v.counter(Metric { family, help, label: none }, value);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_values_line_up_and_count_what_the_datapath_counted() {
+        let mut dp: Datapath = Datapath::new(Default::default(), 2, crate::wire::gradient::DEFAULT_UDP_PORT);
+        dp.counters.rx(1, 100);
+        dp.counters.rx(1, 60);
+        dp.counters.drop(Reason::TxFull);
+        let mut names = Names::default();
+        dp.export(&mut names);
+        let mut values = Values::default();
+        dp.export(&mut values);
+        assert_eq!(names.0.len(), values.0.len());
+        // 2 ports x 4, every reason, 2 neighbour counters, no table, 11 aggregation counters.
+        assert_eq!(names.0.len(), 8 + Reason::COUNT + 2 + 11);
+        let find = |family: &str, label: Label| {
+            let i = names.0.iter().position(|m| m.family == family && m.label == label).unwrap();
+            values.0[i]
+        };
+        assert_eq!(find("port_rx_packets", Label::Port(1)), 2);
+        assert_eq!(find("port_rx_bytes", Label::Port(1)), 160);
+        assert_eq!(find("port_rx_packets", Label::Port(0)), 0);
+        assert_eq!(find("drops", Label::Reason(Reason::TxFull)), 1);
+        assert_eq!(find("drops", Label::Reason(Reason::Runt)), 0);
+    }
+}

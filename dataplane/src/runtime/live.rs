@@ -1,0 +1,262 @@
+//! Live counters of a running appliance. Each worker publishes its counters
+//! ([`Datapath::export`](crate::datapath::Datapath::export)) into a board slot of its own every
+//! [`PUBLISH_MS`], as relaxed atomic stores: a reader never slows a worker down or sees a torn
+//! value, and the workers share no cache line on their fast path. The main lcore (the periodic
+//! stats line) and DPDK's telemetry thread (`/dpu/...` commands, [`crate::dpdk::telemetry`])
+//! read the board and sum the slots.
+
+use crate::dpdk::telemetry::{self, Reply};
+use crate::dpdk::DpdkError;
+use crate::export::{Label, Metric, Names, Visit};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// How often a worker publishes its counters (ms): what a live reader sees is at most this old.
+pub const PUBLISH_MS: u64 = 100;
+
+/// The counters of every worker, by metric index (see [`crate::export`]), and their names.
+#[derive(Debug)]
+pub struct Board {
+    /// The metrics, in walk order.
+    pub metrics: Vec<Metric>,
+    /// Port names, by port index.
+    pub ports: Vec<String>,
+    /// Table names, by table index.
+    pub tables: Vec<String>,
+    slots: Vec<Box<[AtomicU64]>>,
+}
+
+impl Board {
+    /// A board for `workers` workers whose walks yield `metrics` (the [`Names`] of one of them).
+    pub fn new(metrics: Vec<Metric>, workers: usize, ports: Vec<String>, tables: Vec<String>) -> Board {
+        let slots = (0..workers).map(|_| metrics.iter().map(|_| AtomicU64::new(0)).collect()).collect();
+        Board { metrics, ports, tables, slots }
+    }
+
+    /// Worker `w`'s publisher.
+    pub fn publisher(self: &Arc<Board>, w: usize) -> Publisher {
+        Publisher { board: self.clone(), w, i: 0 }
+    }
+
+    /// Every metric summed over the workers, in walk order.
+    pub fn totals(&self) -> Vec<u64> {
+        let mut t = vec![0u64; self.metrics.len()];
+        for s in &self.slots {
+            for (x, v) in t.iter_mut().zip(s.iter()) {
+                *x += v.load(Ordering::Relaxed);
+            }
+        }
+        t
+    }
+
+    /// The total of metric `family` with `label` (0 if there is none).
+    pub fn total(&self, totals: &[u64], family: &str, label: Label) -> u64 {
+        self.metrics.iter().zip(totals).filter(|(m, _)| m.family == family && m.label == label).map(|(_, v)| *v).sum()
+    }
+
+    /// Metric `i`'s key in telemetry dictionaries: its family, then its label (`port_rx_packets/p0`,
+    /// `drops/tx_full`, `table_packets/l2/3`, `table_packets/l2/miss`); only ASCII letters,
+    /// digits, `_` and `/` (what DPDK 22.11's telemetry accepts in a name).
+    pub fn key(&self, i: usize) -> String {
+        let m = &self.metrics[i];
+        let label = match m.label {
+            Label::None => return m.family.to_string(),
+            Label::Port(p) => clean(self.ports.get(p as usize).map_or("?", String::as_str)),
+            Label::Reason(r) => r.name().to_string(),
+            Label::Entry { table, entry } => {
+                let t = clean(self.tables.get(table as usize).map_or("?", String::as_str));
+                match entry {
+                    Some(e) => format!("{t}/{e}"),
+                    None => format!("{t}/miss"),
+                }
+            }
+        };
+        format!("{}/{label}", m.family)
+    }
+}
+
+/// A name as a telemetry key part: other characters than ASCII letters, digits and `_` become `_`.
+fn clean(s: &str) -> String {
+    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect()
+}
+
+/// Writes one worker's walk into its slot: the [`Visit`] its walks go to.
+#[derive(Debug)]
+pub struct Publisher {
+    board: Arc<Board>,
+    w: usize,
+    i: usize,
+}
+
+impl Publisher {
+    /// Publishes `dp`'s counters now.
+    pub fn publish<B: crate::buf::PacketBuf>(&mut self, dp: &crate::datapath::Datapath<B>) {
+        self.i = 0;
+        dp.export(self);
+    }
+}
+
+impl Visit for Publisher {
+    #[inline]
+    fn counter(&mut self, _: Metric, value: u64) {
+        if let Some(a) = self.board.slots[self.w].get(self.i) {
+            a.store(value, Ordering::Relaxed);
+        }
+        self.i += 1;
+    }
+}
+
+/// The board of the running appliance, for the telemetry callbacks (which get no context).
+static CURRENT: Mutex<Option<Arc<Board>>> = Mutex::new(None);
+
+/// Makes `board` the one the telemetry commands read (`None`: no run).
+pub fn set_current(board: Option<Arc<Board>>) {
+    *CURRENT.lock().unwrap_or_else(|e| e.into_inner()) = board;
+}
+
+/// The board of the running appliance, if any.
+pub fn current() -> Option<Arc<Board>> {
+    CURRENT.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// Table entries per page of `/dpu/table` (two values each, within a telemetry dictionary).
+pub const TABLE_PAGE: usize = 120;
+
+/// Registers the `/dpu/...` commands on DPDK's telemetry socket; they read the board of the
+/// running appliance ([`set_current`]). Idempotent.
+pub fn register_telemetry() -> Result<(), DpdkError> {
+    telemetry::register(
+        "/dpu/stats",
+        "Returns the appliance's counters (ports, drops by reason, neighbour, aggregation), summed over the workers. No parameters",
+        stats_command,
+    )?;
+    telemetry::register(
+        "/dpu/table",
+        "Returns a table's packets and bytes per entry and for its miss. Parameters: table name[,page]",
+        table_command,
+    )
+}
+
+/// `/dpu/stats`: every counter but the tables' entries, by [`Board::key`].
+fn stats_command(_: &str) -> Reply {
+    let b = current().ok_or("the appliance is not running")?;
+    let t = b.totals();
+    Ok(b.metrics
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| !matches!(m.label, Label::Entry { .. }))
+        .map(|(i, _)| (b.key(i), t[i]))
+        .collect())
+}
+
+/// `/dpu/table,NAME[,PAGE]`: page PAGE (from 0) of table NAME's entries ([`TABLE_PAGE`] a
+/// page, then the miss on the last page), with `entries`, `page` and `pages`.
+fn table_command(params: &str) -> Reply {
+    let b = current().ok_or("the appliance is not running")?;
+    let mut it = params.splitn(2, ',');
+    let name = it.next().unwrap_or("").trim();
+    let page: usize = match it.next() {
+        Some(p) => p.trim().parse().map_err(|_| format!("page {p:?}: expected a number from 0"))?,
+        None => 0,
+    };
+    let table = b
+        .tables
+        .iter()
+        .position(|t| t == name)
+        .ok_or_else(|| format!("no table {name:?}; tables: {}", b.tables.join(", ")))? as u16;
+    let t = b.totals();
+    let rows: Vec<usize> = b
+        .metrics
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| matches!(m.label, Label::Entry { table: x, .. } if x == table))
+        .map(|(i, _)| i)
+        .collect();
+    // Two values (packets, bytes) per entry; the miss is the last entry.
+    let entries = rows.len() / 2;
+    let pages = entries.div_ceil(TABLE_PAGE).max(1);
+    if page >= pages {
+        return Err(format!("page {page}: table {name:?} has {pages} page(s)"));
+    }
+    let mut out = vec![
+        ("entries".to_string(), entries.saturating_sub(1) as u64),
+        ("page".to_string(), page as u64),
+        ("pages".to_string(), pages as u64),
+    ];
+    for &i in rows.iter().skip(page * TABLE_PAGE * 2).take(TABLE_PAGE * 2) {
+        out.push((b.key(i), t[i]));
+    }
+    Ok(out)
+}
+
+/// The names of a datapath's walk.
+pub fn names_of<B: crate::buf::PacketBuf>(dp: &crate::datapath::Datapath<B>) -> Vec<Metric> {
+    let mut n = Names::default();
+    dp.export(&mut n);
+    n.0
+}
+
+/// The periodic stats line: rates over the last interval and totals, from two readings of the
+/// board `dt_s` seconds apart (`prev`, `now`), at `elapsed_s` into the run.
+pub fn stats_line(board: &Board, prev: &[u64], now: &[u64], dt_s: f64, elapsed_s: f64) -> String {
+    let sum = |t: &[u64], family: &str| -> u64 {
+        board.metrics.iter().zip(t).filter(|(m, _)| m.family == family).map(|(_, v)| *v).sum()
+    };
+    let rate = |family: &str| (sum(now, family).saturating_sub(sum(prev, family))) as f64 / dt_s.max(1e-9);
+    let drops: Vec<String> = board
+        .metrics
+        .iter()
+        .zip(now.iter().zip(prev))
+        .filter(|(m, (n, _))| m.family == "drops" && **n > 0)
+        .map(|(m, (n, p))| match m.label {
+            Label::Reason(r) => format!("{}={} (+{})", r.name(), n, n.saturating_sub(*p)),
+            _ => String::new(),
+        })
+        .collect();
+    let mut line = format!(
+        "dpu: {elapsed_s:.1} s: rx {:.3} Mpps {:.3} Gbit/s, tx {:.3} Mpps {:.3} Gbit/s",
+        rate("port_rx_packets") / 1e6,
+        rate("port_rx_bytes") * 8.0 / 1e9,
+        rate("port_tx_packets") / 1e6,
+        rate("port_tx_bytes") * 8.0 / 1e9,
+    );
+    let completed = sum(now, "agg_completed");
+    if completed > 0 || sum(now, "agg_folded") > 0 {
+        line += &format!(", rounds {completed} ({:.0}/s), folded {}", rate("agg_completed"), sum(now, "agg_folded"));
+    }
+    line += &format!("; drops {}", if drops.is_empty() { "none".to_string() } else { drops.join(" ") });
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datapath::Datapath;
+    use crate::stats::Reason;
+
+    #[test]
+    fn the_board_sums_what_the_workers_published() {
+        let mut a: Datapath = Datapath::new(Default::default(), 1, crate::wire::gradient::DEFAULT_UDP_PORT);
+        let mut b: Datapath = Datapath::new(Default::default(), 1, crate::wire::gradient::DEFAULT_UDP_PORT);
+        let board = Arc::new(Board::new(names_of(&a), 2, vec!["p-0".into()], vec![]));
+        a.counters.rx(0, 100);
+        b.counters.rx(0, 50);
+        b.counters.drop(Reason::TxFull);
+        board.publisher(0).publish(&a);
+        board.publisher(1).publish(&b);
+        let t = board.totals();
+        assert_eq!(board.total(&t, "port_rx_packets", Label::Port(0)), 2);
+        assert_eq!(board.total(&t, "port_rx_bytes", Label::Port(0)), 150);
+        assert_eq!(board.total(&t, "drops", Label::Reason(Reason::TxFull)), 1);
+        let i = board.metrics.iter().position(|m| m.family == "port_rx_packets").unwrap();
+        assert_eq!(board.key(i), "port_rx_packets/p_0");
+        // A second publication replaces the first (counters are totals, not increments).
+        a.counters.rx(0, 100);
+        board.publisher(0).publish(&a);
+        let t2 = board.totals();
+        assert_eq!(board.total(&t2, "port_rx_packets", Label::Port(0)), 3);
+        let line = stats_line(&board, &t, &t2, 1.0, 2.0);
+        assert!(line.starts_with("dpu: 2.0 s: rx 0.000 Mpps"), "{line}");
+        assert!(line.contains("drops tx_full=1 (+0)"), "{line}");
+    }
+}

@@ -1,0 +1,142 @@
+//! Live counters of a running appliance: DPDK's own telemetry client (`dpdk-telemetry.py`) reads
+//! `/dpu/stats` and `/dpu/table` from the appliance's telemetry socket while it forwards, the
+//! periodic stats line prints on stderr, and two appliances started at once each have a
+//! telemetry socket of their own.
+//!
+//! The port is a net_null vdev, whose rx makes 64-byte frames (all zeros) as fast as it is polled
+//! and whose tx discards: an endless live input. The pipeline forwards every frame back out.
+
+use functional_tests::{dpu_bin, scratch, write_config};
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const CONF: &str = r#"
+[eal]
+args = ["--no-huge", "-m", "256", "--no-pci", "--no-shconf", "--lcores", "0@0,1@1", "--log-level", "*:error"]
+[dataplane]
+stats_interval_ms = 500
+[[port]]
+name = "null-0"
+vdev = "net_null0"
+"#;
+
+/// The config: [`CONF`] and a table that sends every frame back out of port 0.
+fn conf() -> String {
+    format!("{CONF}{}", functional_tests::TO_PORT1.replace("forward(1)", "forward(0)"))
+}
+
+/// Runs `dpdk-telemetry.py -f prefix` with one command; returns its reply (the command's value).
+fn query(prefix: &str, cmd: &str) -> Value {
+    let out = Command::new("dpdk-telemetry.py")
+        .args(["-f", prefix])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(format!("{cmd}\n").as_bytes())?;
+            c.wait_with_output()
+        })
+        .unwrap_or_else(|e| panic!("dpdk-telemetry.py (Debian package dpdk) cannot run: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let start =
+        text.find('{').unwrap_or_else(|| panic!("no reply to {cmd}: {text}{}", String::from_utf8_lossy(&out.stderr)));
+    let v: Value = serde_json::from_str(&text[start..]).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let key = cmd.split(',').next().unwrap();
+    v[key].clone()
+}
+
+fn u(v: &Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or_else(|| panic!("no {k} in {v}"))
+}
+
+fn start(dir: &Path, conf: &Path, stats: &Path, secs: &str, extra: &[&str]) -> Child {
+    Command::new(dpu_bin())
+        .current_dir(dir)
+        .args(["-c", conf.to_str().unwrap(), "--stats-json", stats.to_str().unwrap(), "--duration", secs])
+        .arg("--")
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until `prefix`'s telemetry socket answers `/dpu/stats` with traffic counted.
+fn wait_running(prefix: &str, child: &mut Child) -> Value {
+    let t = Instant::now();
+    loop {
+        assert!(child.try_wait().unwrap().is_none(), "the appliance exited early");
+        let sock = Path::new("/var/run/dpdk").join(prefix).join("dpdk_telemetry.v2");
+        if sock.exists() {
+            let v = query(prefix, "/dpu/stats");
+            if v.get("port_rx_packets/null_0").and_then(Value::as_u64).unwrap_or(0) > 0 {
+                return v;
+            }
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "no live counters within 20 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn dpdk_telemetry_reads_live_counters_and_the_stats_line_prints() {
+    let dir = scratch("telemetry_live");
+    let conf = write_config(&dir, "null.toml", &conf());
+    let stats = dir.join("stats.json");
+    let prefix = format!("dputel-{}", std::process::id());
+    let mut dpu = start(&dir, &conf, &stats, "6", &[&format!("--file-prefix={prefix}")]);
+    let first = wait_running(&prefix, &mut dpu);
+    std::thread::sleep(Duration::from_millis(600));
+    let second = query(&prefix, "/dpu/stats");
+    let table = query(&prefix, "/dpu/table,l2");
+    let no_table = query(&prefix, "/dpu/table,nope");
+    let out = dpu.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    // Live counters move, and what every frame does is counted: received, forwarded back.
+    let (rx1, rx2) = (u(&first, "port_rx_packets/null_0"), u(&second, "port_rx_packets/null_0"));
+    assert!(rx2 > rx1, "rx did not grow: {rx1} then {rx2}");
+    assert_eq!(u(&second, "port_rx_bytes/null_0"), 64 * rx2, "{second}");
+    assert!(u(&second, "port_tx_packets/null_0") + u(&second, "drops/tx_full") <= rx2, "{second}");
+    assert_eq!(u(&second, "drops/runt"), 0, "{second}");
+    assert!(second.get("agg_folded").is_some(), "{second}");
+    // The table: no entries, every frame a miss.
+    assert_eq!(u(&table, "entries"), 0, "{table}");
+    assert_eq!(u(&table, "pages"), 1, "{table}");
+    // Every frame parses (an all-zero Ethernet header) and misses the table: read later, the
+    // miss count is at least the rx count read before.
+    assert!(u(&table, "table_packets/l2/miss") >= rx2, "{table}");
+    assert!(no_table["error"].as_str().unwrap_or("").contains("no table \"nope\"; tables: l2"), "{no_table}");
+    // The final stats count at least what was seen live.
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert!(s["ports"][0]["workers"]["rx_packets"].as_u64().unwrap() >= rx2);
+    // Where to connect is printed at start; the stats line every 500 ms (6 s: at least 8).
+    assert!(stdout.contains(&format!("dpu: telemetry: /var/run/dpdk/{prefix}/dpdk_telemetry.v2")), "{stdout}");
+    let lines =
+        stderr.lines().filter(|l| l.starts_with("dpu: ") && l.contains(" s: rx ") && l.contains("Mpps")).count();
+    assert!(lines >= 8, "{lines} stats lines:\n{stderr}");
+}
+
+#[test]
+fn two_instances_have_sockets_of_their_own() {
+    let dir = scratch("telemetry_two");
+    // No --file-prefix: each appliance takes `dpu-<its pid>`.
+    let conf = write_config(&dir, "null.toml", &conf().replace("stats_interval_ms = 500", ""));
+    let (sa, sb) = (dir.join("a.json"), dir.join("b.json"));
+    let mut a = start(&dir, &conf, &sa, "5", &[]);
+    let mut b = start(&dir, &conf, &sb, "5", &[]);
+    let (pa, pb) = (format!("dpu-{}", a.id()), format!("dpu-{}", b.id()));
+    let va = wait_running(&pa, &mut a);
+    let vb = wait_running(&pb, &mut b);
+    assert!(u(&va, "port_rx_packets/null_0") > 0 && u(&vb, "port_rx_packets/null_0") > 0);
+    let (oa, ob) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    assert_eq!(oa.status.code(), Some(0), "{}", String::from_utf8_lossy(&oa.stderr));
+    assert_eq!(ob.status.code(), Some(0), "{}", String::from_utf8_lossy(&ob.stderr));
+    assert!(String::from_utf8_lossy(&oa.stdout).contains(&format!("/var/run/dpdk/{pa}/dpdk_telemetry.v2")));
+    assert!(String::from_utf8_lossy(&ob.stdout).contains(&format!("/var/run/dpdk/{pb}/dpdk_telemetry.v2")));
+}
