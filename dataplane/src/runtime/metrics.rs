@@ -37,10 +37,16 @@ fn encode_board(board: &Board, encoder: &mut DescriptorEncoder) -> Result<(), st
         }
     }
     for family in families {
-        let mut rows = board.metrics.iter().zip(&totals).filter(|(m, _)| m.family == family).peekable();
-        let Some((first, _)) = rows.peek() else { continue };
-        let help = first.help;
-        let mut fam = encoder.encode_descriptor(family, help, None, ConstCounter::new(0u64).metric_type())?;
+        let rows: Vec<_> = board.metrics.iter().zip(&totals).filter(|(m, _)| m.family == family).collect();
+        let Some((first, _)) = rows.first() else { continue };
+        let mut fam = encoder.encode_descriptor(family, first.help, None, ConstCounter::new(0u64).metric_type())?;
+        if let [(m, v)] = rows[..] {
+            if m.label == Label::None {
+                // One value without labels: `name_total 7`, not `name_total{} 7`.
+                ConstCounter::new(*v).encode(fam)?;
+                continue;
+            }
+        }
         for (m, v) in rows {
             let labels: Vec<(&str, String)> = match m.label {
                 Label::None => Vec::new(),
