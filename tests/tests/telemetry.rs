@@ -102,9 +102,9 @@ fn dpdk_telemetry_reads_live_counters_and_the_stats_line_prints() {
     let (rx1, rx2) = (u(&first, "port_rx_packets/null_0"), u(&second, "port_rx_packets/null_0"));
     assert!(rx2 > rx1, "rx did not grow: {rx1} then {rx2}");
     assert_eq!(u(&second, "port_rx_bytes/null_0"), 64 * rx2, "{second}");
-    assert!(u(&second, "port_tx_packets/null_0") + u(&second, "drops/tx_full") <= rx2, "{second}");
-    assert_eq!(u(&second, "drops/runt"), 0, "{second}");
-    assert!(second.get("agg_folded").is_some(), "{second}");
+    assert!(u(&second, "port_tx_packets/null_0") + u(&second, "dropped_packets/tx_full") <= rx2, "{second}");
+    assert_eq!(u(&second, "dropped_packets/runt"), 0, "{second}");
+    assert!(second.get("agg_folded_contributions").is_some(), "{second}");
     // The table: no entries, every frame a miss.
     assert_eq!(u(&table, "entries"), 0, "{table}");
     assert_eq!(u(&table, "pages"), 1, "{table}");
@@ -139,4 +139,91 @@ fn two_instances_have_sockets_of_their_own() {
     assert_eq!(ob.status.code(), Some(0), "{}", String::from_utf8_lossy(&ob.stderr));
     assert!(String::from_utf8_lossy(&oa.stdout).contains(&format!("/var/run/dpdk/{pa}/dpdk_telemetry.v2")));
     assert!(String::from_utf8_lossy(&ob.stdout).contains(&format!("/var/run/dpdk/{pb}/dpdk_telemetry.v2")));
+}
+
+/// `GET path` on `addr`; the status code and the body.
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut r = String::new();
+    s.read_to_string(&mut r).unwrap();
+    let status = r.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = r.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+/// Parses an OpenMetrics text scrape with the Python `prometheus_client` parser (Debian's
+/// python3-prometheus-client, hence /usr/bin/python3): `{sample name: {"k=v,...": value}}`.
+fn parse_scrape(dir: &Path, text: &str) -> Value {
+    let f = dir.join("scrape.txt");
+    std::fs::write(&f, text).unwrap();
+    let script = r#"
+import json, sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+out = {}
+for fam in text_string_to_metric_families(open(sys.argv[1]).read()):
+    assert fam.type == "counter", (fam.name, fam.type)
+    for s in fam.samples:
+        key = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+        out.setdefault(s.name, {})[key] = s.value
+print(json.dumps(out))
+"#;
+    let o = Command::new("/usr/bin/python3").args(["-c", script, f.to_str().unwrap()]).output().unwrap();
+    assert!(
+        o.status.success(),
+        "the scrape does not parse (is python3-prometheus-client installed?):\n{}\n{text}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn prometheus_metrics_parse_and_agree_with_the_final_stats() {
+    let dir = scratch("telemetry_prometheus");
+    let conf = write_config(
+        &dir,
+        "null.toml",
+        &format!("{}\n[telemetry]\nprometheus = \"127.0.0.1:0\"\n", conf().replace("stats_interval_ms = 500", "")),
+    );
+    let stats = dir.join("stats.json");
+    let mut dpu = start(&dir, &conf, &stats, "4", &[]);
+    // The address (port 0: the OS chose) is printed at start.
+    let mut stdout = std::io::BufReader::new(dpu.stdout.take().unwrap());
+    let mut addr = String::new();
+    let t = Instant::now();
+    while addr.is_empty() {
+        let mut line = String::new();
+        assert!(std::io::BufRead::read_line(&mut stdout, &mut line).unwrap() > 0, "no metrics line");
+        if let Some(a) = line.trim().strip_prefix("dpu: metrics: http://") {
+            addr = a.trim_end_matches("/metrics").to_string();
+        }
+        assert!(t.elapsed() < Duration::from_secs(20));
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    let (status, first) = http_get(&addr, "/metrics");
+    assert_eq!(status, 200, "{first}");
+    std::thread::sleep(Duration::from_millis(300));
+    let (_, second) = http_get(&addr, "/metrics");
+    assert_eq!(http_get(&addr, "/other").0, 404);
+    let out = dpu.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let (a, b) = (parse_scrape(&dir, &first), parse_scrape(&dir, &second));
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let v = |m: &Value, name: &str, labels: &str| {
+        m[name][labels].as_f64().unwrap_or_else(|| panic!("{name}{{{labels}}}: {m}")) as u64
+    };
+    let (rx1, rx2) =
+        (v(&a, "dpu_port_rx_packets_total", "port=null-0"), v(&b, "dpu_port_rx_packets_total", "port=null-0"));
+    let final_rx = s["ports"][0]["workers"]["rx_packets"].as_u64().unwrap();
+    assert!(rx1 > 0 && rx1 < rx2 && rx2 <= final_rx, "{rx1} {rx2} {final_rx}");
+    assert_eq!(v(&b, "dpu_port_rx_bytes_total", "port=null-0"), 64 * rx2);
+    assert!(v(&b, "dpu_table_packets_total", "entry=miss,table=l2") >= rx2);
+    // Every drop reason of the final stats is a label of the drops family.
+    for (reason, n) in s["drops"].as_object().unwrap() {
+        if let Some(live) = b["dpu_dropped_packets_total"].get(format!("reason={reason}")) {
+            assert!(live.as_f64().unwrap() as u64 <= n.as_u64().unwrap(), "{reason}");
+        }
+    }
+    assert!(b["dpu_dropped_packets_total"]["reason=tx_full"].is_number(), "{b}");
 }

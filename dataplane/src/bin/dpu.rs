@@ -4,6 +4,7 @@
 //! dpu [--config conf/default.toml]                     run the config's ports
 //! dpu -c CONF --rx 0=in.pcap --tx 0=a.pcap --tx 1=b.pcap   replay pcaps, exit when input is consumed
 //! dpu -c CONF --duration 10 -- --lcores 0@0,1@1         extra EAL arguments after `--`
+//! dpu --check -c CONF                                   validate the config and exit
 //! ```
 //! Exit status: 0 on success, 1 when the appliance cannot run (DPDK, ports, inputs, a worker's
 //! panic, an output that cannot be written whole) or a finite replay ended short or lost packets
@@ -48,6 +49,10 @@ struct Cli {
     /// Print only errors.
     #[arg(short, long)]
     quiet: bool,
+    /// Check the configuration and exit (0: valid, 2: the error, naming file and key), without
+    /// starting DPDK: syntax, keys, ranges and references, not whether the devices exist.
+    #[arg(long)]
+    check: bool,
     /// Extra EAL arguments, appended to the config's `[eal] args`.
     #[arg(last = true)]
     eal: Vec<String>,
@@ -71,6 +76,26 @@ fn port_file(s: &str) -> Result<(usize, PathBuf), String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.check {
+        return match dataplane::config::load(&cli.config) {
+            Ok(l) => {
+                println!(
+                    "{}: ok: {} port(s), {} worker lcore(s), {} table(s), {} meter(s), {} collective(s)",
+                    cli.config.display(),
+                    l.config.ports.len(),
+                    l.lcores().len(),
+                    l.pipeline.tables.len(),
+                    l.pipeline.meters.len(),
+                    l.collectives.len()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("dpu: error: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     if let Err(e) = ctrlc::set_handler(dataplane::worker::request_quit) {
         eprintln!("dpu: cannot install the SIGINT/SIGTERM handler: {e}");
         return ExitCode::from(1);

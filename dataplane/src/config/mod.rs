@@ -49,6 +49,9 @@ pub struct Config {
     /// `[dataplane]`: worker loop settings.
     #[serde(default)]
     pub dataplane: DataplaneConfig,
+    /// `[telemetry]`: where the live counters are served besides DPDK's telemetry socket.
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
     /// `[[port]]`: the ports, in order; port `i` of the tables is the i-th table here.
     #[serde(rename = "port", default)]
     pub ports: Vec<PortConfig>,
@@ -98,6 +101,16 @@ impl Default for MempoolConfig {
     fn default() -> Self {
         MempoolConfig { mbufs: DEFAULT_MBUFS, cache: DEFAULT_CACHE, data_room: DEFAULT_DATA_ROOM }
     }
+}
+
+/// `[telemetry]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// Serve the live counters for Prometheus at `http://ADDR/metrics` (`"127.0.0.1:9464"`;
+    /// port 0: any free port). Unset (the default): no HTTP listener.
+    #[serde(default)]
+    pub prometheus: Option<std::net::SocketAddr>,
 }
 
 /// `[dataplane]`.

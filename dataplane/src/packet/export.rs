@@ -35,7 +35,7 @@ pub enum Label {
 /// `bytes`, or a count of events) and its label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Metric {
-    /// E.g. `port_rx_packets`, `drops`, `table_packets`, `agg_folded`.
+    /// E.g. `port_rx_packets`, `dropped_packets`, `table_packets`, `agg_folded_contributions`.
     pub family: &'static str,
     /// What the value counts, in one line.
     pub help: &'static str,
@@ -73,17 +73,17 @@ impl AggCounters {
     /// The counters by family name, with their meaning (the fields' docs).
     pub fn fields(&self) -> [(&'static str, &'static str, u64); 11] {
         [
-            ("agg_folded", "contributions folded into a slot", self.folded),
-            ("agg_completed", "rounds completed", self.completed),
-            ("agg_results", "RESULT packets sent to all members on completion", self.results),
-            ("agg_resends", "RESULT packets resent to one member", self.resends),
-            ("agg_naks", "NAKs sent", self.naks),
-            ("agg_naks_suppressed", "NAKs suppressed by the per-source rate limit", self.naks_suppressed),
-            ("agg_slot_timeouts", "rounds reclaimed after slot_timeout_ms", self.slot_timeouts),
+            ("agg_folded_contributions", "contributions folded into a slot", self.folded),
+            ("agg_completed_rounds", "rounds completed", self.completed),
+            ("agg_result_packets", "RESULT packets sent to all members on completion", self.results),
+            ("agg_resent_result_packets", "RESULT packets resent to one member", self.resends),
+            ("agg_nak_packets", "NAKs sent", self.naks),
+            ("agg_suppressed_naks", "NAKs suppressed by the per-source rate limit", self.naks_suppressed),
+            ("agg_timed_out_rounds", "rounds reclaimed after slot_timeout_ms", self.slot_timeouts),
             ("agg_payload_bytes", "bytes of gradient payload folded", self.payload_bytes),
-            ("agg_handed_off", "packets handed to the worker owning their collective", self.handed_off),
-            ("agg_probes", "valid PROBEs received", self.probes),
-            ("agg_statuses", "STATUS packets sent in answer to PROBEs", self.statuses),
+            ("agg_handed_off_packets", "packets handed to the worker owning their collective", self.handed_off),
+            ("agg_probe_packets", "valid PROBEs received", self.probes),
+            ("agg_status_packets", "STATUS packets sent in answer to PROBEs", self.statuses),
         ]
     }
 }
@@ -106,12 +106,16 @@ impl<B: PacketBuf> Datapath<B> {
             v.counter(Metric { family: "port_tx_bytes", help: "bytes handed to the port's tx", label }, p.tx_bytes);
         }
         for r in Reason::ALL {
-            let m = Metric { family: "drops", help: "packets dropped, by reason", label: Label::Reason(r) };
+            let m = Metric { family: "dropped_packets", help: "packets dropped, by reason", label: Label::Reason(r) };
             v.counter(m, c.drops[r as usize]);
         }
         let none = Label::None;
         v.counter(
-            Metric { family: "neighbor_replies", help: "ARP replies and neighbour advertisements sent", label: none },
+            Metric {
+                family: "neighbor_reply_packets",
+                help: "ARP replies and neighbour advertisements sent",
+                label: none,
+            },
             c.neighbor_replies,
         );
         v.counter(
@@ -163,7 +167,7 @@ mod tests {
         assert_eq!(find("port_rx_packets", Label::Port(1)), 2);
         assert_eq!(find("port_rx_bytes", Label::Port(1)), 160);
         assert_eq!(find("port_rx_packets", Label::Port(0)), 0);
-        assert_eq!(find("drops", Label::Reason(Reason::TxFull)), 1);
-        assert_eq!(find("drops", Label::Reason(Reason::Runt)), 0);
+        assert_eq!(find("dropped_packets", Label::Reason(Reason::TxFull)), 1);
+        assert_eq!(find("dropped_packets", Label::Reason(Reason::Runt)), 0);
     }
 }

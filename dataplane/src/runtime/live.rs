@@ -55,7 +55,7 @@ impl Board {
     }
 
     /// Metric `i`'s key in telemetry dictionaries: its family, then its label (`port_rx_packets/p0`,
-    /// `drops/tx_full`, `table_packets/l2/3`, `table_packets/l2/miss`); only ASCII letters,
+    /// `dropped_packets/tx_full`, `table_packets/l2/3`, `table_packets/l2/miss`); only ASCII letters,
     /// digits, `_` and `/` (what DPDK 22.11's telemetry accepts in a name).
     pub fn key(&self, i: usize) -> String {
         let m = &self.metrics[i];
@@ -207,7 +207,7 @@ pub fn stats_line(board: &Board, prev: &[u64], now: &[u64], dt_s: f64, elapsed_s
         .metrics
         .iter()
         .zip(now.iter().zip(prev))
-        .filter(|(m, (n, _))| m.family == "drops" && **n > 0)
+        .filter(|(m, (n, _))| m.family == "dropped_packets" && **n > 0)
         .map(|(m, (n, p))| match m.label {
             Label::Reason(r) => format!("{}={} (+{})", r.name(), n, n.saturating_sub(*p)),
             _ => String::new(),
@@ -220,9 +220,13 @@ pub fn stats_line(board: &Board, prev: &[u64], now: &[u64], dt_s: f64, elapsed_s
         rate("port_tx_packets") / 1e6,
         rate("port_tx_bytes") * 8.0 / 1e9,
     );
-    let completed = sum(now, "agg_completed");
-    if completed > 0 || sum(now, "agg_folded") > 0 {
-        line += &format!(", rounds {completed} ({:.0}/s), folded {}", rate("agg_completed"), sum(now, "agg_folded"));
+    let completed = sum(now, "agg_completed_rounds");
+    if completed > 0 || sum(now, "agg_folded_contributions") > 0 {
+        line += &format!(
+            ", rounds {completed} ({:.0}/s), folded {}",
+            rate("agg_completed_rounds"),
+            sum(now, "agg_folded_contributions")
+        );
     }
     line += &format!("; drops {}", if drops.is_empty() { "none".to_string() } else { drops.join(" ") });
     line
@@ -247,7 +251,7 @@ mod tests {
         let t = board.totals();
         assert_eq!(board.total(&t, "port_rx_packets", Label::Port(0)), 2);
         assert_eq!(board.total(&t, "port_rx_bytes", Label::Port(0)), 150);
-        assert_eq!(board.total(&t, "drops", Label::Reason(Reason::TxFull)), 1);
+        assert_eq!(board.total(&t, "dropped_packets", Label::Reason(Reason::TxFull)), 1);
         let i = board.metrics.iter().position(|m| m.family == "port_rx_packets").unwrap();
         assert_eq!(board.key(i), "port_rx_packets/p_0");
         // A second publication replaces the first (counters are totals, not increments).

@@ -7,6 +7,7 @@
 pub mod app;
 pub mod dpdk;
 pub mod live;
+pub mod metrics;
 pub mod outputs;
 pub mod pcapfile;
 pub mod worker;

@@ -775,6 +775,14 @@ fn run_with_eal(
     let mut ports = start::start_ports(loaded, plans, &pool)?;
     stop_requested()?;
     let telemetry = crate::live::register_telemetry();
+    // Dropped (the listener stopped) when the run returns.
+    let metrics = match cfg.telemetry.prometheus {
+        Some(addr) => Some(
+            crate::metrics::serve(&addr.to_string())
+                .map_err(|e| AppError::Other(format!("{e} ([telemetry] prometheus in {})", opts.config.display())))?,
+        ),
+        None => None,
+    };
     let running = start::launch_workers(loaded, &ports, pool, ring_slots, schedulers, expected.is_some())?;
     if !opts.quiet && expected.is_none() {
         let socket = Path::new(&eal.runtime_dir()).join("dpdk_telemetry.v2");
@@ -788,6 +796,9 @@ fn run_with_eal(
             }
             Ok(()) => {}
             Err(e) => eprintln!("dpu: telemetry commands not registered: {e}"),
+        }
+        if let Some(m) = &metrics {
+            println!("dpu: metrics: http://{}/metrics", m.addr);
         }
         // Live or endless input: say when the ports are forwarding (scripts wait for this line).
         let names: Vec<&str> = ports.iter().map(|p| p.name()).collect();

@@ -1,0 +1,167 @@
+//! Prometheus exposition of the live counters: `GET /metrics` on an HTTP listener of its own
+//! (`[telemetry] prometheus`, off by default), in the OpenMetrics text format
+//! (`prometheus-client`), served by `tiny_http` on a thread of its own, never a worker lcore.
+//!
+//! The counters and their names are the telemetry socket's ([`crate::live`]): family
+//! `port_rx_packets` becomes `dpu_port_rx_packets_total`, its label a Prometheus label
+//! (`port="p0"`, `reason="tx_full"`, `table="l2",entry="3"` or `entry="miss"`). The endpoint is
+//! read-only: any other path is 404, any other method 405.
+
+use crate::export::Label;
+use crate::live::{self, Board};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// The running appliance's board, read at each scrape.
+#[derive(Debug)]
+struct BoardCollector;
+
+impl Collector for BoardCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(board) = live::current() else { return Ok(()) };
+        encode_board(&board, &mut encoder)
+    }
+}
+
+/// Every metric of `board`, one family at a time (in the order families first appear).
+fn encode_board(board: &Board, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    let totals = board.totals();
+    let mut families: Vec<&'static str> = Vec::new();
+    for m in &board.metrics {
+        if !families.contains(&m.family) {
+            families.push(m.family);
+        }
+    }
+    for family in families {
+        let rows: Vec<_> = board.metrics.iter().zip(&totals).filter(|(m, _)| m.family == family).collect();
+        let Some((first, _)) = rows.first() else { continue };
+        let mut fam = encoder.encode_descriptor(family, first.help, None, ConstCounter::new(0u64).metric_type())?;
+        if let [(m, v)] = rows[..] {
+            if m.label == Label::None {
+                // One value without labels: `name_total 7`, not `name_total{} 7`.
+                ConstCounter::new(*v).encode(fam)?;
+                continue;
+            }
+        }
+        for (m, v) in rows {
+            let labels: Vec<(&str, String)> = match m.label {
+                Label::None => Vec::new(),
+                Label::Port(p) => vec![("port", board.ports.get(p as usize).cloned().unwrap_or_default())],
+                Label::Reason(r) => vec![("reason", r.name().to_string())],
+                Label::Entry { table, entry } => vec![
+                    ("table", board.tables.get(table as usize).cloned().unwrap_or_default()),
+                    ("entry", entry.map_or_else(|| "miss".to_string(), |e| e.to_string())),
+                ],
+            };
+            ConstCounter::new(*v).encode(fam.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// The text of a scrape of `board` now (what `/metrics` answers while it is the current one).
+pub fn render(board: &Arc<Board>) -> String {
+    let mut registry = Registry::with_prefix("dpu");
+    registry.register_collector(Box::new(OneBoard(board.clone())));
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+    out
+}
+
+/// A collector of one given board (for [`render`]).
+#[derive(Debug)]
+struct OneBoard(Arc<Board>);
+
+impl Collector for OneBoard {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        encode_board(&self.0, &mut encoder)
+    }
+}
+
+/// The HTTP listener; dropping it stops the server thread.
+pub struct MetricsServer {
+    server: Arc<tiny_http::Server>,
+    thread: Option<JoinHandle<()>>,
+    /// The address it listens on (with the port the OS chose for port 0).
+    pub addr: String,
+}
+
+/// Listens on `addr` (`HOST:PORT`) and answers `GET /metrics` with the current board.
+/// Errors: the address cannot be bound (in use, not local, bad syntax), as text.
+pub fn serve(addr: &str) -> Result<MetricsServer, String> {
+    let server = Arc::new(tiny_http::Server::http(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?);
+    let bound = server.server_addr().to_ip().map_or_else(|| addr.to_string(), |a| a.to_string());
+    let s = server.clone();
+    let thread = std::thread::Builder::new()
+        .name("dpu-metrics".into())
+        .spawn(move || {
+            let mut registry = Registry::with_prefix("dpu");
+            registry.register_collector(Box::new(BoardCollector));
+            for req in s.incoming_requests() {
+                let (status, body) = match (req.method(), req.url()) {
+                    (tiny_http::Method::Get | tiny_http::Method::Head, "/metrics") => {
+                        let mut out = String::new();
+                        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+                        (200, out)
+                    }
+                    (tiny_http::Method::Get | tiny_http::Method::Head, _) => (404, "not found: try /metrics\n".into()),
+                    _ => (405, "read-only: GET /metrics\n".into()),
+                };
+                let ct = if status == 200 {
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8"
+                } else {
+                    "text/plain; charset=utf-8"
+                };
+                let mut resp = tiny_http::Response::from_string(body).with_status_code(status);
+                if let Ok(h) = tiny_http::Header::from_bytes("Content-Type", ct) {
+                    resp = resp.with_header(h);
+                }
+                let _ = req.respond(resp);
+            }
+        })
+        .map_err(|e| format!("cannot start the metrics thread: {e}"))?;
+    Ok(MetricsServer { server, thread: Some(thread), addr: bound })
+}
+
+impl std::fmt::Debug for MetricsServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetricsServer").field("addr", &self.addr).finish()
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datapath::Datapath;
+    use crate::stats::Reason;
+
+    #[test]
+    fn a_scrape_names_counters_as_prometheus_does() {
+        let mut dp: Datapath = Datapath::new(Default::default(), 1, crate::wire::gradient::DEFAULT_UDP_PORT);
+        let board = Arc::new(Board::new(live::names_of(&dp), 1, vec!["p0".into()], vec![]));
+        dp.counters.rx(0, 100);
+        dp.counters.drop(Reason::TxFull);
+        board.publisher(0).publish(&dp);
+        let text = render(&board);
+        assert!(text.contains("# TYPE dpu_port_rx_packets counter"), "{text}");
+        assert!(text.contains("dpu_port_rx_packets_total{port=\"p0\"} 1\n"), "{text}");
+        assert!(text.contains("dpu_port_rx_bytes_total{port=\"p0\"} 100\n"), "{text}");
+        assert!(text.contains("dpu_dropped_packets_total{reason=\"tx_full\"} 1\n"), "{text}");
+        assert!(text.contains("dpu_agg_completed_rounds_total 0\n"), "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+}
