@@ -9,7 +9,10 @@ worker lcore on CPU 1 and the main lcore on CPU 0, no hugepages. Per frame size,
 alternate testpmd io, the dpu with the full pipeline (conf/bench/pipeline.toml), the dpu
 with the same pipeline plus a meter on the path and a shaped marking (RED) queue on the output
 port (conf/bench/qos.toml; rates far above the offered load, so nothing is policed, marked or
-dropped), the dpu with an empty pipeline (conf/bench/empty.toml) and testpmd in csum mode (for
+dropped), the dpu with the full pipeline again while it is watched (the "telemetry" row: the
+Prometheus listener on, the stats line every second, and a reader that asks the telemetry socket
+for /dpu/stats and scrapes /metrics every 100 ms; the workers publish their counters every
+100 ms in every row, watched or not), the dpu with an empty pipeline (conf/bench/empty.toml) and testpmd in csum mode (for
 reference: DPDK's own engine that parses each packet and computes its IPv4 and UDP checksums in
 software), REPS times; the table gives the median and the min-max, and the ratio of medians to
 testpmd io at the same size (for the qos row also its ratio to the pipeline row).
@@ -41,6 +44,7 @@ EAL = ["--no-huge", "-m", "1024", "--no-pci", "--no-shconf", "--lcores", "0@0,1@
        "--log-level", "*:warning"]
 GOALS = {60: 0.5, 1066: 0.9}
 QOS_GOAL = 0.85  # the qos row against the pipeline row, at 60 B (64 B with FCS)
+TELEMETRY_GOAL = 0.95  # the telemetry row against the pipeline row, at 60 B
 BATCH = 256  # frames per iteration of dataplane/benches/packet_core.rs
 
 
@@ -85,6 +89,70 @@ def run_dpu(name, size, seconds):
         sys.exit(f"run.py: dpu {name} {size} B: {rx} received, {tx} sent, drops {s['drops']}: "
                  "the bench traffic should all be forwarded")
     return rx / s["seconds"] / 1e6
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def watch(prefix, port, stop, counts):
+    """Every 100 ms until `stop`: /dpu/stats over the telemetry socket (DPDK's protocol: connect,
+    read the greeting, send the command, read the JSON reply) and GET /metrics."""
+    import socket
+    import urllib.request
+    sock_path = f"/var/run/dpdk/{prefix}/dpdk_telemetry.v2"
+    tel = None
+    while not stop.is_set():
+        try:
+            if tel is None:
+                tel = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                tel.connect(sock_path)
+                tel.recv(16384)
+            tel.send(b"/dpu/stats")
+            if b"port_rx_packets" in tel.recv(65536):
+                counts["telemetry"] += 1
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
+                if b"dpu_port_rx_packets_total" in r.read():
+                    counts["metrics"] += 1
+        except OSError:
+            tel = None  # not up yet, or gone
+        stop.wait(0.1)
+
+
+def run_dpu_watched(size, seconds):
+    """The pipeline row with telemetry in use (see the module doc); also checks the reader got
+    answers."""
+    import threading
+    port = free_port()
+    conf = dpu_config("pipeline", size)
+    with open(conf) as f:
+        text = f.read()
+    text = text.replace("[dataplane]", "[dataplane]\nstats_interval_ms = 1000", 1) \
+        if "[dataplane]" in text else text + "\n[dataplane]\nstats_interval_ms = 1000\n"
+    text += f'\n[telemetry]\nprometheus = "127.0.0.1:{port}"\n'
+    conf = os.path.join(OUT, f"telemetry-{size}.toml")
+    with open(conf, "w") as f:
+        f.write(text)
+    prefix = f"dpubench-{os.getpid()}"
+    stats = os.path.join(OUT, f"stats-telemetry-{size}.json")
+    stop, counts = threading.Event(), {"telemetry": 0, "metrics": 0}
+    t = threading.Thread(target=watch, args=(prefix, port, stop, counts), daemon=True)
+    t.start()
+    r = subprocess.run([DPU, "-q", "-c", conf, "--duration", str(seconds), "--stats-json", stats,
+                        "--", f"--file-prefix={prefix}"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=seconds + 60)
+    stop.set()
+    t.join()
+    if r.returncode != 0:
+        sys.exit(f"run.py: dpu telemetry {size} B failed ({r.returncode}): {r.stderr.strip()}")
+    if counts["telemetry"] < seconds * 5 or counts["metrics"] < seconds * 5:
+        sys.exit(f"run.py: the telemetry reader got too few answers in {seconds} s: {counts}")
+    with open(stats) as f:
+        s = json.load(f)
+    return s["ports"][0]["workers"]["rx_packets"] / s["seconds"] / 1e6
 
 
 def run_testpmd(size, seconds, mode="io"):
@@ -187,6 +255,7 @@ def main():
             for what, fn in (("testpmd", lambda: run_testpmd(size, a.seconds)),
                              ("dpu", lambda: run_dpu("pipeline", size, a.seconds)),
                              ("qos", lambda: run_dpu("qos", size, a.seconds)),
+                             ("telemetry", lambda: run_dpu_watched(size, a.seconds)),
                              ("empty", lambda: run_dpu("empty", size, a.seconds)),
                              ("csum", lambda: run_testpmd(size, a.seconds, "csum"))):
                 mpps = fn()
@@ -196,6 +265,7 @@ def main():
     label = {
         "dpu": "dpu: parse + route (LPM, 312 prefixes) + ACL (40 ternary/range) + L2 (exact)",
         "qos": "dpu: the same pipeline + trTCM meter (police) + shaped RED queue on port 1",
+        "telemetry": "dpu: the same pipeline, watched (telemetry socket and /metrics every 100 ms)",
         "empty": "dpu: parse + empty pipeline (one exact table, miss -> forward(1))",
         "testpmd": "dpdk-testpmd io (no parse, no tables)",
         "csum": "dpdk-testpmd csum (parse, IPv4 + UDP checksums in software, no tables)",
@@ -213,10 +283,10 @@ def main():
     for size in SIZES:
         tp = statistics.median(res[("testpmd", size)])
         pipeline = statistics.median(res[("dpu", size)])
-        for what in ("dpu", "qos", "empty", "csum", "testpmd"):
+        for what in ("dpu", "qos", "telemetry", "empty", "csum", "testpmd"):
             xs = res[(what, size)]
             ratio = f"{statistics.median(xs) / tp:.2f}"
-            if what == "qos":
+            if what in ("qos", "telemetry"):
                 ratio += f" ({statistics.median(xs) / pipeline:.2f} of the pipeline)"
             lines.append(f"| {label[what]} | {size} B | {fmt(xs)} | {ratio} |")
         r = pipeline / tp
@@ -226,6 +296,9 @@ def main():
             q = statistics.median(res[("qos", size)]) / pipeline
             verdicts.append(f"Goal at {size} B: qos/pipeline >= {QOS_GOAL}: "
                             f"{'met' if q >= QOS_GOAL else 'NOT met'} ({q:.2f}).")
+            w = statistics.median(res[("telemetry", size)]) / pipeline
+            verdicts.append(f"Goal at {size} B: telemetry/pipeline >= {TELEMETRY_GOAL}: "
+                            f"{'met' if w >= TELEMETRY_GOAL else 'NOT met'} ({w:.2f}).")
     lines += ["", *verdicts]
     lines += criterion_table()
     text = "\n".join(lines) + "\n"
