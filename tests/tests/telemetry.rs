@@ -94,6 +94,7 @@ fn dpdk_telemetry_reads_live_counters_and_the_stats_line_prints() {
     let second = query(&prefix, "/dpu/stats");
     let table = query(&prefix, "/dpu/table,l2");
     let no_table = query(&prefix, "/dpu/table,nope");
+    let odd = query(&prefix, "/dpu/table,é✓");
     let out = dpu.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -111,7 +112,9 @@ fn dpdk_telemetry_reads_live_counters_and_the_stats_line_prints() {
     // Every frame parses (an all-zero Ethernet header) and misses the table: read later, the
     // miss count is at least the rx count read before.
     assert!(u(&table, "table_packets/l2/miss") >= rx2, "{table}");
-    assert!(no_table["error"].as_str().unwrap_or("").contains("no table \"nope\"; tables: l2"), "{no_table}");
+    assert!(no_table["error"].as_str().unwrap_or("").contains("no table 'nope'; tables: l2"), "{no_table}");
+    // Non-ASCII in a request comes back as '?', and the reply is still JSON (query parses it).
+    assert_eq!(odd["error"].as_str().unwrap_or(""), "no table '??'; tables: l2", "{odd}");
     // The final stats count at least what was seen live.
     let s: Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
     assert!(s["ports"][0]["workers"]["rx_packets"].as_u64().unwrap() >= rx2);
@@ -145,6 +148,7 @@ fn two_instances_have_sockets_of_their_own() {
 fn http_get(addr: &str, path: &str) -> (u16, String) {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
     let mut r = String::new();
     s.read_to_string(&mut r).unwrap();
@@ -226,4 +230,51 @@ fn prometheus_metrics_parse_and_agree_with_the_final_stats() {
         }
     }
     assert!(b["dpu_dropped_packets_total"]["reason=tx_full"].is_number(), "{b}");
+    // The HTTP threads' exits did not wait for the workers (only EAL's interrupt thread does).
+    assert_eq!(s["unmaps_after_grace"], 0, "{s}");
+}
+
+/// A client that sends requests and never reads the replies holds only its own connection:
+/// other scrapes are answered and the appliance stops on time.
+#[test]
+fn a_client_that_never_reads_blocks_neither_scrapes_nor_the_exit() {
+    use std::io::Write;
+    let dir = scratch("telemetry_slow_reader");
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let conf = write_config(
+        &dir,
+        "null.toml",
+        &format!("{}\n[telemetry]\nprometheus = \"127.0.0.1:{port}\"\n", conf().replace("stats_interval_ms = 500", "")),
+    );
+    let stats = dir.join("stats.json");
+    let started = Instant::now();
+    let dpu = start(&dir, &conf, &stats, "6", &[]);
+    let addr = format!("127.0.0.1:{port}");
+    let t = Instant::now();
+    let mut hog = loop {
+        if let Ok(s) = std::net::TcpStream::connect(&addr) {
+            break s;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "no metrics listener");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // Far more replies than the socket buffers hold, none read.
+    hog.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+    for _ in 0..3000 {
+        if hog.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").is_err() {
+            break;
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    let (status, body) = http_get(&addr, "/metrics");
+    assert_eq!(status, 200, "{body}");
+    assert!(t.elapsed() < Duration::from_secs(3), "a scrape took {:?}", t.elapsed());
+    let out = dpu.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(started.elapsed() < Duration::from_secs(20), "the appliance took {:?} to stop", started.elapsed());
+    drop(hog);
 }

@@ -103,6 +103,28 @@ impl Default for MempoolConfig {
     }
 }
 
+/// Longest port or table name (bytes): names are keys of the live counters
+/// ([`crate::live::Board::key`]), which DPDK's telemetry caps at 128 bytes with the family.
+pub const MAX_LABEL: usize = 32;
+
+/// Why `name` cannot name a port or a table, if it cannot: it must be 1 to [`MAX_LABEL`] ASCII
+/// letters, digits, `_` or `-` (the telemetry socket shows `-` as `_`, so names that differ
+/// only there are one name: see [`label_key`]).
+pub fn label_error(name: &str) -> Option<String> {
+    if name.is_empty() || name.len() > MAX_LABEL {
+        return Some(format!("expected 1 to {MAX_LABEL} characters, found {}", name.len()));
+    }
+    name.chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+        .map(|c| format!("{name:?}: expected only ASCII letters, digits, '_' and '-', found {c:?}"))
+}
+
+/// A port or table name as the telemetry socket shows it (`-` as `_`): two names with the same
+/// key are one name.
+pub fn label_key(name: &str) -> String {
+    name.replace('-', "_")
+}
+
 /// `[telemetry]`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

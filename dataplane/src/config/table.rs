@@ -126,10 +126,10 @@ pub fn build_pipeline(
 
     for (ti, tc) in tables.iter().enumerate() {
         let tkey = format!("table[{ti}]");
-        if tc.name.is_empty() {
-            return Err(err(format!("{tkey}.name"), "expected a non-empty name".into()));
+        if let Some(why) = super::label_error(&tc.name) {
+            return Err(err(format!("{tkey}.name"), why));
         }
-        if names[..ti].contains(&tc.name) {
+        if names[..ti].iter().any(|n| super::label_key(n) == super::label_key(&tc.name)) {
             return Err(err(format!("{tkey}.name"), format!("table name {:?} is used twice", tc.name)));
         }
         if tc.key.is_empty() {

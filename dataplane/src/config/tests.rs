@@ -111,6 +111,27 @@ fn dataplane_and_port_values_are_checked() {
             "`port[1].name`",
             "\"a\" is used twice",
         ),
+        // Names are keys of the live counters: 1 to 32 of [A-Za-z0-9_-], '-' and '_' alike.
+        (
+            "[[port]]\nname = \"n-0\"\nvdev = \"net_null0\"\n[[port]]\nname = \"n_0\"\nvdev = \"net_null1\"\n".into(),
+            "`port[1].name`",
+            "\"n_0\" is used twice ('-' and '_' are one)",
+        ),
+        (
+            "[[port]]\nname = \"a b\"\nvdev = \"net_null0\"\n".into(),
+            "`port[0].name`",
+            "expected only ASCII letters, digits, '_' and '-', found ' '",
+        ),
+        (
+            format!("[[port]]\nname = \"{}\"\nvdev = \"net_null0\"\n", "p".repeat(33)),
+            "`port[0].name`",
+            "expected 1 to 32 characters, found 33",
+        ),
+        (
+            "[[port]]\nvdev = \"net_null0\"\n[[table]]\nname = \"x,y\"\nkey = [{ field = \"eth.dst\", match = \"exact\" }]\n".into(),
+            "`table[0].name`",
+            "found ','",
+        ),
         // An input no lcore polls would never be read.
         (
             "[[port]]\nvdev = \"net_pcap0,rx_pcap=in.pcap\"\n[[port]]\nvdev = \"net_null0\"\n[[lcore]]\nid = 1\nrx = [{ port = 1, queue = 0 }]\n".into(),

@@ -153,8 +153,14 @@ fn check_ports(ports: &[PortConfig], path: &Path) -> Result<PortAddresses, Confi
         }
         names.push(dev);
         if let Some(label) = &p.name {
-            if labels.contains(&label.as_str()) {
-                return Err(err(format!("{key}.name"), format!("port name {label:?} is used twice")));
+            if let Some(why) = super::label_error(label) {
+                return Err(err(format!("{key}.name"), why));
+            }
+            if labels.iter().any(|l| super::label_key(l) == super::label_key(label)) {
+                return Err(err(
+                    format!("{key}.name"),
+                    format!("port name {label:?} is used twice ('-' and '_' are one)"),
+                ));
             }
             labels.push(label);
         }

@@ -119,8 +119,9 @@ pub fn current() -> Option<Arc<Board>> {
     CURRENT.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
-/// Table entries per page of `/dpu/table` (two values each, within a telemetry dictionary).
-pub const TABLE_PAGE: usize = 120;
+/// Table entries per page of `/dpu/table`: two values each, whose keys hold names of up to
+/// [`crate::config::MAX_LABEL`] bytes, within the 16 KiB of a telemetry reply.
+pub const TABLE_PAGE: usize = 80;
 
 /// Registers the `/dpu/...` commands on DPDK's telemetry socket; they read the board of the
 /// running appliance ([`set_current`]). Idempotent.
@@ -156,14 +157,14 @@ fn table_command(params: &str) -> Reply {
     let mut it = params.splitn(2, ',');
     let name = it.next().unwrap_or("").trim();
     let page: usize = match it.next() {
-        Some(p) => p.trim().parse().map_err(|_| format!("page {p:?}: expected a number from 0"))?,
+        Some(p) => p.trim().parse().map_err(|_| format!("page '{}': expected a number from 0", short(p)))?,
         None => 0,
     };
     let table = b
         .tables
         .iter()
         .position(|t| t == name)
-        .ok_or_else(|| format!("no table {name:?}; tables: {}", b.tables.join(", ")))? as u16;
+        .ok_or_else(|| format!("no table '{}'; tables: {}", short(name), b.tables.join(", ")))? as u16;
     let t = b.totals();
     let rows: Vec<usize> = b
         .metrics
@@ -176,7 +177,7 @@ fn table_command(params: &str) -> Reply {
     let entries = rows.len() / 2;
     let pages = entries.div_ceil(TABLE_PAGE).max(1);
     if page >= pages {
-        return Err(format!("page {page}: table {name:?} has {pages} page(s)"));
+        return Err(format!("page {page}: table '{name}' has {pages} page(s)"));
     }
     let mut out = vec![
         ("entries".to_string(), entries.saturating_sub(1) as u64),
@@ -187,6 +188,16 @@ fn table_command(params: &str) -> Reply {
         out.push((b.key(i), t[i]));
     }
     Ok(out)
+}
+
+/// At most 24 characters of `s` (a request's text echoed in an error: DPDK cuts a reply's
+/// strings at 128 bytes).
+fn short(s: &str) -> String {
+    let mut t: String = s.chars().take(24).collect();
+    if t.len() < s.len() {
+        t.push_str("...");
+    }
+    t
 }
 
 /// The names of a datapath's walk.

@@ -103,7 +103,9 @@ pub fn serve(addr: &str) -> Result<MetricsServer, String> {
             let mut registry = Registry::with_prefix("dpu");
             registry.register_collector(Box::new(BoardCollector));
             for req in s.incoming_requests() {
-                let (status, body) = match (req.method(), req.url()) {
+                // Prometheus may add a query string (`params` in a scrape config): ignored.
+                let path = req.url().split('?').next().unwrap_or("");
+                let (status, body) = match (req.method(), path) {
                     (tiny_http::Method::Get | tiny_http::Method::Head, "/metrics") => {
                         let mut out = String::new();
                         let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
@@ -121,7 +123,11 @@ pub fn serve(addr: &str) -> Result<MetricsServer, String> {
                 if let Ok(h) = tiny_http::Header::from_bytes("Content-Type", ct) {
                     resp = resp.with_header(h);
                 }
-                let _ = req.respond(resp);
+                // Written on a thread of its own: a client that does not read its replies
+                // blocks only that thread, never the other scrapes or the appliance's exit.
+                let _ = std::thread::Builder::new().name("dpu-metrics-w".into()).spawn(move || {
+                    let _ = req.respond(resp);
+                });
             }
         })
         .map_err(|e| format!("cannot start the metrics thread: {e}"))?;
@@ -135,11 +141,11 @@ impl std::fmt::Debug for MetricsServer {
 }
 
 impl Drop for MetricsServer {
+    /// Stops accepting requests. The thread is not waited for: a reply still being written to a
+    /// client that does not read must not hold up the appliance's exit.
     fn drop(&mut self) {
         self.server.unblock();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        drop(self.thread.take());
     }
 }
 

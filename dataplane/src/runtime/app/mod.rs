@@ -198,8 +198,8 @@ pub struct Summary {
     pub seconds: f64,
     /// Mbufs still in use after the ports were closed (0 when nothing leaked).
     pub mbufs_in_use_after: u32,
-    /// Memory unmapped by threads other than the workers (a memif port's shared rings when its
-    /// peer left) after a grace period of the workers ([`crate::dpdk::rcu`]).
+    /// Memory unmapped on EAL's interrupt thread (a memif port's shared rings when its peer
+    /// left) after a grace period of the workers ([`crate::dpdk::rcu`]).
     pub unmaps_after_grace: u64,
     /// Of those, grace periods given up after [`crate::dpdk::rcu::GRACE_TIMEOUT`] (0 normally).
     pub grace_timeouts: u64,

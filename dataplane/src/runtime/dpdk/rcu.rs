@@ -7,9 +7,11 @@
 //! `munmap`s the shared rings and buffers at once, while a worker that tested the flag a moment
 //! earlier is still copying from them: the appliance dies with SIGSEGV. DPDK gives no hook
 //! between the two steps, so the binaries export a `munmap` of their own
-//! ([`guard_unmaps!`](crate::guard_unmaps)): called on a thread that is not a worker while
-//! workers are online, it first waits for a grace period (every online worker passed a
-//! quiescent state, i.e. started a new poll-loop turn, which tests the flag again), then unmaps.
+//! ([`guard_unmaps!`](crate::guard_unmaps)): called on EAL's interrupt thread (where the PMDs
+//! handle their peers' messages) while workers are online, it first waits for a grace period
+//! (every online worker passed a quiescent state, i.e. started a new poll-loop turn, which
+//! tests the flag again), then unmaps. Other threads (the metrics server's, Rust's own at
+//! thread exit) unmap at once.
 //!
 //! Workers report a quiescent state once per poll-loop turn ([`Qsbr::quiescent`]: one load and
 //! at most one store to the worker's own cache line, no fence); they are online from
@@ -163,6 +165,28 @@ thread_local! {
     static READER: Cell<bool> = const { Cell::new(false) };
 }
 
+thread_local! {
+    /// Whether the calling thread is EAL's interrupt thread: 0 not known yet, 1 yes, 2 no.
+    static INTERRUPT_THREAD: Cell<u8> = const { Cell::new(0) };
+}
+
+/// The name EAL gives its interrupt thread (`eal_interrupts.c`), where PMDs handle link events
+/// and their peers' messages (net_memif's disconnect) and DPDK's alarms run.
+const INTERRUPT_THREAD_NAME: &[u8] = b"eal-intr-thread";
+
+/// Whether the calling thread is EAL's interrupt thread (its name, read once per thread).
+fn on_interrupt_thread() -> bool {
+    INTERRUPT_THREAD.with(|k| {
+        if k.get() == 0 {
+            let mut name = [0u8; 16];
+            // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL-terminated, into `name`.
+            let rc = unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
+            k.set(if rc == 0 && name.starts_with(INTERRUPT_THREAD_NAME) { 1 } else { 2 });
+        }
+        k.get() == 1
+    })
+}
+
 static WORKERS: OnceLock<Qsbr> = OnceLock::new();
 static UNMAP_WAITS: AtomicU64 = AtomicU64::new(0);
 static GRACE_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
@@ -173,7 +197,7 @@ pub fn workers() -> &'static Qsbr {
     WORKERS.get_or_init(|| Qsbr::new(MAX_THREADS).expect("MAX_THREADS readers are valid"))
 }
 
-/// `munmap`s on other threads that waited for a grace period because workers were online.
+/// `munmap`s on EAL's interrupt thread that waited for a grace period of the workers.
 pub fn unmap_waits() -> u64 {
     UNMAP_WAITS.load(Ordering::Relaxed)
 }
@@ -184,14 +208,16 @@ pub fn grace_timeouts() -> u64 {
 }
 
 /// `munmap(2)` after a grace period of the workers: what the exported `munmap` of
-/// [`guard_unmaps!`](crate::guard_unmaps) does. On a worker's own thread, or when no worker
-/// was ever started, it unmaps at once. Returns 0, or -1 with `errno` set, as `munmap`.
+/// [`guard_unmaps!`](crate::guard_unmaps) does. Only EAL's interrupt thread waits (where a PMD
+/// tears down what its peer shared: net_memif's disconnect); every other thread, a worker's
+/// own included, and any thread before a worker ever started, unmaps at once. Returns 0, or -1
+/// with `errno` set, as `munmap`.
 ///
 /// # Safety
 /// As `munmap(2)`: the range must not be used after it is unmapped.
 pub unsafe fn munmap_after_grace(addr: *mut c_void, len: usize) -> c_int {
     if let Some(q) = WORKERS.get() {
-        if !READER.with(Cell::get) {
+        if on_interrupt_thread() && !READER.with(Cell::get) {
             // With no reader online the check completes at once; count only real waits.
             if !q.synchronize(GRACE_TIMEOUT) {
                 GRACE_TIMEOUTS.fetch_add(1, Ordering::Relaxed);

@@ -74,7 +74,13 @@ unsafe extern "C" fn trampoline(cmd: *const c_char, params: *const c_char, d: *m
                 }
             }
             Err(e) => {
-                let msg = CString::new(e.replace('\0', " ")).unwrap_or_default();
+                // DPDK 22.11 escapes strings for JSON only partly: keep to printable ASCII
+                // without quotes or backslashes, so that every reply parses.
+                let e: String = e
+                    .chars()
+                    .map(|c| if c == ' ' || (c.is_ascii_graphic() && c != '"' && c != '\\') { c } else { '?' })
+                    .collect();
+                let msg = CString::new(e).unwrap_or_default();
                 dpdk_sys::rte_tel_data_add_dict_string(d, c"error".as_ptr(), msg.as_ptr());
             }
         }
