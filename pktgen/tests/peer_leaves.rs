@@ -93,6 +93,7 @@ fn the_appliance_survives_its_memif_peer_leaving_mid_traffic() {
         assert!(dpu.try_wait().unwrap().is_none(), "the appliance died after session {session} left:\n{log}");
         sessions.push((before, common::live_rx(&dpu, "m0"), sent));
     }
+    let live = common::live_stats(&dpu).expect("live counters");
     common::kill(&dpu, "-TERM");
     let d = dpu.wait_with_output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&d.stdout), String::from_utf8_lossy(&d.stderr));
@@ -100,6 +101,9 @@ fn the_appliance_survives_its_memif_peer_leaving_mid_traffic() {
     let s: Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
     let rx = u(&s["ports"][0]["workers"]["rx_packets"]);
     assert_eq!(rx, sessions[2].1, "the final count is the last live one:\n{text}");
+    // Nothing was sent after the last session: the live drops are the final ones, the tx
+    // queues' refusals (tx_full) included.
+    assert_eq!(live["dropped_packets/tx_full"], s["drops"]["tx_full"], "{live}\n{text}");
     for (i, (before, after, sent)) in sessions.iter().enumerate() {
         let got = after - before;
         match sent {

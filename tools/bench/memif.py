@@ -102,14 +102,19 @@ def vdev(sock, who):
     return f"net_memif0,role={role},socket={sock},socket-abstract=no{zc}"
 
 
-def appliance_conf(d, row):
-    t = f"""[eal]
-args = {toml_list(MEM + ["--lcores", DUT_LCORES])}
+def eal_and_mempool(lcores):
+    """The [eal] and [mempool] tables every program of a run shares."""
+    return f"""[eal]
+args = {toml_list(MEM + ["--lcores", lcores])}
 [mempool]
 mbufs = {MBUFS}
 cache = 256
 data_room = {DATA_ROOM}
-[dataplane]
+"""
+
+
+def appliance_conf(d, row):
+    t = eal_and_mempool(DUT_LCORES) + f"""[dataplane]
 burst = 32
 [[port]]
 name = "m0"
@@ -152,13 +157,7 @@ mac = "02:00:00:00:01:{r:02x}"
 
 def pktgen_conf(d, row, size, app_conf):
     lcores = "0@0,1@0" if row == "fwd" else "0@0"
-    t = f"""[eal]
-args = {toml_list(MEM + ["--lcores", lcores])}
-[mempool]
-mbufs = {MBUFS}
-cache = 256
-data_room = {DATA_ROOM}
-[pktgen]
+    t = eal_and_mempool(lcores) + """[pktgen]
 burst = 32
 link_wait_ms = 20000
 """

@@ -140,25 +140,21 @@ local function last(field)
     return all[#all]
 end
 
--- IEEE binary16 bits to a number.
-local function from_f16(u)
+-- A 16-bit float's bits to a number: a sign bit, `eb` exponent bits (bias 2^(eb-1) - 1) and
+-- 15 - eb mantissa bits. IEEE binary16 has eb = 5; bfloat16 (the top half of a binary32), 8.
+local function from_half(u, eb)
+    local mb = 15 - eb
+    local bias = 2 ^ (eb - 1) - 1
     local sign = (u >= 0x8000) and -1 or 1
-    local exp = math.floor(u / 0x400) % 0x20
-    local man = u % 0x400
-    if exp == 0 then return sign * man * 2 ^ -24 end
-    if exp == 0x1f then return (man == 0) and sign * math.huge or 0 / 0 end
-    return sign * (1 + man / 0x400) * 2 ^ (exp - 15)
+    local exp = math.floor(u / 2 ^ mb) % 2 ^ eb
+    local man = u % 2 ^ mb
+    if exp == 0 then return sign * man * 2 ^ (1 - bias - mb) end
+    if exp == 2 ^ eb - 1 then return (man == 0) and sign * math.huge or 0 / 0 end
+    return sign * (1 + man / 2 ^ mb) * 2 ^ (exp - bias)
 end
 
--- bfloat16 bits (the top half of a binary32) to a number.
-local function from_bf16(u)
-    local sign = (u >= 0x8000) and -1 or 1
-    local exp = math.floor(u / 0x80) % 0x100
-    local man = u % 0x80
-    if exp == 0 then return sign * man * 2 ^ -133 end
-    if exp == 0xff then return (man == 0) and sign * math.huge or 0 / 0 end
-    return sign * (1 + man / 0x80) * 2 ^ (exp - 127)
-end
+local function from_f16(u) return from_half(u, 5) end
+local function from_bf16(u) return from_half(u, 8) end
 
 local function kind_of(flags)
     if flags == FLAG_NAK then return "NAK" end

@@ -59,16 +59,6 @@ impl Visit for Names {
     }
 }
 
-/// A [`Visit`] that keeps the values, in walk order.
-#[derive(Debug, Default)]
-pub struct Values(pub Vec<u64>);
-
-impl Visit for Values {
-    fn counter(&mut self, _: Metric, v: u64) {
-        self.0.push(v);
-    }
-}
-
 impl AggCounters {
     /// The counters by family name, with their meaning (the fields' docs).
     pub fn fields(&self) -> [(&'static str, &'static str, u64); 11] {
@@ -146,6 +136,16 @@ impl<B: PacketBuf> Datapath<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Keeps the values, in walk order.
+    #[derive(Default)]
+    struct Values(Vec<u64>);
+
+    impl Visit for Values {
+        fn counter(&mut self, _: Metric, v: u64) {
+            self.0.push(v);
+        }
+    }
 
     #[test]
     fn names_and_values_line_up_and_count_what_the_datapath_counted() {

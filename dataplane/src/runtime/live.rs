@@ -5,6 +5,7 @@
 //! stats line) and DPDK's telemetry thread (`/dpu/...` commands, [`crate::dpdk::telemetry`])
 //! read the board and sum the slots.
 
+use crate::config::label_key;
 use crate::dpdk::telemetry::{self, Reply};
 use crate::dpdk::DpdkError;
 use crate::export::{Label, Metric, Names, Visit};
@@ -33,9 +34,9 @@ impl Board {
         Board { metrics, ports, tables, slots }
     }
 
-    /// Worker `w`'s publisher.
-    pub fn publisher(self: &Arc<Board>, w: usize) -> Publisher {
-        Publisher { board: self.clone(), w, i: 0 }
+    /// Worker `w`'s publisher, due every `every_tsc` TSC cycles.
+    pub fn publisher(self: &Arc<Board>, w: usize, every_tsc: u64) -> Publisher {
+        Publisher { board: self.clone(), w, i: 0, every_tsc, last_tsc: 0 }
     }
 
     /// Every metric summed over the workers, in walk order.
@@ -49,9 +50,15 @@ impl Board {
         t
     }
 
-    /// The total of metric `family` with `label` (0 if there is none).
-    pub fn total(&self, totals: &[u64], family: &str, label: Label) -> u64 {
-        self.metrics.iter().zip(totals).filter(|(m, _)| m.family == family && m.label == label).map(|(_, v)| *v).sum()
+    /// In `totals` (as [`Board::totals`] returns), the total of metric `family` with `label`,
+    /// or over all its labels (`None`); 0 if there is none.
+    pub fn total(&self, totals: &[u64], family: &str, label: Option<Label>) -> u64 {
+        self.metrics
+            .iter()
+            .zip(totals)
+            .filter(|(m, _)| m.family == family && label.is_none_or(|l| m.label == l))
+            .map(|(_, v)| *v)
+            .sum()
     }
 
     /// Metric `i`'s key in telemetry dictionaries: its family, then its label (`port_rx_packets/p0`,
@@ -61,10 +68,10 @@ impl Board {
         let m = &self.metrics[i];
         let label = match m.label {
             Label::None => return m.family.to_string(),
-            Label::Port(p) => clean(self.ports.get(p as usize).map_or("?", String::as_str)),
+            Label::Port(p) => label_key(self.ports.get(p as usize).map_or("?", String::as_str)),
             Label::Reason(r) => r.name().to_string(),
             Label::Entry { table, entry } => {
-                let t = clean(self.tables.get(table as usize).map_or("?", String::as_str));
+                let t = label_key(self.tables.get(table as usize).map_or("?", String::as_str));
                 match entry {
                     Some(e) => format!("{t}/{e}"),
                     None => format!("{t}/miss"),
@@ -75,20 +82,27 @@ impl Board {
     }
 }
 
-/// A name as a telemetry key part: other characters than ASCII letters, digits and `_` become `_`.
-fn clean(s: &str) -> String {
-    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect()
-}
-
 /// Writes one worker's walk into its slot: the [`Visit`] its walks go to.
 #[derive(Debug)]
 pub struct Publisher {
     board: Arc<Board>,
     w: usize,
     i: usize,
+    every_tsc: u64,
+    last_tsc: u64,
 }
 
 impl Publisher {
+    /// Whether a publication is due at TSC `now` (one per period); if so, the period restarts.
+    #[inline]
+    pub fn due(&mut self, now: u64) -> bool {
+        if now.wrapping_sub(self.last_tsc) < self.every_tsc {
+            return false;
+        }
+        self.last_tsc = now;
+        true
+    }
+
     /// Publishes `dp`'s counters now.
     pub fn publish<B: crate::buf::PacketBuf>(&mut self, dp: &crate::datapath::Datapath<B>) {
         self.i = 0;
@@ -210,9 +224,7 @@ pub fn names_of<B: crate::buf::PacketBuf>(dp: &crate::datapath::Datapath<B>) -> 
 /// The periodic stats line: rates over the last interval and totals, from two readings of the
 /// board `dt_s` seconds apart (`prev`, `now`), at `elapsed_s` into the run.
 pub fn stats_line(board: &Board, prev: &[u64], now: &[u64], dt_s: f64, elapsed_s: f64) -> String {
-    let sum = |t: &[u64], family: &str| -> u64 {
-        board.metrics.iter().zip(t).filter(|(m, _)| m.family == family).map(|(_, v)| *v).sum()
-    };
+    let sum = |t: &[u64], family: &str| board.total(t, family, None);
     let rate = |family: &str| (sum(now, family).saturating_sub(sum(prev, family))) as f64 / dt_s.max(1e-9);
     let drops: Vec<String> = board
         .metrics
@@ -257,19 +269,19 @@ mod tests {
         a.counters.rx(0, 100);
         b.counters.rx(0, 50);
         b.counters.drop(Reason::TxFull);
-        board.publisher(0).publish(&a);
-        board.publisher(1).publish(&b);
+        board.publisher(0, 0).publish(&a);
+        board.publisher(1, 0).publish(&b);
         let t = board.totals();
-        assert_eq!(board.total(&t, "port_rx_packets", Label::Port(0)), 2);
-        assert_eq!(board.total(&t, "port_rx_bytes", Label::Port(0)), 150);
-        assert_eq!(board.total(&t, "dropped_packets", Label::Reason(Reason::TxFull)), 1);
+        assert_eq!(board.total(&t, "port_rx_packets", Some(Label::Port(0))), 2);
+        assert_eq!(board.total(&t, "port_rx_bytes", Some(Label::Port(0))), 150);
+        assert_eq!(board.total(&t, "dropped_packets", Some(Label::Reason(Reason::TxFull))), 1);
         let i = board.metrics.iter().position(|m| m.family == "port_rx_packets").unwrap();
         assert_eq!(board.key(i), "port_rx_packets/p_0");
         // A second publication replaces the first (counters are totals, not increments).
         a.counters.rx(0, 100);
-        board.publisher(0).publish(&a);
+        board.publisher(0, 0).publish(&a);
         let t2 = board.totals();
-        assert_eq!(board.total(&t2, "port_rx_packets", Label::Port(0)), 3);
+        assert_eq!(board.total(&t2, "port_rx_packets", Some(Label::Port(0))), 3);
         let line = stats_line(&board, &t, &t2, 1.0, 2.0);
         assert!(line.starts_with("dpu: 2.0 s: rx 0.000 Mpps"), "{line}");
         assert!(line.contains("drops tx_full=1 (+0)"), "{line}");

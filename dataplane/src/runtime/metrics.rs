@@ -14,18 +14,6 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
-use std::thread::JoinHandle;
-
-/// The running appliance's board, read at each scrape.
-#[derive(Debug)]
-struct BoardCollector;
-
-impl Collector for BoardCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let Some(board) = live::current() else { return Ok(()) };
-        encode_board(&board, &mut encoder)
-    }
-}
 
 /// Every metric of `board`, one family at a time (in the order families first appear).
 fn encode_board(board: &Board, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
@@ -63,30 +51,32 @@ fn encode_board(board: &Board, encoder: &mut DescriptorEncoder) -> Result<(), st
     Ok(())
 }
 
-/// The text of a scrape of `board` now (what `/metrics` answers while it is the current one).
-pub fn render(board: &Arc<Board>) -> String {
+/// The text of a scrape of `board` now (what `/metrics` answers while it is the current one);
+/// without a board (no run), only the end marker.
+pub fn render(board: Option<&Arc<Board>>) -> String {
     let mut registry = Registry::with_prefix("dpu");
-    registry.register_collector(Box::new(OneBoard(board.clone())));
+    if let Some(b) = board {
+        registry.register_collector(Box::new(Scrape(b.clone())));
+    }
     let mut out = String::new();
     // Writing into a String cannot fail.
     let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
     out
 }
 
-/// A collector of one given board (for [`render`]).
+/// The collector of one scrape: the board read once.
 #[derive(Debug)]
-struct OneBoard(Arc<Board>);
+struct Scrape(Arc<Board>);
 
-impl Collector for OneBoard {
+impl Collector for Scrape {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         encode_board(&self.0, &mut encoder)
     }
 }
 
-/// The HTTP listener; dropping it stops the server thread.
+/// The HTTP listener; dropping it stops accepting requests.
 pub struct MetricsServer {
     server: Arc<tiny_http::Server>,
-    thread: Option<JoinHandle<()>>,
     /// The address it listens on (with the port the OS chose for port 0).
     pub addr: String,
 }
@@ -97,19 +87,15 @@ pub fn serve(addr: &str) -> Result<MetricsServer, String> {
     let server = Arc::new(tiny_http::Server::http(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?);
     let bound = server.server_addr().to_ip().map_or_else(|| addr.to_string(), |a| a.to_string());
     let s = server.clone();
-    let thread = std::thread::Builder::new()
+    std::thread::Builder::new()
         .name("dpu-metrics".into())
         .spawn(move || {
-            let mut registry = Registry::with_prefix("dpu");
-            registry.register_collector(Box::new(BoardCollector));
             for req in s.incoming_requests() {
                 // Prometheus may add a query string (`params` in a scrape config): ignored.
                 let path = req.url().split('?').next().unwrap_or("");
                 let (status, body) = match (req.method(), path) {
                     (tiny_http::Method::Get | tiny_http::Method::Head, "/metrics") => {
-                        let mut out = String::new();
-                        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
-                        (200, out)
+                        (200, render(live::current().as_ref()))
                     }
                     (tiny_http::Method::Get | tiny_http::Method::Head, _) => (404, "not found: try /metrics\n".into()),
                     _ => (405, "read-only: GET /metrics\n".into()),
@@ -131,7 +117,7 @@ pub fn serve(addr: &str) -> Result<MetricsServer, String> {
             }
         })
         .map_err(|e| format!("cannot start the metrics thread: {e}"))?;
-    Ok(MetricsServer { server, thread: Some(thread), addr: bound })
+    Ok(MetricsServer { server, addr: bound })
 }
 
 impl std::fmt::Debug for MetricsServer {
@@ -141,11 +127,10 @@ impl std::fmt::Debug for MetricsServer {
 }
 
 impl Drop for MetricsServer {
-    /// Stops accepting requests. The thread is not waited for: a reply still being written to a
-    /// client that does not read must not hold up the appliance's exit.
+    /// Stops accepting requests. The threads are not waited for: a reply still being written to
+    /// a client that does not read must not hold up the appliance's exit.
     fn drop(&mut self) {
         self.server.unblock();
-        drop(self.thread.take());
     }
 }
 
@@ -161,8 +146,8 @@ mod tests {
         let board = Arc::new(Board::new(live::names_of(&dp), 1, vec!["p0".into()], vec![]));
         dp.counters.rx(0, 100);
         dp.counters.drop(Reason::TxFull);
-        board.publisher(0).publish(&dp);
-        let text = render(&board);
+        board.publisher(0, 0).publish(&dp);
+        let text = render(Some(&board));
         assert!(text.contains("# TYPE dpu_port_rx_packets counter"), "{text}");
         assert!(text.contains("dpu_port_rx_packets_total{port=\"p0\"} 1\n"), "{text}");
         assert!(text.contains("dpu_port_rx_bytes_total{port=\"p0\"} 100\n"), "{text}");

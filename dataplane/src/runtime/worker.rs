@@ -115,11 +115,9 @@ pub struct Worker {
     /// In a replay with several workers and a shaped port, every worker's published capture
     /// clock (µs), by worker index: see [`Worker::lockstep`].
     pub lockstep: Option<Arc<[AtomicU64]>>,
-    /// Where this worker publishes its counters for live readers, every `publish_tsc` TSC
-    /// cycles and once at the end of the run ([`crate::live`]).
+    /// Where this worker publishes its counters for live readers, once per the publisher's
+    /// period and once at the end of the run ([`crate::live`]).
     pub live: Option<crate::live::Publisher>,
-    /// The publication period (TSC cycles).
-    pub publish_tsc: u64,
 }
 
 /// A received burst a worker holds in a lockstep replay: `mbufs[pos..end]`, from `port`.
@@ -247,7 +245,6 @@ impl Worker {
         let mut held = Held::default();
         let mut stalled_since = None;
         let mut last_drain = rdtsc();
-        let mut last_publish = last_drain;
         let mut live = self.live.take();
         // Online for the grace periods of `dpdk::rcu` until the end of the run: each loop turn
         // below is a quiescent state (no burst of a port in progress).
@@ -258,11 +255,12 @@ impl Worker {
             if now.wrapping_sub(last_drain) > self.drain_tsc {
                 io.flush_all();
                 last_drain = now;
-                if now.wrapping_sub(last_publish) > self.publish_tsc {
-                    if let Some(p) = &mut live {
+                if let Some(p) = &mut live {
+                    if p.due(now) {
+                        // What the tx queues refused so far belongs in the published drops.
+                        self.datapath.counters.drop_n(Reason::TxFull, std::mem::take(&mut io.tx_full));
                         p.publish(&self.datapath);
                     }
-                    last_publish = now;
                 }
             }
             let now_us = now / self.tsc_per_us;

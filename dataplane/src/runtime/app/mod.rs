@@ -785,10 +785,12 @@ fn run_with_eal(
     };
     let running = start::launch_workers(loaded, &ports, pool, ring_slots, schedulers, expected.is_some())?;
     if !opts.quiet && expected.is_none() {
-        let socket = Path::new(&eal.runtime_dir()).join("dpdk_telemetry.v2");
+        // The runtime directory is named after the file prefix, however EAL was given it.
+        let dir = PathBuf::from(eal.runtime_dir());
+        let socket = dir.join("dpdk_telemetry.v2");
         match &telemetry {
             Ok(()) if !eal.args().iter().any(|a| a == "--no-telemetry") => {
-                let prefix = eal.args().iter().rev().find_map(|a| a.strip_prefix("--file-prefix=")).unwrap_or("rte");
+                let prefix = dir.file_name().map_or_else(|| "rte".into(), |n| n.to_string_lossy());
                 println!(
                     "dpu: telemetry: {} (dpdk-telemetry.py -f {prefix}: /dpu/stats, /dpu/table,NAME)",
                     socket.display()

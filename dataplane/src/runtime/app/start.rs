@@ -262,8 +262,7 @@ pub(super) fn launch_workers(
         loaded.pipeline.tables.iter().map(|t| t.name.clone()).collect(),
     ));
     for (wi, w) in workers.iter_mut().enumerate() {
-        w.live = Some(board.publisher(wi));
-        w.publish_tsc = hz / 1000 * crate::live::PUBLISH_MS;
+        w.live = Some(board.publisher(wi, hz / 1000 * crate::live::PUBLISH_MS));
     }
     crate::live::set_current(Some(board.clone()));
     let started = Instant::now();
@@ -345,6 +344,5 @@ fn make_worker(loaded: &Loaded, shared: &Shared, wi: usize, l: &LcoreConfig) -> 
         qos_shared: shared.qos_rings.iter().flatten().any(Option::is_some),
         lockstep: shared.lockstep.clone(),
         live: None,
-        publish_tsc: u64::MAX,
     }
 }

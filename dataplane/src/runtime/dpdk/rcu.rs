@@ -218,7 +218,7 @@ pub fn grace_timeouts() -> u64 {
 pub unsafe fn munmap_after_grace(addr: *mut c_void, len: usize) -> c_int {
     if let Some(q) = WORKERS.get() {
         if on_interrupt_thread() && !READER.with(Cell::get) {
-            // With no reader online the check completes at once; count only real waits.
+            // With no reader online the check completes at once.
             if !q.synchronize(GRACE_TIMEOUT) {
                 GRACE_TIMEOUTS.fetch_add(1, Ordering::Relaxed);
             }
