@@ -56,7 +56,7 @@ bench: build
 # added to fuzz/corpus/<target>/. libFuzzer needs nightly flags; RUSTC_BOOTSTRAP=1 lets the
 # stable toolchain accept them. A crash stops the run and leaves its input in fuzz/artifacts/.
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := parse pipeline aggregate config
+FUZZ_TARGETS := parse pipeline aggregate config control
 
 fuzz-tools:
 	@command -v cargo-fuzz >/dev/null 2>&1 || $(CARGO) install cargo-fuzz --locked || $(CARGO) install cargo-fuzz

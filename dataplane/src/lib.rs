@@ -33,4 +33,4 @@ pub use packet::{
     action, agg, buf, datapath, export, meta, meter, neighbor, parse, prefetch, sched, stats, table, wire,
 };
 #[cfg(feature = "dpdk")]
-pub use runtime::{app, dpdk, live, metrics, outputs, pcapfile, worker};
+pub use runtime::{app, control, dpdk, live, metrics, outputs, pcapfile, worker};

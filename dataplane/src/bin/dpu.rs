@@ -6,6 +6,8 @@
 //! dpu -c CONF --duration 10 -- --lcores 0@0,1@1         extra EAL arguments after `--`
 //! dpu --check -c CONF                                   validate the config and exit
 //! ```
+//! SIGINT and SIGTERM stop it; SIGHUP reloads the config's tables, groups and meters (the
+//! other parts need a restart); `dpuctl` changes them through the control socket it prints.
 //! Exit status: 0 on success, 1 when the appliance cannot run (DPDK, ports, inputs, a worker's
 //! panic, an output that cannot be written whole) or a finite replay ended short or lost packets
 //! for lack of resources, 2 for a bad configuration or command line. Every way out returns from
@@ -96,8 +98,8 @@ fn main() -> ExitCode {
             }
         };
     }
-    if let Err(e) = ctrlc::set_handler(dataplane::worker::request_quit) {
-        eprintln!("dpu: cannot install the SIGINT/SIGTERM handler: {e}");
+    if let Err(e) = dataplane::control::install_signal_handlers() {
+        eprintln!("dpu: {e}");
         return ExitCode::from(1);
     }
     let opts = Options {

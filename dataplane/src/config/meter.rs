@@ -5,7 +5,7 @@ use super::ConfigError;
 use crate::action::MeterRef;
 use crate::meter::array::MeterSpec;
 use crate::meter::{Profile, ProfileError};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 /// Most instances of one indexed meter.
@@ -13,7 +13,7 @@ pub const MAX_METER_SIZE: u32 = 1 << 20;
 
 /// `[[meter]]` as written in the file. Rates in bytes per second and sizes in bytes, counting
 /// each frame as sent on the wire without FCS or padding.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct MeterConfig {
     /// The name actions use: `meter(NAME)`, `police(NAME, ...)`.

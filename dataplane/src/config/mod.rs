@@ -10,7 +10,8 @@ mod error;
 pub mod memory;
 pub mod meter;
 pub mod qos;
-mod table;
+pub mod table;
+pub mod update;
 mod validate;
 
 pub use error::ConfigError;

@@ -4,11 +4,11 @@ use super::ConfigError;
 use crate::action::{parse_action_list, ActionContext, MeterRef};
 use crate::table::value::parse_match_value;
 use crate::table::{Field, MatchKind, MulticastGroup, Pipeline, Table};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 /// `[[table]]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TableConfig {
     /// Unique name (used by `goto` and in stats).
@@ -24,7 +24,7 @@ pub struct TableConfig {
 }
 
 /// One key field.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct KeyFieldConfig {
     /// Field name, like `eth.dst`.
@@ -35,7 +35,7 @@ pub struct KeyFieldConfig {
 }
 
 /// `[[table.entry]]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct EntryConfig {
     /// One value per key field, in key order (syntax per match kind: see the README).
@@ -43,11 +43,12 @@ pub struct EntryConfig {
     /// Action list, like `"set_dscp(46); forward(1)"`.
     pub action: String,
     /// Priority, for tables with ternary or range fields (larger wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<i32>,
 }
 
 /// `[[multicast_group]]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupConfig {
     /// The id `multicast(id)` names.
@@ -58,7 +59,7 @@ pub struct GroupConfig {
 }
 
 /// `[[multicast_group.copy]]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CopyConfig {
     /// Egress port.

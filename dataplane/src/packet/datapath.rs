@@ -12,7 +12,7 @@ use crate::parse::{parse_into, Layers, Parsed};
 use crate::prefetch::prefetch;
 use crate::sched::{ClassMap, Dequeued, DropReason, PortConfig, Scheduler};
 use crate::stats::{Counters, Reason};
-use crate::table::{Pipeline, PipelineState};
+use crate::table::{Carry, Pipeline, PipelineState};
 
 /// Largest burst [`Datapath::process_burst`] handles at once (packets); longer slices are
 /// processed in chunks of this size.
@@ -202,6 +202,32 @@ pub struct Datapath<B = VecBuf> {
     capture_clock: bool,
 }
 
+/// A pipeline version for [`Datapath::swap_pipeline`], made by the control plane: before the
+/// swap the new version, after it the old one.
+#[derive(Debug)]
+pub struct PipelineSwap {
+    /// The pipeline.
+    pub pipeline: Pipeline,
+    /// Its counters and meter states (fresh before the swap).
+    pub state: PipelineState,
+    /// What the new version keeps of the old one's counts.
+    pub carry: std::sync::Arc<Carry>,
+    /// Whether some table of `pipeline` uses `aggregate` (see [`Pipeline::any_action`]).
+    pub aggregates: bool,
+}
+
+impl PipelineSwap {
+    /// The swap to `pipeline`, keeping what `carry` names.
+    pub fn new(pipeline: Pipeline, carry: std::sync::Arc<Carry>) -> Self {
+        PipelineSwap {
+            state: PipelineState::new(&pipeline),
+            aggregates: pipeline.any_action(|a| *a == Action::Aggregate),
+            pipeline,
+            carry,
+        }
+    }
+}
+
 impl<B: PacketBuf> Datapath<B> {
     /// A datapath over `ports` ports running `pipeline`; `gradient_udp_port` is the UDP port of
     /// the gradient protocol's UDP carriage (spec section 1).
@@ -222,6 +248,18 @@ impl<B: PacketBuf> Datapath<B> {
             live_us: 0,
             capture_clock: true,
         }
+    }
+
+    /// Switches to another version of the pipeline (the control plane's runtime update), at a
+    /// burst boundary: `swap`'s state (fresh, shaped for its pipeline) takes the counts that
+    /// `swap.carry` names from this worker's state, then the two versions change places, so
+    /// that `swap` holds the old version afterwards (to be freed off the fast path). No
+    /// allocation and no lookup of entries: the control plane prepared everything.
+    pub fn swap_pipeline(&mut self, swap: &mut PipelineSwap) {
+        swap.state.carry_from(&mut self.pipeline_state, &swap.carry);
+        std::mem::swap(&mut self.pipeline, &mut swap.pipeline);
+        std::mem::swap(&mut self.pipeline_state, &mut swap.state);
+        std::mem::swap(&mut self.aggregate_in_pipeline, &mut swap.aggregates);
     }
 
     /// Adds egress schedulers: `ports[p]`, when `Some`, is port `p`'s configuration and class

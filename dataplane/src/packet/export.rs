@@ -11,6 +11,7 @@ use crate::agg::AggCounters;
 use crate::buf::PacketBuf;
 use crate::datapath::Datapath;
 use crate::stats::Reason;
+use crate::table::PipelineState;
 
 /// What a counter is about, beside its family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,23 +113,28 @@ impl<B: PacketBuf> Datapath<B> {
             Metric { family: "address_conflicts", help: "address conflicts seen", label: none },
             c.address_conflicts,
         );
-        let s = &self.pipeline_state;
-        for t in 0..s.tables() {
-            let hits = s.hits_of(t);
-            let last = hits.len().saturating_sub(1);
-            for (e, h) in hits.iter().enumerate() {
-                let entry = (e < last).then_some(e as u32);
-                let label = Label::Entry { table: t as u16, entry };
-                v.counter(Metric { family: "table_packets", help: "packets that hit the entry", label }, h.packets);
-                v.counter(
-                    Metric { family: "table_bytes", help: "bytes of the packets that hit the entry", label },
-                    h.bytes,
-                );
-            }
-        }
+        export_tables(&self.pipeline_state, v);
         let agg = self.agg.as_ref().map(|a| a.counters).unwrap_or_default();
         for (family, help, value) in agg.fields() {
             v.counter(Metric { family, help, label: none }, value);
+        }
+    }
+}
+
+/// The table part of [`Datapath::export`]: per table each entry's then the miss's packets and
+/// bytes. Also what a board is reshaped with when the pipeline changes at runtime.
+pub fn export_tables<V: Visit>(s: &PipelineState, v: &mut V) {
+    for t in 0..s.tables() {
+        let hits = s.hits_of(t);
+        let last = hits.len().saturating_sub(1);
+        for (e, h) in hits.iter().enumerate() {
+            let entry = (e < last).then_some(e as u32);
+            let label = Label::Entry { table: t as u16, entry };
+            v.counter(Metric { family: "table_packets", help: "packets that hit the entry", label }, h.packets);
+            v.counter(
+                Metric { family: "table_bytes", help: "bytes of the packets that hit the entry", label },
+                h.bytes,
+            );
         }
     }
 }

@@ -34,6 +34,23 @@ impl Board {
         Board { metrics, ports, tables, slots }
     }
 
+    /// A board like this one for a pipeline changed at runtime: the same metrics but the
+    /// tables', which are those of `state` (shaped for the new pipeline), and `tables` their names.
+    /// The tables' metrics sit between the fixed ones before and the aggregator's after
+    /// ([`crate::export`]'s order). Zero values: each worker publishes into it once it switched.
+    pub fn reshaped(&self, state: &crate::table::PipelineState, tables: Vec<String>) -> Board {
+        let is_table = |m: &Metric| matches!(m.label, Label::Entry { .. });
+        let start = self.metrics.iter().position(|m| is_table(m) || m.family.starts_with("agg_"));
+        let start = start.unwrap_or(self.metrics.len());
+        let end = start + self.metrics[start..].iter().take_while(|m| is_table(m)).count();
+        let mut names = Names::default();
+        crate::export::export_tables(state, &mut names);
+        let mut metrics = self.metrics[..start].to_vec();
+        metrics.extend(names.0);
+        metrics.extend_from_slice(&self.metrics[end..]);
+        Board::new(metrics, self.slots.len(), self.ports.clone(), tables)
+    }
+
     /// Worker `w`'s publisher, due every `every_tsc` TSC cycles.
     pub fn publisher(self: &Arc<Board>, w: usize, every_tsc: u64) -> Publisher {
         Publisher { board: self.clone(), w, i: 0, every_tsc, last_tsc: 0 }
@@ -101,6 +118,11 @@ impl Publisher {
         }
         self.last_tsc = now;
         true
+    }
+
+    /// Publishes into `board` from now on (a board [`Board::reshaped`] for a new pipeline).
+    pub fn set_board(&mut self, board: Arc<Board>) {
+        self.board = board;
     }
 
     /// Publishes `dp`'s counters now.

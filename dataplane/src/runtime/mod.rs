@@ -5,6 +5,7 @@
 //! it. Only [`dpdk`] names the `dpdk_sys` bindings.
 
 pub mod app;
+pub mod control;
 pub mod dpdk;
 pub mod live;
 pub mod metrics;

@@ -56,6 +56,20 @@ pub fn scheduler_owners<T>(qos: &[Option<T>], workers: usize) -> Vec<Option<usiz
         .collect()
 }
 
+/// Set by SIGINT and SIGTERM: the main lcore stops the control plane, then the workers
+/// ([`request_quit`]), so that no pipeline update is left half done.
+pub static STOP_ASKED: AtomicBool = AtomicBool::new(false);
+
+/// True once a signal asked for a stop (the workers go on until [`QUIT`]).
+pub fn stop_asked() -> bool {
+    STOP_ASKED.load(Ordering::Relaxed)
+}
+
+/// Asks for a stop (async-signal-safe: one atomic store).
+pub fn ask_stop() {
+    STOP_ASKED.store(true, Ordering::Relaxed);
+}
+
 /// True once a stop was requested.
 #[inline(always)]
 pub fn quitting() -> bool {
@@ -118,6 +132,9 @@ pub struct Worker {
     /// Where this worker publishes its counters for live readers, once per the publisher's
     /// period and once at the end of the run ([`crate::live`]).
     pub live: Option<crate::live::Publisher>,
+    /// Where the control plane posts new pipeline versions ([`crate::control`]); checked at
+    /// every poll-loop turn (a burst boundary).
+    pub control: Option<Arc<crate::control::Mailbox>>,
 }
 
 /// A received burst a worker holds in a lockstep replay: `mbufs[pos..end]`, from `port`.
@@ -251,6 +268,7 @@ impl Worker {
         let online = dpdk::rcu::workers().enter(self.index as u32).expect("worker indexes are below RTE_MAX_LCORE");
         while !quitting() || held.pos < held.end {
             online.quiescent();
+            self.switch_if_asked(&mut io, &mut live);
             let now = rdtsc();
             if now.wrapping_sub(last_drain) > self.drain_tsc {
                 io.flush_all();
@@ -435,6 +453,22 @@ struct Step<'a> {
 }
 
 impl Worker {
+    /// Switches to the pipeline version the control plane posted, if it did: the counts carry
+    /// over, the counters are published at once on the board shaped for the new version (so a
+    /// reader of it never sees this worker's counts missing), and the old version goes back.
+    #[inline]
+    fn switch_if_asked(&mut self, io: &mut TxIo, live: &mut Option<crate::live::Publisher>) {
+        let Some(mb) = &self.control else { return };
+        let Some(mut u) = mb.take() else { return };
+        self.datapath.swap_pipeline(&mut u.swap);
+        if let (Some(p), Some(board)) = (live.as_mut(), u.board.take()) {
+            p.set_board(board);
+            self.datapath.counters.drop_n(Reason::TxFull, std::mem::take(&mut io.tx_full));
+            p.publish(&self.datapath);
+        }
+        mb.give_back(u);
+    }
+
     /// True when every other worker's ring has at least `need` free slots.
     #[inline]
     fn rings_have_room(&self, need: u32) -> bool {

@@ -79,6 +79,50 @@ pub fn null_ports(n: usize) -> String {
     (0..n).map(|i| format!("[[port]]\nvdev = \"net_null{i}\"\n")).collect()
 }
 
+/// A running configuration for tests of runtime changes (`config::update`, the `control` fuzz
+/// target): two null ports; tables `l2` (exact, two entries, one counting `two` and sending to
+/// multicast group 1), `routes` (lpm, one entry) and `acl` (ternary + range, one entry with
+/// priority 5 through meter `m`); srTCM meter `m`; group 1 with a copy to each port.
+pub const PIPELINE_CONF: &str = r#"
+[[port]]
+vdev = "net_null0"
+[[port]]
+vdev = "net_null1"
+[[table]]
+name = "l2"
+key = [{ field = "eth.dst", match = "exact" }]
+[[table.entry]]
+key = ["02:00:00:00:00:01"]
+action = "forward(0)"
+[[table.entry]]
+key = ["02:00:00:00:00:02"]
+action = "count(two); multicast(1)"
+[[table]]
+name = "routes"
+key = [{ field = "ipv4.dst", match = "lpm" }]
+default_action = "goto(acl)"
+[[table.entry]]
+key = ["10.0.0.0/8"]
+action = "dec_ttl; forward(1)"
+[[table]]
+name = "acl"
+key = [{ field = "ipv4.src", match = "ternary" }, { field = "udp.dst_port", match = "range" }]
+default_action = "forward(1)"
+[[table.entry]]
+key = ["10.0.0.0&&&255.0.0.0", "9000->9100"]
+priority = 5
+action = "police(m); forward(0)"
+[[meter]]
+name = "m"
+type = "srtcm"
+cir = 1000000
+cbs = 3000
+ebs = 3000
+[[multicast_group]]
+id = 1
+copy = [{ port = 0 }, { port = 1, actions = "push_vlan(5)" }]
+"#;
+
 #[cfg(test)]
 mod tests {
     use super::*;

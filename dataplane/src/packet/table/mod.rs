@@ -11,6 +11,7 @@
 //! `ternary` or `range` field a bit-vector classifier over a priority-ordered list
 //! ([`ternary`], [`classifier`]). Lookups never allocate.
 
+mod carry;
 pub mod classifier;
 pub mod entry;
 pub mod exact;
@@ -32,6 +33,7 @@ use crate::meter::array::{MeterArray, MeterSpec};
 use crate::parse::Parsed;
 pub use crate::stats::Counter;
 use crate::stats::Reason;
+pub use carry::Carry;
 use entry::Entry;
 use exact::ExactMatcher;
 pub use field::Field;

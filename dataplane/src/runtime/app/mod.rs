@@ -753,7 +753,7 @@ pub fn run(opts: &Options) -> Result<Summary, AppError> {
 /// Refuses to start the ports after SIGINT or SIGTERM arrived during start-up (the signal
 /// handler only asks the workers to stop).
 fn stop_requested() -> Result<(), AppError> {
-    if worker::quitting() {
+    if worker::quitting() || worker::stop_asked() {
         return Err(AppError::Other("stopped by SIGINT or SIGTERM before the ports started: nothing written".into()));
     }
     Ok(())
@@ -784,6 +784,20 @@ fn run_with_eal(
         None => None,
     };
     let running = start::launch_workers(loaded, &ports, pool, ring_slots, schedulers, expected.is_some())?;
+    // The control socket, in the instance's runtime directory (removed with it at exit).
+    let control = match crate::control::start(
+        loaded,
+        &opts.config,
+        &PathBuf::from(eal.runtime_dir()).join(crate::control::SOCKET_NAME),
+        running.mailboxes.clone(),
+        opts.quiet,
+    ) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            eprintln!("dpu: {e}; running without runtime control");
+            None
+        }
+    };
     if !opts.quiet && expected.is_none() {
         // The runtime directory is named after the file prefix, however EAL was given it.
         let dir = PathBuf::from(eal.runtime_dir());
@@ -802,6 +816,13 @@ fn run_with_eal(
         if let Some(m) = &metrics {
             println!("dpu: metrics: http://{}/metrics", m.addr);
         }
+        if let Some(c) = &control {
+            println!(
+                "dpu: control: {} (dpuctl -s {} tables; SIGHUP reloads the config)",
+                c.socket.display(),
+                c.socket.display()
+            );
+        }
         // Live or endless input: say when the ports are forwarding (scripts wait for this line).
         let names: Vec<&str> = ports.iter().map(|p| p.name()).collect();
         println!(
@@ -813,7 +834,7 @@ fn run_with_eal(
     }
     let reconnect: Vec<bool> = plans.iter().map(PortPlan::is_memif_client).collect();
     let stats_every = (cfg.dataplane.stats_interval_ms > 0 && expected.is_none())
-        .then(|| (&*running.board, Duration::from_millis(cfg.dataplane.stats_interval_ms)));
+        .then(|| Duration::from_millis(cfg.dataplane.stats_interval_ms));
     let watched = monitor::monitor(
         &mut ports,
         &reconnect,
@@ -823,6 +844,11 @@ fn run_with_eal(
         Duration::from_millis(cfg.dataplane.replay_idle_ms),
         opts.quiet,
     );
+    // No update may be left half done: the control plane stops (finishing the request it
+    // serves) before the workers do.
+    if let Some(c) = control {
+        c.stop();
+    }
     worker::request_quit();
     let seconds = running.started.elapsed().as_secs_f64();
     let panics = summary::join_workers(running.handles);

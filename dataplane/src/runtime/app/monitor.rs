@@ -6,6 +6,7 @@ use crate::dpdk::{Port, PortStats};
 use crate::live::{self, Board};
 use crate::pcapfile;
 use crate::worker;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How often a memif client port whose link is down is restarted to reconnect.
@@ -22,6 +23,9 @@ pub(super) struct Watched {
     pub ethdev_seen: Vec<PortStats>,
 }
 
+/// The board's totals when read, and the board (a runtime change of the tables replaces it).
+type Reading = (Vec<u64>, Arc<Board>);
+
 /// One memif client port's outage.
 #[derive(Default)]
 struct Outage {
@@ -31,8 +35,10 @@ struct Outage {
     said_error: bool,
 }
 
-/// Waits on the main lcore until a stop is due. With `stats` = (board, interval), prints the
-/// periodic stats line on stderr every interval ([`live::stats_line`]). Ports with `reconnect[i]` set (net_memif
+/// Waits on the main lcore until a stop is due (a stop asked by a signal included, see
+/// [`worker::stop_asked`]). With `stats` = an interval, prints the periodic stats line of the
+/// current board on stderr every interval ([`live::stats_line`]; after a runtime change of the
+/// tables, the next line starts from the new board). Ports with `reconnect[i]` set (net_memif
 /// clients: they connect only when started) are restarted every [`RECONNECT_INTERVAL`] while
 /// their link is down, the workers skipping them meanwhile; each outage and recovery is
 /// logged on stderr unless `quiet`.
@@ -43,7 +49,7 @@ struct Outage {
 pub(super) fn monitor(
     ports: &mut [Port],
     reconnect: &[bool],
-    stats: Option<(&Board, Duration)>,
+    stats: Option<Duration>,
     expected: Option<pcapfile::Input>,
     duration: Option<Duration>,
     idle: Duration,
@@ -58,20 +64,23 @@ pub(super) fn monitor(
     let mut ethdev_seen: Vec<PortStats> = ports.iter().map(Port::stats).collect();
     let done = |input_short, reconnects, ethdev_seen| Watched { input_short, reconnects, ethdev_seen };
     // The periodic stats line: the last reading and when it was taken.
-    let mut last_stats = stats.map(|(b, _)| (b.totals(), Instant::now()));
+    let reading = || live::current().map(|b| (b.totals(), b));
+    let mut last_stats: Option<(Option<Reading>, Instant)> = stats.map(|_| (reading(), Instant::now()));
     loop {
-        if let (Some((board, every)), Some((prev, at))) = (stats, &mut last_stats) {
+        if let (Some(every), Some((prev, at))) = (stats, &mut last_stats) {
             if at.elapsed() >= every {
-                let now = board.totals();
-                eprintln!(
-                    "{}",
-                    live::stats_line(board, prev, &now, at.elapsed().as_secs_f64(), start.elapsed().as_secs_f64())
-                );
+                let now = reading();
+                if let (Some((p, pb)), Some((n, nb))) = (prev.as_ref(), now.as_ref()) {
+                    if Arc::ptr_eq(pb, nb) {
+                        let (dt, t) = (at.elapsed().as_secs_f64(), start.elapsed().as_secs_f64());
+                        eprintln!("{}", live::stats_line(nb, p, n, dt, t));
+                    }
+                }
                 *prev = now;
                 *at = Instant::now();
             }
         }
-        if worker::quitting() {
+        if worker::quitting() || worker::stop_asked() {
             return done(false, reconnects, ethdev_seen);
         }
         if duration.is_some_and(|d| start.elapsed() >= d) {

@@ -28,8 +28,8 @@ pub(super) struct Running {
     pub results: Vec<ResultSlot>,
     /// When the workers were launched.
     pub started: Instant,
-    /// The workers' live counters ([`crate::live`]).
-    pub board: Arc<crate::live::Board>,
+    /// Each worker's mailbox for pipeline updates ([`crate::control`]), by worker index.
+    pub mailboxes: Vec<Arc<crate::control::Mailbox>>,
 }
 
 /// Checks that every configured worker lcore is a worker lcore of EAL.
@@ -261,8 +261,10 @@ pub(super) fn launch_workers(
         ports.iter().map(|p| p.name().to_string()).collect(),
         loaded.pipeline.tables.iter().map(|t| t.name.clone()).collect(),
     ));
+    let mailboxes: Vec<Arc<crate::control::Mailbox>> = workers.iter().map(|_| Arc::default()).collect();
     for (wi, w) in workers.iter_mut().enumerate() {
         w.live = Some(board.publisher(wi, hz / 1000 * crate::live::PUBLISH_MS));
+        w.control = Some(mailboxes[wi].clone());
     }
     crate::live::set_current(Some(board.clone()));
     let started = Instant::now();
@@ -287,7 +289,7 @@ pub(super) fn launch_workers(
             }
         }
     }
-    Ok(Running { handles, results, started, board })
+    Ok(Running { handles, results, started, mailboxes })
 }
 
 /// Worker `wi` of the run, polling lcore `l`'s rx queues.
@@ -344,5 +346,6 @@ fn make_worker(loaded: &Loaded, shared: &Shared, wi: usize, l: &LcoreConfig) -> 
         qos_shared: shared.qos_rings.iter().flatten().any(Option::is_some),
         lockstep: shared.lockstep.clone(),
         live: None,
+        control: None,
     }
 }

@@ -1,0 +1,474 @@
+//! Runtime changes to the pipeline part of the configuration (`[[table]]`, `[[multicast_group]]`,
+//! `[[meter]]`): the control plane's requests and SIGHUP's reload, validated by the same
+//! builders as the file.
+//!
+//! A [`Model`] is that part of a configuration. A batch of [`Op`]s is applied to a copy of the
+//! running model ([`Model::apply`]) and the result built into a new [`Pipeline`] by
+//! [`Model::build`], all or nothing: the first fault is reported with the operation's key
+//! (`ops[2].entry.key[0]`) and the running model is never touched. [`carry`] then says which
+//! counters the new version keeps: entries are the same entry when their table, key and priority
+//! are (P4Runtime's identity), whatever their actions.
+
+use super::meter::MeterConfig;
+use super::table::{build_pipeline, EntryConfig, GroupConfig, TableConfig};
+use super::{ConfigError, Loaded};
+use crate::table::value::parse_match_value;
+use crate::table::{Carry, Field, MatchKind, Pipeline};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// The pipeline part of a configuration, as the file's tables say it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Model {
+    /// `[[table]]`, in pipeline order.
+    pub tables: Vec<TableConfig>,
+    /// `[[multicast_group]]`.
+    pub groups: Vec<GroupConfig>,
+    /// `[[meter]]`.
+    pub meters: Vec<MeterConfig>,
+}
+
+/// One change. Requests carry them as JSON objects tagged by `op`, with the fields of the
+/// configuration file's tables (README, "Runtime control").
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Op {
+    /// Adds `entry` to table `table` (its key must be new in the table).
+    AddEntry {
+        /// The table's name.
+        table: String,
+        /// As a `[[table.entry]]`.
+        entry: EntryConfig,
+    },
+    /// Gives the entry with `entry`'s key (and priority) `entry`'s action; its counts stay.
+    ModifyEntry {
+        /// The table's name.
+        table: String,
+        /// As a `[[table.entry]]`: the key and priority find the entry, the action replaces its
+        /// action.
+        entry: EntryConfig,
+    },
+    /// Removes the entry with this key (and priority) from table `table`.
+    DeleteEntry {
+        /// The table's name.
+        table: String,
+        /// One value per key field, as in `[[table.entry]]`.
+        key: Vec<toml::Value>,
+        /// For tables with ternary or range fields.
+        #[serde(default)]
+        priority: Option<i32>,
+    },
+    /// Replaces table `table`'s `default_action`.
+    SetDefaultAction {
+        /// The table's name.
+        table: String,
+        /// An action list, as `default_action`.
+        action: String,
+    },
+    /// Adds a multicast group (its id must be new).
+    AddGroup {
+        /// As a `[[multicast_group]]`.
+        group: GroupConfig,
+    },
+    /// Replaces the multicast group with `group`'s id.
+    ModifyGroup {
+        /// As a `[[multicast_group]]`.
+        group: GroupConfig,
+    },
+    /// Removes multicast group `id` (no action may still name it).
+    DeleteGroup {
+        /// The group's id.
+        id: u16,
+    },
+    /// Adds a meter (its name must be new).
+    AddMeter {
+        /// As a `[[meter]]`.
+        meter: MeterConfig,
+    },
+    /// Replaces the meter with `meter`'s name; its buckets start full again.
+    ModifyMeter {
+        /// As a `[[meter]]`.
+        meter: MeterConfig,
+    },
+    /// Removes meter `name` (no action may still name it).
+    DeleteMeter {
+        /// The meter's name.
+        name: String,
+    },
+}
+
+/// Where what an operation added or changed ended up in the new model: errors found there while
+/// building are reported at the operation (`table[1].entry[4].action` as `ops[0].entry.action`).
+struct Origin {
+    /// The operation's index.
+    op: usize,
+    /// The path of what it touched in the new model, like `table[1].entry[4]`.
+    at: String,
+    /// The operation's field that holds it, like `entry`.
+    field: &'static str,
+}
+
+/// The file name request errors carry.
+pub const REQUEST: &str = "request";
+
+impl Model {
+    /// The pipeline part of a loaded configuration.
+    pub fn of(loaded: &Loaded) -> Model {
+        let c = &loaded.config;
+        Model { tables: c.tables.clone(), groups: c.groups.clone(), meters: c.meters.clone() }
+    }
+
+    /// Builds the pipeline of this model for `ports` ports (`aggregator`: collectives are
+    /// configured), as the file's pipeline is built; errors name `path`.
+    pub fn build(&self, ports: u16, aggregator: bool, path: &Path) -> Result<Pipeline, ConfigError> {
+        build_pipeline(&self.tables, &self.groups, &self.meters, ports, aggregator, path)
+    }
+
+    /// This model with `ops` applied in order, and its pipeline: all or nothing. Errors are keyed
+    /// by operation (`ops[K]...`) in file [`REQUEST`]; one found only when the whole new pipeline
+    /// is built names the operation that put the faulty part there, or else the part's place in
+    /// the new model (e.g. a deleted group that an entry still names).
+    pub fn apply(&self, ops: &[Op], ports: u16, aggregator: bool) -> Result<(Model, Pipeline), ConfigError> {
+        let path = Path::new(REQUEST);
+        let err = |k: usize, key: &str, msg: String| ConfigError::new(path, format!("ops[{k}]{key}"), msg);
+        let mut m = self.clone();
+        // What each operation touched, found again by identity once every operation has run.
+        enum Touched {
+            Entry(String, String),
+            Default(String),
+            Group(u16),
+            Meter(String),
+            Nothing,
+        }
+        let mut touched = Vec::new();
+        for (k, op) in ops.iter().enumerate() {
+            let t = match op {
+                Op::AddEntry { table, entry } | Op::ModifyEntry { table, entry } => {
+                    let ti = m.table(table).map_err(|e| err(k, ".table", e))?;
+                    let id = entry_id(&m.tables[ti], &entry.key, entry.priority)
+                        .map_err(|(i, e)| err(k, &key_path(".entry.key", i), e))?;
+                    let found = m.find_entry(ti, &id);
+                    match (op, found) {
+                        (Op::AddEntry { .. }, Some(e)) => {
+                            return Err(err(
+                                k,
+                                ".entry.key",
+                                format!("table {table:?} has this entry already (entry {e}): use modify_entry"),
+                            ))
+                        }
+                        (Op::AddEntry { .. }, None) => m.tables[ti].entries.push(entry.clone()),
+                        (_, Some(e)) => m.tables[ti].entries[e].action = entry.action.clone(),
+                        (_, None) => {
+                            return Err(err(k, ".entry.key", format!("table {table:?} has no entry with this key")))
+                        }
+                    }
+                    Touched::Entry(table.clone(), id)
+                }
+                Op::DeleteEntry { table, key, priority } => {
+                    let ti = m.table(table).map_err(|e| err(k, ".table", e))?;
+                    let id =
+                        entry_id(&m.tables[ti], key, *priority).map_err(|(i, e)| err(k, &key_path(".key", i), e))?;
+                    let e = m
+                        .find_entry(ti, &id)
+                        .ok_or_else(|| err(k, ".key", format!("table {table:?} has no entry with this key")))?;
+                    m.tables[ti].entries.remove(e);
+                    Touched::Nothing
+                }
+                Op::SetDefaultAction { table, action } => {
+                    let ti = m.table(table).map_err(|e| err(k, ".table", e))?;
+                    m.tables[ti].default_action = action.clone();
+                    Touched::Default(table.clone())
+                }
+                Op::AddGroup { group } | Op::ModifyGroup { group } => {
+                    let found = m.groups.iter().position(|g| g.id == group.id);
+                    match (op, found) {
+                        (Op::AddGroup { .. }, Some(_)) => {
+                            return Err(err(
+                                k,
+                                ".group.id",
+                                format!("multicast group {} exists already: use modify_group", group.id),
+                            ))
+                        }
+                        (Op::AddGroup { .. }, None) => m.groups.push(group.clone()),
+                        (_, Some(g)) => m.groups[g] = group.clone(),
+                        (_, None) => {
+                            return Err(err(
+                                k,
+                                ".group.id",
+                                format!("no multicast group {}{}", group.id, m.group_ids()),
+                            ))
+                        }
+                    }
+                    Touched::Group(group.id)
+                }
+                Op::DeleteGroup { id } => {
+                    let g = m
+                        .groups
+                        .iter()
+                        .position(|g| g.id == *id)
+                        .ok_or_else(|| err(k, ".id", format!("no multicast group {id}{}", m.group_ids())))?;
+                    m.groups.remove(g);
+                    Touched::Nothing
+                }
+                Op::AddMeter { meter } | Op::ModifyMeter { meter } => {
+                    let found = m.meters.iter().position(|x| x.name == meter.name);
+                    match (op, found) {
+                        (Op::AddMeter { .. }, Some(_)) => {
+                            return Err(err(
+                                k,
+                                ".meter.name",
+                                format!("meter {:?} exists already: use modify_meter", meter.name),
+                            ))
+                        }
+                        (Op::AddMeter { .. }, None) => m.meters.push(meter.clone()),
+                        (_, Some(i)) => m.meters[i] = meter.clone(),
+                        (_, None) => {
+                            return Err(err(k, ".meter.name", format!("no meter {:?}{}", meter.name, m.meter_names())))
+                        }
+                    }
+                    Touched::Meter(meter.name.clone())
+                }
+                Op::DeleteMeter { name } => {
+                    let i = m
+                        .meters
+                        .iter()
+                        .position(|x| x.name == *name)
+                        .ok_or_else(|| err(k, ".name", format!("no meter {name:?}{}", m.meter_names())))?;
+                    m.meters.remove(i);
+                    Touched::Nothing
+                }
+            };
+            touched.push(t);
+        }
+        let mut origins = Vec::new();
+        for (op, t) in touched.into_iter().enumerate() {
+            let found = match t {
+                Touched::Entry(table, id) => m
+                    .table(&table)
+                    .ok()
+                    .and_then(|ti| m.find_entry(ti, &id).map(|e| (format!("table[{ti}].entry[{e}]"), "entry"))),
+                Touched::Default(table) => {
+                    m.table(&table).ok().map(|ti| (format!("table[{ti}].default_action"), "action"))
+                }
+                Touched::Group(id) => {
+                    m.groups.iter().position(|g| g.id == id).map(|g| (format!("multicast_group[{g}]"), "group"))
+                }
+                Touched::Meter(name) => {
+                    m.meters.iter().position(|x| x.name == name).map(|i| (format!("meter[{i}]"), "meter"))
+                }
+                Touched::Nothing => None,
+            };
+            if let Some((at, field)) = found {
+                origins.push(Origin { op, at, field });
+            }
+        }
+        let pipeline = m.build(ports, aggregator, path).map_err(|e| at_origin(e, &origins))?;
+        Ok((m, pipeline))
+    }
+
+    /// [`Model::apply`], its errors one line each ([`one_line`]): what a request is answered.
+    pub fn apply_request(&self, ops: &[Op], ports: u16, aggregator: bool) -> Result<(Model, Pipeline), ConfigError> {
+        self.apply(ops, ports, aggregator).map_err(|mut e| {
+            e.key = one_line(&e.key);
+            e.message = one_line(&e.message);
+            e
+        })
+    }
+
+    /// The index of table `name`, or what the tables are.
+    fn table(&self, name: &str) -> Result<usize, String> {
+        self.tables.iter().position(|t| t.name == name).ok_or_else(|| {
+            let names: Vec<&str> = self.tables.iter().map(|t| t.name.as_str()).collect();
+            format!("no table {name:?}; tables: {}", if names.is_empty() { "none".into() } else { names.join(", ") })
+        })
+    }
+
+    /// The index of table `ti`'s entry whose identity is `id` ([`entry_id`]).
+    fn find_entry(&self, ti: usize, id: &str) -> Option<usize> {
+        let t = &self.tables[ti];
+        t.entries.iter().position(|e| entry_id(t, &e.key, e.priority).is_ok_and(|x| x == id))
+    }
+
+    fn group_ids(&self) -> String {
+        let ids: Vec<String> = self.groups.iter().map(|g| g.id.to_string()).collect();
+        format!("; groups: {}", if ids.is_empty() { "none".into() } else { ids.join(", ") })
+    }
+
+    fn meter_names(&self) -> String {
+        let n: Vec<&str> = self.meters.iter().map(|x| x.name.as_str()).collect();
+        format!("; meters: {}", if n.is_empty() { "none".into() } else { n.join(", ") })
+    }
+}
+
+/// `base` with `[i]` appended when the fault is in key value `i`.
+fn key_path(base: &str, i: Option<usize>) -> String {
+    match i {
+        Some(i) => format!("{base}[{i}]"),
+        None => base.to_string(),
+    }
+}
+
+/// A build error at the operation that put its part in the new model, if one did.
+fn at_origin(mut e: ConfigError, origins: &[Origin]) -> ConfigError {
+    for o in origins {
+        let rest = match e.key.strip_prefix(&o.at) {
+            Some(r) if r.is_empty() || r.starts_with('.') || r.starts_with('[') => r.to_string(),
+            _ => continue,
+        };
+        e.key = format!("ops[{}].{}{rest}", o.op, o.field);
+        return e;
+    }
+    if !e.key.is_empty() {
+        e.message = format!("{} (in the pipeline these operations would make)", e.message);
+    }
+    e
+}
+
+/// An entry's identity in `table`: its key values parsed for the table's fields (so that
+/// `"10.0.0.0/8"` and `" 10.0.0.0/8"` are the same key) and its priority. Errors: (the value's
+/// index, or `None` for the key as a whole, and why).
+fn entry_id(
+    table: &TableConfig,
+    key: &[toml::Value],
+    priority: Option<i32>,
+) -> Result<String, (Option<usize>, String)> {
+    if key.len() != table.key.len() {
+        return Err((None, format!("expected {} value(s), one per key field, found {}", table.key.len(), key.len())));
+    }
+    let mut id = String::new();
+    for (i, (v, kf)) in key.iter().zip(&table.key).enumerate() {
+        let field = Field::from_name(&kf.field).ok_or((None, format!("unknown field {:?}", kf.field)))?;
+        let kind = MatchKind::from_name(&kf.kind).ok_or((None, format!("unknown match kind {:?}", kf.kind)))?;
+        let value = parse_match_value(field, kind, v).map_err(|e| (Some(i), e))?;
+        id += &format!("{value:?};");
+    }
+    if let Some(p) = priority {
+        id += &format!("priority {p}");
+    }
+    Ok(id)
+}
+
+/// What the pipeline `new` (of model `new_m`) keeps of `old` (of model `old_m`): the counters of
+/// every entry with the same identity in a table of the same name, of every table's miss, of
+/// every named counter of the same name, and the state of every meter whose configuration did
+/// not change (direct meters start afresh: their instances follow the entries).
+pub fn carry(old_m: &Model, old: &Pipeline, new_m: &Model, new: &Pipeline) -> Carry {
+    let bases = |p: &Pipeline| {
+        let mut at = 0;
+        p.tables
+            .iter()
+            .map(|t| {
+                let b = at;
+                at += t.len() + 1;
+                b
+            })
+            .collect::<Vec<_>>()
+    };
+    let (ob, nb) = (bases(old), bases(new));
+    let mut c = Carry::default();
+    for (nt, ntc) in new_m.tables.iter().enumerate() {
+        let Some(ot) = old_m.tables.iter().position(|t| t.name == ntc.name) else { continue };
+        let otc = &old_m.tables[ot];
+        let (Some(op), Some(np)) = (old.tables.get(ot), new.tables.get(nt)) else { continue };
+        // The built tables hold the models' entries in order (else carry nothing of the table).
+        if op.len() != otc.entries.len() || np.len() != ntc.entries.len() || otc.key != ntc.key {
+            continue;
+        }
+        let ids: HashMap<String, usize> = otc
+            .entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| entry_id(otc, &e.key, e.priority).ok().map(|id| (id, i)))
+            .collect();
+        for (ni, e) in ntc.entries.iter().enumerate() {
+            if let Some(oi) = entry_id(ntc, &e.key, e.priority).ok().and_then(|id| ids.get(&id)) {
+                c.hits.push((ob[ot] + oi, nb[nt] + ni));
+            }
+        }
+        c.hits.push((ob[ot] + op.len(), nb[nt] + np.len()));
+    }
+    for (ni, name) in new.counter_names.iter().enumerate() {
+        if let Some(oi) = old.counter_names.iter().position(|n| n == name) {
+            c.named.push((oi, ni));
+        }
+    }
+    for (ni, spec) in new.meters.iter().enumerate() {
+        let same = |m: &Model| m.meters.iter().find(|x| x.name == spec.name).cloned();
+        let (Some(oi), Some(nc)) = (old.meters.iter().position(|s| s.name == spec.name), same(new_m)) else {
+            continue;
+        };
+        if !nc.direct && same(old_m).as_ref() == Some(&nc) {
+            c.meters.push((oi, ni));
+        }
+    }
+    c
+}
+
+/// The model of a configuration file reloaded while the appliance runs (SIGHUP): `text` must
+/// load as a whole (every check of the start), and differ from the running file's `running`
+/// only in `[[table]]`, `[[multicast_group]]` and `[[meter]]`, the parts that change at runtime.
+/// Errors name the file and the first key that may not change.
+pub fn reload(running: &toml::Table, text: &str, path: &Path) -> Result<Model, ConfigError> {
+    let loaded = super::load_str(text, path)?;
+    let new: toml::Table = text.parse().map_err(|e| ConfigError::new(path, "", format!("{e}")))?;
+    const RUNTIME: [&str; 3] = ["table", "multicast_group", "meter"];
+    let keys: std::collections::BTreeSet<&String> = running.keys().chain(new.keys()).collect();
+    for k in keys {
+        if !RUNTIME.contains(&k.as_str()) && running.get(k) != new.get(k) {
+            return Err(ConfigError::new(
+                path,
+                k.as_str(),
+                "changed since the appliance started; only [[table]], [[multicast_group]] and [[meter]] change at \
+                 runtime (restart the appliance for the rest)",
+            ));
+        }
+    }
+    Ok(Model::of(&loaded))
+}
+
+/// The largest control request accepted (bytes): a batch of some thousands of entries.
+pub const MAX_REQUEST: usize = 1 << 20;
+
+/// A control request (one JSON object, tagged by `cmd`), as `dpuctl` sends it. (The variants
+/// without fields are empty structs: serde refuses unknown fields only in those.)
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Every counter but the tables' entries, summed over the workers (as `/dpu/stats`).
+    Stats {},
+    /// The tables as running (key fields, entries, default action) with each entry's counts.
+    Tables {},
+    /// The multicast groups as running.
+    Groups {},
+    /// The meters as running, with their colour counts.
+    Meters {},
+    /// The collectives (they change only by restart).
+    Collectives {},
+    /// Applies `ops` in order, all or nothing ([`Model::apply`]).
+    Apply {
+        /// The operations.
+        ops: Vec<Op>,
+    },
+    /// Reloads the configuration file, as SIGHUP does ([`reload`]).
+    Reload {},
+}
+
+/// Parses a request: at most [`MAX_REQUEST`] bytes of UTF-8 JSON, one object, no unknown field.
+/// Errors say what was wrong and where (line and column).
+pub fn parse_request(bytes: &[u8]) -> Result<Request, String> {
+    if bytes.len() > MAX_REQUEST {
+        return Err(format!("request of {} bytes refused: the limit is {MAX_REQUEST} bytes", bytes.len()));
+    }
+    let text = std::str::from_utf8(bytes).map_err(|e| format!("request is not UTF-8: {e}"))?;
+    serde_json::from_str(text).map_err(|e| one_line(&format!("request: {e}")))
+}
+
+/// `s` with its control characters escaped (`\n`): an error that echoes a request's text
+/// stays one line in a log.
+pub fn one_line(s: &str) -> String {
+    s.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
+}
+
+#[cfg(test)]
+mod tests;

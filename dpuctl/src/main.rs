@@ -1,0 +1,397 @@
+//! `dpuctl`: controls a running `dpu` appliance over its control socket.
+//!
+//! ```text
+//! dpuctl stats                                   counters, summed over the workers
+//! dpuctl tables [NAME]                           tables, entries, actions and their counts
+//! dpuctl groups | meters | collectives           as running
+//! dpuctl add l2 --key 02:00:00:00:00:09 --action 'forward(1)'
+//! dpuctl modify l2 --key 02:00:00:00:00:09 --action 'forward(0)'   counts kept
+//! dpuctl delete l2 --key 02:00:00:00:00:09
+//! dpuctl default l2 flood                        a table's default action
+//! dpuctl batch changes.toml                      [[op]] tables, all applied or none
+//! dpuctl reload                                  the config file again (as SIGHUP)
+//! dpuctl watch                                   rates and drops, refreshed every second
+//! ```
+//! The socket is `dpu_control.sock` in the appliance's EAL runtime directory, which `dpu`
+//! prints at start; `-s PATH` names it, `-f PREFIX` names the instance (its EAL file prefix,
+//! `dpu-<pid>` by default), and without either the only running instance is used.
+//!
+//! The protocol: one JSON object per connection (`{"cmd": "apply", "ops": [...]}`), the
+//! client's write side shut, one JSON line back with `"ok"`. Exit status: 0 done, 1 refused or
+//! unreachable (the reason on stderr), 2 a bad command line.
+
+use clap::{Parser, Subcommand};
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::net::Shutdown;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// The control socket's file name in an instance's EAL runtime directory.
+const SOCKET_NAME: &str = "dpu_control.sock";
+
+/// Controls a running dpu appliance: counters, tables, groups, meters, atomic changes, reload.
+#[derive(Parser, Debug)]
+#[command(name = "dpuctl", version, about)]
+struct Cli {
+    /// The control socket (as `dpu` printed it at start).
+    #[arg(short, long, value_name = "PATH", conflicts_with = "prefix")]
+    socket: Option<PathBuf>,
+    /// The instance: its EAL file prefix (`dpu-<pid>` unless its config sets one).
+    #[arg(short = 'f', long = "prefix", value_name = "PREFIX")]
+    prefix: Option<String>,
+    /// Print the appliance's JSON reply as is.
+    #[arg(long)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Counters: ports, drops by reason, neighbour, aggregation (summed over the workers).
+    Stats,
+    /// Tables with their entries, actions and packet and byte counts.
+    Tables {
+        /// Only this table.
+        name: Option<String>,
+    },
+    /// Multicast groups.
+    Groups,
+    /// Meters.
+    Meters,
+    /// Collectives (they change only by restart).
+    Collectives,
+    /// Adds an entry to a table.
+    Add(EntryArgs),
+    /// Gives an existing entry (found by key and priority) a new action; its counts stay.
+    Modify(EntryArgs),
+    /// Deletes an entry (found by key and priority).
+    Delete {
+        /// The table.
+        table: String,
+        /// One value per key field, in key order (as in the config file).
+        #[arg(long = "key", required = true, value_name = "VALUE")]
+        key: Vec<String>,
+        /// For tables with ternary or range fields.
+        #[arg(long)]
+        priority: Option<i32>,
+    },
+    /// Sets a table's default action (run on a miss).
+    Default {
+        /// The table.
+        table: String,
+        /// The action list, like `drop` or `forward(1)`.
+        action: String,
+    },
+    /// Applies a file of operations (TOML `[[op]]` tables, or JSON), all or nothing.
+    Batch {
+        /// The file (`.json` is read as JSON, anything else as TOML).
+        file: PathBuf,
+    },
+    /// Reloads the appliance's config file, as SIGHUP does.
+    Reload,
+    /// Shows rates and drops, refreshed every interval, until Ctrl-C.
+    Watch {
+        /// Seconds between refreshes.
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+    },
+    /// Sends a request given as JSON and prints the reply (for scripts).
+    Raw {
+        /// The request, like '{"cmd":"stats"}'.
+        request: String,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+struct EntryArgs {
+    /// The table.
+    table: String,
+    /// One value per key field, in key order (as in the config file).
+    #[arg(long = "key", required = true, value_name = "VALUE")]
+    key: Vec<String>,
+    /// The action list, like `set_dscp(46); forward(1)`.
+    #[arg(long)]
+    action: String,
+    /// For tables with ternary or range fields (larger wins).
+    #[arg(long)]
+    priority: Option<i32>,
+}
+
+impl EntryArgs {
+    fn entry(&self) -> Value {
+        let mut e = json!({ "key": self.key, "action": self.action });
+        if let Some(p) = self.priority {
+            e["priority"] = json!(p);
+        }
+        e
+    }
+}
+
+fn main() -> ExitCode {
+    // Output piped into `head` ends quietly, as other command-line tools do.
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dpuctl: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(cli: &Cli) -> Result<(), String> {
+    let socket = find_socket(cli.socket.as_deref(), cli.prefix.as_deref())?;
+    let apply = |ops: Value| json!({ "cmd": "apply", "ops": ops });
+    let request = match &cli.cmd {
+        Cmd::Stats => json!({ "cmd": "stats" }),
+        Cmd::Tables { .. } => json!({ "cmd": "tables" }),
+        Cmd::Groups => json!({ "cmd": "groups" }),
+        Cmd::Meters => json!({ "cmd": "meters" }),
+        Cmd::Collectives => json!({ "cmd": "collectives" }),
+        Cmd::Add(a) => apply(json!([{ "op": "add_entry", "table": a.table, "entry": a.entry() }])),
+        Cmd::Modify(a) => apply(json!([{ "op": "modify_entry", "table": a.table, "entry": a.entry() }])),
+        Cmd::Delete { table, key, priority } => {
+            let mut op = json!({ "op": "delete_entry", "table": table, "key": key });
+            if let Some(p) = priority {
+                op["priority"] = json!(p);
+            }
+            apply(json!([op]))
+        }
+        Cmd::Default { table, action } => {
+            apply(json!([{ "op": "set_default_action", "table": table, "action": action }]))
+        }
+        Cmd::Batch { file } => apply(read_batch(file)?),
+        Cmd::Reload => json!({ "cmd": "reload" }),
+        Cmd::Watch { interval } => return watch(&socket, *interval),
+        Cmd::Raw { request } => serde_json::from_str(request).map_err(|e| format!("the request is not JSON: {e}"))?,
+    };
+    let reply = call(&socket, &request)?;
+    if cli.json || matches!(cli.cmd, Cmd::Raw { .. }) {
+        println!("{reply}");
+        return if reply["ok"] == true { Ok(()) } else { Err(error_of(&reply)) };
+    }
+    if reply["ok"] != true {
+        return Err(error_of(&reply));
+    }
+    match &cli.cmd {
+        Cmd::Stats => print_stats(&reply["stats"]),
+        Cmd::Tables { name } => print_tables(&reply["tables"], name.as_deref())?,
+        Cmd::Groups => print_list(&reply["groups"], "multicast_group"),
+        Cmd::Meters => print_list(&reply["meters"], "meter"),
+        Cmd::Collectives => print_list(&reply["collectives"], "collective"),
+        Cmd::Reload => println!("{}", reply["message"].as_str().unwrap_or("reloaded")),
+        _ => println!("applied {} operation(s): version {}", reply["applied"], reply["version"]),
+    }
+    Ok(())
+}
+
+fn error_of(reply: &Value) -> String {
+    reply["error"].as_str().map_or_else(|| format!("unexpected reply: {reply}"), str::to_string)
+}
+
+/// The operations of a batch file: a TOML file's `[[op]]` tables, or a JSON array (or an
+/// object with `ops`).
+fn read_batch(file: &Path) -> Result<Value, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let v: Value = if file.extension().is_some_and(|e| e == "json") {
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?
+    } else {
+        let t: Value = toml::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+        json!({ "ops": t.get("op").cloned().unwrap_or(Value::Array(Vec::new())) })
+    };
+    match v {
+        Value::Array(_) => Ok(v),
+        Value::Object(mut o) => match o.remove("ops") {
+            Some(ops @ Value::Array(_)) => Ok(ops),
+            _ => Err(format!("{}: expected [[op]] tables (TOML) or an array of operations (JSON)", file.display())),
+        },
+        _ => Err(format!("{}: expected [[op]] tables (TOML) or an array of operations (JSON)", file.display())),
+    }
+}
+
+/// The socket: `socket` if given, else the instance `prefix`'s, else the only one running.
+fn find_socket(socket: Option<&Path>, prefix: Option<&str>) -> Result<PathBuf, String> {
+    if let Some(s) = socket {
+        return Ok(s.to_path_buf());
+    }
+    // EAL's runtime directories: /var/run/dpdk as root, else $XDG_RUNTIME_DIR/dpdk or /tmp/dpdk.
+    let mut bases = vec![PathBuf::from("/var/run/dpdk")];
+    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR") {
+        bases.push(PathBuf::from(x).join("dpdk"));
+    }
+    bases.push(PathBuf::from("/tmp/dpdk"));
+    if let Some(p) = prefix {
+        return bases.iter().map(|b| b.join(p).join(SOCKET_NAME)).find(|s| s.exists()).ok_or_else(|| {
+            format!("no appliance with prefix {p:?} is running (no {SOCKET_NAME} under {})", list(&bases))
+        });
+    }
+    let mut found = Vec::new();
+    for b in &bases {
+        for d in std::fs::read_dir(b).into_iter().flatten().flatten() {
+            let s = d.path().join(SOCKET_NAME);
+            if s.exists() {
+                found.push(s);
+            }
+        }
+    }
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => Err(format!("no running appliance found (no {SOCKET_NAME} under {}): is dpu running?", list(&bases))),
+        _ => {
+            Err(format!("{} appliances are running; name one with -f PREFIX or -s PATH: {}", found.len(), list(&found)))
+        }
+    }
+}
+
+fn list(paths: &[PathBuf]) -> String {
+    paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// Sends `request`, returns the reply.
+fn call(socket: &Path, request: &Value) -> Result<Value, String> {
+    let mut s = UnixStream::connect(socket).map_err(|e| format!("{}: {e}", socket.display()))?;
+    s.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
+    s.write_all(request.to_string().as_bytes()).map_err(|e| format!("sending the request: {e}"))?;
+    s.shutdown(Shutdown::Write).map_err(|e| e.to_string())?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).map_err(|e| format!("reading the reply: {e}"))?;
+    serde_json::from_str(out.trim()).map_err(|e| format!("the reply is not JSON ({e}): {out:?}"))
+}
+
+fn print_stats(stats: &Value) {
+    if let Some(m) = stats.as_object() {
+        let w = m.keys().map(String::len).max().unwrap_or(0);
+        for (k, v) in m {
+            println!("{k:<w$}  {v}");
+        }
+    }
+}
+
+fn print_tables(tables: &Value, only: Option<&str>) -> Result<(), String> {
+    let all = tables.as_array().cloned().unwrap_or_default();
+    let names: Vec<&str> = all.iter().filter_map(|t| t["name"].as_str()).collect();
+    if let Some(n) = only {
+        if !names.contains(&n) {
+            return Err(format!("no table {n:?}; tables: {}", names.join(", ")));
+        }
+    }
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    for t in all.iter().filter(|t| only.is_none_or(|n| t["name"] == n)) {
+        let keys: Vec<String> = t["key"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|k| format!("{} {}", k["field"].as_str().unwrap_or("?"), k["match"].as_str().unwrap_or("?")))
+            .collect();
+        println!("table {} (key: {})", t["name"].as_str().unwrap_or("?"), keys.join(", "));
+        // (entry, key, action, packets, bytes), the miss last.
+        let mut rows: Vec<(String, String, String, u64, u64)> = Vec::new();
+        for (i, e) in t["entries"].as_array().into_iter().flatten().enumerate() {
+            let key: Vec<String> = e["key"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|v| v.as_str().map_or(v.to_string(), str::to_string))
+                .collect();
+            let mut key = key.join(" ");
+            if let Some(p) = e["priority"].as_i64() {
+                key += &format!(" (priority {p})");
+            }
+            let action = e["action"].as_str().unwrap_or("").to_string();
+            rows.push((i.to_string(), key, action, n(&e["packets"]), n(&e["bytes"])));
+        }
+        let miss = &t["miss"];
+        let default = t["default_action"].as_str().unwrap_or("").to_string();
+        rows.push(("miss".into(), String::new(), default, n(&miss["packets"]), n(&miss["bytes"])));
+        let kw = rows.iter().map(|r| r.1.len()).max().unwrap_or(0).max(3);
+        let aw = rows.iter().map(|r| r.2.len()).max().unwrap_or(0).max(6);
+        println!("  {:>5}  {:<kw$}  {:<aw$}  {:>14}  {:>16}", "entry", "key", "action", "packets", "bytes");
+        for (e, key, action, p, b) in rows {
+            println!("  {e:>5}  {key:<kw$}  {action:<aw$}  {p:>14}  {b:>16}");
+        }
+    }
+    Ok(())
+}
+
+/// Prints each element of `list` as the config file's `[[name]]` table would say it.
+fn print_list(list: &Value, name: &str) {
+    for item in list.as_array().into_iter().flatten() {
+        // JSON nulls (unset options) have no TOML form: leave them out.
+        let clean = strip_nulls(item.clone());
+        match toml::to_string(&clean) {
+            Ok(t) => println!("[[{name}]]\n{t}"),
+            Err(_) => println!("{item}"),
+        }
+    }
+}
+
+fn strip_nulls(v: Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            Value::Object(m.into_iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k, strip_nulls(v))).collect())
+        }
+        Value::Array(a) => Value::Array(a.into_iter().map(strip_nulls).collect()),
+        v => v,
+    }
+}
+
+/// `dpuctl watch`: per interval, the port rates and the drops that grew.
+fn watch(socket: &Path, interval: f64) -> Result<(), String> {
+    if !(interval > 0.0 && interval.is_finite()) {
+        return Err(format!("--interval: expected seconds above 0, found {interval}"));
+    }
+    let stats = |s: &Path| -> Result<serde_json::Map<String, Value>, String> {
+        let r = call(s, &json!({ "cmd": "stats" }))?;
+        if r["ok"] != true {
+            return Err(error_of(&r));
+        }
+        Ok(r["stats"].as_object().cloned().unwrap_or_default())
+    };
+    let mut prev = stats(socket)?;
+    let mut at = std::time::Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_secs_f64(interval));
+        let now = stats(socket)?;
+        let dt = at.elapsed().as_secs_f64();
+        at = std::time::Instant::now();
+        let delta = |k: &str| {
+            now.get(k)
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+                .saturating_sub(prev.get(k).and_then(Value::as_u64).unwrap_or(0))
+        };
+        // Clear the screen and go home (ANSI), then one line per port and per growing drop.
+        print!("\x1b[2J\x1b[H");
+        println!("dpu {} (every {interval} s; Ctrl-C to stop)", socket.display());
+        println!("{:<16} {:>12} {:>12} {:>12} {:>12}", "port", "rx Mpps", "rx Gbit/s", "tx Mpps", "tx Gbit/s");
+        for k in now.keys().filter_map(|k| k.strip_prefix("port_rx_packets/")) {
+            let r = |f: &str| delta(&format!("{f}/{k}")) as f64 / dt;
+            println!(
+                "{k:<16} {:>12.3} {:>12.3} {:>12.3} {:>12.3}",
+                r("port_rx_packets") / 1e6,
+                r("port_rx_bytes") * 8.0 / 1e9,
+                r("port_tx_packets") / 1e6,
+                r("port_tx_bytes") * 8.0 / 1e9
+            );
+        }
+        let rounds = delta("agg_completed_rounds") as f64 / dt;
+        if now.get("agg_completed_rounds").and_then(Value::as_u64).unwrap_or(0) > 0 {
+            println!("aggregation: {rounds:.0} rounds/s, {} rounds in all", now["agg_completed_rounds"]);
+        }
+        for (k, v) in &now {
+            if let Some(r) = k.strip_prefix("dropped_packets/") {
+                if v.as_u64().unwrap_or(0) > 0 {
+                    println!("drop {r:<28} {v:>14} (+{})", delta(k));
+                }
+            }
+        }
+        let _ = std::io::stdout().flush();
+        prev = now;
+    }
+}

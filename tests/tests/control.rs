@@ -1,0 +1,314 @@
+//! Runtime control of a running appliance through `dpuctl` and SIGHUP.
+//!
+//! - A table entry is modified while traffic flows (pktgen over net_memif at a set rate, one
+//!   flow, every packet numbered): the output pcap shows every packet once, the ones before the
+//!   change with the old entry's rewrite and the ones after it with the new one's, and the
+//!   entry's count carried over the change.
+//! - A batch with one invalid operation changes nothing and says which operation and why.
+//! - SIGHUP reloads the file through the same path; a broken file, or one that changes what
+//!   only a restart can, changes nothing and the appliance says why.
+//! - Requests are limited in size and parsed strictly; the socket is its user's alone (0600).
+
+use functional_tests::grad::pktgen_bin;
+use functional_tests::{dpu_bin, read_pcap, root};
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const EAL: &str = "\"--no-huge\", \"-m\", \"256\", \"--no-pci\", \"--no-shconf\", \"--log-level\", \"*:error\"";
+
+/// `target/release/dpuctl`.
+fn dpuctl_bin() -> PathBuf {
+    let p = root().join("target/release/dpuctl");
+    assert!(p.exists(), "{} does not exist: build it first (`make`)", p.display());
+    p
+}
+
+/// A short scratch directory (memif socket paths must fit a sockaddr_un).
+fn short_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("dpuctl-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Starts the appliance and returns it with its control socket (from the line it prints).
+fn start(conf: &Path, stats: &Path, secs: u32) -> (Child, PathBuf) {
+    let mut dpu = Command::new(dpu_bin())
+        .args(["-c", conf.to_str().unwrap(), "--stats-json", stats.to_str().unwrap(), "--duration"])
+        .arg(secs.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The socket is in the runtime directory of the instance's default prefix, dpu-<pid>.
+    let sock = Path::new("/var/run/dpdk").join(format!("dpu-{}", dpu.id())).join("dpu_control.sock");
+    let t = Instant::now();
+    while !sock.exists() {
+        if t.elapsed() > Duration::from_secs(20) || dpu.try_wait().unwrap().is_some() {
+            let _ = dpu.kill();
+            let o = dpu.wait_with_output().unwrap();
+            panic!("no control socket {}:\n{}", sock.display(), String::from_utf8_lossy(&o.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (dpu, sock)
+}
+
+fn dpuctl(sock: &Path, args: &[&str]) -> Output {
+    Command::new(dpuctl_bin()).arg("-s").arg(sock).args(args).output().unwrap()
+}
+
+/// `dpuctl --json ARGS`: the reply, which must say ok.
+fn ctl_json(sock: &Path, args: &[&str]) -> Value {
+    let o = Command::new(dpuctl_bin()).arg("-s").arg(sock).arg("--json").args(args).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "dpuctl {args:?}: {text}{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// Stops the appliance (SIGTERM); its stdout and stderr.
+fn stop(dpu: Child) -> String {
+    let _ = Command::new("kill").arg("-TERM").arg(dpu.id().to_string()).status();
+    let o = dpu.wait_with_output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "the appliance failed:\n{text}");
+    text
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not an integer: {v}"))
+}
+
+/// The entry of the test's table: frames to 02:00:00:00:00:02 leave on port 1 with `dscp`.
+fn entry_action(dscp: u8) -> String {
+    format!("set_dscp({dscp}); forward(1)")
+}
+
+#[test]
+fn an_entry_modified_during_traffic_takes_every_packet_once_before_or_after() {
+    let dir = short_dir("upd");
+    let sock = dir.join("m0.sock");
+    let empty = dir.join("empty.pcap");
+    functional_tests::write_pcap(&empty, &[]);
+    let out = dir.join("out.pcap");
+    let app = dir.join("appliance.toml");
+    std::fs::write(
+        &app,
+        format!(
+            "[eal]\nargs = [{EAL}, \"--lcores\", \"0@0,1@1\"]\n\
+             [[port]]\nname = \"m0\"\nvdev = \"net_memif0,role=server,socket={},socket-abstract=no\"\n\
+             [[port]]\nname = \"out\"\nvdev = \"net_pcap1,rx_pcap={},tx_pcap={}\"\n\
+             [[table]]\nname = \"l2\"\nkey = [{{ field = \"eth.dst\", match = \"exact\" }}]\ndefault_action = \"drop\"\n\
+             [[table.entry]]\nkey = [\"02:00:00:00:00:02\"]\naction = \"{}\"\n",
+            sock.display(),
+            empty.display(),
+            out.display(),
+            entry_action(10)
+        ),
+    )
+    .unwrap();
+    let gen = dir.join("pktgen.toml");
+    std::fs::write(
+        &gen,
+        format!(
+            "[eal]\nargs = [{EAL}, \"--lcores\", \"0@0,1@0\"]\n\
+             [pktgen]\nlink_wait_ms = 20000\ntx_lcores = [1]\n\
+             [[port]]\nname = \"m0\"\nvdev = \"net_memif0,role=client,socket={},socket-abstract=no\"\n\
+             [[stream]]\nname = \"udp\"\nport = \"m0\"\nsize = 64\nflows = 1\nrate_pps = 20000\n\
+             dst_mac = \"02:00:00:00:00:02\"\nsrc_ip = \"10.0.0.1\"\ndst_ip = \"10.0.1.1\"\n",
+            sock.display()
+        ),
+    )
+    .unwrap();
+    let stats = dir.join("stats.json");
+    let (dpu, ctl) = start(&app, &stats, 120);
+    let t = Instant::now();
+    while !sock.exists() {
+        assert!(t.elapsed() < Duration::from_secs(20), "no memif socket");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let report = dir.join("pktgen.json");
+    let g = Command::new(pktgen_bin())
+        .args(["run", "-q", "-c", gen.to_str().unwrap(), "--duration", "3", "--json", report.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Change the entry once the appliance has taken a good part of the traffic, well before
+    // its end (3 s at 20 kpps: 60 000 packets).
+    let t = Instant::now();
+    loop {
+        let s = ctl_json(&ctl, &["stats"]);
+        if u(&s["stats"]["port_rx_packets/m0"]) >= 10_000 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "no traffic counted: {s}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = dpuctl(&ctl, &["modify", "l2", "--key", "02:00:00:00:00:02", "--action", &entry_action(20)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "applied 1 operation(s): version 1");
+    let after_change = u(&ctl_json(&ctl, &["stats"])["stats"]["port_rx_packets/m0"]);
+    let g = g.wait_with_output().unwrap();
+    assert!(g.status.success(), "pktgen: {}", String::from_utf8_lossy(&g.stderr));
+    let sent = u(&serde_json::from_str::<Value>(&std::fs::read_to_string(&report).unwrap()).unwrap()["streams"][0]
+        ["tx"]["packets"]);
+    assert!(after_change < sent, "the change came after the traffic ({after_change} of {sent})");
+    // The table as running: the new action, the count of every packet of both versions.
+    std::thread::sleep(Duration::from_millis(300));
+    let tables = ctl_json(&ctl, &["tables"]);
+    let e = &tables["tables"][0]["entries"][0];
+    assert_eq!(e["action"], entry_action(20), "{tables}");
+    assert_eq!(u(&e["packets"]), sent, "{tables}");
+    let text = stop(dpu);
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(u(&s["ports"][0]["workers"]["rx_packets"]), sent, "{text}");
+    assert_eq!(u(&s["tables"][0]["counter"]["packets"]), sent, "the entry's count carried over:\n{text}");
+    // The output: every packet once, in order, the old rewrite up to the change and the new
+    // one after it.
+    let frames = read_pcap(&out);
+    assert_eq!(frames.len() as u64, sent, "{text}");
+    let mut last_old = None;
+    let mut first_new = None;
+    for (i, f) in frames.iter().enumerate() {
+        // pktgen's stamp follows the UDP header: magic 0xA5, then the sequence number at +4.
+        assert_eq!(f[42], 0xa5, "frame {i} is not pktgen's");
+        let seq = u32::from_be_bytes([f[46], f[47], f[48], f[49]]);
+        assert_eq!(seq as usize, i, "frame {i}: every packet once, in order");
+        match f[15] >> 2 {
+            10 => last_old = Some(i),
+            20 => first_new = first_new.or(Some(i)),
+            d => panic!("frame {i}: DSCP {d}"),
+        }
+    }
+    let (last_old, first_new) = (last_old.expect("the old entry was hit"), first_new.expect("the new entry was hit"));
+    assert_eq!(last_old + 1, first_new, "old before new, no mix");
+    assert!(
+        last_old as u64 + 1 >= 10_000 && (first_new as u64) <= after_change,
+        "{last_old} {first_new} {after_change}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An appliance on a net_null port (endless 64-byte frames of zeros): the config and table
+/// `l2` with one entry.
+fn null_conf(extra: &str) -> String {
+    format!(
+        "[eal]\nargs = [{EAL}, \"--lcores\", \"0@0,1@1\"]\n\
+         [[port]]\nname = \"n0\"\nvdev = \"net_null0\"\n\
+         [[table]]\nname = \"l2\"\nkey = [{{ field = \"eth.dst\", match = \"exact\" }}]\ndefault_action = \"forward(0)\"\n\
+         [[table.entry]]\nkey = [\"02:00:00:00:00:01\"]\naction = \"forward(0)\"\n{extra}"
+    )
+}
+
+fn entries(sock: &Path) -> Vec<(String, String)> {
+    let t = ctl_json(sock, &["tables"]);
+    t["tables"][0]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["key"][0].as_str().unwrap().to_string(), e["action"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+#[test]
+fn a_bad_batch_changes_nothing_and_sighup_reloads_only_a_good_file() {
+    let dir = short_dir("hup");
+    let conf = dir.join("dpu.toml");
+    std::fs::write(&conf, null_conf("")).unwrap();
+    let stats = dir.join("stats.json");
+    let (dpu, sock) = start(&conf, &stats, 120);
+    let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the control socket is its user's alone");
+    let before = entries(&sock);
+    assert_eq!(before, [("02:00:00:00:00:01".to_string(), "forward(0)".to_string())]);
+
+    // A batch whose second operation is invalid: nothing changes; the error names it.
+    let batch = dir.join("batch.toml");
+    std::fs::write(
+        &batch,
+        "[[op]]\nop = \"add_entry\"\ntable = \"l2\"\nentry = { key = [\"02:00:00:00:00:05\"], action = \"drop\" }\n\
+         [[op]]\nop = \"add_entry\"\ntable = \"l2\"\nentry = { key = [\"02:00:00:00:00:06\"], action = \"forward(3)\" }\n",
+    )
+    .unwrap();
+    let o = dpuctl(&sock, &["batch", batch.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err.contains("key `ops[1].entry.action`") && err.contains("port"), "{err}");
+    assert_eq!(entries(&sock), before);
+    // The same batch made valid applies both.
+    std::fs::write(&batch, std::fs::read_to_string(&batch).unwrap().replace("forward(3)", "forward(0)")).unwrap();
+    let o = dpuctl(&sock, &["batch", batch.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(entries(&sock).len(), 3);
+
+    // SIGHUP with a file that adds an entry: the file's pipeline replaces the running one.
+    let good = null_conf("[[table.entry]]\nkey = [\"02:00:00:00:00:07\"]\naction = \"drop\"\n");
+    std::fs::write(&conf, &good).unwrap();
+    hup(&dpu);
+    wait_for(|| entries(&sock).len() == 2, "the reload");
+    assert_eq!(entries(&sock)[1], ("02:00:00:00:00:07".to_string(), "drop".to_string()));
+    let v = u(&ctl_json(&sock, &["tables"])["version"]);
+    // A broken file, then one that changes what needs a restart: nothing changes, and the
+    // appliance says why (checked on its stderr at the end).
+    std::fs::write(&conf, good.replace("action = \"drop\"", "action = \"forward(9)\"")).unwrap();
+    hup(&dpu);
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::write(&conf, good.replace("[[port]]", "[dataplane]\nburst = 64\n[[port]]")).unwrap();
+    hup(&dpu);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(u(&ctl_json(&sock, &["tables"])["version"]), v);
+    assert_eq!(entries(&sock).len(), 2);
+    // `dpuctl reload` answers with the same refusal.
+    let o = dpuctl(&sock, &["reload"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("key `dataplane`: changed since the appliance started"), "{err}");
+
+    // Strict requests: unknown fields and oversized requests are refused with a reason.
+    let reply = raw(&sock, br#"{"cmd":"stats","verbose":true}"#);
+    assert_eq!(reply["ok"], false);
+    assert!(reply["error"].as_str().unwrap().contains("unknown field `verbose`"), "{reply}");
+    let reply = raw(&sock, &vec![b' '; (1 << 20) + 10]);
+    assert!(reply["error"].as_str().unwrap().contains("limit is 1048576 bytes"), "{reply}");
+
+    let _ = Command::new("kill").arg("-TERM").arg(dpu.id().to_string()).status();
+    let o = dpu.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(text.contains("dpu: SIGHUP: ") && text.contains("dpu.toml: reloaded (version 2)"), "{text}");
+    assert!(
+        text.contains("SIGHUP: reload refused, nothing changed") && text.contains("table[0].entry[1].action"),
+        "{text}"
+    );
+    assert!(text.contains("key `dataplane`: changed since the appliance started"), "{text}");
+    // The socket went with the run.
+    assert!(!sock.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn hup(dpu: &Child) {
+    let _ = Command::new("kill").arg("-HUP").arg(dpu.id().to_string()).status();
+}
+
+fn wait_for(mut ok: impl FnMut() -> bool, what: &str) {
+    let t = Instant::now();
+    while !ok() {
+        assert!(t.elapsed() < Duration::from_secs(10), "{what} did not happen within 10 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Sends `bytes` as a request; the reply.
+fn raw(sock: &Path, bytes: &[u8]) -> Value {
+    let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
+    // The appliance may answer (and close) before it has read everything of an oversized request.
+    let _ = s.write_all(bytes);
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out:?}"))
+}
