@@ -4,6 +4,7 @@
 //! dpuctl stats                                   counters, summed over the workers
 //! dpuctl tables [NAME]                           tables, entries, actions and their counts
 //! dpuctl groups | meters | collectives           as running
+//! dpuctl stragglers                              which rank each collective waits for
 //! dpuctl add l2 --key 02:00:00:00:00:09 --action 'forward(1)'
 //! dpuctl modify l2 --key 02:00:00:00:00:09 --action 'forward(0)'   counts kept
 //! dpuctl delete l2 --key 02:00:00:00:00:09
@@ -64,6 +65,9 @@ enum Cmd {
     Meters,
     /// Collectives (they change only by restart).
     Collectives,
+    /// Which rank each collective waits for: per rank its contributions, how late they came
+    /// after their round's first one (mean), and the rounds it completed.
+    Stragglers,
     /// Adds an entry to a table.
     Add(EntryArgs),
     /// Gives an existing entry (found by key and priority) a new action; its counts stay.
@@ -154,6 +158,7 @@ fn run(cli: &Cli) -> Result<(), String> {
         Cmd::Groups => json!({ "cmd": "groups" }),
         Cmd::Meters => json!({ "cmd": "meters" }),
         Cmd::Collectives => json!({ "cmd": "collectives" }),
+        Cmd::Stragglers => json!({ "cmd": "stragglers" }),
         Cmd::Add(a) => apply(json!([{ "op": "add_entry", "table": a.table, "entry": a.entry() }])),
         Cmd::Modify(a) => apply(json!([{ "op": "modify_entry", "table": a.table, "entry": a.entry() }])),
         Cmd::Delete { table, key, priority } => {
@@ -185,6 +190,7 @@ fn run(cli: &Cli) -> Result<(), String> {
         Cmd::Groups => print_list(&reply["groups"], "multicast_group"),
         Cmd::Meters => print_list(&reply["meters"], "meter"),
         Cmd::Collectives => print_list(&reply["collectives"], "collective"),
+        Cmd::Stragglers => print_stragglers(&reply["stragglers"]),
         Cmd::Reload => println!("{}", reply["message"].as_str().unwrap_or("reloaded")),
         _ => println!("applied {} operation(s): version {}", reply["applied"], reply["version"]),
     }
@@ -317,6 +323,27 @@ fn print_tables(tables: &Value, only: Option<&str>) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+fn print_stragglers(colls: &Value) {
+    for c in colls.as_array().into_iter().flatten() {
+        let slow = c["slowest_rank"].as_u64();
+        match slow {
+            Some(r) => println!("collective {}: the rounds wait for rank {r}", c["collective"]),
+            None => println!("collective {}: no round completed yet", c["collective"]),
+        }
+        println!("  {:>6}  {:>14}  {:>16}  {:>16}", "rank", "contributions", "late mean (us)", "completed last");
+        for r in c["ranks"].as_array().into_iter().flatten() {
+            let mark = if r["rank"].as_u64() == slow { "  <- slowest" } else { "" };
+            println!(
+                "  {:>6}  {:>14}  {:>16.1}  {:>16}{mark}",
+                r["rank"].as_u64().unwrap_or(0),
+                r["contributions"].as_u64().unwrap_or(0),
+                r["late_mean_us"].as_f64().unwrap_or(0.0),
+                r["completed_last"].as_u64().unwrap_or(0)
+            );
+        }
+    }
 }
 
 /// Prints each element of `list` as the config file's `[[name]]` table would say it.

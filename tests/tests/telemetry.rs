@@ -95,6 +95,7 @@ fn dpdk_telemetry_reads_live_counters_and_the_stats_line_prints() {
     let table = query(&prefix, "/dpu/table,l2");
     let no_table = query(&prefix, "/dpu/table,nope");
     let odd = query(&prefix, "/dpu/table,é✓");
+    let no_coll = query(&prefix, "/dpu/stragglers,1");
     let out = dpu.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -115,6 +116,8 @@ fn dpdk_telemetry_reads_live_counters_and_the_stats_line_prints() {
     assert!(no_table["error"].as_str().unwrap_or("").contains("no table 'nope'; tables: l2"), "{no_table}");
     // Non-ASCII in a request comes back as '?', and the reply is still JSON (query parses it).
     assert_eq!(odd["error"].as_str().unwrap_or(""), "no table '??'; tables: l2", "{odd}");
+    // The straggler view is there (this config has no collective to show).
+    assert_eq!(no_coll["error"].as_str().unwrap_or(""), "no collective 1", "{no_coll}");
     // The final stats count at least what was seen live.
     let s: Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
     assert!(s["ports"][0]["workers"]["rx_packets"].as_u64().unwrap() >= rx2);

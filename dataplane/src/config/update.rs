@@ -445,6 +445,9 @@ pub enum Request {
     Meters {},
     /// The collectives (they change only by restart).
     Collectives {},
+    /// Each collective's straggler view: per rank its contributions, their mean lateness after
+    /// their round's first one, and the rounds it completed.
+    Stragglers {},
     /// Applies `ops` in order, all or nothing ([`Model::apply`]).
     Apply {
         /// The operations.

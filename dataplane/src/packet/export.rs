@@ -30,6 +30,13 @@ pub enum Label {
         /// Entry index, `None` for the miss.
         entry: Option<u32>,
     },
+    /// Rank `rank` of collective `collective` (its id).
+    Rank {
+        /// The collective's id.
+        collective: u16,
+        /// The rank.
+        rank: u16,
+    },
 }
 
 /// One counter: its family (a snake_case name whose unit is its last word: `packets`,
@@ -117,6 +124,31 @@ impl<B: PacketBuf> Datapath<B> {
         let agg = self.agg.as_ref().map(|a| a.counters).unwrap_or_default();
         for (family, help, value) in agg.fields() {
             v.counter(Metric { family, help, label: none }, value);
+        }
+        // The straggler view, per collective and rank (zeros on workers that do not own it).
+        if let Some(a) = &self.agg {
+            let zero = crate::agg::straggle::RankLateness::default();
+            for (id, ranks, late) in a.stragglers() {
+                for r in 0..ranks {
+                    let l = late.get(r).unwrap_or(&zero);
+                    let label = Label::Rank { collective: id, rank: r as u16 };
+                    for (family, help, value) in [
+                        ("agg_rank_contributions", "contributions of the rank folded", l.contributions),
+                        (
+                            "agg_rank_lateness_sum_us",
+                            "µs its contributions came after their round's first one, summed",
+                            l.late_sum_us,
+                        ),
+                        (
+                            "agg_rank_completed_last_rounds",
+                            "rounds the rank completed: its contribution came last",
+                            l.completed_last,
+                        ),
+                    ] {
+                        v.counter(Metric { family, help, label }, value);
+                    }
+                }
+            }
         }
     }
 }

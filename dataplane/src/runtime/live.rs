@@ -94,6 +94,7 @@ impl Board {
                     None => format!("{t}/miss"),
                 }
             }
+            Label::Rank { collective, rank } => format!("{collective}/{rank}"),
         };
         format!("{}/{label}", m.family)
     }
@@ -168,22 +169,69 @@ pub fn register_telemetry() -> Result<(), DpdkError> {
         stats_command,
     )?;
     telemetry::register(
+        "/dpu/stragglers",
+        "Returns per rank of a collective: contributions, lateness sum (us), rounds completed last. Parameters: id[,page]",
+        stragglers_command,
+    )?;
+    telemetry::register(
         "/dpu/table",
         "Returns a table's packets and bytes per entry and for its miss. Parameters: table name[,page]",
         table_command,
     )
 }
 
-/// `/dpu/stats`: every counter but the tables' entries, by [`Board::key`].
+/// `/dpu/stats`: every counter but the tables' entries and the collectives' ranks, by
+/// [`Board::key`].
 fn stats_command(_: &str) -> Reply {
     let b = current().ok_or("the appliance is not running")?;
     let t = b.totals();
     Ok(b.metrics
         .iter()
         .enumerate()
-        .filter(|(_, m)| !matches!(m.label, Label::Entry { .. }))
+        .filter(|(_, m)| matches!(m.label, Label::None | Label::Port(_) | Label::Reason(_)))
         .map(|(i, _)| (b.key(i), t[i]))
         .collect())
+}
+
+/// Ranks per page of `/dpu/stragglers`: three values each.
+pub const RANK_PAGE: usize = 80;
+
+/// `/dpu/stragglers,ID[,PAGE]`: collective ID's straggler view, [`RANK_PAGE`] ranks a page:
+/// per rank its contributions, their lateness summed (µs) and the rounds it completed.
+fn stragglers_command(params: &str) -> Reply {
+    let b = current().ok_or("the appliance is not running")?;
+    let mut it = params.splitn(2, ',');
+    let id = it.next().unwrap_or("").trim();
+    let id: u16 = id.parse().map_err(|_| format!("collective '{}': expected a collective id", short(id)))?;
+    let page: usize = match it.next() {
+        Some(p) => p.trim().parse().map_err(|_| format!("page '{}': expected a number from 0", short(p)))?,
+        None => 0,
+    };
+    let t = b.totals();
+    let rows: Vec<usize> = b
+        .metrics
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| matches!(m.label, Label::Rank { collective, .. } if collective == id))
+        .map(|(i, _)| i)
+        .collect();
+    if rows.is_empty() {
+        return Err(format!("no collective {id}"));
+    }
+    let ranks = rows.len() / 3;
+    let pages = ranks.div_ceil(RANK_PAGE).max(1);
+    if page >= pages {
+        return Err(format!("page {page}: collective {id} has {pages} page(s)"));
+    }
+    let mut out = vec![
+        ("ranks".to_string(), ranks as u64),
+        ("page".to_string(), page as u64),
+        ("pages".to_string(), pages as u64),
+    ];
+    for &i in rows.iter().skip(page * RANK_PAGE * 3).take(RANK_PAGE * 3) {
+        out.push((b.key(i), t[i]));
+    }
+    Ok(out)
 }
 
 /// `/dpu/table,NAME[,PAGE]`: page PAGE (from 0) of table NAME's entries ([`TABLE_PAGE`] a

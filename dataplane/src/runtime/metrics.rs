@@ -44,6 +44,9 @@ fn encode_board(board: &Board, encoder: &mut DescriptorEncoder) -> Result<(), st
                     ("table", board.tables.get(table as usize).cloned().unwrap_or_default()),
                     ("entry", entry.map_or_else(|| "miss".to_string(), |e| e.to_string())),
                 ],
+                Label::Rank { collective, rank } => {
+                    vec![("collective", collective.to_string()), ("rank", rank.to_string())]
+                }
             };
             ConstCounter::new(*v).encode(fam.encode_family(&labels)?)?;
         }

@@ -30,6 +30,7 @@ mod send;
 pub mod slot;
 mod state;
 mod status;
+pub mod straggle;
 pub mod template;
 
 pub use emit::max_result_frame_len;
@@ -213,6 +214,12 @@ impl Aggregator {
         }
     }
 
+    /// Every collective, in config order: its id, its ranks, and per rank how late its
+    /// contributions came (empty for the collectives another worker owns).
+    pub fn stragglers(&self) -> impl Iterator<Item = (u16, usize, &[straggle::RankLateness])> {
+        self.colls.iter().map(|c| (c.spec.id, c.spec.workers(), c.late.as_slice()))
+    }
+
     /// This worker's index.
     #[inline]
     pub fn me(&self) -> u16 {
@@ -278,6 +285,11 @@ impl Aggregator {
                     bm.fill(0);
                 }
                 bm[c.rank / 64] |= 1 << (c.rank % 64);
+                // The straggler view: how long after the round's first contribution this came.
+                let late = now_us.saturating_sub(st.slots[c.slot].first_us);
+                if let Some(l) = st.late.get_mut(c.rank) {
+                    l.record(late, last);
+                }
                 self.fold(c, &frame[p.grad_payload()], first, last);
                 self.counters.folded += 1;
                 if last {

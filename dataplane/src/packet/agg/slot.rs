@@ -14,6 +14,9 @@ pub struct Slot {
     pub count: u16,
     /// When the round in progress was last touched (µs, appliance clock).
     pub last_touch_us: u64,
+    /// When the round in progress got its first contribution (µs, appliance clock): how late
+    /// the others come is measured from it (the straggler view, [`super::straggle`]).
+    pub first_us: u64,
     /// A completed round's result is kept.
     pub has_done: bool,
     /// The last completed round.
@@ -86,6 +89,7 @@ impl Slot {
             self.active = true;
             self.round = r;
             self.count = 0;
+            self.first_us = now_us;
         } else if r != self.round {
             return (Verdict::Stale(self.round), reclaimed);
         }

@@ -3,6 +3,7 @@
 
 use super::collective::{Carriage, Collective};
 use super::slot::Slot;
+use super::straggle::RankLateness;
 use super::template;
 use crate::wire::build;
 use strength_reduce::StrengthReducedU64;
@@ -42,6 +43,9 @@ pub(super) struct CollState {
     pub(super) chunk_div: StrengthReducedU64,
     /// log2 of the dtype's size (1, 2 or 4 bytes).
     pub(super) size_log2: u32,
+    /// Per rank: how late its contributions come, how many rounds it completed (the straggler
+    /// view; empty for collectives another worker owns).
+    pub(super) late: Vec<RankLateness>,
 }
 
 impl CollState {
@@ -66,6 +70,7 @@ impl CollState {
             templates: None,
             chunk_div: StrengthReducedU64::new((spec.chunk_elements as u64).max(1)),
             size_log2: size.trailing_zeros(),
+            late: vec![RankLateness::default(); n],
             spec,
         }
     }
@@ -87,6 +92,7 @@ impl CollState {
             templates: None,
             chunk_div: StrengthReducedU64::new((spec.chunk_elements as u64).max(1)),
             size_log2: spec.dtype.size().trailing_zeros(),
+            late: Vec::new(),
             spec,
         }
     }

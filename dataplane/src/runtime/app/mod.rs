@@ -164,6 +164,37 @@ pub struct QosClassSummary {
     pub sojourn_us: Percentiles,
 }
 
+/// One rank's place in the straggler view ([`crate::agg::straggle`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct RankSummary {
+    /// The rank.
+    pub rank: u16,
+    /// Contributions folded.
+    pub contributions: u64,
+    /// Rounds it completed (its contribution came last).
+    pub completed_last: u64,
+    /// How late its contributions came after their round's first one (µs): the mean, and the
+    /// median, 99th percentile and largest as the upper bounds of their log2 buckets.
+    pub late_mean_us: f64,
+    /// Median lateness (µs, bucket upper bound).
+    pub late_p50_us: u64,
+    /// 99th percentile (µs, bucket upper bound).
+    pub late_p99_us: u64,
+    /// Largest (µs, bucket upper bound).
+    pub late_max_us: u64,
+}
+
+/// A collective's straggler view: which rank the rounds waited for.
+#[derive(Debug, Clone, Serialize)]
+pub struct StragglerSummary {
+    /// The collective's id.
+    pub collective: u16,
+    /// The rank that completed the most rounds (`None` before any round completed).
+    pub slowest_rank: Option<u16>,
+    /// Per rank.
+    pub ranks: Vec<RankSummary>,
+}
+
 /// The run's final stats.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
@@ -209,6 +240,8 @@ pub struct Summary {
     pub aggregation: crate::agg::AggCounters,
     /// Configured collectives.
     pub collectives: usize,
+    /// The straggler view of each collective, in config order.
+    pub stragglers: Vec<StragglerSummary>,
     /// ARP replies and neighbour advertisements sent for the appliance's addresses.
     pub neighbor_replies: u64,
     /// Packets of other hosts claiming or probing for the appliance's addresses
@@ -891,6 +924,7 @@ fn run_with_eal(
         grace_timeouts: dpdk::rcu::grace_timeouts(),
         workers: lcores.len(),
         aggregation: totals.agg,
+        stragglers: totals.stragglers,
         collectives: loaded.collectives.len(),
         neighbor_replies: totals.counters.neighbor_replies,
         address_conflicts: totals.counters.address_conflicts,
@@ -1026,6 +1060,16 @@ impl Summary {
                     a.handed_off
                 );
             }
+            for c in &self.stragglers {
+                let Some(slow) = c.slowest_rank else { continue };
+                let completed: u64 = c.ranks.iter().map(|r| r.completed_last).sum();
+                let r = &c.ranks[slow as usize];
+                let _ = writeln!(
+                    s,
+                    "stragglers: collective {}: rank {slow} completed {} of {completed} rounds (came last); its contributions came {:.0} µs after their round's first on average (p99 {} µs)",
+                    c.collective, r.completed_last, r.late_mean_us, r.late_p99_us
+                );
+            }
             if self.seconds > 0.0 {
                 let _ = writeln!(
                     s,
@@ -1081,6 +1125,7 @@ mod tests {
             workers: 2,
             aggregation: Default::default(),
             collectives: 0,
+            stragglers: Vec::new(),
             neighbor_replies: 0,
             address_conflicts: 0,
         }

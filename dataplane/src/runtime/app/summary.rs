@@ -3,6 +3,7 @@
 
 use super::start::ResultSlot;
 use super::{AppError, CounterSummary, EntrySummary, MeterSummary, Percentiles, QosClassSummary};
+use crate::agg::straggle::RankLateness;
 use crate::agg::AggCounters;
 use crate::datapath::PortEgress;
 use crate::dpdk::lcore::LcoreHandle;
@@ -21,6 +22,8 @@ pub(super) struct Totals {
     pub counters: Counters,
     /// Aggregation counters.
     pub agg: AggCounters,
+    /// The straggler view of each collective.
+    pub stragglers: Vec<super::StragglerSummary>,
     /// Every table entry's counter, and each table's miss counter (`entry: None`).
     pub tables: Vec<EntrySummary>,
     /// The named counters.
@@ -36,6 +39,7 @@ pub(super) fn collect(results: &[ResultSlot], ports: usize) -> Totals {
     let mut total = Counters::new(ports as u16);
     let mut pipeline: Option<(Pipeline, PipelineState)> = None;
     let mut agg = AggCounters::default();
+    let mut late = Late::default();
     let mut qos = QosTotals::default();
     for r in results {
         if let Some(dp) = r.lock().unwrap_or_else(|e| e.into_inner()).take() {
@@ -43,6 +47,7 @@ pub(super) fn collect(results: &[ResultSlot], ports: usize) -> Totals {
             qos.add(&dp.egress);
             if let Some(a) = &dp.agg {
                 agg.add(&a.counters);
+                late.add(a);
             }
             match &mut pipeline {
                 Some((_, sum)) => sum.add(&dp.pipeline_state),
@@ -54,7 +59,59 @@ pub(super) fn collect(results: &[ResultSlot], ports: usize) -> Totals {
         Some((p, sum)) => (entry_summaries(p, sum), named_summaries(p, sum), meter_summaries(p, sum)),
         None => (Vec::new(), Vec::new(), Vec::new()),
     };
-    Totals { counters: total, agg, tables, named, meters, qos: qos.summaries() }
+    Totals { counters: total, agg, tables, named, meters, qos: qos.summaries(), stragglers: late.summaries() }
+}
+
+/// Per collective (in config order): its id and each rank's lateness, summed over the workers
+/// (only the owner of a collective records any).
+#[derive(Default)]
+struct Late(Vec<(u16, Vec<RankLateness>)>);
+
+impl Late {
+    fn add(&mut self, a: &crate::agg::Aggregator) {
+        for (i, (id, ranks, late)) in a.stragglers().enumerate() {
+            if self.0.len() <= i {
+                self.0.push((id, vec![RankLateness::default(); ranks]));
+            }
+            for (sum, l) in self.0[i].1.iter_mut().zip(late) {
+                sum.add(l);
+            }
+        }
+    }
+
+    fn summaries(self) -> Vec<super::StragglerSummary> {
+        self.0
+            .into_iter()
+            .map(|(collective, ranks)| {
+                let slowest = ranks
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| r.completed_last > 0)
+                    .max_by_key(|(_, r)| r.completed_last);
+                super::StragglerSummary {
+                    collective,
+                    slowest_rank: slowest.map(|(i, _)| i as u16),
+                    ranks: ranks
+                        .iter()
+                        .enumerate()
+                        .map(|(i, r)| super::RankSummary {
+                            rank: i as u16,
+                            contributions: r.contributions,
+                            completed_last: r.completed_last,
+                            late_mean_us: if r.contributions > 0 {
+                                r.late_sum_us as f64 / r.contributions as f64
+                            } else {
+                                0.0
+                            },
+                            late_p50_us: r.quantile_us(0.5),
+                            late_p99_us: r.quantile_us(0.99),
+                            late_max_us: r.quantile_us(1.0),
+                        })
+                        .collect(),
+                }
+            })
+            .collect()
+    }
 }
 
 /// Per (port, class): the workers' scheduler counters and histograms, summed.

@@ -190,11 +190,12 @@ impl Server {
                     .metrics
                     .iter()
                     .enumerate()
-                    .filter(|(_, m)| !matches!(m.label, Label::Entry { .. }))
+                    .filter(|(_, m)| matches!(m.label, Label::None | Label::Port(_) | Label::Reason(_)))
                     .map(|(i, _)| (b.key(i), json!(t[i])))
                     .collect();
                 Ok(json!({ "stats": stats, "version": self.version }))
             }
+            Request::Stragglers {} => Ok(json!({ "stragglers": stragglers() })),
             Request::Tables {} => Ok(json!({ "tables": self.tables(), "version": self.version })),
             Request::Groups {} => Ok(json!({ "groups": self.model.groups, "version": self.version })),
             Request::Meters {} => Ok(json!({ "meters": self.model.meters, "version": self.version })),
@@ -323,6 +324,47 @@ impl Server {
             .collect();
         Value::Array(tables)
     }
+}
+
+/// Each collective's straggler view from the live board: per rank its contributions, their mean
+/// lateness (µs) and the rounds it completed, and the rank that completed the most.
+fn stragglers() -> Value {
+    let Some(b) = live::current() else { return Value::Array(Vec::new()) };
+    let t = b.totals();
+    // (collective, per rank [contributions, lateness sum, completed last]), in walk order.
+    let mut colls: Vec<(u16, Vec<[u64; 3]>)> = Vec::new();
+    for (i, m) in b.metrics.iter().enumerate() {
+        let Label::Rank { collective, rank } = m.label else { continue };
+        if colls.last().is_none_or(|(c, _)| *c != collective) {
+            colls.push((collective, Vec::new()));
+        }
+        let ranks = &mut colls.last_mut().expect("pushed").1;
+        if ranks.len() <= rank as usize {
+            ranks.resize(rank as usize + 1, [0; 3]);
+        }
+        let k = match m.family {
+            "agg_rank_contributions" => 0,
+            "agg_rank_lateness_sum_us" => 1,
+            _ => 2,
+        };
+        ranks[rank as usize][k] = t[i];
+    }
+    let out: Vec<Value> = colls
+        .into_iter()
+        .map(|(id, ranks)| {
+            let slowest = ranks.iter().enumerate().filter(|(_, r)| r[2] > 0).max_by_key(|(_, r)| r[2]).map(|(i, _)| i);
+            let rows: Vec<Value> = ranks
+                .iter()
+                .enumerate()
+                .map(|(rank, [n, sum, last])| {
+                    let mean = if *n > 0 { *sum as f64 / *n as f64 } else { 0.0 };
+                    json!({ "rank": rank, "contributions": n, "late_mean_us": mean, "completed_last": last })
+                })
+                .collect();
+            json!({ "collective": id, "slowest_rank": slowest, "ranks": rows })
+        })
+        .collect();
+    Value::Array(out)
 }
 
 /// Installs the appliance's signal handlers: SIGINT and SIGTERM ask for a stop

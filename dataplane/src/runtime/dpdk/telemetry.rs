@@ -22,6 +22,9 @@ pub type Handler = fn(&str) -> Reply;
 
 static HANDLERS: Mutex<Vec<(String, Handler)>> = Mutex::new(Vec::new());
 
+/// DPDK 22.11's longest command help, with its NUL (`RTE_TEL_MAX_STRING_LEN`).
+pub const MAX_HELP: usize = 128;
+
 /// Registers `cmd` (e.g. `/dpu/stats`: a `/` then letters, digits, `_` and `/`) with its
 /// one-line `help` and `handler`. Registering a command again replaces its handler (DPDK keeps
 /// the first registration's help). Errors: what `rte_telemetry_register_cmd` refuses (a bad
@@ -33,6 +36,10 @@ pub fn register(cmd: &str, help: &str, handler: Handler) -> Result<(), DpdkError
         return Ok(());
     }
     let what = || format!("rte_telemetry_register_cmd({cmd})");
+    if help.len() >= MAX_HELP {
+        // DPDK refuses it with EINVAL alone: say why.
+        return Err(DpdkError::new(what(), format!("help of {} bytes: at most {} fit", help.len(), MAX_HELP - 1)));
+    }
     let c = CString::new(cmd).map_err(|_| DpdkError::new(what(), "NUL in the command"))?;
     let h = CString::new(help).map_err(|_| DpdkError::new(what(), "NUL in the help"))?;
     // SAFETY: valid C strings (DPDK copies both); the callback is a plain function.
