@@ -373,18 +373,18 @@ fn watch(socket: &Path, interval: f64) -> Result<(), String> {
     if !(interval > 0.0 && interval.is_finite()) {
         return Err(format!("--interval: expected seconds above 0, found {interval}"));
     }
-    let stats = |s: &Path| -> Result<serde_json::Map<String, Value>, String> {
+    let stats = |s: &Path| -> Result<(serde_json::Map<String, Value>, Vec<Value>), String> {
         let r = call(s, &json!({ "cmd": "stats" }))?;
         if r["ok"] != true {
             return Err(error_of(&r));
         }
-        Ok(r["stats"].as_object().cloned().unwrap_or_default())
+        Ok((r["stats"].as_object().cloned().unwrap_or_default(), r["workers"].as_array().cloned().unwrap_or_default()))
     };
-    let mut prev = stats(socket)?;
+    let (mut prev, mut prev_w) = stats(socket)?;
     let mut at = std::time::Instant::now();
     loop {
         std::thread::sleep(Duration::from_secs_f64(interval));
-        let now = stats(socket)?;
+        let (now, now_w) = stats(socket)?;
         let dt = at.elapsed().as_secs_f64();
         at = std::time::Instant::now();
         let delta = |k: &str| {
@@ -407,6 +407,16 @@ fn watch(socket: &Path, interval: f64) -> Result<(), String> {
                 r("port_tx_bytes") * 8.0 / 1e9
             );
         }
+        for (w, p) in now_w.iter().zip(&prev_w) {
+            let d = |k: &str| w[k].as_u64().unwrap_or(0).saturating_sub(p[k].as_u64().unwrap_or(0));
+            let (busy, idle, bursts) = (d("busy_polls"), d("idle_polls"), d("bursts"));
+            let share = if busy + idle > 0 { 100.0 * busy as f64 / (busy + idle) as f64 } else { 0.0 };
+            let cycles = d("burst_cycles").checked_div(bursts).unwrap_or(0);
+            println!(
+                "worker {:<9} busy {share:>5.1}% of polls, {bursts} bursts, {cycles} TSC cycles per burst",
+                w["worker"]
+            );
+        }
         let rounds = delta("agg_completed_rounds") as f64 / dt;
         if now.get("agg_completed_rounds").and_then(Value::as_u64).unwrap_or(0) > 0 {
             println!("aggregation: {rounds:.0} rounds/s, {} rounds in all", now["agg_completed_rounds"]);
@@ -420,5 +430,6 @@ fn watch(socket: &Path, interval: f64) -> Result<(), String> {
         }
         let _ = std::io::stdout().flush();
         prev = now;
+        prev_w = now_w;
     }
 }

@@ -96,6 +96,7 @@ fn dpdk_telemetry_reads_live_counters_and_the_stats_line_prints() {
     let no_table = query(&prefix, "/dpu/table,nope");
     let odd = query(&prefix, "/dpu/table,é✓");
     let no_coll = query(&prefix, "/dpu/stragglers,1");
+    let workers = query(&prefix, "/dpu/workers");
     let out = dpu.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -116,6 +117,12 @@ fn dpdk_telemetry_reads_live_counters_and_the_stats_line_prints() {
     assert!(no_table["error"].as_str().unwrap_or("").contains("no table 'nope'; tables: l2"), "{no_table}");
     // Non-ASCII in a request comes back as '?', and the reply is still JSON (query parses it).
     assert_eq!(odd["error"].as_str().unwrap_or(""), "no table '??'; tables: l2", "{odd}");
+    // The worker's own loop: net_null always has frames, so every poll is busy, and a burst of
+    // 32 frames takes some TSC cycles (the median is a log2 bucket's bound: 2^k - 1).
+    assert!(u(&workers, "busy_polls/0") > 0 && u(&workers, "bursts/0") > 0, "{workers}");
+    assert_eq!(u(&workers, "idle_polls/0"), 0, "{workers}");
+    let p50 = u(&workers, "cycles_per_burst_p50/0");
+    assert!(p50 > 0 && (p50 + 1).is_power_of_two() && u(&workers, "cycles_per_burst_mean/0") > 0, "{workers}");
     // The straggler view is there (this config has no collective to show).
     assert_eq!(no_coll["error"].as_str().unwrap_or(""), "no collective 1", "{no_coll}");
     // The final stats count at least what was seen live.

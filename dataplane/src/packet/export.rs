@@ -30,6 +30,14 @@ pub enum Label {
         /// Entry index, `None` for the miss.
         entry: Option<u32>,
     },
+    /// Worker `worker` (its index), and for a histogram's counts the bucket's upper bound
+    /// (log2 buckets: `2^b - 1`; `u64::MAX` for the last).
+    Worker {
+        /// The worker's index.
+        worker: u16,
+        /// The bucket's upper bound, for histogram counts.
+        le: Option<u64>,
+    },
     /// Rank `rank` of collective `collective` (its id).
     Rank {
         /// The collective's id.

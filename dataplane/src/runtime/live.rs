@@ -56,6 +56,11 @@ impl Board {
         Publisher { board: self.clone(), w, i: 0, every_tsc, last_tsc: 0 }
     }
 
+    /// Workers publishing into this board.
+    pub fn workers(&self) -> usize {
+        self.slots.len()
+    }
+
     /// Every metric summed over the workers, in walk order.
     pub fn totals(&self) -> Vec<u64> {
         let mut t = vec![0u64; self.metrics.len()];
@@ -95,6 +100,9 @@ impl Board {
                 }
             }
             Label::Rank { collective, rank } => format!("{collective}/{rank}"),
+            Label::Worker { worker, le: None } => format!("{worker}"),
+            Label::Worker { worker, le: Some(u64::MAX) } => format!("{worker}/le_inf"),
+            Label::Worker { worker, le: Some(le) } => format!("{worker}/le_{le}"),
         };
         format!("{}/{label}", m.family)
     }
@@ -126,10 +134,12 @@ impl Publisher {
         self.board = board;
     }
 
-    /// Publishes `dp`'s counters now.
-    pub fn publish<B: crate::buf::PacketBuf>(&mut self, dp: &crate::datapath::Datapath<B>) {
+    /// Publishes `dp`'s counters and the poll loop's `stats` now.
+    pub fn publish<B: crate::buf::PacketBuf>(&mut self, dp: &crate::datapath::Datapath<B>, stats: &LoopStats) {
         self.i = 0;
         dp.export(self);
+        let (me, workers) = (self.w, self.board.workers());
+        stats.export(me, workers, self);
     }
 }
 
@@ -169,6 +179,11 @@ pub fn register_telemetry() -> Result<(), DpdkError> {
         stats_command,
     )?;
     telemetry::register(
+        "/dpu/workers",
+        "Returns per worker: busy and idle polls, bursts, TSC cycles per burst (mean, p50, p99). No parameters",
+        workers_command,
+    )?;
+    telemetry::register(
         "/dpu/stragglers",
         "Returns per rank of a collective: contributions, lateness sum (us), rounds completed last. Parameters: id[,page]",
         stragglers_command,
@@ -191,6 +206,42 @@ fn stats_command(_: &str) -> Reply {
         .filter(|(_, m)| matches!(m.label, Label::None | Label::Port(_) | Label::Reason(_)))
         .map(|(i, _)| (b.key(i), t[i]))
         .collect())
+}
+
+/// `/dpu/workers`: per worker its busy and idle polls, bursts, and the TSC cycles a burst took
+/// (mean, and the median and 99th percentile as the upper bounds of their log2 buckets).
+fn workers_command(_: &str) -> Reply {
+    let b = current().ok_or("the appliance is not running")?;
+    let t = b.totals();
+    let mut out = Vec::new();
+    for w in 0..b.workers() as u16 {
+        let get = |family: &str| b.total(&t, family, Some(Label::Worker { worker: w, le: None }));
+        let bursts = get("worker_bursts");
+        let mut buckets = [0u64; CYCLE_BUCKETS];
+        for (i, m) in b.metrics.iter().enumerate() {
+            if let Label::Worker { worker, le: Some(le) } = m.label {
+                if worker == w {
+                    let k = if le == u64::MAX { CYCLE_BUCKETS - 1 } else { (64 - le.leading_zeros()) as usize };
+                    buckets[k.min(CYCLE_BUCKETS - 1)] += t[i];
+                }
+            }
+        }
+        let q = |q: f64| {
+            let want = ((q * bursts as f64).ceil() as u64).max(1);
+            let mut seen = 0;
+            buckets.iter().enumerate().find_map(|(k, n)| {
+                seen += n;
+                (seen >= want).then(|| LoopStats::bucket_upper(k))
+            })
+        };
+        out.push((format!("busy_polls/{w}"), get("worker_busy_polls")));
+        out.push((format!("idle_polls/{w}"), get("worker_idle_polls")));
+        out.push((format!("bursts/{w}"), bursts));
+        out.push((format!("cycles_per_burst_mean/{w}"), get("worker_burst_cycles").checked_div(bursts).unwrap_or(0)));
+        out.push((format!("cycles_per_burst_p50/{w}"), if bursts > 0 { q(0.5).unwrap_or(0) } else { 0 }));
+        out.push((format!("cycles_per_burst_p99/{w}"), if bursts > 0 { q(0.99).unwrap_or(0) } else { 0 }));
+    }
+    Ok(out)
 }
 
 /// Ranks per page of `/dpu/stragglers`: three values each.
@@ -284,11 +335,85 @@ fn short(s: &str) -> String {
     t
 }
 
-/// The names of a datapath's walk.
-pub fn names_of<B: crate::buf::PacketBuf>(dp: &crate::datapath::Datapath<B>) -> Vec<Metric> {
+/// The names of a worker's walk: its datapath's, then the poll loops' of `workers` workers.
+pub fn names_of<B: crate::buf::PacketBuf>(dp: &crate::datapath::Datapath<B>, workers: usize) -> Vec<Metric> {
     let mut n = Names::default();
     dp.export(&mut n);
+    LoopStats::default().export(0, workers, &mut n);
     n.0
+}
+
+/// Buckets of the cycles-per-burst histogram: bucket `b` holds `2^(b-1) ..= 2^b - 1` TSC
+/// cycles (bucket 0: 0), the last everything from `2^30`.
+pub const CYCLE_BUCKETS: usize = 32;
+
+/// What a worker's poll loop counts about itself: how often it found work, and how many TSC
+/// cycles each burst took (from its rx to the end of its processing, its tx included), as a
+/// log2 histogram. Plain integers, the worker's own.
+#[derive(Debug, Clone, Copy)]
+pub struct LoopStats {
+    /// Loop turns in which some rx queue gave packets.
+    pub busy_polls: u64,
+    /// Loop turns in which none did.
+    pub idle_polls: u64,
+    /// Rx bursts processed.
+    pub bursts: u64,
+    /// TSC cycles spent processing them.
+    pub burst_cycles: u64,
+    /// Bursts by cycles ([`CYCLE_BUCKETS`]).
+    pub buckets: [u64; CYCLE_BUCKETS],
+}
+
+impl Default for LoopStats {
+    fn default() -> Self {
+        LoopStats { busy_polls: 0, idle_polls: 0, bursts: 0, burst_cycles: 0, buckets: [0; CYCLE_BUCKETS] }
+    }
+}
+
+impl LoopStats {
+    /// Counts a burst that took `cycles` TSC cycles.
+    #[inline]
+    pub fn burst(&mut self, cycles: u64) {
+        self.bursts += 1;
+        self.burst_cycles += cycles;
+        self.buckets[((64 - cycles.leading_zeros()) as usize).min(CYCLE_BUCKETS - 1)] += 1;
+    }
+
+    /// The upper bound (TSC cycles) of bucket `b`.
+    pub fn bucket_upper(b: usize) -> u64 {
+        match b {
+            0 => 0,
+            b if b >= CYCLE_BUCKETS - 1 => u64::MAX,
+            b => (1u64 << b) - 1,
+        }
+    }
+
+    /// Walks worker `me`'s loop counters as those of `workers` workers, the others' zero (so
+    /// that every worker's walk has the same shape and the board's sums are per worker).
+    pub fn export<V: Visit>(&self, me: usize, workers: usize, v: &mut V) {
+        let zero = LoopStats::default();
+        for w in 0..workers {
+            let s = if w == me { self } else { &zero };
+            let label = Label::Worker { worker: w as u16, le: None };
+            for (family, help, value) in [
+                ("worker_busy_polls", "poll-loop turns in which an rx queue gave packets", s.busy_polls),
+                ("worker_idle_polls", "poll-loop turns in which no rx queue gave packets", s.idle_polls),
+                ("worker_bursts", "rx bursts processed", s.bursts),
+                ("worker_burst_cycles", "TSC cycles spent processing rx bursts", s.burst_cycles),
+            ] {
+                v.counter(Metric { family, help, label }, value);
+            }
+            for (b, n) in s.buckets.iter().enumerate() {
+                let label = Label::Worker { worker: w as u16, le: Some(Self::bucket_upper(b)) };
+                let m = Metric {
+                    family: "worker_bursts_by_cycles",
+                    help: "rx bursts by the TSC cycles they took, in log2 buckets (le: the bucket's upper bound)",
+                    label,
+                };
+                v.counter(m, *n);
+            }
+        }
+    }
 }
 
 /// The periodic stats line: rates over the last interval and totals, from two readings of the
@@ -335,21 +460,35 @@ mod tests {
     fn the_board_sums_what_the_workers_published() {
         let mut a: Datapath = Datapath::new(Default::default(), 1, crate::wire::gradient::DEFAULT_UDP_PORT);
         let mut b: Datapath = Datapath::new(Default::default(), 1, crate::wire::gradient::DEFAULT_UDP_PORT);
-        let board = Arc::new(Board::new(names_of(&a), 2, vec!["p-0".into()], vec![]));
+        let board = Arc::new(Board::new(names_of(&a, 2), 2, vec!["p-0".into()], vec![]));
         a.counters.rx(0, 100);
         b.counters.rx(0, 50);
         b.counters.drop(Reason::TxFull);
-        board.publisher(0, 0).publish(&a);
-        board.publisher(1, 0).publish(&b);
+        board.publisher(0, 0).publish(&a, &LoopStats::default());
+        let mut loop1 = LoopStats { busy_polls: 3, idle_polls: 7, ..Default::default() };
+        loop1.burst(1000);
+        loop1.burst(1500);
+        board.publisher(1, 0).publish(&b, &loop1);
         let t = board.totals();
         assert_eq!(board.total(&t, "port_rx_packets", Some(Label::Port(0))), 2);
         assert_eq!(board.total(&t, "port_rx_bytes", Some(Label::Port(0))), 150);
         assert_eq!(board.total(&t, "dropped_packets", Some(Label::Reason(Reason::TxFull))), 1);
+        // Each worker's loop counters stay its own: worker 1's under worker 1, zeros under 0.
+        let w = |worker, le| Some(Label::Worker { worker, le });
+        assert_eq!(board.total(&t, "worker_busy_polls", w(1, None)), 3);
+        assert_eq!(board.total(&t, "worker_idle_polls", w(1, None)), 7);
+        assert_eq!(board.total(&t, "worker_busy_polls", w(0, None)), 0);
+        assert_eq!(board.total(&t, "worker_burst_cycles", w(1, None)), 2500);
+        // 1000 and 1500 cycles: buckets 512..=1023 and 1024..=2047.
+        assert_eq!(board.total(&t, "worker_bursts_by_cycles", w(1, Some(1023))), 1);
+        assert_eq!(board.total(&t, "worker_bursts_by_cycles", w(1, Some(2047))), 1);
+        let k = board.metrics.iter().position(|m| m.label == Label::Worker { worker: 1, le: Some(u64::MAX) }).unwrap();
+        assert_eq!(board.key(k), "worker_bursts_by_cycles/1/le_inf");
         let i = board.metrics.iter().position(|m| m.family == "port_rx_packets").unwrap();
         assert_eq!(board.key(i), "port_rx_packets/p_0");
         // A second publication replaces the first (counters are totals, not increments).
         a.counters.rx(0, 100);
-        board.publisher(0, 0).publish(&a);
+        board.publisher(0, 0).publish(&a, &LoopStats::default());
         let t2 = board.totals();
         assert_eq!(board.total(&t2, "port_rx_packets", Some(Label::Port(0))), 3);
         let line = stats_line(&board, &t, &t2, 1.0, 2.0);

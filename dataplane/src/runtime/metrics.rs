@@ -47,6 +47,13 @@ fn encode_board(board: &Board, encoder: &mut DescriptorEncoder) -> Result<(), st
                 Label::Rank { collective, rank } => {
                     vec![("collective", collective.to_string()), ("rank", rank.to_string())]
                 }
+                Label::Worker { worker, le } => {
+                    let mut l = vec![("worker", worker.to_string())];
+                    if let Some(le) = le {
+                        l.push(("cycles_le", if le == u64::MAX { "+Inf".to_string() } else { le.to_string() }));
+                    }
+                    l
+                }
             };
             ConstCounter::new(*v).encode(fam.encode_family(&labels)?)?;
         }
@@ -146,10 +153,10 @@ mod tests {
     #[test]
     fn a_scrape_names_counters_as_prometheus_does() {
         let mut dp: Datapath = Datapath::new(Default::default(), 1, crate::wire::gradient::DEFAULT_UDP_PORT);
-        let board = Arc::new(Board::new(live::names_of(&dp), 1, vec!["p0".into()], vec![]));
+        let board = Arc::new(Board::new(live::names_of(&dp, 1), 1, vec!["p0".into()], vec![]));
         dp.counters.rx(0, 100);
         dp.counters.drop(Reason::TxFull);
-        board.publisher(0, 0).publish(&dp);
+        board.publisher(0, 0).publish(&dp, &crate::live::LoopStats::default());
         let text = render(Some(&board));
         assert!(text.contains("# TYPE dpu_port_rx_packets counter"), "{text}");
         assert!(text.contains("dpu_port_rx_packets_total{port=\"p0\"} 1\n"), "{text}");

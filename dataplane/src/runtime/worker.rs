@@ -263,12 +263,15 @@ impl Worker {
         let mut stalled_since = None;
         let mut last_drain = rdtsc();
         let mut live = self.live.take();
+        // The loop's own counters (busy and idle turns, cycles per burst), published with the
+        // datapath's.
+        let mut stats = crate::live::LoopStats::default();
         // Online for the grace periods of `dpdk::rcu` until the end of the run: each loop turn
         // below is a quiescent state (no burst of a port in progress).
         let online = dpdk::rcu::workers().enter(self.index as u32).expect("worker indexes are below RTE_MAX_LCORE");
         while !quitting() || held.pos < held.end {
             online.quiescent();
-            self.switch_if_asked(&mut io, &mut live);
+            self.switch_if_asked(&mut io, &mut live, &stats);
             let now = rdtsc();
             if now.wrapping_sub(last_drain) > self.drain_tsc {
                 io.flush_all();
@@ -277,7 +280,7 @@ impl Worker {
                     if p.due(now) {
                         // What the tx queues refused so far belongs in the published drops.
                         self.datapath.counters.drop_n(Reason::TxFull, std::mem::take(&mut io.tx_full));
-                        p.publish(&self.datapath);
+                        p.publish(&self.datapath, &stats);
                     }
                 }
             }
@@ -286,6 +289,7 @@ impl Worker {
                 let ctx = Step { io: &mut io, rx: &rx, room_needed, now_us };
                 self.lockstep(clocks, ctx, &mut mbufs[..burst], &mut scratch[..burst], &mut held, &mut stalled_since);
             } else {
+                let mut busy = false;
                 for (rxq, port) in &rx {
                     if hand_offs && !self.rings_have_room(room_needed) {
                         // Backpressure: another worker's ring could not take this burst's
@@ -303,7 +307,15 @@ impl Worker {
                     if n == 0 {
                         continue;
                     }
+                    busy = true;
+                    let t0 = rdtsc();
                     self.datapath.process_burst(&mut io, *port, &mut mbufs[..n], now_us);
+                    stats.burst(rdtsc().wrapping_sub(t0));
+                }
+                if busy {
+                    stats.busy_polls += 1;
+                } else {
+                    stats.idle_polls += 1;
                 }
                 self.drain_qos_rings(&mut io, &mut scratch[..burst], now_us);
             }
@@ -348,7 +360,7 @@ impl Worker {
         drop(online);
         self.datapath.counters.drop_n(Reason::TxFull, io.tx_full);
         if let Some(p) = &mut live {
-            p.publish(&self.datapath);
+            p.publish(&self.datapath, &stats);
         }
         self.datapath
     }
@@ -457,14 +469,19 @@ impl Worker {
     /// over, the counters are published at once on the board shaped for the new version (so a
     /// reader of it never sees this worker's counts missing), and the old version goes back.
     #[inline]
-    fn switch_if_asked(&mut self, io: &mut TxIo, live: &mut Option<crate::live::Publisher>) {
+    fn switch_if_asked(
+        &mut self,
+        io: &mut TxIo,
+        live: &mut Option<crate::live::Publisher>,
+        stats: &crate::live::LoopStats,
+    ) {
         let Some(mb) = &self.control else { return };
         let Some(mut u) = mb.take() else { return };
         self.datapath.swap_pipeline(&mut u.swap);
         if let (Some(p), Some(board)) = (live.as_mut(), u.board.take()) {
             p.set_board(board);
             self.datapath.counters.drop_n(Reason::TxFull, std::mem::take(&mut io.tx_full));
-            p.publish(&self.datapath);
+            p.publish(&self.datapath, stats);
         }
         mb.give_back(u);
     }

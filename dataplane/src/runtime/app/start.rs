@@ -254,7 +254,7 @@ pub(super) fn launch_workers(
     let mut workers: Vec<Worker> =
         lcores.iter().enumerate().map(|(wi, l)| make_worker(loaded, &shared, wi, l)).collect();
     // Every worker's walk has the same shape: worker 0's gives the names.
-    let names = workers.first().map(|w| crate::live::names_of(&w.datapath)).unwrap_or_default();
+    let names = workers.first().map(|w| crate::live::names_of(&w.datapath, lcores.len())).unwrap_or_default();
     let board = Arc::new(crate::live::Board::new(
         names,
         workers.len(),

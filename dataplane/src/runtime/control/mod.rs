@@ -193,7 +193,19 @@ impl Server {
                     .filter(|(_, m)| matches!(m.label, Label::None | Label::Port(_) | Label::Reason(_)))
                     .map(|(i, _)| (b.key(i), json!(t[i])))
                     .collect();
-                Ok(json!({ "stats": stats, "version": self.version }))
+                let workers: Vec<Value> = (0..b.workers() as u16)
+                    .map(|w| {
+                        let get = |f: &str| b.total(&t, f, Some(Label::Worker { worker: w, le: None }));
+                        json!({
+                            "worker": w,
+                            "busy_polls": get("worker_busy_polls"),
+                            "idle_polls": get("worker_idle_polls"),
+                            "bursts": get("worker_bursts"),
+                            "burst_cycles": get("worker_burst_cycles"),
+                        })
+                    })
+                    .collect();
+                Ok(json!({ "stats": stats, "workers": workers, "version": self.version }))
             }
             Request::Stragglers {} => Ok(json!({ "stragglers": stragglers() })),
             Request::Tables {} => Ok(json!({ "tables": self.tables(), "version": self.version })),
