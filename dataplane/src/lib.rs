@@ -30,7 +30,7 @@ pub mod testing;
 // The packet core's modules at the crate root, so that paths stay short
 // (`dataplane::wire::ipv4`, `crate::agg::Aggregator`).
 pub use packet::{
-    action, agg, buf, datapath, export, meta, meter, neighbor, parse, prefetch, sched, stats, table, wire,
+    action, agg, buf, datapath, export, log2hist, meta, meter, neighbor, parse, prefetch, sched, stats, table, wire,
 };
 #[cfg(feature = "dpdk")]
 pub use runtime::{app, control, dpdk, live, metrics, outputs, pcapfile, worker};

@@ -24,6 +24,8 @@ pub mod datapath;
 #[deny(unsafe_code)]
 pub mod export;
 #[deny(unsafe_code)]
+pub mod log2hist;
+#[deny(unsafe_code)]
 pub mod meta;
 #[deny(unsafe_code)]
 pub mod meter;

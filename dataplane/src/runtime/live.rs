@@ -9,6 +9,7 @@ use crate::config::label_key;
 use crate::dpdk::telemetry::{self, Reply};
 use crate::dpdk::DpdkError;
 use crate::export::{Label, Metric, Names, Visit};
+use crate::log2hist::Log2Hist;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -217,29 +218,21 @@ fn workers_command(_: &str) -> Reply {
     for w in 0..b.workers() as u16 {
         let get = |family: &str| b.total(&t, family, Some(Label::Worker { worker: w, le: None }));
         let bursts = get("worker_bursts");
-        let mut buckets = [0u64; CYCLE_BUCKETS];
+        // The histogram back from its buckets (each labelled with its upper bound).
+        let mut h = Log2Hist::<CYCLE_BUCKETS>::default();
         for (i, m) in b.metrics.iter().enumerate() {
             if let Label::Worker { worker, le: Some(le) } = m.label {
                 if worker == w {
-                    let k = if le == u64::MAX { CYCLE_BUCKETS - 1 } else { (64 - le.leading_zeros()) as usize };
-                    buckets[k.min(CYCLE_BUCKETS - 1)] += t[i];
+                    h.0[Log2Hist::<CYCLE_BUCKETS>::bucket_of(le)] += t[i];
                 }
             }
         }
-        let q = |q: f64| {
-            let want = ((q * bursts as f64).ceil() as u64).max(1);
-            let mut seen = 0;
-            buckets.iter().enumerate().find_map(|(k, n)| {
-                seen += n;
-                (seen >= want).then(|| LoopStats::bucket_upper(k))
-            })
-        };
         out.push((format!("busy_polls/{w}"), get("worker_busy_polls")));
         out.push((format!("idle_polls/{w}"), get("worker_idle_polls")));
         out.push((format!("bursts/{w}"), bursts));
         out.push((format!("cycles_per_burst_mean/{w}"), get("worker_burst_cycles").checked_div(bursts).unwrap_or(0)));
-        out.push((format!("cycles_per_burst_p50/{w}"), if bursts > 0 { q(0.5).unwrap_or(0) } else { 0 }));
-        out.push((format!("cycles_per_burst_p99/{w}"), if bursts > 0 { q(0.99).unwrap_or(0) } else { 0 }));
+        out.push((format!("cycles_per_burst_p50/{w}"), h.quantile(0.5)));
+        out.push((format!("cycles_per_burst_p99/{w}"), h.quantile(0.99)));
     }
     Ok(out)
 }
@@ -343,14 +336,13 @@ pub fn names_of<B: crate::buf::PacketBuf>(dp: &crate::datapath::Datapath<B>, wor
     n.0
 }
 
-/// Buckets of the cycles-per-burst histogram: bucket `b` holds `2^(b-1) ..= 2^b - 1` TSC
-/// cycles (bucket 0: 0), the last everything from `2^30`.
+/// Buckets of the cycles-per-burst histogram ([`Log2Hist`]): up to `2^30` TSC cycles and above.
 pub const CYCLE_BUCKETS: usize = 32;
 
 /// What a worker's poll loop counts about itself: how often it found work, and how many TSC
 /// cycles each burst took (from its rx to the end of its processing, its tx included), as a
 /// log2 histogram. Plain integers, the worker's own.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct LoopStats {
     /// Loop turns in which some rx queue gave packets.
     pub busy_polls: u64,
@@ -360,14 +352,8 @@ pub struct LoopStats {
     pub bursts: u64,
     /// TSC cycles spent processing them.
     pub burst_cycles: u64,
-    /// Bursts by cycles ([`CYCLE_BUCKETS`]).
-    pub buckets: [u64; CYCLE_BUCKETS],
-}
-
-impl Default for LoopStats {
-    fn default() -> Self {
-        LoopStats { busy_polls: 0, idle_polls: 0, bursts: 0, burst_cycles: 0, buckets: [0; CYCLE_BUCKETS] }
-    }
+    /// Bursts by cycles.
+    pub cycles: Log2Hist<CYCLE_BUCKETS>,
 }
 
 impl LoopStats {
@@ -376,16 +362,7 @@ impl LoopStats {
     pub fn burst(&mut self, cycles: u64) {
         self.bursts += 1;
         self.burst_cycles += cycles;
-        self.buckets[((64 - cycles.leading_zeros()) as usize).min(CYCLE_BUCKETS - 1)] += 1;
-    }
-
-    /// The upper bound (TSC cycles) of bucket `b`.
-    pub fn bucket_upper(b: usize) -> u64 {
-        match b {
-            0 => 0,
-            b if b >= CYCLE_BUCKETS - 1 => u64::MAX,
-            b => (1u64 << b) - 1,
-        }
+        self.cycles.record(cycles);
     }
 
     /// Walks worker `me`'s loop counters as those of `workers` workers, the others' zero (so
@@ -403,8 +380,8 @@ impl LoopStats {
             ] {
                 v.counter(Metric { family, help, label }, value);
             }
-            for (b, n) in s.buckets.iter().enumerate() {
-                let label = Label::Worker { worker: w as u16, le: Some(Self::bucket_upper(b)) };
+            for (b, n) in s.cycles.0.iter().enumerate() {
+                let label = Label::Worker { worker: w as u16, le: Some(Log2Hist::<CYCLE_BUCKETS>::upper(b)) };
                 let m = Metric {
                     family: "worker_bursts_by_cycles",
                     help: "rx bursts by the TSC cycles they took, in log2 buckets (le: the bucket's upper bound)",

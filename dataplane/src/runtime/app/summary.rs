@@ -103,9 +103,9 @@ impl Late {
                             } else {
                                 0.0
                             },
-                            late_p50_us: r.quantile_us(0.5),
-                            late_p99_us: r.quantile_us(0.99),
-                            late_max_us: r.quantile_us(1.0),
+                            late_p50_us: r.late.quantile(0.5),
+                            late_p99_us: r.late.quantile(0.99),
+                            late_max_us: r.late.quantile(1.0),
                         })
                         .collect(),
                 }
