@@ -167,6 +167,8 @@ pub struct Stamp {
     pub seq: u32,
     /// The sender's TSC.
     pub tsc: u64,
+    /// The IP header's ECN field says CE (congestion experienced: a queue on the way marked it).
+    pub ce: bool,
 }
 
 /// Finds the stamp of a frame built by [`SizeTemplates`]: Ethernet with up to two VLAN tags,
@@ -175,32 +177,7 @@ pub struct Stamp {
 /// protocol, no magic). Reads only the headers: a few bytes, no checksum.
 #[inline]
 pub fn find_stamp(f: &[u8]) -> Option<Stamp> {
-    let mut at = 12;
-    let mut et = u16::from_be_bytes([*f.get(at)?, *f.get(at + 1)?]);
-    let mut tags = 0;
-    while (et == 0x8100 || et == 0x88a8) && tags < 2 {
-        at += 4;
-        et = u16::from_be_bytes([*f.get(at)?, *f.get(at + 1)?]);
-        tags += 1;
-    }
-    let l3 = at + 2;
-    let l4 = match et {
-        0x0800 => {
-            let b = f.get(l3..l3 + 20)?;
-            if b[9] != 17 {
-                return None;
-            }
-            l3 + (b[0] & 0x0f) as usize * 4
-        }
-        0x86dd => {
-            if *f.get(l3 + 6)? != 17 {
-                return None;
-            }
-            l3 + 40
-        }
-        _ => return None,
-    };
-    let dport = u16::from_be_bytes([*f.get(l4 + 2)?, *f.get(l4 + 3)?]);
+    let (l4, dport, ecn) = udp_of(f)?;
     let s = l4 + udp::HEADER_LEN + if dport == ROCEV2_PORT { bth::HEADER_LEN + bth::DETH_LEN } else { 0 };
     let b: &[u8; STAMP_LEN] = f.get(s..s + STAMP_LEN)?.try_into().ok()?;
     if b[0] != STAMP_MAGIC {
@@ -211,7 +188,55 @@ pub fn find_stamp(f: &[u8]) -> Option<Stamp> {
         stream: u16::from_be_bytes([b[2], b[3]]),
         seq: u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
         tsc: u64::from_be_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]),
+        ce: ecn == 3,
     })
+}
+
+/// Of a frame carrying UDP (Ethernet with up to two VLAN tags, IPv4 of any IHL or IPv6
+/// without extension headers): where the UDP header starts, its destination port and the IP
+/// ECN field. Reads a few header bytes, no checksum.
+#[inline]
+fn udp_of(f: &[u8]) -> Option<(usize, u16, u8)> {
+    let mut at = 12;
+    let mut et = u16::from_be_bytes([*f.get(at)?, *f.get(at + 1)?]);
+    let mut tags = 0;
+    while (et == 0x8100 || et == 0x88a8) && tags < 2 {
+        at += 4;
+        et = u16::from_be_bytes([*f.get(at)?, *f.get(at + 1)?]);
+        tags += 1;
+    }
+    let l3 = at + 2;
+    let (l4, ecn) = match et {
+        0x0800 => {
+            let b = f.get(l3..l3 + 20)?;
+            if b[9] != 17 {
+                return None;
+            }
+            (l3 + (b[0] & 0x0f) as usize * 4, b[1] & 3)
+        }
+        0x86dd => {
+            if *f.get(l3 + 6)? != 17 {
+                return None;
+            }
+            // Traffic class: the low 4 bits of byte 0 and the high 4 of byte 1; ECN its low 2.
+            (l3 + 40, (*f.get(l3 + 1)? >> 4) & 3)
+        }
+        _ => return None,
+    };
+    let dport = u16::from_be_bytes([*f.get(l4 + 2)?, *f.get(l4 + 3)?]);
+    Some((l4, dport, ecn))
+}
+
+/// The BTH destination QP of a RoCEv2 CNP (Congestion Notification Packet: BTH opcode 0x81,
+/// IBTA Annex A17.9.3), the QP whose traffic met congestion; `None` for any other frame.
+#[inline]
+pub fn find_cnp(f: &[u8]) -> Option<u32> {
+    let (l4, dport, _) = udp_of(f)?;
+    let b = f.get(l4 + udp::HEADER_LEN..l4 + udp::HEADER_LEN + bth::HEADER_LEN)?;
+    if dport != ROCEV2_PORT || b[0] != bth::Opcode::CNP {
+        return None;
+    }
+    Some(u32::from_be_bytes([0, b[5], b[6], b[7]]))
 }
 
 /// The filler's byte `j`.
@@ -726,9 +751,40 @@ mod tests {
         }
     }
 
+    /// The ECN field reads back as CE only when it is 3, over IPv4 and IPv6, tagged or not; a
+    /// CNP gives its destination QP and is never taken for a stamped frame.
+    #[test]
+    fn ce_marks_and_cnps_are_recognised() {
+        for v6 in [false, true] {
+            for vlan in [None, Some(7)] {
+                for ecn in 0..4u8 {
+                    let mut s = spec(Kind::Rocev2, v6, vlan);
+                    s.ecn = ecn;
+                    let t = SizeTemplates::new(&s, 200, 0).unwrap();
+                    let mut buf = vec![0u8; 200];
+                    t.stamp(&mut buf, 0, 1, 2);
+                    assert_eq!(find_stamp(&buf).unwrap().ce, ecn == 3, "v6 {v6} vlan {vlan:?} ecn {ecn}");
+                    assert_eq!(find_cnp(&buf), None);
+                }
+            }
+        }
+        // Ethernet, IPv4, UDP to 4791, BTH with opcode 0x81 and destination QP 0x123456.
+        let mut cnp = vec![0u8; 14 + 20 + 8 + 12 + 16 + 4];
+        cnp[12..14].copy_from_slice(&[0x08, 0x00]);
+        cnp[14] = 0x45;
+        cnp[14 + 9] = 17;
+        cnp[34 + 2..34 + 4].copy_from_slice(&4791u16.to_be_bytes());
+        cnp[42] = 0x81;
+        cnp[42 + 5..42 + 8].copy_from_slice(&[0x12, 0x34, 0x56]);
+        assert_eq!(find_cnp(&cnp), Some(0x12_3456));
+        assert_eq!(find_stamp(&cnp), None);
+        cnp[42] = 0x64;
+        assert_eq!(find_cnp(&cnp), None, "a UD SEND is not a CNP");
+    }
+
     fn check(s: &StreamSpec, f: &[u8], flow: u32, seq: u32, tsc: u64, ctx: &str) {
         let st = find_stamp(f).unwrap_or_else(|| panic!("{ctx}: no stamp"));
-        assert_eq!(st, Stamp { lane: 7, stream: 3, seq, tsc }, "{ctx}");
+        assert_eq!(st, Stamp { lane: 7, stream: 3, seq, tsc, ce: s.ecn == 3 }, "{ctx}");
         let pr = parse(f, 49374).unwrap_or_else(|d| panic!("{ctx}: parser drops it: {d:?}"));
         assert!(pr.has(Layers::UDP), "{ctx}");
         assert_eq!(pr.udp_src, s.src_port.wrapping_add(flow as u16), "{ctx}");

@@ -415,3 +415,56 @@ fn packets_limits_a_stream_and_ends_the_run() {
     assert_eq!((u(&s["tx"]["packets"]), u(&s["rx"]["packets"])), (5000, 5000), "{s}");
     assert!(f(&v["seconds"]) < 5.0, "{}", v["seconds"]);
 }
+
+/// RoCEv2 congestion signals on the receive side, over a net_ring loopback: a stream sent
+/// CE-marked comes back with every packet counted CE, one sent ECT(0) with none, and CNPs
+/// (BTH opcode 0x81) sent from a capture for the first stream's QPs are counted as that
+/// stream's CNPs, not as unknown frames.
+#[test]
+fn ce_marks_and_cnps_are_counted_per_stream() {
+    use pcap_file::pcap::{PcapPacket, PcapWriter};
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let d = tmp("congestion");
+    let file = d.join("cnp.pcap");
+    let mut w = PcapWriter::new(std::fs::File::create(&file).unwrap()).unwrap();
+    for i in 0..50u32 {
+        // Ethernet, IPv4 (checksum left 0: pktgen sends captures as they are), UDP to 4791,
+        // BTH CNP to QP 0x100 + i % 4 (the first stream's flows), 16 reserved bytes, ICRC.
+        let len = 14 + 20 + 8 + 12 + 16 + 4;
+        let mut f = vec![0u8; len];
+        f[..12].copy_from_slice(&[2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2]);
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[16..18].copy_from_slice(&((len - 14) as u16).to_be_bytes());
+        f[22] = 64;
+        f[23] = 17;
+        f[36..38].copy_from_slice(&4791u16.to_be_bytes());
+        f[38..40].copy_from_slice(&((len - 34) as u16).to_be_bytes());
+        f[42] = 0x81;
+        f[47..50].copy_from_slice(&(0x100 + i % 4).to_be_bytes()[1..]);
+        let ts = std::time::Duration::from_micros(1_000_000 + u64::from(i) * 100);
+        w.write_packet(&PcapPacket::new(ts, f.len() as u32, &f)).unwrap();
+    }
+    drop(w);
+    let conf = format!(
+        "[eal]\n{EAL}\n[pktgen]\ntx_lcores = [1]\n[[port]]\nvdev = \"net_ring0\"\n\
+         [[stream]]\nname = \"marked\"\nkind = \"rocev2\"\nport = 0\nrx_port = 0\nsize = 128\nflows = 4\necn = 3\nrate_pps = 2000\n\
+         [[stream]]\nname = \"clean\"\nkind = \"rocev2\"\nport = 0\nrx_port = 0\nsize = 128\nsrc_qp = 512\necn = 2\nrate_pps = 2000\n\
+         [[stream]]\nname = \"cnps\"\nkind = \"pcap\"\nfile = \"{}\"\nport = 0\nrate_pps = 1000\n",
+        file.display()
+    );
+    let (rc, out, err, v) = run(&d, &conf, "1");
+    assert_eq!(rc, 0, "{out}\n{err}");
+    let (marked, clean) = (&v["streams"][0], &v["streams"][1]);
+    assert!(u(&marked["rx"]["packets"]) > 0, "{marked}");
+    assert_eq!(marked["rx"]["ce_marked"], marked["rx"]["packets"], "{marked}");
+    assert_eq!(u(&clean["rx"]["ce_marked"]), 0, "{clean}");
+    assert_eq!(u(&v["streams"][2]["tx"]["packets"]), 50);
+    assert_eq!(u(&marked["rx"]["cnps"]), 50, "{marked}");
+    assert_eq!(u(&clean["rx"]["cnps"]), 0, "{clean}");
+    assert_eq!(u(&v["rx_cnps"]), 50);
+    assert_eq!(u(&v["rx_other"]), 0);
+    assert!(out.contains("congestion: stream, received CE-marked, CNPs received"), "{out}");
+    let csv = std::fs::read_to_string(d.join("summary.csv")).unwrap();
+    assert!(csv.lines().next().unwrap().ends_with(",ce_marked,cnps"), "{csv}");
+}

@@ -329,6 +329,10 @@ struct RxStream {
     packets: u64,
     bytes: u64,
     reordered: u64,
+    /// Received with ECN CE (a queue on the way marked them).
+    ce: u64,
+    /// CNPs received for the stream's QPs (RoCEv2: DETH source QPs `src_qp .. src_qp + flows`).
+    cnps: u64,
     lanes: Vec<SeqTrack>,
     hist: Histogram<u64>,
     first_tsc: u64,
@@ -349,6 +353,10 @@ struct Rx {
     unstamped: Vec<Option<usize>>,
     interval: Histogram<u64>,
     other: u64,
+    /// RoCEv2 CNPs received, whatever QP they name.
+    cnps: u64,
+    /// Per RoCEv2 stream: its QPs (first, count), to credit a CNP to the stream it is for.
+    cnp_qps: Vec<(usize, u32, u32)>,
     /// ns = cycles * mult >> 32.
     mult: u128,
     slots: Vec<Option<Mbuf>>,
@@ -375,6 +383,16 @@ impl Rx {
                 let m = slot.as_ref().expect("received");
                 let f = dataplane::buf::PacketBuf::data(m);
                 let Some(st) = stream::find_stamp(f) else {
+                    if let Some(qp) = stream::find_cnp(f) {
+                        // Congestion notified back to a sender: not a frame of any stream.
+                        self.cnps += 1;
+                        if let Some(&(si, ..)) =
+                            self.cnp_qps.iter().find(|(_, first, n)| qp.wrapping_sub(*first) & 0xff_ffff < *n)
+                        {
+                            self.streams[si].cnps += 1;
+                        }
+                        continue;
+                    }
                     match self.unstamped[qi] {
                         Some(si) => {
                             let s = &mut self.streams[si];
@@ -407,6 +425,7 @@ impl Rx {
                 }
                 l.received += 1;
                 s.packets += 1;
+                s.ce += st.ce as u64;
                 s.bytes += f.len() as u64;
                 if s.first_tsc == 0 {
                     s.first_tsc = now;
@@ -654,6 +673,8 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
                 packets: 0,
                 bytes: 0,
                 reordered: 0,
+                ce: 0,
+                cnps: 0,
                 lanes: vec![SeqTrack::default(); lanes as usize],
                 hist: histogram(),
                 first_tsc: 0,
@@ -664,6 +685,14 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
         unstamped,
         interval: histogram(),
         other: 0,
+        cnps: 0,
+        cnp_qps: loaded
+            .streams
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.spec.kind == stream::Kind::Rocev2)
+            .map(|(i, s)| (i, s.spec.roce.src_qp, s.spec.flows.max(1)))
+            .collect(),
         mult: ((1_000_000_000u128) << 32) / hz as u128,
         slots: (0..burst).map(|_| None).collect(),
     };
@@ -822,6 +851,8 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
                 seconds: rx_seconds,
                 seq_lost: r.seq_lost(),
                 reordered: r.reordered,
+                ce_marked: r.ce,
+                cnps: r.cnps,
                 latency: latency_of(&r.hist),
             }),
         ));
@@ -853,6 +884,7 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
         streams,
         ports: port_stats,
         rx_other: rx.other,
+        rx_cnps: rx.cnps,
         allreduce,
     };
     println!("{}", report::table(&summary));

@@ -73,6 +73,10 @@ pub struct RxSide {
     pub seq_lost: u64,
     /// Packets that arrived after one with a higher sequence number.
     pub reordered: u64,
+    /// Packets received with ECN CE (RFC 3168: a queue on the way marked them).
+    pub ce_marked: u64,
+    /// RoCEv2 CNPs received for the stream's QPs (IBTA Annex A17.9.3: the receiver saw CE).
+    pub cnps: u64,
     /// Latency, if any packet arrived.
     pub latency: Option<Latency>,
 }
@@ -219,8 +223,10 @@ pub struct Summary {
     pub streams: Vec<StreamSummary>,
     /// Per port.
     pub ports: Vec<PortSummary>,
-    /// Frames received on the receive ports without a known stamp.
+    /// Frames received on the receive ports without a known stamp (CNPs apart).
     pub rx_other: u64,
+    /// RoCEv2 CNPs received, whatever QP they name.
+    pub rx_cnps: u64,
     /// The AllReduce emulations.
     pub allreduce: Vec<super::allreduce::AllreduceSummary>,
 }
@@ -316,6 +322,18 @@ pub fn table(s: &Summary) -> String {
             );
         }
     }
+    let marked: Vec<&StreamSummary> =
+        s.streams.iter().filter(|st| st.rx.is_some_and(|r| r.ce_marked > 0 || r.cnps > 0)).collect();
+    if !marked.is_empty() || s.rx_cnps > 0 {
+        out += "congestion: stream, received CE-marked, CNPs received\n";
+        for st in marked {
+            let r = st.rx.expect("filtered");
+            out += &format!("  {:<12} {:>12} {:>12}\n", st.name, r.ce_marked, r.cnps);
+        }
+        if s.rx_cnps > 0 {
+            out += &format!("  CNPs in all: {}\n", s.rx_cnps);
+        }
+    }
     if s.rx_other > 0 {
         out += &format!("rx: {} frames without a stamp of this run\n", s.rx_other);
     }
@@ -325,7 +343,7 @@ pub fn table(s: &Summary) -> String {
 /// The CSV columns.
 pub const CSV_HEADER: &str = "stream,kind,port,rx_port,sizes,flows,layer,target_pps,target_bps,tx_packets,tx_bytes,\
 tx_seconds,tx_pps,tx_gbps,tx_vs_target,tx_full,nombuf,rx_packets,rx_bytes,rx_seconds,rx_pps,rx_gbps,lost,seq_lost,\
-reordered,lat_min_us,lat_p50_us,lat_p99_us,lat_p999_us,lat_max_us,lat_mean_us";
+reordered,lat_min_us,lat_p50_us,lat_p99_us,lat_p999_us,lat_max_us,lat_mean_us,ce_marked,cnps";
 
 /// The summary as CSV: [`CSV_HEADER`], then one row per stream (empty cells for what does not
 /// apply; sizes joined by `;`).
@@ -376,6 +394,8 @@ pub fn csv(s: &Summary) -> String {
             o(lat.map(|l| l.p999_us)),
             o(lat.map(|l| l.max_us)),
             o(lat.map(|l| l.mean_us)),
+            u(rx.map(|r| r.ce_marked)),
+            u(rx.map(|r| r.cnps)),
         ];
         out += &cells.map(|c| if c.contains(',') { format!("\"{c}\"") } else { c }).join(",");
         out.push('\n');
