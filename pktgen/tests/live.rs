@@ -468,3 +468,44 @@ fn ce_marks_and_cnps_are_counted_per_stream() {
     let csv = std::fs::read_to_string(d.join("summary.csv")).unwrap();
     assert!(csv.lines().next().unwrap().ends_with(",ce_marked,cnps"), "{csv}");
 }
+
+/// The rate changes while the run goes: a 10 000 packets/s stream told `rate s 30k` on stdin
+/// about 1.5 s into a 3 s run sends about 1.5 s x 10 000 + 1.5 s x 30 000 packets (60 000;
+/// without the change 30 000), and says so on stderr; a bad command is answered, not fatal.
+#[test]
+fn the_rate_changes_while_the_run_goes() {
+    use std::io::Write;
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let d = tmp("rate-change");
+    let c = d.join("conf.toml");
+    std::fs::write(
+        &c,
+        format!(
+            "[eal]\n{EAL}\n[pktgen]\ntx_lcores = [1]\ncatch_up_ms = 1000\n[[port]]\nvdev = \"net_ring0\"\n\
+             [[stream]]\nname = \"s\"\nport = 0\nrx_port = 0\nsize = 64\nrate_pps = 10000\n"
+        ),
+    )
+    .unwrap();
+    let json = d.join("summary.json");
+    let mut g = Command::new(env!("CARGO_BIN_EXE_pktgen"))
+        .args(["run", "-q", "-c", c.to_str().unwrap(), "--duration", "3", "--json", json.to_str().unwrap()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = g.stdin.take().unwrap();
+    // EAL's start takes a moment: the run's 3 s start after it.
+    std::thread::sleep(std::time::Duration::from_millis(1800));
+    stdin.write_all(b"rate nope 5\nrate s 30k\n").unwrap();
+    stdin.flush().unwrap();
+    let o = g.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("pktgen: stream s: rate 30000 packets/s"), "{err}");
+    assert!(err.contains("pktgen: no stream \"nope\"; streams: s"), "{err}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let tx = u(&v["streams"][0]["tx"]["packets"]);
+    assert!((42_000..=78_000).contains(&tx), "sent {tx}: the change did not take ({err})");
+    assert_eq!(v["streams"][0]["rx"]["packets"], v["streams"][0]["tx"]["packets"]);
+}

@@ -126,6 +126,30 @@ struct LaneStream {
     pend_n: usize,
     /// Packets still to send (`--packets`; `u64::MAX`: no limit).
     limit: u64,
+    /// Where a new rate for the stream arrives while it runs ([`RateCell`]), this stream's
+    /// index there, the generation last applied, the lane's share of the stream's rate and the
+    /// TSC's Hz.
+    rates: Arc<[RateCell]>,
+    stream: usize,
+    rate_gen: u64,
+    share: f64,
+    hz: u64,
+}
+
+/// A stream's rate as changed while the run goes (`rate NAME VALUE` on pktgen's stdin): the
+/// whole stream's rate in its units (f64 bits), then a generation the lanes compare with theirs.
+#[derive(Debug, Default)]
+pub struct RateCell {
+    rate: AtomicU64,
+    gen: AtomicU64,
+}
+
+impl RateCell {
+    /// Sets the stream's rate (its units per second, all lanes together).
+    pub fn set(&self, rate: f64) {
+        self.rate.store(rate.to_bits(), Ordering::Relaxed);
+        self.gen.fetch_add(1, Ordering::Release);
+    }
 }
 
 impl LaneStream {
@@ -154,6 +178,14 @@ impl LaneStream {
             if now >= self.sweep_next {
                 self.pos = (self.pos + 1) % self.templates.len();
                 self.sweep_next = now + self.sweep_step;
+            }
+        }
+        if let Some(p) = &mut self.pacer {
+            let cell = &self.rates[self.stream];
+            let g = cell.gen.load(Ordering::Acquire);
+            if g != self.rate_gen {
+                self.rate_gen = g;
+                p.set_rate(f64::from_bits(cell.rate.load(Ordering::Relaxed)) * self.share, self.hz, now);
             }
         }
         let burst = burst.min(self.limit.min(burst as u64) as usize);
@@ -568,6 +600,8 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
     let mut per_lane: Vec<Vec<LaneStream>> = (0..lanes).map(|_| Vec::new()).collect();
     let mut per_lane_replays: Vec<Vec<replay::ReplayLane>> = (0..lanes).map(|_| Vec::new()).collect();
     let mut readers = Vec::new();
+    let rates: Arc<[RateCell]> = (0..n_streams).map(|_| RateCell::default()).collect();
+    spawn_commands(loaded, rates.clone());
     for (si, s) in loaded.streams.iter().enumerate() {
         let share = s.lcores.len() as f64;
         for (j, &lc) in s.lcores.iter().enumerate() {
@@ -646,6 +680,11 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
                 pend_at: 0,
                 pend_n: 0,
                 limit,
+                rates: rates.clone(),
+                stream: si,
+                rate_gen: 0,
+                share: 1.0 / share,
+                hz,
             });
         }
     }
@@ -890,6 +929,60 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
     println!("{}", report::table(&summary));
     drop(ports);
     Ok(summary)
+}
+
+/// Reads commands from stdin on a thread of its own while the run goes: `rate NAME VALUE` sets
+/// stream NAME's rate to VALUE in the unit its config gives (`rate_pps`: packets/s, `rate_bps`:
+/// bits/s at its layer; suffixes k, M, G), for the template streams with a set rate. Each
+/// command is answered on stderr. The thread ends with stdin.
+fn spawn_commands(loaded: &Loaded, rates: Arc<[RateCell]>) {
+    let streams: Vec<(String, Rate, bool)> =
+        loaded.streams.iter().map(|s| (s.name.clone(), s.rate, s.replay.is_some())).collect();
+    let _ = std::thread::Builder::new().name("pktgen-commands".into()).spawn(move || {
+        for line in std::io::stdin().lines() {
+            let Ok(line) = line else { return };
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words[..] {
+                [] => {}
+                ["rate", name, value] => match rate_command(&streams, name, value) {
+                    Ok((i, v, unit)) => {
+                        rates[i].set(v);
+                        eprintln!("pktgen: stream {name}: rate {v} {unit}");
+                    }
+                    Err(e) => eprintln!("pktgen: {e}"),
+                },
+                _ => eprintln!("pktgen: unknown command {line:?}; expected: rate STREAM VALUE"),
+            }
+        }
+    });
+}
+
+/// What `rate NAME VALUE` asks: the stream's index, the rate and its unit.
+fn rate_command(
+    streams: &[(String, Rate, bool)],
+    name: &str,
+    value: &str,
+) -> Result<(usize, f64, &'static str), String> {
+    let i = streams.iter().position(|s| s.0 == name).ok_or_else(|| {
+        let names: Vec<&str> = streams.iter().map(|s| s.0.as_str()).collect();
+        format!("no stream {name:?}; streams: {}", names.join(", "))
+    })?;
+    let unit = match streams[i] {
+        (_, _, true) => return Err(format!("stream {name}: a pcap replay's rate cannot change while it runs")),
+        (_, Rate::Full, _) => return Err(format!("stream {name} runs at full rate: give it rate_pps or rate_bps")),
+        (_, Rate::Pps(_), _) => "packets/s",
+        (_, Rate::Bps(..), _) => "bits/s",
+    };
+    let (num, mult) = match value.char_indices().last() {
+        Some((k, 'k' | 'K')) => (&value[..k], 1e3),
+        Some((k, 'M')) => (&value[..k], 1e6),
+        Some((k, 'G')) => (&value[..k], 1e9),
+        _ => (value, 1.0),
+    };
+    match num.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok((i, v * mult, unit)),
+        _ => Err(format!("rate {value:?}: expected a number above 0 (suffix k, M or G allowed)")),
+    }
 }
 
 fn tx_totals(c: &[TxCounters], n_streams: usize, lanes: u16) -> report::Totals {

@@ -13,13 +13,33 @@ pub struct Pacer {
     start: u64,
     spent: f64,
     cap: f64,
+    min_cap: f64,
+    catch_up_s: f64,
 }
 
 impl Pacer {
     /// A pacer for `rate` units per second on a TSC of `hz` cycles per second, catching up at
     /// most `catch_up_s` seconds of the rate (and at least `min_cap` units).
     pub fn new(rate: f64, hz: u64, min_cap: f64, catch_up_s: f64) -> Pacer {
-        Pacer { per_cycle: rate / hz as f64, start: 0, spent: 0.0, cap: (rate * catch_up_s).max(min_cap) }
+        Pacer {
+            per_cycle: rate / hz as f64,
+            start: 0,
+            spent: 0.0,
+            cap: (rate * catch_up_s).max(min_cap),
+            min_cap,
+            catch_up_s,
+        }
+    }
+
+    /// Changes the rate to `rate` units per second from TSC `now` on: what was due and unspent
+    /// until now stays (within the new rate's catch-up cap), then the new rate accrues.
+    pub fn set_rate(&mut self, rate: f64, hz: u64, now: u64) {
+        let cap = (rate * self.catch_up_s).max(self.min_cap);
+        let left = self.budget(now).min(cap);
+        self.per_cycle = rate / hz as f64;
+        self.cap = cap;
+        self.start = now;
+        self.spent = -left;
     }
 
     /// Starts the clock at TSC `t0`.
@@ -63,5 +83,9 @@ mod tests {
         assert_eq!(p.budget(10_003_500), 50.0);
         p.spend(50.0);
         assert_eq!(p.budget(10_004_500), 1.0);
+        // Three times the rate from here: 3 per 1000 cycles, the unspent 1 kept.
+        p.set_rate(3000.0, 1_000_000, 10_004_500);
+        assert_eq!(p.budget(10_004_500), 1.0);
+        assert_eq!(p.budget(10_005_500), 4.0);
     }
 }
