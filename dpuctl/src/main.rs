@@ -19,7 +19,7 @@
 //!
 //! The protocol: one JSON object per connection (`{"cmd": "apply", "ops": [...]}`), the
 //! client's write side shut, one JSON line back with `"ok"`. Exit status: 0 done, 1 refused or
-//! unreachable (the reason on stderr), 2 a bad command line.
+//! unreachable (the reason on stderr), 2 a bad command line or batch file.
 
 use clap::{Parser, Subcommand};
 use serde_json::{json, Value};
@@ -135,6 +135,19 @@ impl EntryArgs {
     }
 }
 
+/// Why a command failed: a bad command line (exit status 2), or a refusal or an unreachable
+/// appliance (1).
+enum Failure {
+    Usage(String),
+    Refused(String),
+}
+
+impl From<String> for Failure {
+    fn from(e: String) -> Self {
+        Failure::Refused(e)
+    }
+}
+
 fn main() -> ExitCode {
     // Output piped into `head` ends quietly, as other command-line tools do.
     // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
@@ -142,14 +155,18 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+        Err(Failure::Usage(e)) => {
+            eprintln!("dpuctl: {e}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Refused(e)) => {
             eprintln!("dpuctl: {e}");
             ExitCode::from(1)
         }
     }
 }
 
-fn run(cli: &Cli) -> Result<(), String> {
+fn run(cli: &Cli) -> Result<(), Failure> {
     let socket = find_socket(cli.socket.as_deref(), cli.prefix.as_deref())?;
     let apply = |ops: Value| json!({ "cmd": "apply", "ops": ops });
     let request = match &cli.cmd {
@@ -171,18 +188,28 @@ fn run(cli: &Cli) -> Result<(), String> {
         Cmd::Default { table, action } => {
             apply(json!([{ "op": "set_default_action", "table": table, "action": action }]))
         }
-        Cmd::Batch { file } => apply(read_batch(file)?),
+        Cmd::Batch { file } => apply(read_batch(file).map_err(Failure::Usage)?),
         Cmd::Reload => json!({ "cmd": "reload" }),
-        Cmd::Watch { interval } => return watch(&socket, *interval),
-        Cmd::Raw { request } => serde_json::from_str(request).map_err(|e| format!("the request is not JSON: {e}"))?,
+        Cmd::Watch { interval } => {
+            if !(*interval > 0.0 && interval.is_finite()) {
+                return Err(Failure::Usage(format!("--interval: expected seconds above 0, found {interval}")));
+            }
+            return Ok(watch(&socket, *interval)?);
+        }
+        Cmd::Raw { request } => {
+            serde_json::from_str(request).map_err(|e| Failure::Usage(format!("the request is not JSON: {e}")))?
+        }
     };
-    let reply = call(&socket, &request)?;
+    let mut reply = call(&socket, &request)?;
+    if let (Cmd::Tables { name: Some(n) }, Some(all)) = (&cli.cmd, reply["tables"].as_array_mut()) {
+        all.retain(|t| t["name"] == n.as_str());
+    }
     if cli.json || matches!(cli.cmd, Cmd::Raw { .. }) {
         println!("{reply}");
-        return if reply["ok"] == true { Ok(()) } else { Err(error_of(&reply)) };
+        return if reply["ok"] == true { Ok(()) } else { Err(error_of(&reply).into()) };
     }
     if reply["ok"] != true {
-        return Err(error_of(&reply));
+        return Err(error_of(&reply).into());
     }
     match &cli.cmd {
         Cmd::Stats => print_stats(&reply["stats"]),
@@ -370,9 +397,6 @@ fn strip_nulls(v: Value) -> Value {
 
 /// `dpuctl watch`: per interval, the port rates and the drops that grew.
 fn watch(socket: &Path, interval: f64) -> Result<(), String> {
-    if !(interval > 0.0 && interval.is_finite()) {
-        return Err(format!("--interval: expected seconds above 0, found {interval}"));
-    }
     let stats = |s: &Path| -> Result<(serde_json::Map<String, Value>, Vec<Value>), String> {
         let r = call(s, &json!({ "cmd": "stats" }))?;
         if r["ok"] != true {

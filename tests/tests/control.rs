@@ -158,20 +158,31 @@ fn an_entry_modified_during_traffic_takes_every_packet_once_before_or_after() {
     let sent = u(&serde_json::from_str::<Value>(&std::fs::read_to_string(&report).unwrap()).unwrap()["streams"][0]
         ["tx"]["packets"]);
     assert!(after_change < sent, "the change came after the traffic ({after_change} of {sent})");
-    // The table as running: the new action, the count of every packet of both versions.
-    std::thread::sleep(Duration::from_millis(300));
-    let tables = ctl_json(&ctl, &["tables"]);
+    // The table as running: the new action, the count of every packet of both versions (once
+    // the appliance has taken what was left in the ring and published it: the counts settle).
+    let t = Instant::now();
+    let (tables, rx_live) = loop {
+        let tables = ctl_json(&ctl, &["tables"]);
+        let rx = u(&ctl_json(&ctl, &["stats"])["stats"]["port_rx_packets/m0"]);
+        if u(&tables["tables"][0]["entries"][0]["packets"]) == rx || t.elapsed() > Duration::from_secs(10) {
+            break (tables, rx);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     let e = &tables["tables"][0]["entries"][0];
     assert_eq!(e["action"], entry_action(20), "{tables}");
-    assert_eq!(u(&e["packets"]), sent, "{tables}");
+    assert_eq!(u(&e["packets"]), rx_live, "{tables}");
     let text = stop(dpu);
     let s: Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
-    assert_eq!(u(&s["ports"][0]["workers"]["rx_packets"]), sent, "{text}");
-    assert_eq!(u(&s["tables"][0]["counter"]["packets"]), sent, "the entry's count carried over:\n{text}");
-    // The output: every packet once, in order, the old rewrite up to the change and the new
-    // one after it.
+    // What the appliance received: all pktgen sent but what was still in the memif ring (512
+    // descriptors) when pktgen left, the last ones (a loaded machine may leave some there).
+    let rx = u(&s["ports"][0]["workers"]["rx_packets"]);
+    assert!(rx <= sent && rx + 512 >= sent, "received {rx} of {sent}:\n{text}");
+    assert_eq!(u(&s["tables"][0]["counter"]["packets"]), rx, "the entry's count carried over:\n{text}");
+    // The output: every packet received once, in order (sequence numbers 0, 1, ...), the old
+    // rewrite up to the change and the new one after it.
     let frames = read_pcap(&out);
-    assert_eq!(frames.len() as u64, sent, "{text}");
+    assert_eq!(frames.len() as u64, rx, "{text}");
     let mut last_old = None;
     let mut first_new = None;
     for (i, f) in frames.iter().enumerate() {
@@ -273,7 +284,7 @@ fn a_bad_batch_changes_nothing_and_sighup_reloads_only_a_good_file() {
     assert_eq!(reply["ok"], false);
     assert!(reply["error"].as_str().unwrap().contains("unknown field `verbose`"), "{reply}");
     let reply = raw(&sock, &vec![b' '; (1 << 20) + 10]);
-    assert!(reply["error"].as_str().unwrap().contains("limit is 1048576 bytes"), "{reply}");
+    assert!(reply["error"].as_str().unwrap().contains("more than the limit of 1048576 bytes"), "{reply}");
 
     let _ = Command::new("kill").arg("-TERM").arg(dpu.id().to_string()).status();
     let o = dpu.wait_with_output().unwrap();

@@ -146,6 +146,7 @@ impl Model {
             let t = match op {
                 Op::AddEntry { table, entry } | Op::ModifyEntry { table, entry } => {
                     let ti = m.table(table).map_err(|e| err(k, ".table", e))?;
+                    priority_check(&m.tables[ti], entry.priority).map_err(|e| err(k, ".entry.priority", e))?;
                     let id = entry_id(&m.tables[ti], &entry.key, entry.priority)
                         .map_err(|(i, e)| err(k, &key_path(".entry.key", i), e))?;
                     let found = m.find_entry(ti, &id);
@@ -167,6 +168,7 @@ impl Model {
                 }
                 Op::DeleteEntry { table, key, priority } => {
                     let ti = m.table(table).map_err(|e| err(k, ".table", e))?;
+                    priority_check(&m.tables[ti], *priority).map_err(|e| err(k, ".priority", e))?;
                     let id =
                         entry_id(&m.tables[ti], key, *priority).map_err(|(i, e)| err(k, &key_path(".key", i), e))?;
                     let e = m
@@ -301,6 +303,22 @@ impl Model {
     }
 }
 
+/// Whether `table` takes the priority given: tables with ternary or range fields need one, the
+/// others take none (as the table's builder says).
+fn priority_check(table: &TableConfig, priority: Option<i32>) -> Result<(), String> {
+    let needs = table.key.iter().any(|k| k.kind == "ternary" || k.kind == "range");
+    match (needs, priority) {
+        (true, None) => Err(format!(
+            "expected `priority` (an integer; larger wins): table {:?} has ternary or range fields",
+            table.name
+        )),
+        (false, Some(_)) => {
+            Err(format!("`priority` is only for tables with ternary or range fields; table {:?} has none", table.name))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// `base` with `[i]` appended when the fault is in key value `i`.
 fn key_path(base: &str, i: Option<usize>) -> String {
     match i {
@@ -351,8 +369,9 @@ fn entry_id(
 
 /// What the pipeline `new` (of model `new_m`) keeps of `old` (of model `old_m`): the counters of
 /// every entry with the same identity in a table of the same name, of every table's miss, of
-/// every named counter of the same name, and the state of every meter whose configuration did
-/// not change (direct meters start afresh: their instances follow the entries).
+/// every named counter of the same name, the colour counts of every meter of the same name, and
+/// the buckets of those whose configuration did not change (a direct meter's, only when the
+/// tables did not change either: its instances follow the entries).
 pub fn carry(old_m: &Model, old: &Pipeline, new_m: &Model, new: &Pipeline) -> Carry {
     let bases = |p: &Pipeline| {
         let mut at = 0;
@@ -398,8 +417,13 @@ pub fn carry(old_m: &Model, old: &Pipeline, new_m: &Model, new: &Pipeline) -> Ca
         let (Some(oi), Some(nc)) = (old.meters.iter().position(|s| s.name == spec.name), same(new_m)) else {
             continue;
         };
-        if !nc.direct && same(old_m).as_ref() == Some(&nc) {
+        // A direct meter's instances follow the entries that use it: its buckets carry only
+        // when no table changed. Its colour counts always carry.
+        let instances_same = !nc.direct || (old_m.tables == new_m.tables && old_m.groups == new_m.groups);
+        if instances_same && same(old_m).as_ref() == Some(&nc) {
             c.meters.push((oi, ni));
+        } else {
+            c.meter_colors.push((oi, ni));
         }
     }
     c
@@ -441,7 +465,7 @@ pub enum Request {
     Tables {},
     /// The multicast groups as running.
     Groups {},
-    /// The meters as running, with their colour counts.
+    /// The meters as running (their configuration; the colour counts are in the final stats).
     Meters {},
     /// The collectives (they change only by restart).
     Collectives {},
@@ -461,7 +485,7 @@ pub enum Request {
 /// Errors say what was wrong and where (line and column).
 pub fn parse_request(bytes: &[u8]) -> Result<Request, String> {
     if bytes.len() > MAX_REQUEST {
-        return Err(format!("request of {} bytes refused: the limit is {MAX_REQUEST} bytes", bytes.len()));
+        return Err(format!("request refused: more than the limit of {MAX_REQUEST} bytes"));
     }
     let text = std::str::from_utf8(bytes).map_err(|e| format!("request is not UTF-8: {e}"))?;
     serde_json::from_str(text).map_err(|e| one_line(&format!("request: {e}")))

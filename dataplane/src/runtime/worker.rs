@@ -18,8 +18,8 @@ pub const TX_BUFFER: usize = 32;
 /// Tx bursts retried before the rest of a full tx queue's packets are dropped (`tx_full`).
 const TX_RETRIES: u32 = 8;
 
-/// Set to make every worker stop: by SIGINT/SIGTERM, a worker's panic, the end of a replay or
-/// of `--duration`.
+/// Set to make every worker stop: by the main lcore (after SIGINT/SIGTERM, the end of a replay
+/// or of `--duration`, once the control plane has stopped) or by a worker's panic.
 pub static QUIT: AtomicBool = AtomicBool::new(false);
 
 /// Workers that have stopped polling their rx queues (the second phase of a stop: then no more

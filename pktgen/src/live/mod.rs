@@ -415,7 +415,9 @@ impl Rx {
                 let m = slot.as_ref().expect("received");
                 let f = dataplane::buf::PacketBuf::data(m);
                 let Some(st) = stream::find_stamp(f) else {
-                    if let Some(qp) = stream::find_cnp(f) {
+                    // A CNP is a congestion signal, unless a replayed capture owns this queue's
+                    // unstamped frames (then it is one of the capture's frames).
+                    if let (None, Some(qp)) = (self.unstamped[qi], stream::find_cnp(f)) {
                         // Congestion notified back to a sender: not a frame of any stream.
                         self.cnps += 1;
                         if let Some(&(si, ..)) =
@@ -934,8 +936,14 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
 /// Reads commands from stdin on a thread of its own while the run goes: `rate NAME VALUE` sets
 /// stream NAME's rate to VALUE in the unit its config gives (`rate_pps`: packets/s, `rate_bps`:
 /// bits/s at its layer; suffixes k, M, G), for the template streams with a set rate. Each
-/// command is answered on stderr. The thread ends with stdin.
+/// command is answered on stderr. The thread ends with stdin. A terminal is read only by a
+/// pktgen in the foreground: one started in the background (`&`) would be stopped by SIGTTIN.
 fn spawn_commands(loaded: &Loaded, rates: Arc<[RateCell]>) {
+    use std::io::IsTerminal;
+    // SAFETY: plain queries of the process group and the terminal's foreground group.
+    if std::io::stdin().is_terminal() && unsafe { libc::tcgetpgrp(0) != libc::getpgrp() } {
+        return;
+    }
     let streams: Vec<(String, Rate, bool)> =
         loaded.streams.iter().map(|s| (s.name.clone(), s.rate, s.replay.is_some())).collect();
     let _ = std::thread::Builder::new().name("pktgen-commands".into()).spawn(move || {

@@ -80,6 +80,17 @@ fn a_batch_with_one_bad_operation_changes_nothing_and_names_it() {
             "ops[0].entry.priority",
             "priority",
         ),
+        // A priority missing where the table needs one, or given where it takes none.
+        (
+            r#"[{"op":"delete_entry","table":"acl","key":["10.0.0.0&&&255.0.0.0","9000->9100"]}]"#,
+            "ops[0].priority",
+            "expected `priority`",
+        ),
+        (
+            r#"[{"op":"modify_entry","table":"l2","entry":{"key":["02:00:00:00:00:01"],"action":"drop","priority":3}}]"#,
+            "ops[0].entry.priority",
+            "only for tables with ternary or range fields",
+        ),
         // Deleting what an action still names: the entry that names it is said.
         (r#"[{"op":"delete_meter","name":"m"}]"#, "table[2].entry[0].action", "would make"),
         (r#"[{"op":"delete_group","id":7}]"#, "ops[0].id", "groups: 1"),
@@ -150,11 +161,20 @@ fn counts_carry_over_by_entry_identity() {
     assert_eq!(acl, [105, 106]);
     assert_eq!(new.named[0].packets, 7);
     assert_eq!(kept.meters, [(0, 0)], "an unchanged meter keeps its buckets");
+    assert!(kept.meter_colors.is_empty());
     // A changed meter starts afresh.
     let (n2, np2) =
         apply(&m, r#"[{"op":"modify_meter","meter":{"name":"m","type":"srtcm","cir":2000000,"cbs":3000,"ebs":3000}}]"#)
             .unwrap();
-    assert!(carry(&m, &p, &n2, &np2).meters.is_empty());
+    // A changed meter's buckets start full; its colour counts carry.
+    let c2 = carry(&m, &p, &n2, &np2);
+    assert!(c2.meters.is_empty());
+    assert_eq!(c2.meter_colors, [(0, 0)]);
+    let mut old2 = PipelineState::new(&p);
+    old2.meters[0].colors[2].packets = 9;
+    let mut new2 = PipelineState::new(&np2);
+    new2.carry_from(&mut old2, &c2);
+    assert_eq!(new2.meter_colors(0)[2].packets, 9);
 }
 
 #[test]

@@ -16,9 +16,12 @@ pub struct Carry {
     pub hits: Vec<(usize, usize)>,
     /// Named counters (`count(name)`), by index.
     pub named: Vec<(usize, usize)>,
-    /// Meters (their buckets and colour counts), by index; only for a meter whose
-    /// configuration did not change.
+    /// Meters whose whole state carries (buckets and colour counts), by index: a meter whose
+    /// configuration did not change and whose instances stay the same.
     pub meters: Vec<(usize, usize)>,
+    /// Meters whose colour counts alone carry (their buckets start full): the others present
+    /// in both versions under the same name.
+    pub meter_colors: Vec<(usize, usize)>,
 }
 
 impl PipelineState {
@@ -45,6 +48,11 @@ impl PipelineState {
         for &(o, n) in &carry.meters {
             if let (Some(m), Some(d)) = (old.meters.get_mut(o), self.meters.get_mut(n)) {
                 std::mem::swap(m, d);
+            }
+        }
+        for &(o, n) in &carry.meter_colors {
+            if let (Some(m), Some(d)) = (old.meters.get(o), self.meters.get_mut(n)) {
+                d.colors = m.colors;
             }
         }
     }

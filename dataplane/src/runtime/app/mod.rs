@@ -784,7 +784,7 @@ pub fn run(opts: &Options) -> Result<Summary, AppError> {
 }
 
 /// Refuses to start the ports after SIGINT or SIGTERM arrived during start-up (the signal
-/// handler only asks the workers to stop).
+/// handler only records that a stop was asked, [`worker::ask_stop`]).
 fn stop_requested() -> Result<(), AppError> {
     if worker::quitting() || worker::stop_asked() {
         return Err(AppError::Other("stopped by SIGINT or SIGTERM before the ports started: nothing written".into()));
@@ -827,7 +827,7 @@ fn run_with_eal(
     ) {
         Ok(c) => Some(c),
         Err(e) => {
-            eprintln!("dpu: {e}; running without runtime control");
+            eprintln!("dpu: {e}; running without runtime control (dpuctl cannot connect, SIGHUP is ignored)");
             None
         }
     };

@@ -17,6 +17,9 @@ pub struct Update {
     pub swap: PipelineSwap,
     /// The live board shaped for the new version, to publish into from the switch on.
     pub board: Option<Arc<Board>>,
+    /// The version it installs (the control plane's count), to tell a late give-back of an
+    /// earlier update from this one's.
+    pub version: u64,
 }
 
 /// One worker's mailbox.
@@ -86,7 +89,11 @@ mod tests {
     use crate::table::{Carry, Pipeline};
 
     fn update() -> Box<Update> {
-        Box::new(Update { swap: PipelineSwap::new(Pipeline::default(), Arc::new(Carry::default())), board: None })
+        Box::new(Update {
+            swap: PipelineSwap::new(Pipeline::default(), Arc::new(Carry::default())),
+            board: None,
+            version: 1,
+        })
     }
 
     #[test]

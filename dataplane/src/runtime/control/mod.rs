@@ -85,6 +85,9 @@ struct Server {
     /// Versions installed since the start.
     version: u64,
     quiet: bool,
+    /// Why runtime changes are refused for the rest of the run (an update reached only some
+    /// workers: one stopped polling).
+    broken: Option<String>,
 }
 
 /// Starts the control thread of a run of `loaded` (read from `config_path`), listening at
@@ -118,6 +121,7 @@ pub fn start(
         mailboxes,
         version: 0,
         quiet,
+        broken: None,
     };
     let stop = Arc::new(AtomicBool::new(false));
     let halt = stop.clone();
@@ -140,7 +144,7 @@ impl Server {
                 }
             }
             match listener.accept() {
-                Ok((s, _)) => self.client(s),
+                Ok((s, _)) => self.client(s, stop),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(10)),
                 Err(e) => {
                     eprintln!("dpu: control: accept: {e}");
@@ -151,16 +155,36 @@ impl Server {
     }
 
     /// Reads one request from `s` (until the client shuts its side, at most [`MAX_REQUEST`]
-    /// bytes) and writes one JSON reply and a newline.
-    fn client(&mut self, mut s: UnixStream) {
+    /// bytes, within [`CLIENT_TIMEOUT`] in all, and no longer once a stop is asked) and writes
+    /// one JSON reply and a newline.
+    fn client(&mut self, mut s: UnixStream, stop: &AtomicBool) {
         let _ = s.set_nonblocking(false);
-        let _ = s.set_read_timeout(Some(CLIENT_TIMEOUT));
-        let _ = s.set_write_timeout(Some(CLIENT_TIMEOUT));
+        let _ = s.set_read_timeout(Some(Duration::from_millis(100)));
+        let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+        let deadline = Instant::now() + CLIENT_TIMEOUT;
         let mut buf = Vec::new();
-        let reply = match (&mut s).take(MAX_REQUEST as u64 + 1).read_to_end(&mut buf) {
-            Err(e) => Err(format!("reading the request: {e}")),
-            Ok(_) => parse_request(&buf).and_then(|r| self.handle(r)),
+        let mut chunk = [0u8; 65536];
+        let read = loop {
+            if stop.load(Ordering::Relaxed) {
+                break Err("the appliance is stopping".to_string());
+            }
+            if Instant::now() > deadline {
+                break Err(format!("the request took more than {} s to arrive", CLIENT_TIMEOUT.as_secs()));
+            }
+            match s.read(&mut chunk) {
+                Ok(0) => break Ok(()),
+                Ok(n) => {
+                    buf.extend_from_slice(&chunk[..n]);
+                    if buf.len() > MAX_REQUEST {
+                        break Ok(());
+                    }
+                }
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(format!("reading the request: {e}")),
+            }
         };
+        let reply = read.and_then(|()| parse_request(&buf)).and_then(|r| self.handle(r));
         let v = match reply {
             Ok(mut v) => {
                 v["ok"] = json!(true);
@@ -173,10 +197,15 @@ impl Server {
             // Read (and drop) what the client still sends, for a second at most, so that the
             // socket is not reset under the reply it has not read yet.
             let _ = s.shutdown(std::net::Shutdown::Write);
-            let _ = s.set_read_timeout(Some(Duration::from_millis(100)));
             let until = Instant::now() + Duration::from_secs(1);
-            let mut sink = [0u8; 65536];
-            while Instant::now() < until && matches!(s.read(&mut sink), Ok(n) if n > 0) {}
+            while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                match s.read(&mut chunk) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                    Err(_) => break,
+                }
+            }
         }
     }
 
@@ -248,38 +277,51 @@ impl Server {
     /// Makes `pipeline` (of `model`) the running version: a copy to every worker, each switching
     /// at its next burst boundary; returns once all have, having freed the old copies.
     fn install(&mut self, model: Model, pipeline: Pipeline) -> Result<(), String> {
+        if let Some(why) = &self.broken {
+            return Err(format!("runtime changes are off for this run: {why}"));
+        }
         let carry = Arc::new(update::carry(&self.model, &self.pipeline, &model, &pipeline));
         let fresh = PipelineState::new(&pipeline);
         let board = live::current()
             .map(|b| Arc::new(b.reshaped(&fresh, pipeline.tables.iter().map(|t| t.name.clone()).collect())));
-        let mut posted = Vec::new();
+        let version = self.version + 1;
+        // A late give-back of an earlier update (none normally) is freed first.
         for m in &self.mailboxes {
-            let u = Update { swap: PipelineSwap::new(pipeline.clone(), carry.clone()), board: board.clone() };
-            m.post(Box::new(u)).map_err(|_| "a worker still holds an earlier update".to_string())?;
-            posted.push(m);
+            drop(m.collect());
+        }
+        for (i, m) in self.mailboxes.iter().enumerate() {
+            let u = Update { swap: PipelineSwap::new(pipeline.clone(), carry.clone()), board: board.clone(), version };
+            if m.post(Box::new(u)).is_err() {
+                // Cannot happen while requests are served one at a time: take back what was
+                // posted, so that no worker switches.
+                let taken = self.mailboxes[..i].iter().filter(|m| m.withdraw().is_none()).count();
+                if taken > 0 {
+                    self.broken = Some(format!("version {version} reached only some workers"));
+                }
+                return Err(format!("worker {i} still holds an earlier update; nothing changed"));
+            }
         }
         let start = Instant::now();
-        let mut back = vec![false; posted.len()];
+        let mut back = vec![false; self.mailboxes.len()];
         while back.iter().any(|b| !b) {
-            for (m, b) in posted.iter().zip(back.iter_mut()) {
-                if !*b && m.collect().is_some() {
-                    *b = true; // the old version, freed here
+            for (m, b) in self.mailboxes.iter().zip(back.iter_mut()) {
+                if !*b {
+                    // The old version comes back in the box, and is freed here.
+                    *b = m.collect().is_some_and(|u| u.version == version);
                 }
             }
             if start.elapsed() > SWITCH_TIMEOUT {
-                // A worker that stopped polling (it panicked): the run is failing anyway; say
-                // which workers did not switch.
-                let late: Vec<String> = back
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, b)| !**b && posted[*i].withdraw().is_some())
-                    .map(|(i, _)| i.to_string())
-                    .collect();
-                return Err(format!(
-                    "worker(s) {} did not reach a burst boundary within {} s; the others run the new version",
-                    late.join(", "),
-                    SWITCH_TIMEOUT.as_secs()
-                ));
+                // A worker that stopped polling (it panicked: the run fails anyway). Those that
+                // did not take the update are withdrawn; if others switched, the workers now
+                // run different versions, and later changes are refused.
+                let late: Vec<usize> = (0..back.len()).filter(|&i| !back[i]).collect();
+                let untaken = late.iter().filter(|&&i| self.mailboxes[i].withdraw().is_some()).count();
+                let why =
+                    format!("worker(s) {late:?} did not reach a burst boundary within {} s", SWITCH_TIMEOUT.as_secs());
+                if untaken < back.len() {
+                    self.broken = Some(format!("{why}; the workers run different versions"));
+                }
+                return Err(format!("{why}; nothing changed on them"));
             }
             std::thread::sleep(Duration::from_micros(200));
         }
@@ -288,7 +330,7 @@ impl Server {
         }
         self.model = model;
         self.pipeline = pipeline;
-        self.version += 1;
+        self.version = version;
         Ok(())
     }
 
