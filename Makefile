@@ -33,8 +33,10 @@ demo: build
 
 # Every test: unit tests, property tests, the functional replays through the real binary, the
 # end-to-end run in network namespaces, and the Python client's tests.
+# The test binaries build with the test-release profile (Cargo.toml): release optimisation
+# without LTO; the appliance binaries the functional tests run are `make build`'s release ones.
 test: build
-	$(CARGO) test --release --workspace
+	$(CARGO) test --profile test-release --workspace
 	python3 -m unittest discover -s client/python/tests
 
 # The packet core alone (criterion, ns per packet), then the dpu beside dpdk-testpmd on the same

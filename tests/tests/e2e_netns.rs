@@ -1,5 +1,5 @@
 //! End to end over kernel sockets: 4 worker processes in network namespaces all-reduce
-//! one-million-element f32 and bf16 tensors through the appliance (net_af_packet on a veth),
+//! 262144-element f32 and bf16 tensors (`make demo` runs a million) through the appliance (net_af_packet on a veth),
 //! with the Rust and the Python client side by side, without and with 1% loss per link
 //! direction, and one worker rejoining after a wrong round. The harness (tools/e2e/run.py)
 //! checks every result bit for bit against numpy's reference under the spec's arithmetic,
@@ -9,6 +9,10 @@
 use functional_tests::{root, scratch};
 use std::process::Command;
 
+/// Tensor elements: a quarter of `make demo`'s million keeps every check (4 tensors' worth of
+/// chunks per phase, ~60 expected losses per phase at 1%) at a quarter of the checker's time.
+const ELEMENTS: u64 = 1 << 18;
+
 #[test]
 fn four_workers_allreduce_over_veths_with_and_without_loss() {
     let dir = scratch("e2e");
@@ -16,6 +20,7 @@ fn four_workers_allreduce_over_veths_with_and_without_loss() {
     let out = Command::new("python3")
         .arg(root().join("tools/e2e/run.py"))
         .args(["--clients", "python,rust,python,rust", "--loss", "1", "--gradcheck"])
+        .args(["--elements", &ELEMENTS.to_string()])
         .arg("--work")
         .arg(&dir)
         .arg("--report")
@@ -35,9 +40,9 @@ fn four_workers_allreduce_over_veths_with_and_without_loss() {
         assert_eq!(dtypes, ["f32", "bf16"]);
         let mut retransmits = 0;
         for c in colls {
-            assert_eq!(c["elements"], 1 << 20);
+            assert_eq!(c["elements"], ELEMENTS);
             // 1 KiB of payload per chunk: 256 f32 or 512 bf16 lanes.
-            let chunks = if c["dtype"] == "f32" { 4096 } else { 2048 };
+            let chunks = if c["dtype"] == "f32" { ELEMENTS / 256 } else { ELEMENTS / 512 };
             let workers = c["workers"].as_array().unwrap();
             assert_eq!(workers.len(), 4);
             let impls: Vec<&str> = workers.iter().map(|w| w["impl"].as_str().unwrap()).collect();
@@ -50,9 +55,10 @@ fn four_workers_allreduce_over_veths_with_and_without_loss() {
             }
         }
         let agg = &ph["appliance"]["aggregation"];
-        // Both tensors complete every chunk once: 4096 + 2048 rounds (the clean phase adds the
-        // rejoin run's 4096 of collective 1).
-        let rounds = if loss == 0 { 4096 + 4096 + 2048 } else { 4096 + 2048 };
+        // Both tensors complete every chunk once: 1024 + 512 rounds (the clean phase adds the
+        // rejoin run's 1024 of collective 1).
+        let (f32_chunks, bf16_chunks) = (ELEMENTS / 256, ELEMENTS / 512);
+        let rounds = if loss == 0 { 2 * f32_chunks + bf16_chunks } else { f32_chunks + bf16_chunks };
         assert_eq!(agg["completed"], rounds, "{agg}");
         // Rule 1: each worker's contribution is folded once, unless a slot timed out under loss
         // (rule 8: its partial sum is discarded and the contributions are folded afresh).
