@@ -1,10 +1,13 @@
 //! The allreduce engine: a window of chunks in flight over one connected UDP socket, results
 //! written in place, retransmission with exponential backoff, NAK handling and rejoin (spec
-//! sections 2, 4 rules 3-4, 5).
+//! sections 2, 4 rules 3-4, 5), and PROBEs (section 7): every chunk's round asked of the
+//! appliance before the first call, and the slots of a stalled call asked whom they wait for.
 
 use crate::element::{Element, Lanes, Raw, Typed};
 use crate::{Collective, Endpoint, Error, Options};
-use dataplane::wire::gradient::{Flags, GradientHeader, GradientRepr, HEADER_LEN, RANK_NONE, VERSION};
+use dataplane::wire::gradient::{
+    probe_len, Flags, GradientHeader, GradientRepr, NakReason, SlotState, HEADER_LEN, RANK_NONE, VERSION,
+};
 use serde::Serialize;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -12,7 +15,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// NAK reason 7: stale or premature round; the NAK's round field is the expected round.
-const NAK_STALE_ROUND: u8 = 7;
+const NAK_STALE_ROUND: u8 = NakReason::STALE_ROUND;
+/// A stalled call probes its chunks in flight every `deadline / STALL_PROBES_PER_DEADLINE`
+/// without progress (so three times before it fails: a lost probe or STATUS does not lose the
+/// diagnosis).
+const STALL_PROBES_PER_DEADLINE: u32 = 4;
 /// `inflight` position of a chunk that is not in flight.
 const NOT_IN_FLIGHT: u32 = u32::MAX;
 /// Granularity of the socket's read timeout: a wait is rounded up to it, and the timeout is not
@@ -38,6 +45,10 @@ pub struct ClientStats {
     pub naks: u64,
     /// Rejoins: realignments of every chunk's round on a NAK 7.
     pub rejoins: u64,
+    /// PROBE packets sent (spec section 7): before the first call, and while a call stalled.
+    pub probes: u64,
+    /// STATUS packets received in answer.
+    pub statuses: u64,
     /// Datagrams from the appliance that were neither a usable RESULT nor a NAK of this
     /// collective (truncated, another collective, inconsistent lengths).
     pub ignored: u64,
@@ -62,6 +73,21 @@ struct Chunk {
     sent_at: Instant,
     /// When its timer fires.
     due: Instant,
+}
+
+impl Chunk {
+    /// A send at `now`: the first at the chunk's current round starts its round trip, a later
+    /// one marks it resent (no sample, Karn's rule); arms the timer and returns when it fires.
+    fn arm(&mut self, now: Instant) -> Instant {
+        if self.sent {
+            self.resent = true;
+        } else {
+            self.sent_at = now;
+        }
+        self.sent = true;
+        self.due = now + self.rto;
+        self.due
+    }
 }
 
 /// The retransmit timeout from measured round trips, in seconds: 4 x the smallest round trip of
@@ -109,9 +135,10 @@ impl RttEstimator {
 
 /// A worker's side of one collective: allreduce calls over UDP through the appliance.
 ///
-/// Each call is one round per chunk: the client keeps a round per chunk (all starting at
-/// [`Options::start_round`]) and advances a chunk's round by one after the call in which its
-/// result arrived, so successive calls on one client are successive rounds.
+/// Each call is one round per chunk: the client keeps a round per chunk and advances it by one
+/// after the call in which its result arrived, so successive calls on one client are successive
+/// rounds. The first rounds come from the appliance ([`Client::sync`], before the first call),
+/// or are [`Options::start_round`] when [`Options::probe`] is off.
 #[derive(Debug)]
 pub struct Client {
     coll: Collective,
@@ -134,6 +161,46 @@ pub struct Client {
     started: Instant,
     /// Round trips measured so far (they carry over from call to call).
     rtt: RttEstimator,
+    /// The rounds came from the appliance's STATUS answers (or probing is off).
+    synced: bool,
+    /// What the PROBEs of a stalled call learnt.
+    stall: Stall,
+}
+
+/// The PROBEs of the current stall of a call (no progress since `probes` were sent) and what
+/// their STATUS answers said.
+#[derive(Debug, Default)]
+struct Stall {
+    /// PROBEs sent since the call's last progress.
+    probes: u64,
+    /// STATUS answers to them.
+    statuses: u64,
+    /// Per rank: a slot of a stalled chunk, at the chunk's round, waits for its contribution.
+    waiting: Vec<bool>,
+}
+
+impl Stall {
+    /// Progress: forget the stall (cheap when there was none).
+    fn clear(&mut self) {
+        if self.probes > 0 {
+            self.probes = 0;
+            self.statuses = 0;
+            self.waiting.fill(false);
+        }
+    }
+}
+
+/// What a datagram from the appliance is, for this client's collective.
+enum Datagram {
+    /// Nothing usable (counted in [`ClientStats::ignored`]).
+    Ignored,
+    /// A NAK (spec section 5).
+    Nak(GradientRepr),
+    /// A STATUS (section 7) about chunk `index`: the slot's `state` and the `round` field; the
+    /// rank bitmap is `recv_buf[HEADER_LEN..]`.
+    Status { index: u32, state: u8, round: u32 },
+    /// A RESULT for chunk `index` at `round`; its payload is `recv_buf[HEADER_LEN..][..len]`.
+    Result { index: u32, round: u32, offset: u32, len: usize },
 }
 
 /// What a received datagram did.
@@ -180,7 +247,7 @@ impl Client {
         })?;
         let n = collective.chunks() as usize;
         let chunk_bytes = collective.chunk_elements as usize * collective.dtype.size();
-        let datagram = HEADER_LEN + chunk_bytes;
+        let datagram = HEADER_LEN + chunk_bytes.max(probe_len(collective.num_workers as usize));
         // Results of a whole window may arrive at once: ask for room for them (best effort; the
         // kernel caps it at net.core.rmem_max).
         set_recv_buffer(&sock, options.window.saturating_mul(datagram + 64).saturating_mul(2));
@@ -209,6 +276,8 @@ impl Client {
             heard: false,
             started: now,
             rtt: RttEstimator::default(),
+            synced: !options.probe,
+            stall: Stall { waiting: vec![false; collective.num_workers as usize], ..Stall::default() },
         })
     }
 
@@ -262,10 +331,14 @@ impl Client {
     /// the chunks whose result arrived and the input for the others. Rounds advance only for
     /// chunks whose result arrived, so retrying with the original input resumes the others.
     ///
+    /// The first call (and the first after a failed [`Client::sync`]) first asks the appliance
+    /// every chunk's round ([`Client::sync`]) when [`Options::probe`] is on.
+    ///
     /// # Errors
     /// [`Error::DtypeMismatch`], [`Error::Length`] (nothing sent); [`Error::Nak`] for NAK
-    /// reasons 1-6 (at once); [`Error::Rejoins`]; [`Error::Unreachable`], [`Error::Refused`],
-    /// [`Error::Timeout`], [`Error::Io`].
+    /// reasons 1-6 (at once); [`Error::Rejoins`]; [`Error::Unreachable`] (no STATUS to the
+    /// PROBEs at start or of a stalled call), [`Error::Refused`], [`Error::Timeout`] (naming
+    /// the ranks the appliance waits for), [`Error::Io`].
     pub fn allreduce<E: Element>(&mut self, data: &mut [E]) -> Result<(), Error> {
         if E::DTYPE != self.coll.dtype {
             return Err(Error::DtypeMismatch {
@@ -303,6 +376,9 @@ impl Client {
     }
 
     fn call<L: Lanes>(&mut self, lanes: &mut L) -> Result<(), Error> {
+        if !self.synced {
+            self.sync()?;
+        }
         let start = Instant::now();
         self.started = start;
         for c in &mut self.chunks {
@@ -329,11 +405,17 @@ impl Client {
         r
     }
 
-    /// The window loop: fill the window, fire due timers, wait for the next datagram or timer.
+    /// The window loop: fill the window, fire due timers, probe a stall, wait for the next
+    /// datagram or timer.
     fn exchange<L: Lanes>(&mut self, lanes: &mut L, start: Instant) -> Result<(), Error> {
         // The call fails when no chunk completes for `deadline` (a large tensor may take longer
         // than that in all; a stuck one fails as soon as it is stuck that long).
         let mut deadline = start + self.opts.deadline;
+        let probe_every = self.opts.deadline / STALL_PROBES_PER_DEADLINE;
+        // Without probing, the stall probe never comes before the deadline.
+        let no_probe = self.opts.deadline * 2;
+        let mut next_probe = start + if self.opts.probe { probe_every } else { no_probe };
+        self.stall.clear();
         let n = self.chunks.len();
         let mut next = 0usize;
         let mut remaining = n;
@@ -356,26 +438,24 @@ impl Client {
             if now >= deadline {
                 return Err(self.deadline_error(remaining, self.opts.deadline));
             }
+            if now >= next_probe {
+                // No progress for a while: ask the stalled chunks' slots whom they wait for.
+                for k in 0..self.inflight.len() {
+                    self.emit_probe(self.inflight[k])?;
+                    self.stall.probes += 1;
+                }
+                next_probe += probe_every; // at fixed times after the last progress
+                continue;
+            }
             if now >= next_due {
                 next_due = self.fire_timers(lanes, now, deadline)?;
                 continue;
             }
-            self.set_wait(next_due.min(deadline) - now)?;
-            let len = match self.sock.recv(&mut self.recv_buf) {
-                Ok(len) => len,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
-                    ) =>
-                {
-                    continue
-                }
-                Err(e) => return Err(self.socket_error(e, "receiving")),
-            };
+            self.set_wait(next_due.min(deadline).min(next_probe) - now)?;
+            let Some(len) = self.recv()? else { continue };
             self.heard = true;
-            match self.on_datagram(len, lanes, &mut rejoins)? {
-                Event::Nothing => {}
+            let progress = match self.on_datagram(len, lanes, &mut rejoins)? {
+                Event::Nothing => false,
                 Event::Done(i) => {
                     let c = &self.chunks[i as usize];
                     if !c.resent {
@@ -383,19 +463,174 @@ impl Client {
                     }
                     self.leave_flight(i);
                     remaining -= 1;
-                    deadline = Instant::now() + self.opts.deadline;
+                    true
                 }
                 Event::Rejoined => {
                     let now = Instant::now();
-                    deadline = now + self.opts.deadline;
                     for k in 0..self.inflight.len() {
                         let i = self.inflight[k];
                         self.chunks[i as usize].rto = self.rtt.rto(&self.opts);
                         let due = self.send_chunk(i, lanes, now)?;
                         next_due = next_due.min(due);
                     }
+                    true
                 }
+            };
+            if progress {
+                let now = Instant::now();
+                deadline = now + self.opts.deadline;
+                next_probe = now + if self.opts.probe { probe_every } else { no_probe };
+                self.stall.clear();
             }
+        }
+    }
+
+    /// Asks the appliance, for every chunk, which round its slot accepts from this rank (PROBE
+    /// and STATUS, spec section 7) and takes it as the chunk's round: the round in progress
+    /// (STATUS states 1 and 2; in state 2 this rank's contribution is already in, and the next
+    /// call gets that round's result, whatever it sends), the completed round + 1 (state 3), or
+    /// the chunk's current round for a slot with no history (state 0; at first
+    /// [`Options::start_round`]). A window of probes is in flight at a time, each resent on
+    /// its retransmit timer. The first call does this when [`Options::probe`] is on; a worker
+    /// that restarts runs it instead of guessing its round (rule 4).
+    ///
+    /// # Errors
+    /// [`Error::Nak`] (reasons 1-6: the appliance refuses this member), [`Error::Unreachable`]
+    /// when [`Options::deadline`] passes without a STATUS, [`Error::Refused`], [`Error::Io`].
+    pub fn sync(&mut self) -> Result<(), Error> {
+        let start = Instant::now();
+        self.started = start;
+        let rto = self.rtt.rto(&self.opts);
+        for c in &mut self.chunks {
+            *c = Chunk { done: false, sent: false, resent: false, pos: NOT_IN_FLIGHT, rto, sent_at: start, due: start };
+        }
+        self.inflight.clear();
+        let n = self.chunks.len();
+        let mut deadline = start + self.opts.deadline;
+        let (mut next, mut remaining) = (0usize, n);
+        let mut next_due = deadline;
+        loop {
+            while self.inflight.len() < self.opts.window && next < n {
+                let i = next as u32;
+                self.chunks[next].pos = self.inflight.len() as u32;
+                self.inflight.push(i);
+                next_due = next_due.min(self.send_probe(i, Instant::now())?);
+                next += 1;
+            }
+            if remaining == 0 {
+                self.synced = true;
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let waited_ms = self.opts.deadline.as_millis() as u64;
+                let note = format!(
+                    " (no STATUS answered the PROBEs of {remaining} of {n} chunks{}: the appliance is down or unreachable)",
+                    if remaining < n { " after the others' came" } else { "" }
+                );
+                return Err(Error::Unreachable { addr: self.ep.appliance, waited_ms, note });
+            }
+            if now >= next_due {
+                next_due = deadline;
+                for k in 0..self.inflight.len() {
+                    let i = self.inflight[k];
+                    let c = &mut self.chunks[i as usize];
+                    let due = if c.due <= now {
+                        c.rto = (c.rto * 2).min(self.opts.max_rto);
+                        self.send_probe(i, now)?
+                    } else {
+                        c.due
+                    };
+                    next_due = next_due.min(due);
+                }
+                continue;
+            }
+            self.set_wait(next_due.min(deadline) - now)?;
+            let Some(len) = self.recv()? else { continue };
+            self.heard = true;
+            match self.classify(len) {
+                Datagram::Nak(r) => {
+                    self.stats.naks += 1;
+                    if r.reason != NAK_STALE_ROUND {
+                        return Err(self.nak_error(&r));
+                    }
+                }
+                Datagram::Status { index, state, round } => {
+                    self.stats.statuses += 1;
+                    let i = index as usize;
+                    let c = self.chunks[i];
+                    if c.done || c.pos == NOT_IN_FLIGHT {
+                        continue;
+                    }
+                    if state != SlotState::NO_HISTORY {
+                        // States 1 and 2: the round in progress; 3: the completed round + 1.
+                        self.rounds[i] = round;
+                    }
+                    if !c.resent {
+                        // A STATUS waits for no peer: a round trip of the path and the
+                        // appliance alone, the best sample there is.
+                        self.rtt.sample(c.sent_at.elapsed().as_secs_f64());
+                    }
+                    self.chunks[i].done = true;
+                    self.leave_flight(index);
+                    remaining -= 1;
+                    deadline = Instant::now() + self.opts.deadline;
+                }
+                // Results of an earlier call, anything else: not asked for here.
+                Datagram::Result { .. } | Datagram::Ignored => {}
+            }
+        }
+    }
+
+    /// One datagram from the socket: `None` when the wait ended without one.
+    fn recv(&mut self) -> Result<Option<usize>, Error> {
+        match self.sock.recv(&mut self.recv_buf) {
+            Ok(len) => Ok(Some(len)),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(self.socket_error(e, "receiving")),
+        }
+    }
+
+    /// Sends a PROBE for chunk `i` and arms its timer (as [`Client::send_chunk`] does for a
+    /// contribution); returns when the timer fires.
+    fn send_probe(&mut self, i: u32, now: Instant) -> Result<Instant, Error> {
+        let chunk = &mut self.chunks[i as usize];
+        let due = chunk.arm(now);
+        self.emit_probe(i)?;
+        Ok(due)
+    }
+
+    /// Sends a PROBE (spec section 7) for chunk `i`: its header with flags PROBE, round 0, and
+    /// ceil(num_workers / 8) zero bytes.
+    fn emit_probe(&mut self, i: u32) -> Result<(), Error> {
+        let c = &self.coll;
+        let len = probe_len(c.num_workers as usize);
+        let repr = GradientRepr {
+            version: VERSION,
+            flags: Flags::PROBE,
+            op_type: c.op as u8,
+            collective_id: c.collective_id,
+            dtype: c.dtype as u8,
+            reason: 0,
+            worker_rank: c.rank,
+            tensor_offset: i * c.chunk_elements,
+            data_length: len as u32,
+            round: 0,
+        };
+        repr.emit(&mut self.send_buf).expect("the send buffer holds a header and a probe");
+        self.send_buf[HEADER_LEN..HEADER_LEN + len].fill(0);
+        self.stats.probes += 1;
+        match self.sock.send(&self.send_buf[..HEADER_LEN + len]) {
+            Ok(_) => Ok(()),
+            Err(e) if is_transient(&e) => Ok(()),
+            Err(e) => Err(self.socket_error(e, "sending")),
         }
     }
 
@@ -419,14 +654,7 @@ impl Client {
             data_length: bytes as u32,
             round: self.rounds[i as usize],
         };
-        if chunk.sent {
-            chunk.resent = true;
-        } else {
-            chunk.sent_at = now;
-        }
-        chunk.sent = true;
-        chunk.due = now + chunk.rto;
-        let due = chunk.due;
+        let due = chunk.arm(now);
         repr.emit(&mut self.send_buf).expect("the send buffer holds a header and a chunk");
         lanes.load(offset as usize, &mut self.send_buf[HEADER_LEN..HEADER_LEN + bytes]);
         self.stats.sent += 1;
@@ -466,45 +694,95 @@ impl Client {
         }
     }
 
-    /// Handles one datagram from the appliance (spec sections 2, 5).
-    fn on_datagram<L: Lanes>(&mut self, len: usize, lanes: &mut L, rejoins: &mut u32) -> Result<Event, Error> {
+    /// What the datagram of `len` bytes in `recv_buf` is (spec sections 2, 5, 6, 7); counts
+    /// the ignored ones.
+    fn classify(&mut self, len: usize) -> Datagram {
         let Ok(h) = GradientHeader::new_checked(&self.recv_buf[..len]) else {
             self.stats.ignored += 1;
-            return Ok(Event::Nothing);
+            return Datagram::Ignored;
         };
         let r = GradientRepr::parse(&h);
         let c = &self.coll;
         if r.collective_id != c.collective_id {
             self.stats.ignored += 1;
-            return Ok(Event::Nothing);
+            return Datagram::Ignored;
         }
         if r.flags & Flags::NAK != 0 {
-            self.stats.naks += 1;
-            return self.on_nak(&r, rejoins);
+            return Datagram::Nak(r);
         }
-        let size = c.dtype.size();
         let chunk = c.chunk_elements;
         let index = (r.tensor_offset % chunk == 0 && (r.tensor_offset as u64) < c.tensor_elements)
             .then_some(r.tensor_offset / chunk);
-        let usable = r.flags & Flags::RESULT != 0
-            && r.version == VERSION
+        let from_appliance = r.version == VERSION
             && r.worker_rank == RANK_NONE
             && r.op_type == c.op as u8
             && r.dtype == c.dtype as u8
-            && index.is_some_and(|i| r.data_length as usize == c.chunk_len(i as u64) as usize * size)
             && h.rest().len() >= r.data_length as usize;
-        let Some(i) = index.filter(|_| usable) else {
-            self.stats.ignored += 1;
-            return Ok(Event::Nothing);
+        let status = Flags::RESULT | Flags::PROBE;
+        let got = match index.filter(|_| from_appliance) {
+            Some(i) if r.flags == status => {
+                let ok =
+                    r.data_length as usize == probe_len(c.num_workers as usize) && r.reason <= SlotState::COMPLETED;
+                ok.then_some(Datagram::Status { index: i, state: r.reason, round: r.round })
+            }
+            Some(i) if r.flags & status == Flags::RESULT => {
+                let ok = r.data_length as usize == c.chunk_len(i as u64) as usize * c.dtype.size();
+                let (round, offset, len) = (r.round, r.tensor_offset, r.data_length as usize);
+                ok.then_some(Datagram::Result { index: i, round, offset, len })
+            }
+            _ => None,
         };
-        if self.chunks[i as usize].done || r.round != self.rounds[i as usize] {
-            self.stats.stale_results += 1;
-            return Ok(Event::Nothing);
+        got.unwrap_or_else(|| {
+            self.stats.ignored += 1;
+            Datagram::Ignored
+        })
+    }
+
+    /// Handles one datagram from the appliance during a call.
+    fn on_datagram<L: Lanes>(&mut self, len: usize, lanes: &mut L, rejoins: &mut u32) -> Result<Event, Error> {
+        match self.classify(len) {
+            Datagram::Ignored => Ok(Event::Nothing),
+            Datagram::Nak(r) => {
+                self.stats.naks += 1;
+                self.on_nak(&r, rejoins)
+            }
+            Datagram::Status { index, state, round } => {
+                self.on_status(index, state, round);
+                Ok(Event::Nothing)
+            }
+            Datagram::Result { index, round, offset, len } => {
+                let i = index as usize;
+                if self.chunks[i].done || round != self.rounds[i] {
+                    self.stats.stale_results += 1;
+                    return Ok(Event::Nothing);
+                }
+                lanes.store(offset as usize, &self.recv_buf[HEADER_LEN..HEADER_LEN + len]);
+                self.chunks[i].done = true;
+                self.stats.results += 1;
+                Ok(Event::Done(index))
+            }
         }
-        lanes.store(r.tensor_offset as usize, &h.rest()[..r.data_length as usize]);
-        self.chunks[i as usize].done = true;
-        self.stats.results += 1;
-        Ok(Event::Done(i))
+    }
+
+    /// A STATUS during a call (the answer to a stalled call's PROBE): when its slot holds the
+    /// chunk's round in progress, the ranks missing from its bitmap are waited for.
+    fn on_status(&mut self, index: u32, state: u8, round: u32) {
+        self.stats.statuses += 1;
+        if self.stall.probes == 0 {
+            return; // the answer to a probe of an earlier stall
+        }
+        self.stall.statuses += 1;
+        let i = index as usize;
+        let in_progress = state == SlotState::IN_PROGRESS_WITHOUT_RANK || state == SlotState::IN_PROGRESS_WITH_RANK;
+        if !in_progress || self.chunks[i].done || round != self.rounds[i] {
+            return;
+        }
+        let bitmap = &self.recv_buf[HEADER_LEN..];
+        for (k, w) in self.stall.waiting.iter_mut().enumerate() {
+            if bitmap[k / 8] & (1 << (k % 8)) == 0 {
+                *w = true;
+            }
+        }
     }
 
     /// A NAK (spec section 5): reasons other than 7 end the call; reason 7 realigns every
@@ -513,12 +791,7 @@ impl Client {
     fn on_nak(&mut self, r: &GradientRepr, rejoins: &mut u32) -> Result<Event, Error> {
         let c = &self.coll;
         if r.reason != NAK_STALE_ROUND {
-            return Err(Error::Nak {
-                collective: c.collective_id,
-                reason: r.reason,
-                offset: r.tensor_offset,
-                round: r.round,
-            });
+            return Err(self.nak_error(r));
         }
         let index = (r.tensor_offset % c.chunk_elements == 0 && (r.tensor_offset as u64) < c.tensor_elements)
             .then_some((r.tensor_offset / c.chunk_elements) as usize);
@@ -570,16 +843,36 @@ impl Client {
         Ok(())
     }
 
+    fn nak_error(&self, r: &GradientRepr) -> Error {
+        Error::Nak { collective: self.coll.collective_id, reason: r.reason, offset: r.tensor_offset, round: r.round }
+    }
+
+    /// The error of a call that made no progress for `waited`: what the stall's PROBEs learnt.
     fn deadline_error(&self, remaining: usize, waited: Duration) -> Error {
         let waited_ms = waited.as_millis() as u64;
-        if self.heard {
-            Error::Timeout {
-                collective: self.coll.collective_id,
-                missing: remaining,
-                chunks: self.chunks.len(),
+        let timeout = |waiting_for| Error::Timeout {
+            collective: self.coll.collective_id,
+            missing: remaining,
+            chunks: self.chunks.len(),
+            addr: self.ep.appliance,
+            waited_ms,
+            waiting_for,
+        };
+        if self.stall.statuses > 0 {
+            let ranks = (0..self.coll.num_workers).filter(|k| self.stall.waiting[*k as usize]).collect();
+            timeout(Some(ranks))
+        } else if self.stall.probes > 0 {
+            Error::Unreachable {
                 addr: self.ep.appliance,
                 waited_ms,
+                note: format!(
+                    " (no STATUS answered the {} PROBEs of the stalled chunks{}: the appliance stopped or the path to it broke)",
+                    self.stall.probes,
+                    if self.heard { ", though it answered before" } else { "" }
+                ),
             }
+        } else if self.heard {
+            timeout(None)
         } else {
             Error::Unreachable {
                 addr: self.ep.appliance,

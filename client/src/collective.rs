@@ -101,8 +101,16 @@ pub struct Options {
     /// Longest an allreduce call may go without progress (no chunk's result, no rejoin) before it
     /// fails (default 10 s).
     pub deadline: Duration,
-    /// The round every chunk starts at (default 0); each completed call advances it by one.
+    /// The round a chunk starts at when its slot has no history (default 0), or every chunk's
+    /// when [`probe`](Self::probe) is off; each completed call advances it by one.
     pub start_round: u32,
+    /// Before its first call the client asks the appliance, for every chunk, which round its
+    /// slot accepts from this rank (PROBE and STATUS, spec section 7) instead of guessing
+    /// (default `true`). A worker that starts or restarts must not guess (rule 4): a guess equal
+    /// to the slot's last completed round is answered with that old result. `false` trusts
+    /// [`start_round`](Self::start_round) (and a NAK 7 rejoin when it is wrong), for an
+    /// appliance older than revision 1.1.
+    pub probe: bool,
     /// Rejoins (NAK 7 realignments) allowed per call (default 8).
     pub max_rejoins: u32,
 }
@@ -116,6 +124,7 @@ impl Default for Options {
             max_rto: Duration::from_millis(500),
             deadline: Duration::from_secs(10),
             start_round: 0,
+            probe: true,
             max_rejoins: 8,
         }
     }

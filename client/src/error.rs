@@ -68,17 +68,17 @@ pub enum Error {
         round: u32,
     },
 
-    /// The deadline passed and nothing at all ever came from the appliance to this client (no
-    /// result, no NAK), or the network said the appliance's host cannot be reached
-    /// (`EHOSTUNREACH`, `ENETUNREACH`: no ARP/NDP answer, no route). The protocol does not
-    /// acknowledge contributions, so a first call whose peers are all absent also ends here.
+    /// The appliance does not answer: the deadline passed with no answer to this client's
+    /// PROBEs (spec section 7; at start, or while a call stalled), or with nothing at all from
+    /// the appliance (probing off), or the network said the appliance's host cannot be reached
+    /// (`EHOSTUNREACH`, `ENETUNREACH`: no ARP/NDP answer, no route).
     #[error("appliance unreachable: no answer from {addr} in {waited_ms} ms{note}")]
     Unreachable {
         /// The appliance's address (IP, `gradient_udp_port`).
         addr: SocketAddr,
         /// How long the call waited (ms).
         waited_ms: u64,
-        /// Empty, or the network's reason, like ` (host unreachable: ...)`.
+        /// Empty, or what was tried and the network's reason, like ` (host unreachable: ...)`.
         note: String,
     },
 
@@ -91,9 +91,15 @@ pub enum Error {
         addr: SocketAddr,
     },
 
-    /// The appliance answered, but some chunks got no result before the deadline (peers absent,
-    /// late or at another round, or heavy loss).
-    #[error("timeout: {missing} of {chunks} chunks of collective {collective} got no result from {addr} in {waited_ms} ms (the appliance answered: peers may be absent or late)")]
+    /// The appliance answered, but some chunks got no result before the deadline. While the call
+    /// stalled the client probed them (spec section 7): `waiting_for` holds the ranks whose
+    /// contribution the appliance's slots still wait for (absent or late peers); empty when the
+    /// STATUS answers named none (results lost on the way back); `None` when no STATUS came
+    /// (probing off).
+    #[error(
+        "timeout: {missing} of {chunks} chunks of collective {collective} got no result from {addr} in {waited_ms} ms{}",
+        waiting_text(.waiting_for)
+    )]
     Timeout {
         /// The collective.
         collective: u16,
@@ -105,6 +111,8 @@ pub enum Error {
         addr: SocketAddr,
         /// How long the call waited (ms).
         waited_ms: u64,
+        /// Ranks the stalled chunks' slots wait for, ascending.
+        waiting_for: Option<Vec<u16>>,
     },
 
     /// The appliance kept answering NAK 7 (stale or premature round) after `limit` rejoins in one
@@ -131,6 +139,19 @@ pub enum Error {
         /// The system's error.
         source: std::io::Error,
     },
+}
+
+/// The end of a [`Error::Timeout`] message: which ranks the appliance waits for.
+fn waiting_text(ranks: &Option<Vec<u16>>) -> String {
+    let Some(ranks) = ranks else {
+        return " (the appliance answered: peers may be absent or late)".into();
+    };
+    if ranks.is_empty() {
+        return " (the appliance answered and waits for no rank: results may be lost on the way back)".into();
+    }
+    let list: Vec<String> = ranks.iter().map(u16::to_string).collect();
+    let s = if ranks.len() == 1 { "" } else { "s" };
+    format!(": the appliance is waiting for rank{s} {}", list.join(", "))
 }
 
 /// The meaning of a NAK reason code (spec section 5).

@@ -11,7 +11,10 @@
 //! appliance folds a contribution once and answers a late one with the kept result (spec section
 //! 4, rules 1 and 3). A NAK of reasons 1-6 ends the call with [`Error::Nak`]; a NAK 7 (stale or
 //! premature round, rule 4) moves every incomplete chunk to the appliance's expected round (a
-//! rejoin). Every call ends within [`Options::deadline`].
+//! rejoin). Before the first call the client asks the appliance each chunk's round (PROBE and
+//! STATUS, spec section 7: [`Client::sync`]) instead of guessing it, and a call that stalls
+//! probes its chunks to name the ranks the appliance waits for. Every call ends within
+//! [`Options::deadline`] of its last progress.
 //!
 //! ```no_run
 //! use gradclient::{Client, Options};
@@ -21,8 +24,8 @@
 //! // send to the appliance's address on the member's port.
 //! let mut client = Client::from_appliance_config(Path::new("conf/default.toml"), 1, 0, Options::default())?;
 //! let mut grads = vec![1.0f32; 65536];
-//! client.allreduce(&mut grads)?; // round 0: grads now holds the sum over the 4 workers
-//! client.allreduce(&mut grads)?; // round 1
+//! client.allreduce(&mut grads)?; // the round the appliance said: grads now holds the sum over the 4 workers
+//! client.allreduce(&mut grads)?; // the next round
 //! println!("{:?}", client.stats());
 //! # Ok::<(), gradclient::Error>(())
 //! ```

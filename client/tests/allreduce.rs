@@ -1,4 +1,5 @@
-//! Allreduce through the fake appliance: exact results, loss, NAKs, rejoin, rounds, deadlines.
+//! Allreduce through the fake appliance: exact results, loss, NAKs, rejoin, rounds, deadlines,
+//! and the PROBEs of revision 1.1 (a restarted worker's round, a stalled call's diagnosis).
 
 mod fake;
 
@@ -84,7 +85,12 @@ fn f32_two_workers_exact() {
             want.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
         );
         assert_eq!((stats.chunks, stats.results, stats.naks, stats.rejoins), (16, 16, 0, 0));
+        // A PROBE per chunk before the first call (more when a timer fired first on a loaded
+        // machine), each answered (no history: round 0).
+        assert!(stats.probes >= 16 && stats.statuses >= 16 && stats.statuses <= stats.probes, "{stats:?}");
     }
+    assert_eq!(fake.probes().len() as u64, out.iter().map(|(_, s)| s.probes).sum::<u64>());
+    assert!(fake.seen().iter().all(|x| x.round == 0));
     // Every chunk went out with its length in bytes, the short last one (40 elements) too.
     for x in fake.seen() {
         assert_eq!(x.data_length, if x.offset == 960 { 160 } else { 256 }, "{x:?}");
@@ -168,7 +174,10 @@ fn silent_appliance_is_unreachable_within_the_deadline() {
     assert!(matches!(e, Error::Unreachable { .. }), "{e:?}");
     let msg = e.to_string();
     assert!(msg.starts_with(&format!("appliance unreachable: no answer from {addr} in 3")), "{msg}");
-    assert!(c.stats().retransmits > 0);
+    assert!(msg.contains("no STATUS answered the PROBEs of 16 of 16 chunks"), "{msg}");
+    // The probes were resent on their timers; no contribution went out.
+    assert!(c.stats().probes > 16);
+    assert_eq!(c.stats().sent, 0);
     // Nothing completed: the rounds stay, a retry resumes round 0.
     assert!(c.rounds().iter().all(|r| *r == 0));
 }
@@ -184,49 +193,151 @@ fn closed_port_is_refused() {
 }
 
 #[test]
-fn absent_peer_is_a_timeout_naming_the_missing_chunks() {
+fn absent_peer_is_a_timeout_naming_the_missing_rank() {
     let fake = Fake::start(ID, 2, Dtype::F32, Faults::default());
     let [a, b] = f32_inputs();
     run2(&fake, Dtype::F32, [&a, &b], fast(), 1);
-    // Rank 1 is gone: rank 0's round 1 cannot complete, and the appliance says nothing. A client
-    // that never heard the appliance cannot tell this from an unreachable appliance...
-    let opts = Options { deadline: Duration::from_millis(300), start_round: 1, ..fast() };
+    // Rank 1 is gone: rank 0's round 1 cannot complete. The probes of the stalled call tell this
+    // from a silent appliance: its slots answer that they wait for rank 1, even to a client that
+    // never heard the appliance before this call.
+    let opts = Options { deadline: Duration::from_millis(800), ..fast() };
     let mut c = client(fake.addr, collective(Dtype::F32, 2, 0), opts);
+    c.sync().unwrap();
+    let start_probes = c.stats().probes;
+    let t = Instant::now();
     let e = c.allreduce(&mut a.clone()).unwrap_err();
-    assert!(matches!(e, Error::Unreachable { .. }), "{e:?}");
-    // ...one that heard it before reports a timeout naming the missing chunks.
-    let fake1 = Fake::start(ID, 2, Dtype::F32, Faults::default());
-    let outs = std::thread::scope(|s| {
-        let h: Vec<_> = (0..2u16)
-            .map(|rank| {
-                let addr = fake1.addr;
-                let input = [&a, &b][rank as usize].clone();
-                s.spawn(move || {
-                    let opts = Options { deadline: Duration::from_millis(300), ..fast() };
-                    let mut c = client(addr, collective(Dtype::F32, 2, rank), opts);
-                    let mut d = input.clone();
-                    c.allreduce(&mut d).unwrap();
-                    if rank == 0 {
-                        d.copy_from_slice(&input);
-                        Some(c.allreduce(&mut d).unwrap_err())
-                    } else {
-                        None
-                    }
-                })
-            })
-            .collect();
-        h.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
+    assert!(t.elapsed() < Duration::from_millis(2000), "{:?}", t.elapsed());
+    assert!(matches!(&e, Error::Timeout { missing: 16, chunks: 16, waiting_for: Some(w), .. } if w == &[1]), "{e:?}");
+    let msg = e.to_string();
+    assert!(msg.contains("16 of 16 chunks") && msg.ends_with("the appliance is waiting for rank 1"), "{msg}");
+    // The stall's probes: 3 rounds of the 16 in flight, at a quarter, half and three quarters of
+    // the deadline (the last may not be answered before it).
+    let s = c.stats();
+    assert_eq!(s.probes - start_probes, 3 * 16, "{s:?}");
+    assert!(s.statuses >= 16 + 2 * 16, "{s:?}");
+    // The round came from the appliance: round 1, after the completed round 0.
+    assert!(fake.seen().iter().filter(|x| x.rank == 0).all(|x| x.round <= 1));
+    assert_eq!(fake.seen().iter().filter(|x| x.rank == 0 && x.round == 1 && x.flags == 0).count(), 16);
+}
+
+/// A worker that restarts and guesses the last completed round as its round would get that
+/// round's old result (rule 3), silently: the probe gives it the round its peers are in.
+#[test]
+fn a_restarted_worker_probes_instead_of_taking_an_old_result() {
+    let fake = Fake::start(ID, 2, Dtype::F32, Faults::default());
+    let [a, b] = f32_inputs();
+    let old: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+    let a2: Vec<f32> = a.iter().map(|x| x * 3.0).collect();
+    let new: Vec<f32> = a2.iter().zip(&b).map(|(x, y)| x + y).collect();
+    let addr = fake.addr;
+    let mut rank1 = client(addr, collective(Dtype::F32, 2, 1), fast());
+    std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            let mut c = client(addr, collective(Dtype::F32, 2, 0), fast());
+            let mut d = a.clone();
+            c.allreduce(&mut d).unwrap();
+            d
+        });
+        let mut d = b.clone();
+        rank1.allreduce(&mut d).unwrap();
+        assert_eq!(d, old);
+        assert_eq!(h.join().unwrap(), old);
     });
-    let e = outs[0].as_ref().unwrap();
-    assert!(matches!(e, Error::Timeout { missing: 16, chunks: 16, .. }), "{e:?}");
-    assert!(e.to_string().contains("16 of 16 chunks"), "{e}");
+    // Round 0 completed. Rank 0 restarts guessing round 0 (the last completed one) with a new
+    // input, while rank 1 goes on with round 1: the probe says the slots completed round 0, so
+    // rank 0 sends round 1 and both get the new sum.
+    let ((d0, s0), d1) = std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            let mut c = client(addr, collective(Dtype::F32, 2, 0), Options { start_round: 0, ..fast() });
+            let mut d = a2.clone();
+            c.allreduce(&mut d).unwrap();
+            (d, c.stats().clone())
+        });
+        let mut d = b.clone();
+        rank1.allreduce(&mut d).unwrap();
+        (h.join().unwrap(), d)
+    });
+    assert_eq!((d0, d1), (new.clone(), new.clone()));
+    assert!(s0.statuses >= 16, "{s0:?}");
+    assert_eq!((s0.naks, s0.rejoins), (0, 0), "{s0:?}");
+    // The fault the probe removes: a restart that guesses the last completed round (now 1)
+    // without probing is answered by rule 3 with that round's kept result, the sum of inputs it
+    // did not send, and the call succeeds. (Shown so that this test fails if probing stops
+    // mattering.)
+    let mut guess = client(addr, collective(Dtype::F32, 2, 0), Options { probe: false, start_round: 1, ..fast() });
+    let mut d = a.clone();
+    guess.allreduce(&mut d).unwrap();
+    assert_eq!(d, new, "rule 3 answered the stale guess with round 1's kept result");
+}
+
+/// A worker killed after contributing, restarted mid-round: its probe finds its contribution in
+/// (state 2), so it waits for that round's result instead of starting another.
+#[test]
+fn a_worker_restarted_mid_round_gets_that_rounds_result() {
+    let fake = Fake::start(ID, 2, Dtype::F32, Faults::default());
+    let [a, b] = f32_inputs();
+    let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+    // Rank 0 contributes round 0 alone and gives up (rank 1 not started yet).
+    let opts = Options { deadline: Duration::from_millis(300), ..fast() };
+    let mut dead = client(fake.addr, collective(Dtype::F32, 2, 0), opts);
+    let e = dead.allreduce(&mut a.clone()).unwrap_err();
+    assert!(matches!(&e, Error::Timeout { waiting_for: Some(w), .. } if w == &[1]), "{e:?}");
+    drop(dead);
+    // Restarted with a wrong guess (7) while the round is still in progress: its probe finds
+    // its contribution in (round 0, state 2). Then rank 1 starts (also guessing 7) and completes
+    // the round. (Were rank 1 to complete it first, the result would go to the dead process and
+    // the probe would find round 0 completed: the restarted worker would join round 1, the round
+    // its peers are in then.)
+    let opts = Options { start_round: 7, ..fast() };
+    let mut restarted = client(fake.addr, collective(Dtype::F32, 2, 0), opts);
+    restarted.sync().unwrap();
+    assert!(restarted.rounds().iter().all(|r| *r == 0), "{:?}", restarted.rounds());
+    let outs = std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            let mut c = client(fake.addr, collective(Dtype::F32, 2, 1), opts);
+            let mut d = b.clone();
+            c.allreduce(&mut d).unwrap();
+            (d, c.stats().clone(), c.rounds().to_vec())
+        });
+        let mut d = a.clone();
+        restarted.allreduce(&mut d).unwrap();
+        vec![(d, restarted.stats().clone(), restarted.rounds().to_vec()), h.join().unwrap()]
+    });
+    for (d, s, rounds) in &outs {
+        assert_eq!(d, &want);
+        assert!(s.statuses >= 16, "{s:?}");
+        assert_eq!((s.naks, s.rejoins), (0, 0), "{s:?}");
+        assert!(rounds.iter().all(|r| *r == 1), "{rounds:?}");
+    }
+    // Every contribution the fake saw was of round 0: nobody guessed 7.
+    assert!(fake.seen().iter().all(|x| x.round == 0));
+}
+
+/// The round comes from the slot's STATUS (state 3: completed round + 1), not from a NAK.
+#[test]
+fn the_probe_finds_the_round_the_slot_expects() {
+    let fake = Fake::start(ID, 1, Dtype::I32, Faults { history: Some(41), ..Faults::default() });
+    let mut c = client(fake.addr, collective(Dtype::I32, 1, 0), fast());
+    let input: Vec<i32> = (0..TENSOR as i32).collect();
+    let mut d = input.clone();
+    c.allreduce(&mut d).unwrap();
+    assert_eq!(d, input);
+    let s = c.stats().clone();
+    assert!(s.statuses >= 16, "{s:?}");
+    assert_eq!((s.naks, s.rejoins, s.results), (0, 0, 16), "{s:?}");
+    assert!(fake.seen().iter().all(|x| x.round == 42));
+    assert!(c.rounds().iter().all(|r| *r == 43));
+    // Only the first call probes.
+    c.allreduce(&mut d).unwrap();
+    assert_eq!(c.stats().probes, s.probes);
 }
 
 #[test]
 fn nak_7_rejoins_at_the_expected_round() {
-    // The appliance's slots completed round 41: it expects 42; the client starts at 0.
+    // The appliance's slots completed round 41: it expects 42; the client, not probing, starts
+    // at 0.
     let fake = Fake::start(ID, 1, Dtype::I32, Faults { history: Some(41), ..Faults::default() });
-    let opts = Options { window: 4, ..fast() };
+    let opts = Options { window: 4, probe: false, ..fast() };
     let mut c = client(fake.addr, collective(Dtype::I32, 1, 0), opts);
     let input: Vec<i32> = (0..TENSOR as i32).collect();
     let mut d = input.clone();
@@ -257,7 +368,8 @@ fn nak_7_rejoins_at_the_expected_round() {
 #[test]
 fn rejoins_are_bounded() {
     let fake = Fake::start(ID, 1, Dtype::F32, Faults { history: Some(41), ..Faults::default() });
-    let mut c = client(fake.addr, collective(Dtype::F32, 1, 0), Options { max_rejoins: 0, ..fast() });
+    let opts = Options { max_rejoins: 0, probe: false, ..fast() };
+    let mut c = client(fake.addr, collective(Dtype::F32, 1, 0), opts);
     let e = c.allreduce(&mut vec![0f32; TENSOR as usize]).unwrap_err();
     assert!(matches!(e, Error::Rejoins { limit: 0, expected: 42, sent: 0, .. }), "{e:?}");
 }
@@ -342,7 +454,12 @@ fn wire_bytes_and_result_filtering() {
         num_workers: 4,
         rank: 3,
     };
-    let opts = Options { start_round: 0x0a0b_0c0d, initial_rto: Duration::from_millis(50), ..fast() };
+    let opts = Options {
+        start_round: 0x0a0b_0c0d,
+        initial_rto: Duration::from_millis(200),
+        max_rto: Duration::from_millis(400),
+        ..fast()
+    };
     let addr = app.local_addr().unwrap();
     let worker = std::thread::spawn(move || {
         let mut cl = client(addr, c, opts);
@@ -350,7 +467,23 @@ fn wire_bytes_and_result_filtering() {
         cl.allreduce(&mut d).map(|_| (d, cl.stats().clone(), cl.rounds().to_vec()))
     });
     let mut buf = [0u8; 64];
+    // First one PROBE per chunk (spec section 7): flags PROBE, round 0, ceil(4 / 8) = 1 zero byte.
     let (n, src) = app.recv_from(&mut buf).unwrap();
+    assert_eq!(&buf[..n], &[0x18, 2, 1, 2, 3, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0]);
+    let (n, _) = app.recv_from(&mut buf).unwrap();
+    assert_eq!(&buf[..n], &[0x18, 2, 1, 2, 3, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 0, 0]);
+    let status = |offset: u8, state: u8, round: [u8; 4], bitmap: &[u8]| {
+        let mut p = vec![0x19, 2, 1, 2, 3, state, 0xff, 0xff, 0, 0, 0, offset, 0, 0, 0, bitmap.len() as u8];
+        p.extend_from_slice(&round);
+        p.extend_from_slice(bitmap);
+        p
+    };
+    // Offset 0: no history, the start round stays. Offset 2: round 0x0a0b0c0d in progress with
+    // ranks 0 and 2 in (a STATUS of the wrong length first: ignored).
+    app.send_to(&status(0, 0, [0; 4], &[0]), src).unwrap();
+    app.send_to(&status(2, 1, [0x0a, 0x0b, 0x0c, 0x0d], &[5, 0]), src).unwrap();
+    app.send_to(&status(2, 1, [0x0a, 0x0b, 0x0c, 0x0d], &[5]), src).unwrap();
+    let (n, _) = app.recv_from(&mut buf).unwrap();
     #[rustfmt::skip]
     let first: [u8; 24] = [
         0x10, 0x02, 0x01, 0x02, 0x03, 0x00, 0x00, 0x03, // v1 flags 0, MAX, collective 0x0102, bf16, reason 0, rank 3
@@ -390,6 +523,7 @@ fn wire_bytes_and_result_filtering() {
     app.send_to(&result(2, 2, 0x0d, &[0x40, 0x40]), src).unwrap(); // 3.0
     let (d, s, rounds) = worker.join().unwrap().unwrap();
     assert_eq!(d.map(|x| x.to_f32()), [2.0, 1.0, 3.0]);
-    assert_eq!((s.results, s.stale_results, s.ignored), (2, 2, 1));
+    assert_eq!((s.results, s.stale_results, s.ignored), (2, 2, 2));
+    assert_eq!((s.probes, s.statuses), (2, 2));
     assert_eq!(rounds, [0x0a0b_0c0e, 0x0a0b_0c0e]);
 }

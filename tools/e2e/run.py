@@ -6,7 +6,8 @@ with DPDK's net_af_packet, and runs real worker processes, one per namespace, th
 random tensors through the appliance with the client libraries (client/: Rust `gradclient`, and
 the Python module `gradclient`). Phases:
 
-  clean   f32 and bf16 tensors, then a worker that restarts with a wrong round and rejoins
+  clean   f32 and bf16 tensors, then workers that restart guessing their round: with the probe
+          (spec section 7) they take the appliance's; worker 0 without it rejoins through a NAK 7
   loss    the same with 1% of UDP packets dropped at random on every worker link (nftables)
 
 Every worker's result must equal numpy's reference under the spec's arithmetic (section 4 rule 6;
@@ -242,10 +243,12 @@ class Gradcheck:
 
 # ---- the workers ----
 
-def worker_argv(impl, config, cid, rank, inp, out, stats, repeat, start_round, ring=None):
+def worker_argv(impl, config, cid, rank, inp, out, stats, repeat, start_round, ring=None, probe=True):
     args = ["--config", str(config), "--collective", str(cid), "--rank", str(rank), "--input", str(inp),
             "--output", str(out), "--repeat", str(repeat), "--start-round", str(start_round),
             "--timeout-ms", "60000", "--stats-json", str(stats)]
+    if not probe:
+        args.append("--no-probe")
     if ring:
         args += ["--ring", ring, "--ring-only"]
     if impl == "rust":
@@ -345,32 +348,40 @@ def ring_phase(topo, work, cid, dtype, inputs, ref, repeat):
 
 
 def rejoin_phase(topo, work, config, clients, elements, seed):
-    """A worker restarted with a wrong idea of the round: the appliance's NAK (reason 7) carries the
-    expected round, and the client rejoins there. Collective 1 completed round 0 in the clean phase;
-    every worker now starts at round 1 except worker 0, which starts at 9."""
+    """Workers restarted with a wrong idea of the round. Collective 1 completed round 0 in the
+    clean phase. First every worker restarts guessing round 0, the last completed one (without a
+    probe, rule 3 would answer it with round 0's old result): each probes (spec section 7), sends
+    round 1 and gets the new sum. Then worker 0 restarts without probing at round 9 (as a client
+    older than revision 1.1 would): the appliance's NAK (reason 7) carries the expected round 2,
+    and the client rejoins there while the others probe."""
     n = len(clients)
-    starts = [9] + [1] * (n - 1)
     cid, dtype = COLLECTIVES[0]
-    inputs = make_inputs(dtype, n, elements, seed + 100)
-    ref = reference(dtype, inputs)
-    argvs, logs, outs, stats = [], [], [], []
-    for k in range(n):
-        tag = f"rejoin-r{k}"
-        inp = work / f"in-{tag}.bin"
-        inputs[k].tofile(inp)
-        outs.append(work / f"out-{tag}.bin")
-        stats.append(work / f"stats-{tag}.json")
-        logs.append(work / f"worker-{tag}.log")
-        argvs.append(worker_argv(clients[k], config, cid, k, inp, outs[k], stats[k], 1, starts[k]))
-    run_workers(topo, argvs, logs)
-    for k in range(n):
-        got = np.fromfile(outs[k], dtype=np.float32)
-        if not np.array_equal(got.view(np.uint32), ref.view(np.uint32)):
-            raise AssertionError(f"rejoin: worker {k}'s result differs from the reference")
-    st = json.loads(stats[0].read_text())
-    if st["rejoins"] < 1 or st["naks"] < 1:
-        raise AssertionError(f"rejoin: worker 0 did not rejoin through a NAK: {st}")
-    return {"worker0": st}
+    runs = {}
+    for name, starts, probe0 in (("probe", [0] * n, True), ("nak", [9] + [0] * (n - 1), False)):
+        inputs = make_inputs(dtype, n, elements, seed + 100 + len(runs))
+        ref = reference(dtype, inputs)
+        argvs, logs, outs, stats = [], [], [], []
+        for k in range(n):
+            tag = f"rejoin-{name}-r{k}"
+            inp = work / f"in-{tag}.bin"
+            inputs[k].tofile(inp)
+            outs.append(work / f"out-{tag}.bin")
+            stats.append(work / f"stats-{tag}.json")
+            logs.append(work / f"worker-{tag}.log")
+            argvs.append(worker_argv(clients[k], config, cid, k, inp, outs[k], stats[k], 1, starts[k], probe=probe0 or k > 0))
+        run_workers(topo, argvs, logs)
+        for k in range(n):
+            got = np.fromfile(outs[k], dtype=np.float32)
+            if not np.array_equal(got.view(np.uint32), ref.view(np.uint32)):
+                raise AssertionError(f"rejoin ({name}): worker {k}'s result differs from the reference")
+        st = json.loads(stats[0].read_text())
+        chunks = st["chunks"]
+        if name == "probe" and (st["statuses"] < chunks or st["naks"] != 0):
+            raise AssertionError(f"rejoin (probe): worker 0 did not take its rounds from the STATUS answers: {st}")
+        if name == "nak" and (st["rejoins"] < 1 or st["naks"] < 1 or st["probes"] != 0):
+            raise AssertionError(f"rejoin (nak): worker 0 did not rejoin through a NAK: {st}")
+        runs[name] = {"worker0": st}
+    return runs
 
 
 def phase(topo, work, name, clients, elements, seed, repeat, loss, ring=False, rejoin=False, check=False):
@@ -417,8 +428,12 @@ def print_report(results):
             print(f"   independent checker on the appliance port's capture ({g['input_frames']} frames in, "
                   f"{g['output_frames']} out): {g['verdict']}")
         if "rejoin" in ph:
-            w = ph["rejoin"]["worker0"]
-            print(f"   rejoin: worker 0 started at a wrong round, got {w['naks']} NAK(s), rejoined {w['rejoins']} time(s), result exact")
+            w = ph["rejoin"]["probe"]["worker0"]
+            print(f"   restart: every worker guessed the last completed round, probed ({w['statuses']} STATUS answers to "
+                  f"worker 0), result exact")
+            w = ph["rejoin"]["nak"]["worker0"]
+            print(f"   rejoin: worker 0 started at a wrong round without probing, got {w['naks']} NAK(s), rejoined "
+                  f"{w['rejoins']} time(s), result exact")
         hdr = f"   {'tensor':<16} {'worker':>6} {'client':>7} {'exact':>5} {'s/call':>8} {'algbw MB/s':>11} {'retrans':>8} {'naks':>5}"
         ring = any("ring" in row for row in ph["collectives"])
         if ring:

@@ -1,7 +1,7 @@
 """Command line: one worker's allreduce calls against the appliance, optionally the ring baseline.
 
     python3 -m gradclient --config APPLIANCE.toml --collective ID --rank K --input IN.bin
-        --output OUT.bin [--repeat N] [--start-round R] [--window W] [--timeout-ms T]
+        --output OUT.bin [--repeat N] [--start-round R] [--no-probe] [--window W] [--timeout-ms T]
         [--stats-json FILE] [--ring HOST:PORT,HOST:PORT,... [--ring-only]]
 
 Exit status: 0 success, 1 allreduce error, 2 usage or config error.
@@ -43,7 +43,12 @@ def _args(argv):
     p.add_argument("--input", required=True, help="raw little-endian lanes, tensor_elements of them")
     p.add_argument("--output", required=True, help="where the last result goes (same format)")
     p.add_argument("--repeat", type=int, default=1, help="allreduce calls (successive rounds)")
-    p.add_argument("--start-round", type=int, default=0)
+    p.add_argument("--start-round", type=int, default=0,
+                   help="round of a chunk whose slot has no history (every other chunk's round is asked of the "
+                        "appliance first, PROBE, spec section 7), or of every chunk with --no-probe")
+    p.add_argument("--no-probe", action="store_true",
+                   help="start every chunk at --start-round without asking the appliance (a guess equal to the last "
+                        "completed round gets that round's old result)")
     p.add_argument("--window", type=int, default=64, help="chunks in flight")
     p.add_argument("--timeout-ms", type=int, default=10000, help="ms a call may go without progress")
     p.add_argument("--stats-json", help="write counters and per-call seconds here")
@@ -98,6 +103,7 @@ def main(argv=None) -> int:
                 window=a.window,
                 deadline=a.timeout_ms / 1000,
                 start_round=a.start_round,
+                probe=not a.no_probe,
             )
         except OSError as e:  # SocketError: names the address, the rank and the reason
             return usage(str(e))
@@ -123,7 +129,7 @@ def main(argv=None) -> int:
         status = EXIT_ALLREDUCE
     finally:
         if client is not None:
-            for k in ("chunks", "sent", "retransmits", "results", "stale_results", "naks", "rejoins"):
+            for k in ("chunks", "sent", "retransmits", "results", "stale_results", "naks", "rejoins", "probes", "statuses"):
                 stats[k] = client.stats[k]
             client.close()
         if a.stats_json and (client is not None or a.ring_only):

@@ -1,8 +1,10 @@
 """A worker's side of the gradient protocol over the UDP carriage (spec sections 2 to 5).
 
 One datagram per chunk, a window of chunks in flight, a retransmit timer per chunk with
-exponential backoff, rounds per chunk (rule 4) with rejoin on a stale-round NAK (reason 7), and
-clear errors instead of silent hangs.
+exponential backoff, rounds per chunk (rule 4) asked of the appliance before the first call
+(PROBE and STATUS, section 7) with rejoin on a stale-round NAK (reason 7), and clear errors
+instead of silent hangs: a stalled call probes its chunks and names the ranks the appliance waits
+for, or says that the appliance does not answer.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from .wire import (
     DEFAULT_UDP_PORT,
     DTYPES,
     FLAG_NAK,
+    FLAG_PROBE,
     FLAG_RESULT,
     FLAG_RETRANSMIT,
     HEADER,
@@ -30,12 +33,22 @@ from .wire import (
     OPS,
     RANK_APPLIANCE,
     ROUND_MOD,
+    STATE_COMPLETED,
+    STATE_NO_HISTORY,
+    STATE_WITH_RANK,
+    STATE_WITHOUT_RANK,
     VERSION,
     nak_reason_text,
+    probe_len,
 )
 
 #: Rejoins (reason-7 NAKs acted upon) allowed in one call before giving up.
 MAX_REJOINS = 8
+#: A stalled call probes its chunks in flight every deadline / STALL_PROBES_PER_DEADLINE seconds
+#: without progress (three times before it fails).
+STALL_PROBES_PER_DEADLINE = 4
+#: Flags of a STATUS.
+_STATUS_FLAGS = FLAG_RESULT | FLAG_PROBE
 #: Receive buffer asked of the kernel: a full window of results from every call in a burst.
 RCVBUF_BYTES = 4 << 20
 #: OS errors that mean the appliance (or the path to it) is not there.
@@ -73,11 +86,15 @@ class SocketError(GradientError, OSError):
 
 
 class AllreduceTimeout(GradientError, TimeoutError):
-    """The appliance answered, but some chunks never completed (peers absent or too slow)."""
+    """The appliance answered, but some chunks never completed (peers absent or too slow).
 
-    def __init__(self, msg: str, missing: int):
+    `waiting_for` lists the ranks the stalled chunks' slots wait for, as the STATUS answers to
+    the call's PROBEs said (empty: they named none; None: no STATUS came, probing off)."""
+
+    def __init__(self, msg: str, missing: int, waiting_for: list[int] | None = None):
         super().__init__(msg)
         self.missing = missing
+        self.waiting_for = waiting_for
 
 
 def _fmt_addr(addr) -> str:
@@ -95,7 +112,11 @@ class Client:
     call (samples only from chunks answered without a resend, Karn's rule; the smallest, because
     a chunk's round trip also holds the wait for the slowest peer, under loss that peer's own
     timeout) within [rto_min, rto_max], doubled per resend; `deadline` is the seconds an allreduce call may go without a chunk completing
-    before it fails. Rounds start at `start_round` and advance by one per call.
+    before it fails. Rounds advance by one per call. Before the first call the client asks the
+    appliance every chunk's round (`sync`, PROBE and STATUS, spec section 7): a worker that
+    starts or restarts must not guess (rule 4), since a guess equal to the slot's last completed
+    round is answered with that old result. `start_round` is the round of a chunk whose slot has
+    no history, or of every chunk with `probe=False` (an appliance older than revision 1.1).
     """
 
     def __init__(
@@ -109,6 +130,7 @@ class Client:
         deadline: float = 10.0,
         start_round: int = 0,
         rto_min: float = 0.01,
+        probe: bool = True,
     ):
         if window < 1:
             raise ValueError("window must be at least 1")
@@ -148,6 +170,8 @@ class Client:
             ) from e
         self.bind = self._sock.getsockname()[:2]
         self._heard = False
+        self.probe = probe
+        self._synced = not probe
 
         c = collective
         self._op = OPS[c.op]
@@ -166,8 +190,12 @@ class Client:
             "stale_results": 0,
             "naks": 0,
             "rejoins": 0,
+            "probes": 0,
+            "statuses": 0,
             "seconds": 0.0,
         }
+        self._probe_len = probe_len(c.num_workers)
+        self._probebuf = bytearray(HEADER_LEN + self._probe_len)
 
     @classmethod
     def from_appliance_config(cls, path: str, collective_id: int, rank: int, **opts) -> "Client":
@@ -206,6 +234,8 @@ class Client:
         if lanes.size != c.tensor_elements:
             raise ValueError(f"array has {lanes.size} elements, collective {c.collective_id} has tensor_elements = {c.tensor_elements}")
         out = np.empty(c.tensor_elements, dtype=self._wire_dtype)
+        if not self._synced:
+            self.sync()
         start = time.monotonic()
         try:
             self._run(memoryview(lanes.view(np.uint8)), memoryview(out.view(np.uint8)))
@@ -218,6 +248,121 @@ class Client:
         if array.dtype.byteorder != ">":
             out = out.view(array.dtype)
         return out.reshape(array.shape)
+
+    def sync(self) -> None:
+        """Asks the appliance, for every chunk, which round its slot accepts from this rank (PROBE
+        and STATUS, spec section 7) and takes it: the round in progress (states 1 and 2; in state
+        2 this rank's contribution is in, and the next call gets that round's result whatever it
+        sends), the completed round + 1 (state 3), or the chunk's current round when the slot has
+        no history (state 0; at first `start_round`). A window of probes in flight, each resent
+        on its timer. The first `allreduce` calls it when `probe` is on.
+
+        Raises NakError (reasons 1-6), UnreachableError (no STATUS for `deadline` seconds).
+        """
+        c = self.collective
+        st = self.stats
+        sock = self._sock
+        n, ce = c.num_chunks, c.chunk_elements
+        rounds = self._rounds
+        cid = c.collective_id
+        plen = self._probe_len
+        hdr_unpack = HEADER.unpack_from
+        recvview = self._recvview
+        op, dt = self._op, self._dtype_code
+        known = bytearray(n)
+        inflight: set[int] = set()
+        rto = [self.current_rto()] * n
+        sent_at = [0.0] * n
+        resent = bytearray(n)
+        timers: list[tuple[float, int]] = []
+        next_idx = remaining = 0
+        remaining = n
+        last_progress = time.monotonic()
+        while remaining:
+            while len(inflight) < self.window and next_idx < n:
+                idx = next_idx
+                next_idx += 1
+                inflight.add(idx)
+                sent_at[idx] = time.monotonic()
+                self._send_probe(idx)
+                heapq.heappush(timers, (sent_at[idx] + rto[idx], idx))
+            now = time.monotonic()
+            give_up = last_progress + self.deadline
+            if now >= give_up:
+                after = " after the others' came" if remaining < n else ""
+                raise UnreachableError(
+                    f"appliance unreachable: no answer from {_fmt_addr(self.appliance)} in {self.deadline:g} s (no STATUS "
+                    f"answered the PROBEs of {remaining} of {n} chunks{after}: the appliance is down or unreachable)"
+                )
+            while timers:
+                due, idx = timers[0]
+                if known[idx]:
+                    heapq.heappop(timers)
+                    continue
+                if due > now:
+                    break
+                heapq.heappop(timers)
+                resent[idx] = 1
+                self._send_probe(idx)
+                rto[idx] = min(rto[idx] * 2, self.rto_max)
+                heapq.heappush(timers, (now + rto[idx], idx))
+            wake = min(timers[0][0], give_up) if timers else give_up
+            sock.settimeout(max(wake - now, 1e-4))
+            try:
+                size = sock.recv_into(recvview)
+            except TimeoutError:
+                continue
+            except OSError as e:
+                if e.errno not in _UNREACHABLE_ERRNOS:
+                    raise
+                self._unreachable(e)
+            self._heard = True
+            if size < HEADER_LEN:
+                continue
+            vf, r_op, r_cid, r_dt, reason, r_rank, off, dl, rnd = hdr_unpack(recvview)
+            if vf >> 4 != VERSION or r_cid != cid:
+                continue
+            flags = vf & 0xF
+            if flags & FLAG_NAK:
+                st["naks"] += 1
+                if reason != NAK_STALE_ROUND:
+                    raise NakError(reason, off, cid)
+                continue
+            if flags != _STATUS_FLAGS or r_rank != RANK_APPLIANCE or r_op != op or r_dt != dt:
+                continue  # results of an earlier call, anything else
+            if dl != plen or size != HEADER_LEN + plen or reason > STATE_COMPLETED or off % ce or off >= c.tensor_elements:
+                continue
+            st["statuses"] += 1
+            idx = off // ce
+            if idx not in inflight:
+                continue
+            if reason != STATE_NO_HISTORY:
+                rounds[idx] = rnd  # states 1, 2: the round in progress; 3: the completed round + 1
+            inflight.discard(idx)
+            known[idx] = 1
+            remaining -= 1
+            last_progress = time.monotonic()
+            if not resent[idx]:
+                # A STATUS waits for no peer: the path's and the appliance's round trip alone.
+                self._rtt_sample(last_progress - sent_at[idx])
+        self._synced = True
+
+    def _send_probe(self, idx: int) -> None:
+        """Sends a PROBE for chunk `idx` (a lost one is like loss on the wire: its timer resends)."""
+        c = self.collective
+        HEADER.pack_into(self._probebuf, 0, (VERSION << 4) | FLAG_PROBE, self._op, c.collective_id, self._dtype_code,
+                         0, c.rank, idx * c.chunk_elements, self._probe_len, 0)
+        self.stats["probes"] += 1
+        try:
+            self._sock.send(self._probebuf)
+        except (BlockingIOError, TimeoutError):
+            pass
+        except OSError as e:
+            if e.errno in _LOST_ERRNOS:
+                return
+            if e.errno not in _UNREACHABLE_ERRNOS:
+                raise
+            self._unreachable(e)
 
     def current_rto(self) -> float:
         """The retransmit timeout (s) a fresh chunk gets now: `rto` before any round-trip sample."""
@@ -286,6 +431,12 @@ class Client:
             st["sent"] += 1
             return True
 
+        probing = self.probe
+        probe_every = self.deadline / STALL_PROBES_PER_DEADLINE
+        stall_probes = stall_statuses = stall_rounds = 0
+        waiting = bytearray(c.num_workers)  # per rank: a stalled chunk's slot waits for it
+        plen = self._probe_len
+
         now = time.monotonic()
         last_progress = now
         while completed < n:
@@ -301,7 +452,15 @@ class Client:
             now = time.monotonic()
             give_up = last_progress + self.deadline
             if now >= give_up:
-                self._fail(n - completed, n, answered)
+                self._fail(n - completed, n, answered, stall_probes, stall_statuses, waiting)
+            next_probe = last_progress + probe_every * (1 + stall_rounds)
+            if probing and now >= next_probe and inflight:
+                # No progress for a while: ask the stalled chunks' slots whom they wait for.
+                for idx in inflight:
+                    self._send_probe(idx)
+                stall_probes += len(inflight)
+                stall_rounds += 1
+                continue
 
             # Fire due timers; drop entries of completed or re-armed chunks.
             while timers:
@@ -319,6 +478,8 @@ class Client:
                 heapq.heappush(timers, (now + rto[idx], idx, s))
 
             wake = min(timers[0][0], give_up) if timers else give_up
+            if probing:
+                wake = min(wake, next_probe)
             sock.settimeout(max(wake - now, 1e-4))
             try:
                 size = sock.recv_into(recvview)
@@ -366,8 +527,27 @@ class Client:
                         st["retransmits"] += 1
                     heapq.heappush(timers, (now + rto[i], i, seq[i]))
                 last_progress = now
+                if stall_probes:
+                    stall_probes = stall_statuses = stall_rounds = 0
+                    waiting[:] = bytes(len(waiting))
                 continue
-            if not flags & FLAG_RESULT or r_rank != RANK_APPLIANCE or r_op != op or r_dt != dt:
+            if r_rank != RANK_APPLIANCE or r_op != op or r_dt != dt:
+                continue
+            if flags == _STATUS_FLAGS:
+                # The answer to a stalled chunk's PROBE (section 7): whom does its slot wait for?
+                if dl != plen or size != HEADER_LEN + plen or off % ce or off >= c.tensor_elements:
+                    continue
+                st["statuses"] += 1
+                if not stall_probes:
+                    continue  # the answer to a probe of an earlier stall
+                stall_statuses += 1
+                idx = off // ce
+                if reason in (STATE_WITHOUT_RANK, STATE_WITH_RANK) and not done[idx] and rnd == rounds[idx]:
+                    for k in range(c.num_workers):
+                        if not recvview[HEADER_LEN + k // 8] >> (k % 8) & 1:
+                            waiting[k] = 1
+                continue
+            if flags & (FLAG_RESULT | FLAG_PROBE) != FLAG_RESULT:
                 continue
             if off % ce or off >= c.tensor_elements:
                 continue
@@ -385,6 +565,9 @@ class Client:
             completed += 1
             st["results"] += 1
             last_progress = time.monotonic()
+            if stall_probes:
+                stall_probes = stall_statuses = stall_rounds = 0
+                waiting[:] = bytes(len(waiting))
             if not resent[idx]:
                 self._rtt_sample(last_progress - sent_at[idx])
 
@@ -397,8 +580,24 @@ class Client:
             ) from e
         raise UnreachableError(f"appliance unreachable: {where}: {e.strerror}") from e
 
-    def _fail(self, missing: int, n: int, answered: bool):
+    def _fail(self, missing: int, n: int, answered: bool, stall_probes: int = 0, stall_statuses: int = 0, waiting=b""):
         where = _fmt_addr(self.appliance)
+        cid = self.collective.collective_id
+        head = f"allreduce timed out: {missing} of {n} chunks of collective {cid} missing after {self.deadline:g} s without progress"
+        if stall_statuses:
+            ranks = [k for k, w in enumerate(waiting) if w]
+            if ranks:
+                s = "s" if len(ranks) > 1 else ""
+                why = f": the appliance is waiting for rank{s} {', '.join(map(str, ranks))}"
+            else:
+                why = " (the appliance answered and waits for no rank: results may be lost on the way back)"
+            raise AllreduceTimeout(head + why, missing, ranks)
+        if stall_probes:
+            before = ", though it answered before" if answered else ""
+            raise UnreachableError(
+                f"appliance unreachable: no answer from {where} in {self.deadline:g} s (no STATUS answered the "
+                f"{stall_probes} PROBEs of the stalled chunks{before}: the appliance stopped or the path to it broke)"
+            )
         if not answered:
             raise UnreachableError(
                 f"appliance unreachable: no answer from {where} in {self.deadline:g} s (no result and no "

@@ -21,6 +21,18 @@ VERSION = 1
 FLAG_RESULT = 0x1
 FLAG_RETRANSMIT = 0x2
 FLAG_NAK = 0x4
+#: A worker asks a slot's state; the STATUS answer carries it with RESULT (section 7, revision 1.1).
+FLAG_PROBE = 0x8
+
+# STATUS states (the `reason` byte of a STATUS, spec section 7).
+#: No history: the first contribution sets the round; round field 0.
+STATE_NO_HISTORY = 0
+#: Round r in progress, the prober's contribution missing; round field r.
+STATE_WITHOUT_RANK = 1
+#: Round r in progress, the prober's contribution in; round field r.
+STATE_WITH_RANK = 2
+#: Round r completed, none in progress; round field r + 1.
+STATE_COMPLETED = 3
 
 #: worker_rank on RESULT and NAK packets.
 RANK_APPLIANCE = 0xFFFF
@@ -100,6 +112,11 @@ class Header:
             reason=reason,
             version=vf >> 4,
         )
+
+
+def probe_len(num_workers: int) -> int:
+    """Bytes of a PROBE's payload and of its STATUS's rank bitmap: ceil(num_workers / 8)."""
+    return (num_workers + 7) // 8
 
 
 def nak_reason_text(reason: int) -> str:

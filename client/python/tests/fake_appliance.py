@@ -1,5 +1,6 @@
-"""A small appliance stand-in on loopback: spec section 4 rules 1 to 4 for one collective over UDP,
-with knobs to lose packets, NAK, stay silent, or expect a given round."""
+"""A small appliance stand-in on loopback: spec section 4 rules 1 to 4 for one collective over UDP
+and the STATUS answer to a PROBE (section 7), with knobs to lose packets, NAK, stay silent, ignore
+probes, or expect a given round."""
 
 from __future__ import annotations
 
@@ -17,12 +18,14 @@ from gradclient.lanes import bf16_to_f32, f32_to_bf16  # noqa: E402
 from gradclient.wire import (  # noqa: E402
     DTYPES,
     FLAG_NAK,
+    FLAG_PROBE,
     FLAG_RESULT,
     HEADER,
     HEADER_LEN,
     NAK_STALE_ROUND,
     RANK_APPLIANCE,
     ROUND_MOD,
+    probe_len,
 )
 
 
@@ -38,6 +41,7 @@ class FakeAppliance(threading.Thread):
         silent: bool = False,
         expect_round: int | None = None,
         nak_interval: float = 0.1,
+        ignore_probes: bool = False,
     ):
         super().__init__(daemon=True)
         self.dtype = dtype
@@ -49,6 +53,8 @@ class FakeAppliance(threading.Thread):
         self.silent = silent
         self.expect_round = expect_round  # the round a slot without history expects
         self.nak_interval = nak_interval
+        self.ignore_probes = ignore_probes  # an appliance older than revision 1.1
+        self.probes = 0
         fam = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.sock = socket.socket(fam, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
@@ -111,6 +117,31 @@ class FakeAppliance(threading.Thread):
             acc += x  # f32: IEEE; i32: wrapping
         return acc.tobytes()
 
+    def status(self, hdr, src) -> None:
+        """A PROBE's STATUS (section 7): the slot's state, round and rank bitmap."""
+        vf, op, cid, dt, _, rank, off, dl, rnd = hdr
+        plen = probe_len(self.num_workers)
+        if dl != plen:
+            self.nak(hdr, 6, rnd, src)
+            return
+        if self.ignore_probes:
+            return
+        self.probes += 1
+        slot = self.slots.get(off)
+        bitmap = bytearray(plen)
+        if slot is not None and slot["cur"] is not None:
+            for k in slot["parts"]:
+                bitmap[k // 8] |= 1 << (k % 8)
+            state, round_ = (2 if rank in slot["parts"] else 1), slot["cur"]
+        elif slot is not None and slot["last"] is not None:
+            state, round_ = 3, (slot["last"] + 1) % ROUND_MOD
+        elif self.expect_round is not None:
+            state, round_ = 3, self.expect_round  # as if expect_round - 1 had completed
+        else:
+            state, round_ = 0, 0
+        head = HEADER.pack((vf & 0xF0) | FLAG_RESULT | FLAG_PROBE, op, cid, dt, state, RANK_APPLIANCE, off, plen, round_)
+        self.sock.sendto(head + bytes(bitmap), src)
+
     def handle(self, pkt: bytes, src) -> None:
         if self.silent or len(pkt) < HEADER_LEN:
             return
@@ -120,6 +151,9 @@ class FakeAppliance(threading.Thread):
             return
         if self.nak_reason is not None:
             self.nak(hdr, self.nak_reason, rnd, src)
+            return
+        if vf & FLAG_PROBE:
+            self.status(hdr, src)
             return
         if off in self.drop_contrib and (off, rank, "c") not in self._dropped:
             self._dropped.add((off, rank, "c"))

@@ -33,9 +33,14 @@ struct Args {
     /// Allreduce calls on the same input, in successive rounds; the output is the last result.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     repeat: u32,
-    /// The round of the first call.
+    /// The round of the first call for a chunk whose slot has no history; every other chunk's
+    /// round is asked of the appliance first (PROBE, spec section 7), unless --no-probe.
     #[arg(long, value_name = "R", default_value_t = 0)]
     start_round: u32,
+    /// Do not probe: start every chunk at --start-round (a wrong guess is corrected by a NAK 7
+    /// rejoin; a guess equal to the last completed round gets that round's old result).
+    #[arg(long)]
+    no_probe: bool,
     /// Chunks in flight.
     #[arg(long, value_name = "W", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     window: u32,
@@ -74,6 +79,7 @@ fn run(a: &Args) -> Result<(), Failure> {
         window: a.window as usize,
         deadline: Duration::from_millis(a.timeout_ms),
         start_round: a.start_round,
+        probe: !a.no_probe,
         ..Options::default()
     };
     let config_error = |e: Error| match e {
@@ -125,6 +131,8 @@ fn run(a: &Args) -> Result<(), Failure> {
             "stale_results": s.stale_results,
             "naks": s.naks,
             "rejoins": s.rejoins,
+            "probes": s.probes,
+            "statuses": s.statuses,
         });
         let text = serde_json::to_string_pretty(&json).expect("a JSON value serializes");
         std::fs::write(path, text + "\n")

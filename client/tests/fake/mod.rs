@@ -2,7 +2,8 @@
 //! Per (offset) slot it sums the contributions of a round, sends the RESULT to every member when
 //! all ranks arrived (rule 2), answers a re-sent contribution of the completed round with the
 //! kept result (rule 3), NAKs other rounds with reason 7 and the expected round (rule 4), at most
-//! one NAK per source per 100 ms (section 5). Faults to inject are in [`Faults`].
+//! one NAK per source per 100 ms (section 5), and answers a PROBE with the slot's STATUS (section
+//! 7). Faults to inject are in [`Faults`].
 
 #![allow(dead_code)]
 
@@ -25,6 +26,8 @@ pub struct Faults {
     pub nak_all: Option<u8>,
     /// Every slot starts with this round completed (the next expected round is one more).
     pub history: Option<u32>,
+    /// Never answer a PROBE (an appliance older than revision 1.1, or probes lost).
+    pub ignore_probes: bool,
 }
 
 /// A contribution the fake received.
@@ -66,8 +69,14 @@ impl Fake {
     }
 
     /// The contributions received so far.
+    /// The contributions received, in order (PROBEs left out).
     pub fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
+        self.seen.lock().unwrap().iter().filter(|s| s.flags & Flags::PROBE == 0).copied().collect()
+    }
+
+    /// The PROBEs received, in order.
+    pub fn probes(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().iter().filter(|s| s.flags & Flags::PROBE != 0).copied().collect()
     }
 }
 
@@ -122,15 +131,47 @@ fn serve(
             nak(reason, r.round);
             continue;
         }
-        if let Some(i) = faults.drop_first_contribution.iter().position(|o| *o == r.tensor_offset) {
+        let probe = r.flags & Flags::PROBE != 0;
+        if let Some(i) = faults.drop_first_contribution.iter().position(|o| *o == r.tensor_offset && !probe) {
             if dropped_contrib.insert(r.tensor_offset) {
                 faults.drop_first_contribution.remove(i);
                 continue;
             }
         }
-        let slot = slots
-            .entry(r.tensor_offset)
-            .or_insert_with(|| Slot { cur: None, done: faults.history.map(|h| (h, Vec::new())) });
+        let history = faults.history;
+        let new_slot = move || Slot { cur: None, done: history.map(|h| (h, Vec::new())) };
+        if probe {
+            // Section 7: ceil(workers / 8) bytes; the STATUS carries the slot's state.
+            if r.data_length as usize != workers.div_ceil(8) {
+                nak(6, r.round);
+                continue;
+            }
+            if faults.ignore_probes {
+                continue;
+            }
+            let slot = slots.entry(r.tensor_offset).or_insert_with(new_slot);
+            let mut bitmap = vec![0u8; workers.div_ceil(8)];
+            let (state, round) = match (&slot.cur, &slot.done) {
+                (Some((c, contribs)), _) => {
+                    for (k, x) in contribs.iter().enumerate() {
+                        if x.is_some() {
+                            bitmap[k / 8] |= 1 << (k % 8);
+                        }
+                    }
+                    (if contribs[r.worker_rank as usize].is_some() { 2 } else { 1 }, *c)
+                }
+                (None, Some((d, _))) => (3, d.wrapping_add(1)),
+                (None, None) => (0, 0),
+            };
+            let st =
+                GradientRepr { flags: Flags::RESULT | Flags::PROBE, worker_rank: RANK_NONE, reason: state, round, ..r };
+            let mut out = vec![0u8; HEADER_LEN + bitmap.len()];
+            st.emit(&mut out).unwrap();
+            out[HEADER_LEN..].copy_from_slice(&bitmap);
+            sock.send_to(&out, src).unwrap();
+            continue;
+        }
+        let slot = slots.entry(r.tensor_offset).or_insert_with(new_slot);
         let result = |payload: &[u8], round: u32| {
             let res = GradientRepr { flags: Flags::RESULT, worker_rank: RANK_NONE, round, ..r };
             let mut out = vec![0u8; HEADER_LEN + payload.len()];
