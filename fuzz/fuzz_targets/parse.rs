@@ -1,8 +1,10 @@
 //! Arbitrary bytes through the full-stack parser: it must never panic, and what it reports must
-//! lie inside the frame.
+//! lie inside the frame. A router parse (`Checks::Router`) then `verify_l4` judges every frame
+//! exactly as the full parse does: the same fields when both accept, the full parse's reason
+//! from `verify_l4` when only the router parse accepts.
 #![no_main]
 
-use dataplane::parse::{parse, Layers, MAX_VLAN_TAGS};
+use dataplane::parse::{parse, parse_checked, verify_l4, Checks, Layers, RxChecksum, MAX_VLAN_TAGS};
 use libfuzzer_sys::fuzz_target;
 
 /// The gradient UDP port the parser is run with (the default, 0xC0DE), and a second one taken
@@ -18,6 +20,7 @@ fuzz_target!(|data: &[u8]| {
 });
 
 fn check(frame: &[u8], port: u16) {
+    router_then_verify(frame, port);
     let Ok(p) = parse(frame, port) else { return };
     let n = frame.len();
     assert!(p.has(Layers::ETH));
@@ -55,4 +58,23 @@ fn check(frame: &[u8], port: u16) {
     }
     // Parsing is a pure function of the bytes.
     assert_eq!(parse(frame, port), Ok(p));
+}
+
+/// The router parse and `verify_l4` against the full parse.
+fn router_then_verify(frame: &[u8], port: u16) {
+    let full = parse(frame, port);
+    let router = parse_checked(frame, port, RxChecksum::UNKNOWN, Checks::Router);
+    match (full, router) {
+        (Ok(a), Ok(mut b)) => {
+            assert_eq!(verify_l4(frame, &b, RxChecksum::UNKNOWN), Ok(()));
+            b.layers.remove(Layers::L4_UNVERIFIED);
+            assert_eq!(a, b, "the router parse found other fields");
+        }
+        (Err(r), Ok(b)) => {
+            assert_eq!(verify_l4(frame, &b, RxChecksum::UNKNOWN), Err(r), "{b:?}");
+        }
+        (Ok(a), Err(r)) => panic!("the router parse refused as {r} what the full parse accepts: {a:?}"),
+        // The full parse stopped at a checksum, the router parse later (e.g. at a BTH).
+        (Err(_), Err(_)) => {}
+    }
 }

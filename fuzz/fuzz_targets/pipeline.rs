@@ -5,9 +5,13 @@
 //!   than the input;
 //! - each input ends up sent or counted as dropped: 1 outcome for unicast, 3 for flood and for
 //!   the (3-copy) multicast groups; port counters match what was sent;
-//! - a frame the parser refused is never sent, and is counted under the parser's reason;
-//! - a frame the parser accepted leaves only as frames the parser accepts too: rewrites keep the
-//!   IPv4 header checksum, the UDP checksum and the RoCEv2 ICRC valid; the layers above VLAN are
+//! - the datapath parses as a router does (its default `Checks::Router`: the IPv4 header
+//!   checksum and the lengths; the UDP checksum and the ICRC are the end hosts'): a frame that
+//!   parse refused is never sent, and is counted under its reason;
+//! - a frame it accepted leaves only as frames it accepts too, and forwarding leaves the
+//!   validity of the L4 checks unchanged: a frame whose UDP checksum and ICRC verify
+//!   (`verify_l4`) leaves with them valid, one whose do not leaves with the same failure; the
+//!   IPv4 header checksum stays valid; the layers above VLAN are
 //!   the same, L3/L4 identity fields are unchanged, TTL only goes down (never to 0 by
 //!   `dec_ttl`), ECN only goes to CE and only from ECT, and every byte from L3 on other than
 //!   TOS/traffic class, TTL/hop limit and the IPv4 checksum is unchanged (payload, ICRC,
@@ -22,7 +26,7 @@ use dataplane::buf::{PacketBuf, VecBuf, VecIo, VEC_DATA_ROOM};
 use dataplane::config::load_str;
 use dataplane::datapath::Datapath;
 use dataplane::meta::Meta;
-use dataplane::parse::{parse, Layers, Parsed};
+use dataplane::parse::{parse_checked, verify_l4, Checks, Layers, Parsed, RxChecksum};
 use dataplane::stats::{Counters, Reason};
 use dataplane::table::PipelineState;
 use dataplane::testing::null_ports;
@@ -229,7 +233,7 @@ fn check(dp: &mut Datapath, counts: &mut PipelineState, in_port: u16, frame: &[u
         "VecIo never runs out of buffers"
     );
 
-    let before = match parse(frame, GRADIENT_PORT) {
+    let before = match parse(frame) {
         Ok(p) => p,
         Err(r) => {
             assert!(io.sent.is_empty());
@@ -238,11 +242,18 @@ fn check(dp: &mut Datapath, counts: &mut PipelineState, in_port: u16, frame: &[u
         }
     };
 
-    // What leaves still parses, and only what the actions may change has changed.
+    // What leaves still parses, its L4 checks are as valid as they were, and only what the
+    // actions may change has changed.
+    let l4_before = verify_l4(frame, &before, RxChecksum::UNKNOWN);
     for (port, f) in &io.sent {
-        let after = parse(f, GRADIENT_PORT).unwrap_or_else(|r| {
+        let after = parse(f).unwrap_or_else(|r| {
             panic!("port {port}: a frame that parsed before is dropped as {r} after rewrites:\n in  {frame:02x?}\n out {f:02x?}")
         });
+        assert_eq!(
+            verify_l4(f, &after, RxChecksum::UNKNOWN),
+            l4_before,
+            "port {port}: forwarding changed the validity of the UDP checksum or ICRC:\n in  {frame:02x?}\n out {f:02x?}"
+        );
         check_rewrite(frame, &before, f, &after);
     }
 
@@ -284,9 +295,14 @@ fn check(dp: &mut Datapath, counts: &mut PipelineState, in_port: u16, frame: &[u
     assert_eq!(sent, expected, "the datapath and the pipeline disagree");
 }
 
+/// The datapath's parse: a router's checks.
+fn parse(frame: &[u8]) -> Result<Parsed, dataplane::stats::Reason> {
+    parse_checked(frame, GRADIENT_PORT, RxChecksum::UNKNOWN, Checks::Router)
+}
+
 /// `p` (maintained by the actions) is what the parser says about `buf`.
 fn assert_parsed_current(buf: &VecBuf, p: &Parsed, what: &str) {
-    let fresh = parse(buf.data(), GRADIENT_PORT)
+    let fresh = parse(buf.data())
         .unwrap_or_else(|r| panic!("{what}: the rewritten frame is dropped as {r}"));
     assert_eq!(*p, fresh, "{what}: the Parsed kept by the actions is stale");
 }

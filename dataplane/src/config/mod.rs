@@ -167,6 +167,12 @@ pub struct DataplaneConfig {
     /// drops, rounds completed); 0 (the default): never.
     #[serde(default)]
     pub stats_interval_ms: u64,
+    /// Verify every checksum of every packet (the UDP checksum and the RoCEv2 ICRC of transit
+    /// traffic too), as an end host would. Default `false`: transit traffic gets a router's
+    /// checks (RFC 1812 section 5.2.2: the IPv4 header, its checksum, the lengths) and what the
+    /// appliance consumes gets every check of the spec.
+    #[serde(default)]
+    pub verify_transit: bool,
 }
 
 impl Default for DataplaneConfig {
@@ -179,6 +185,7 @@ impl Default for DataplaneConfig {
             appliance_qpn: d_qpn(),
             memory_limit_mb: None,
             stats_interval_ms: 0,
+            verify_transit: false,
         }
     }
 }

@@ -8,7 +8,7 @@ use crate::agg::{Aggregator, PortAddr};
 use crate::buf::{PacketBuf, PacketIo, VecBuf};
 use crate::meta::{Meta, CLASS_UNSET};
 use crate::neighbor::Verdict;
-use crate::parse::{parse_into, Layers, Parsed};
+use crate::parse::{parse_checks_into, verify_l4, Checks, Layers, Parsed};
 use crate::prefetch::prefetch;
 use crate::sched::{ClassMap, Dequeued, DropReason, PortConfig, Scheduler};
 use crate::stats::{Counters, Reason};
@@ -181,6 +181,10 @@ pub struct Datapath<B = VecBuf> {
     pub local: Vec<PortAddr>,
     ports: u16,
     gradient_udp_port: u16,
+    /// What the parse verifies: a router's checks (the default; the UDP checksum and ICRC of a
+    /// packet the appliance consumes are verified before the aggregator takes it), or every
+    /// checksum of every packet (`[dataplane] verify_transit`).
+    checks: Checks,
     /// Some table uses `aggregate`: gradient packets go through the pipeline, and only that
     /// action sums them. Otherwise every gradient packet addressed to the appliance goes to
     /// the aggregator before the tables.
@@ -241,6 +245,7 @@ impl<B: PacketBuf> Datapath<B> {
             local: Vec::new(),
             ports,
             gradient_udp_port,
+            checks: Checks::Router,
             scratch: BurstScratch::new(),
             egress: Vec::new(),
             remote_egress: Vec::new(),
@@ -410,6 +415,14 @@ impl<B: PacketBuf> Datapath<B> {
         self
     }
 
+    /// Sets what the parse verifies of every packet (default [`Checks::Router`]: a router's
+    /// checks for transit traffic, every check of the spec for what the appliance consumes;
+    /// [`Checks::All`]: every checksum of every packet, `[dataplane] verify_transit = true`).
+    pub fn with_checks(mut self, checks: Checks) -> Self {
+        self.checks = checks;
+        self
+    }
+
     /// Adds an aggregator: gradient packets addressed to the appliance go to it instead of the
     /// tables.
     pub fn with_aggregator(mut self, agg: Aggregator) -> Self {
@@ -434,7 +447,7 @@ impl<B: PacketBuf> Datapath<B> {
             return;
         }
         let mut p = Parsed::default();
-        if let Err(r) = parse_into(pkt.data(), self.gradient_udp_port, pkt.rx_checksum(), &mut p) {
+        if let Err(r) = parse_checks_into(pkt.data(), self.gradient_udp_port, pkt.rx_checksum(), self.checks, &mut p) {
             self.counters.drop(r);
             return;
         }
@@ -444,16 +457,18 @@ impl<B: PacketBuf> Datapath<B> {
     /// A gradient packet that another worker received on `in_port`, counted there, took
     /// through the pipeline when it aggregates, and handed to this one, which owns its
     /// collective (software steering, [`PacketIo::hand_off`]): straight to the aggregator,
-    /// not counted again as received.
+    /// not counted again as received, nor verified again (the worker that handed it off did).
     #[inline]
     pub fn process_handed_off<I: PacketIo<Buf = B>>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, now_us: u64) {
         self.live_us = now_us;
         self.tick(&pkt);
         let mut p = Parsed::default();
-        if let Err(r) = parse_into(pkt.data(), self.gradient_udp_port, pkt.rx_checksum(), &mut p) {
+        if let Err(r) = parse_checks_into(pkt.data(), self.gradient_udp_port, pkt.rx_checksum(), Checks::Router, &mut p)
+        {
             self.counters.drop(r);
             return;
         }
+        p.layers.remove(Layers::L4_UNVERIFIED);
         self.aggregate(io, in_port, pkt, &p, now_us);
     }
 
@@ -507,7 +522,13 @@ impl<B: PacketBuf> Datapath<B> {
             verdict_n[i] = match &pkts[i] {
                 None => Ok(()),
                 Some(pkt) if pkt.is_segmented() => Err(Reason::MultiSegment),
-                Some(pkt) => parse_into(pkt.data(), self.gradient_udp_port, pkt.rx_checksum(), &mut parsed[i]),
+                Some(pkt) => parse_checks_into(
+                    pkt.data(),
+                    self.gradient_udp_port,
+                    pkt.rx_checksum(),
+                    self.checks,
+                    &mut parsed[i],
+                ),
             };
         }
 
@@ -602,13 +623,20 @@ impl<B: PacketBuf> Datapath<B> {
 
     /// Sums a gradient packet into its collective, on the worker that owns the collective: this
     /// one, or another reached over its hand-off ring. A packet that is not a gradient packet
-    /// addressed to the appliance is dropped (`aggregate_not_gradient`).
+    /// addressed to the appliance is dropped (`aggregate_not_gradient`). The appliance consumes
+    /// it: what a router parse left unverified (its UDP checksum, its ICRC) is verified first,
+    /// and a failure is dropped with the parse's reason (spec section 4 rule 5: before anything
+    /// else, without a NAK).
     #[inline]
     fn aggregate<I: PacketIo<Buf = B>>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, p: &Parsed, now_us: u64) {
         let Some(agg) = self.agg.as_mut().filter(|agg| agg.wants(p, in_port)) else {
             self.counters.drop(Reason::AggregateNotGradient);
             return;
         };
+        if let Err(r) = verify_l4(pkt.data(), p, pkt.rx_checksum()) {
+            self.counters.drop(r);
+            return;
+        }
         let owner = agg.owner(p);
         if owner != agg.me() {
             // Software steering: the collective's state lives on another worker.
@@ -993,21 +1021,36 @@ mod tests {
         let mut bad_udp = good.clone();
         let n = bad_udp.len();
         bad_udp[n - 1] ^= 1;
-        let mut dp = datapath();
-        let mut io = VecIo::new(3);
         let send = |dp: &mut Datapath, io: &mut VecIo, f: &[u8], ip, l4| {
             let mut b = VecBuf::from_frame(f);
             b.rx_checksum = RxChecksum { ip, l4 };
             dp.process(io, 0, b, 0);
         };
         use CsumStatus::{Bad, Good, Unknown};
-        send(&mut dp, &mut io, &good, Unknown, Unknown);
-        send(&mut dp, &mut io, &bad_udp, Good, Good);
-        send(&mut dp, &mut io, &bad_udp, Unknown, Unknown);
-        send(&mut dp, &mut io, &good, Good, Bad);
-        send(&mut dp, &mut io, &good, Bad, Good);
+        let all = |dp: &mut Datapath, io: &mut VecIo| {
+            send(dp, io, &good, Unknown, Unknown);
+            send(dp, io, &bad_udp, Good, Good);
+            send(dp, io, &bad_udp, Unknown, Unknown);
+            send(dp, io, &good, Good, Bad);
+            send(dp, io, &good, Bad, Good);
+        };
+        // Verifying every checksum (`verify_transit`): the NIC's verdicts replace the software
+        // sums, for the UDP checksum too.
+        let mut dp = datapath().with_checks(crate::parse::Checks::All);
+        let mut io = VecIo::new(3);
+        all(&mut dp, &mut io);
         assert_eq!(io.sent.len(), 2);
         assert_eq!(dp.counters.dropped(Reason::BadUdpChecksum), 2);
+        assert_eq!(dp.counters.dropped(Reason::BadIpv4Checksum), 1);
+        // A router's checks (the default) for this transit traffic: the IPv4 header checksum,
+        // the NIC's verdict or the software's; the UDP checksum is the end hosts', and a bad one
+        // is forwarded as it came.
+        let mut dp = datapath();
+        let mut io = VecIo::new(3);
+        all(&mut dp, &mut io);
+        assert_eq!(io.sent.len(), 4);
+        assert_eq!(io.sent[1].1, bad_udp);
+        assert_eq!(dp.counters.dropped(Reason::BadUdpChecksum), 0);
         assert_eq!(dp.counters.dropped(Reason::BadIpv4Checksum), 1);
     }
 

@@ -41,6 +41,12 @@
 //!   [`CsumStatus::Bad`] drops with the same reason as a software failure; [`CsumStatus::Unknown`]
 //!   (no offload, e.g. net_pcap) verifies in software. Length checks and the UDP zero-checksum
 //!   rules always apply; the RoCEv2 ICRC is always verified in software.
+//! - What is verified ([`Checks`]): [`parse`], [`parse_with`] and [`Checks::All`] verify every
+//!   checksum above (an end host's checks). [`Checks::Router`] verifies what a router does
+//!   (RFC 1812 section 5.2.2: the IPv4 header and its checksum, every length) and leaves the UDP
+//!   checksum rules and the ICRC to [`verify_l4`], marking the parse
+//!   [`Layers::L4_UNVERIFIED`]: the appliance forwards transit traffic without an L4 pass, as
+//!   switches and routers do, and verifies only what it consumes.
 
 use crate::stats::Reason;
 use crate::wire::ethernet::{self, EtherType, EthernetAddress, EthernetFrame};
@@ -70,9 +76,9 @@ impl Layers {
     pub const IPV6: Layers = Layers(1 << 4);
     /// The IP datagram is a fragment: nothing above L3 was parsed.
     pub const IP_FRAGMENT: Layers = Layers(1 << 5);
-    /// UDP header (length and checksum verified).
+    /// UDP header (length verified; checksum too unless [`Layers::L4_UNVERIFIED`]).
     pub const UDP: Layers = Layers(1 << 6);
-    /// RoCEv2 BTH and its extension headers (ICRC verified).
+    /// RoCEv2 BTH and its extension headers (ICRC verified unless [`Layers::L4_UNVERIFIED`]).
     pub const BTH: Layers = Layers(1 << 7);
     /// DETH (a UD opcode).
     pub const DETH: Layers = Layers(1 << 8);
@@ -85,6 +91,9 @@ impl Layers {
     /// appliance, anyone else's datagram otherwise (other UD services, such as connection
     /// management MADs, use SEND Only too).
     pub const GRADIENT_SHORT: Layers = Layers(1 << 11);
+    /// Not a layer: a [`Checks::Router`] parse left the UDP checksum (and the ICRC, with
+    /// [`Layers::BTH`]) unverified; [`verify_l4`] verifies them before the packet is consumed.
+    pub const L4_UNVERIFIED: Layers = Layers(1 << 12);
 
     /// Every layer, in bit order.
     pub const ALL: [Layers; 12] = [
@@ -323,6 +332,18 @@ impl RxChecksum {
     pub const UNKNOWN: RxChecksum = RxChecksum { ip: CsumStatus::Unknown, l4: CsumStatus::Unknown };
 }
 
+/// Which checksums a parse verifies (module docs, "What is verified").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Checks {
+    /// Every checksum: the IPv4 header's, the UDP checksum rules and the RoCEv2 ICRC (an end
+    /// host's checks; the appliance's `[dataplane] verify_transit = true`).
+    All,
+    /// A router's (RFC 1812 section 5.2.2): the IPv4 header checksum and every length; the UDP
+    /// checksum rules and the ICRC are left to [`verify_l4`] ([`Layers::L4_UNVERIFIED`]).
+    #[default]
+    Router,
+}
+
 /// Parses `frame` (an Ethernet frame without FCS) from Ethernet to the gradient header, verifying
 /// every checksum in software: [`parse_with`] and [`RxChecksum::UNKNOWN`].
 ///
@@ -352,6 +373,17 @@ pub fn parse_with(frame: &[u8], udp_gradient_port: u16, rx: RxChecksum) -> Resul
     Ok(p)
 }
 
+/// [`parse_with`] verifying only what `checks` says: [`Checks::Router`] leaves the UDP checksum
+/// and the ICRC to [`verify_l4`].
+///
+/// # Errors
+/// A [`Reason`] for the first layer that is malformed or fails a checksum it verifies.
+pub fn parse_checked(frame: &[u8], udp_gradient_port: u16, rx: RxChecksum, checks: Checks) -> Result<Parsed, Reason> {
+    let mut p = Parsed::default();
+    parse_checks_into(frame, udp_gradient_port, rx, checks, &mut p)?;
+    Ok(p)
+}
+
 /// [`parse_with`] writing into `p` instead of returning a `Parsed`: the hot path parses in
 /// place (a per-worker or stack slot), so the ~130-byte result is never copied. `p` is reset
 /// first; after an error its content is unspecified (a partial parse).
@@ -359,6 +391,21 @@ pub fn parse_with(frame: &[u8], udp_gradient_port: u16, rx: RxChecksum) -> Resul
 /// # Errors
 /// A [`Reason`] for the first layer that is malformed or fails its checksum.
 pub fn parse_into(frame: &[u8], udp_gradient_port: u16, rx: RxChecksum, p: &mut Parsed) -> Result<(), Reason> {
+    parse_checks_into(frame, udp_gradient_port, rx, Checks::All, p)
+}
+
+/// [`parse_into`] verifying only what `checks` says (the datapath's parse).
+///
+/// # Errors
+/// A [`Reason`] for the first layer that is malformed or fails a checksum it verifies.
+#[inline]
+pub fn parse_checks_into(
+    frame: &[u8],
+    udp_gradient_port: u16,
+    rx: RxChecksum,
+    checks: Checks,
+    p: &mut Parsed,
+) -> Result<(), Reason> {
     *p = Parsed::default();
     let eth = EthernetFrame::new_checked(frame).map_err(|_| Reason::Runt)?;
     p.layers.insert(Layers::ETH);
@@ -392,8 +439,8 @@ pub fn parse_into(frame: &[u8], udp_gradient_port: u16, rx: RxChecksum, p: &mut 
     p.l3_offset = off as u32;
 
     match ty {
-        EtherType::IPV4 => parse_ipv4(frame, off, udp_gradient_port, rx, p)?,
-        EtherType::IPV6 => parse_ipv6(frame, off, udp_gradient_port, rx.l4, p)?,
+        EtherType::IPV4 => parse_ipv4(frame, off, udp_gradient_port, rx, checks, p)?,
+        EtherType::IPV6 => parse_ipv6(frame, off, udp_gradient_port, rx.l4, checks, p)?,
         EtherType::ARP if arp::ArpPacket::new_checked(&frame[off..]).is_ok() => {
             p.layers.insert(Layers::ARP);
         }
@@ -403,7 +450,14 @@ pub fn parse_into(frame: &[u8], udp_gradient_port: u16, rx: RxChecksum, p: &mut 
 }
 
 /// IPv4 at `l3`, then UDP.
-fn parse_ipv4(frame: &[u8], l3: usize, port: u16, rx: RxChecksum, p: &mut Parsed) -> Result<(), Reason> {
+fn parse_ipv4(
+    frame: &[u8],
+    l3: usize,
+    port: u16,
+    rx: RxChecksum,
+    checks: Checks,
+    p: &mut Parsed,
+) -> Result<(), Reason> {
     let ip = ipv4::Ipv4Packet::new_checked(&frame[l3..]).map_err(|_| Reason::MalformedIpv4)?;
     let ip_ok = match rx.ip {
         CsumStatus::Good => true,
@@ -435,21 +489,50 @@ fn parse_ipv4(frame: &[u8], l3: usize, port: u16, rx: RxChecksum, p: &mut Parsed
     }
     let l4 = l3 + hl;
     let u = udp::UdpPacket::new_checked(&frame[l4..end]).map_err(|_| Reason::MalformedUdp)?;
-    // Over IPv4 a zero checksum means none, RoCEv2 or not.
-    let udp_ok = u.checksum() == 0
-        || match rx.l4 {
-            CsumStatus::Good => true,
-            CsumStatus::Bad => false,
-            CsumStatus::Unknown => u.verify_checksum_v4(src, dst),
-        };
-    if !udp_ok {
+    if checks == Checks::Router {
+        p.layers.insert(Layers::L4_UNVERIFIED);
+    } else if !udp_ok_v4(&u, src, dst, rx.l4) {
         return Err(Reason::BadUdpChecksum);
     }
     parse_udp(frame, &u, port, p)
 }
 
+/// The UDP checksum rule over IPv4 (RFC 768): 0 means none, RoCEv2 or not; any other value is
+/// verified, or taken from the NIC's verdict `l4`.
+#[inline]
+fn udp_ok_v4(u: &udp::UdpPacket<&[u8]>, src: [u8; 4], dst: [u8; 4], l4: CsumStatus) -> bool {
+    u.checksum() == 0
+        || match l4 {
+            CsumStatus::Good => true,
+            CsumStatus::Bad => false,
+            CsumStatus::Unknown => u.verify_checksum_v4(src, dst),
+        }
+}
+
+/// The UDP checksum rule over IPv6 (RFC 8200 section 8.1, spec section 1): mandatory, except
+/// that RoCEv2 may leave it 0; verified against the final destination `dst`, or taken from the
+/// NIC's verdict `l4`.
+#[inline]
+fn udp_ok_v6(u: &udp::UdpPacket<&[u8]>, src: &[u8; 16], dst: &[u8; 16], l4: CsumStatus) -> bool {
+    if u.checksum() == 0 {
+        return u.dst_port() == bth::ROCEV2_UDP_PORT;
+    }
+    match l4 {
+        CsumStatus::Good => true,
+        CsumStatus::Bad => false,
+        CsumStatus::Unknown => u.verify_checksum_v6(src, dst),
+    }
+}
+
 /// IPv6 at `l3`, its extension headers, then UDP (`l4`: the NIC's UDP checksum verdict).
-fn parse_ipv6(frame: &[u8], l3: usize, port: u16, l4_rx: CsumStatus, p: &mut Parsed) -> Result<(), Reason> {
+fn parse_ipv6(
+    frame: &[u8],
+    l3: usize,
+    port: u16,
+    l4_rx: CsumStatus,
+    checks: Checks,
+    p: &mut Parsed,
+) -> Result<(), Reason> {
     let ip = ipv6::Ipv6Packet::new_checked(&frame[l3..]).map_err(|_| Reason::MalformedIpv6)?;
     let chain = ip.walk_extensions().map_err(|_| Reason::MalformedIpv6)?;
     p.layers.insert(Layers::IPV6);
@@ -474,21 +557,52 @@ fn parse_ipv6(frame: &[u8], l3: usize, port: u16, l4_rx: CsumStatus, p: &mut Par
         return Ok(());
     }
     let u = udp::UdpPacket::new_checked(&frame[l4..end]).map_err(|_| Reason::MalformedUdp)?;
-    // Mandatory over IPv6, except that RoCEv2 may leave it 0 (spec section 1).
-    let ok = if u.checksum() == 0 {
-        u.dst_port() == bth::ROCEV2_UDP_PORT
+    if checks == Checks::Router {
+        p.layers.insert(Layers::L4_UNVERIFIED);
+    } else if !udp_ok_v6(&u, &src, &ip.checksum_dst_addr(&chain), l4_rx) {
+        // The pseudo-header holds the final destination (RFC 8200 section 8.1).
+        return Err(Reason::BadUdpChecksum);
+    }
+    parse_udp(frame, &u, port, p)
+}
+
+/// Verifies what a [`Checks::Router`] parse `p` of `frame` left ([`Layers::L4_UNVERIFIED`]):
+/// the UDP checksum rules (with the NIC's verdict `rx.l4`), then a RoCEv2 ICRC, exactly as a
+/// [`Checks::All`] parse would have. Nothing to do (`Ok`) for a parse without the mark.
+///
+/// # Errors
+/// [`Reason::BadUdpChecksum`] or [`Reason::BadIcrc`].
+pub fn verify_l4(frame: &[u8], p: &Parsed, rx: RxChecksum) -> Result<(), Reason> {
+    if !p.has(Layers::L4_UNVERIFIED) {
+        return Ok(());
+    }
+    let (l3, l4, end) = (p.l3_offset as usize, p.l4_offset as usize, p.ip_end as usize);
+    let u = udp::UdpPacket::new_unchecked(&frame[l4..end]);
+    let ok = if p.has(Layers::IPV4) {
+        let (mut src, mut dst) = ([0u8; 4], [0u8; 4]);
+        src.copy_from_slice(&p.ip_src_bytes[..4]);
+        dst.copy_from_slice(&p.ip_dst_bytes[..4]);
+        udp_ok_v4(&u, src, dst, rx.l4)
     } else {
-        match l4_rx {
-            CsumStatus::Good => true,
-            CsumStatus::Bad => false,
-            // The pseudo-header holds the final destination (RFC 8200 section 8.1).
-            CsumStatus::Unknown => u.verify_checksum_v6(&src, &ip.checksum_dst_addr(&chain)),
-        }
+        // The final destination of a Routing header, walked again (the parse succeeded, so
+        // the walk does).
+        let ip = ipv6::Ipv6Packet::new_unchecked(&frame[l3..]);
+        let dst = match ip.walk_extensions() {
+            Ok(chain) => ip.checksum_dst_addr(&chain),
+            Err(_) => return Err(Reason::MalformedIpv6),
+        };
+        udp_ok_v6(&u, &p.ip_src_bytes, &dst, rx.l4)
     };
     if !ok {
         return Err(Reason::BadUdpChecksum);
     }
-    parse_udp(frame, &u, port, p)
+    if p.has(Layers::BTH) {
+        let udp_end = l4 + p.udp_len as usize;
+        if !matches!(icrc::verify(&frame[l3..udp_end], l4 - l3), Ok(true)) {
+            return Err(Reason::BadIcrc);
+        }
+    }
+    Ok(())
 }
 
 /// The UDP header is valid: record it, then RoCEv2 or the gradient header.
@@ -528,9 +642,9 @@ fn parse_rocev2(frame: &[u8], start: usize, udp_end: usize, p: &mut Parsed) -> R
     }
     let l3 = p.l3_offset as usize;
     let l4 = p.l4_offset as usize;
-    match icrc::verify(&frame[l3..udp_end], l4 - l3) {
-        Ok(true) => {}
-        _ => return Err(Reason::BadIcrc),
+    // A router parse leaves the ICRC with the UDP checksum to verify_l4.
+    if !p.has(Layers::L4_UNVERIFIED) && !matches!(icrc::verify(&frame[l3..udp_end], l4 - l3), Ok(true)) {
+        return Err(Reason::BadIcrc);
     }
     p.layers.insert(Layers::BTH);
     p.bth_offset = start as u32;

@@ -964,3 +964,93 @@ proptest! {
         }
     }
 }
+
+/// The router's parse and `verify_l4` against the full parse, on one frame and NIC verdict:
+/// the same fields when both accept (but for the mark), the full parse's reason from
+/// `verify_l4` when only the router's accepts, never the router's refusing what the full one
+/// accepts.
+fn router_then_verify_agrees(f: &[u8], rx: RxChecksum) -> Result<(), TestCaseError> {
+    let full = parse_with(f, GRAD_PORT, rx);
+    let router = parse_checked(f, GRAD_PORT, rx, Checks::Router);
+    match (full, router) {
+        (Ok(a), Ok(mut b)) => {
+            prop_assert_eq!(verify_l4(f, &b, rx), Ok(()));
+            prop_assert_eq!(b.has(Layers::L4_UNVERIFIED), b.has(Layers::UDP));
+            b.layers.remove(Layers::L4_UNVERIFIED);
+            prop_assert_eq!(a, b);
+        }
+        (Err(r), Ok(b)) => prop_assert_eq!(verify_l4(f, &b, rx), Err(r)),
+        (Ok(_), Err(r)) => prop_assert!(false, "the router parse refused as {} what the full parse accepts", r),
+        (Err(_), Err(_)) => {}
+    }
+    Ok(())
+}
+
+/// c04 and c10's checksum rules, and the NIC's verdicts, hold for what the appliance consumes:
+/// a router parse (transit) takes a frame whose UDP checksum or ICRC is wrong, and `verify_l4`
+/// (before the aggregator) refuses it with the full parse's reason.
+#[test]
+fn c04_c10_rules_apply_to_consumed_packets_through_verify_l4() {
+    use CsumStatus::{Bad, Good};
+    let router = |f: &[u8], rx| parse_checked(f, GRAD_PORT, rx, Checks::Router).unwrap();
+    let u = RxChecksum::UNKNOWN;
+    // c04: 0xFFFF and 0x0000 are both valid over IPv4.
+    for f in case_frames("c04_udp_csum_ffff_and_zero.pcap") {
+        let p = router(&f, u);
+        assert!(p.has(Layers::UDP.union(Layers::L4_UNVERIFIED)));
+        assert_eq!(verify_l4(&f, &p, u), Ok(()));
+    }
+    // A wrong UDP checksum over IPv4; a zero one over IPv6 (not RoCEv2).
+    let mut bad = case_frames("c02_ipv4_options.pcap")[0].clone();
+    let n = bad.len();
+    bad[n - 1] ^= 0x40;
+    assert_eq!(parse(&bad, GRAD_PORT), Err(Reason::BadUdpChecksum));
+    assert_eq!(verify_l4(&bad, &router(&bad, u), u), Err(Reason::BadUdpChecksum));
+    // The NIC's verdicts decide where it gives them.
+    assert_eq!(verify_l4(&bad, &router(&bad, rx(Good, Good)), rx(Good, Good)), Ok(()));
+    let good = case_frames("c02_ipv4_options.pcap")[0].clone();
+    assert_eq!(verify_l4(&good, &router(&good, u), rx(Good, Bad)), Err(Reason::BadUdpChecksum));
+    let v6_zero = udp_frame(true, None, GRAD_PORT, &grad_header(1, 4), true);
+    assert_eq!(parse(&v6_zero, GRAD_PORT), Err(Reason::BadUdpChecksum));
+    assert_eq!(verify_l4(&v6_zero, &router(&v6_zero, u), u), Err(Reason::BadUdpChecksum));
+    // c10: a valid ICRC verifies; a wrong one is the router's to forward and the consumer's to
+    // refuse, whatever the NIC says of the UDP checksum (0 here: none).
+    for f in case_frames("c10_rocev2_ipv4_icrc.pcap") {
+        let p = router(&f, u);
+        assert!(p.has(Layers::BTH.union(Layers::L4_UNVERIFIED)));
+        assert_eq!(verify_l4(&f, &p, u), Ok(()));
+        let mut b = f.clone();
+        let at = p.icrc_offset().unwrap();
+        b[at] ^= 1;
+        assert_eq!(parse(&b, GRAD_PORT), Err(Reason::BadIcrc));
+        let q = router(&b, rx(Good, Good));
+        assert_eq!(q.bth_psn, p.bth_psn);
+        assert_eq!(verify_l4(&b, &q, rx(Good, Good)), Err(Reason::BadIcrc));
+    }
+    // Nothing to verify above L3: no mark, nothing to refuse.
+    let arp = crate::neighbor::tests::arp_request([10, 0, 0, 254], false);
+    let p = router(&arp, u);
+    assert!(!p.has(Layers::L4_UNVERIFIED));
+    assert_eq!(verify_l4(&arp, &p, u), Ok(()));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4096))]
+
+    /// Mutated real frames (flipped bytes land in checksums, ICRCs, lengths) under random NIC
+    /// verdicts: the router's parse then `verify_l4` judges exactly as the full parse.
+    #[test]
+    fn router_parse_then_verify_l4_judges_as_the_full_parse(
+        which in any::<prop::sample::Index>(),
+        flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..3),
+        ip in 0u8..3, l4 in 0u8..3,
+    ) {
+        let st = |x| [CsumStatus::Unknown, CsumStatus::Good, CsumStatus::Bad][x as usize];
+        let mut m = which.get(corpus()).clone();
+        for (i, v) in &flips {
+            let i = i.index(m.len());
+            m[i] = *v;
+        }
+        router_then_verify_agrees(&m, RxChecksum { ip: st(ip), l4: st(l4) })?;
+    }
+}

@@ -320,7 +320,12 @@ fn make_worker(loaded: &Loaded, shared: &Shared, wi: usize, l: &LcoreConfig) -> 
                     .with_local_addresses(shared.port_addrs.clone())
                     .with_egress_owned(&shared.schedulers, &owned)
                     .expect("the configuration's schedulers were built once when it was validated")
-                    .with_capture_clock(shared.replay);
+                    .with_capture_clock(shared.replay)
+                    .with_checks(if cfg.dataplane.verify_transit {
+                        crate::parse::Checks::All
+                    } else {
+                        crate::parse::Checks::Router
+                    });
             if loaded.collectives.is_empty() {
                 dp
             } else {
