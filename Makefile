@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/dpu
 CONFIG ?= conf/default.toml
 
-.PHONY: all build run demo test bench deps fuzz fuzz-ci fuzz-tools fmt clippy clean
+.PHONY: all build run demo test bench deps fuzz fuzz-ci fuzz-tools plots fmt clippy clean
 
 all: build
 
@@ -60,6 +60,12 @@ bench: build
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := parse pipeline aggregate config control
 
+# The generator's pictures: the appliance forwarding over net_memif at 64 B to 2 KiB, throughput
+# against frame size and the latency CDF from pktgen's JSON (tools/plot_pktgen.py), into
+# docs/img/pktgen/ (the README shows them). PLOT_SECONDS per size (default 3).
+plots: build
+	python3 tools/bench/memif.py --plots docs/img/pktgen --seconds $(or $(PLOT_SECONDS),3)
+
 fuzz-tools:
 	@command -v cargo-fuzz >/dev/null 2>&1 || $(CARGO) install cargo-fuzz --locked || $(CARGO) install cargo-fuzz
 
@@ -73,7 +79,7 @@ fuzz: fuzz-tools
 
 # The CI's bounded run.
 fuzz-ci:
-	$(MAKE) fuzz FUZZ_SECONDS=20
+	$(MAKE) fuzz FUZZ_SECONDS=12
 
 fmt:
 	$(CARGO) fmt --all

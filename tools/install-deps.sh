@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what building and testing the appliance needs, only what is missing (idempotent):
 # Debian 12 packages (DPDK 22.11, libpcap, clang for bindgen, tshark for dissection, the
-# Prometheus text parser of /usr/bin/python3 for the metrics test) and the
+# Prometheus text parser of /usr/bin/python3 for the metrics test, its matplotlib for
+# tools/plot_pktgen.py) and the
 # Python modules of the protocol checker (scapy, numpy); iproute2, nftables and ethtool for the
 # end-to-end test in network namespaces.
 set -euo pipefail
 
 PKGS=(libdpdk-dev dpdk dpdk-dev libpcap-dev clang libclang-dev pkg-config python3 python3-pip tshark
-      iproute2 nftables ethtool python3-prometheus-client)
+      iproute2 nftables ethtool python3-prometheus-client python3-matplotlib)
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 

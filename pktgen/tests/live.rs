@@ -162,6 +162,57 @@ fn a_known_delay_shows_in_the_percentiles() {
     assert!(f(&l["p50_us"]) > f(&b["p50_us"]), "{l} vs {b}");
 }
 
+/// The JSON's latency CDF (what `tools/plot_pktgen.py` draws): ascending points from the
+/// smallest latency to the largest at fraction 1.0, all past a known added delay; then the plot
+/// script draws throughput against size (one series from `fwd-128` and `fwd-512`) and the CDF
+/// from it, and refuses a file that is not a summary, naming it.
+#[test]
+fn the_latency_cdf_and_the_plots_come_from_the_json() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let d = tmp("plots");
+    let mut conf =
+        format!("[eal]\n{EAL}\n[pktgen]\ntx_lcores = [1]\nstamp_offset_us = 20000\n[[port]]\nvdev = \"net_ring0\"\n");
+    for (size, port) in [(128, 1000), (512, 2000)] {
+        conf += &format!(
+            "[[stream]]\nname = \"fwd-{size}\"\nport = 0\nrx_port = 0\nsize = {size}\nsrc_port = {port}\nrate_pps = 10000\n"
+        );
+    }
+    let (rc, out, err, v) = run(&d, &conf, "1");
+    assert_eq!(rc, 0, "{out}\n{err}");
+    for s in v["streams"].as_array().unwrap() {
+        let cdf: Vec<(f64, f64)> = s["latency_cdf"].as_array().unwrap().iter().map(|p| (f(&p[0]), f(&p[1]))).collect();
+        assert!(cdf.len() >= 2, "{s}");
+        assert!(cdf.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1), "{cdf:?}");
+        let lat = &s["rx"]["latency"];
+        assert!(cdf[0].0 >= 19_980.0, "{cdf:?}");
+        let (max_us, last) = (f(&lat["max_us"]), *cdf.last().unwrap());
+        assert_eq!(last.1, 1.0, "{cdf:?}");
+        // The histogram's highest equivalent value of the maximum (3 significant digits).
+        assert!(last.0 >= max_us && last.0 <= max_us * 1.001 + 0.001, "{last:?} vs {lat}");
+    }
+    let plot = |args: &[&str]| {
+        Command::new("/usr/bin/python3")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../tools/plot_pktgen.py"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let json = d.join("summary.json");
+    let pics = d.join("pics");
+    let o = plot(&[json.to_str().unwrap(), "--out", pics.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{text}");
+    for png in ["throughput.png", "latency_cdf.png"] {
+        let bytes = std::fs::read(pics.join(png)).unwrap();
+        assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n") && bytes.len() > 10_000, "{png}: {} bytes", bytes.len());
+        assert!(text.contains(png), "{text}");
+    }
+    let o = plot(&[d.join("summary.csv").to_str().unwrap(), "--out", pics.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{text}");
+    assert!(text.contains("summary.csv"), "{text}");
+}
+
 /// Every frame of every kind of stream goes through a real PMD (net_pcap writes what the tx
 /// queue got) valid: the appliance's parser accepts it (IPv4 and UDP checksums), RoCEv2 ICRCs
 /// verify, and each stream's stamps count 0, 1, 2, ... with its configured length mix.

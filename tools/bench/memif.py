@@ -2,6 +2,7 @@
 """`make bench`: the two-process rows, pktgen and a device under test over net_memif.
 
     tools/bench/memif.py [--seconds 3] [--reps 3]
+    tools/bench/memif.py --plots DIR [--seconds 3]      (`make plots`)
 
 Two programs, two processes, one memif link (a filesystem socket). By default the device under
 test is the memif server (started first; testpmd is waited for until it forwards) and `pktgen
@@ -54,6 +55,12 @@ packets too.
 
 The runs of a row alternate, REPS times; the table gives median [min-max].
 Output: stdout and target/bench/memif.md.
+
+--plots DIR: row 1 through the appliance once per frame size (PLOT_SIZES, 64 B to 2 KiB with the
+FCS), each pktgen summary kept as DIR/fwd-SIZE.json, then tools/plot_pktgen.py draws
+DIR/throughput.png (packets/s and Gbit/s the appliance took, pktgen's tx: what comes back is
+bounded by pktgen's receiving on the CPU it shares with its sending) and DIR/latency_cdf.png (the
+latency of what came back, at full offered load: queueing in the memif rings included).
 """
 
 import argparse
@@ -82,6 +89,10 @@ RING = 1024
 GEN_MARGIN = 1.2
 GOAL = 0.8
 SIZES = (60, 1020)
+# Frame lengths without the FCS of the --plots sweep: 64 B to 2 KiB on the wire (the data room
+# holds 2048 bytes after the headroom).
+PLOT_SIZES = (60, 124, 252, 508, 1020, 1514, 2044)
+PLOT_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plot_pktgen.py")
 CHUNK = 256  # f32 lanes per contribution
 WORKERS = 4
 SLOTS = 256
@@ -404,6 +415,22 @@ def survival(d, seconds):
                 f"{sent[0]} + {sent[1]} sent; mbufs in use after shutdown: {leftover}")
 
 
+def plots(d, out, seconds):
+    """The --plots sweep: one appliance run per size, the summaries kept, then the pictures."""
+    os.makedirs(out, exist_ok=True)
+    files = []
+    for size in PLOT_SIZES:
+        rate, _, det = measure(d, "fwd", size, "dpu", seconds)
+        dst = os.path.join(out, f"fwd-{size}.json")
+        shutil.copyfile(os.path.join(d, "pktgen.json"), dst)
+        files.append(dst)
+        print(f"memif.py: plots: {size} B: the appliance took {rate / 1e6:.3f} Mpps {det}", file=sys.stderr, flush=True)
+    title = (f"pktgen -> appliance -> pktgen over net_memif (copy mode), one core each, {seconds} s per size")
+    r = subprocess.run(["/usr/bin/python3", PLOT_SCRIPT, *files, "--out", out, "--side", "tx", "--title", title])
+    if r.returncode != 0:
+        sys.exit(f"memif.py: {PLOT_SCRIPT} failed ({r.returncode})")
+
+
 def fmt(xs, scale=1e6, digits=2):
     xs = [x / scale for x in xs]
     return f"{statistics.median(xs):.{digits}f} [{min(xs):.{digits}f}-{max(xs):.{digits}f}]"
@@ -415,6 +442,7 @@ def main():
     ap.add_argument("--reps", type=int, default=int(os.environ.get("MEMIF_REPS", 3)))
     ap.add_argument("--zero-copy", action="store_true",
                     help="pktgen the memif server, the device the zero-copy client")
+    ap.add_argument("--plots", metavar="DIR", help="the frame-size sweep through the appliance, and its plots, into DIR")
     a = ap.parse_args()
     global ZC
     ZC = a.zero_copy
@@ -426,6 +454,10 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     # A short directory: a memif socket path must fit a sockaddr_un (108 bytes).
     d = tempfile.mkdtemp(prefix="dpu-memif-")
+    if a.plots:
+        plots(d, a.plots, a.seconds)
+        shutil.rmtree(d, ignore_errors=True)
+        return
     load = os.getloadavg()[0]
     cases = [("fwd", s) for s in SIZES] + [("ar", 1086)]
     res = {}

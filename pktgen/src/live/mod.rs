@@ -475,6 +475,23 @@ impl Rx {
     }
 }
 
+/// `h` (ns) as CDF points `[µs, fraction at or below]`, ascending, ending at the maximum.
+fn latency_cdf(h: &Histogram<u64>) -> Vec<[f64; 2]> {
+    let mut out: Vec<[f64; 2]> = Vec::new();
+    if h.is_empty() {
+        return out;
+    }
+    for v in h.iter_quantiles(2) {
+        let point = [h.highest_equivalent(v.value_iterated_to()) as f64 / 1e3, v.quantile_iterated_to()];
+        match out.last_mut() {
+            // One point per value: the highest fraction reached at it.
+            Some(last) if last[0] == point[0] => last[1] = point[1],
+            _ => out.push(point),
+        }
+    }
+    out
+}
+
 fn latency_of(h: &Histogram<u64>) -> Option<Latency> {
     (!h.is_empty()).then(|| Latency {
         min_us: h.min() as f64 / 1e3,
@@ -510,6 +527,11 @@ pub fn run(conf: &Path, opts: &RunOptions) -> Result<Summary, RunError> {
         }
     }
     args.extend(opts.eal_extra.iter().cloned());
+    if dataplane::dpdk::eal::file_prefix(&args).is_none() {
+        // A runtime directory of its own (as the appliance's), so that runs side by side never
+        // share, nor remove, one.
+        args.push(format!("--file-prefix=pktgen-{}", std::process::id()));
+    }
     let eal = Eal::init(&args)?;
     let r = run_on(&eal, &loaded, duration, opts);
     drop(eal);
@@ -897,6 +919,9 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
                 latency: latency_of(&r.hist),
             }),
         ));
+        if let (Some(_), Some(last)) = (s.rx_port, streams.last_mut()) {
+            last.latency_cdf = latency_cdf(&r.hist);
+        }
         if let (Some(rp), Some(last)) = (&s.replay, streams.last_mut()) {
             last.replay = Some(report::ReplaySide {
                 file: rp.file.display().to_string(),

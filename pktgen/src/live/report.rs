@@ -135,6 +135,11 @@ pub struct StreamSummary {
     pub lost: Option<u64>,
     /// A pcap stream's replay.
     pub replay: Option<ReplaySide>,
+    /// The latency distribution as `[µs, fraction of packets at or below it]` points, ascending
+    /// (HDR histogram quantile iteration, 2 steps per halving of the tail; the last point is the
+    /// maximum at 1.0); empty when nothing arrived. What `tools/plot_pktgen.py` draws.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub latency_cdf: Vec<[f64; 2]>,
 }
 
 fn gbps(bytes: u64, packets: u64, layer: Layer, seconds: f64) -> f64 {
@@ -193,6 +198,7 @@ impl StreamSummary {
             rx_gbps,
             lost: rx.map(|r| tx.packets.saturating_sub(r.packets)),
             replay: None,
+            latency_cdf: Vec::new(),
         }
     }
 }

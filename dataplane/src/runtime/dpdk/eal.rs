@@ -72,6 +72,25 @@ impl Eal {
     }
 }
 
+/// The value of `--file-prefix` in EAL `args` (`--file-prefix=P` or `--file-prefix P`; the last
+/// one wins, as in EAL).
+pub fn file_prefix(args: &[String]) -> Option<&str> {
+    let mut out = None;
+    for (i, a) in args.iter().enumerate() {
+        if let Some(v) = a.strip_prefix("--file-prefix=") {
+            out = Some(v);
+        } else if a == "--file-prefix" {
+            out = args.get(i + 1).map(String::as_str);
+        }
+    }
+    out
+}
+
+/// True when `args` give a file prefix of process `pid`'s own: one ending in `-<pid>`.
+fn owns_prefix(args: &[String], pid: u32) -> bool {
+    file_prefix(args).is_some_and(|p| p.ends_with(&format!("-{pid}")))
+}
+
 impl Drop for Eal {
     fn drop(&mut self) {
         let dir = self.runtime_dir();
@@ -79,10 +98,13 @@ impl Drop for Eal {
         unsafe {
             dpdk_sys::rte_eal_cleanup();
         }
-        // The runtime directory (one per file prefix, hence per run by default) goes too: first
-        // the telemetry sockets (DPDK 22.11 unlinks them only at process exit), then the
-        // directory if nothing else is left in it.
-        if !dir.is_empty() {
+        // The runtime directory goes too when it is this process's own (its file prefix ends in
+        // `-<pid>`, as the appliance's and pktgen's defaults do): first the telemetry sockets
+        // (DPDK 22.11 unlinks them only at process exit), then the directory if nothing else is
+        // left in it. A shared prefix (`rte` without --file-prefix, or one given to several
+        // processes) is left alone: removing it under another process starting with the same
+        // prefix fails that process's EAL init (its telemetry socket has no directory).
+        if !dir.is_empty() && owns_prefix(&self.args, std::process::id()) {
             let dir = std::path::Path::new(&dir);
             for sock in ["dpdk_telemetry.v2", "telemetry"] {
                 let p = dir.join(sock);
@@ -94,5 +116,27 @@ impl Drop for Eal {
             }
             let _ = std::fs::remove_dir(dir);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_runtime_directory_is_removed_only_under_a_prefix_of_this_process() {
+        assert_eq!(file_prefix(&args(&["dpu", "--no-huge"])), None);
+        assert_eq!(file_prefix(&args(&["dpu", "--file-prefix=dpu-42"])), Some("dpu-42"));
+        assert_eq!(file_prefix(&args(&["dpu", "--file-prefix", "a", "--file-prefix=b"])), Some("b"));
+        assert_eq!(file_prefix(&args(&["dpu", "--file-prefix"])), None);
+        assert!(owns_prefix(&args(&["x", "--file-prefix=pktgen-42"]), 42));
+        // EAL's default `rte`, another process's prefix, or a shared name: left alone.
+        assert!(!owns_prefix(&args(&["x", "--no-shconf"]), 42));
+        assert!(!owns_prefix(&args(&["x", "--file-prefix=pktgen-421"]), 42));
+        assert!(!owns_prefix(&args(&["x", "--file-prefix", "shared"]), 42));
     }
 }
