@@ -60,7 +60,7 @@ bench: build
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := parse pipeline aggregate config control
 
-# The generator's pictures: the appliance forwarding over net_memif at 64 B to 2 KiB, throughput
+# The generator's pictures: the appliance forwarding over net_memif at 64 to 1518 B, throughput
 # against frame size and the latency CDF from pktgen's JSON (tools/plot_pktgen.py), into
 # docs/img/pktgen/ (the README shows them). PLOT_SECONDS per size (default 3).
 plots: build

@@ -481,7 +481,7 @@ fn latency_cdf(h: &Histogram<u64>) -> Vec<[f64; 2]> {
     if h.is_empty() {
         return out;
     }
-    for v in h.iter_quantiles(2) {
+    for v in h.iter_quantiles(8) {
         let point = [h.highest_equivalent(v.value_iterated_to()) as f64 / 1e3, v.quantile_iterated_to()];
         match out.last_mut() {
             // One point per value: the highest fraction reached at it.

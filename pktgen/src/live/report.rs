@@ -136,7 +136,7 @@ pub struct StreamSummary {
     /// A pcap stream's replay.
     pub replay: Option<ReplaySide>,
     /// The latency distribution as `[µs, fraction of packets at or below it]` points, ascending
-    /// (HDR histogram quantile iteration, 2 steps per halving of the tail; the last point is the
+    /// (HDR histogram quantile iteration, 8 steps per halving of the tail; the last point is the
     /// maximum at 1.0); empty when nothing arrived. What `tools/plot_pktgen.py` draws.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub latency_cdf: Vec<[f64; 2]>,
