@@ -14,14 +14,16 @@
 //! each table's lookup alone (key extraction and match) on parsed frames. `checksum/LEN/KERNEL`
 //! times the RFC 1071 sum alone per kernel (`sum` is the dispatching entry point the parser
 //! uses) over an IPv4 header (20 B), the UDP datagrams of the two frame sizes (26 B, 1032 B) and
-//! a jumbo datagram (8972 B); throughput in bytes.
+//! a jumbo datagram (8972 B); throughput in bytes. The `router` rows parse as the datapath
+//! does by default (`Checks::Router`: the IPv4 header checksum, not the UDP checksum of transit
+//! traffic), beside the full parse's rows (`[dataplane] verify_transit = true`) in the same run.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use dataplane::action::Egress;
 use dataplane::buf::{PacketBuf, VecBuf};
 use dataplane::config::DEFAULT_GRADIENT_UDP_PORT;
 use dataplane::meta::Meta;
-use dataplane::parse::parse;
+use dataplane::parse::{parse, parse_checked, Checks, RxChecksum};
 use dataplane::table::PipelineState;
 use dataplane::wire::checksum::{self, SumKernel};
 use std::hint::black_box;
@@ -54,7 +56,26 @@ fn packet_core(c: &mut Criterion) {
                 n
             })
         });
-        for (name, proto) in [("parse+empty_pipeline", &empty), ("parse+pipeline", &full)] {
+        g.bench_function("parse_router", |b| {
+            b.iter(|| {
+                let mut n = 0u32;
+                for buf in &bufs {
+                    let p = parse_checked(
+                        black_box(buf.data()),
+                        DEFAULT_GRADIENT_UDP_PORT,
+                        RxChecksum::UNKNOWN,
+                        Checks::Router,
+                    );
+                    n = n.wrapping_add(p.map(|p| p.l4_offset).unwrap_or(0));
+                }
+                n
+            })
+        });
+        for (name, proto, checks) in [
+            ("parse+empty_pipeline", &empty, Checks::All),
+            ("parse+pipeline", &full, Checks::All),
+            ("parse_router+pipeline", &full, Checks::Router),
+        ] {
             let pl = proto.clone();
             let mut counts = PipelineState::new(&pl);
             g.bench_function(name, |b| {
@@ -62,7 +83,13 @@ fn packet_core(c: &mut Criterion) {
                     let mut n = 0u32;
                     for (buf, f) in bufs.iter_mut().zip(&pristine) {
                         buf.data_mut()[..HEADERS].copy_from_slice(&f[..HEADERS]);
-                        let Ok(mut p) = parse(black_box(buf.data()), DEFAULT_GRADIENT_UDP_PORT) else {
+                        let parsed = parse_checked(
+                            black_box(buf.data()),
+                            DEFAULT_GRADIENT_UDP_PORT,
+                            RxChecksum::UNKNOWN,
+                            checks,
+                        );
+                        let Ok(mut p) = parsed else {
                             continue;
                         };
                         if let Egress::Port(port) = pl.apply(&mut counts, buf, &mut p, &mut Meta::new(0)) {

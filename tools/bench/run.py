@@ -214,7 +214,7 @@ def criterion_table():
     base = os.path.join(ROOT, "target", "criterion")
     rows = []
     for size in SIZES:
-        for name in ("parse", "parse+empty_pipeline", "parse+pipeline"):
+        for name in ("parse", "parse_router", "parse+empty_pipeline", "parse+pipeline", "parse_router+pipeline"):
             est = os.path.join(base, f"packet_core_{size}B", name, "new", "estimates.json")
             if not os.path.exists(est):
                 continue
