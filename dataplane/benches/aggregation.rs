@@ -15,6 +15,12 @@
 //! pooled buffers and dropped by the sink (no copy). Criterion's throughput is in contributions;
 //! `tools/bench/agg.py` turns the medians into ns per contribution, Mpps, Gbit/s of payload and
 //! elements/s. A check before measuring asserts the counts (folded, completed, results sent).
+//!
+//! `aggregation_burst/...`: the same UDP contributions (4 workers) in rx bursts of 32 through
+//! `Datapath::process_burst`, the workers' path, twice: `verify_at_fold` (the default router
+//! parse: a contribution's UDP checksum is summed just before it is folded, while its payload
+//! is in L1) and `verify_in_parse` (`verify_transit`: every checksum summed in the burst's
+//! parse stage, 32 payloads before the first fold).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::hint::black_box;
@@ -58,6 +64,37 @@ fn aggregation(c: &mut Criterion) {
                     })
                 });
             }
+        }
+    }
+    g.finish();
+
+    let mut g = c.benchmark_group("aggregation_burst");
+    g.warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_millis(1200)).sample_size(20);
+    for chunk in [256usize, 1024] {
+        let case = Case::new("udp", 4, chunk);
+        let total = (4 * SLOTS) as u64 * ROUNDS as u64;
+        g.throughput(Throughput::Elements(total));
+        for (name, checks) in
+            [("verify_at_fold", dataplane::parse::Checks::Router), ("verify_in_parse", dataplane::parse::Checks::All)]
+        {
+            let mut dp = case.datapath_with(checks);
+            let mut io = Sink::default();
+            case.run_bursts(&mut dp, &mut io, 32);
+            assert_eq!(dp.agg.as_ref().unwrap().counters.folded, total, "{name} {chunk}: folded");
+            g.bench_function(BenchmarkId::new(format!("udp_{chunk}lanes_4workers"), name), |b| {
+                b.iter_custom(|iters| {
+                    let mut t = Duration::ZERO;
+                    for _ in 0..iters {
+                        let mut dp = case.datapath_with(checks);
+                        let mut io = Sink::default();
+                        let start = Instant::now();
+                        case.run_bursts(&mut dp, &mut io, 32);
+                        t += start.elapsed();
+                        black_box(io.sent);
+                    }
+                    t
+                })
+            });
         }
     }
     g.finish();

@@ -204,10 +204,30 @@ impl Case {
     }
 
     pub fn datapath(&self) -> Datapath<PoolBuf> {
+        self.datapath_with(dataplane::parse::Checks::Router)
+    }
+
+    /// [`Case::datapath`] whose parse verifies what `checks` says.
+    pub fn datapath_with(&self, checks: dataplane::parse::Checks) -> Datapath<PoolBuf> {
         let l = load_str(&self.text, Path::new("bench.toml")).unwrap();
         let ports = vec![PortAddr { mac: APP_MAC.parse().unwrap(), ipv4: l.port_ipv4[0], ipv6: l.port_ipv6[0] }];
         let agg = Aggregator::new(&l.collectives, ports, DEFAULT_UDP_PORT, 1);
-        Datapath::new(l.pipeline, 1, DEFAULT_UDP_PORT).with_aggregator(agg)
+        Datapath::new(l.pipeline, 1, DEFAULT_UDP_PORT).with_checks(checks).with_aggregator(agg)
+    }
+
+    /// Feeds every frame to `dp` in rx bursts of `burst` packets (`Datapath::process_burst`, the
+    /// workers' path: every packet of a burst parsed first, then each one's way in order).
+    pub fn run_bursts(&self, dp: &mut Datapath<PoolBuf>, io: &mut Sink, burst: usize) {
+        let mut slots: Vec<Option<PoolBuf>> = (0..burst).map(|_| None).collect();
+        for chunk in self.frames.chunks(burst) {
+            for (slot, f) in slots.iter_mut().zip(chunk) {
+                let mut b = PoolBuf::get();
+                b.append(f.len());
+                b.data_mut().copy_from_slice(f);
+                *slot = Some(b);
+            }
+            dp.process_burst(io, 0, &mut slots[..chunk.len()], 0);
+        }
     }
 
     /// Feeds every frame to `dp`.
