@@ -286,11 +286,35 @@ fn list(paths: &[PathBuf]) -> String {
     paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
 }
 
+/// Writes all of `buf` to `s` with `MSG_NOSIGNAL`: SIGPIPE has its default disposition here
+/// (for `| head`), and a peer that closed the socket must be an error, not a silent death.
+fn send_all(s: &UnixStream, mut buf: &[u8]) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    while !buf.is_empty() {
+        // SAFETY: the fd is `s`'s open socket for the call; `buf` is valid for `buf.len()` bytes.
+        let n = unsafe { libc::send(s.as_raw_fd(), buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        buf = &buf[n as usize..];
+    }
+    Ok(())
+}
+
 /// Sends `request`, returns the reply.
 fn call(socket: &Path, request: &Value) -> Result<Value, String> {
     let mut s = UnixStream::connect(socket).map_err(|e| format!("{}: {e}", socket.display()))?;
     s.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
-    s.write_all(request.to_string().as_bytes()).map_err(|e| format!("sending the request: {e}"))?;
+    send_all(&s, request.to_string().as_bytes()).map_err(|e| match e.raw_os_error() {
+        Some(libc::EPIPE | libc::ECONNRESET) => {
+            format!("sending the request: the appliance closed the connection ({e}); see its stderr")
+        }
+        _ => format!("sending the request: {e}"),
+    })?;
     s.shutdown(Shutdown::Write).map_err(|e| e.to_string())?;
     let mut out = String::new();
     s.read_to_string(&mut out).map_err(|e| format!("reading the reply: {e}"))?;

@@ -323,3 +323,31 @@ fn raw(sock: &Path, bytes: &[u8]) -> Value {
     s.read_to_string(&mut out).unwrap();
     serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out:?}"))
 }
+
+/// An appliance (a stand-in here) that closes the connection while dpuctl is still sending: an
+/// error naming it and exit status 1, never a silent death by SIGPIPE (dpuctl keeps SIGPIPE's
+/// default disposition for `| head`).
+#[test]
+fn a_connection_closed_mid_request_is_an_error_not_sigpipe() {
+    let d = short_dir("closed");
+    let sock = d.join("c.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let closer = std::thread::spawn(move || {
+        let (c, _) = listener.accept().unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        drop(c);
+    });
+    // 8 MiB of request: more than the socket's buffers, so the send is still going when the
+    // peer closes. (Its content is the appliance's to judge; this one never reads it.)
+    let batch = d.join("big.json");
+    std::fs::write(&batch, format!("[\"{}\"]", "x".repeat(8 << 20))).unwrap();
+    let o = Command::new(dpuctl_bin())
+        .args(["-s", sock.to_str().unwrap(), "batch", batch.to_str().unwrap()])
+        .output()
+        .unwrap();
+    closer.join().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{:?}: {err}", o.status);
+    assert!(err.contains("sending the request: the appliance closed the connection"), "{err}");
+    std::fs::remove_dir_all(&d).unwrap();
+}

@@ -275,8 +275,7 @@ class Client:
         sent_at = [0.0] * n
         resent = bytearray(n)
         timers: list[tuple[float, int]] = []
-        next_idx = remaining = 0
-        remaining = n
+        next_idx, remaining = 0, n
         last_progress = time.monotonic()
         while remaining:
             while len(inflight) < self.window and next_idx < n:
