@@ -559,4 +559,14 @@ fn the_rate_changes_while_the_run_goes() {
     let tx = u(&v["streams"][0]["tx"]["packets"]);
     assert!((42_000..=78_000).contains(&tx), "sent {tx}: the change did not take ({err})");
     assert_eq!(v["streams"][0]["rx"]["packets"], v["streams"][0]["tx"]["packets"]);
+    // The summary shows the last rate as the target, when it changed, and compares the rate
+    // achieved with the target's mean over the sending time (10 k, then 30 k).
+    let st = &v["streams"][0];
+    assert_eq!(st["target_pps"], 30_000.0, "{st}");
+    let changes = st["rate_changes"].as_array().unwrap();
+    assert_eq!(changes.len(), 1, "{st}");
+    assert_eq!(changes[0]["rate"], 30_000.0);
+    assert!((0.0..3.0).contains(&f(&changes[0]["at_s"])), "{st}");
+    let vs = f(&st["tx_vs_target"]);
+    assert!((0.95..=1.05).contains(&vs), "achieved/target {vs}: {st}");
 }

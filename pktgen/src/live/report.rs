@@ -140,6 +140,20 @@ pub struct StreamSummary {
     /// maximum at 1.0); empty when nothing arrived. What `tools/plot_pktgen.py` draws.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub latency_cdf: Vec<[f64; 2]>,
+    /// The rate changes made while the run went (`rate NAME VALUE`), in order; then
+    /// `target_pps`/`target_bps` is the last one and `tx_vs_target` compares with the target's
+    /// mean over the sending time. Empty (and absent from the JSON) when none was made.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rate_changes: Vec<RateChange>,
+}
+
+/// A change of a stream's rate while the run went.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct RateChange {
+    /// Seconds after the stream's first send.
+    pub at_s: f64,
+    /// The new rate, in the stream's unit (packets/s or bits/s at its layer).
+    pub rate: f64,
 }
 
 fn gbps(bytes: u64, packets: u64, layer: Layer, seconds: f64) -> f64 {
@@ -199,6 +213,29 @@ impl StreamSummary {
             lost: rx.map(|r| tx.packets.saturating_sub(r.packets)),
             replay: None,
             latency_cdf: Vec::new(),
+            rate_changes: Vec::new(),
+        }
+    }
+
+    /// The target changed during the run (`(seconds after the first send, rate)`, in order):
+    /// the last rate becomes the target shown, and `tx_vs_target` is the achieved rate over
+    /// `mean_target`, the target's mean over the sending time (in the target's unit).
+    pub fn with_rate_changes(&mut self, changes: &[(f64, f64)], mean_target: f64) {
+        let Some(&(_, last)) = changes.last() else { return };
+        self.rate_changes = changes.iter().map(|&(at_s, rate)| RateChange { at_s, rate }).collect();
+        let achieved = match (self.target_pps, self.target_bps) {
+            (Some(_), _) => {
+                self.target_pps = Some(last);
+                self.tx_pps
+            }
+            (None, Some(_)) => {
+                self.target_bps = Some(last);
+                self.tx_gbps * 1e9
+            }
+            (None, None) => return,
+        };
+        if mean_target > 0.0 {
+            self.tx_vs_target = Some(achieved / mean_target);
         }
     }
 }
