@@ -379,20 +379,7 @@ impl Client {
         if !self.synced {
             self.sync()?;
         }
-        let start = Instant::now();
-        self.started = start;
-        for c in &mut self.chunks {
-            *c = Chunk {
-                done: false,
-                sent: false,
-                resent: false,
-                pos: NOT_IN_FLIGHT,
-                rto: self.rtt.rto(&self.opts),
-                sent_at: start,
-                due: start,
-            };
-        }
-        self.inflight.clear();
+        let start = self.begin();
         self.stats.chunks += self.chunks.len() as u64;
         let r = self.exchange(lanes, start);
         self.rtt.end_call();
@@ -424,9 +411,7 @@ impl Client {
         let mut next_due = deadline;
         loop {
             while self.inflight.len() < self.opts.window && next < n {
-                let i = next as u32;
-                self.chunks[next].pos = self.inflight.len() as u32;
-                self.inflight.push(i);
+                let i = self.enter_flight(next);
                 let due = self.send_chunk(i, lanes, Instant::now())?;
                 next_due = next_due.min(due);
                 next += 1;
@@ -448,7 +433,10 @@ impl Client {
                 continue;
             }
             if now >= next_due {
-                next_due = self.fire_timers(lanes, now, deadline)?;
+                next_due = self.fire_timers(now, deadline, |me, i, now| {
+                    me.stats.retransmits += 1;
+                    me.send_chunk(i, lanes, now)
+                })?;
                 continue;
             }
             self.set_wait(next_due.min(deadline).min(next_probe) - now)?;
@@ -498,22 +486,14 @@ impl Client {
     /// [`Error::Nak`] (reasons 1-6: the appliance refuses this member), [`Error::Unreachable`]
     /// when [`Options::deadline`] passes without a STATUS, [`Error::Refused`], [`Error::Io`].
     pub fn sync(&mut self) -> Result<(), Error> {
-        let start = Instant::now();
-        self.started = start;
-        let rto = self.rtt.rto(&self.opts);
-        for c in &mut self.chunks {
-            *c = Chunk { done: false, sent: false, resent: false, pos: NOT_IN_FLIGHT, rto, sent_at: start, due: start };
-        }
-        self.inflight.clear();
+        let start = self.begin();
         let n = self.chunks.len();
         let mut deadline = start + self.opts.deadline;
         let (mut next, mut remaining) = (0usize, n);
         let mut next_due = deadline;
         loop {
             while self.inflight.len() < self.opts.window && next < n {
-                let i = next as u32;
-                self.chunks[next].pos = self.inflight.len() as u32;
-                self.inflight.push(i);
+                let i = self.enter_flight(next);
                 next_due = next_due.min(self.send_probe(i, Instant::now())?);
                 next += 1;
             }
@@ -531,18 +511,7 @@ impl Client {
                 return Err(Error::Unreachable { addr: self.ep.appliance, waited_ms, note });
             }
             if now >= next_due {
-                next_due = deadline;
-                for k in 0..self.inflight.len() {
-                    let i = self.inflight[k];
-                    let c = &mut self.chunks[i as usize];
-                    let due = if c.due <= now {
-                        c.rto = (c.rto * 2).min(self.opts.max_rto);
-                        self.send_probe(i, now)?
-                    } else {
-                        c.due
-                    };
-                    next_due = next_due.min(due);
-                }
+                next_due = self.fire_timers(now, deadline, |me, i, now| me.send_probe(i, now))?;
                 continue;
             }
             self.set_wait(next_due.min(deadline) - now)?;
@@ -666,17 +635,41 @@ impl Client {
         }
     }
 
-    /// Resends every chunk in flight whose timer is due, doubling its timeout (capped); returns
-    /// the earliest timer left.
-    fn fire_timers<L: Lanes>(&mut self, lanes: &L, now: Instant, deadline: Instant) -> Result<Instant, Error> {
+    /// The start of a pass over the tensor (a call, or the probes of [`Client::sync`]): every
+    /// chunk idle with the current retransmit timeout, none in flight. Returns the start.
+    fn begin(&mut self) -> Instant {
+        let start = Instant::now();
+        self.started = start;
+        let rto = self.rtt.rto(&self.opts);
+        for c in &mut self.chunks {
+            *c = Chunk { done: false, sent: false, resent: false, pos: NOT_IN_FLIGHT, rto, sent_at: start, due: start };
+        }
+        self.inflight.clear();
+        start
+    }
+
+    /// Puts chunk `i` in flight; returns it as the in-flight list holds it.
+    fn enter_flight(&mut self, i: usize) -> u32 {
+        self.chunks[i].pos = self.inflight.len() as u32;
+        self.inflight.push(i as u32);
+        i as u32
+    }
+
+    /// Resends (with `resend`: a contribution or a probe) every chunk in flight whose timer is
+    /// due, doubling its timeout (capped); returns the earliest timer left.
+    fn fire_timers(
+        &mut self,
+        now: Instant,
+        deadline: Instant,
+        mut resend: impl FnMut(&mut Self, u32, Instant) -> Result<Instant, Error>,
+    ) -> Result<Instant, Error> {
         let mut next_due = deadline;
         for k in 0..self.inflight.len() {
             let i = self.inflight[k];
             let c = &mut self.chunks[i as usize];
             let due = if c.due <= now {
                 c.rto = (c.rto * 2).min(self.opts.max_rto);
-                self.stats.retransmits += 1;
-                self.send_chunk(i, lanes, now)?
+                resend(self, i, now)?
             } else {
                 c.due
             };

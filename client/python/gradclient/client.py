@@ -261,7 +261,6 @@ class Client:
         """
         c = self.collective
         st = self.stats
-        sock = self._sock
         n, ce = c.num_chunks, c.chunk_elements
         rounds = self._rounds
         cid = c.collective_id
@@ -306,16 +305,7 @@ class Client:
                 rto[idx] = min(rto[idx] * 2, self.rto_max)
                 heapq.heappush(timers, (now + rto[idx], idx))
             wake = min(timers[0][0], give_up) if timers else give_up
-            sock.settimeout(max(wake - now, 1e-4))
-            try:
-                size = sock.recv_into(recvview)
-            except TimeoutError:
-                continue
-            except OSError as e:
-                if e.errno not in _UNREACHABLE_ERRNOS:
-                    raise
-                self._unreachable(e)
-            self._heard = True
+            size = self._recv(wake - now)
             if size < HEADER_LEN:
                 continue
             vf, r_op, r_cid, r_dt, reason, r_rank, off, dl, rnd = hdr_unpack(recvview)
@@ -345,6 +335,21 @@ class Client:
                 # A STATUS waits for no peer: the path's and the appliance's round trip alone.
                 self._rtt_sample(last_progress - sent_at[idx])
         self._synced = True
+
+    def _recv(self, wait: float) -> int:
+        """One datagram into the receive buffer within `wait` seconds: its size, or -1 when none
+        came. An ICMP error from an earlier send raises UnreachableError."""
+        self._sock.settimeout(max(wait, 1e-4))
+        try:
+            size = self._sock.recv_into(self._recvview)
+        except TimeoutError:
+            return -1
+        except OSError as e:
+            if e.errno not in _UNREACHABLE_ERRNOS:
+                raise
+            self._unreachable(e)
+        self._heard = True
+        return size
 
     def _send_probe(self, idx: int) -> None:
         """Sends a PROBE for chunk `idx` (a lost one is like loss on the wire: its timer resends)."""
@@ -479,16 +484,10 @@ class Client:
             wake = min(timers[0][0], give_up) if timers else give_up
             if probing:
                 wake = min(wake, next_probe)
-            sock.settimeout(max(wake - now, 1e-4))
-            try:
-                size = sock.recv_into(recvview)
-            except TimeoutError:
+            size = self._recv(wake - now)
+            if size < 0:
                 continue
-            except OSError as e:
-                if e.errno not in _UNREACHABLE_ERRNOS:
-                    raise
-                self._unreachable(e)  # an ICMP error from an earlier send
-            answered = self._heard = True
+            answered = True
             if size < HEADER_LEN:
                 continue
             vf, r_op, r_cid, r_dt, reason, r_rank, off, dl, rnd = hdr_unpack(recvview)

@@ -160,22 +160,6 @@ impl RateCell {
     }
 }
 
-/// The mean of a rate that was `first` until the changes `history` (`(TSC, rate)`, in order),
-/// over the TSC window `from..to`: the target a stream's achieved rate is compared with.
-fn mean_rate(first: f64, history: &[(u64, f64)], from: u64, to: u64) -> f64 {
-    if to <= from {
-        return history.last().map_or(first, |h| h.1);
-    }
-    let (mut at, mut rate, mut sum) = (from, first, 0.0);
-    for &(t, r) in history {
-        let t = t.clamp(from, to);
-        sum += rate * (t - at) as f64;
-        (at, rate) = (t, r);
-    }
-    sum += rate * (to - at) as f64;
-    sum / (to - from) as f64
-}
-
 impl LaneStream {
     #[inline(always)]
     fn size_index(&self, k: usize) -> usize {
@@ -916,8 +900,8 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
         let tx_bytes = sum(&|c| c.bytes.load(Ordering::Relaxed));
         let starts = (0..lanes as usize).map(|l| c(l).start_tsc.load(Ordering::Relaxed)).filter(|&t| t != 0);
         let ends = (0..lanes as usize).map(|l| c(l).end_tsc.load(Ordering::Relaxed)).filter(|&t| t != 0);
-        let (start_tsc, end_tsc) = (starts.min(), ends.max());
-        let tx_seconds = match (start_tsc, end_tsc) {
+        let start_tsc = starts.min();
+        let tx_seconds = match (start_tsc, ends.max()) {
             (Some(a), Some(b)) if b > a => (b - a) as f64 / hz as f64,
             _ => 0.0,
         };
@@ -948,17 +932,12 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
         if let (Some(_), Some(last)) = (s.rx_port, streams.last_mut()) {
             last.latency_cdf = latency_cdf(&r.hist);
         }
-        let configured = match s.rate {
-            Rate::Pps(p) => Some(p),
-            Rate::Bps(b, _) => Some(b),
-            Rate::Full => None,
-        };
-        if let (Some(rate), false, Some(last)) = (configured, changes.is_empty(), streams.last_mut()) {
-            // The target changed while the run went: compare with its mean over the sending time.
-            let (a, b) = (start_tsc.unwrap_or(t0), end_tsc.unwrap_or(t_stop));
+        if let (false, Some(last)) = (changes.is_empty(), streams.last_mut()) {
+            // Seconds after the stream's first send (a change before it counts from it).
+            let a = start_tsc.unwrap_or(t0);
             let at: Vec<(f64, f64)> =
                 changes.iter().map(|&(t, r)| (t.saturating_sub(a) as f64 / hz as f64, r)).collect();
-            last.with_rate_changes(&at, mean_rate(rate, &changes, a, b));
+            last.with_rate_changes(&at);
         }
         if let (Some(rp), Some(last)) = (&s.replay, streams.last_mut()) {
             last.replay = Some(report::ReplaySide {
@@ -1076,20 +1055,4 @@ fn rx_totals(rx: &Rx) -> report::Totals {
         t.reordered += s.reordered;
     }
     t
-}
-
-#[cfg(test)]
-mod tests {
-    use super::mean_rate;
-
-    #[test]
-    fn the_target_of_a_changed_rate_is_its_mean_over_the_sending_time() {
-        // 10 k until TSC 400, then 30 k, over 0..1000: (10 k x 400 + 30 k x 600) / 1000.
-        assert_eq!(mean_rate(10e3, &[(400, 30e3)], 0, 1000), 22e3);
-        // Changes before the first send and after the last count from and to the window's ends.
-        assert_eq!(mean_rate(10e3, &[(50, 20e3), (2000, 1.0)], 100, 1100), 20e3);
-        assert_eq!(mean_rate(10e3, &[], 0, 1000), 10e3);
-        // No sending time: the last rate.
-        assert_eq!(mean_rate(10e3, &[(5, 7.0)], 9, 9), 7.0);
-    }
 }

@@ -219,25 +219,39 @@ impl StreamSummary {
 
     /// The target changed during the run (`(seconds after the first send, rate)`, in order):
     /// the last rate becomes the target shown, and `tx_vs_target` is the achieved rate over
-    /// `mean_target`, the target's mean over the sending time (in the target's unit).
-    pub fn with_rate_changes(&mut self, changes: &[(f64, f64)], mean_target: f64) {
+    /// the target's mean over the sending time ([`mean_rate`]). A stream at full rate has no
+    /// target to change.
+    pub fn with_rate_changes(&mut self, changes: &[(f64, f64)]) {
         let Some(&(_, last)) = changes.last() else { return };
-        self.rate_changes = changes.iter().map(|&(at_s, rate)| RateChange { at_s, rate }).collect();
-        let achieved = match (self.target_pps, self.target_bps) {
-            (Some(_), _) => {
-                self.target_pps = Some(last);
-                self.tx_pps
-            }
-            (None, Some(_)) => {
-                self.target_bps = Some(last);
-                self.tx_gbps * 1e9
-            }
+        let (target, achieved) = match (&mut self.target_pps, &mut self.target_bps) {
+            (Some(t), _) => (t, self.tx_pps),
+            (None, Some(t)) => (t, self.tx_gbps * 1e9),
             (None, None) => return,
         };
-        if mean_target > 0.0 {
-            self.tx_vs_target = Some(achieved / mean_target);
+        let mean = mean_rate(*target, changes, self.tx.seconds);
+        *target = last;
+        if mean > 0.0 {
+            self.tx_vs_target = Some(achieved / mean);
         }
+        self.rate_changes = changes.iter().map(|&(at_s, rate)| RateChange { at_s, rate }).collect();
     }
+}
+
+/// The mean over `0..seconds` of a rate that was `first` until the changes `changes`
+/// (`(seconds, rate)`, in order; times outside the window count from or to its ends); the last
+/// rate when `seconds` is 0.
+pub fn mean_rate(first: f64, changes: &[(f64, f64)], seconds: f64) -> f64 {
+    if seconds <= 0.0 {
+        return changes.last().map_or(first, |c| c.1);
+    }
+    let (mut at, mut rate, mut sum) = (0.0, first, 0.0);
+    for &(t, r) in changes {
+        let t = t.clamp(0.0, seconds);
+        sum += rate * (t - at);
+        (at, rate) = (t, r);
+    }
+    sum += rate * (seconds - at);
+    sum / seconds
 }
 
 /// A port's counters at the end (`rte_eth_stats_get`).
@@ -505,5 +519,21 @@ impl LiveLine {
         self.last_tx = *tx;
         self.last_rx = *rx;
         line
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mean_rate;
+
+    #[test]
+    fn the_target_of_a_changed_rate_is_its_mean_over_the_sending_time() {
+        // 10 k until 0.4 s, then 30 k, over 1 s: (10 k x 0.4 + 30 k x 0.6) / 1.
+        assert!((mean_rate(10e3, &[(0.4, 30e3)], 1.0) - 22e3).abs() < 1e-6);
+        // Changes before the first send and after the last count from and to the window's ends.
+        assert!((mean_rate(10e3, &[(-1.0, 20e3), (5.0, 1.0)], 2.0) - 20e3).abs() < 1e-6);
+        assert_eq!(mean_rate(10e3, &[], 1.0), 10e3);
+        // No sending time: the last rate.
+        assert_eq!(mean_rate(10e3, &[(0.0, 7.0)], 0.0), 7.0);
     }
 }
