@@ -31,13 +31,17 @@ demo: build
 	python3 tools/e2e/run.py --demo --mtu 9000 --work out/e2e/mtu9000 $(DEMO_ARGS)
 	python3 tools/e2e/run.py --demo --mtu 1500 --work out/e2e/mtu1500 $(DEMO_ARGS)
 
-# Every test: unit tests, property tests, the functional replays through the real binary, the
+# Every test: unit tests, property tests, the functional replays through the real binaries, the
 # end-to-end run in network namespaces, and the Python client's tests.
-# The test binaries build with the test-release profile (Cargo.toml): release optimisation
-# without LTO; the appliance binaries the functional tests run are `make build`'s release ones.
-test: build
-	$(CARGO) test --profile test-release --workspace
-	python3 -m unittest discover -s client/python/tests
+# Everything builds once, with the test-release profile (Cargo.toml: release optimisation
+# without the whole-program LTO of `make build`, which would double the build time and changes no
+# behaviour): the test binaries and the binaries they run (dpu, dpuctl, pktgen, gradclient in
+# target/test-release, named to the tests by DPU_BIN_DIR).
+TEST_BIN_DIR := $(CURDIR)/target/test-release
+test: deps
+	$(CARGO) build --profile test-release --workspace --bins
+	DPU_BIN_DIR=$(TEST_BIN_DIR) $(CARGO) test --profile test-release --workspace
+	DPU_BIN_DIR=$(TEST_BIN_DIR) python3 -m unittest discover -s client/python/tests
 
 # The packet core alone (criterion, ns per packet), then the dpu beside dpdk-testpmd on the same
 # vdevs (Mpps, one worker core): prints one table, also written to target/bench/results.md.

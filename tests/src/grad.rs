@@ -8,11 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-/// `target/release/pktgen`.
+/// The `pktgen` binary (`$PKTGEN_BIN` overrides; see [`crate::project_bin`]).
 pub fn pktgen_bin() -> PathBuf {
-    let p = std::env::var_os("PKTGEN_BIN").map(PathBuf::from).unwrap_or_else(|| root().join("target/release/pktgen"));
-    assert!(p.exists(), "{} does not exist: build it first (`make`)", p.display());
-    p
+    crate::project_bin("pktgen", "PKTGEN_BIN")
 }
 
 /// Runs `pktgen allreduce --out DIR ARGS` and returns DIR (holding input.pcap, appliance.toml).

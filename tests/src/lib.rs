@@ -1,7 +1,9 @@
 //! Helpers for the functional tests: run the real `dpu` binary on pcap files and read what it
 //! wrote.
 //!
-//! The binary is `target/release/dpu` (override with `DPU_BIN`); `make test` builds it first.
+//! The binaries are `target/release/dpu`, `dpuctl` and `pktgen`, or those in `$DPU_BIN_DIR`
+//! (`make test` builds them with the test-release profile and points `DPU_BIN_DIR` at
+//! `target/test-release`); `DPU_BIN` and `PKTGEN_BIN` override one binary each.
 
 pub mod frames;
 pub mod grad;
@@ -20,11 +22,21 @@ pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
-/// The `dpu` binary.
-pub fn dpu_bin() -> PathBuf {
-    let p = std::env::var_os("DPU_BIN").map(PathBuf::from).unwrap_or_else(|| root().join("target/release/dpu"));
-    assert!(p.exists(), "{} does not exist: build it first (`make` or `cargo build --release`)", p.display());
+/// The project's binary `name` (`dpu`, `dpuctl`, `pktgen`, `gradclient`): in `$DPU_BIN_DIR`, else
+/// in `target/release`; `$env_override` (e.g. `DPU_BIN`), when set, names the file itself.
+/// Panics if the file does not exist, saying how to build it.
+pub fn project_bin(name: &str, env_override: &str) -> PathBuf {
+    let p = std::env::var_os(env_override).map(PathBuf::from).unwrap_or_else(|| {
+        let dir = std::env::var_os("DPU_BIN_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target/release"));
+        dir.join(name)
+    });
+    assert!(p.exists(), "{} does not exist: build it first (`make build`, or `make test`)", p.display());
     p
+}
+
+/// The `dpu` binary (`$DPU_BIN` overrides).
+pub fn dpu_bin() -> PathBuf {
+    project_bin("dpu", "DPU_BIN")
 }
 
 /// A fresh directory for one test's files.

@@ -20,11 +20,9 @@ use std::time::{Duration, Instant};
 
 const EAL: &str = "\"--no-huge\", \"-m\", \"256\", \"--no-pci\", \"--no-shconf\", \"--log-level\", \"*:error\"";
 
-/// `target/release/dpuctl`.
+/// The `dpuctl` binary (see `project_bin`).
 fn dpuctl_bin() -> PathBuf {
-    let p = root().join("target/release/dpuctl");
-    assert!(p.exists(), "{} does not exist: build it first (`make`)", p.display());
-    p
+    functional_tests::project_bin("dpuctl", "DPUCTL_BIN")
 }
 
 /// A short scratch directory (memif socket paths must fit a sockaddr_un).
