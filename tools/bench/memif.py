@@ -1,62 +1,72 @@
 #!/usr/bin/env python3
 """`make bench`: the two-process rows, pktgen and a device under test over net_memif.
 
-    tools/bench/memif.py [--seconds 3] [--reps 3]
+    tools/bench/memif.py [--seconds 2] [--reps 1] [--rows 'fwd*,open-4w-*'] [--list]
     tools/bench/memif.py --plots DIR [--seconds 3]      (`make plots`)
 
 Two programs, two processes, one memif link (a filesystem socket). By default the device under
 test is the memif server (started first; testpmd is waited for until it forwards) and `pktgen
 run` the client, in copy mode. Zero-copy (`zero-copy=yes`, a client option) needs no hugepages
 (EAL --single-file-segments suffices: without hugepages EAL memory is memfd-backed and shared),
-but dpdk-testpmd 22.11 as server passes no packet from a zero-copy client, so the default row
-runs every program in copy mode alike. `--zero-copy` swaps the roles: pktgen is the server
+but dpdk-testpmd 22.11 as server passes no packet from a zero-copy client, so the default rows
+run every program in copy mode alike. `--zero-copy` swaps the roles: pktgen is the server
 (`[pktgen] link_wait_ms`: its clock starts once the link is up) and the device the zero-copy
 client (output target/bench/memif-zc.md). A memif client connects only when its port starts (the
 appliance restarts its client port until a server answers; testpmd does not). testpmd may die with SIGSEGV when
 its peer leaves (the memif PMD unmaps the rings under its polling lcore); the appliance and
 pktgen wait for their lcores' grace period before any such unmap (dataplane/src/runtime/dpdk/rcu.rs).
 Every program gets the same EAL memory options (--no-huge -m 512 --single-file-segments), the
-same mbuf data room (2176 bytes, 128 of them headroom), 16383 mbufs (cache 256) and bursts of 32.
+same mbuf data room (2176 bytes, 128 of them headroom; 4480 in the rows of 4 KiB chunks, with
+memif buffers of 8192 bytes on both sides), 16383 mbufs (cache 256) and bursts of 32.
 
 Cores (the machine has 2 CPUs): the device under test polls on CPU 1 alone (the appliance's
 worker lcore, or testpmd's forwarding lcore); its main lcore is on CPU 0. pktgen's lcores are on
-CPU 0 too: in row 1 its tx lcore and its main lcore (which receives) share CPU 0; in row 2 its
-main lcore sends and receives. So CPU 0 carries the generator's sending and receiving, and the
-devices' control threads.
+CPU 0 too: in the forwarding rows its tx lcore and its main lcore (which receives) share CPU 0;
+in the AllReduce rows its main lcore sends and receives. So CPU 0 carries the generator's
+sending and receiving, and the devices' control threads.
 
-Row 1, forwarding at 60 and 1020 bytes (64 B and 1 KiB with the FCS): a UDP stream (16 flows)
-at full rate. The appliance forwards it back out of the port it came in on (an exact table on
-eth.dst without entries, miss: forward(0)); testpmd (`--forward-mode=io --port-topology=loop`)
-echoes it. pktgen keeps and retries a burst the memif ring does not take, so the link loses
-nothing on the way in: the rate is the packets/s the device took (pktgen's tx Mpps, which the
-appliance's port rx count confirms). What came back to pktgen is shown as a fraction: pktgen's
-receiving shares CPU 0 with its sending, so the devices' tx drops most of what they forward at
-64 B, alike for both.
+Rows (`--list` names them; `--rows` takes comma-separated fnmatch patterns of their ids, default
+all; the whole default run takes about 5 minutes):
 
-Row 2, AllReduce open loop: collective 1 of 4 workers, 256 f32 lanes per chunk (1 KiB of
-payload, 1086-byte UDP frames), 256 slots, f32 sum; pktgen's `[[allreduce]]` in open loop
-(`probe = false`), unpaced. The appliance's rate is its folded contributions
-(`aggregation.folded` of --stats-json) over pktgen's run time; testpmd io echoes the same
-contributions back and its rate is the contributions/s it took (pktgen's tx, over the same time);
-the fraction that came back to pktgen is shown too (the appliance answers every round with a
-result to each worker, so it also sends one frame per contribution). Payload Gbit/s and
-elements/s follow from the appliance's rate (1024 bytes and 256 elements per contribution).
+- fwd64, fwd1024: forwarding at 60 and 1020 bytes (64 B and 1 KiB with the FCS), a UDP stream
+  (16 flows) at full rate. The appliance forwards it back out of the port it came in on (an exact
+  table on eth.dst without entries, miss: forward(0)); testpmd (`--forward-mode=io
+  --port-topology=loop`) echoes it. pktgen keeps and retries a burst the memif ring does not
+  take, so the link loses nothing on the way in: the rate is the packets/s the device took
+  (pktgen's tx Mpps, which the appliance's port rx count confirms). What came back to pktgen is
+  shown as a fraction: pktgen's receiving shares CPU 0 with its sending.
+- open-Ww-L-C: AllReduce in open loop, collective 1 of W workers (4, 16), L f32 lanes per chunk
+  (256, 1024: 1 KiB or 4 KiB of payload), carriage C (udp, rocev2), 256 slots, f32 sum; pktgen's
+  `[[allreduce]]` in open loop (`probe = false`), unpaced. The appliance's rate is its folded
+  contributions (`aggregation.folded` of --stats-json) over pktgen's run time; testpmd io echoes
+  the same contributions back and its rate is the contributions/s it took (pktgen's tx, over the
+  same time); the fraction that came back to pktgen is shown too (the appliance answers every
+  round with a result to each worker, so it also sends one frame per contribution). Payload
+  Gbit/s follow from the appliance's rate. Goal: appliance >= 0.8x testpmd io.
+- closed-Ww-L-C: the same collective in closed loop (`mode = "closed"`, 16 chunks outstanding per
+  worker, probes first: what real workers see), the appliance alone: testpmd cannot answer a
+  contribution with its result, so there is nothing to put beside it. Reported from pktgen's
+  summary: slot rounds/s (contributions/s over the workers), contributions/s whose right result
+  came back, payload Gbit/s, latency p50 and p99 (a round's first send to its result), resends.
 
-Generator check: per row and size, pktgen alone sends the same traffic into testpmd in
-`rxonly` mode over the same link (a peer that frees what it receives, nothing comes back). The
-generator's reach is the highest median tx rate pktgen achieved in the row (into rxonly, testpmd
-io or the appliance: it did send that fast over this link); a row whose measured rates are not
-all below 1/1.2 of it says "generator-bound" instead of claiming a ratio.
+Generator check, every row: pktgen alone sends the row's traffic into testpmd in `rxonly` mode
+over the same link (a peer that frees what it receives, nothing comes back; a closed-loop row
+sends its traffic in open loop there, unless its open-loop twin runs too, whose runs then
+serve). The generator's reach is the highest median tx rate pktgen achieved with that traffic
+(into rxonly, testpmd io or the appliance: it did send that fast over this link); a row whose
+measured rates are not all below 1/1.2 of it says "generator-bound" instead of claiming a ratio
+(a closed-loop row: instead of "appliance-bound or loop-bound").
 
 Every run stops pktgen (the end of its --duration) before its peer; then the peer is stopped.
 Last, the appliance's survival of its peer going away: one appliance process takes two pktgen
 runs one after the other; it must still run after the first disconnects and count the second's
 packets too.
 
-The runs of a row alternate, REPS times; the table gives median [min-max].
+The runs of a row follow one another, and the rows alternate, REPS times; the tables give median
+[min-max].
 Output: stdout and target/bench/memif.md.
 
---plots DIR: row 1 through the appliance once per frame size (PLOT_SIZES, 64 to 1518 bytes with
+--plots DIR: the forwarding row through the appliance once per frame size (PLOT_SIZES, 64 to 1518 bytes with
 the FCS), each pktgen summary kept as DIR/fwd-SIZE.json, then tools/plot_pktgen.py draws
 DIR/throughput.png (packets/s and Gbit/s the appliance took, pktgen's tx: what comes back is
 bounded by pktgen's receiving on the CPU it shares with its sending) and DIR/latency_cdf.png (the
