@@ -47,7 +47,8 @@ test: deps
 # vdevs (Mpps, one worker core): prints one table, also written to target/bench/results.md.
 # BENCH_SECONDS and BENCH_REPS (default 5 and 3) set the length of the DPDK runs.
 # Last, the two-process rows over net_memif (tools/bench/memif.py: MEMIF_SECONDS, MEMIF_REPS,
-# default 3 and 3), written to target/bench/memif.md.
+# MEMIF_ROWS, default 2 s, 1 repetition, every row: about 5 minutes), written to
+# target/bench/memif.md.
 bench: build
 	$(CARGO) bench -p dataplane --no-default-features --bench packet_core -- --noplot
 	$(CARGO) bench -p dataplane --no-default-features --bench aggregation -- --noplot

@@ -5,50 +5,95 @@
 use crate::plan;
 use crate::workload::{Event, Params};
 use dataplane::agg::collective::Carriage;
-use dataplane::wire::build::{self, FrameSpec, Roce, ROCEV2_PORT};
+use dataplane::wire::build::{self, FrameSpec, IpAddrBytes, Roce, ROCEV2_PORT};
 use dataplane::wire::gradient::{GradientRepr, VERSION};
+use dataplane::wire::EthernetAddress;
 
 /// ECN codepoint ECT(0).
 pub const ECT0: u8 = 0b10;
 /// TTL or hop limit of contributions.
 pub const TTL: u8 = 64;
 
-/// The headers of `event`'s frame.
-pub fn frame_spec(p: &Params, e: &Event) -> FrameSpec {
-    let k = e.rank;
-    let roce = p.carriage == Carriage::Rocev2;
+/// The addresses of one member's contributions: the member's (source) and the appliance's
+/// (destination) on the member's link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Addresses {
+    /// The member's MAC.
+    pub src_mac: EthernetAddress,
+    /// The appliance's MAC.
+    pub dst_mac: EthernetAddress,
+    /// 802.1Q VID of the member's frames.
+    pub vlan: Option<u16>,
+    /// The member's IP.
+    pub src_ip: IpAddrBytes,
+    /// The appliance's IP (of the member's family).
+    pub dst_ip: IpAddrBytes,
+    /// The member's UDP port (the UDP source port on both carriages).
+    pub src_port: u16,
+    /// The appliance's gradient UDP port (UDP carriage; RoCEv2 goes to 4791).
+    pub gradient_port: u16,
+    /// RoCEv2: the appliance's QP (BTH destination QP).
+    pub dest_qp: u32,
+    /// RoCEv2: the member's Q_Key (DETH).
+    pub qkey: u32,
+    /// RoCEv2: the member's QP (DETH source QP).
+    pub src_qp: u32,
+}
+
+/// The headers of a contribution (or probe) from `a`'s member carrying `header`, with PSN `psn`
+/// on RoCEv2 (spec sections 1 and 2): ECN ECT(0), TTL 64, DSCP 0, P_Key 0xFFFF. The one layout
+/// of the pcap writer ([`frame_spec`]) and the live generator (`live::allreduce`), both built by
+/// the appliance's `dataplane::wire::build`.
+pub fn contribution_spec(a: &Addresses, carriage: Carriage, header: GradientRepr, psn: u32) -> FrameSpec {
+    let roce = carriage == Carriage::Rocev2;
     FrameSpec {
-        src_mac: plan::member_mac(k),
-        dst_mac: plan::APPLIANCE_MAC,
-        vlan: p.vlan,
+        src_mac: a.src_mac,
+        dst_mac: a.dst_mac,
+        vlan: a.vlan,
         outer_tag: None,
-        src_ip: plan::member_ip(p.family, k),
-        dst_ip: plan::appliance_ip(p.family),
+        src_ip: a.src_ip,
+        dst_ip: a.dst_ip,
         dscp: 0,
         ecn: ECT0,
         ttl: TTL,
-        src_port: plan::member_udp_port(k),
-        dst_port: if roce { ROCEV2_PORT } else { plan::GRADIENT_UDP_PORT },
-        roce: roce.then_some(Roce {
-            dest_qp: plan::APPLIANCE_QPN,
-            psn: e.psn,
-            pkey: plan::PKEY,
-            qkey: plan::MEMBER_QKEY,
-            src_qp: plan::member_qpn(k),
-        }),
-        header: GradientRepr {
-            version: VERSION,
-            flags: e.flags,
-            op_type: p.op.wire(),
-            collective_id: p.collective_id,
-            dtype: p.dtype.wire(),
-            reason: 0,
-            worker_rank: k,
-            tensor_offset: e.offset,
-            data_length: e.count * p.dtype.size() as u32,
-            round: e.round,
-        },
+        src_port: a.src_port,
+        dst_port: if roce { ROCEV2_PORT } else { a.gradient_port },
+        roce: roce.then_some(Roce { dest_qp: a.dest_qp, psn, pkey: plan::PKEY, qkey: a.qkey, src_qp: a.src_qp }),
+        header,
     }
+}
+
+/// The addresses of member `rank` of a workload, per the address plan.
+pub fn plan_addresses(p: &Params, rank: u16) -> Addresses {
+    Addresses {
+        src_mac: plan::member_mac(rank),
+        dst_mac: plan::APPLIANCE_MAC,
+        vlan: p.vlan,
+        src_ip: plan::member_ip(p.family, rank),
+        dst_ip: plan::appliance_ip(p.family),
+        src_port: plan::member_udp_port(rank),
+        gradient_port: plan::GRADIENT_UDP_PORT,
+        dest_qp: plan::APPLIANCE_QPN,
+        qkey: plan::MEMBER_QKEY,
+        src_qp: plan::member_qpn(rank),
+    }
+}
+
+/// The headers of `event`'s frame.
+pub fn frame_spec(p: &Params, e: &Event) -> FrameSpec {
+    let header = GradientRepr {
+        version: VERSION,
+        flags: e.flags,
+        op_type: p.op.wire(),
+        collective_id: p.collective_id,
+        dtype: p.dtype.wire(),
+        reason: 0,
+        worker_rank: e.rank,
+        tensor_offset: e.offset,
+        data_length: e.count * p.dtype.size() as u32,
+        round: e.round,
+    };
+    contribution_spec(&plan_addresses(p, e.rank), p.carriage, header, e.psn)
 }
 
 /// The length (bytes) of the largest frame of a workload (a full chunk).

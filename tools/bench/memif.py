@@ -1,62 +1,72 @@
 #!/usr/bin/env python3
 """`make bench`: the two-process rows, pktgen and a device under test over net_memif.
 
-    tools/bench/memif.py [--seconds 3] [--reps 3]
+    tools/bench/memif.py [--seconds 2] [--reps 1] [--rows 'fwd*,open-4w-*'] [--list]
     tools/bench/memif.py --plots DIR [--seconds 3]      (`make plots`)
 
 Two programs, two processes, one memif link (a filesystem socket). By default the device under
 test is the memif server (started first; testpmd is waited for until it forwards) and `pktgen
 run` the client, in copy mode. Zero-copy (`zero-copy=yes`, a client option) needs no hugepages
 (EAL --single-file-segments suffices: without hugepages EAL memory is memfd-backed and shared),
-but dpdk-testpmd 22.11 as server passes no packet from a zero-copy client, so the default row
-runs every program in copy mode alike. `--zero-copy` swaps the roles: pktgen is the server
+but dpdk-testpmd 22.11 as server passes no packet from a zero-copy client, so the default rows
+run every program in copy mode alike. `--zero-copy` swaps the roles: pktgen is the server
 (`[pktgen] link_wait_ms`: its clock starts once the link is up) and the device the zero-copy
 client (output target/bench/memif-zc.md). A memif client connects only when its port starts (the
 appliance restarts its client port until a server answers; testpmd does not). testpmd may die with SIGSEGV when
 its peer leaves (the memif PMD unmaps the rings under its polling lcore); the appliance and
 pktgen wait for their lcores' grace period before any such unmap (dataplane/src/runtime/dpdk/rcu.rs).
 Every program gets the same EAL memory options (--no-huge -m 512 --single-file-segments), the
-same mbuf data room (2176 bytes, 128 of them headroom), 16383 mbufs (cache 256) and bursts of 32.
+same mbuf data room (2176 bytes, 128 of them headroom; 4480 in the rows of 4 KiB chunks, with
+memif buffers of 8192 bytes on both sides), 16383 mbufs (cache 256) and bursts of 32.
 
 Cores (the machine has 2 CPUs): the device under test polls on CPU 1 alone (the appliance's
 worker lcore, or testpmd's forwarding lcore); its main lcore is on CPU 0. pktgen's lcores are on
-CPU 0 too: in row 1 its tx lcore and its main lcore (which receives) share CPU 0; in row 2 its
-main lcore sends and receives. So CPU 0 carries the generator's sending and receiving, and the
-devices' control threads.
+CPU 0 too: in the forwarding rows its tx lcore and its main lcore (which receives) share CPU 0;
+in the AllReduce rows its main lcore sends and receives. So CPU 0 carries the generator's
+sending and receiving, and the devices' control threads.
 
-Row 1, forwarding at 60 and 1020 bytes (64 B and 1 KiB with the FCS): a UDP stream (16 flows)
-at full rate. The appliance forwards it back out of the port it came in on (an exact table on
-eth.dst without entries, miss: forward(0)); testpmd (`--forward-mode=io --port-topology=loop`)
-echoes it. pktgen keeps and retries a burst the memif ring does not take, so the link loses
-nothing on the way in: the rate is the packets/s the device took (pktgen's tx Mpps, which the
-appliance's port rx count confirms). What came back to pktgen is shown as a fraction: pktgen's
-receiving shares CPU 0 with its sending, so the devices' tx drops most of what they forward at
-64 B, alike for both.
+Rows (`--list` names them; `--rows` takes comma-separated fnmatch patterns of their ids, default
+all; the whole default run takes about 5 minutes):
 
-Row 2, AllReduce open loop: collective 1 of 4 workers, 256 f32 lanes per chunk (1 KiB of
-payload, 1086-byte UDP frames), 256 slots, f32 sum; pktgen's `[[allreduce]]` in open loop
-(`probe = false`), unpaced. The appliance's rate is its folded contributions
-(`aggregation.folded` of --stats-json) over pktgen's run time; testpmd io echoes the same
-contributions back and its rate is the contributions/s it took (pktgen's tx, over the same time);
-the fraction that came back to pktgen is shown too (the appliance answers every round with a
-result to each worker, so it also sends one frame per contribution). Payload Gbit/s and
-elements/s follow from the appliance's rate (1024 bytes and 256 elements per contribution).
+- fwd64, fwd1024: forwarding at 60 and 1020 bytes (64 B and 1 KiB with the FCS), a UDP stream
+  (16 flows) at full rate. The appliance forwards it back out of the port it came in on (an exact
+  table on eth.dst without entries, miss: forward(0)); testpmd (`--forward-mode=io
+  --port-topology=loop`) echoes it. pktgen keeps and retries a burst the memif ring does not
+  take, so the link loses nothing on the way in: the rate is the packets/s the device took
+  (pktgen's tx Mpps, which the appliance's port rx count confirms). What came back to pktgen is
+  shown as a fraction: pktgen's receiving shares CPU 0 with its sending.
+- open-Ww-L-C: AllReduce in open loop, collective 1 of W workers (4, 16), L f32 lanes per chunk
+  (256, 1024: 1 KiB or 4 KiB of payload), carriage C (udp, rocev2), 256 slots, f32 sum; pktgen's
+  `[[allreduce]]` in open loop (`probe = false`), unpaced. The appliance's rate is its folded
+  contributions (`aggregation.folded` of --stats-json) over pktgen's run time; testpmd io echoes
+  the same contributions back and its rate is the contributions/s it took (pktgen's tx, over the
+  same time); the fraction that came back to pktgen is shown too (the appliance answers every
+  round with a result to each worker, so it also sends one frame per contribution). Payload
+  Gbit/s follow from the appliance's rate. Goal: appliance >= 0.8x testpmd io.
+- closed-Ww-L-C: the same collective in closed loop (`mode = "closed"`, 16 chunks outstanding per
+  worker, probes first: what real workers see), the appliance alone: testpmd cannot answer a
+  contribution with its result, so there is nothing to put beside it. Reported from pktgen's
+  summary: slot rounds/s (contributions/s over the workers), contributions/s whose right result
+  came back, payload Gbit/s, latency p50 and p99 (a round's first send to its result), resends.
 
-Generator check: per row and size, pktgen alone sends the same traffic into testpmd in
-`rxonly` mode over the same link (a peer that frees what it receives, nothing comes back). The
-generator's reach is the highest median tx rate pktgen achieved in the row (into rxonly, testpmd
-io or the appliance: it did send that fast over this link); a row whose measured rates are not
-all below 1/1.2 of it says "generator-bound" instead of claiming a ratio.
+Generator check, every row: pktgen alone sends the row's traffic into testpmd in `rxonly` mode
+over the same link (a peer that frees what it receives, nothing comes back; a closed-loop row
+sends its traffic in open loop there, unless its open-loop twin runs too, whose runs then
+serve). The generator's reach is the highest median tx rate pktgen achieved with that traffic
+(into rxonly, testpmd io or the appliance: it did send that fast over this link); a row whose
+measured rates are not all below 1/1.2 of it says "generator-bound" instead of claiming a ratio
+(a closed-loop row: instead of "appliance-bound or loop-bound").
 
 Every run stops pktgen (the end of its --duration) before its peer; then the peer is stopped.
 Last, the appliance's survival of its peer going away: one appliance process takes two pktgen
 runs one after the other; it must still run after the first disconnects and count the second's
 packets too.
 
-The runs of a row alternate, REPS times; the table gives median [min-max].
+The runs of a row follow one another, and the rows alternate, REPS times; the tables give median
+[min-max].
 Output: stdout and target/bench/memif.md.
 
---plots DIR: row 1 through the appliance once per frame size (PLOT_SIZES, 64 to 1518 bytes with
+--plots DIR: the forwarding row through the appliance once per frame size (PLOT_SIZES, 64 to 1518 bytes with
 the FCS), each pktgen summary kept as DIR/fwd-SIZE.json, then tools/plot_pktgen.py draws
 DIR/throughput.png (packets/s and Gbit/s the appliance took, pktgen's tx: what comes back is
 bounded by pktgen's receiving on the CPU it shares with its sending) and DIR/latency_cdf.png (the
@@ -65,6 +75,7 @@ latency of what came back, at full offered load: queueing in the memif rings inc
 
 import argparse
 import atexit
+import fnmatch
 import json
 import os
 import shutil
@@ -93,9 +104,51 @@ SIZES = (60, 1020)
 # largest frame at its default MTU of 1500).
 PLOT_SIZES = (60, 124, 252, 508, 1020, 1514)
 PLOT_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plot_pktgen.py")
-CHUNK = 256  # f32 lanes per contribution
-WORKERS = 4
+# The rows. Forwarding: frame length without the FCS. AllReduce: workers x f32 lanes per chunk x
+# carriage, open loop (beside testpmd io) and closed loop (the appliance alone: testpmd cannot
+# answer a contribution with its result).
+WORKER_COUNTS = (4, 16)
+LANE_COUNTS = (256, 1024)
+CARRIAGES = ("udp", "rocev2")
 SLOTS = 256
+WINDOW = 16  # closed loop: chunks outstanding per worker
+# Headers of a contribution (bytes, no FCS): Ethernet 14, IPv4 20, UDP 8, gradient header 20;
+# RoCEv2 adds BTH 12, DETH 8 and the ICRC 4 (spec sections 1 and 2).
+HEADERS = {"udp": 62, "rocev2": 86}
+# A 4 KiB chunk's frame (4158 or 4182 bytes) needs a data room above 2176: every program of such a
+# row gets this one (4352 bytes of data after the 128-byte headroom).
+DATA_ROOM_BIG = 4480
+BIG_BSIZE = 8192
+
+
+class Row:
+    """One row of the table: `kind` is "fwd", "open" or "closed"."""
+
+    def __init__(self, kind, size=None, workers=None, lanes=None, carriage=None):
+        self.kind, self.workers, self.lanes, self.carriage = kind, workers, lanes, carriage
+        self.size = size if kind == "fwd" else lanes * 4 + HEADERS[carriage]
+        self.data_room = DATA_ROOM if self.size + 128 <= DATA_ROOM else DATA_ROOM_BIG
+        if kind == "fwd":
+            self.id = f"fwd{size + 4}"
+        else:
+            self.id = f"{kind}-{workers}w-{lanes}-{carriage}"
+
+    def traffic(self):
+        """The id of the open-loop row with this row's traffic (itself unless closed)."""
+        return self.id.replace("closed-", "open-", 1)
+
+    def name(self):
+        if self.kind == "fwd":
+            return f"forwarding {self.size + 4} B"
+        loop = "open" if self.kind == "open" else "closed"
+        return (f"AllReduce {loop} loop, {self.workers} workers x {self.lanes} f32 lanes, "
+                f"{'RoCEv2' if self.carriage == 'rocev2' else 'UDP'} ({self.size} B)")
+
+
+DEFAULT_ROWS = "*"
+ROWS = ([Row("fwd", s) for s in SIZES]
+        + [Row(k, workers=w, lanes=n, carriage=c) for k in ("open", "closed") for w in WORKER_COUNTS
+           for n in LANE_COUNTS for c in CARRIAGES])
 
 
 def toml_list(xs):
@@ -107,29 +160,37 @@ def toml_list(xs):
 ZC = False
 
 
-def vdev(sock, who):
+def vdev(sock, who, data_room):
+    """The memif vdev of `who` ("pktgen" or the device). Frames above net_memif's 2048-byte
+    buffer (`bsize`) are chained over several; with 4 KiB frames at full rate DPDK 22.11 in copy
+    mode then mangled frames (the appliance counted more frames than pktgen sent, half of them
+    stale rounds, some malformed IPv4), so the rows with a larger data room give both sides
+    buffers of BIG_BSIZE bytes: one frame, one buffer (then every frame sent was folded)."""
     role = "server" if (who == "pktgen") == ZC else "client"
     zc = ",zero-copy=yes" if ZC and role == "client" else ""
-    return f"net_memif0,role={role},socket={sock},socket-abstract=no{zc}"
+    bsize = f",bsize={BIG_BSIZE}" if data_room > DATA_ROOM else ""
+    return f"net_memif0,role={role},socket={sock},socket-abstract=no{zc}{bsize}"
 
 
-def eal_and_mempool(lcores):
+def eal_and_mempool(lcores, data_room):
     """The [eal] and [mempool] tables every program of a run shares."""
     return f"""[eal]
 args = {toml_list(MEM + ["--lcores", lcores])}
 [mempool]
 mbufs = {MBUFS}
 cache = 256
-data_room = {DATA_ROOM}
+data_room = {data_room}
 """
 
 
 def appliance_conf(d, row):
-    t = eal_and_mempool(DUT_LCORES) + f"""[dataplane]
+    """The appliance's config for `row`: forwarding (an exact table without entries, miss
+    forward(0)) or collective 1 of the row's workers, lanes and carriage."""
+    t = eal_and_mempool(DUT_LCORES, row.data_room) + f"""[dataplane]
 burst = 32
 [[port]]
 name = "m0"
-vdev = "{vdev(os.path.join(d, 'm0.sock'), 'device')}"
+vdev = "{vdev(os.path.join(d, 'm0.sock'), 'device', row.data_room)}"
 rx_desc = {RING}
 tx_desc = {RING}
 mac = "02:00:00:00:00:fe"
@@ -138,7 +199,7 @@ ipv4 = "10.0.0.254"
 id = 1
 rx = [{{ port = 0, queue = 0 }}]
 """
-    if row == "fwd":
+    if row.kind == "fwd":
         t += """[[table]]
 name = "l2"
 key = [{ field = "eth.dst", match = "exact" }]
@@ -149,43 +210,46 @@ default_action = "forward(0)"
 collective_id = 1
 op = "sum"
 dtype = "f32"
-carriage = "udp"
-tensor_elements = {CHUNK * SLOTS}
-chunk_elements = {CHUNK}
+carriage = "{row.carriage}"
+tensor_elements = {row.lanes * SLOTS}
+chunk_elements = {row.lanes}
 """
-        for r in range(WORKERS):
+        for r in range(row.workers):
             t += f"""[[collective.member]]
 rank = {r}
 ip = "10.0.0.{r + 1}"
-udp_port = {50000 + r}
 mac = "02:00:00:00:01:{r:02x}"
 """
-    path = os.path.join(d, f"appliance-{row}.toml")
+            t += f"udp_port = {50000 + r}\n" if row.carriage == "udp" else f"qpn = {0x100 + r}\nqkey = 0x11111111\n"
+    path = os.path.join(d, f"appliance-{row.id}.toml")
     with open(path, "w") as f:
         f.write(t)
     return path
 
 
-def pktgen_conf(d, row, size, app_conf):
-    lcores = "0@0,1@0" if row == "fwd" else "0@0"
-    t = eal_and_mempool(lcores) + """[pktgen]
+def pktgen_conf(d, row, app_conf, open_loop):
+    """pktgen's config for `row`: the forwarding stream, or the row's workers in open loop
+    (unpaced, no probes: testpmd can echo it) or closed loop (probes first, WINDOW chunks
+    outstanding per worker)."""
+    lcores = "0@0,1@0" if row.kind == "fwd" else "0@0"
+    t = eal_and_mempool(lcores, row.data_room) + """[pktgen]
 burst = 32
 link_wait_ms = 20000
 """
-    if row == "fwd":
+    if row.kind == "fwd":
         t += "tx_lcores = [1]\n"
     t += f"""[[port]]
 name = "m0"
-vdev = "{vdev(os.path.join(d, 'm0.sock'), 'pktgen')}"
+vdev = "{vdev(os.path.join(d, 'm0.sock'), 'pktgen', row.data_room)}"
 rx_desc = {RING}
 tx_desc = {RING}
 """
-    if row == "fwd":
+    if row.kind == "fwd":
         t += f"""[[stream]]
-name = "udp{size}"
+name = "udp{row.size}"
 port = "m0"
 rx_port = "m0"
-size = {size}
+size = {row.size}
 flows = 16
 src_ip = "10.0.0.1"
 dst_ip = "10.0.1.1"
@@ -198,10 +262,9 @@ name = "ar"
 port = "m0"
 appliance = "{app_conf}"
 collective_id = 1
-mode = "open"
-probe = false
 """
-    path = os.path.join(d, f"pktgen-{row}-{size}.toml")
+        t += 'mode = "open"\nprobe = false\n' if open_loop else f'mode = "closed"\nwindow = {WINDOW}\n'
+    path = os.path.join(d, f"pktgen-{row.id}{'-open' if open_loop else ''}.toml")
     with open(path, "w") as f:
         f.write(t)
     return path
@@ -288,12 +351,12 @@ def start_pktgen(d, conf, seconds, js):
     return g
 
 
-def start_device(d, kind, app_conf, stats):
+def start_device(d, kind, app_conf, stats, data_room):
     """The device under test; as the memif server it returns once it forwards."""
     sock = os.path.join(d, "m0.sock")
     if not ZC and os.path.exists(sock):
         os.unlink(sock)
-    dev = Proc(device_cmd(sock, kind, app_conf, stats))
+    dev = Proc(device_cmd(sock, kind, app_conf, stats, data_room))
     if not ZC:
         # testpmd creates the socket when it probes the vdev, before it configures the port:
         # a client that connects then passes no packet. Wait until it forwards.
@@ -302,22 +365,22 @@ def start_device(d, kind, app_conf, stats):
     return dev
 
 
-def device_cmd(sock, kind, app_conf, stats):
+def device_cmd(sock, kind, app_conf, stats, data_room):
     if kind == "dpu":
         return [DPU, "-c", app_conf, "--stats-json", stats]
     mode = kind.split("-", 1)[1]
-    return (["dpdk-testpmd", *MEM, "--lcores", DUT_LCORES, "--vdev", vdev(sock, "device"),
+    return (["dpdk-testpmd", *MEM, "--lcores", DUT_LCORES, "--vdev", vdev(sock, "device", data_room),
                  "--", "--nb-cores=1", f"--forward-mode={mode}", "--port-topology=loop",
-                 f"--mbuf-size={DATA_ROOM}", f"--total-num-mbufs={MBUFS}", "--mbcache=256",
+                 f"--mbuf-size={data_room}", f"--total-num-mbufs={MBUFS}", "--mbcache=256",
                  "--burst=32", f"--rxd={RING}", f"--txd={RING}", "--stats-period", "10"])
 
 
-def start_pair(d, kind, app, stats, conf, seconds, js):
+def start_pair(d, kind, app, stats, conf, seconds, js, data_room):
     """The memif server first, then the client; returns (pktgen, device)."""
     if ZC:
         g = start_pktgen(d, conf, seconds, js)
-        return g, start_device(d, kind, app, stats)
-    dev = start_device(d, kind, app, stats)
+        return g, start_device(d, kind, app, stats, data_room)
+    dev = start_device(d, kind, app, stats, data_room)
     return start_pktgen(d, conf, seconds, js), dev
 
 
@@ -331,17 +394,22 @@ def finish_pktgen(g, js, seconds, must=True):
         return json.load(f)
 
 
-def measure(d, row, size, kind, seconds):
-    """One run; returns (rate in packets/s, pktgen's tx packets/s, details)."""
-    ar = appliance_conf(d, "ar")  # pktgen's [[allreduce]] reads the collective from it
-    app = appliance_conf(d, "fwd") if row == "fwd" else ar
+def measure(d, row, kind, seconds):
+    """One run of `row` against `kind` (testpmd-rxonly, testpmd-io or dpu); returns (rate, pktgen's
+    tx packets/s, details). The rate: forwarding, the packets/s the device took (pktgen's tx);
+    open loop, contributions/s folded (the appliance's aggregation.folded) or taken (testpmd);
+    closed loop, contributions/s completed (a result came back and was right). Into testpmd
+    rxonly a closed-loop row sends its traffic in open loop (the generator's reach with it)."""
+    ar = appliance_conf(d, row)  # pktgen's [[allreduce]] reads the collective from it
+    open_loop = row.kind == "open" or kind != "dpu"
     stats = os.path.join(d, "dpu-stats.json")
     if os.path.exists(stats):
         os.unlink(stats)
     js = os.path.join(d, "pktgen.json")
     if os.path.exists(js):
         os.unlink(js)
-    g, dev = start_pair(d, kind, app, stats, pktgen_conf(d, row, size, ar), seconds, js)
+    conf = pktgen_conf(d, row, ar, open_loop)
+    g, dev = start_pair(d, kind, ar, stats, conf, seconds, js, row.data_room)
     p = finish_pktgen(g, js, seconds)
     time.sleep(0.3)
     alive = dev.alive()
@@ -349,28 +417,35 @@ def measure(d, row, size, kind, seconds):
     if not alive or code != 0:
         print(f"memif.py: note: {kind} was not running after pktgen left, or exited {code}",
               file=sys.stderr)
-    if row == "fwd":
+    st = None
+    if kind == "dpu" and os.path.exists(stats):
+        with open(stats) as f:
+            st = json.load(f)
+    if row.kind == "fwd":
         s = p["streams"][0]
         tx_pps = s["tx_pps"]
         detail = {"tx_full": s["tx"]["tx_full"], "back": s["rx"]["packets"] / max(1, s["tx"]["packets"])}
         rate = tx_pps
-        if kind == "dpu" and os.path.exists(stats):
-            with open(stats) as f:
-                st = json.load(f)
+        if st is not None:
             detail["dpu_rx"] = st["ports"][0]["workers"]["rx_packets"]
             detail["sent"] = s["tx"]["packets"]
     else:
         a = p["allreduce"][0]
-        secs = p["seconds"]
-        tx_pps = a["tx_packets"] / secs
+        # Open loop: pktgen's run time (its sending); closed loop: the first contribution to the
+        # last result (the summary's seconds).
+        secs = p["seconds"] if open_loop else a["seconds"]
+        tx_pps = a["tx_packets"] / max(secs, 1e-9)
         detail = {"tx_full": a["tx_full"], "back": a["rx_packets"] / max(1, a["tx_packets"]),
-                  "right": a.get("right")}
+                  "right": a["right"], "wrong": a["wrong"]}
         rate = tx_pps
-        if kind == "dpu" and not os.path.exists(stats):
+        if not open_loop:
+            lat = a.get("latency") or {}
+            rate = a["contributions_per_s"]
+            detail.update(p50=lat.get("p50_us"), p99=lat.get("p99_us"),
+                          retx=a["retransmissions"], stale=a["stale_results"])
+        elif kind == "dpu" and st is None:
             detail["stats_lost"] = True  # the appliance died: pktgen's tx stands in
         elif kind == "dpu":
-            with open(stats) as f:
-                st = json.load(f)
             folded = st["aggregation"]["folded"]
             detail["folded"] = folded
             rate = folded / secs
@@ -381,17 +456,17 @@ def measure(d, row, size, kind, seconds):
 def survival(d, seconds):
     """The appliance keeps running and counting when its memif peer goes away: one appliance,
     two pktgen sessions one after the other (the memif client reconnects to the second)."""
-    ar = appliance_conf(d, "ar")
-    app = appliance_conf(d, "fwd")
+    row = Row("fwd", 60)
+    app = appliance_conf(d, row)
     stats = os.path.join(d, "dpu-stats.json")
     if os.path.exists(stats):
         os.unlink(stats)
-    conf = pktgen_conf(d, "fwd", 60, ar)
+    conf = pktgen_conf(d, row, app, True)
     sent, dev, alive_between = [], None, True
     for i in range(2):
         js = os.path.join(d, f"survive-{i}.json")
         if dev is None:
-            g, dev = start_pair(d, "dpu", app, stats, conf, seconds, js)
+            g, dev = start_pair(d, "dpu", app, stats, conf, seconds, js, row.data_room)
         else:
             g = start_pktgen(d, conf, seconds, js)
         p = finish_pktgen(g, js, seconds, must=False)
@@ -420,7 +495,7 @@ def plots(d, out, seconds):
     os.makedirs(out, exist_ok=True)
     files = []
     for size in PLOT_SIZES:
-        rate, _, det = measure(d, "fwd", size, "dpu", seconds)
+        rate, _, det = measure(d, Row("fwd", size), "dpu", seconds)
         dst = os.path.join(out, f"fwd-{size}.json")
         shutil.copyfile(os.path.join(d, "pktgen.json"), dst)
         files.append(dst)
@@ -436,14 +511,46 @@ def fmt(xs, scale=1e6, digits=2):
     return f"{statistics.median(xs):.{digits}f} [{min(xs):.{digits}f}-{max(xs):.{digits}f}]"
 
 
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else float("nan")
+
+
+def select(patterns):
+    """The rows whose id matches one of the comma-separated fnmatch patterns."""
+    pats = [p.strip() for p in patterns.split(",") if p.strip()]
+    rows = [r for r in ROWS if any(fnmatch.fnmatch(r.id, p) for p in pats)]
+    if not rows:
+        sys.exit(f"memif.py: no row matches --rows {patterns!r}; rows: "
+                 + ", ".join(r.id for r in ROWS))
+    return rows
+
+
+def kinds_of(row, ids):
+    """The runs of a row: the generator check (testpmd rxonly), testpmd io and the appliance; a
+    closed-loop row, the appliance alone, and the generator check unless its open-loop twin
+    (the same traffic) runs too."""
+    if row.kind != "closed":
+        return ("testpmd-rxonly", "testpmd-io", "dpu")
+    return ("dpu",) if row.traffic() in ids else ("testpmd-rxonly", "dpu")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=int, default=int(os.environ.get("MEMIF_SECONDS", 3)))
-    ap.add_argument("--reps", type=int, default=int(os.environ.get("MEMIF_REPS", 3)))
+    ap.add_argument("--seconds", type=int, default=int(os.environ.get("MEMIF_SECONDS", 2)))
+    ap.add_argument("--reps", type=int, default=int(os.environ.get("MEMIF_REPS", 1)))
+    ap.add_argument("--rows", default=os.environ.get("MEMIF_ROWS", DEFAULT_ROWS),
+                    help="comma-separated patterns of row ids (fnmatch), e.g. 'fwd*,open-4w-*'; "
+                    "--list names them")
+    ap.add_argument("--list", action="store_true", help="list the rows and exit")
     ap.add_argument("--zero-copy", action="store_true",
                     help="pktgen the memif server, the device the zero-copy client")
     ap.add_argument("--plots", metavar="DIR", help="the frame-size sweep through the appliance, and its plots, into DIR")
     a = ap.parse_args()
+    if a.list:
+        for r in ROWS:
+            print(f"{r.id:24} {r.name()}")
+        return
     global ZC
     ZC = a.zero_copy
     for b in (DPU, PKTGEN):
@@ -458,82 +565,109 @@ def main():
         plots(d, a.plots, a.seconds)
         shutil.rmtree(d, ignore_errors=True)
         return
+    rows = select(a.rows)
+    ids = {r.id for r in rows}
     load = os.getloadavg()[0]
-    cases = [("fwd", s) for s in SIZES] + [("ar", 1086)]
+    t0 = time.monotonic()
     res = {}
     for rep in range(a.reps):
-        for row, size in cases:
-            for kind in ("testpmd-rxonly", "testpmd-io", "dpu"):
-                rate, tx, det = measure(d, row, size, kind, a.seconds)
-                r = res.setdefault((row, size), {}).setdefault(kind, {"rate": [], "tx": [], "det": []})
+        for row in rows:
+            for kind in kinds_of(row, ids):
+                rate, tx, det = measure(d, row, kind, a.seconds)
+                r = res.setdefault(row.id, {}).setdefault(kind, {"rate": [], "tx": [], "det": []})
                 r["rate"].append(rate)
                 r["tx"].append(tx)
                 r["det"].append(det)
-                print(f"memif.py: run {rep + 1}/{a.reps}: {row} {size} B {kind}: "
-                      f"{rate / 1e6:.3f} Mpps, pktgen tx {tx / 1e6:.3f} Mpps {det}",
+                print(f"memif.py: run {rep + 1}/{a.reps}: {row.id} {kind}: "
+                      f"{rate / 1e6:.3f} M/s, pktgen tx {tx / 1e6:.3f} Mpps {det}",
                       file=sys.stderr, flush=True)
     surv_ok, surv = survival(d, 2)
     shutil.rmtree(d, ignore_errors=True)
+    elapsed = time.monotonic() - t0
 
-    def verdict(row, size):
-        r = res[(row, size)]
-        # What pktgen reached over this link in this row: its tx into testpmd rxonly is not
-        # always its best (at 1 KiB it sent more into testpmd io than into rxonly).
-        gen = max(statistics.median(r[k]["tx"]) for k in r)
-        io = statistics.median(r["testpmd-io"]["rate"])
-        dpu = statistics.median(r["dpu"]["rate"])
-        bound = max(io, dpu) * GEN_MARGIN > gen
-        ratio = dpu / io
-        return gen, io, dpu, ratio, bound
+    def reach(row):
+        """pktgen's reach with this row's traffic: its highest median tx rate over the row's
+        runs (into rxonly, testpmd io or the appliance: it did send that fast over this link);
+        a closed-loop row's is its open-loop twin's, or its own run into rxonly."""
+        r = res.get(row.traffic()) if row.kind == "closed" and row.traffic() in ids else res[row.id]
+        kinds = [k for k in r if row.kind != "closed" or row.traffic() in ids or k != "dpu"]
+        return max(med(r[k]["tx"]) for k in kinds)
 
     def back(r):
-        return f"{100 * statistics.median(x['back'] for x in r['det']):.0f}%"
+        return f"{100 * med(x['back'] for x in r['det']):.0f}%"
 
-    crashes = {k: sum(not x["peer_ok"] for r in res.values() for x in r[k]["det"])
+    runs = sum(len(v["det"]) for r in res.values() for v in r.values())
+    crashes = {k: sum(not x["peer_ok"] for r in res.values() for x in r.get(k, {"det": []})["det"])
                for k in ("testpmd-rxonly", "testpmd-io", "dpu")}
-    runs = a.reps * len(cases)
+    wrong = sum(x.get("wrong") or 0 for r in res.values() for x in r.get("dpu", {"det": []})["det"])
     lines = [
         "Two processes over net_memif ("
         + ("zero-copy: pktgen the memif server, the device the zero-copy client"
            if ZC else "copy mode: the device the memif server, pktgen the client")
-        + f"; no hugepages; data room {DATA_ROOM} B, "
-        f"{MBUFS} mbufs, bursts of 32; load average {load:.1f} at start; {a.reps} x {a.seconds} s, "
-        "alternating). CPU 1: the device's polling lcore alone; CPU 0: pktgen's lcores (row 1: "
-        "its tx and rx lcores share it; row 2: one lcore sends and receives) and the device's main "
-        "lcore. Mpps median [min-max].",
-        "",
-        "| row | pktgen alone (tx into testpmd rxonly) | testpmd io | back | appliance | back | "
-        "appliance / testpmd io |",
-        "|---|---|---|---|---|---|---|",
+        + f"; no hugepages; data room {DATA_ROOM} B ({DATA_ROOM_BIG} B in the 1024-lane rows, "
+        f"every program of a row alike), {MBUFS} mbufs, bursts of 32; load average {load:.1f} at "
+        f"start; {a.reps} x {a.seconds} s per run, alternating; {elapsed:.0f} s in all). CPU 1: the "
+        "device's polling lcore alone; CPU 0: pktgen's lcores (forwarding: its tx and rx lcores "
+        "share it; AllReduce: one lcore sends and receives) and the device's main lcore. "
+        "M/s median [min-max].",
     ]
-    goal_line = ""
-    for row, size in cases:
-        r = res[(row, size)]
-        gen, io, dpu, ratio, bound = verdict(row, size)
-        if row == "fwd":
-            name = f"forwarding {size + 4} B (frames {size} B + FCS): packets/s taken"
-        else:
-            name = (f"AllReduce open loop, {WORKERS} workers, {CHUNK} f32 lanes, UDP ({size} B): "
-                    "contributions/s folded (appliance) or echoed (testpmd)")
-        claim = "generator-bound" if bound else f"{ratio:.2f}"
-        lines.append(f"| {name} | {fmt(r['testpmd-rxonly']['tx'])} | {fmt(r['testpmd-io']['rate'])} | "
-                     f"{back(r['testpmd-io'])} | {fmt(r['dpu']['rate'])} | {back(r['dpu'])} | {claim} |")
-        if row == "ar":
-            gbps = [x * CHUNK * 4 * 8 / 1e9 for x in r["dpu"]["rate"]]
-            eps = [x * CHUNK for x in r["dpu"]["rate"]]
-            goal_line = (
-                f"AllReduce row, the appliance: {fmt(gbps, 1, 3)} Gbit/s of payload, "
-                f"{fmt(eps, 1e9, 4)} G elements/s. Goal appliance >= {GOAL}x testpmd io: "
-                + ("not judged (generator-bound: pktgen's highest tx rate in the row is not "
-                   f"{GEN_MARGIN}x the rates measured)" if bound else
-                   ("met" if ratio >= GOAL else "NOT met") + f" ({ratio:.2f})") + ".")
-    lines += ["", goal_line,
-              f"Generator-bound: pktgen's highest median tx rate in the row (its reach) is below "
-              f"{GEN_MARGIN}x testpmd io's or the appliance's rate. "
+    opened = [r for r in rows if r.kind != "closed"]
+    goals = []
+    if opened:
+        lines += [
+            "",
+            "Open loop, beside testpmd io on the same traffic: forwarding, packets/s taken; "
+            "AllReduce, contributions/s folded (appliance) or echoed (testpmd).",
+            "",
+            "| row | pktgen alone (tx into testpmd rxonly) | testpmd io | back | appliance | back | "
+            "appliance payload Gbit/s | appliance / testpmd io |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for row in opened:
+            r = res[row.id]
+            gen, io, dpu = reach(row), med(r["testpmd-io"]["rate"]), med(r["dpu"]["rate"])
+            bound = max(io, dpu) * GEN_MARGIN > gen
+            ratio = dpu / io if io else float("nan")
+            claim = "generator-bound" if bound else f"{ratio:.2f}"
+            gbps = "-" if row.kind == "fwd" else fmt([x * row.lanes * 4 * 8 for x in r["dpu"]["rate"]], 1e9, 2)
+            lines.append(f"| {row.name()} | {fmt(r['testpmd-rxonly']['tx'])} | {fmt(r['testpmd-io']['rate'])} | "
+                         f"{back(r['testpmd-io'])} | {fmt(r['dpu']['rate'])} | {back(r['dpu'])} | {gbps} | {claim} |")
+            if row.kind == "open":
+                goals.append(f"{row.id} " + ("not judged (generator-bound)" if bound else
+                                             ("met" if ratio >= GOAL else "NOT met") + f" ({ratio:.2f})"))
+    closed = [r for r in rows if r.kind == "closed"]
+    if closed:
+        lines += [
+            "",
+            f"Closed loop (what real workers see: {WINDOW} chunks outstanding per worker, a slot's "
+            "next round once its result is back), the appliance alone: testpmd cannot answer a "
+            "contribution with its result, so no row beside it. Rounds/s: slot rounds completed "
+            "(every worker's result back); contributions/s: contributions whose right result came "
+            "back; latency from a round's first send to its result, over every worker.",
+            "",
+            "| row | pktgen's reach (open-loop tx) | rounds/s | contributions/s | payload Gbit/s | "
+            "p50 µs | p99 µs | resent | verdict |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for row in closed:
+            r = res[row.id]["dpu"]
+            gen, rate = reach(row), med(r["rate"])
+            bound = rate * GEN_MARGIN > gen
+            lines.append(
+                f"| {row.name()} | {gen / 1e6:.2f} | {fmt([x / row.workers for x in r['rate']], 1e3, 1)} k | "
+                f"{fmt(r['rate'])} M | {fmt([x * row.lanes * 4 * 8 for x in r['rate']], 1e9, 2)} | "
+                f"{med(x['p50'] for x in r['det']):.0f} | {med(x['p99'] for x in r['det']):.0f} | "
+                f"{med(x['retx'] for x in r['det']):.0f} | "
+                f"{'generator-bound' if bound else 'appliance-bound or loop-bound'} |")
+    lines += [""]
+    if goals:
+        lines.append(f"Goal, AllReduce open loop: appliance >= {GOAL}x testpmd io: " + "; ".join(goals) + ".")
+    lines += [f"Generator-bound: pktgen's reach (its highest median tx rate with the row's traffic) is "
+              f"below {GEN_MARGIN}x a rate measured in the row; such a row claims no ratio. "
               "'back': the fraction of what pktgen sent that came back to it (its receiving shares "
-              "CPU 0 with its sending). Peers that failed to stop cleanly (not running once "
-              "pktgen had stopped and left, or a non-zero exit): "
-              + ", ".join(f"{k} {v} of {runs}" for k, v in crashes.items()) + ".",
+              f"CPU 0 with its sending). Results checked wrong by pktgen in the appliance's runs: {wrong}. "
+              "Peers that failed to stop cleanly (not running once pktgen had stopped and left, or "
+              "a non-zero exit): " + ", ".join(f"{k} {v}" for k, v in crashes.items()) + f" of {runs} runs.",
               f"The appliance when its memif peer goes away (two pktgen runs, one after the other): "
               f"{'survives and keeps counting' if surv_ok else 'FAILED'} ({surv})."]
     text = "\n".join(lines) + "\n"

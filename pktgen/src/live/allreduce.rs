@@ -44,10 +44,11 @@
 use super::config::PortRef;
 use super::pace::Pacer;
 use super::report::Latency;
+use crate::frame::{contribution_spec, Addresses};
 use dataplane::agg::collective::Carriage;
 use dataplane::config::ConfigError;
 use dataplane::dpdk::{self as dpdk, Mbuf, Mempool, RxQueue, TxQueue};
-use dataplane::wire::build::{self, FrameSpec, IpAddrBytes, PayloadSums, Roce, ROCEV2_PORT, UD_SEND_ONLY};
+use dataplane::wire::build::{self, FrameSpec, IpAddrBytes, PayloadSums, ROCEV2_PORT, UD_SEND_ONLY};
 use dataplane::wire::gradient::{self, Dtype, Flags, GradientRepr, NakReason, Op, SlotState, VERSION};
 use dataplane::wire::{checksum, icrc, EthernetAddress};
 use hdrhistogram::Histogram;
@@ -222,39 +223,31 @@ impl Emulation {
     }
 
     fn spec(&self, w: &WorkerAddr) -> FrameSpec {
-        let roce = self.carriage == Carriage::Rocev2;
-        FrameSpec {
+        let a = Addresses {
             src_mac: w.mac,
             dst_mac: w.appliance_mac,
             vlan: w.vlan,
-            outer_tag: None,
             src_ip: w.ip,
             dst_ip: w.appliance_ip,
-            dscp: 0,
-            ecn: 0b10,
-            ttl: 64,
             src_port: w.udp_port,
-            dst_port: if roce { ROCEV2_PORT } else { self.gradient_udp_port },
-            roce: roce.then_some(Roce {
-                dest_qp: self.appliance_qpn,
-                psn: 0,
-                pkey: 0xffff,
-                qkey: w.qkey,
-                src_qp: w.qpn,
-            }),
-            header: GradientRepr {
-                version: VERSION,
-                flags: 0,
-                op_type: self.op.wire(),
-                collective_id: self.collective_id,
-                dtype: self.dtype.wire(),
-                reason: 0,
-                worker_rank: w.rank,
-                tensor_offset: 0,
-                data_length: 0,
-                round: 0,
-            },
-        }
+            gradient_port: self.gradient_udp_port,
+            dest_qp: self.appliance_qpn,
+            qkey: w.qkey,
+            src_qp: w.qpn,
+        };
+        let header = GradientRepr {
+            version: VERSION,
+            flags: 0,
+            op_type: self.op.wire(),
+            collective_id: self.collective_id,
+            dtype: self.dtype.wire(),
+            reason: 0,
+            worker_rank: w.rank,
+            tensor_offset: 0,
+            data_length: 0,
+            round: 0,
+        };
+        contribution_spec(&a, self.carriage, header, 0)
     }
 
     /// The longest frame it sends (bytes without FCS): a full chunk from the worker with the
@@ -1941,6 +1934,63 @@ mod tests {
         let m = Values::new(&em(Op::Sum, Op::Max, Dtype::Bf16));
         for round in 0..70 {
             assert_ne!(s.result(0, 64, round), m.result(0, 64, round));
+        }
+    }
+
+    /// One frame layout for both outputs: with the address plan's addresses (those of `em`),
+    /// the live builder's frame of every (rank, slot, round, flags) is byte for byte the pcap
+    /// writer's (`frame::build_frame`) for the same event, PSN and payload, on both carriages.
+    #[test]
+    fn live_frames_are_the_pcap_writers_frames() {
+        use crate::workload::{Event, Kind, Params};
+        for carriage in [Carriage::Udp, Carriage::Rocev2] {
+            let mut e = em(Op::Sum, Op::Sum, Dtype::F32);
+            e.carriage = carriage;
+            e.tensor_elements = 64 * 3 + 7;
+            let p = Params {
+                workers: 3,
+                tensor_elements: e.tensor_elements,
+                chunk_elements: e.chunk_elements,
+                dtype: e.dtype,
+                op: e.op,
+                carriage,
+                collective_id: e.collective_id,
+                ..Default::default()
+            };
+            let eng = Engine::new(&e, 1_000_000_000, 1);
+            let mut b = Builder::new(&eng);
+            let (mut live, mut pcap) = (vec![0u8; 4096], Vec::new());
+            let mut psn = [0u32; 3];
+            let mut frames = 0;
+            for round in [0u32, 5, u32::MAX] {
+                for slot in 0..e.slots() {
+                    for rank in 0..3u16 {
+                        for flags in [0, Flags::RETRANSMIT] {
+                            let s = Send { rank, slot, round, flags };
+                            let n = b.build(&eng, &s, &mut live);
+                            let (offset, count) = e.chunk(slot);
+                            let r = rank as usize;
+                            let ev = Event {
+                                time_us: 0,
+                                rank,
+                                round_index: 0,
+                                round,
+                                offset,
+                                count,
+                                flags,
+                                kind: Kind::First,
+                                psn: psn[r],
+                            };
+                            psn[r] += 1;
+                            let payload = eng.values.payload(r, offset, count, round);
+                            let m = crate::frame::build_frame(&p, &ev, payload, &mut pcap);
+                            assert_eq!(&live[..n], &pcap[..m], "{carriage:?} {s:?}");
+                            frames += 1;
+                        }
+                    }
+                }
+            }
+            assert_eq!(frames, 3 * 4 * 3 * 2);
         }
     }
 

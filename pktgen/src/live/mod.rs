@@ -601,12 +601,25 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
     let mut ports = Vec::new();
     for (i, p) in cfg.ports.iter().enumerate() {
         let id = Port::by_name(p.device_name())?;
+        // Frames above 1514 bytes need an MTU above 1500; a device that cannot be configured for
+        // it (net_memif of DPDK 22.11 says 1518 bytes at most, but its copy mode chains longer
+        // frames over its buffers) keeps its default MTU, with a note.
+        let mut mtu = (largest > 1514).then(|| (largest - 14) as u16);
+        let cap = Port::max_frame_len(id)?;
+        if mtu.is_some() && largest + 4 > cap as usize {
+            eprintln!(
+                "pktgen: port {}: frames of up to {largest} bytes, the device's largest is {cap} bytes with the FCS: \
+                 its MTU is left at the default",
+                loaded.port_names[i]
+            );
+            mtu = None;
+        }
         let setup = PortSetup {
             rx_queues: p.rx_queues,
             tx_queues: lanes,
             rx_desc: p.rx_desc,
             tx_desc: p.tx_desc,
-            mtu: (largest > 1514).then(|| (largest - 14) as u16),
+            mtu,
             mac: None,
         };
         ports.push((Port::start(id, &loaded.port_names[i], &setup, &pool)?, p.rx_queues));

@@ -102,6 +102,23 @@ impl Port {
         Ok(id)
     }
 
+    /// The largest frame port `id` accepts to be configured for (bytes, Ethernet header and FCS
+    /// included): `max_rx_pktlen` of `rte_eth_dev_info_get`. An MTU is accepted by
+    /// `rte_eth_dev_configure` while MTU + 18 stays at or below it (net_memif in DPDK 22.11 says
+    /// 1518, yet passes longer frames, chained over its buffers in copy mode).
+    ///
+    /// Errors: `rte_eth_dev_info_get` fails (no such port).
+    pub fn max_frame_len(id: u16) -> Result<u32, DpdkError> {
+        // SAFETY: zeroed rte_eth_dev_info is a valid out-parameter.
+        let mut info: dpdk_sys::rte_eth_dev_info = unsafe { std::mem::zeroed() };
+        // SAFETY: valid port id checked by rte_eth_dev_info_get itself.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_info_get(id, &mut info) };
+        if ret != 0 {
+            return Err(DpdkError::from_ret(format!("rte_eth_dev_info_get(port {id})"), ret));
+        }
+        Ok(info.max_rx_pktlen)
+    }
+
     /// Configures port `id` with `setup`'s queues on `pool` and starts it (promiscuous).
     ///
     /// Errors: more queues than the device has (net_pcap has one rx queue per `rx_pcap` and
