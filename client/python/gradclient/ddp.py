@@ -200,6 +200,25 @@ def _iface_of(ip: str) -> str | None:
     return None
 
 
+def _sync_module_states(module, process_group, broadcast_bucket_size, src, params_and_buffers_to_ignore):
+    """DDP's start-up broadcast of the parameters and buffers from rank `src`, with bf16 tensors
+    sent as their bytes: gloo in torch 1.13 has no bf16 ("Invalid scalar type"). Bit for bit what
+    torch.distributed.utils._sync_module_states does otherwise."""
+    states = [t.detach() for name, t in [*module.named_parameters(), *module.named_buffers()]
+              if name not in params_and_buffers_to_ignore]
+    states = [t.view(torch.uint8) if t.dtype == torch.bfloat16 else t for t in states]
+    if states:
+        dist._broadcast_coalesced(process_group, states, broadcast_bucket_size, src)
+
+
+def _gloo_bf16_broadcast() -> None:
+    """Lets DDP's start-up broadcast carry bf16 parameters over gloo (see _sync_module_states)."""
+    import torch.nn.parallel.distributed as ddp_module
+
+    if getattr(ddp_module, "_sync_module_states", None) is not None:
+        ddp_module._sync_module_states = _sync_module_states
+
+
 def init_process_group(config: str, collective_id: int, rank: int, timeout: float = 60.0) -> int:
     """`torch.distributed.init_process_group` with gloo for member `rank` of collective
     `collective_id` in the appliance's TOML (unless already initialized); returns the world size,
@@ -208,10 +227,12 @@ def init_process_group(config: str, collective_id: int, rank: int, timeout: floa
     The rendezvous is MASTER_ADDR and MASTER_PORT from the environment, else rank 0's member
     address in the TOML and port 29500; gloo's own traffic leaves by the interface that holds this
     rank's member address (GLOO_SOCKET_IFNAME, unless set). `timeout` (s) bounds the rendezvous
-    and gloo's collectives. Raises ConfigError for a bad config.
+    and gloo's collectives. DDP's start-up broadcast then sends bf16 parameters as their bytes
+    (gloo in torch 1.13 has no bf16). Raises ConfigError for a bad config.
     """
     ep = load_endpoint(config, collective_id, rank)
     world = ep.collective.num_workers
+    _gloo_bf16_broadcast()
     if dist.is_initialized():
         return world
     master = os.environ.get("MASTER_ADDR") or load_endpoint(config, collective_id, 0).bind[0]
