@@ -4,11 +4,14 @@
 # Prometheus text parser of /usr/bin/python3 for the metrics test, its matplotlib for
 # tools/plot_pktgen.py) and the
 # Python modules of the protocol checker (scapy, numpy); iproute2, nftables and ethtool for the
-# end-to-end test in network namespaces.
+# end-to-end test in network namespaces; Debian's PyTorch (python3-torch, 1.13, CPU) and a
+# virtual environment `.venv` for the project's torch code (below).
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 PKGS=(libdpdk-dev dpdk dpdk-dev libpcap-dev clang libclang-dev pkg-config python3 python3-pip tshark
-      iproute2 nftables ethtool python3-prometheus-client python3-matplotlib)
+      iproute2 nftables ethtool python3-prometheus-client python3-matplotlib
+      python3-torch)
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
@@ -30,6 +33,22 @@ if ! python3 -c 'import scapy, numpy, ml_dtypes' 2>/dev/null; then
   echo "install-deps: installing the Python modules scapy, numpy and ml_dtypes"
   python3 -m pip install -q scapy numpy ml_dtypes 2>/dev/null \
     || python3 -m pip install -q --break-system-packages scapy numpy ml_dtypes
+fi
+
+# The torch environment: Debian's torch is built for /usr/bin/python3 and Debian's numpy 1.24, so
+# `.venv` is a venv of /usr/bin/python3 that sees the system's packages (torch, numpy) and adds
+# scapy and ml_dtypes, pinned to that numpy so pip never replaces it. The DDP hook's tests, the
+# example and its end-to-end run use `.venv/bin/python`.
+VENV=.venv
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "install-deps: creating $VENV (/usr/bin/python3 with the system's packages)"
+  /usr/bin/python3 -m venv --without-pip --system-site-packages "$VENV"
+fi
+if ! "$VENV/bin/python" -c 'import torch, numpy, scapy, ml_dtypes' 2>/dev/null; then
+  echo "install-deps: installing scapy and ml_dtypes into $VENV"
+  np=$("$VENV/bin/python" -c 'import numpy; print(numpy.__version__)')
+  "$VENV/bin/python" -m pip install -q scapy ml_dtypes "numpy==$np"
+  "$VENV/bin/python" -c 'import torch, numpy, scapy, ml_dtypes'
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

@@ -89,7 +89,10 @@ def chunk_elements(dtype):
     return CHUNK_BYTES // ELEM_BYTES[dtype]
 
 
-def appliance_config(workers, elements, mtu):
+def appliance_config(workers, elements, mtu, collectives=None):
+    """The appliance's TOML; `collectives`: (collective_id, dtype, tensor_elements, chunk_elements,
+    the members' udp_port) tuples (default: COLLECTIVES of `elements` each, in chunks of
+    CHUNK_BYTES, at WORKER_UDP_PORT)."""
     # Jumbo frames: mbufs and af_packet ring frames big enough for a whole frame.
     # (net_af_packet wants the whole ring frame, less its 32-byte header, to fit an mbuf.)
     # The ring holds what arrives while the polling lcore is descheduled (a loaded machine): a
@@ -111,14 +114,16 @@ def appliance_config(workers, elements, mtu):
         "# Anything that is not the gradient protocol or ARP is dropped (and counted).",
         '[[table]]\nname = "l2"\nkey = [{ field = "eth.dst", match = "exact" }]\ndefault_action = "drop"',
     ]
-    for cid, dtype in COLLECTIVES:
+    if collectives is None:
+        collectives = [(cid, dtype, elements, chunk_elements(dtype), netns.WORKER_UDP_PORT) for cid, dtype in COLLECTIVES]
+    for cid, dtype, tensor, chunk, udp_port in collectives:
         lines += [
             "[[collective]]",
             f"collective_id = {cid}",
             'op = "sum"',
             f'dtype = "{dtype}"',
-            f"tensor_elements = {elements}",
-            f"chunk_elements = {chunk_elements(dtype)}",
+            f"tensor_elements = {tensor}",
+            f"chunk_elements = {chunk}",
             "deterministic = true",
             "slot_timeout_ms = 1000",
         ]
@@ -127,7 +132,7 @@ def appliance_config(workers, elements, mtu):
                 "[[collective.member]]",
                 f"rank = {k}",
                 f'ip = "{netns.worker_ip(k)}"',
-                f"udp_port = {netns.WORKER_UDP_PORT}",
+                f"udp_port = {udp_port}",
                 f'mac = "{netns.worker_mac(k)}"',
             ]
     return "\n".join(lines) + "\n"

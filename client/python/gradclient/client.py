@@ -234,20 +234,63 @@ class Client:
         if lanes.size != c.tensor_elements:
             raise ValueError(f"array has {lanes.size} elements, collective {c.collective_id} has tensor_elements = {c.tensor_elements}")
         out = np.empty(c.tensor_elements, dtype=self._wire_dtype)
+        self._call(memoryview(lanes.view(np.uint8)), memoryview(out.view(np.uint8)), 0, c.num_chunks)
+        if array.dtype.byteorder != ">":
+            out = out.view(array.dtype)
+        return out.reshape(array.shape)
+
+    def allreduce_into(self, array: np.ndarray, offset: int = 0) -> np.ndarray:
+        """Reduces `array` in place as the elements [offset, offset + array.size) of the
+        collective's tensor; returns `array`.
+
+        `array` must be C-contiguous, of the collective's lane dtype (as `allreduce` accepts it) in
+        native little-endian order: its memory is sent from and the result written back to it,
+        chunk by chunk, without a copy. `offset` is a multiple of `chunk_elements` (spec section 4
+        rule 5). Only the chunks covering the range take part: the last one is padded with zeros
+        up to a whole chunk (or to the tensor's end, where the spec allows a short chunk), and the
+        padding's result is discarded. Those chunks' rounds advance by one; the other chunks keep
+        theirs, so every member must reduce the same ranges in the same order.
+
+        Raises ValueError (dtype, layout, offset or size), NakError, UnreachableError,
+        AllreduceTimeout.
+        """
+        c = self.collective
+        if not isinstance(array, np.ndarray) or not array.flags.c_contiguous or not array.flags.writeable:
+            raise ValueError("allreduce_into needs a writeable C-contiguous numpy array")
+        if array.dtype.byteorder == ">":
+            raise ValueError("allreduce_into needs an array in little-endian byte order")
+        lanes = wire_view(array, c.dtype)
+        if offset < 0 or offset % c.chunk_elements:
+            raise ValueError(f"offset {offset} is not a multiple of chunk_elements = {c.chunk_elements} (spec section 4 rule 5)")
+        if offset + lanes.size > c.tensor_elements:
+            raise ValueError(
+                f"elements [{offset}, {offset + lanes.size}) run past tensor_elements = {c.tensor_elements} of collective {c.collective_id}"
+            )
+        if lanes.size == 0:
+            return array
+        first = offset // c.chunk_elements
+        count = -(-lanes.size // c.chunk_elements)
+        view = memoryview(lanes.view(np.uint8))
+        self._call(view, view, first, count)
+        return array
+
+    def _call(self, src: memoryview, dst: memoryview, first: int, count: int) -> None:
+        """One call over chunks [first, first + count): `src` holds the bytes of the range's
+        elements from chunk `first`'s start (possibly fewer than the chunks span: the rest is sent
+        as zeros), `dst` receives as many. Probes first if needed; advances the chunks' rounds."""
         if not self._synced:
             self.sync()
         start = time.monotonic()
         try:
-            self._run(memoryview(lanes.view(np.uint8)), memoryview(out.view(np.uint8)))
+            self._run(src, dst, first, count)
         finally:
             self._rtt_end_call()
             # Successive calls are successive rounds, even after a failure: a round whose result
             # the appliance may already keep is never reused for other data.
-            self._rounds[:] = [(r + 1) % ROUND_MOD for r in self._rounds]
+            rounds = self._rounds
+            for i in range(first, first + count):
+                rounds[i] = (rounds[i] + 1) % ROUND_MOD
             self.stats["seconds"] = time.monotonic() - start
-        if array.dtype.byteorder != ">":
-            out = out.view(array.dtype)
-        return out.reshape(array.shape)
 
     def sync(self) -> None:
         """Asks the appliance, for every chunk, which round its slot accepts from this rank (PROBE
@@ -383,16 +426,26 @@ class Client:
         if not math.isinf(self._rtt_best):
             self._rtt_last, self._rtt_best = self._rtt_best, math.inf
 
-    def _run(self, src: memoryview, dst: memoryview) -> None:
+    def _run(self, src: memoryview, dst: memoryview, first: int, count: int) -> None:
+        """Chunks [first, first + count) of the tensor; `src` and `dst` start at chunk `first`
+        and hold `len(src)` bytes (the chunks' bytes past them are sent as zeros, their results
+        dropped). Below, `idx` indexes the range; chunk `first + idx` of the tensor."""
+        rounds = self._rounds[first : first + count]
+        try:
+            self._run_range(src, dst, first, count, rounds)
+        finally:
+            self._rounds[first : first + count] = rounds
+
+    def _run_range(self, src: memoryview, dst: memoryview, first: int, n: int, rounds: list[int]) -> None:
         c = self.collective
         st = self.stats
         sock = self._sock
-        n = c.num_chunks
         ce = c.chunk_elements
         lb = self._lane_bytes
         total_bytes = c.tensor_elements * lb
         chunk_bytes = ce * lb
-        rounds = self._rounds
+        src_bytes = len(src)
+        range_start = first * chunk_bytes  # the range's first byte in the tensor
         cid = c.collective_id
         hdr_pack = HEADER.pack_into
         hdr_unpack = HEADER.unpack_from
@@ -418,10 +471,12 @@ class Client:
         def send(idx: int, flags_byte: int) -> bool:
             """Sends chunk `idx`; False when the OS did not take it (its timer will resend)."""
             b0 = idx * chunk_bytes
-            b1 = min(b0 + chunk_bytes, total_bytes)
-            dl = b1 - b0
-            hdr_pack(sendbuf, 0, flags_byte, op, cid, dt, 0, rank, idx * ce, dl, rounds[idx])
-            sendview[HEADER_LEN : HEADER_LEN + dl] = src[b0:b1]
+            dl = min(chunk_bytes, total_bytes - range_start - b0)
+            b1 = min(b0 + dl, src_bytes)
+            hdr_pack(sendbuf, 0, flags_byte, op, cid, dt, 0, rank, (first + idx) * ce, dl, rounds[idx])
+            sendview[HEADER_LEN : HEADER_LEN + b1 - b0] = src[b0:b1]
+            if b1 - b0 < dl:  # padding to the whole chunk
+                sendview[HEADER_LEN + b1 - b0 : HEADER_LEN + dl] = bytes(dl - (b1 - b0))
             try:
                 sock.send(sendview[: HEADER_LEN + dl])
             except (BlockingIOError, TimeoutError):
@@ -500,9 +555,9 @@ class Client:
                     raise NakError(reason, off, cid)
                 if off % ce or off >= c.tensor_elements:
                     continue
-                idx = off // ce
+                idx = off // ce - first
                 if idx not in inflight:
-                    continue  # about a chunk already done, or a packet of an earlier call
+                    continue  # about a chunk already done or outside the range, or of an earlier call
                 delta = (rnd - rounds[idx]) % ROUND_MOD
                 if delta == 0:
                     continue  # already rejoined at that round
@@ -538,8 +593,10 @@ class Client:
                 st["statuses"] += 1
                 if not stall_probes:
                     continue  # the answer to a probe of an earlier stall
+                idx = off // ce - first
+                if not 0 <= idx < n:
+                    continue
                 stall_statuses += 1
-                idx = off // ce
                 if reason in (STATE_WITHOUT_RANK, STATE_WITH_RANK) and not done[idx] and rnd == rounds[idx]:
                     for k in range(c.num_workers):
                         if not recvview[HEADER_LEN + k // 8] >> (k % 8) & 1:
@@ -549,15 +606,18 @@ class Client:
                 continue
             if off % ce or off >= c.tensor_elements:
                 continue
-            idx = off // ce
+            idx = off // ce - first
             b0 = idx * chunk_bytes
-            b1 = min(b0 + chunk_bytes, total_bytes)
-            if dl != b1 - b0 or size != HEADER_LEN + dl:
+            if not 0 <= idx < n:
+                st["stale_results"] += 1  # a chunk of another range: a late answer to an earlier call
+                continue
+            if dl != min(chunk_bytes, total_bytes - range_start - b0) or size != HEADER_LEN + dl:
                 continue
             if done[idx] or idx not in inflight or rnd != rounds[idx]:
                 st["stale_results"] += 1
                 continue
-            dst[b0:b1] = recvview[HEADER_LEN:size]
+            b1 = min(b0 + dl, src_bytes)
+            dst[b0:b1] = recvview[HEADER_LEN : HEADER_LEN + b1 - b0]
             done[idx] = 1
             inflight.discard(idx)
             completed += 1

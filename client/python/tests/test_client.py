@@ -177,6 +177,26 @@ class ConfigTest(unittest.TestCase):
             load_endpoint(path, 1, 0)
 
 
+def run_clients_into(clients, arrays, offsets):
+    """Each client's allreduce_into of its array at its offset, in a thread each; closes them."""
+    results: list = [None] * len(arrays)
+
+    def work(k):
+        try:
+            results[k] = clients[k].allreduce_into(arrays[k], offsets[k])
+        except Exception as e:  # reported by the test
+            results[k] = e
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(arrays))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    for c in clients:
+        c.close()
+    return results
+
+
 class ClientTest(unittest.TestCase):
     def check_sum(self, dtype, a, b, want, **fake_opts):
         with FakeAppliance(dtype, **fake_opts) as fake:
@@ -461,6 +481,35 @@ class ClientTest(unittest.TestCase):
             np.testing.assert_array_equal(results[k][0], a + b)
             self.assertEqual((clients[k].stats["naks"], clients[k].stats["rejoins"]), (0, 0))
         self.assertEqual(sorted(fake.completed), [(0, 0), (4, 0), (8, 0)])
+
+    def test_allreduce_into_a_range_in_place_padded_to_whole_chunks(self):
+        # 6 elements at offset 4 of a 10-element tensor in chunks of 4: chunks at 4 (whole) and 8
+        # (the tensor's short last chunk); chunk 0 is not sent and keeps its round.
+        with FakeAppliance("f32") as fake:
+            clients = [Client(coll(rank=k), bind=(fake.addr[0], 0), appliance=fake.addr, deadline=3.0) for k in range(2)]
+            bufs = [np.arange(6, dtype=np.float32) + k for k in range(2)]
+            views = [b[:] for b in bufs]
+            results = run_clients_into(clients, views, offsets=[4, 4])
+            for k in range(2):
+                self.assertIs(results[k], views[k])
+                np.testing.assert_array_equal(bufs[k], np.arange(6, dtype=np.float32) * 2 + 1)  # in place
+            self.assertEqual(sorted(fake.completed), [(4, 0), (8, 0)])
+            self.assertEqual(clients[0].rounds, [0, 1, 1])
+        # 3 elements at offset 0: one chunk of 4 sent, its fourth lane zeros; the result's 3 kept.
+        with FakeAppliance("f32") as fake:
+            clients = [Client(coll(rank=k), bind=(fake.addr[0], 0), appliance=fake.addr, deadline=3.0) for k in range(2)]
+            bufs = [np.full(3, 1.5, dtype=np.float32) for _ in range(2)]
+            run_clients_into(clients, bufs, offsets=[0, 0])
+            np.testing.assert_array_equal(bufs[0], np.full(3, 3.0, dtype=np.float32))
+            self.assertEqual(sorted(fake.completed), [(0, 0)])
+        c = Client(coll(), bind=("127.0.0.1", 0), appliance=("127.0.0.1", 9), deadline=1.0)
+        with self.assertRaisesRegex(ValueError, "not a multiple of chunk_elements"):
+            c.allreduce_into(np.zeros(2, np.float32), offset=2)
+        with self.assertRaisesRegex(ValueError, "run past tensor_elements"):
+            c.allreduce_into(np.zeros(4, np.float32), offset=8)
+        with self.assertRaisesRegex(ValueError, "C-contiguous"):
+            c.allreduce_into(np.zeros(8, np.float32)[::2], offset=0)
+        c.close()
 
     def test_wrong_dtype_or_size_is_a_value_error(self):
         with FakeAppliance("f32") as fake:

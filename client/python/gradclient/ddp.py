@@ -1,0 +1,264 @@
+"""PyTorch DistributedDataParallel through the appliance: a DDP communication hook.
+
+    state = ApplianceState(client)                 # or init_appliance(config, collective_id, rank)
+    model = DistributedDataParallel(model)
+    model.register_comm_hook(state, appliance_hook)
+
+Each gradient bucket's flat buffer is divided by the world size (before the sum, as DDP's default
+hook does) and all-reduced in place through the appliance with `Client.allreduce_into`: the
+buffer's memory is the numpy array the client sends from and writes the result into (f32 and f16
+as they are, bf16 as its 16-bit patterns), so f32, f16 and bf16 gradients travel natively. The
+hook returns a completed `torch.futures.Future` holding the buffer. A client error (NAK,
+unreachable appliance, timeout naming the rank the appliance waits for) is raised in the backward
+pass with the client's message.
+
+The mapping of buckets onto a collective's tensor (spec section 3): DDP hands the buckets to the
+hook in index order, every step; bucket 0 starts at element 0 and each next bucket at the end of
+the previous one rounded up to a whole chunk (offsets are multiples of `chunk_elements`; a bucket
+whose size is not a whole number of chunks has its last chunk padded with zeros, spec section 4
+rule 5 allowing a short chunk only at the tensor's end). When DDP rebuilds its buckets after the
+first step (in the order the gradients became ready, the same on every rank: DDP takes rank 0's),
+the offsets are recomputed the same way at the next bucket 0. Every rank therefore maps the same
+bucket to the same chunks. A collective sized by `collective_elements` (each parameter's gradient
+rounded up to whole chunks) holds every bucketing DDP can choose; a bucket that would run past
+`tensor_elements` is an error that names the size to configure.
+
+One collective per gradient dtype: a model with f32 and bf16 parameters gives DDP one bucket set
+per dtype; `ApplianceState` takes one client per dtype and each keeps its own offsets.
+"""
+
+import fcntl
+import ipaddress
+import os
+import socket
+import struct
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from .client import Client
+from .config import load_endpoint
+
+#: torch dtype -> the collective dtype that carries it natively.
+TORCH_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+#: The TCP port of the gloo rendezvous when MASTER_PORT is not set.
+DEFAULT_MASTER_PORT = 29500
+
+
+def padded(elements: int, chunk_elements: int) -> int:
+    """`elements` rounded up to whole chunks of `chunk_elements`."""
+    return -(-elements // chunk_elements) * chunk_elements
+
+
+def collective_elements(parameters, chunk_elements: int, dtype: torch.dtype | None = None) -> int:
+    """The `tensor_elements` a collective needs for any bucketing of these parameters' gradients:
+    each parameter that requires a gradient (of `dtype`, or of any dtype when None) rounded up to
+    whole chunks. (A bucket, padded, never needs more than its parameters rounded each.)"""
+    return sum(
+        padded(p.numel(), chunk_elements)
+        for p in parameters
+        if p.requires_grad and (dtype is None or p.dtype == dtype)
+    )
+
+
+def as_lanes(tensor: torch.Tensor) -> np.ndarray:
+    """The flat numpy view of a contiguous CPU tensor's memory as the client's lanes (no copy):
+    float32, float16, or uint16 bit patterns for bfloat16."""
+    if tensor.device.type != "cpu" or not tensor.is_contiguous():
+        raise ValueError(f"the appliance hook needs contiguous CPU gradients, got {tensor.device} (contiguous: {tensor.is_contiguous()})")
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(-1).view(torch.int16).numpy().view(np.uint16)
+    if tensor.dtype not in TORCH_DTYPES:
+        raise ValueError(f"gradients of {tensor.dtype} have no collective dtype (f32, f16 and bf16 travel natively)")
+    return tensor.view(-1).numpy()
+
+
+@dataclass
+class BucketSlot:
+    """Where one bucket of one step went: its index, the collective, the first element and the
+    elements (`padded_elements` with the padding)."""
+
+    index: int
+    collective_id: int
+    offset: int
+    elements: int
+    padded_elements: int
+
+
+@dataclass
+class ApplianceState:
+    """The state of `appliance_hook`: this rank's client(s), one per gradient dtype, and the
+    bucket mapping.
+
+    `clients`: a `Client` or a list of them, at most one per collective dtype. `divide`: divide
+    each bucket by the world size before the sum, as DDP's default hook does (default True).
+    After each step `layout` lists the step's buckets (`BucketSlot`), `rebuilds` counts the steps
+    whose layout differed from the previous one's, and `steps` the steps seen.
+    """
+
+    clients: object
+    divide: bool = True
+    layout: list[BucketSlot] = field(default_factory=list)
+    rebuilds: int = 0
+    steps: int = 0
+
+    def __post_init__(self) -> None:
+        cs = self.clients if isinstance(self.clients, (list, tuple)) else [self.clients]
+        self.by_dtype: dict[str, Client] = {}
+        for c in cs:
+            d = c.collective.dtype
+            if d in self.by_dtype:
+                raise ValueError(f"two clients for dtype {d}: one collective per gradient dtype")
+            self.by_dtype[d] = c
+        sizes = {c.collective.num_workers for c in cs}
+        if len(sizes) != 1:
+            raise ValueError(f"the collectives have different numbers of members: {sorted(sizes)}")
+        self.world_size = sizes.pop()
+        self._cursor: dict[str, int] = {}
+        self._current: list[BucketSlot] = []
+        self._next_index = 0
+
+    def place(self, index: int, dtype: str, elements: int) -> tuple[Client, BucketSlot]:
+        """The client and place of bucket `index` (`elements` gradients of `dtype`) in this step:
+        the mapping described in the module's docstring. Raises ValueError for a dtype without a
+        collective, a bucket out of order, or a collective too small."""
+        if index == 0:
+            if self._current:
+                self._end_step()
+            self._cursor = {}
+        elif index != self._next_index:
+            raise ValueError(f"DDP bucket {index} came after bucket {self._next_index - 1}: buckets must come in index order")
+        client = self.by_dtype.get(dtype)
+        if client is None:
+            have = ", ".join(sorted(self.by_dtype)) or "none"
+            raise ValueError(f"a gradient bucket of dtype {dtype} but no collective of that dtype (have: {have})")
+        c = client.collective
+        offset = self._cursor.get(dtype, 0)
+        need = padded(elements, c.chunk_elements)
+        if offset + elements > c.tensor_elements:
+            raise ValueError(
+                f"gradient bucket {index} ({elements} {dtype} elements at offset {offset}) runs past tensor_elements = "
+                f"{c.tensor_elements} of collective {c.collective_id}: configure at least collective_elements(model.parameters(), "
+                f"{c.chunk_elements}) elements"
+            )
+        self._cursor[dtype] = offset + need
+        self._next_index = index + 1
+        slot = BucketSlot(index, c.collective_id, offset, elements, min(need, c.tensor_elements - offset))
+        self._current.append(slot)
+        return client, slot
+
+    def _end_step(self) -> None:
+        if self.layout and self._current != self.layout:
+            self.rebuilds += 1
+        self.layout, self._current = self._current, []
+        self.steps += 1
+
+    def finish_step(self, is_last: bool) -> None:
+        if is_last:
+            self._end_step()
+
+
+# (No `from __future__ import annotations` in this module: DDP checks the hook's return annotation.)
+def appliance_hook(state: ApplianceState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP communication hook: `model.register_comm_hook(state, appliance_hook)`.
+
+    Divides the bucket's flat buffer by the world size, all-reduces it in place through the
+    appliance at the bucket's place (see the module's docstring) and returns a completed future
+    holding it. Raises the client's error (GradientError, ValueError) in the backward pass.
+    """
+    tensor = bucket.buffer()
+    if tensor.dtype not in TORCH_DTYPES:
+        raise ValueError(f"gradients of {tensor.dtype} have no collective dtype (f32, f16 and bf16 travel natively)")
+    client, slot = state.place(bucket.index(), TORCH_DTYPES[tensor.dtype], tensor.numel())
+    if state.divide:
+        tensor.div_(state.world_size)
+    client.allreduce_into(as_lanes(tensor), slot.offset)
+    state.finish_step(bucket.is_last())
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    fut.set_result(tensor)
+    return fut
+
+
+def _iface_of(ip: str) -> str | None:
+    """The name of the interface that holds IPv4 address `ip` here (SIOCGIFADDR), or None."""
+    try:
+        if ipaddress.ip_address(ip).version != 4:
+            return None
+    except ValueError:
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            try:
+                res = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue
+            if socket.inet_ntoa(res[20:24]) == ip:
+                return name
+    return None
+
+
+def _sync_module_states(module, process_group, broadcast_bucket_size, src, params_and_buffers_to_ignore):
+    """DDP's start-up broadcast of the parameters and buffers from rank `src`, with bf16 tensors
+    sent as their bytes: gloo in torch 1.13 has no bf16 ("Invalid scalar type"). Bit for bit what
+    torch.distributed.utils._sync_module_states does otherwise."""
+    states = [t.detach() for name, t in [*module.named_parameters(), *module.named_buffers()]
+              if name not in params_and_buffers_to_ignore]
+    states = [t.view(torch.uint8) if t.dtype == torch.bfloat16 else t for t in states]
+    if states:
+        dist._broadcast_coalesced(process_group, states, broadcast_bucket_size, src)
+
+
+def _gloo_bf16_broadcast() -> None:
+    """Lets DDP's start-up broadcast carry bf16 parameters over gloo (see _sync_module_states)."""
+    import torch.nn.parallel.distributed as ddp_module
+
+    if getattr(ddp_module, "_sync_module_states", None) is not None:
+        ddp_module._sync_module_states = _sync_module_states
+
+
+def init_process_group(config: str, collective_id: int, rank: int, timeout: float = 60.0) -> int:
+    """`torch.distributed.init_process_group` with gloo for member `rank` of collective
+    `collective_id` in the appliance's TOML (unless already initialized); returns the world size,
+    the collective's number of members.
+
+    The rendezvous is MASTER_ADDR and MASTER_PORT from the environment, else rank 0's member
+    address in the TOML and port 29500; gloo's own traffic leaves by the interface that holds this
+    rank's member address (GLOO_SOCKET_IFNAME, unless set). `timeout` (s) bounds the rendezvous
+    and gloo's collectives. DDP's start-up broadcast then sends bf16 parameters as their bytes
+    (gloo in torch 1.13 has no bf16). Raises ConfigError for a bad config.
+    """
+    ep = load_endpoint(config, collective_id, rank)
+    world = ep.collective.num_workers
+    _gloo_bf16_broadcast()
+    if dist.is_initialized():
+        return world
+    master = os.environ.get("MASTER_ADDR") or load_endpoint(config, collective_id, 0).bind[0]
+    port = int(os.environ.get("MASTER_PORT", DEFAULT_MASTER_PORT))
+    if "GLOO_SOCKET_IFNAME" not in os.environ:
+        iface = _iface_of(ep.bind[0])
+        if iface:
+            os.environ["GLOO_SOCKET_IFNAME"] = iface
+    host = f"[{master}]" if ":" in master else master
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://{host}:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=timeout)
+    )
+    return world
+
+
+def init_appliance(config: str, collective_ids, rank: int, timeout: float = 60.0, **client_opts) -> ApplianceState:
+    """Bootstraps a DDP rank from the appliance's TOML: `init_process_group` (gloo: ranks, the
+    parameter broadcast, barriers) and this rank's client(s) of the collective(s)
+    `collective_ids` (an int or a list, one per gradient dtype), which carry the gradients.
+    Returns the hook's state. `client_opts` go to `Client.from_appliance_config` (e.g. deadline).
+
+    Raises ConfigError for a bad config, SocketError when the member's address is not this host's.
+    """
+    ids = [collective_ids] if isinstance(collective_ids, int) else list(collective_ids)
+    for cid in ids[1:]:
+        load_endpoint(config, cid, rank)  # every collective's errors before the rendezvous
+    init_process_group(config, ids[0], rank, timeout)
+    clients = [Client.from_appliance_config(config, cid, rank, **client_opts) for cid in ids]
+    return ApplianceState(clients)
