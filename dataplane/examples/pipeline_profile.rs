@@ -16,13 +16,17 @@
 //! ```
 //!
 //! Instructions per packet = the `run` total / (`ROUNDS` * 256).
+//!
+//! A fourth argument, `all` or `router` (the default, as the appliance's), sets what the
+//! datapath's parse verifies in `process` and `burst` modes (`[dataplane] verify_transit`):
+//! `all` verifies every UDP checksum, as every packet was before the router checks.
 
 use dataplane::action::Egress;
 use dataplane::buf::{PacketBuf, PacketIo, VecBuf};
 use dataplane::config::DEFAULT_GRADIENT_UDP_PORT;
 use dataplane::datapath::Datapath;
 use dataplane::meta::Meta;
-use dataplane::parse::{parse, Parsed};
+use dataplane::parse::{parse, Checks, Parsed};
 use dataplane::table::{Pipeline, PipelineState};
 use std::hint::black_box;
 
@@ -126,7 +130,12 @@ fn main() {
     let pl = pipeline(PIPELINE);
     let pristine = frames(size, &pl);
     let mut bufs: Vec<VecBuf> = pristine.iter().map(|f| VecBuf::from_frame(f)).collect();
-    let mut dp = Datapath::new(pl.clone(), 2, DEFAULT_GRADIENT_UDP_PORT);
+    let checks = match args.get(4).map_or("router", |s| s.as_str()) {
+        "all" => Checks::All,
+        "router" => Checks::Router,
+        other => panic!("checks: `all` or `router`, not `{other}`"),
+    };
+    let mut dp = Datapath::new(pl.clone(), 2, DEFAULT_GRADIENT_UDP_PORT).with_checks(checks);
     let mut warm = PipelineState::new(&pl);
     let parsed: Vec<Parsed> = pristine
         .iter()

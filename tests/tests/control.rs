@@ -10,7 +10,7 @@
 //! - Requests are limited in size and parsed strictly; the socket is its user's alone (0600).
 
 use functional_tests::grad::pktgen_bin;
-use functional_tests::{dpu_bin, read_pcap, root};
+use functional_tests::{dpu_bin, read_pcap};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;

@@ -112,6 +112,12 @@ class FakeAppliance(threading.Thread):
             for x in lanes[1:]:
                 acc += bf16_to_f32(x)
             return f32_to_bf16(acc).astype("<u2").tobytes()
+        if self.dtype == "f16":
+            # Spec section 4 rule 6: widened exactly to f32, summed in f32, rounded once.
+            acc = lanes[0].astype(np.float32)
+            for x in lanes[1:]:
+                acc += x.astype(np.float32)
+            return acc.astype("<f2").tobytes()
         acc = lanes[0].copy()
         for x in lanes[1:]:
             acc += x  # f32: IEEE; i32: wrapping

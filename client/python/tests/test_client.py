@@ -60,6 +60,18 @@ def run_workers(fake, arrays, dtype="f32", calls=1, **opts):
     return run_clients(clients, arrays, calls), clients
 
 
+def run_n_workers(fake, arrays, dtype="f32", **opts):
+    """As run_workers, for a collective of len(arrays) workers."""
+    opts.setdefault("deadline", 3.0)
+    n = len(arrays)
+    clients = [
+        Client(coll(dtype, rank=k, tensor=arrays[0].size, workers=n), bind=(fake.addr[0], 0), appliance=fake.addr,
+               **opts)
+        for k in range(n)
+    ]
+    return run_clients(clients, arrays), clients
+
+
 def run_clients(clients, arrays, calls=1):
     """Each client's `calls` allreduces of its array, in a thread each; closes the clients.
     Returns per rank the list of results, or the exception raised."""
@@ -228,6 +240,21 @@ class ClientTest(unittest.TestCase):
         b = np.array([1, 2, 0.25, 3, 1024, 0, -0.0, 1, 2, 3], dtype=np.float16)
         fake, _ = self.check_sum("f16", a, b, a + b)
         self.assertEqual(len(fake.completed), 3)
+
+    def test_f16_three_workers_sum_in_f32_and_round_once(self):
+        # Spec section 4 rule 6. 2048 + 1 + 1: f16's spacing at 2048 is 2, so adding in f16
+        # step by step gives 2048 (2049 is a tie, to even: 2048; again); widened to f32 the sum
+        # is 2050, which f16 holds. Likewise 1 + 2^-11 + 2^-11 is 1 step by step, 1 + 2^-10 once.
+        a = np.array([2048, 1, 1, 1, 0, 0, 0, 0, 0, 0], dtype=np.float16)
+        b = np.array([1, 2.0**-11, 0, 0, 0, 0, 0, 0, 0, 0], dtype=np.float16)
+        c = np.array([1, 2.0**-11, 0, 0, 0, 0, 0, 0, 0, 0], dtype=np.float16)
+        want = np.array([2050, 1 + 2.0**-10, 1, 1, 0, 0, 0, 0, 0, 0], dtype=np.float16)
+        self.assertEqual(float((a[0] + b[0]) + c[0]), 2048.0)  # what step-by-step f16 gives
+        with FakeAppliance("f16", num_workers=3) as fake:
+            results, _ = run_n_workers(fake, [a, b, c], "f16")
+        for k in range(3):
+            self.assertNotIsInstance(results[k], Exception, results[k])
+            np.testing.assert_array_equal(results[k][0], want)
 
     def test_bf16_bit_patterns(self):
         # Integers up to 256 are exact in bf16, so the sums are too: 1+2, 3+4, ...

@@ -449,7 +449,9 @@ pub fn parse_checks_into(
     Ok(())
 }
 
-/// IPv4 at `l3`, then UDP.
+/// IPv4 at `l3`, then UDP. Inlined into [`parse_checks_into`], where `checks` is then known
+/// (IPv4 is the common case; a call here cost about 5% of the burst path's instructions).
+#[inline(always)]
 fn parse_ipv4(
     frame: &[u8],
     l3: usize,
