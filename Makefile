@@ -32,7 +32,8 @@ demo: build
 	python3 tools/e2e/run.py --demo --mtu 1500 --work out/e2e/mtu1500 $(DEMO_ARGS)
 
 # Every test: unit tests, property tests, the functional replays through the real binaries, the
-# end-to-end run in network namespaces, and the Python client's tests.
+# end-to-end run in network namespaces, and the Python client's tests (the DDP hook's with .venv,
+# the interpreter that has Debian's torch).
 # Everything builds once, with the test-release profile (Cargo.toml: release optimisation
 # without the whole-program LTO of `make build`, which would double the build time and changes no
 # behaviour): the test binaries and the binaries they run (dpu, dpuctl, pktgen, gradclient in
@@ -42,6 +43,7 @@ test: deps
 	$(CARGO) build --profile test-release --workspace --bins
 	DPU_BIN_DIR=$(TEST_BIN_DIR) $(CARGO) test --profile test-release --workspace
 	DPU_BIN_DIR=$(TEST_BIN_DIR) python3 -m unittest discover -s client/python/tests
+	.venv/bin/python -m unittest discover -s client/python/tests_torch
 
 # The packet core alone (criterion, ns per packet), then the dpu beside dpdk-testpmd on the same
 # vdevs (Mpps, one worker core): prints one table, also written to target/bench/results.md.
