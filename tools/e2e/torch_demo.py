@@ -12,9 +12,9 @@ client/python/examples/train_ddp.py (f32 MLP, one per worker namespace), for eac
 
 The ranks are pinned to CPU 0 in every run (tools/e2e/run.py's WORKER_CPUS). Both backends
 all-reduce in a synchronous, timed DDP comm hook (train_ddp.py: the appliance's hook; gloo with
---time-comm), DDP buckets of 25 MiB. Each run trains --steps steps after one warm-up step (not
-counted). Per configuration: the median step time, the AllReduce share (time inside the comm hook
-/ step time, medians over the counted steps of the ranks' mean) and the algorithmic bandwidth
+--time-comm), DDP buckets of 25 MiB. Each run trains --steps (1 M) or --large-steps (25 M) steps
+after one warm-up step (not counted). Per configuration: the median step time, the AllReduce share
+(time inside the comm hook / step time, medians over the counted steps of the ranks' mean) and the algorithmic bandwidth
 (gradient bytes / time inside the hook, MB/s = 10^6 B/s). A table is printed and --report (JSON)
 holds it, with the ratios appliance / gloo of algbw.
 """
@@ -39,6 +39,7 @@ SIZES = [("1M", 1000), ("25M", 5000)]  # (label, hidden width)
 MTUS = [9000, 1500]
 BUCKET_KB = 25 * 1024  # DDP's default bucket cap (25 MiB)
 CID = 1
+MEMORY_LIMIT_MB = 2048  # the appliance's dataplane.memory_limit_mb
 
 
 def parameters(hidden):
@@ -110,7 +111,9 @@ def ratios(rows):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=5, help="counted steps per run (after one warm-up step)")
+    ap.add_argument("--steps", type=int, default=5, help="counted steps per run of the 1 M model (after one warm-up step)")
+    ap.add_argument("--large-steps", type=int, default=2,
+                    help="counted steps per run of the 25 M model (a step of the Python client at MTU 1500 takes about a minute)")
     ap.add_argument("--sizes", default=",".join(l for l, _ in SIZES), help="model sizes: 1M, 25M")
     ap.add_argument("--mtus", default=",".join(map(str, MTUS)))
     ap.add_argument("--work", default=str(ROOT / "out/e2e-torch-demo"))
@@ -137,18 +140,20 @@ def main():
         # One collective sized for the largest model (any DDP bucketing of it fits).
         elements = max(sum(-(-n // chunk) * chunk for n in (8 * h, h, h * h, h, h, 1)) for _, h in sizes)
         with netns.Topology(WORKERS, mtu=mtu) as topo:
-            (d / "appliance.toml").write_text(e2e.appliance_config(
-                WORKERS, 0, mtu, [(CID, "f32", elements, chunk, netns.WORKER_UDP_PORT + CID)]))
+            conf = e2e.appliance_config(WORKERS, 0, mtu, [(CID, "f32", elements, chunk, netns.WORKER_UDP_PORT + CID)])
+            # The 25 M model's collective (100 MB of f32) needs about 600 MiB of slots (and EAL memory for them).
+            (d / "appliance.toml").write_text(conf.replace("memory_limit_mb = 256", f"memory_limit_mb = {MEMORY_LIMIT_MB}")
+                                             .replace('"-m", "512"', f'"-m", "{MEMORY_LIMIT_MB + 256}"'))
             for label, hidden in sizes:
                 for backend in ("appliance", "gloo"):
-                    r = measure(topo, d, backend, label, hidden, args.steps)
+                    r = measure(topo, d, backend, label, hidden, args.steps if label == "1M" else args.large_steps)
                     print(f"== {label} MTU {mtu} {backend}: {r['ms_per_step']:.1f} ms/step, AllReduce "
                           f"{r['allreduce_ms']:.1f} ms ({r['allreduce_share'] * 100:.0f} %), "
                           f"{r['algbw_MBps']:.1f} MB/s ({r['wall_seconds']:.0f} s)", flush=True)
                     rows.append(r)
     print()
-    print(f"{WORKERS} DDP ranks pinned to CPU 0 (the appliance polls CPU 1), f32 MLP, {args.steps} steps after "
-          f"a warm-up step; AllReduce = time inside the (synchronous) comm hook")
+    print(f"{WORKERS} DDP ranks pinned to CPU 0 (the appliance polls CPU 1), f32 MLP, {args.steps} (1M) or "
+          f"{args.large_steps} (25M) steps after a warm-up step; AllReduce = time inside the (synchronous) comm hook")
     print(table(rows))
     rs = ratios(rows)
     for r in rs:
