@@ -14,9 +14,9 @@ The ranks are pinned to CPU 0 in every run (tools/e2e/run.py's WORKER_CPUS). Bot
 all-reduce in a synchronous, timed DDP comm hook (train_ddp.py: the appliance's hook; gloo with
 --time-comm), DDP buckets of 25 MiB. Each run trains --steps (1 M) or --large-steps (25 M) steps
 after one warm-up step (not counted). Per configuration: the median step time, the AllReduce share
-(time inside the comm hook / step time, medians over the counted steps of the ranks' mean) and the algorithmic bandwidth
-(gradient bytes / time inside the hook, MB/s = 10^6 B/s). A table is printed and --report (JSON)
-holds it, with the ratios appliance / gloo of algbw.
+(time inside the comm hook / step time, medians over the counted steps of the ranks' mean) and the
+algorithmic bandwidth (gradient bytes / time inside the hook, MB/s = 10^6 B/s). A table is
+printed and --report (JSON) holds it, with the ratios appliance / gloo of algbw.
 """
 
 import argparse
