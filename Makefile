@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/dpu
 CONFIG ?= conf/default.toml
 
-.PHONY: all build run demo test bench deps fuzz fuzz-ci fuzz-tools plots fmt clippy clean
+.PHONY: all build run demo demo-torch test bench deps fuzz fuzz-ci fuzz-tools plots fmt clippy clean
 
 all: build
 
@@ -30,6 +30,14 @@ DEMO_ARGS ?= --clients rust
 demo: build
 	python3 tools/e2e/run.py --demo --mtu 9000 --work out/e2e/mtu9000 $(DEMO_ARGS)
 	python3 tools/e2e/run.py --demo --mtu 1500 --work out/e2e/mtu1500 $(DEMO_ARGS)
+
+# PyTorch DDP through the appliance, measured (root; `make deps` first): 4 ranks in namespaces
+# train an f32 MLP of about 1 M and 25 M parameters, with the appliance and with gloo on the same
+# veths, at MTU 9000 and 1500; prints ms/step, the AllReduce share of it and algbw (a table, and
+# out/e2e-torch-demo/demo-torch.json). Not part of `make test`.
+DEMO_TORCH_ARGS ?=
+demo-torch: build
+	.venv/bin/python tools/e2e/torch_demo.py $(DEMO_TORCH_ARGS)
 
 # Every test: unit tests, property tests, the functional replays through the real binaries, the
 # end-to-end run in network namespaces, and the Python client's tests (the DDP hook's with .venv,

@@ -18,7 +18,9 @@ widened, summed in f32, rounded once), as a deterministic collective does.
 of each, one collective each: `--collective 1,2,3` in the order f32, f16, bf16); the arithmetic
 of the forward and backward passes is f32 whatever it is. `--print-elements` prints the
 tensor_elements each collective needs for a chunk size and exits. One JSON line per step goes to
-stdout (`--log FILE` too): step, loss (this rank's batch), seconds, and the parameters' SHA-256.
+stdout (`--log FILE` too): step, loss (this rank's batch), seconds, comm_seconds (the time inside
+the comm hook; gloo with `--time-comm`), and the parameters' SHA-256 (unless `--no-digest`).
+`--hidden` sets the model's size (1000: about 1 M parameters, 5000: about 25 M).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ LAYER_DTYPES = {
     "bf16": ["bf16", "bf16", "bf16"],
     "mixed": ["f32", "f16", "bf16"],
 }
-IN, HIDDEN, OUT = 8, 32, 1
+IN, HIDDEN, OUT = 8, 32, 1  # --hidden sets the hidden width (parameters ~ hidden^2 + 10 * hidden)
 
 
 class Linear(torch.nn.Module):
@@ -63,13 +65,13 @@ class Linear(torch.nn.Module):
 
 
 class MLP(torch.nn.Module):
-    def __init__(self, dtype: str, seed: int):
+    def __init__(self, dtype: str, seed: int, hidden: int = HIDDEN):
         super().__init__()
         gen = torch.Generator().manual_seed(seed)
         d = [DTYPES[x] for x in LAYER_DTYPES[dtype]]
-        self.l1 = Linear(IN, HIDDEN, d[0], gen)
-        self.l2 = Linear(HIDDEN, HIDDEN, d[1], gen)
-        self.l3 = Linear(HIDDEN, OUT, d[2], gen)
+        self.l1 = Linear(IN, hidden, d[0], gen)
+        self.l2 = Linear(hidden, hidden, d[1], gen)
+        self.l3 = Linear(hidden, OUT, d[2], gen)
 
     def forward(self, x):
         return self.l3(torch.relu(self.l2(torch.relu(self.l1(x)))))
@@ -114,6 +116,43 @@ def report(line: dict, log) -> None:
         log.flush()
 
 
+class CommTimer:
+    """Seconds spent inside a DDP communication hook, summed over a step's buckets: register
+    `timer.hook` in place of the hook; `take` returns the sum and restarts it. Both backends'
+    hooks here are synchronous, so this is the time the backward pass waits for the gradients'
+    AllReduce."""
+
+    def __init__(self, hook):
+        self.seconds = 0.0
+
+        def timed_hook(state, bucket):  # unannotated: this module's annotations are strings
+            t0 = time.perf_counter()
+            try:
+                return hook(state, bucket)
+            finally:
+                self.seconds += time.perf_counter() - t0
+
+        self.hook = timed_hook
+
+    def take(self) -> float:
+        s, self.seconds = self.seconds, 0.0
+        return s
+
+
+def gloo_hook(world: int, bucket):
+    """The gloo counterpart of the appliance hook, synchronous as it is: divide the bucket by the
+    world size, `dist.all_reduce` it and wait, return a completed future (DDP's default hook would
+    overlap the AllReduce with the backward pass instead)."""
+    import torch.distributed as dist
+
+    tensor = bucket.buffer()
+    tensor.div_(world)
+    dist.all_reduce(tensor)
+    fut = torch.futures.Future()
+    fut.set_result(tensor)
+    return fut
+
+
 def train(args) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -127,13 +166,18 @@ def train(args) -> None:
         world = state.world_size
     else:
         world = init_process_group(args.config, ids[0], args.rank)
-    model = MLP(args.dtype, args.seed)
+    model = MLP(args.dtype, args.seed, args.hidden)
     # A small bucket cap, the first bucket's too: several buckets even for this small model (the
     # hook's mapping at work; DDP reads its first bucket's cap from this attribute).
     dist._DEFAULT_FIRST_BUCKET_BYTES = int(args.bucket_kb * 1024)
     ddp = DDP(model, bucket_cap_mb=args.bucket_kb / 1024)
+    timer = None
     if args.backend == "appliance":
-        ddp.register_comm_hook(state, appliance_hook)
+        timer = CommTimer(appliance_hook)
+        ddp.register_comm_hook(state, timer.hook)
+    elif args.time_comm:
+        timer = CommTimer(gloo_hook)
+        ddp.register_comm_hook(world, timer.hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
     data = dataset(args.steps, world, args.batch, args.seed)
     log = open(args.log, "w") if args.log else None
@@ -154,7 +198,11 @@ def train(args) -> None:
             print(f"train_ddp: rank {args.rank}: step {step} failed: {msg}", file=sys.stderr, flush=True)
             os._exit(1)  # not dist.destroy_process_group: the peers may be gone
         opt.step()
-        line = {"step": step, "loss": loss.item(), "seconds": time.monotonic() - t0, "params": params_digest(model)}
+        line = {"step": step, "loss": loss.item(), "seconds": time.monotonic() - t0}
+        if timer is not None:
+            line["comm_seconds"] = timer.take()
+        if not args.no_digest:
+            line["params"] = params_digest(model)
         if args.backend == "appliance" and step <= 1:
             line["buckets"] = [[s.index, s.collective_id, s.offset, s.elements] for s in state.layout]
         report(line, log)
@@ -168,7 +216,7 @@ def reference(args) -> None:
     """The run recomputed in one process: each step, every rank's gradient on its own batch from
     the same parameters, divided by the world size, summed in rank order as the appliance does."""
     world = args.world
-    model = MLP(args.dtype, args.seed)
+    model = MLP(args.dtype, args.seed, args.hidden)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     data = dataset(args.steps, world, args.batch, args.seed)
     log = open(args.log, "w") if args.log else None
@@ -195,6 +243,12 @@ def main():
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--dtype", choices=sorted(LAYER_DTYPES), default="f32")
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--hidden", type=int, default=HIDDEN,
+                    help=f"hidden width of the MLP (default {HIDDEN}; 1000: about 1 M parameters, 5000: about 25 M)")
+    ap.add_argument("--time-comm", action="store_true",
+                    help="gloo: all-reduce in a synchronous, timed comm hook (the appliance's hook is always timed); "
+                         "each step's line gets comm_seconds")
+    ap.add_argument("--no-digest", action="store_true", help="leave the parameters' SHA-256 out of the step lines")
     ap.add_argument("--batch", type=int, default=16, help="rows per rank per step")
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--seed", type=int, default=0)
@@ -211,7 +265,7 @@ def main():
     if args.print_elements:
         from gradclient.ddp import collective_elements
 
-        model = MLP(args.dtype, args.seed)
+        model = MLP(args.dtype, args.seed, args.hidden)
         for name in dict.fromkeys(LAYER_DTYPES[args.dtype]):
             print(f"{name}: tensor_elements = {collective_elements(model.parameters(), args.print_elements, DTYPES[name])}")
         return
