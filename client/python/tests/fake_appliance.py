@@ -191,3 +191,25 @@ class FakeAppliance(threading.Thread):
         self.completed.append((off, rnd))
         for k in sorted(self.members):
             self.send_result(slot, k)
+
+
+def run_each(clients, call):
+    """`call(k)` for each client's rank k, each in its own thread (the ranks of a collective must
+    run at once); then closes the clients. Returns per rank what `call` returned, or the
+    exception it raised."""
+    results: list = [None] * len(clients)
+
+    def work(k):
+        try:
+            results[k] = call(k)
+        except Exception as e:  # reported by the test
+            results[k] = e
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(clients))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    for c in clients:
+        c.close()
+    return results

@@ -24,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PYROOT = os.path.join(HERE, "..")
 sys.path.insert(0, PYROOT)
 
-from fake_appliance import FakeAppliance  # noqa: E402
+from fake_appliance import FakeAppliance, run_each  # noqa: E402
 from gradclient import (  # noqa: E402
     AllreduceTimeout,
     Client,
@@ -75,22 +75,7 @@ def run_n_workers(fake, arrays, dtype="f32", **opts):
 def run_clients(clients, arrays, calls=1):
     """Each client's `calls` allreduces of its array, in a thread each; closes the clients.
     Returns per rank the list of results, or the exception raised."""
-    results: list = [None] * len(arrays)
-
-    def work(k):
-        try:
-            results[k] = [clients[k].allreduce(arrays[k]) for _ in range(calls)]
-        except Exception as e:  # reported by the test
-            results[k] = e
-
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(arrays))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(10)
-    for c in clients:
-        c.close()
-    return results
+    return run_each(clients, lambda k: [clients[k].allreduce(arrays[k]) for _ in range(calls)])
 
 
 class WireTest(unittest.TestCase):
@@ -191,22 +176,7 @@ class ConfigTest(unittest.TestCase):
 
 def run_clients_into(clients, arrays, offsets):
     """Each client's allreduce_into of its array at its offset, in a thread each; closes them."""
-    results: list = [None] * len(arrays)
-
-    def work(k):
-        try:
-            results[k] = clients[k].allreduce_into(arrays[k], offsets[k])
-        except Exception as e:  # reported by the test
-            results[k] = e
-
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(arrays))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(10)
-    for c in clients:
-        c.close()
-    return results
+    return run_each(clients, lambda k: clients[k].allreduce_into(arrays[k], offsets[k]))
 
 
 class ClientTest(unittest.TestCase):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import unittest
 from types import SimpleNamespace
 
@@ -20,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-from fake_appliance import FakeAppliance  # noqa: E402
+from fake_appliance import FakeAppliance, run_each  # noqa: E402
 from gradclient import Client  # noqa: E402
 from gradclient.config import Collective  # noqa: E402
 from gradclient.ddp import ApplianceState, appliance_hook, as_lanes, collective_elements, padded  # noqa: E402
@@ -123,21 +122,7 @@ class HookTest(unittest.TestCase):
             for k in range(n)
         ]
         states = [ApplianceState(c) for c in clients]
-        out: list = [None] * n
-
-        def work(k):
-            try:
-                out[k] = appliance_hook(states[k], Bucket(grads[k], 0, True)).wait()
-            except Exception as e:  # reported by the test
-                out[k] = e
-
-        threads = [threading.Thread(target=work, args=(k,)) for k in range(n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(10)
-        for c in clients:
-            c.close()
+        out = run_each(clients, lambda k: appliance_hook(states[k], Bucket(grads[k], 0, True)).wait())
         return out, states
 
     def test_a_bucket_is_averaged_in_place_through_the_appliance(self):
