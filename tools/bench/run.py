@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`make bench`: Mpps of the dpu beside dpdk-testpmd, in the same run, and a markdown table.
 
-    tools/bench/run.py [--seconds 5] [--reps 3]
+    tools/bench/run.py [--seconds 5] [--reps 3] [--rows dpu,qos,testpmd] [--sizes 60]
 
 Every measurement runs one program for SECONDS on the same vdevs: net_pcap with infinite_rx=1
 replaying a capture of 1024 UDP/IPv4 frames (port 0) into net_null without rx (port 1), one
@@ -23,6 +23,9 @@ received is forwarded: the script checks port 1's opackets and the drops).
 
 When target/criterion holds the packet_core criterion results (make bench runs them first), a
 second table gives their ns per packet. Output: stdout and target/bench/results.md.
+
+`--rows` and `--sizes` run a subset (e.g. `--rows testpmd,dpu,qos --sizes 60` for the qos goal
+alone; the ratios need `testpmd` and, for qos and telemetry, `dpu` among the rows).
 """
 
 import argparse
@@ -45,6 +48,7 @@ EAL = ["--no-huge", "-m", "1024", "--no-pci", "--no-shconf", "--lcores", "0@0,1@
 GOALS = {60: 0.5, 1066: 0.9}
 QOS_GOAL = 0.85  # the qos row against the pipeline row, at 60 B (64 B with FCS)
 TELEMETRY_GOAL = 0.95  # the telemetry row against the pipeline row, at 60 B
+ROWS = ("testpmd", "dpu", "qos", "telemetry", "empty", "csum")
 BATCH = 256  # frames per iteration of dataplane/benches/packet_core.rs
 
 
@@ -244,13 +248,22 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=int, default=int(os.environ.get("BENCH_SECONDS", 5)))
     ap.add_argument("--reps", type=int, default=int(os.environ.get("BENCH_REPS", 3)))
+    ap.add_argument("--rows", default=",".join(ROWS),
+                    help=f"comma-separated subset of {','.join(ROWS)} (default: all)")
+    ap.add_argument("--sizes", default=",".join(map(str, SIZES)),
+                    help="comma-separated frame sizes without FCS, of 60 and 1066 (default: both)")
     a = ap.parse_args()
+    rows = a.rows.split(",")
+    sizes = [int(x) for x in a.sizes.split(",")]
+    if "testpmd" not in rows or any(r not in ROWS for r in rows) or any(x not in SIZES for x in sizes):
+        sys.exit(f"run.py: --rows must include testpmd and name only {','.join(ROWS)}; "
+                 f"--sizes only {SIZES}")
     if not os.path.exists(DPU):
         sys.exit(f"run.py: {DPU} is missing: cargo build --release first")
     ensure_inputs()
     load = os.getloadavg()[0]
     res = {}
-    for size in SIZES:
+    for size in sizes:
         for rep in range(a.reps):
             for what, fn in (("testpmd", lambda: run_testpmd(size, a.seconds)),
                              ("dpu", lambda: run_dpu("pipeline", size, a.seconds)),
@@ -258,6 +271,8 @@ def main():
                              ("telemetry", lambda: run_dpu_watched(size, a.seconds)),
                              ("empty", lambda: run_dpu("empty", size, a.seconds)),
                              ("csum", lambda: run_testpmd(size, a.seconds, "csum"))):
+                if what not in rows:
+                    continue
                 mpps = fn()
                 res.setdefault((what, size), []).append(mpps)
                 print(f"run.py: {size} B run {rep + 1}/{a.reps}: {what} {mpps:.2f} Mpps",
@@ -280,22 +295,27 @@ def main():
         "|---|---|---|---|",
     ]
     verdicts = []
-    for size in SIZES:
+    for size in sizes:
         tp = statistics.median(res[("testpmd", size)])
-        pipeline = statistics.median(res[("dpu", size)])
+        pipeline = statistics.median(res[("dpu", size)]) if "dpu" in rows else None
         for what in ("dpu", "qos", "telemetry", "empty", "csum", "testpmd"):
+            if what not in rows:
+                continue
             xs = res[(what, size)]
             ratio = f"{statistics.median(xs) / tp:.2f}"
-            if what in ("qos", "telemetry"):
+            if what in ("qos", "telemetry") and pipeline:
                 ratio += f" ({statistics.median(xs) / pipeline:.2f} of the pipeline)"
             lines.append(f"| {label[what]} | {size} B | {fmt(xs)} | {ratio} |")
+        if pipeline is None:
+            continue
         r = pipeline / tp
         verdicts.append(f"Goal at {size} B: dpu/testpmd >= {GOALS[size]}: "
                         f"{'met' if r >= GOALS[size] else 'NOT met'} ({r:.2f}).")
-        if size == 60:
+        if size == 60 and "qos" in rows:
             q = statistics.median(res[("qos", size)]) / pipeline
             verdicts.append(f"Goal at {size} B: qos/pipeline >= {QOS_GOAL}: "
                             f"{'met' if q >= QOS_GOAL else 'NOT met'} ({q:.2f}).")
+        if size == 60 and "telemetry" in rows:
             w = statistics.median(res[("telemetry", size)]) / pipeline
             verdicts.append(f"Goal at {size} B: telemetry/pipeline >= {TELEMETRY_GOAL}: "
                             f"{'met' if w >= TELEMETRY_GOAL else 'NOT met'} ({w:.2f}).")

@@ -26,19 +26,23 @@ fn check_cases(cases: Vec<(String, &str, &str)>) {
 
 const PORT: &str = "[[port]]\nvdev = \"net_null0\"\n";
 
+/// Every appliance config shipped: `conf/` and the benchmark's `conf/bench/` (`conf/pktgen/`
+/// holds the generator's, which pktgen's tests load).
 #[test]
 fn shipped_configs_load() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../conf");
     let mut n = 0;
-    for e in std::fs::read_dir(&dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.extension().is_some_and(|x| x == "toml") {
-            let l = load(&p).unwrap_or_else(|e| panic!("{e}"));
-            assert!(!l.config.ports.is_empty());
-            n += 1;
+    for sub in ["../conf", "../conf/bench"] {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(sub);
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                let l = load(&p).unwrap_or_else(|e| panic!("{e}"));
+                assert!(!l.config.ports.is_empty());
+                n += 1;
+            }
         }
     }
-    assert!(n >= 1, "no configs found in {}", dir.display());
+    assert_eq!(n, 5, "conf/: default, l2-forward; conf/bench/: empty, pipeline, qos");
 }
 
 #[test]

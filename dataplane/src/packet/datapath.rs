@@ -10,7 +10,7 @@ use crate::meta::{Meta, CLASS_UNSET};
 use crate::neighbor::Verdict;
 use crate::parse::{parse_checks_into, verify_l4, Checks, Layers, Parsed};
 use crate::prefetch::prefetch;
-use crate::sched::{ClassMap, Dequeued, DropReason, PortConfig, Scheduler};
+use crate::sched::{ClassMap, Dequeued, DropReason, Offer, PortConfig, Scheduler};
 use crate::stats::{Counters, Reason};
 use crate::table::{Carry, Pipeline, PipelineState};
 
@@ -122,12 +122,29 @@ impl<B: PacketBuf> PortEgress<B> {
         pkt: B,
         now: u64,
     ) -> (Option<Reason>, u64) {
-        let mut dropped = self.advance(io, port, now);
+        // An empty scheduler has nothing to release before `now`: only its clock moves.
+        let mut dropped = if self.sched.is_empty() {
+            self.last_us = self.last_us.max(now);
+            0
+        } else {
+            self.advance(io, port, now)
+        };
         let class = if class == CLASS_UNSET { self.map.classify(pkt.data()) } else { class };
-        let refused =
-            self.sched.enqueue(class as usize, pkt, now.max(self.last_us)).err().map(|r| sched_reason(r.reason));
-        dropped += self.advance(io, port, now);
-        (refused, dropped)
+        // An idle port sends at once (Scheduler::offer); otherwise the packet waits its turn.
+        match self.sched.offer(class as usize, pkt, self.last_us) {
+            Ok(Offer::Sent(pkt)) => {
+                io.send(port, pkt);
+                (None, dropped)
+            }
+            Ok(Offer::Queued) => {
+                dropped += self.advance(io, port, now);
+                (None, dropped)
+            }
+            Err(r) => {
+                dropped += self.advance(io, port, now);
+                (Some(sched_reason(r.reason)), dropped)
+            }
+        }
     }
 
     /// Sends everything queued: the clock jumps from departure to departure until every class

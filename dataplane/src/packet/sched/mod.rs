@@ -230,6 +230,15 @@ pub struct Rejected<T> {
     pub reason: DropReason,
 }
 
+/// What [`Scheduler::offer`] did with an item it accepted.
+#[derive(Debug)]
+pub enum Offer<T> {
+    /// The port was idle: the item leaves now (counted enqueued and sent).
+    Sent(T),
+    /// The item is queued; [`Scheduler::dequeue`] hands it out.
+    Queued,
+}
+
 /// What [`Scheduler::dequeue`] hands out.
 #[derive(Debug)]
 pub enum Dequeued<T> {
@@ -247,6 +256,10 @@ pub struct Scheduler<T> {
     red: Vec<Option<Red>>,
     counters: Vec<ClassCounters>,
     hist: Vec<ClassHistograms>,
+    /// Per class, the zeros not yet in `hist` (depth, sojourn): an idle port's packets find
+    /// depth 0 and leave after 0 ticks, counted here (one add) instead of through the
+    /// histogram's bucket arithmetic; [`Scheduler::histograms`] folds them in.
+    hist_zeros: Vec<[u64; 2]>,
     port: PortCounters,
     /// Bit `c` set when class `c` is non-empty.
     nonempty: u8,
@@ -287,6 +300,7 @@ impl<T: SchedItem> Scheduler<T> {
             queues: cfg.classes.iter().map(|c| ClassQueue::new(c.capacity_bytes, c.capacity_pkts as usize)).collect(),
             red: cfg.classes.iter().map(|c| c.red.map(Red::new)).collect(),
             counters: vec![ClassCounters::default(); n],
+            hist_zeros: vec![[0; 2]; hist.len()],
             hist,
             port: PortCounters::default(),
             nonempty: 0,
@@ -316,9 +330,57 @@ impl<T: SchedItem> Scheduler<T> {
     /// [`DropReason::TailDrop`] (capacity reached; checked before RED, which samples only
     /// packets that fit) or [`DropReason::RedDrop`] (selected and Not-ECT); each is counted.
     #[inline]
-    pub fn enqueue(&mut self, class: usize, mut item: T, now: u64) -> Result<(), Rejected<T>> {
+    pub fn enqueue(&mut self, class: usize, item: T, now: u64) -> Result<(), Rejected<T>> {
+        let (item, len) = self.admit(class, item, now)?;
+        self.push(class, item, len, now);
+        Ok(())
+    }
+
+    /// [`Scheduler::enqueue`] followed by [`Scheduler::dequeue`] at the same `now`, without the
+    /// queue when the item would leave at once: every class is empty, RED (if any) marks at
+    /// enqueue, and the shaper (if any) has the tokens. Then the item comes back as
+    /// [`Offer::Sent`], with every counter, histogram, RED and shaper state as the round trip
+    /// through the queue would leave them (DWRR's state is equivalent: no class active, every
+    /// deficit 0). Otherwise it is queued as by [`Scheduler::enqueue`] ([`Offer::Queued`]).
+    /// An idle port sends at once, as a work-conserving scheduler does; this is what keeps an
+    /// uncongested shaped port cheap.
+    ///
+    /// # Errors
+    /// As [`Scheduler::enqueue`].
+    #[inline]
+    pub fn offer(&mut self, class: usize, item: T, now: u64) -> Result<Offer<T>, Rejected<T>> {
+        let dequeue_red = self.mark_point == MarkPoint::Dequeue && self.red.get(class).is_some_and(Option::is_some);
+        if self.nonempty != 0 || dequeue_red {
+            return self.enqueue(class, item, now).map(|()| Offer::Queued);
+        }
+        let (item, len) = self.admit(class, item, now)?;
+        if let Some(s) = &mut self.shaper {
+            // A refused try leaves the bucket as it was (refilled to `now`, which dequeue would
+            // do too).
+            if !s.try_send(len, now) {
+                self.push(class, item, len, now);
+                return Ok(Offer::Queued);
+            }
+        }
+        let cnt = &mut self.counters[class];
+        cnt.enqueued.add(len);
+        cnt.max_depth_bytes = cnt.max_depth_bytes.max(u64::from(len));
+        cnt.sent.add(len);
+        if let Some(z) = self.hist_zeros.get_mut(class) {
+            z[1] += 1;
+        }
+        if let Some(red) = &mut self.red[class] {
+            red.went_empty(now);
+        }
+        Ok(Offer::Sent(item))
+    }
+
+    /// The checks and the enqueue-time decisions of [`Scheduler::enqueue`], up to the push:
+    /// the item and its length, or the item refused (counted).
+    #[inline]
+    fn admit(&mut self, class: usize, mut item: T, now: u64) -> Result<(T, u32), Rejected<T>> {
         let len = item.frame_len();
-        let Some(q) = self.queues.get_mut(class) else {
+        let Some(q) = self.queues.get(class) else {
             self.port.unknown_class.add(len);
             return Err(Rejected { item, reason: DropReason::UnknownClass });
         };
@@ -333,7 +395,11 @@ impl<T: SchedItem> Scheduler<T> {
         }
         let depth = q.bytes();
         if let Some(h) = self.hist.get_mut(class) {
-            h.depth_bytes.saturating_record(depth);
+            if depth == 0 {
+                self.hist_zeros[class][0] += 1;
+            } else {
+                h.depth_bytes.saturating_record(depth);
+            }
         }
         if depth == 0 {
             if let Some(red) = &mut self.red[class] {
@@ -352,8 +418,16 @@ impl<T: SchedItem> Scheduler<T> {
                 }
             }
         }
+        Ok((item, len))
+    }
+
+    /// Appends an admitted item to `class`'s queue.
+    #[inline]
+    fn push(&mut self, class: usize, item: T, len: u32, now: u64) {
+        let q = &mut self.queues[class];
         let was_empty = q.is_empty();
         q.push(Entry { item, len, enq: now, decided: false });
+        let cnt = &mut self.counters[class];
         cnt.enqueued.add(len);
         cnt.max_depth_bytes = cnt.max_depth_bytes.max(q.bytes());
         if was_empty {
@@ -362,7 +436,6 @@ impl<T: SchedItem> Scheduler<T> {
                 self.dwrr.activate(class);
             }
         }
-        Ok(())
     }
 
     /// The class whose head leaves next (strict priority: the highest non-empty class).
@@ -424,7 +497,10 @@ impl<T: SchedItem> Scheduler<T> {
             let cnt = &mut self.counters[c];
             cnt.sent.add(e.len);
             if let Some(h) = self.hist.get_mut(c) {
-                h.sojourn_ticks.saturating_record(now.saturating_sub(e.enq));
+                match now.saturating_sub(e.enq) {
+                    0 => self.hist_zeros[c][1] += 1,
+                    t => h.sojourn_ticks.saturating_record(t),
+                }
             }
             out(Dequeued::Send(e.item));
             handed += 1;
@@ -489,9 +565,15 @@ impl<T: SchedItem> Scheduler<T> {
         &self.port
     }
 
-    /// Class `class`'s histograms, when configured.
-    pub fn histograms(&self, class: usize) -> Option<&ClassHistograms> {
-        self.hist.get(class)
+    /// Class `class`'s histograms, when configured: a copy (allocated: call it off the fast
+    /// path) with every recorded value in it.
+    pub fn histograms(&self, class: usize) -> Option<ClassHistograms> {
+        let mut h = self.hist.get(class)?.clone();
+        let [depth, sojourn] = self.hist_zeros[class];
+        // Recording 0 with a count cannot fail: 0 is within every histogram's bounds.
+        let _ = h.depth_bytes.record_n(0, depth);
+        let _ = h.sojourn_ticks.record_n(0, sojourn);
+        Some(h)
     }
 
     /// What class `class` holds now: packets and bytes (frame lengths without FCS).

@@ -543,3 +543,88 @@ proptest! {
         prop_assert_eq!(seen.len(), ops.iter().filter(|o| matches!(o, Op::Enqueue { .. })).count());
     }
 }
+
+proptest! {
+    /// `offer` (an idle port sends at once) against `enqueue` then `dequeue` at the same
+    /// instant, the round trip through the queue it stands for: the same items leave in the
+    /// same order with the same ECN, the same refusals, and every counter and histogram equal,
+    /// over random traffic on every policy, marking point and shaper setting.
+    #[test]
+    fn offer_is_the_queue_round_trip(
+        ops in prop::collection::vec(op(), 0..400),
+        dwrr in any::<bool>(),
+        at_dequeue in any::<bool>(),
+        shaped in any::<bool>(),
+        small_quantum in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let red = RedConfig { kmin_bytes: 0, kmax_bytes: 8_000, pmax: P_ONE / 2, ewma_log2: (seed % 4) as u8 };
+        let classes: Vec<ClassConfig> = (0..3u32)
+            .map(|c| ClassConfig { capacity_bytes: 12_000, capacity_pkts: 16, weight: c + 1, red: (c != 1).then_some(red) })
+            .collect();
+        let mut cfg = PortConfig::new(NS, classes);
+        cfg.policy = if dwrr { Policy::Dwrr } else { Policy::StrictPriority };
+        cfg.mark_point = if at_dequeue { MarkPoint::Dequeue } else { MarkPoint::Enqueue };
+        cfg.rate_bytes_per_sec = shaped.then_some(GBPS / 10);
+        if small_quantum {
+            cfg.dwrr_quantum_bytes = 100;
+        }
+        cfg.histograms = true;
+        cfg.seed = seed;
+        let mut a: Scheduler<Pkt> = Scheduler::new(&cfg).unwrap();
+        let mut b: Scheduler<Pkt> = Scheduler::new(&cfg).unwrap();
+        let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
+        let mut now = 0u64;
+        for (id, o) in ops.iter().enumerate() {
+            let id = id as u64;
+            match *o {
+                Op::Enqueue { class, len, ecn } => {
+                    let p = Pkt { id, class, len, ecn };
+                    match a.offer(class, p.clone(), now) {
+                        Ok(Offer::Sent(p)) => out_a.push((now, p, "sent")),
+                        Ok(Offer::Queued) => {}
+                        Err(r) => out_a.push((now, r.item, r.reason.name())),
+                    }
+                    a.dequeue(now, usize::MAX, |d| match d {
+                        Dequeued::Send(p) => out_a.push((now, p, "sent")),
+                        Dequeued::Drop(p, r) => out_a.push((now, p, r.name())),
+                    });
+                    if let Err(r) = b.enqueue(class, p, now) {
+                        out_b.push((now, r.item, r.reason.name()));
+                    }
+                    b.dequeue(now, usize::MAX, |d| match d {
+                        Dequeued::Send(p) => out_b.push((now, p, "sent")),
+                        Dequeued::Drop(p, r) => out_b.push((now, p, r.name())),
+                    });
+                }
+                Op::Dequeue { advance, budget } => {
+                    now += advance;
+                    for (s, out) in [(&mut a, &mut out_a), (&mut b, &mut out_b)] {
+                        s.dequeue(now, budget, |d| match d {
+                            Dequeued::Send(p) => out.push((now, p, "sent")),
+                            Dequeued::Drop(p, r) => out.push((now, p, r.name())),
+                        });
+                    }
+                }
+            }
+        }
+        for (s, out) in [(&mut a, &mut out_a), (&mut b, &mut out_b)] {
+            let mut t = now;
+            while let Some(d) = s.next_departure(t) {
+                t = d;
+                s.dequeue(t, 8, |d| match d {
+                    Dequeued::Send(p) => out.push((t, p, "sent")),
+                    Dequeued::Drop(p, r) => out.push((t, p, r.name())),
+                });
+            }
+        }
+        prop_assert_eq!(&out_a, &out_b);
+        prop_assert_eq!(a.port_counters(), b.port_counters());
+        for c in 0..3 {
+            prop_assert_eq!(a.counters(c), b.counters(c), "class {}", c);
+            let (ha, hb) = (a.histograms(c).unwrap(), b.histograms(c).unwrap());
+            prop_assert!(ha.depth_bytes == hb.depth_bytes, "class {}: depth histograms", c);
+            prop_assert!(ha.sojourn_ticks == hb.sojourn_ticks, "class {}: sojourn histograms", c);
+        }
+    }
+}

@@ -142,7 +142,7 @@ impl QosTotals {
                             let _ = sum.depth_bytes.add(&h.depth_bytes);
                             let _ = sum.sojourn_ticks.add(&h.sojourn_ticks);
                         }
-                        None => *hist = Some(h.clone()),
+                        None => *hist = Some(h),
                     }
                 }
             }
