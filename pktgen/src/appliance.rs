@@ -172,6 +172,7 @@ pub fn expected_json(w: &Workload, packets: u64, bytes: u64) -> serde_json::Valu
             "first_round": p.first_round,
             "collective_id": p.collective_id,
             "seed": p.seed,
+            "values": p.values.name(),
             "gap_us": p.gap_us,
             "deterministic": p.deterministic,
             "shuffle": i.shuffle,

@@ -2,6 +2,8 @@
 //!
 //! - [`workload`]: the AllReduce workload model (parameters, schedule with impairments, tensors,
 //!   reference results), shared by every way of sending it;
+//! - [`values`]: the value model (`exact` tables or `normal` tensors, and their references), the
+//!   one source of payloads and results of the pcap writer and the live generator;
 //! - [`plan`]: the address plan (MACs, IPs, ports, QPs of members and appliance);
 //! - [`frame`]: the contribution frame of an event;
 //! - [`pcap`]: the pcap writer;
@@ -17,6 +19,7 @@ pub mod live;
 pub mod pcap;
 pub mod plan;
 pub mod stream;
+pub mod values;
 pub mod workload;
 
 use anyhow::Context;

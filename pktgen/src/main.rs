@@ -6,6 +6,7 @@ use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use dataplane::agg::collective::Carriage;
 use dataplane::wire::gradient::{Dtype, Op};
+use pktgen::values::ValueKind;
 use pktgen::workload::{Family, Impairments, Params, Workload};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -96,6 +97,11 @@ struct AllreduceArgs {
     /// Collective id.
     #[arg(long, default_value_t = 1)]
     collective_id: u16,
+    /// Values: normal (fresh N(0,1)-like tensors every round; the reference is the rank-order
+    /// reduction) or exact (period-61 tables of small integers; the reference holds in any
+    /// fold order).
+    #[arg(long, default_value = "normal", value_parser = parse_values)]
+    values: ValueKind,
     /// Seed of the values and the schedule.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -124,6 +130,10 @@ struct AllreduceArgs {
 
 fn parse_dtype(s: &str) -> Result<Dtype, String> {
     Dtype::from_name(s).ok_or_else(|| format!("expected f32, f16, bf16 or i32, found {s:?}"))
+}
+
+fn parse_values(s: &str) -> Result<ValueKind, String> {
+    ValueKind::from_name(s).ok_or_else(|| format!("expected normal or exact, found {s:?}"))
 }
 
 fn parse_op(s: &str) -> Result<Op, String> {
@@ -169,6 +179,7 @@ fn allreduce(a: AllreduceArgs) -> Result<()> {
             late: a.late,
             retransmit_delay_us: a.retransmit_delay_us,
         },
+        values: a.values,
     };
     let w = Workload::generate(params)?;
     let s = pktgen::write_dir(&w, &a.out)?;

@@ -28,20 +28,21 @@
 //!
 //! # Values
 //!
-//! Every round uses fresh tensors, one per rank, derived from `seed`, the round and the rank
-//! only (not from the schedule): floats are about N(0, 1) (a sum of uniforms, so the values are
-//! the same on every platform), with one lane in eight an exact small value (0, -0, 1, -1, 0.5,
-//! 2, -0.25, 3); i32 lanes are uniform over the full range. f16 and bf16 lanes are the f32 value
-//! rounded to nearest-even. The reference result of a (round, chunk) is the reduction of the
-//! ranks' chunks in rank order with [`Kernels::scalar`], which is what a `deterministic = true`
-//! appliance must send bit for bit (and any appliance for i32, max and min).
+//! The payloads and the reference results come from the value model of [`crate::values`], the
+//! one the live generator uses too, with [`Params::values`] choosing the kind: `normal` (the
+//! default: fresh N(0, 1)-like tensors every round, the reference reduced in rank order with
+//! [`Kernels::scalar`], which is what a `deterministic = true` appliance must send bit for bit,
+//! and any appliance for i32, max and min) or `exact` (the period-61 tables of small integers,
+//! whose reference any appliance must send bit for bit, whatever its fold order).
 
+use crate::values::{mix, Model, ValueKind};
 use dataplane::agg::collective::Carriage;
+#[cfg(doc)]
 use dataplane::agg::kernels::Kernels;
 use dataplane::wire::gradient::Flags;
 use dataplane::wire::gradient::{Dtype, Op};
 use rand::seq::SliceRandom;
-use rand::{RngExt, SeedableRng};
+use rand::SeedableRng;
 use rand_pcg::Pcg64;
 use std::fmt;
 
@@ -129,6 +130,8 @@ pub struct Params {
     pub deterministic: bool,
     /// Network impairments.
     pub impair: Impairments,
+    /// The values the ranks send ([`crate::values`]): `Normal` (default) or `Exact`.
+    pub values: ValueKind,
 }
 
 /// The largest number of workers the address plan allows (IPv4 10.0.0.1 to 10.0.0.253; the
@@ -156,6 +159,7 @@ impl Default for Params {
             gap_us: 1,
             deterministic: true,
             impair: Impairments::default(),
+            values: ValueKind::Normal,
         }
     }
 }
@@ -240,6 +244,18 @@ impl Params {
     pub fn tensor_bytes(&self) -> usize {
         self.tensor_elements as usize * self.dtype.size()
     }
+
+    /// The value model of the workload: its kind, seed, workers, dtype, op and tensor.
+    pub fn model(&self) -> Model {
+        Model {
+            kind: self.values,
+            seed: self.seed,
+            workers: self.workers,
+            dtype: self.dtype,
+            op: self.op,
+            tensor_elements: self.tensor_elements,
+        }
+    }
 }
 
 /// Why an event is sent.
@@ -304,14 +320,6 @@ pub struct Workload {
     pub events: Vec<Event>,
     /// Counts by kind.
     pub counts: Counts,
-}
-
-/// A 64-bit mix (SplitMix64's finaliser): derives independent seeds from (seed, stream).
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// Number of items out of `total` for a fraction, rounded to nearest.
@@ -414,33 +422,10 @@ impl Workload {
     }
 
     /// The tensor of `rank` in round index `round_index` (0..rounds): `tensor_elements` lanes,
-    /// little-endian, `tensor_elements x dtype size` bytes (see the module docs for the values).
+    /// little-endian, `tensor_elements x dtype size` bytes, from the value model
+    /// ([`Params::model`], [`Model::tensor`] of the header's round [`Params::round`]).
     pub fn tensor(&self, round_index: u32, rank: u16) -> Vec<u8> {
-        let p = &self.params;
-        let stream = mix(p.seed) ^ mix(((p.round(round_index) as u64) << 16) | rank as u64);
-        let mut rng = Pcg64::seed_from_u64(stream);
-        let mut out = Vec::with_capacity(p.tensor_bytes());
-        const EXACT: [f32; 8] = [0.0, -0.0, 1.0, -1.0, 0.5, 2.0, -0.25, 3.0];
-        for _ in 0..p.tensor_elements {
-            if p.dtype == Dtype::I32 {
-                out.extend_from_slice(&rng.random::<u32>().to_le_bytes());
-                continue;
-            }
-            let v = if rng.random_range(0u32..8) == 0 {
-                EXACT[rng.random_range(0..EXACT.len())]
-            } else {
-                // Irwin-Hall with 4 uniforms, scaled to variance 1: pure IEEE arithmetic.
-                let s: f64 = (0..4).map(|_| rng.random::<f64>()).sum();
-                ((s - 2.0) * 3f64.sqrt()) as f32
-            };
-            match p.dtype {
-                Dtype::F32 => out.extend_from_slice(&v.to_le_bytes()),
-                Dtype::F16 => out.extend_from_slice(&half::f16::from_f32(v).to_le_bytes()),
-                Dtype::Bf16 => out.extend_from_slice(&half::bf16::from_f32(v).to_le_bytes()),
-                Dtype::I32 => unreachable!("handled above"),
-            }
-        }
-        out
+        self.params.model().tensor(self.params.round(round_index), rank)
     }
 
     /// Every rank's tensor of round index `round_index`, by rank.
@@ -455,18 +440,10 @@ impl Workload {
     }
 
     /// The reference result of chunk (`offset`, `count`) (elements) given every rank's tensor
-    /// (`tensors[k]` is rank k's): reduced in rank order with [`Kernels::scalar`].
+    /// (`tensors[k]` is rank k's): reduced in rank order with [`Kernels::scalar`]
+    /// ([`Model::reference_chunk`]).
     pub fn reference_chunk(&self, tensors: &[Vec<u8>], offset: u32, count: u32) -> Vec<u8> {
-        let p = &self.params;
-        let k = Kernels::scalar();
-        let mut acc = vec![0u32; count as usize];
-        k.load(p.dtype, &mut acc, self.chunk_of(&tensors[0], offset, count));
-        for t in &tensors[1..] {
-            k.fold(p.op, p.dtype, &mut acc, self.chunk_of(t, offset, count));
-        }
-        let mut out = vec![0u8; count as usize * p.dtype.size()];
-        k.store(p.dtype, &acc, &mut out);
-        out
+        self.params.model().reference_chunk(tensors, offset, count)
     }
 
     /// The reference results of round index `round_index`, per slot in offset order:

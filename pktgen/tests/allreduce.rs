@@ -35,6 +35,8 @@ struct Coll {
     chunk: u32,
     /// Extra keys of the `[[allreduce]]`.
     pktgen: String,
+    /// Extra keys of the `[[collective]]`.
+    appliance: String,
 }
 
 impl Coll {
@@ -50,6 +52,7 @@ impl Coll {
             tensor: 1000,
             chunk: 128,
             pktgen: String::new(),
+            appliance: String::new(),
         }
     }
     fn slots(&self) -> u64 {
@@ -72,8 +75,8 @@ fn appliance_toml(dir: &Path, colls: &[Coll]) -> String {
     for (i, c) in colls.iter().enumerate() {
         t += &format!(
             "[[collective]]\ncollective_id = {}\nop = \"{}\"\ndtype = \"{}\"\ncarriage = \"{}\"\ntensor_elements = {}\n\
-             chunk_elements = {}\n",
-            c.id, c.op, c.dtype, c.carriage, c.tensor, c.chunk
+             chunk_elements = {}\n{}",
+            c.id, c.op, c.dtype, c.carriage, c.tensor, c.chunk, c.appliance
         );
         for k in 0..c.workers {
             let ip = if c.v6 { format!("fd00::{:x}", k + 1) } else { format!("10.0.0.{}", k + 1) };
@@ -316,6 +319,38 @@ fn wrong_results_and_naks_are_reported() {
     assert!(u(&drops["grad_mismatch"]) >= 32 && u(&drops["grad_bad_offset"]) >= 8, "{drops}");
 }
 
+/// `values = "normal"` (the pcap writer's N(0, 1)-like tensors) live, closed and open loop: an
+/// f32 sum against a `deterministic = true` collective, a bf16 max and an i32 sum (exact in any
+/// order) against collectives that are not: every round of every worker completes and checks
+/// bit for bit against the rank-order reference.
+#[test]
+fn normal_values_check_against_the_rank_order_reference() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let rounds = 12;
+    let colls = vec![
+        Coll {
+            appliance: "deterministic = true\n".into(),
+            pktgen: format!("rounds = {rounds}\nwindow = 4\ntimeout_us = 20000\nvalues = \"normal\"\n"),
+            ..Coll::new(1, "sum", "f32", "udp")
+        },
+        Coll {
+            v6: true,
+            pktgen: format!("rounds = {rounds}\ntimeout_us = 20000\nvalues = \"normal\"\nseed = 5\n"),
+            ..Coll::new(2, "max", "bf16", "rocev2")
+        },
+        Coll {
+            pktgen: format!("rounds = {rounds}\nmode = \"open\"\nrate_pps = 5000\nvalues = \"normal\"\n"),
+            ..Coll::new(3, "sum", "i32", "udp")
+        },
+    ];
+    let o = run("normal", &colls);
+    assert_eq!(o.code, 0, "{}", o.out);
+    for (i, c) in colls.iter().enumerate() {
+        assert_complete(&o.pktgen["allreduce"][i], c, rounds, &format!("collective {}", c.id));
+    }
+    assert_eq!(u(&o.dpu["aggregation"]["completed"]), 3 * rounds * 8, "{}", o.dpu["aggregation"]);
+}
+
 /// A bad `[[allreduce]]` is refused before EAL starts, naming the file and key.
 #[test]
 fn a_bad_allreduce_config_names_the_key() {
@@ -344,4 +379,10 @@ fn a_bad_allreduce_config_names_the_key() {
     let (code, err) = try_conf("slow_rank = 4\n");
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("key `allreduce[0].slow_rank`: expected a rank below 4, found 4"), "{err}");
+    let (code, err) = try_conf("values = \"normal\"\n");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("pktgen.toml: key `allreduce[0].values`: \"normal\" f32 sums are known only in rank order"),
+        "{err}"
+    );
 }

@@ -1,5 +1,6 @@
 //! The `pktgen` binary end to end: files written, reproducible, consistent with the library.
 
+use pktgen::values::ValueKind;
 use pktgen::workload::{Params, Workload};
 use std::path::PathBuf;
 use std::process::Command;
@@ -95,5 +96,57 @@ fn bad_parameters_are_refused_with_their_name() {
     let out = run(&["allreduce", "--out", d.to_str().unwrap(), "--dtype", "f64"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("expected f32, f16, bf16 or i32"));
+    let out = run(&["allreduce", "--out", d.to_str().unwrap(), "--values", "uniform"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected normal or exact, found \"uniform\""));
     assert!(!d.join("input.pcap").exists());
+}
+
+/// `--values exact`: the pcap's payloads are the exact tables (every lane a small integer, the
+/// same as the library's for the same parameters), `expected.json` names the kind and holds
+/// their reference; the default is `normal`.
+#[test]
+fn allreduce_writes_exact_values_on_request() {
+    let d = tmp("exact");
+    let dir = d.to_str().unwrap();
+    let common =
+        ["--workers", "4", "--tensor-elements", "300", "--chunk-elements", "64", "--rounds", "2", "--seed", "3"];
+    let out = run(&[&["allreduce", "--out", dir, "--values", "exact", "--dtype", "f16"][..], &common[..]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let exp: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join("expected.json")).unwrap()).unwrap();
+    assert_eq!(exp["params"]["values"], "exact");
+    let w = Workload::generate(Params {
+        workers: 4,
+        tensor_elements: 300,
+        chunk_elements: 64,
+        dtype: dataplane::wire::gradient::Dtype::F16,
+        rounds: 2,
+        seed: 3,
+        values: ValueKind::Exact,
+        ..Params::default()
+    })
+    .unwrap();
+    let results = exp["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2 * 5);
+    for (i, (off, _, want)) in w.reference(0).into_iter().chain(w.reference(1)).enumerate() {
+        let hex: String = want.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!((results[i]["offset"].as_u64(), results[i]["payload"].as_str()), (Some(off as u64), Some(&hex[..])));
+    }
+    // Every lane of the pcap's payloads is an integer of at most 2048 / 4 = 512 in magnitude.
+    let file = std::fs::read(d.join("input.pcap")).unwrap();
+    let mut r = pcap_file::pcap::PcapReader::new(&file[..]).unwrap();
+    let mut frames = 0;
+    while let Some(p) = r.next_packet() {
+        frames += 1;
+        for c in p.unwrap().data[62..].chunks(2) {
+            let v = half::f16::from_le_bytes([c[0], c[1]]).to_f32();
+            assert!(v == v.trunc() && v.abs() <= 512.0, "{v}");
+        }
+    }
+    assert_eq!(frames, 2 * 5 * 4);
+    let out = run(&[&["allreduce", "--out", dir][..], &common[..]].concat());
+    assert!(out.status.success());
+    let exp: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join("expected.json")).unwrap()).unwrap();
+    assert_eq!(exp["params"]["values"], "normal");
+    let _ = std::fs::remove_dir_all(&d);
 }

@@ -22,15 +22,23 @@
 //! link): a slot without history starts at `first_round`, one in progress at its round, a
 //! completed one at the next (with `probe = false`, every slot starts at `first_round`).
 //!
-//! # Values: results known without storing tensors
+//! # Values
 //!
-//! Worker `r`'s lane at tensor element `g` in round `k` is `V[r][(g + 7k) mod 61]`, a small
-//! integer from a table of 61 per worker drawn from `seed`: in `-m..=m` with `m` = 256 (bf16),
-//! 2048 (f16) or 2^24 (f32, i32) divided by the number of workers (at least 1), and `V[r][0] = 1`.
-//! Every value, and every partial sum in any order, is an integer the dtype holds exactly, so the
-//! sum, max and min of each lane are exact in every dtype, whatever the arrival order (rule 7 does
-//! not matter) and with f16/bf16 rounding once at emit (rule 6). The reference is the same table
-//! reduced lane by lane: checking a result is one comparison of its payload with a slice of it.
+//! Payloads and references come from the value model of [`crate::values`], the pcap writer's
+//! too, so that a round's contribution of a rank at an offset has the same bytes in both. The
+//! key `values` chooses the kind:
+//!
+//! - `"exact"` (default): the period-61 tables of small integers. Every sum, max and min is
+//!   exact in every dtype whatever the arrival order, so any appliance must answer the reference
+//!   bit for bit; no tensor is stored, checking a result is one comparison of its payload with a
+//!   slice of the tables.
+//! - `"normal"`: the pcap writer's N(0, 1)-like tensors, whose float sums are known only in
+//!   rank order: refused (a config error at `allreduce[i].values`) for an f32, f16 or bf16 sum
+//!   when the appliance's collective is not `deterministic = true`. The tensors (and their
+//!   references) of `R` rounds are computed at start: `R` = `rounds` (16 when unset), at most
+//!   what fits in [`NORMAL_BUDGET_BYTES`]; round `k` sends those of round
+//!   `first_round + ((k - first_round) mod R)`, so a run of at most `R` rounds from `first_round`
+//!   sends exactly the pcap writer's values. Nothing is computed per packet.
 //!
 //! # Impairments
 //!
@@ -45,6 +53,8 @@ use super::config::PortRef;
 use super::pace::Pacer;
 use super::report::Latency;
 use crate::frame::{contribution_spec, Addresses};
+pub use crate::values::{lane_value, magnitude, table_index, PERIOD};
+use crate::values::{mix, ExactTables, Model, ValueKind};
 use dataplane::agg::collective::Carriage;
 use dataplane::config::ConfigError;
 use dataplane::dpdk::{self as dpdk, Mbuf, Mempool, RxQueue, TxQueue};
@@ -56,8 +66,11 @@ use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 
-/// The period of the value tables (lanes): a prime, so that chunks of any size see every value.
-pub const PERIOD: usize = 61;
+/// The most bytes of tensors and references `values = "normal"` computes at start (64 MiB).
+pub const NORMAL_BUDGET_BYTES: u64 = 64 << 20;
+
+/// Rounds of tensors `values = "normal"` computes when `rounds` is unset.
+pub const NORMAL_DEFAULT_ROUNDS: u32 = 16;
 
 /// Closed or open loop.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -120,9 +133,11 @@ pub struct AllreduceConfig {
     /// Elements of the tensor as pktgen sends it (default the collective's; more sends chunks past
     /// the appliance's tensor, which it refuses with NAK reason 6).
     pub tensor_elements: Option<u64>,
-    /// Seed of the value tables and of the injected loss (default 1).
+    /// Seed of the values and of the injected loss (default 1).
     #[serde(default = "d_seed")]
     pub seed: u64,
+    /// `"exact"` (default) or `"normal"`: the value model's kind ([`crate::values`]).
+    pub values: Option<String>,
 }
 
 fn d_window() -> u32 {
@@ -208,6 +223,10 @@ pub struct Emulation {
     pub workers: Vec<WorkerAddr>,
     /// Seed.
     pub seed: u64,
+    /// The values' kind.
+    pub values: ValueKind,
+    /// `values = "normal"`: the rounds of tensors computed at start (`R`, see the module docs).
+    pub value_rounds: u32,
 }
 
 impl Emulation {
@@ -248,6 +267,19 @@ impl Emulation {
             round: 0,
         };
         contribution_spec(&a, self.carriage, header, 0)
+    }
+
+    /// The value model of what it sends: its kind, seed, workers, dtype, the op results are
+    /// checked against, and the tensor as sent.
+    pub fn model(&self) -> Model {
+        Model {
+            kind: self.values,
+            seed: self.seed,
+            workers: self.workers.len() as u16,
+            dtype: self.dtype,
+            op: self.expect_op,
+            tensor_elements: self.tensor_elements,
+        }
     }
 
     /// The longest frame it sends (bytes without FCS): a full chunk from the worker with the
@@ -328,6 +360,39 @@ pub fn check(
         if tensor_elements == 0 || tensor_elements > 1 << 32 {
             return Err(err("tensor_elements", format!("expected 1..=2^32, found {tensor_elements}")));
         }
+        let values = match &a.values {
+            None => ValueKind::Exact,
+            Some(v) => ValueKind::from_name(v)
+                .ok_or_else(|| err("values", format!("expected \"exact\" or \"normal\", found {v:?}")))?,
+        };
+        let mut value_rounds = 1;
+        if values == ValueKind::Normal {
+            if c.op == Op::Sum && c.dtype != Dtype::I32 && !c.deterministic {
+                return Err(err(
+                    "values",
+                    format!(
+                        "\"normal\" {} sums are known only in rank order, and collective {} of {} is not \
+                         `deterministic = true`: set it there, or use values = \"exact\"",
+                        c.dtype.name(),
+                        c.id,
+                        a.appliance
+                    ),
+                ));
+            }
+            let per_round = (c.members.len() as u64 + 1) * tensor_elements * c.dtype.size() as u64;
+            let fit = NORMAL_BUDGET_BYTES / per_round;
+            if fit == 0 {
+                return Err(err(
+                    "values",
+                    format!(
+                        "\"normal\" values are computed at start: one round of {} workers' tensors and its \
+                         reference is {per_round} bytes, more than {NORMAL_BUDGET_BYTES}; use values = \"exact\"",
+                        c.members.len()
+                    ),
+                ));
+            }
+            value_rounds = a.rounds.unwrap_or(NORMAL_DEFAULT_ROUNDS).min(fit.min(u32::MAX as u64) as u32);
+        }
         let mut workers = Vec::new();
         for m in &c.members {
             let p = m.port as usize;
@@ -379,6 +444,8 @@ pub fn check(
             appliance_qpn: app.config.dataplane.appliance_qpn,
             workers,
             seed: a.seed,
+            values,
+            value_rounds,
         });
     }
     Ok(out)
@@ -387,100 +454,86 @@ pub fn check(
 // ---------------------------------------------------------------------------------------------
 // Values
 
-/// SplitMix64's finaliser.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+/// The tensors of `values = "normal"`: those of `rounds` rounds from `first`, and their
+/// references, computed at start.
+#[derive(Debug, Clone)]
+pub struct NormalRounds {
+    /// The round of index 0.
+    pub first: u32,
+    /// `R`: the rounds held; round k uses index `(k - first) mod R`.
+    pub rounds: u32,
+    /// By index, then rank: the whole tensor as sent.
+    pub tensors: Vec<Vec<Vec<u8>>>,
+    /// By index: the reference of the whole tensor.
+    pub expected: Vec<Vec<u8>>,
 }
 
-/// The largest magnitude of a lane for `workers` workers in `dtype`: sums of that many stay
-/// integers the dtype holds exactly (bf16: 256, f16: 2048, f32 and i32: 2^24).
-pub fn magnitude(dtype: Dtype, workers: usize) -> i32 {
-    let limit: i64 = match dtype {
-        Dtype::Bf16 => 256,
-        Dtype::F16 => 2048,
-        Dtype::F32 | Dtype::I32 => 1 << 24,
-    };
-    (limit / workers.max(1) as i64).max(1) as i32
-}
-
-/// Worker `rank`'s value at table index `j` (0..[`PERIOD`]).
-pub fn lane_value(seed: u64, rank: u16, j: usize, m: i32) -> i32 {
-    if j == 0 {
-        return 1;
-    }
-    let h = mix(seed ^ mix(((rank as u64) << 32) | j as u64));
-    (h % (2 * m as u64 + 1)) as i64 as i32 - m
-}
-
-fn encode(dtype: Dtype, v: i32, out: &mut Vec<u8>) {
-    match dtype {
-        Dtype::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
-        Dtype::F16 => out.extend_from_slice(&half::f16::from_f32(v as f32).to_le_bytes()),
-        Dtype::Bf16 => out.extend_from_slice(&half::bf16::from_f32(v as f32).to_le_bytes()),
-        Dtype::I32 => out.extend_from_slice(&v.to_le_bytes()),
+impl NormalRounds {
+    /// The index of round `round`.
+    #[inline(always)]
+    pub fn index(&self, round: u32) -> usize {
+        (round.wrapping_sub(self.first) % self.rounds) as usize
     }
 }
 
-/// The table index of tensor element `g` in round `round`: `(g + 7 round) mod 61`.
-#[inline(always)]
-pub fn table_index(g: u32, round: u32) -> usize {
-    ((g as u64 % PERIOD as u64 + 7 * (round as u64 % PERIOD as u64)) % PERIOD as u64) as usize
+/// Where payloads and results come from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// The exact tables.
+    Exact(ExactTables),
+    /// Normal tensors of a bounded number of rounds.
+    Normal(NormalRounds),
 }
 
-/// Every worker's lanes and the reference result, as bytes, for `PERIOD + chunk` lanes (the
-/// table repeated), so that a chunk's payload is one slice.
+/// The values of an emulation, from the value model ([`Emulation::model`]): every worker's
+/// payload of a (round, offset) and the reference, as slices of what was computed at start.
 #[derive(Debug, Clone)]
 pub struct Values {
     /// Bytes per lane.
     pub lane: usize,
-    /// By rank: `(PERIOD + chunk) x lane` bytes.
-    pub workers: Vec<Vec<u8>>,
-    /// The reference, reduced with the expected op.
-    pub expected: Vec<u8>,
+    /// The tables or the tensors.
+    pub source: Source,
 }
 
 impl Values {
-    /// The tables of `em`.
+    /// The values of `em`.
     pub fn new(em: &Emulation) -> Values {
-        let n = em.workers.len();
-        let m = magnitude(em.dtype, n);
-        let len = PERIOD + em.chunk_elements as usize;
-        let mut workers = vec![Vec::with_capacity(len * em.dtype.size()); n];
-        let mut expected = Vec::with_capacity(len * em.dtype.size());
-        for i in 0..len {
-            let j = i % PERIOD;
-            let vals: Vec<i32> = (0..n).map(|r| lane_value(em.seed, r as u16, j, m)).collect();
-            for (r, &v) in vals.iter().enumerate() {
-                encode(em.dtype, v, &mut workers[r]);
+        let model = em.model();
+        let source = match em.values {
+            ValueKind::Exact => Source::Exact(model.exact_tables(em.chunk_elements)),
+            ValueKind::Normal => {
+                let r = em.value_rounds.max(1);
+                let rounds: Vec<u32> = (0..r).map(|i| em.first_round.wrapping_add(i)).collect();
+                let tensors: Vec<Vec<Vec<u8>>> = rounds.iter().map(|&k| model.tensors(k)).collect();
+                let expected = tensors.iter().map(|t| model.reference(t)).collect();
+                Source::Normal(NormalRounds { first: em.first_round, rounds: r, tensors, expected })
             }
-            let red = match em.expect_op {
-                Op::Sum => {
-                    let s: i64 = vals.iter().map(|&v| v as i64).sum();
-                    s as i32
-                }
-                Op::Max => *vals.iter().max().expect("a worker"),
-                Op::Min => *vals.iter().min().expect("a worker"),
-            };
-            encode(em.dtype, red, &mut expected);
-        }
-        Values { lane: em.dtype.size(), workers, expected }
+        };
+        Values { lane: em.dtype.size(), source }
     }
 
     /// Worker `rank`'s payload of the chunk at `offset` with `count` lanes in `round`.
     #[inline(always)]
     pub fn payload(&self, rank: usize, offset: u32, count: u32, round: u32) -> &[u8] {
-        let j = table_index(offset, round);
-        &self.workers[rank][j * self.lane..(j + count as usize) * self.lane]
+        match &self.source {
+            Source::Exact(t) => t.payload(rank, offset, count, round),
+            Source::Normal(n) => {
+                let a = offset as usize * self.lane;
+                &n.tensors[n.index(round)][rank][a..a + count as usize * self.lane]
+            }
+        }
     }
 
     /// The right result of that chunk.
     #[inline(always)]
     pub fn result(&self, offset: u32, count: u32, round: u32) -> &[u8] {
-        let j = table_index(offset, round);
-        &self.expected[j * self.lane..(j + count as usize) * self.lane]
+        match &self.source {
+            Source::Exact(t) => t.result(offset, count, round),
+            Source::Normal(n) => {
+                let a = offset as usize * self.lane;
+                &n.expected[n.index(round)][a..a + count as usize * self.lane]
+            }
+        }
     }
 }
 
@@ -1162,35 +1215,60 @@ impl Engine {
 // Frames
 
 /// Builds the frames of sends: per worker a header spec, the payload slice and its precomputed
-/// checksum contributions (one per table position and chunk length), the RoCEv2 PSN counter.
+/// checksum contributions (exact values: one per table position and chunk length; normal values:
+/// one per round held and slot), the RoCEv2 PSN counter.
 #[derive(Debug)]
 pub struct Builder {
     specs: Vec<FrameSpec>,
-    /// [rank][0: full chunk, 1: last chunk][table index].
-    sums: Vec<[Vec<PayloadSums>; 2]>,
+    /// [rank][sums_index].
+    sums: Vec<Vec<PayloadSums>>,
     probe: Vec<u8>,
     probe_sums: PayloadSums,
     psn: Vec<u32>,
+}
+
+/// Where the payload sums of (slot, round) are in a rank's list: exact values: `[0: full chunk,
+/// 1: last chunk][table index]`; normal values: `[round index][slot]`.
+#[inline(always)]
+fn sums_index(em: &Emulation, v: &Values, slot: u32, round: u32) -> usize {
+    let (off, count) = em.chunk(slot);
+    match &v.source {
+        Source::Exact(_) => usize::from(count != em.chunk_elements) * PERIOD + table_index(off, round),
+        Source::Normal(n) => n.index(round) * em.slots() as usize + slot as usize,
+    }
 }
 
 impl Builder {
     /// For `e`'s emulation.
     pub fn new(e: &Engine) -> Builder {
         let em = &e.em;
+        let v = &e.values;
         let specs: Vec<FrameSpec> = em.workers.iter().map(|w| em.spec(w)).collect();
-        let full = em.chunk(0).1;
-        let last = em.chunk(em.slots() - 1).1;
         let sums = (0..em.workers.len())
             .map(|r| {
-                [full, last].map(|count| {
-                    let pad = specs[r].pad(count as usize * e.values.lane);
-                    (0..PERIOD)
-                        .map(|j| {
-                            let p = &e.values.workers[r][j * e.values.lane..(j + count as usize) * e.values.lane];
-                            PayloadSums::of(p, pad)
+                let sums_of = |p: &[u8]| PayloadSums::of(p, specs[r].pad(p.len()));
+                match &v.source {
+                    Source::Exact(t) => {
+                        let full = em.chunk(0).1;
+                        let last = em.chunk(em.slots() - 1).1;
+                        [full, last]
+                            .iter()
+                            .flat_map(|&count| {
+                                (0..PERIOD).map(move |j| &t.workers[r][j * t.lane..(j + count as usize) * t.lane])
+                            })
+                            .map(sums_of)
+                            .collect()
+                    }
+                    Source::Normal(n) => (0..n.rounds)
+                        .flat_map(|i| {
+                            (0..em.slots()).map(move |slot| {
+                                let (off, count) = em.chunk(slot);
+                                v.payload(r, off, count, n.first.wrapping_add(i))
+                            })
                         })
-                        .collect()
-                })
+                        .map(sums_of)
+                        .collect(),
+                }
             })
             .collect();
         let probe = vec![0u8; gradient::probe_len(em.workers.len())];
@@ -1221,9 +1299,8 @@ impl Builder {
             spec.header.round = 0;
             (&self.probe[..], &self.probe_sums)
         } else {
-            let kind = usize::from(count != e.em.chunk_elements);
-            let j = table_index(off, s.round);
-            (e.values.payload(r, off, count, s.round), &self.sums[r][kind][j])
+            let i = sums_index(&e.em, &e.values, s.slot, s.round);
+            (e.values.payload(r, off, count, s.round), &self.sums[r][i])
         };
         spec.header.data_length = payload.len() as u32;
         build::build_with(spec, payload, Some(sums), buf).expect("the buffer fits the frame")
@@ -1840,31 +1917,6 @@ impl Default for LiveState {
 mod tests {
     use super::*;
 
-    /// Every value and every reduction of the tables is exact in every dtype: decoding the
-    /// encoded reference gives the integer reduction, for 1 to 253 workers.
-    #[test]
-    fn reductions_are_exact_in_every_dtype() {
-        for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16, Dtype::I32] {
-            for n in [1usize, 2, 4, 16, 253] {
-                let m = magnitude(dtype, n);
-                for j in 0..PERIOD {
-                    let vals: Vec<i32> = (0..n).map(|r| lane_value(7, r as u16, j, m)).collect();
-                    assert!(vals.iter().all(|v| v.abs() <= m));
-                    let sum: i64 = vals.iter().map(|&v| v as i64).sum();
-                    let mut b = Vec::new();
-                    encode(dtype, sum as i32, &mut b);
-                    let back = match dtype {
-                        Dtype::F32 => f32::from_le_bytes(b[..4].try_into().unwrap()) as i64,
-                        Dtype::F16 => half::f16::from_le_bytes([b[0], b[1]]).to_f32() as i64,
-                        Dtype::Bf16 => half::bf16::from_le_bytes([b[0], b[1]]).to_f32() as i64,
-                        Dtype::I32 => i32::from_le_bytes(b[..4].try_into().unwrap()) as i64,
-                    };
-                    assert_eq!(back, sum, "{dtype:?} {n} workers lane {j}");
-                }
-            }
-        }
-    }
-
     fn em(op: Op, expect: Op, dtype: Dtype) -> Emulation {
         let w = |k: u16| WorkerAddr {
             rank: k,
@@ -1900,6 +1952,8 @@ mod tests {
             appliance_qpn: 1,
             workers: (0..3).map(w).collect(),
             seed: 1,
+            values: ValueKind::Exact,
+            value_rounds: 1,
         }
     }
 
@@ -1994,6 +2048,77 @@ mod tests {
         }
     }
 
+    /// One value model, two outputs: for both kinds, every dtype and op, the frames the pcap
+    /// writer writes (`pcap::write_pcap`, read back) are byte for byte those the live builder
+    /// makes for the same (round, rank, offset, flags, PSN), RoCEv2 over a round wrap with
+    /// shuffled, dropped and late contributions; the live engine checks results against the pcap
+    /// writer's reference (`expected.json`'s payloads). Normal values past the `R` rounds held
+    /// repeat them.
+    #[test]
+    fn both_outputs_send_the_same_payloads_and_check_the_same_references() {
+        use crate::workload::{Impairments, Params, Workload};
+        use pcap_file::pcap::PcapReader;
+        for kind in [ValueKind::Exact, ValueKind::Normal] {
+            for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16, Dtype::I32] {
+                for op in [Op::Sum, Op::Max] {
+                    let ctx = format!("{kind:?} {dtype:?} {op:?}");
+                    let mut e = em(op, op, dtype);
+                    e.carriage = Carriage::Rocev2;
+                    e.tensor_elements = 64 * 3 + 7;
+                    e.first_round = u32::MAX - 1;
+                    e.seed = 9;
+                    e.values = kind;
+                    e.value_rounds = 3;
+                    let p = Params {
+                        workers: 3,
+                        tensor_elements: e.tensor_elements,
+                        chunk_elements: e.chunk_elements,
+                        dtype,
+                        op,
+                        carriage: Carriage::Rocev2,
+                        collective_id: e.collective_id,
+                        rounds: 3,
+                        first_round: e.first_round,
+                        seed: 9,
+                        values: kind,
+                        impair: Impairments { shuffle: true, drop: 0.2, late: 0.2, ..Impairments::default() },
+                        ..Default::default()
+                    };
+                    let w = Workload::generate(p).unwrap();
+                    let mut file = Vec::new();
+                    crate::pcap::write_pcap(&w, &mut file).unwrap();
+                    let mut rd = PcapReader::new(&file[..]).unwrap();
+                    let eng = Engine::new(&e, 1_000_000_000, 1);
+                    let mut b = Builder::new(&eng);
+                    let mut live = vec![0u8; 4096];
+                    for ev in &w.events {
+                        let s = Send { rank: ev.rank, slot: ev.offset / 64, round: ev.round, flags: ev.flags };
+                        let n = b.build(&eng, &s, &mut live);
+                        let rec = rd.next_packet().unwrap().unwrap();
+                        assert_eq!(&live[..n], &rec.data[..], "{ctx}: {ev:?}");
+                    }
+                    assert!(rd.next_packet().is_none());
+                    assert!(w.counts.dropped > 0 && w.counts.late > 0);
+                    for ri in 0..3 {
+                        let round = w.params.round(ri);
+                        for (off, count, want) in w.reference(ri) {
+                            assert_eq!(eng.values().result(off, count, round), &want[..], "{ctx} round {round}");
+                        }
+                    }
+                    // Past the rounds held, normal values repeat them (exact ones need none).
+                    let later = e.first_round.wrapping_add(3);
+                    let t = w.tensor(0, 1);
+                    let same = eng.values().payload(1, 64, 64, later) == w.chunk_of(&t, 64, 64);
+                    assert_eq!(same, kind == ValueKind::Normal, "{ctx}");
+                    if kind == ValueKind::Exact {
+                        let m = e.model();
+                        assert_eq!(eng.values().payload(1, 64, 64, later), m.chunk_of(&m.tensor(later, 1), 64, 64));
+                    }
+                }
+            }
+        }
+    }
+
     /// Every frame the builder makes (both carriages and families, a VLAN, every dtype, every
     /// table position, full and short chunks, probes, PSNs across the 24-bit wrap) passes the
     /// appliance's parser, which verifies the UDP checksum and the ICRC, with the header asked
@@ -2063,6 +2188,49 @@ mod tests {
         let bad = text.replace("window = 16", "window = 0");
         let e = super::super::config::load_str(&bad, Path::new("x.toml")).unwrap_err().to_string();
         assert!(e.contains("x.toml: key `allreduce[0].window`: expected at least 1 chunk"), "{e}");
+    }
+
+    /// `values`: `exact` by default; `normal` refused for float sums of a collective that is not
+    /// deterministic, naming the file and key; with `deterministic = true` it loads and holds as
+    /// many rounds as `rounds` asks within the 64 MiB budget; an unknown kind is refused.
+    #[test]
+    fn the_values_key_is_checked() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let app = root.join("conf/pktgen/allreduce-appliance.toml");
+        let text = std::fs::read_to_string(root.join("conf/pktgen/allreduce.toml"))
+            .unwrap()
+            .replace("conf/pktgen/allreduce-appliance.toml", app.to_str().unwrap());
+        let load = |t: &str| super::super::config::load_str(t, Path::new("ar.toml"));
+        let l = load(&text).unwrap();
+        assert_eq!((l.allreduce[0].values, l.allreduce[0].value_rounds), (ValueKind::Exact, 1));
+        let normal = text.replace("# values = \"exact\"", "values = \"normal\"");
+        let e = load(&normal).unwrap_err().to_string();
+        assert!(
+            e.contains("ar.toml: key `allreduce[0].values`: \"normal\" f32 sums are known only in rank order")
+                && e.contains("collective 1 of")
+                && e.contains("`deterministic = true`"),
+            "{e}"
+        );
+        let e = load(&text.replace("# values = \"exact\"", "values = \"uniform\"")).unwrap_err().to_string();
+        assert!(e.contains("key `allreduce[0].values`: expected \"exact\" or \"normal\", found \"uniform\""), "{e}");
+        // A deterministic copy of the appliance's config.
+        let dir = std::env::temp_dir().join(format!("pktgen-values-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let det = dir.join("det.toml");
+        let a = std::fs::read_to_string(&app).unwrap();
+        std::fs::write(&det, a.replacen("carriage = \"udp\"", "carriage = \"udp\"\ndeterministic = true", 1)).unwrap();
+        let normal = normal.replace(app.to_str().unwrap(), det.to_str().unwrap());
+        let l = load(&normal).unwrap();
+        // One round: 4 workers' tensors and the reference, 5 x 65536 x 4 bytes; 51 fit in 64 MiB.
+        assert_eq!((l.allreduce[0].values, l.allreduce[0].value_rounds), (ValueKind::Normal, 51));
+        let l = load(&normal.replace("rounds = 1000", "rounds = 7")).unwrap();
+        assert_eq!(l.allreduce[0].value_rounds, 7);
+        let l = load(&normal.replace("rounds = 1000", "")).unwrap();
+        assert_eq!(l.allreduce[0].value_rounds, NORMAL_DEFAULT_ROUNDS);
+        let e =
+            load(&normal.replace("# tensor_elements = 70000", "tensor_elements = 4000000")).unwrap_err().to_string();
+        assert!(e.contains("key `allreduce[0].values`: \"normal\" values are computed at start"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A closed-loop engine against a model appliance in memory: every contribution frame it
