@@ -750,6 +750,12 @@ struct Worker {
     hist: Histogram<u64>,
 }
 
+/// Rounds per slot whose results an open-loop emulation still takes (with their send time, for
+/// the latency): a result more than this many rounds behind the slot's last send is counted
+/// stale. 64 rounds of 8 slots at 20,000 contributions/s from 4 workers are 100 ms: an appliance
+/// descheduled for that long on a shared CPU is still counted right.
+const OPEN_HISTORY: usize = 64;
+
 /// Open-loop progress.
 #[derive(Debug, Default)]
 struct Open {
@@ -758,10 +764,10 @@ struct Open {
     slot: u32,
     rank: u16,
     done: bool,
-    /// Per slot: the first round number (from the probe) and the send TSC of its last 4 rounds
-    /// (round, TSC of the last worker's contribution).
+    /// Per slot: the first round number (from the probe) and the send TSC of its last
+    /// [`OPEN_HISTORY`] rounds (round, TSC of the last worker's contribution).
     base: Vec<u32>,
-    sent: Vec<[(u32, u64); 4]>,
+    sent: Vec<[(u32, u64); OPEN_HISTORY]>,
     /// Results due: (round, slot) pairs fully sent x workers, minus those received.
     due: u64,
 }
@@ -839,7 +845,7 @@ impl Engine {
             stopping: false,
             open: Open {
                 base: vec![em.first_round; n_slots as usize],
-                sent: vec![[(u32::MAX, 0); 4]; n_slots as usize],
+                sent: vec![[(u32::MAX, 0); OPEN_HISTORY]; n_slots as usize],
                 ..Open::default()
             },
             rx_other: 0,
@@ -1041,7 +1047,7 @@ impl Engine {
                 room -= 1;
             }
             if r + 1 == n {
-                self.open.sent[s as usize][(round & 3) as usize] = (round, now);
+                self.open.sent[s as usize][round as usize % OPEN_HISTORY] = (round, now);
                 self.open.due += n as u64;
                 self.open.rank = 0;
                 if s + 1 == slots {
@@ -1145,7 +1151,7 @@ impl Engine {
                 now.saturating_sub(slot.first_tsc)
             }
             Mode::Open => {
-                let (round, t) = self.open.sent[s as usize][(h.round & 3) as usize];
+                let (round, t) = self.open.sent[s as usize][h.round as usize % OPEN_HISTORY];
                 if round != h.round || self.open.due == 0 {
                     self.workers[w].c.stale_results += 1;
                     return;
