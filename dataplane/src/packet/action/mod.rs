@@ -117,7 +117,8 @@ pub enum Egress {
     Dropped(Reason),
 }
 
-/// Runs one header rewrite on `buf` (whose parse is `p`, kept up to date).
+/// Runs one header rewrite on `buf` (whose parse is `p`, kept up to date). The pipeline's own
+/// action loop (`Pipeline::apply`) calls the same functions per rewrite directly.
 ///
 /// Errors: the reason to drop the packet (`ttl_expired`, `vlan_depth`, `no_mbuf` for a push
 /// without headroom).

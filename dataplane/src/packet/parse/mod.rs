@@ -501,7 +501,7 @@ fn parse_ipv4(
 
 /// The UDP checksum rule over IPv4 (RFC 768): 0 means none, RoCEv2 or not; any other value is
 /// verified, or taken from the NIC's verdict `l4`.
-#[inline]
+#[inline(always)]
 fn udp_ok_v4(u: &udp::UdpPacket<&[u8]>, src: [u8; 4], dst: [u8; 4], l4: CsumStatus) -> bool {
     u.checksum() == 0
         || match l4 {

@@ -375,12 +375,12 @@ pub fn metered_len(p: &Parsed, frame_len: usize) -> u32 {
     len as u32
 }
 
-/// Colours the packet with instance `index` of meter `m` into `meta.color` (`frame_len`: the
-/// frame's length without FCS). Kept out of line: the pipeline's loop stays small for the
-/// packets that meet no meter.
+/// Colours the packet with instance `index` of meter `m` (of a [`PipelineState`]'s `meters`)
+/// into `meta.color` (`frame_len`: the frame's length without FCS). Kept out of line: the
+/// pipeline's loop stays small for the packets that meet no meter.
 #[inline(never)]
-fn meter(counts: &mut PipelineState, m: u16, index: u64, p: &Parsed, meta: &mut Meta, frame_len: usize) {
-    meta.color = counts.meters[m as usize].color(index, meta.timestamp_us, metered_len(p, frame_len), meta.color);
+fn meter(meters: &mut [MeterArray], m: u16, index: u64, p: &Parsed, meta: &mut Meta, frame_len: usize) {
+    meta.color = meters[m as usize].color(index, meta.timestamp_us, metered_len(p, frame_len), meta.color);
 }
 
 /// The numeric value of a field from its [`Field::word`] (big-endian bytes loaded
@@ -465,12 +465,6 @@ impl PipelineState {
     /// Table `t`'s entry counters followed by its miss counter.
     pub fn hits_of(&self, t: usize) -> &[Counter] {
         &self.hits[self.base[t]..self.base[t + 1]]
-    }
-
-    /// The counter of table `t`'s entry `slot` (its length for the miss).
-    #[inline(always)]
-    fn slot(&mut self, t: usize, slot: usize) -> &mut Counter {
-        &mut self.hits[self.base[t] + slot]
     }
 
     /// Packets and bytes per colour of meter `m` (green, yellow, red).
@@ -561,10 +555,15 @@ impl Pipeline {
         mut first: Option<Option<usize>>,
     ) -> Egress {
         let mut egress = Egress::Unset;
+        let tables = &self.tables[..];
+        // A state shaped for this pipeline has a base per table (and the end): checked once
+        // here, so that indexing it by a table's index below needs no check of its own.
+        let base = &counts.base[..tables.len()];
+        // The frame's length, for the counters: only the VLAN actions change it.
+        let mut len = buf.data().len();
         let mut t = 0;
-        while t < self.tables.len() {
-            let len = buf.data().len();
-            let table = &self.tables[t];
+        while t < tables.len() {
+            let table = &tables[t];
             let hit = match first.take() {
                 Some(hit) if t == 0 => hit,
                 _ => table.lookup(p, meta),
@@ -573,7 +572,7 @@ impl Pipeline {
                 Some(i) => (&table.entries[i], i, false),
                 None => (&table.miss, table.len(), true),
             };
-            counts.slot(t, slot).hit(len);
+            counts.hits[base[t] + slot].hit(len);
             let mut actions = entry.actions(&table.pool).iter();
             let mut next = t + 1;
             while let Some(a) = actions.next() {
@@ -589,11 +588,11 @@ impl Pipeline {
                     Action::DropPoliced => return Egress::Dropped(Reason::Policed),
                     Action::Goto(to) => next = *to as usize,
                     Action::Exit => next = usize::MAX,
-                    Action::Count(c) => counts.named[*c as usize].hit(buf.data().len()),
-                    Action::MeterAt(m, i) => meter(counts, *m, u64::from(*i), p, meta, buf.data().len()),
+                    Action::Count(c) => counts.named[*c as usize].hit(len),
+                    Action::MeterAt(m, i) => meter(&mut counts.meters, *m, u64::from(*i), p, meta, len),
                     Action::MeterBy(m, f) => {
                         let index = field_value(f.word(p, meta), f.width());
-                        meter(counts, *m, index, p, meta, buf.data().len())
+                        meter(&mut counts.meters, *m, index, p, meta, len)
                     }
                     Action::SetColor(c) => meta.color = *c,
                     Action::SetClass(c) => meta.class = *c,
@@ -602,11 +601,30 @@ impl Pipeline {
                             actions.nth(*n as usize - 1);
                         }
                     }
-                    rw => {
-                        if let Err(r) = action::rewrite(rw, buf, p) {
+                    // The rewrites one by one, not through `action::rewrite`: every action is
+                    // then dispatched from one jump table, where a catch-all took a second.
+                    Action::SetDscp(d) => action::dscp::set_dscp(buf.data_mut(), p, *d),
+                    Action::MarkEcn => {
+                        action::ecn::mark_ce(buf.data_mut(), p);
+                    }
+                    Action::DecTtl => {
+                        if let Err(r) = action::ttl::decrement(buf.data_mut(), p) {
                             return Egress::Dropped(r);
                         }
                     }
+                    Action::SetEthSrc(m) => action::mac::set_src(buf.data_mut(), p, *m),
+                    Action::SetEthDst(m) => action::mac::set_dst(buf.data_mut(), p, *m),
+                    Action::PushVlan(vid) => {
+                        if let Err(r) = action::vlan::push(buf, p, *vid) {
+                            return Egress::Dropped(r);
+                        }
+                        len = buf.data().len();
+                    }
+                    Action::PopVlan => {
+                        action::vlan::pop(buf, p);
+                        len = buf.data().len();
+                    }
+                    Action::SetVlan(vid) => action::vlan::set_vid(buf.data_mut(), p, *vid),
                 }
             }
             t = next;

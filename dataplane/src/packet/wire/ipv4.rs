@@ -227,7 +227,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
 
     /// The whole header, options included (IHL * 4 bytes).
-    #[inline]
+    #[inline(always)]
     pub fn header(&self) -> &[u8] {
         &self.buffer.as_ref()[..self.header_len()]
     }
@@ -246,7 +246,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
 
     /// True when the header, options included, sums to 0xFFFF (RFC 791, RFC 1071): a stored
     /// checksum of 0x0000 that sums right is valid.
-    #[inline]
+    #[inline(always)]
     pub fn verify_checksum(&self) -> bool {
         let h = self.header();
         // Without options (IHL 5, nearly every header) the length is a constant: three loads.
