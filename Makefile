@@ -73,7 +73,7 @@ bench: build
 # added to fuzz/corpus/<target>/. libFuzzer needs nightly flags; RUSTC_BOOTSTRAP=1 lets the
 # stable toolchain accept them. A crash stops the run and leaves its input in fuzz/artifacts/.
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := parse pipeline aggregate config control
+FUZZ_TARGETS := parse pipeline aggregate config control qos
 
 # The generator's pictures: the appliance forwarding over net_memif at 64 to 1518 B, throughput
 # against frame size and the latency CDF from pktgen's JSON (tools/plot_pktgen.py), into
