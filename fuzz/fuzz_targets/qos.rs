@@ -111,9 +111,18 @@ fn config(u: &mut Unstructured) -> Result<Case> {
             writeln!(c, "weight = {}", pick(u, &[0u32, 1, 2, 7])?).unwrap();
         }
         if u.arbitrary()? {
-            writeln!(c, "kmin = {}", pick(u, &DEPTHS)?).unwrap();
-            writeln!(c, "kmax = {}", pick(u, &DEPTHS)?).unwrap();
-            writeln!(c, "pmax = {}", pick(u, &["0", "0.01", "0.5", "1", "1.5"])?).unwrap();
+            if u.ratio(1, 8)? {
+                // Anything, the refusals included.
+                writeln!(c, "kmin = {}", pick(u, &DEPTHS)?).unwrap();
+                writeln!(c, "kmax = {}", pick(u, &DEPTHS)?).unwrap();
+                writeln!(c, "pmax = {}", pick(u, &["0", "0.01", "0.5", "1", "1.5"])?).unwrap();
+            } else {
+                // Thresholds in order, so that queues that build up mark.
+                let kmin = pick(u, &[0u64, 100, 1600, 3000, 20_000])?;
+                writeln!(c, "kmin = {kmin}").unwrap();
+                writeln!(c, "kmax = {}", kmin + pick(u, &[1u64, 1000, 5000, 20_000])?).unwrap();
+                writeln!(c, "pmax = {}", pick(u, &["0.01", "0.5", "1"])?).unwrap();
+            }
             if u.arbitrary()? {
                 writeln!(c, "ewma_log2 = {}", pick(u, &[0u32, 1, 4, 20, 40])?).unwrap();
             }
