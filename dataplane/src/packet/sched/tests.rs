@@ -466,6 +466,22 @@ fn record(seen: &mut std::collections::HashMap<u64, &'static str>, id: u64, what
     }
 }
 
+/// The random tests' port: three classes of 12,000 bytes and 16 packets, weights 1, 2 and 3,
+/// RED (from `kmin` to 8,000 bytes, Pmax 1/2, an EWMA weight from `seed`) on classes 0 and 2;
+/// DWRR or strict priority, marking at dequeue or enqueue, shaped at 100 Mbit/s or not.
+fn random_port(kmin: u64, dwrr: bool, at_dequeue: bool, shaped: bool, seed: u64) -> PortConfig {
+    let red = RedConfig { kmin_bytes: kmin, kmax_bytes: 8_000, pmax: P_ONE / 2, ewma_log2: (seed % 4) as u8 };
+    let classes: Vec<ClassConfig> = (0..3u32)
+        .map(|c| ClassConfig { capacity_bytes: 12_000, capacity_pkts: 16, weight: c + 1, red: (c != 1).then_some(red) })
+        .collect();
+    let mut cfg = PortConfig::new(NS, classes);
+    cfg.policy = if dwrr { Policy::Dwrr } else { Policy::StrictPriority };
+    cfg.mark_point = if at_dequeue { MarkPoint::Dequeue } else { MarkPoint::Enqueue };
+    cfg.rate_bytes_per_sec = shaped.then_some(GBPS / 10);
+    cfg.seed = seed;
+    cfg
+}
+
 proptest! {
     /// Random enqueues and dequeues (with a final drain): every item comes out exactly once,
     /// sent or given back dropped, and every class's packet and byte counters balance.
@@ -477,15 +493,7 @@ proptest! {
         shaped in any::<bool>(),
         seed in any::<u64>(),
     ) {
-        let red = RedConfig { kmin_bytes: 2_000, kmax_bytes: 8_000, pmax: P_ONE / 2, ewma_log2: (seed % 4) as u8 };
-        let classes: Vec<ClassConfig> = (0..3u32)
-            .map(|c| ClassConfig { capacity_bytes: 12_000, capacity_pkts: 16, weight: c + 1, red: (c != 1).then_some(red) })
-            .collect();
-        let mut cfg = PortConfig::new(NS, classes);
-        cfg.policy = if dwrr { Policy::Dwrr } else { Policy::StrictPriority };
-        cfg.mark_point = if at_dequeue { MarkPoint::Dequeue } else { MarkPoint::Enqueue };
-        cfg.rate_bytes_per_sec = shaped.then_some(GBPS / 10);
-        cfg.seed = seed;
+        let cfg = random_port(2_000, dwrr, at_dequeue, shaped, seed);
         let mut s: Scheduler<Pkt> = Scheduler::new(&cfg).unwrap();
         let mut seen = std::collections::HashMap::new();
         let mut offered = [PktBytes::default(); 3];
@@ -558,19 +566,11 @@ proptest! {
         small_quantum in any::<bool>(),
         seed in any::<u64>(),
     ) {
-        let red = RedConfig { kmin_bytes: 0, kmax_bytes: 8_000, pmax: P_ONE / 2, ewma_log2: (seed % 4) as u8 };
-        let classes: Vec<ClassConfig> = (0..3u32)
-            .map(|c| ClassConfig { capacity_bytes: 12_000, capacity_pkts: 16, weight: c + 1, red: (c != 1).then_some(red) })
-            .collect();
-        let mut cfg = PortConfig::new(NS, classes);
-        cfg.policy = if dwrr { Policy::Dwrr } else { Policy::StrictPriority };
-        cfg.mark_point = if at_dequeue { MarkPoint::Dequeue } else { MarkPoint::Enqueue };
-        cfg.rate_bytes_per_sec = shaped.then_some(GBPS / 10);
+        let mut cfg = random_port(0, dwrr, at_dequeue, shaped, seed);
         if small_quantum {
             cfg.dwrr_quantum_bytes = 100;
         }
         cfg.histograms = true;
-        cfg.seed = seed;
         let mut a: Scheduler<Pkt> = Scheduler::new(&cfg).unwrap();
         let mut b: Scheduler<Pkt> = Scheduler::new(&cfg).unwrap();
         let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
