@@ -419,6 +419,28 @@ fn strip_nulls(v: Value) -> Value {
     }
 }
 
+/// The `q` quantile (0..=1) of log2 bucket counts (bucket `b` holds values up to `2^b - 1`, the
+/// last everything above) as its bucket's upper bound; `-` when empty.
+fn log2_quantile(buckets: &[u64], q: f64) -> String {
+    let total: u64 = buckets.iter().sum();
+    if total == 0 {
+        return "-".into();
+    }
+    let want = ((total as f64) * q).ceil().max(1.0) as u64;
+    let mut seen = 0;
+    for (b, n) in buckets.iter().enumerate() {
+        seen += n;
+        if seen >= want {
+            return match b {
+                0 => "0".into(),
+                b if b + 1 == buckets.len() => format!(">{}", (1u64 << (b - 1)) - 1),
+                b => format!("<={}", (1u64 << b) - 1),
+            };
+        }
+    }
+    "-".into()
+}
+
 /// `dpuctl watch`: per interval, the port rates and the drops that grew.
 fn watch(socket: &Path, interval: f64) -> Result<(), String> {
     let stats = |s: &Path| -> Result<(serde_json::Map<String, Value>, Vec<Value>), String> {
@@ -460,9 +482,23 @@ fn watch(socket: &Path, interval: f64) -> Result<(), String> {
             let (busy, idle, bursts) = (d("busy_polls"), d("idle_polls"), d("bursts"));
             let share = if busy + idle > 0 { 100.0 * busy as f64 / (busy + idle) as f64 } else { 0.0 };
             let cycles = d("burst_cycles").checked_div(bursts).unwrap_or(0);
+            // The interval's residence times: the log2 buckets' growth, read as quantiles.
+            let buckets = |v: &Value| -> Vec<u64> {
+                v["residence_cycles_log2"]
+                    .as_array()
+                    .map(|a| a.iter().map(|x| x.as_u64().unwrap_or(0)).collect())
+                    .unwrap_or_default()
+            };
+            let grown: Vec<u64> = buckets(w)
+                .iter()
+                .zip(buckets(p).iter().chain(std::iter::repeat(&0)))
+                .map(|(a, b)| a.saturating_sub(*b))
+                .collect();
             println!(
-                "worker {:<9} busy {share:>5.1}% of polls, {bursts} bursts, {cycles} TSC cycles per burst",
-                w["worker"]
+                "worker {:<9} busy {share:>5.1}% of polls, {bursts} bursts, {cycles} TSC cycles per burst, residence p50 {} p99 {} TSC cycles",
+                w["worker"],
+                log2_quantile(&grown, 0.5),
+                log2_quantile(&grown, 0.99)
             );
         }
         let rounds = delta("agg_completed_rounds") as f64 / dt;
@@ -479,5 +515,24 @@ fn watch(socket: &Path, interval: f64) -> Result<(), String> {
         let _ = std::io::stdout().flush();
         prev = now;
         prev_w = now_w;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log2_quantile;
+
+    /// Bucket b holds values up to 2^b - 1: 0, 1, 2-3, 4-7, ...; the last, everything above.
+    #[test]
+    fn log2_quantiles_are_bucket_bounds() {
+        assert_eq!(log2_quantile(&[0, 0, 0], 0.5), "-");
+        // 4 values in 2..=3, 1 in 8..=15: the median <= 3, the 99th percentile <= 15.
+        let b = [0, 0, 4, 0, 1, 0];
+        assert_eq!(log2_quantile(&b, 0.5), "<=3");
+        assert_eq!(log2_quantile(&b, 0.8), "<=3");
+        assert_eq!(log2_quantile(&b, 0.99), "<=15");
+        assert_eq!(log2_quantile(&[3, 0, 0], 0.99), "0");
+        // The last bucket is open: above 2^(n-2) - 1.
+        assert_eq!(log2_quantile(&[0, 0, 0, 2], 0.5), ">3");
     }
 }

@@ -123,6 +123,11 @@ fn dpdk_telemetry_reads_live_counters_and_the_stats_line_prints() {
     assert_eq!(u(&workers, "idle_polls/0"), 0, "{workers}");
     let p50 = u(&workers, "cycles_per_burst_p50/0");
     assert!(p50 > 0 && (p50 + 1).is_power_of_two() && u(&workers, "cycles_per_burst_mean/0") > 0, "{workers}");
+    // Residence (rx burst to tx burst): every packet sent waited some cycles, and at most as
+    // long as the drain interval plus a burst's processing allows on a busy worker; a log2
+    // bucket bound, with the 99th percentile at or above the median.
+    let (r50, r99) = (u(&workers, "residence_cycles_p50/0"), u(&workers, "residence_cycles_p99/0"));
+    assert!(r50 > 0 && (r50 + 1).is_power_of_two() && r99 >= r50, "{workers}");
     // The straggler view is there (this config has no collective to show).
     assert_eq!(no_coll["error"].as_str().unwrap_or(""), "no collective 1", "{no_coll}");
     // The final stats count at least what was seen live.
@@ -233,6 +238,15 @@ fn prometheus_metrics_parse_and_agree_with_the_final_stats() {
     assert!(rx1 > 0 && rx1 < rx2 && rx2 <= final_rx, "{rx1} {rx2} {final_rx}");
     assert_eq!(v(&b, "dpu_port_rx_bytes_total", "port=null-0"), 64 * rx2);
     assert!(v(&b, "dpu_table_packets_total", "entry=miss,table=l2") >= rx2);
+    // Residence histogram: packets the tx queue took, at most those handed to it.
+    let resid: u64 = b["dpu_worker_packets_by_residence_cycles_total"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no residence histogram: {b}"))
+        .values()
+        .map(|x| x.as_f64().unwrap() as u64)
+        .sum();
+    let tx = v(&b, "dpu_port_tx_packets_total", "port=null-0");
+    assert!(resid > 0 && resid <= tx, "residence {resid}, tx {tx}");
     // Every drop reason of the final stats is a label of the drops family.
     for (reason, n) in s["drops"].as_object().unwrap() {
         if let Some(live) = b["dpu_dropped_packets_total"].get(format!("reason={reason}")) {

@@ -181,7 +181,7 @@ pub fn register_telemetry() -> Result<(), DpdkError> {
     )?;
     telemetry::register(
         "/dpu/workers",
-        "Returns per worker: busy and idle polls, bursts, TSC cycles per burst (mean, p50, p99). No parameters",
+        "Returns per worker: busy/idle polls, bursts, TSC cycles per burst (mean, p50, p99), residence cycles (p50, p99). No parameters",
         workers_command,
     )?;
     telemetry::register(
@@ -210,7 +210,9 @@ fn stats_command(_: &str) -> Reply {
 }
 
 /// `/dpu/workers`: per worker its busy and idle polls, bursts, and the TSC cycles a burst took
-/// (mean, and the median and 99th percentile as the upper bounds of their log2 buckets).
+/// (mean, and the median and 99th percentile as the upper bounds of their log2 buckets), and
+/// the median and 99th percentile of its packets' residence time (TSC cycles from rx burst to
+/// tx burst, [`LoopStats::residence`]).
 fn workers_command(_: &str) -> Reply {
     let b = current().ok_or("the appliance is not running")?;
     let t = b.totals();
@@ -218,23 +220,33 @@ fn workers_command(_: &str) -> Reply {
     for w in 0..b.workers() as u16 {
         let get = |family: &str| b.total(&t, family, Some(Label::Worker { worker: w, le: None }));
         let bursts = get("worker_bursts");
-        // The histogram back from its buckets (each labelled with its upper bound).
-        let mut h = Log2Hist::<CYCLE_BUCKETS>::default();
-        for (i, m) in b.metrics.iter().enumerate() {
-            if let Label::Worker { worker, le: Some(le) } = m.label {
-                if worker == w {
-                    h.0[Log2Hist::<CYCLE_BUCKETS>::bucket_of(le)] += t[i];
-                }
-            }
-        }
+        let h = worker_hist(&b, &t, w, "worker_bursts_by_cycles");
+        let r = worker_hist(&b, &t, w, "worker_packets_by_residence_cycles");
         out.push((format!("busy_polls/{w}"), get("worker_busy_polls")));
         out.push((format!("idle_polls/{w}"), get("worker_idle_polls")));
         out.push((format!("bursts/{w}"), bursts));
         out.push((format!("cycles_per_burst_mean/{w}"), get("worker_burst_cycles").checked_div(bursts).unwrap_or(0)));
         out.push((format!("cycles_per_burst_p50/{w}"), h.quantile(0.5)));
         out.push((format!("cycles_per_burst_p99/{w}"), h.quantile(0.99)));
+        out.push((format!("residence_cycles_p50/{w}"), r.quantile(0.5)));
+        out.push((format!("residence_cycles_p99/{w}"), r.quantile(0.99)));
     }
     Ok(out)
+}
+
+/// Worker `w`'s log2 histogram `family` (`worker_bursts_by_cycles` or
+/// `worker_packets_by_residence_cycles`) back from the board's totals `t`, one bucket per
+/// value labelled with its upper bound.
+pub fn worker_hist(b: &Board, t: &[u64], w: u16, family: &str) -> Log2Hist<CYCLE_BUCKETS> {
+    let mut h = Log2Hist::<CYCLE_BUCKETS>::default();
+    for (i, m) in b.metrics.iter().enumerate() {
+        if let Label::Worker { worker, le: Some(le) } = m.label {
+            if worker == w && m.family == family {
+                h.0[Log2Hist::<CYCLE_BUCKETS>::bucket_of(le)] += t[i];
+            }
+        }
+    }
+    h
 }
 
 /// Ranks per page of `/dpu/stragglers`: three values each.
@@ -356,6 +368,12 @@ pub struct LoopStats {
     pub burst_cycles: u64,
     /// Bursts by cycles.
     pub cycles: Log2Hist<CYCLE_BUCKETS>,
+    /// Packets sent by their residence time in TSC cycles: from the end of the rx burst that
+    /// brought them (for packets from the hand-off and scheduler rings and the egress
+    /// schedulers, the start of the loop turn that took them: their time in a ring or an egress
+    /// queue is not in it; the queues' sojourn histograms have the latter) to the end of the tx
+    /// burst that took them. Packets the tx queue refused are not in it (`tx_full`).
+    pub residence: Log2Hist<CYCLE_BUCKETS>,
 }
 
 impl LoopStats {
@@ -387,6 +405,15 @@ impl LoopStats {
                 let m = Metric {
                     family: "worker_bursts_by_cycles",
                     help: "rx bursts by the TSC cycles they took, in log2 buckets (le: the bucket's upper bound)",
+                    label,
+                };
+                v.counter(m, *n);
+            }
+            for (b, n) in s.residence.0.iter().enumerate() {
+                let label = Label::Worker { worker: w as u16, le: Some(Log2Hist::<CYCLE_BUCKETS>::upper(b)) };
+                let m = Metric {
+                    family: "worker_packets_by_residence_cycles",
+                    help: "packets sent by the TSC cycles from their rx burst to their tx burst, in log2 buckets (le: the bucket's upper bound)",
                     label,
                 };
                 v.counter(m, *n);

@@ -7,6 +7,8 @@ use crate::buf::{PacketBuf, PacketIo};
 use crate::datapath::Datapath;
 use crate::dpdk::ring::Ring;
 use crate::dpdk::{self, rdtsc, Mbuf, Mempool, TxBuffer, TxQueue};
+use crate::live::CYCLE_BUCKETS;
+use crate::log2hist::Log2Hist;
 use crate::stats::Reason;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -157,6 +159,15 @@ struct TxIo {
     rings: Vec<Ring>,
     /// Per port: the ring to the owner of its scheduler ([`Worker::qos_out`]).
     qos_out: Vec<Option<Ring>>,
+    /// The TSC at which the packets now being handed to `send` were received: the end of
+    /// their rx burst (packets from the hand-off and scheduler rings, and from the egress
+    /// schedulers: the start of the poll-loop turn that takes them).
+    rx_tsc: u64,
+    /// Per port, the `rx_tsc` of each packet in its tx buffer, in buffer order.
+    stamps: Vec<[u64; TX_BUFFER]>,
+    /// Packets sent by TSC cycles from `rx_tsc` to the end of the tx burst that took them (the
+    /// residence time; published with the loop's counters).
+    residence: Log2Hist<CYCLE_BUCKETS>,
 }
 
 impl TxIo {
@@ -164,9 +175,19 @@ impl TxIo {
     /// counted.
     #[inline]
     fn flush(&mut self, p: usize) {
+        let n = self.bufs[p].len();
+        if n == 0 {
+            return;
+        }
         // A port paused for a restart takes nothing: no try, everything counted.
         let tries = if dpdk::port::paused(self.queues[p].port_id()) { 0 } else { TX_RETRIES };
-        self.tx_full += self.bufs[p].flush(&self.queues[p], tries);
+        let refused = self.bufs[p].flush(&self.queues[p], tries);
+        self.tx_full += refused;
+        // The queue took the first `n - refused`, in buffer order.
+        let t = rdtsc();
+        for &rx in &self.stamps[p][..n - refused as usize] {
+            self.residence.record(t.wrapping_sub(rx));
+        }
     }
 
     fn flush_all(&mut self) {
@@ -187,6 +208,7 @@ impl PacketIo for TxIo {
     #[inline(always)]
     fn send(&mut self, port: u16, buf: Mbuf) {
         let p = port as usize;
+        self.stamps[p][self.bufs[p].len()] = self.rx_tsc;
         if self.bufs[p].push(buf) {
             self.flush(p);
         }
@@ -237,6 +259,9 @@ impl Worker {
             tx_full: 0,
             rings: self.rings.clone(),
             qos_out: self.qos_out.clone(),
+            rx_tsc: rdtsc(),
+            stamps: vec![[0; TX_BUFFER]; self.port_ids.len()],
+            residence: Log2Hist::default(),
         };
         // DPDK port id -> port index, for packets handed over by another worker.
         let mut port_index = vec![0u16; 1 + *self.port_ids.iter().max().unwrap_or(&0) as usize];
@@ -280,11 +305,13 @@ impl Worker {
                     if p.due(now) {
                         // What the tx queues refused so far belongs in the published drops.
                         self.datapath.counters.drop_n(Reason::TxFull, std::mem::take(&mut io.tx_full));
+                        stats.residence = io.residence;
                         p.publish(&self.datapath, &stats);
                     }
                 }
             }
             let now_us = now / self.tsc_per_us;
+            io.rx_tsc = now;
             if let Some(clocks) = &lockstep {
                 let ctx = Step { io: &mut io, rx: &rx, room_needed, now_us };
                 self.lockstep(clocks, ctx, &mut mbufs[..burst], &mut scratch[..burst], &mut held, &mut stalled_since);
@@ -309,7 +336,9 @@ impl Worker {
                     }
                     busy = true;
                     let t0 = rdtsc();
+                    io.rx_tsc = t0;
                     self.datapath.process_burst(&mut io, *port, &mut mbufs[..n], now_us);
+                    io.rx_tsc = now;
                     stats.burst(rdtsc().wrapping_sub(t0));
                 }
                 if busy {
@@ -360,6 +389,7 @@ impl Worker {
         drop(online);
         self.datapath.counters.drop_n(Reason::TxFull, io.tx_full);
         if let Some(p) = &mut live {
+            stats.residence = io.residence;
             p.publish(&self.datapath, &stats);
         }
         self.datapath
@@ -481,7 +511,8 @@ impl Worker {
         if let (Some(p), Some(board)) = (live.as_mut(), u.board.take()) {
             p.set_board(board);
             self.datapath.counters.drop_n(Reason::TxFull, std::mem::take(&mut io.tx_full));
-            p.publish(&self.datapath, stats);
+            let stats = crate::live::LoopStats { residence: io.residence, ..*stats };
+            p.publish(&self.datapath, &stats);
         }
         mb.give_back(u);
     }

@@ -231,6 +231,8 @@ impl Server {
                             "idle_polls": get("worker_idle_polls"),
                             "bursts": get("worker_bursts"),
                             "burst_cycles": get("worker_burst_cycles"),
+                            // Bucket b holds residence times up to 2^b - 1 TSC cycles (0: 0).
+                            "residence_cycles_log2": live::worker_hist(&b, &t, w, "worker_packets_by_residence_cycles").0.to_vec(),
                         })
                     })
                     .collect();
