@@ -338,12 +338,22 @@ pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
 
 /// Parses and validates configuration `text`; `path` names it in errors.
 pub fn load_str(text: &str, path: &Path) -> Result<Loaded, ConfigError> {
+    validate::validate(deserialize(text, path)?, path)
+}
+
+/// TOML `text` as a `T` (any serde schema: the appliance's, the generator's); `path` names it
+/// in errors.
+///
+/// # Errors
+/// A syntax error, or a value of the wrong type or range, as one line naming the file, the key
+/// (serde's path, like `dataplane.burst`), the line and column and what was expected, with Rust's
+/// type names said in words.
+pub fn deserialize<T: serde::de::DeserializeOwned>(text: &str, path: &Path) -> Result<T, ConfigError> {
     let de = toml::Deserializer::parse(text).map_err(|e| syntax_error(path, text, "", &e))?;
-    let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
+    serde_path_to_error::deserialize(de).map_err(|e| {
         let key = e.path().to_string();
         syntax_error(path, text, if key == "." { "" } else { &key }, e.inner())
-    })?;
-    validate::validate(config, path)
+    })
 }
 
 /// A TOML syntax error, or a value of the wrong type or range at `key` (serde's path, like

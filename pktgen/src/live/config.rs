@@ -383,34 +383,7 @@ pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
 /// # Errors
 /// As [`load`].
 pub fn load_str(text: &str, path: &Path) -> Result<Loaded, ConfigError> {
-    let de = toml::Deserializer::parse(text).map_err(|e| syntax_error(path, text, "", &e))?;
-    let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
-        let key = e.path().to_string();
-        syntax_error(path, text, if key == "." { "" } else { &key }, e.inner())
-    })?;
-    check(config, path)
-}
-
-fn syntax_error(path: &Path, text: &str, key: &str, e: &toml::de::Error) -> ConfigError {
-    let mut msg = e.message().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ");
-    for (rust, words) in [
-        ("u8", "an integer from 0 to 255"),
-        ("u16", "an integer from 0 to 65535"),
-        ("u32", "an integer from 0 to 4294967295"),
-        ("u64", "a non-negative integer"),
-        ("f64", "a number"),
-    ] {
-        if let Some(stem) = msg.strip_suffix(&format!("expected {rust}")) {
-            msg = format!("{stem}expected {words}");
-        }
-    }
-    if let Some(span) = e.span() {
-        let before = text.get(..span.start).unwrap_or(text);
-        let line = before.matches('\n').count() + 1;
-        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-        msg = format!("{msg} (line {line}, column {column})");
-    }
-    ConfigError::new(path, key, msg)
+    check(dataplane::config::deserialize(text, path)?, path)
 }
 
 fn parse_mac(path: &Path, key: &str, s: &Option<String>, default: [u8; 6]) -> Result<EthernetAddress, ConfigError> {
