@@ -716,6 +716,12 @@ vdev = "net_null0"
         assert!(e.contains("x.toml") && e.contains("unknown field `bogus`"), "{e}");
         let e = load_err("[[stream]]\nport = 0\nsize = 64\nrate_pps = \"fast\"\n");
         assert!(e.contains("key `stream[0].rate_pps`") && e.contains("line"), "{e}");
+        // Rust's type names in words, as the appliance's config says them.
+        let e = load_err("[[stream]]\nport = 0\nsize = 64\nsrc_port = -1\n");
+        assert!(
+            e.contains("key `stream[0].src_port`") && e.contains("expected an integer from 0 to 65535 (line"),
+            "{e}"
+        );
         let e = load_err("[[stream]]\nport = 0\nkind = \"rocev2\"\nsize = 64\n");
         assert!(e.contains("key `stream[0].size`: expected a frame length from 82 to 9216"), "{e}");
         let e = load_err("[[stream]]\nport = 0\nkind = \"rocev2\"\nsrc_ip = \"fd00::1\"\nimix = \"standard\"\n");
