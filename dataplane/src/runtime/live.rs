@@ -196,7 +196,7 @@ pub fn register_telemetry() -> Result<(), DpdkError> {
     )?;
     telemetry::register(
         "/dpu/collectives",
-        "Returns per collective: rounds, contributions, bytes, results, resends, NAKs and drops by reason, slots in use. Parameters: [page]",
+        "Returns per collective: rounds, folds, bytes, results, resends, NAKs and drops by reason, slots in use. Parameters: [page]",
         collectives_command,
     )?;
     telemetry::register(

@@ -900,7 +900,7 @@ fn run_with_eal(
             Ok(()) if !eal.args().iter().any(|a| a == "--no-telemetry") => {
                 let prefix = dir.file_name().map_or_else(|| "rte".into(), |n| n.to_string_lossy());
                 println!(
-                    "dpu: telemetry: {} (dpdk-telemetry.py -f {prefix}: /dpu/stats, /dpu/table,NAME)",
+                    "dpu: telemetry: {} (dpdk-telemetry.py -f {prefix}: /dpu/stats, /dpu/collectives, /dpu/table,NAME)",
                     socket.display()
                 );
             }
