@@ -3,6 +3,7 @@
 //! and a config without the action keeps aggregating every gradient packet addressed to the
 //! appliance before the tables.
 
+use dataplane::wire::build::IpAddrBytes;
 use functional_tests::frames::Udp4;
 use functional_tests::grad::*;
 use functional_tests::*;
@@ -104,6 +105,70 @@ fn without_the_action_every_gradient_packet_for_the_appliance_is_summed() {
     assert_eq!(run.drops("no_egress"), 1);
     let (ok, text) = gradcheck(&conf, &[&inp], &[&out]);
     assert!(ok, "gradcheck failed:\n{text}");
+}
+
+/// Each collective's own counters in `--stats-json` and the text summary: collective 7 gets a
+/// duplicate, a resend, a stale round and a round left in progress; collective 8 a spoofed
+/// source. NAK-causing frames are 200 ms apart (the members share their sources between the
+/// two collectives: one NAK per source per 100 ms).
+#[test]
+fn each_collective_reports_its_own_counters() {
+    let dir = scratch("aggregate-per-collective");
+    let (a, b) = colls();
+    let pl = f32s(&[1.0; 4]);
+    let mut frames = Vec::new();
+    let mut t = T0;
+    let mut push = |f: Vec<u8>, dt: u64| {
+        frames.push((t, f));
+        t += dt;
+    };
+    push(a.frame(0, 0, 0, &pl, |_| {}), 10);
+    push(a.frame(0, 0, 0, &pl, |_| {}), 10); // duplicate
+    push(a.frame(1, 0, 0, &pl, |_| {}), 10);
+    push(a.frame(2, 0, 0, &pl, |_| {}), 10); // completes: 3 results
+    push(a.frame(1, 0, 0, &pl, |_| {}), 10); // late: a resend
+    push(a.frame(0, 0, 5, &pl, |_| {}), 200_000); // stale: NAK 7
+    push(a.frame(2, 4, 0, &pl, |_| {}), 10); // slot 1's round stays in progress
+    push(b.frame(0, 0, 0, &pl, |_| {}), 10);
+    push(b.frame(1, 0, 0, &pl, |_| {}), 10); // completes: 2 results
+    push(b.frame(1, 0, 0, &pl, |s| s.src_ip = IpAddrBytes::V4([10, 0, 0, 99])), 10); // spoofed: NAK 5
+    let inp = dir.join("in.pcap");
+    write_pcap_at(&inp, &frames);
+    let conf = write_config(&dir, "c.toml", &format!("{EAL}{PORT}\n{}\n{}\n", a.toml(), b.toml()));
+    let out = dir.join("out.pcap");
+    let run = run_dpu(&dir, &conf, &[format!("--rx=0={}", inp.display()), format!("--tx=0={}", out.display())]);
+    run.assert_ok();
+    assert_eq!(read_pcap(&out).len(), 3 + 1 + 1 + 2 + 1, "results, resend, NAK, results, NAK");
+    let colls = run.stats()["collectives"].as_array().unwrap();
+    assert_eq!(colls.len(), 2);
+    let c7 = &colls[0];
+    assert_eq!(c7["collective"], 7);
+    let got = |c: &serde_json::Value, k: &str| c[k].as_u64().unwrap_or_else(|| panic!("no {k} in {c}"));
+    let fields =
+        ["completed", "folded", "payload_bytes", "results", "resends", "naks", "slot_timeouts", "slots_in_use"];
+    let row = |c| fields.map(|k| got(c, k));
+    assert_eq!(row(c7), [1, 4, 64, 3, 1, 1, 0, 1]);
+    assert_eq!(c7["naks_by_reason"]["stale_round"], 1);
+    assert_eq!(c7["drops"]["grad_duplicate"], 1);
+    assert_eq!(c7["drops"]["grad_stale_round"], 1);
+    assert_eq!(c7["drops"]["grad_not_member"], 0);
+    let c8 = &colls[1];
+    assert_eq!(c8["collective"], 8);
+    assert_eq!(row(c8), [1, 2, 32, 2, 0, 1, 0, 0]);
+    assert_eq!(c8["naks_by_reason"]["not_member"], 1);
+    assert_eq!(c8["naks_by_reason"]["stale_round"], 0);
+    assert_eq!(c8["drops"]["grad_not_member"], 1);
+    // They sum to the global counters.
+    let agg = &run.stats()["aggregation"];
+    for k in ["completed", "folded", "payload_bytes", "results", "resends", "naks"] {
+        assert_eq!(got(c7, k) + got(c8, k), got(agg, k), "{k}");
+    }
+    let text = run.stdout() + &run.stderr();
+    assert!(
+        text.contains("collective 7: 1 rounds completed, 4 contributions folded (64 bytes), 3 results sent, 1 resends, 1 NAKs (0 suppressed), 0 slot timeouts, 0 probes (0 statuses sent); dropped 1 stale, 1 duplicate, 0 spoofed, 0 other refused; 1 slots in use"),
+        "{text}"
+    );
+    assert!(text.contains("collective 8: 1 rounds completed"), "{text}");
 }
 
 #[test]

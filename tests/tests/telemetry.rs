@@ -96,6 +96,8 @@ fn dpdk_telemetry_reads_live_counters_and_the_stats_line_prints() {
     let no_table = query(&prefix, "/dpu/table,nope");
     let odd = query(&prefix, "/dpu/table,é✓");
     let no_coll = query(&prefix, "/dpu/stragglers,1");
+    let colls = query(&prefix, "/dpu/collectives");
+    let bad_page = query(&prefix, "/dpu/collectives,1");
     let workers = query(&prefix, "/dpu/workers");
     let out = dpu.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -130,6 +132,9 @@ fn dpdk_telemetry_reads_live_counters_and_the_stats_line_prints() {
     assert!(r50 > 0 && (r50 + 1).is_power_of_two() && r99 >= r50, "{workers}");
     // The straggler view is there (this config has no collective to show).
     assert_eq!(no_coll["error"].as_str().unwrap_or(""), "no collective 1", "{no_coll}");
+    // So is the per-collective one: no collective, one (empty) page.
+    assert_eq!((u(&colls, "collectives"), u(&colls, "page"), u(&colls, "pages")), (0, 0, 1), "{colls}");
+    assert_eq!(bad_page["error"].as_str().unwrap_or(""), "page 1: 0 collective(s) make 1 page(s)", "{bad_page}");
     // The final stats count at least what was seen live.
     let s: Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
     assert!(s["ports"][0]["workers"]["rx_packets"].as_u64().unwrap() >= rx2);

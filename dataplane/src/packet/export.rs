@@ -7,7 +7,7 @@
 //! are the same counter, so a reader sums them index by index. The names come from one walk at
 //! start-up ([`Names`]); the workers' walks only store values (no allocation).
 
-use crate::agg::AggCounters;
+use crate::agg::{AggCounters, CollCounters, COLL_DROP_REASONS};
 use crate::buf::PacketBuf;
 use crate::datapath::Datapath;
 use crate::stats::Reason;
@@ -38,6 +38,22 @@ pub enum Label {
         /// The bucket's upper bound, for histogram counts.
         le: Option<u64>,
     },
+    /// Collective `collective` (its id).
+    Collective(u16),
+    /// Collective `collective`'s NAKs of reason code `reason` (1 to 7, spec section 5).
+    CollectiveNak {
+        /// The collective's id.
+        collective: u16,
+        /// The NAK's reason code.
+        reason: u8,
+    },
+    /// Collective `collective`'s drops for `reason` (one of [`COLL_DROP_REASONS`]).
+    CollectiveDrop {
+        /// The collective's id.
+        collective: u16,
+        /// The drop reason.
+        reason: Reason,
+    },
     /// Rank `rank` of collective `collective` (its id).
     Rank {
         /// The collective's id.
@@ -63,6 +79,17 @@ pub struct Metric {
 pub trait Visit {
     /// The next counter and its value now.
     fn counter(&mut self, m: Metric, value: u64);
+}
+
+/// The families whose values are gauges (a value now, not a count since the start): a board
+/// sums them over the workers like the counters (only a collective's owner has any).
+pub const GAUGES: [&str; 1] = ["agg_collective_slots_in_use"];
+
+impl Metric {
+    /// True if the value is a gauge ([`GAUGES`]), not a counter.
+    pub fn is_gauge(&self) -> bool {
+        GAUGES.contains(&self.family)
+    }
 }
 
 /// A [`Visit`] that keeps the metrics (the names of a walk), dropping the values.
@@ -94,11 +121,87 @@ impl AggCounters {
     }
 }
 
+impl CollCounters {
+    /// The counters without a reason, by family name (`agg_collective_...`), with their
+    /// meaning (the fields' docs).
+    pub fn fields(&self) -> [(&'static str, &'static str, u64); 9] {
+        [
+            ("agg_collective_folded_contributions", "contributions of the collective folded into a slot", self.folded),
+            ("agg_collective_completed_rounds", "rounds of the collective completed", self.completed),
+            (
+                "agg_collective_result_packets",
+                "RESULT packets of the collective sent to all members on completion",
+                self.results,
+            ),
+            (
+                "agg_collective_resent_result_packets",
+                "RESULT packets of the collective resent to one member",
+                self.resends,
+            ),
+            (
+                "agg_collective_suppressed_naks",
+                "NAKs for the collective's packets suppressed by the per-source rate limit",
+                self.naks_suppressed,
+            ),
+            (
+                "agg_collective_timed_out_rounds",
+                "rounds of the collective reclaimed after slot_timeout_ms",
+                self.slot_timeouts,
+            ),
+            ("agg_collective_payload_bytes", "bytes of the collective's gradient payload folded", self.payload_bytes),
+            ("agg_collective_probe_packets", "valid PROBEs of the collective received", self.probes),
+            ("agg_collective_status_packets", "STATUS packets of the collective sent", self.statuses),
+        ]
+    }
+}
+
+/// Walks one collective's counters (`id`, `slots_in_use` of its slots with a round in
+/// progress): [`CollCounters::fields`], the NAKs by reason code 1 to 7, the drops by
+/// [`COLL_DROP_REASONS`], then the slots in use (a gauge).
+pub fn export_collective<V: Visit>(id: u16, c: &CollCounters, slots_in_use: u64, v: &mut V) {
+    let label = Label::Collective(id);
+    for (family, help, value) in c.fields() {
+        v.counter(Metric { family, help, label }, value);
+    }
+    for (i, n) in c.naks.iter().enumerate() {
+        let label = Label::CollectiveNak { collective: id, reason: i as u8 + 1 };
+        v.counter(
+            Metric {
+                family: "agg_collective_nak_packets",
+                help: "NAKs sent for the collective's packets, by reason code",
+                label,
+            },
+            *n,
+        );
+    }
+    for (r, n) in COLL_DROP_REASONS.iter().zip(&c.drops) {
+        let label = Label::CollectiveDrop { collective: id, reason: *r };
+        v.counter(
+            Metric {
+                family: "agg_collective_dropped_packets",
+                help: "packets of the collective dropped, by reason",
+                label,
+            },
+            *n,
+        );
+    }
+    v.counter(
+        Metric {
+            family: "agg_collective_slots_in_use",
+            help: "slots of the collective with a round in progress (a gauge)",
+            label,
+        },
+        slots_in_use,
+    );
+}
+
 impl<B: PacketBuf> Datapath<B> {
     /// Walks every counter of this worker, in a fixed order: per port rx and tx packets and
     /// bytes; drops per reason (every reason, zeros included); neighbour replies and address
     /// conflicts; per table each entry's then the miss's packets and bytes; the aggregator's
-    /// counters (zeros on a worker without one).
+    /// counters (zeros on a worker without one); per collective in config order its counters
+    /// ([`export_collective`]; zeros on the workers that do not own it); per collective and
+    /// rank the straggler view.
     pub fn export<V: Visit>(&self, v: &mut V) {
         let c = &self.counters;
         for (i, p) in c.ports.iter().enumerate() {
@@ -132,6 +235,12 @@ impl<B: PacketBuf> Datapath<B> {
         let agg = self.agg.as_ref().map(|a| a.counters).unwrap_or_default();
         for (family, help, value) in agg.fields() {
             v.counter(Metric { family, help, label: none }, value);
+        }
+        // Per collective (zeros on workers that do not own it).
+        if let Some(a) = &self.agg {
+            for (id, c, in_use) in a.collectives() {
+                export_collective(id, c, in_use, v);
+            }
         }
         // The straggler view, per collective and rank (zeros on workers that do not own it).
         if let Some(a) = &self.agg {

@@ -101,6 +101,11 @@ impl Board {
                 }
             }
             Label::Rank { collective, rank } => format!("{collective}/{rank}"),
+            Label::Collective(c) => format!("{c}"),
+            Label::CollectiveNak { collective, reason } => {
+                format!("{collective}/{}", crate::wire::gradient::NakReason::name(reason))
+            }
+            Label::CollectiveDrop { collective, reason } => format!("{collective}/{}", reason.name()),
             Label::Worker { worker, le: None } => format!("{worker}"),
             Label::Worker { worker, le: Some(u64::MAX) } => format!("{worker}/le_inf"),
             Label::Worker { worker, le: Some(le) } => format!("{worker}/le_{le}"),
@@ -188,6 +193,11 @@ pub fn register_telemetry() -> Result<(), DpdkError> {
         "/dpu/stragglers",
         "Returns per rank of a collective: contributions, lateness sum (us), rounds completed last. Parameters: id[,page]",
         stragglers_command,
+    )?;
+    telemetry::register(
+        "/dpu/collectives",
+        "Returns per collective: rounds, folds, bytes, results, resends, NAKs and drops by reason, slots in use. Parameters: [page]",
+        collectives_command,
     )?;
     telemetry::register(
         "/dpu/table",
@@ -286,6 +296,69 @@ fn stragglers_command(params: &str) -> Reply {
     ];
     for &i in rows.iter().skip(page * RANK_PAGE * 3).take(RANK_PAGE * 3) {
         out.push((b.key(i), t[i]));
+    }
+    Ok(out)
+}
+
+/// Collectives per page of `/dpu/collectives`: 26 values each (keys of at most 46 bytes), with
+/// the 3 of the page's header, within the [`telemetry::MAX_DICT_ENTRIES`] (256) entries and the
+/// 16 KiB of a telemetry reply.
+pub const COLLECTIVE_PAGE: usize = 8;
+
+/// `/dpu/collectives[,PAGE]`: [`collectives_reply`] of the running appliance's board.
+fn collectives_command(params: &str) -> Reply {
+    let b = current().ok_or("the appliance is not running")?;
+    let page = params.trim();
+    let page: usize = if page.is_empty() {
+        0
+    } else {
+        page.parse().map_err(|_| format!("page '{}': expected a number from 0", short(page)))?
+    };
+    collectives_reply(&b, page)
+}
+
+/// Page `page` (from 0) of every collective's counters on `b`, [`COLLECTIVE_PAGE`] collectives
+/// a page in config order, with `collectives`, `page` and `pages`: per collective its
+/// `agg_collective_*` values summed over the workers, keyed `ID/NAME` (the family without
+/// `agg_collective_`) or `ID/NAME/REASON` (`7/completed_rounds`, `7/nak_packets/stale_round`,
+/// `7/dropped_packets/grad_duplicate`, `7/slots_in_use`).
+pub fn collectives_reply(b: &Board, page: usize) -> Reply {
+    let t = b.totals();
+    // Per collective (in walk order, which is config order) its metrics' indices.
+    let mut colls: Vec<(u16, Vec<usize>)> = Vec::new();
+    for (i, m) in b.metrics.iter().enumerate() {
+        let id = match m.label {
+            Label::Collective(c) => c,
+            Label::CollectiveNak { collective, .. } | Label::CollectiveDrop { collective, .. } => collective,
+            _ => continue,
+        };
+        match colls.last_mut() {
+            Some((c, rows)) if *c == id => rows.push(i),
+            _ => colls.push((id, vec![i])),
+        }
+    }
+    let pages = colls.len().div_ceil(COLLECTIVE_PAGE).max(1);
+    if page >= pages {
+        return Err(format!("page {page}: {} collective(s) make {pages} page(s)", colls.len()));
+    }
+    let mut out = vec![
+        ("collectives".to_string(), colls.len() as u64),
+        ("page".to_string(), page as u64),
+        ("pages".to_string(), pages as u64),
+    ];
+    for (id, rows) in colls.iter().skip(page * COLLECTIVE_PAGE).take(COLLECTIVE_PAGE) {
+        for &i in rows {
+            let m = &b.metrics[i];
+            let name = m.family.strip_prefix("agg_collective_").unwrap_or(m.family);
+            let key = match m.label {
+                Label::CollectiveNak { reason, .. } => {
+                    format!("{id}/{name}/{}", crate::wire::gradient::NakReason::name(reason))
+                }
+                Label::CollectiveDrop { reason, .. } => format!("{id}/{name}/{}", reason.name()),
+                _ => format!("{id}/{name}"),
+            };
+            out.push((key, t[i]));
+        }
     }
     Ok(out)
 }
@@ -500,5 +573,54 @@ mod tests {
         let line = stats_line(&board, &t, &t2, 1.0, 2.0);
         assert!(line.starts_with("dpu: 2.0 s: rx 0.000 Mpps"), "{line}");
         assert!(line.contains("drops tx_full=1 (+0)"), "{line}");
+    }
+
+    /// A datapath whose aggregator has `n` collectives of one member each, ids 60000 + i (the
+    /// longest keys: five digits).
+    fn with_collectives(n: usize) -> Datapath {
+        let mut text =
+            String::from("[[port]]\nvdev = \"net_null0\"\nmac = \"02:00:00:00:00:fe\"\nipv4 = \"10.0.0.254\"\n");
+        for i in 0..n {
+            text += &format!(
+                "[[collective]]\ncollective_id = {}\nop = \"sum\"\ndtype = \"f32\"\ncarriage = \"udp\"\ntensor_elements = 8\nchunk_elements = 4\n\
+                 [[collective.member]]\nrank = 0\nip = \"10.0.1.{}\"\nmac = \"02:00:00:00:01:01\"\nudp_port = {}\n",
+                60000 + i,
+                i + 1,
+                50000 + i
+            );
+        }
+        let l = crate::config::load_str(&text, std::path::Path::new("t.toml")).unwrap_or_else(|e| panic!("{e}"));
+        let ports =
+            vec![crate::agg::PortAddr { mac: "02:00:00:00:00:fe".parse().unwrap(), ipv4: l.port_ipv4[0], ipv6: None }];
+        let agg = crate::agg::Aggregator::new(&l.collectives, ports, crate::wire::gradient::DEFAULT_UDP_PORT, 1);
+        Datapath::new(l.pipeline, 1, crate::wire::gradient::DEFAULT_UDP_PORT).with_aggregator(agg)
+    }
+
+    /// `/dpu/collectives` pages the collectives, each page within a telemetry reply's 256
+    /// entries and 16 KiB (as DPDK writes it: `"key":value,` with 20-digit values at worst).
+    #[test]
+    fn collectives_pages_fit_a_telemetry_reply() {
+        let dp = with_collectives(2 * COLLECTIVE_PAGE + 1);
+        let board = Arc::new(Board::new(names_of(&dp, 1), 1, vec!["p0".into()], vec![]));
+        board.publisher(0, 0).publish(&dp, &LoopStats::default());
+        let p0 = collectives_reply(&board, 0).unwrap();
+        assert_eq!(&p0[..3], &[("collectives".into(), 17), ("page".into(), 0), ("pages".into(), 3)]);
+        assert_eq!(p0.len(), 3 + COLLECTIVE_PAGE * 26);
+        assert!(p0.len() <= crate::dpdk::telemetry::MAX_DICT_ENTRIES);
+        let bytes: usize = p0.iter().map(|(k, _)| k.len() + 2 + 1 + 20 + 1).sum::<usize>() + 64;
+        assert!(bytes <= 16 * 1024, "{bytes} bytes");
+        assert!(p0.iter().all(|(k, _)| k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '/')));
+        let keys: Vec<&str> = p0.iter().map(|(k, _)| k.as_str()).collect();
+        assert!(keys.contains(&"60000/completed_rounds"), "{keys:?}");
+        assert!(keys.contains(&"60007/nak_packets/stale_round"), "{keys:?}");
+        assert!(keys.contains(&"60007/dropped_packets/grad_duplicate"), "{keys:?}");
+        assert!(keys.contains(&"60000/slots_in_use"), "{keys:?}");
+        assert!(!keys.iter().any(|k| k.starts_with("60008/")));
+        let p2 = collectives_reply(&board, 2).unwrap();
+        assert_eq!(p2.len(), 3 + 26);
+        assert!(p2[3].0.starts_with("60016/"));
+        assert!(collectives_reply(&board, 3).is_err());
+        let i = board.metrics.iter().position(|m| m.family == "agg_collective_dropped_packets").unwrap();
+        assert_eq!(board.key(i), "agg_collective_dropped_packets/60000/grad_result_or_nak_input");
     }
 }

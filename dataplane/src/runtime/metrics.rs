@@ -4,14 +4,17 @@
 //!
 //! The counters and their names are the telemetry socket's ([`crate::live`]): family
 //! `port_rx_packets` becomes `dpu_port_rx_packets_total`, its label a Prometheus label
-//! (`port="p0"`, `reason="tx_full"`, `table="l2",entry="3"` or `entry="miss"`). The endpoint is
-//! read-only: any other path is 404, any other method 405.
+//! (`port="p0"`, `reason="tx_full"`, `table="l2",entry="3"` or `entry="miss"`,
+//! `collective="7"`, `collective="7",reason="stale_round"`). The gauges of
+//! [`crate::export::GAUGES`] (`dpu_agg_collective_slots_in_use`) are Prometheus gauges, without
+//! the `_total` suffix. The endpoint is read-only: any other path is 404, any other method 405.
 
 use crate::export::Label;
 use crate::live::{self, Board};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 
@@ -27,7 +30,9 @@ fn encode_board(board: &Board, encoder: &mut DescriptorEncoder) -> Result<(), st
     for family in families {
         let rows: Vec<_> = board.metrics.iter().zip(&totals).filter(|(m, _)| m.family == family).collect();
         let Some((first, _)) = rows.first() else { continue };
-        let mut fam = encoder.encode_descriptor(family, first.help, None, ConstCounter::new(0u64).metric_type())?;
+        let gauge = first.is_gauge();
+        let kind = if gauge { ConstGauge::new(0i64).metric_type() } else { ConstCounter::new(0u64).metric_type() };
+        let mut fam = encoder.encode_descriptor(family, first.help, None, kind)?;
         if let [(m, v)] = rows[..] {
             if m.label == Label::None {
                 // One value without labels: `name_total 7`, not `name_total{} 7`.
@@ -44,6 +49,14 @@ fn encode_board(board: &Board, encoder: &mut DescriptorEncoder) -> Result<(), st
                     ("table", board.tables.get(table as usize).cloned().unwrap_or_default()),
                     ("entry", entry.map_or_else(|| "miss".to_string(), |e| e.to_string())),
                 ],
+                Label::Collective(c) => vec![("collective", c.to_string())],
+                Label::CollectiveNak { collective, reason } => vec![
+                    ("collective", collective.to_string()),
+                    ("reason", crate::wire::gradient::NakReason::name(reason).to_string()),
+                ],
+                Label::CollectiveDrop { collective, reason } => {
+                    vec![("collective", collective.to_string()), ("reason", reason.name().to_string())]
+                }
                 Label::Rank { collective, rank } => {
                     vec![("collective", collective.to_string()), ("rank", rank.to_string())]
                 }
@@ -55,7 +68,12 @@ fn encode_board(board: &Board, encoder: &mut DescriptorEncoder) -> Result<(), st
                     l
                 }
             };
-            ConstCounter::new(*v).encode(fam.encode_family(&labels)?)?;
+            if gauge {
+                // A gauge's value is now's: slots, far below i64's range.
+                ConstGauge::new(i64::try_from(*v).unwrap_or(i64::MAX)).encode(fam.encode_family(&labels)?)?;
+            } else {
+                ConstCounter::new(*v).encode(fam.encode_family(&labels)?)?;
+            }
         }
     }
     Ok(())
@@ -164,5 +182,33 @@ mod tests {
         assert!(text.contains("dpu_dropped_packets_total{reason=\"tx_full\"} 1\n"), "{text}");
         assert!(text.contains("dpu_agg_completed_rounds_total 0\n"), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn collectives_are_labelled_and_slots_in_use_is_a_gauge() {
+        let text = "[[port]]\nvdev = \"net_null0\"\nmac = \"02:00:00:00:00:fe\"\nipv4 = \"10.0.0.254\"\n\
+                    [[collective]]\ncollective_id = 7\nop = \"sum\"\ndtype = \"f32\"\ncarriage = \"udp\"\n\
+                    tensor_elements = 8\nchunk_elements = 4\n\
+                    [[collective.member]]\nrank = 0\nip = \"10.0.0.1\"\nmac = \"02:00:00:00:01:01\"\nudp_port = 5000\n\
+                    [[collective.member]]\nrank = 1\nip = \"10.0.0.2\"\nmac = \"02:00:00:00:01:02\"\nudp_port = 5001\n";
+        let l = crate::config::load_str(text, std::path::Path::new("t.toml")).unwrap_or_else(|e| panic!("{e}"));
+        let ports =
+            vec![crate::agg::PortAddr { mac: "02:00:00:00:00:fe".parse().unwrap(), ipv4: l.port_ipv4[0], ipv6: None }];
+        let agg = crate::agg::Aggregator::new(&l.collectives, ports, crate::wire::gradient::DEFAULT_UDP_PORT, 1);
+        let dp: Datapath = Datapath::new(l.pipeline, 1, crate::wire::gradient::DEFAULT_UDP_PORT).with_aggregator(agg);
+        let board = Arc::new(Board::new(live::names_of(&dp, 1), 1, vec!["p0".into()], vec![]));
+        board.publisher(0, 0).publish(&dp, &crate::live::LoopStats::default());
+        let text = render(Some(&board));
+        assert!(text.contains("dpu_agg_collective_completed_rounds_total{collective=\"7\"} 0\n"), "{text}");
+        assert!(
+            text.contains("dpu_agg_collective_nak_packets_total{collective=\"7\",reason=\"stale_round\"} 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("dpu_agg_collective_dropped_packets_total{collective=\"7\",reason=\"grad_not_member\"} 0\n"),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE dpu_agg_collective_slots_in_use gauge\n"), "{text}");
+        assert!(text.contains("dpu_agg_collective_slots_in_use{collective=\"7\"} 0\n"), "{text}");
     }
 }

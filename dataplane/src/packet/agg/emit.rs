@@ -77,6 +77,7 @@ impl Aggregator {
             };
             if sent && only.is_none() {
                 self.counters.results += 1;
+                st.counters.results += 1;
             }
         }
     }

@@ -15,6 +15,7 @@ impl Aggregator {
         let (op, dt) = (st.spec.op, st.spec.dtype);
         let payload = &payload[..lanes * size];
         self.counters.payload_bytes += payload.len() as u64;
+        st.counters.payload_bytes += payload.len() as u64;
         let res = c.slot * chunk * size;
         let result = &mut st.result[res..res + lanes * size];
         if st.spec.deterministic {

@@ -104,6 +104,106 @@ impl AggCounters {
     }
 }
 
+/// NAK reason codes of section 5: 1 to 7 ([`NakReason`]); [`CollCounters::naks`] has one
+/// counter per code, code `c` at index `c - 1`.
+pub const NAK_REASONS: usize = 7;
+
+/// The drop reasons of a known collective's packets, in [`CollCounters::drops`] order: the
+/// refusals of rule 5 once the collective is known (section 4; the flags are checked before
+/// the collective id but are counted for it when it is a configured one), then rule 4's stale
+/// rounds and rule 1's duplicates.
+pub const COLL_DROP_REASONS: [Reason; 9] = [
+    Reason::GradFlags,
+    Reason::GradBadVersion,
+    Reason::GradMismatch,
+    Reason::GradBadRank,
+    Reason::GradNotMember,
+    Reason::GradBadLength,
+    Reason::GradBadOffset,
+    Reason::GradStaleRound,
+    Reason::GradDuplicate,
+];
+
+/// The index of `r` in [`COLL_DROP_REASONS`], if it is one.
+#[inline]
+pub const fn coll_drop_index(r: Reason) -> Option<usize> {
+    Some(match r {
+        Reason::GradFlags => 0,
+        Reason::GradBadVersion => 1,
+        Reason::GradMismatch => 2,
+        Reason::GradBadRank => 3,
+        Reason::GradNotMember => 4,
+        Reason::GradBadLength => 5,
+        Reason::GradBadOffset => 6,
+        Reason::GradStaleRound => 7,
+        Reason::GradDuplicate => 8,
+        _ => return None,
+    })
+}
+
+/// One collective's counters, kept beside its slots by the worker that owns it (zeros on the
+/// others: [`Aggregator::collectives`]). Each is counted where the [`AggCounters`] one (or the
+/// drop reason in [`Counters`]) is, so over the collectives they sum to those, but for what
+/// no collective can be charged with (NAKs and drops of unknown collectives, hand-offs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct CollCounters {
+    /// Contributions folded into a slot.
+    pub folded: u64,
+    /// Rounds completed (rule 2).
+    pub completed: u64,
+    /// RESULT packets sent to all members on completion.
+    pub results: u64,
+    /// RESULT packets resent to one member (rule 3).
+    pub resends: u64,
+    /// NAKs sent (section 5), by reason code: code `c` at index `c - 1` ([`NAK_REASONS`];
+    /// code 1, unknown collective, is never a known collective's).
+    pub naks: [u64; NAK_REASONS],
+    /// NAKs suppressed by the per-source rate limit.
+    pub naks_suppressed: u64,
+    /// Rounds reclaimed after `slot_timeout_ms` (rule 8).
+    pub slot_timeouts: u64,
+    /// Bytes of gradient payload folded.
+    pub payload_bytes: u64,
+    /// Valid PROBEs received (section 7).
+    pub probes: u64,
+    /// STATUS packets sent in answer to PROBEs (section 7).
+    pub statuses: u64,
+    /// Packets dropped, by reason, in [`COLL_DROP_REASONS`] order (stale rounds, duplicates,
+    /// spoofed sources and the other refusals of the collective's packets).
+    pub drops: [u64; COLL_DROP_REASONS.len()],
+}
+
+impl CollCounters {
+    /// Adds `o`.
+    pub fn add(&mut self, o: &CollCounters) {
+        self.folded += o.folded;
+        self.completed += o.completed;
+        self.results += o.results;
+        self.resends += o.resends;
+        for (a, b) in self.naks.iter_mut().zip(&o.naks) {
+            *a += b;
+        }
+        self.naks_suppressed += o.naks_suppressed;
+        self.slot_timeouts += o.slot_timeouts;
+        self.payload_bytes += o.payload_bytes;
+        self.probes += o.probes;
+        self.statuses += o.statuses;
+        for (a, b) in self.drops.iter_mut().zip(&o.drops) {
+            *a += b;
+        }
+    }
+
+    /// NAKs sent, all reasons.
+    pub fn naks_sent(&self) -> u64 {
+        self.naks.iter().sum()
+    }
+
+    /// Packets dropped for `r` (0 for a reason not in [`COLL_DROP_REASONS`]).
+    pub fn dropped(&self, r: Reason) -> u64 {
+        coll_drop_index(r).map_or(0, |i| self.drops[i])
+    }
+}
+
 /// One worker's aggregator: the collectives it owns and everything needed to answer.
 #[derive(Debug, Clone)]
 pub struct Aggregator {
@@ -220,6 +320,14 @@ impl Aggregator {
         self.colls.iter().map(|c| (c.spec.id, c.spec.workers(), c.late.as_slice()))
     }
 
+    /// Every collective, in config order: its id, its counters and its slots in use (with a
+    /// round in progress; a timed-out round counts until it is reclaimed). Zeros for the
+    /// collectives another worker owns. The slots are counted now, a walk over them: for
+    /// exports, never per packet.
+    pub fn collectives(&self) -> impl Iterator<Item = (u16, &CollCounters, u64)> {
+        self.colls.iter().map(|c| (c.spec.id, &c.counters, c.slots_in_use()))
+    }
+
     /// This worker's index.
     #[inline]
     pub fn me(&self) -> u16 {
@@ -250,6 +358,12 @@ impl Aggregator {
             Ok(c) => c,
             Err((reason, nak_reason)) => {
                 counters.drop(reason);
+                // A known collective's refusal is its own too (the index validation read).
+                if let Some(i) = coll_drop_index(reason) {
+                    if let Some(k) = (self.index[p.grad_collective_id as usize] as usize).checked_sub(1) {
+                        self.colls[k].counters.drops[i] += 1;
+                    }
+                }
                 if let Some(r) = nak_reason {
                     self.nak(io, in_port, frame, p, r, None, now_us, counters);
                 }
@@ -258,6 +372,7 @@ impl Aggregator {
         };
         if c.probe {
             self.counters.probes += 1;
+            self.colls[c.coll].counters.probes += 1;
             self.status(io, c, pkt, now_us, counters);
             return;
         }
@@ -269,17 +384,23 @@ impl Aggregator {
         let (verdict, reclaimed) = st.slots[c.slot].admit(c.round, seen, now_us, n, st.spec.slot_timeout_us);
         if reclaimed {
             self.counters.slot_timeouts += 1;
+            st.counters.slot_timeouts += 1;
         }
         match verdict {
             Verdict::Resend => {
                 self.counters.resends += 1;
+                st.counters.resends += 1;
                 self.emit_result(io, c.coll, c.slot, c.round, Some(c.rank), Some(pkt), counters);
             }
             Verdict::Stale(expected) => {
                 counters.drop(Reason::GradStaleRound);
+                st.counters.drops[const { coll_drop_index(Reason::GradStaleRound).unwrap() }] += 1;
                 self.nak(io, in_port, frame, p, NakReason::STALE_ROUND, Some(expected), now_us, counters);
             }
-            Verdict::Duplicate => counters.drop(Reason::GradDuplicate),
+            Verdict::Duplicate => {
+                counters.drop(Reason::GradDuplicate);
+                st.counters.drops[const { coll_drop_index(Reason::GradDuplicate).unwrap() }] += 1;
+            }
             Verdict::Fold { first, last } => {
                 if first {
                     bm.fill(0);
@@ -290,6 +411,8 @@ impl Aggregator {
                 if let Some(l) = st.late.get_mut(c.rank) {
                     l.record(late, last);
                 }
+                st.counters.folded += 1;
+                st.counters.completed += last as u64;
                 self.fold(c, &frame[p.grad_payload()], first, last);
                 self.counters.folded += 1;
                 if last {

@@ -210,8 +210,14 @@ impl Aggregator {
     ) {
         let roce = p.has(Layers::BTH);
         let src = source(p.ip_src(), if roce { p.deth_src_qp } else { p.udp_src as u32 }, roce);
+        // The refused packet's collective, if it is a configured one (its counters count the
+        // NAK): the index validation read.
+        let coll = (self.index[p.grad_collective_id as usize] as usize).checked_sub(1);
         if !self.naks.allow(src, now_us) {
             self.counters.naks_suppressed += 1;
+            if let Some(k) = coll {
+                self.colls[k].counters.naks_suppressed += 1;
+            }
             return;
         }
         let Ok(g) = GradientHeader::new_checked(&frame[p.grad_offset as usize..]) else { return };
@@ -233,10 +239,7 @@ impl Aggregator {
         } else {
             (IpAddrBytes::V6(port.ipv6.unwrap_or(p.ip_dst_bytes)), IpAddrBytes::V6(p.ip_src_bytes))
         };
-        let coll_dscp = match self.index[g.collective_id() as usize] {
-            0 => 0,
-            i => self.colls[i as usize - 1].spec.dscp,
-        };
+        let coll_dscp = coll.map_or(0, |k| self.colls[k].spec.dscp);
         // Back the way the packet came: its tags mirrored, whole (priority, DEI and VID), an
         // 802.1ad (or second 802.1Q) tag first, then the 802.1Q one.
         let tci = |at: usize| u16::from_be_bytes([frame[at], frame[at + 1]]);
@@ -269,6 +272,9 @@ impl Aggregator {
         };
         if send_frame(io, &mut None, in_port, &spec, &[], None, counters) {
             self.counters.naks += 1;
+            if let Some(n) = coll.and_then(|k| self.colls[k].counters.naks.get_mut((reason as usize).wrapping_sub(1))) {
+                *n += 1;
+            }
         }
     }
 }

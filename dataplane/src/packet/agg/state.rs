@@ -46,6 +46,8 @@ pub(super) struct CollState {
     /// Per rank: how late its contributions come, how many rounds it completed (the straggler
     /// view; empty for collectives another worker owns).
     pub(super) late: Vec<RankLateness>,
+    /// The collective's counters (zeros for collectives another worker owns).
+    pub(super) counters: super::CollCounters,
 }
 
 impl CollState {
@@ -71,6 +73,7 @@ impl CollState {
             chunk_div: StrengthReducedU64::new((spec.chunk_elements as u64).max(1)),
             size_log2: size.trailing_zeros(),
             late: vec![RankLateness::default(); n],
+            counters: Default::default(),
             spec,
         }
     }
@@ -93,8 +96,15 @@ impl CollState {
             chunk_div: StrengthReducedU64::new((spec.chunk_elements as u64).max(1)),
             size_log2: spec.dtype.size().trailing_zeros(),
             late: Vec::new(),
+            counters: Default::default(),
             spec,
         }
+    }
+
+    /// Slots with a round in progress (a timed-out one counts until it is reclaimed): a walk
+    /// over the slots, for exports.
+    pub(super) fn slots_in_use(&self) -> u64 {
+        self.slots.iter().filter(|s| s.active).count() as u64
     }
 
     /// Lanes of slot `s` (the tensor's last chunk may be shorter).

@@ -29,6 +29,7 @@ impl Aggregator {
         let st = &mut self.colls[c.coll];
         if st.slots[c.slot].reclaim(now_us, st.spec.slot_timeout_us) {
             self.counters.slot_timeouts += 1;
+            st.counters.slot_timeouts += 1;
         }
         let slot = st.slots[c.slot];
         let bm = &st.bitmaps[c.slot * st.words..(c.slot + 1) * st.words];
@@ -50,6 +51,7 @@ impl Aggregator {
         let port = st.spec.members[c.rank].port;
         if send_frame(io, &mut Some(pkt), port, &spec, &bitmap[..len], None, counters) {
             self.counters.statuses += 1;
+            self.colls[c.coll].counters.statuses += 1;
         }
     }
 }

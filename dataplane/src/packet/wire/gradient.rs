@@ -80,6 +80,21 @@ impl NakReason {
     pub const BAD_LENGTH_OR_OFFSET: u8 = 6;
     /// 7: stale or premature round; the NAK's `round` holds the slot's expected round (rule 4).
     pub const STALE_ROUND: u8 = 7;
+
+    /// Reason code `code`'s name, snake_case (`stale_round`), or `unknown` for a code other
+    /// than 1 to 7.
+    pub fn name(code: u8) -> &'static str {
+        match code {
+            Self::UNKNOWN_COLLECTIVE => "unknown_collective",
+            Self::BAD_VERSION => "bad_version",
+            Self::MISMATCH => "mismatch",
+            Self::BAD_RANK => "bad_rank",
+            Self::NOT_MEMBER => "not_member",
+            Self::BAD_LENGTH_OR_OFFSET => "bad_length_or_offset",
+            Self::STALE_ROUND => "stale_round",
+            _ => "unknown",
+        }
+    }
 }
 
 /// Slot states: the `reason` byte of a STATUS, the answer to a PROBE (spec section 7).

@@ -195,6 +195,67 @@ pub struct StragglerSummary {
     pub ranks: Vec<RankSummary>,
 }
 
+/// A collective's counters at the end of a run, summed over the workers (only its owner counts
+/// any): [`crate::agg::CollCounters`] with its NAKs and drops by reason name.
+#[derive(Debug, Clone, Serialize)]
+pub struct CollectiveSummary {
+    /// The collective's id.
+    pub collective: u16,
+    /// Contributions folded into a slot.
+    pub folded: u64,
+    /// Rounds completed (rule 2).
+    pub completed: u64,
+    /// Bytes of gradient payload folded.
+    pub payload_bytes: u64,
+    /// RESULT packets sent to all members on completion.
+    pub results: u64,
+    /// RESULT packets resent to one member (rule 3).
+    pub resends: u64,
+    /// NAKs sent, all reasons.
+    pub naks: u64,
+    /// NAKs sent by reason (`stale_round`, `not_member`, ...; every code 2 to 7, zeros
+    /// included: code 1, unknown collective, is never a known collective's).
+    pub naks_by_reason: std::collections::BTreeMap<String, u64>,
+    /// NAKs suppressed by the per-source rate limit.
+    pub naks_suppressed: u64,
+    /// Rounds reclaimed after `slot_timeout_ms` (rule 8).
+    pub slot_timeouts: u64,
+    /// Valid PROBEs received.
+    pub probes: u64,
+    /// STATUS packets sent.
+    pub statuses: u64,
+    /// Packets dropped by reason (`grad_stale_round`, `grad_duplicate`, `grad_not_member` and
+    /// the other refusals of the collective's packets; every one, zeros included).
+    pub drops: std::collections::BTreeMap<String, u64>,
+    /// Slots with a round in progress when the run stopped.
+    pub slots_in_use: u64,
+}
+
+impl CollectiveSummary {
+    /// Collective `id`'s summary from its counters `c` and its slots in use.
+    pub fn new(id: u16, c: &crate::agg::CollCounters, slots_in_use: u64) -> Self {
+        use crate::wire::gradient::NakReason;
+        CollectiveSummary {
+            collective: id,
+            folded: c.folded,
+            completed: c.completed,
+            payload_bytes: c.payload_bytes,
+            results: c.results,
+            resends: c.resends,
+            naks: c.naks_sent(),
+            naks_by_reason: (2..=crate::agg::NAK_REASONS as u8)
+                .map(|r| (NakReason::name(r).to_string(), c.naks[r as usize - 1]))
+                .collect(),
+            naks_suppressed: c.naks_suppressed,
+            slot_timeouts: c.slot_timeouts,
+            probes: c.probes,
+            statuses: c.statuses,
+            drops: crate::agg::COLL_DROP_REASONS.iter().map(|r| (r.name().to_string(), c.dropped(*r))).collect(),
+            slots_in_use,
+        }
+    }
+}
+
 /// The run's final stats.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
@@ -238,8 +299,8 @@ pub struct Summary {
     pub workers: usize,
     /// The aggregator's counters (all workers).
     pub aggregation: crate::agg::AggCounters,
-    /// Configured collectives.
-    pub collectives: usize,
+    /// Each configured collective's counters, in config order.
+    pub collectives: Vec<CollectiveSummary>,
     /// The straggler view of each collective, in config order.
     pub stragglers: Vec<StragglerSummary>,
     /// ARP replies and neighbour advertisements sent for the appliance's addresses.
@@ -839,7 +900,7 @@ fn run_with_eal(
             Ok(()) if !eal.args().iter().any(|a| a == "--no-telemetry") => {
                 let prefix = dir.file_name().map_or_else(|| "rte".into(), |n| n.to_string_lossy());
                 println!(
-                    "dpu: telemetry: {} (dpdk-telemetry.py -f {prefix}: /dpu/stats, /dpu/table,NAME)",
+                    "dpu: telemetry: {} (dpdk-telemetry.py -f {prefix}: /dpu/stats, /dpu/collectives, /dpu/table,NAME)",
                     socket.display()
                 );
             }
@@ -925,7 +986,7 @@ fn run_with_eal(
         workers: lcores.len(),
         aggregation: totals.agg,
         stragglers: totals.stragglers,
-        collectives: loaded.collectives.len(),
+        collectives: totals.collectives,
         neighbor_replies: totals.counters.neighbor_replies,
         address_conflicts: totals.counters.address_conflicts,
     };
@@ -1046,7 +1107,7 @@ impl Summary {
                 q.sojourn_us.max
             );
         }
-        if self.collectives > 0 {
+        if !self.collectives.is_empty() {
             let a = &self.aggregation;
             let _ = writeln!(
                 s,
@@ -1058,6 +1119,33 @@ impl Summary {
                     s,
                     "aggregation: {} packets handed off to the worker owning their collective",
                     a.handed_off
+                );
+            }
+            for c in &self.collectives {
+                let drop = |r: &str| c.drops.get(r).copied().unwrap_or(0);
+                let refused: u64 = c.drops.values().sum::<u64>()
+                    - drop("grad_stale_round")
+                    - drop("grad_duplicate")
+                    - drop("grad_not_member");
+                let _ = writeln!(
+                    s,
+                    "collective {}: {} rounds completed, {} contributions folded ({} bytes), {} results sent, {} resends, {} NAKs ({} suppressed), {} slot timeouts, {} probes ({} statuses sent); dropped {} stale, {} duplicate, {} spoofed, {} other refused; {} slots in use",
+                    c.collective,
+                    c.completed,
+                    c.folded,
+                    c.payload_bytes,
+                    c.results,
+                    c.resends,
+                    c.naks,
+                    c.naks_suppressed,
+                    c.slot_timeouts,
+                    c.probes,
+                    c.statuses,
+                    drop("grad_stale_round"),
+                    drop("grad_duplicate"),
+                    drop("grad_not_member"),
+                    refused,
+                    c.slots_in_use
                 );
             }
             for c in &self.stragglers {
@@ -1124,7 +1212,7 @@ mod tests {
             grace_timeouts: 0,
             workers: 2,
             aggregation: Default::default(),
-            collectives: 0,
+            collectives: Vec::new(),
             stragglers: Vec::new(),
             neighbor_replies: 0,
             address_conflicts: 0,

@@ -4,7 +4,7 @@
 use super::start::ResultSlot;
 use super::{AppError, CounterSummary, EntrySummary, MeterSummary, Percentiles, QosClassSummary};
 use crate::agg::straggle::RankLateness;
-use crate::agg::AggCounters;
+use crate::agg::{AggCounters, CollCounters};
 use crate::datapath::PortEgress;
 use crate::dpdk::lcore::LcoreHandle;
 use crate::dpdk::{Port, PortStats};
@@ -22,6 +22,8 @@ pub(super) struct Totals {
     pub counters: Counters,
     /// Aggregation counters.
     pub agg: AggCounters,
+    /// Each collective's counters, in config order.
+    pub collectives: Vec<super::CollectiveSummary>,
     /// The straggler view of each collective.
     pub stragglers: Vec<super::StragglerSummary>,
     /// Every table entry's counter, and each table's miss counter (`entry: None`).
@@ -40,6 +42,7 @@ pub(super) fn collect(results: &[ResultSlot], ports: usize) -> Totals {
     let mut pipeline: Option<(Pipeline, PipelineState)> = None;
     let mut agg = AggCounters::default();
     let mut late = Late::default();
+    let mut colls: Vec<(u16, CollCounters, u64)> = Vec::new();
     let mut qos = QosTotals::default();
     for r in results {
         if let Some(dp) = r.lock().unwrap_or_else(|e| e.into_inner()).take() {
@@ -48,6 +51,13 @@ pub(super) fn collect(results: &[ResultSlot], ports: usize) -> Totals {
             if let Some(a) = &dp.agg {
                 agg.add(&a.counters);
                 late.add(a);
+                for (i, (id, c, in_use)) in a.collectives().enumerate() {
+                    if colls.len() <= i {
+                        colls.push((id, CollCounters::default(), 0));
+                    }
+                    colls[i].1.add(c);
+                    colls[i].2 += in_use;
+                }
             }
             match &mut pipeline {
                 Some((_, sum)) => sum.add(&dp.pipeline_state),
@@ -59,7 +69,17 @@ pub(super) fn collect(results: &[ResultSlot], ports: usize) -> Totals {
         Some((p, sum)) => (entry_summaries(p, sum), named_summaries(p, sum), meter_summaries(p, sum)),
         None => (Vec::new(), Vec::new(), Vec::new()),
     };
-    Totals { counters: total, agg, tables, named, meters, qos: qos.summaries(), stragglers: late.summaries() }
+    let collectives = colls.into_iter().map(|(id, c, in_use)| super::CollectiveSummary::new(id, &c, in_use)).collect();
+    Totals {
+        counters: total,
+        agg,
+        collectives,
+        tables,
+        named,
+        meters,
+        qos: qos.summaries(),
+        stragglers: late.summaries(),
+    }
 }
 
 /// Per collective (in config order): its id and each rank's lateness, summed over the workers
