@@ -179,32 +179,41 @@ pub const TABLE_PAGE: usize = 80;
 /// Registers the `/dpu/...` commands on DPDK's telemetry socket; they read the board of the
 /// running appliance ([`set_current`]). Idempotent.
 pub fn register_telemetry() -> Result<(), DpdkError> {
-    telemetry::register(
+    for (cmd, help, handler) in COMMANDS {
+        telemetry::register(cmd, help, handler)?;
+    }
+    Ok(())
+}
+
+/// The `/dpu/...` commands: name, one-line help (below DPDK's [`telemetry::MAX_HELP`] bytes,
+/// with its NUL: a longer one makes the registration fail), handler.
+const COMMANDS: [(&str, &str, telemetry::Handler); 5] = [
+    (
         "/dpu/stats",
         "Returns the appliance's counters (ports, drops by reason, neighbour, aggregation), summed over the workers. No parameters",
         stats_command,
-    )?;
-    telemetry::register(
+    ),
+    (
         "/dpu/workers",
         "Returns per worker: busy/idle polls, bursts, TSC cycles per burst (mean, p50, p99), residence cycles (p50, p99). No parameters",
         workers_command,
-    )?;
-    telemetry::register(
+    ),
+    (
         "/dpu/stragglers",
         "Returns per rank of a collective: contributions, lateness sum (us), rounds completed last. Parameters: id[,page]",
         stragglers_command,
-    )?;
-    telemetry::register(
+    ),
+    (
         "/dpu/collectives",
         "Returns per collective: rounds, folds, bytes, results, resends, NAKs and drops by reason, slots in use. Parameters: [page]",
         collectives_command,
-    )?;
-    telemetry::register(
+    ),
+    (
         "/dpu/table",
         "Returns a table's packets and bytes per entry and for its miss. Parameters: table name[,page]",
         table_command,
-    )
-}
+    ),
+];
 
 /// `/dpu/stats`: every counter but the tables' entries and the collectives' ranks, by
 /// [`Board::key`].
@@ -531,6 +540,17 @@ pub fn stats_line(board: &Board, prev: &[u64], now: &[u64], dt_s: f64, elapsed_s
 
 #[cfg(test)]
 mod tests {
+
+    /// DPDK refuses a command whose help does not fit its string limit, and then no `/dpu`
+    /// command works: every help fits.
+    #[test]
+    fn every_command_help_fits_dpdk() {
+        for (cmd, help, _) in super::COMMANDS {
+            assert!(help.len() < crate::dpdk::telemetry::MAX_HELP, "{cmd}: {} bytes", help.len());
+            assert!(cmd.starts_with("/dpu/") && !help.contains('\n'), "{cmd}");
+        }
+    }
+
     use super::*;
     use crate::datapath::Datapath;
     use crate::stats::Reason;
