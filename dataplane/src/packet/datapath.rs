@@ -1044,6 +1044,26 @@ mod tests {
         assert_eq!(dp.counters.total_drops(), 1);
     }
 
+    /// The neighbour answerer reads and answers in the whole packet: an ARP request in a chain
+    /// is dropped `multi_segment` (`segmented_headers` when the ARP packet is not whole in the
+    /// first segment); the same request in one segment is answered.
+    #[test]
+    fn a_segmented_arp_request_is_dropped_multi_segment() {
+        let me =
+            crate::agg::PortAddr { mac: "02:00:00:00:00:fe".parse().unwrap(), ipv4: Some([10, 0, 0, 254]), ipv6: None };
+        let mut dp = datapath().with_local_addresses(vec![me; 3]);
+        let mut io = VecIo::new(3);
+        let req = crate::neighbor::tests::arp_request([10, 0, 0, 254], false);
+        assert!(req.len() > 14 + 28);
+        dp.process(&mut io, 0, VecBuf::segmented(&req, 14 + 28), 0);
+        dp.process(&mut io, 0, VecBuf::segmented(&req, 30), 0);
+        assert!(io.sent.is_empty());
+        assert_eq!(dp.counters.dropped(Reason::MultiSegment), 1);
+        assert_eq!(dp.counters.dropped(Reason::SegmentedHeaders), 1);
+        dp.process(&mut io, 0, VecBuf::from_frame(&req), 0);
+        assert_eq!((io.sent.len(), dp.counters.neighbor_replies), (1, 1));
+    }
+
     #[test]
     fn neighbor_drops_and_conflicts_are_counted() {
         let me =

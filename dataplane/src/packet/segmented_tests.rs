@@ -306,3 +306,37 @@ fn scheduler_marks_and_classifies_chains() {
         assert_eq!(map.classify(&f), 5);
     }
 }
+
+const GROUP: &str = r#"
+    [[table]]
+    name = "l2"
+    key = [{ field = "eth.dst", match = "exact" }]
+    default_action = "multicast(9)"
+    [[multicast_group]]
+    id = 9
+    [[multicast_group.copy]]
+    port = 0
+    actions = "set_eth_dst(02:00:00:00:00:02); push_vlan(20)"
+    [[multicast_group.copy]]
+    port = 2
+    actions = "set_dscp(46); dec_ttl"
+"#;
+
+/// Multicast copies of a chain are whole copies, each with its own rewrites in its first
+/// segment: the same frames as from the same packet in one segment.
+#[test]
+fn multicast_copies_a_chain_whole_with_per_copy_rewrites() {
+    for f in jumbos() {
+        let (mut one, mut chain) = (datapath(GROUP, Checks::Router), datapath(GROUP, Checks::Router));
+        let (mut io1, mut io2) = (VecIo::new(3), VecIo::new(3));
+        one.process(&mut io1, 1, VecBuf::from_frame(&f), 0);
+        chain.process(&mut io2, 1, VecBuf::segmented(&f, FIRST), 0);
+        assert_eq!(io2.sent.len(), 2);
+        assert_eq!(io1.sent, io2.sent);
+        assert_eq!(io2.sent[0].1.len(), f.len() + 4);
+        assert_eq!(io2.sent[1].1.len(), f.len());
+        for (_, out) in &io2.sent {
+            parse(out, PORT).unwrap_or_else(|e| panic!("copy does not parse: {e:?}"));
+        }
+    }
+}

@@ -487,6 +487,8 @@ fn parse_frame(
         EtherType::ARP if arp::ArpPacket::new_checked(&frame[off..]).is_ok() => {
             p.layers.insert(Layers::ARP);
         }
+        // An ARP packet not whole in the first segment of a chain.
+        EtherType::ARP if len > frame.len() => return Err(Reason::SegmentedHeaders),
         _ => {}
     }
     Ok(())
