@@ -181,8 +181,9 @@ fn a_pool_too_small_for_two_workers_is_refused_with_the_size_to_set() {
 /// frames are larger than the data room, so net_pcap reads each into a chain of 4 mbufs (2048
 /// bytes in the first, after its headroom, 2176 in each next one): 16
 /// records empty the pool, the 17th is read with no mbuf left and lost (`rx_nombuf`), and the
-/// burst ends; the 16 chains are dropped (`multi_segment`, a policy drop) and free the pool for
-/// the next burst. 85 records: 5 bursts of 16, 5 records lost.
+/// burst ends; the 16 chains, forwarded as any frame, meet no table and are dropped
+/// (`no_egress`, a policy drop) and free the pool for the next burst. 85 records: 5 bursts of
+/// 16, 5 records lost.
 #[test]
 fn a_replay_that_loses_packets_exits_1_and_names_the_losses() {
     let dir = scratch("handoff-loss");
@@ -207,13 +208,13 @@ fn a_replay_that_loses_packets_exits_1_and_names_the_losses() {
     assert_eq!(s["ports"][0]["ethdev"]["rx_nombuf"], 5);
     assert_eq!(s["ports"][0]["ethdev"]["ipackets"], 80);
     assert_eq!(s["drops"]["rx_nombuf"], 5);
-    assert_eq!(s["drops"]["multi_segment"], 80);
-    assert_eq!(s["losses"], 5, "multi_segment is a policy drop, not a loss");
+    assert_eq!(s["drops"]["no_egress"], 80);
+    assert_eq!(s["losses"], 5, "no_egress is a policy drop, not a loss");
     assert_eq!(s["finite_replay"], true);
     assert_eq!(s["input_short"], false, "every record was consumed");
     assert_eq!(s["mbufs_in_use_after"], 0);
     let out = run.stdout();
-    assert!(out.contains("drops: multi_segment=80 rx_nombuf=5\n"), "{out}");
+    assert!(out.contains("drops: no_egress=80 rx_nombuf=5\n"), "{out}");
     assert!(out.contains("losses: 5 packets not processed for lack of resources (rx_nombuf=5)\n"), "{out}");
     let e = run.stderr();
     assert!(e.contains("dpu: error: the replay lost 5 packets for lack of resources (rx_nombuf=5)"), "{e}");

@@ -6,15 +6,24 @@
 
 use crate::parse::RxChecksum;
 
-/// A single-segment frame buffer that the packet core can read, rewrite and resize.
+/// A frame buffer that the packet core can read, rewrite and resize: one segment, or a chain of
+/// them (DPDK: an mbuf chain, `nb_segs > 1`, as a PMD delivers a frame larger than the mempool's
+/// data room).
 ///
-/// Lengths are bytes. Growing at the front uses the buffer's headroom (DPDK:
-/// `rte_pktmbuf_prepend`), growing at the back its tailroom (`rte_pktmbuf_append`).
+/// Lengths are bytes. Growing at the front uses the first segment's headroom (DPDK:
+/// `rte_pktmbuf_prepend`), growing at the back the last segment's tailroom
+/// (`rte_pktmbuf_append`). The packet core reads and rewrites headers in [`PacketBuf::data`],
+/// the first segment; the rest of a chain travels untouched.
 pub trait PacketBuf {
-    /// The frame's bytes.
+    /// The first segment's bytes: the whole frame unless [`PacketBuf::is_segmented`].
     fn data(&self) -> &[u8];
-    /// The frame's bytes, writable.
+    /// The first segment's bytes, writable.
     fn data_mut(&mut self) -> &mut [u8];
+    /// The frame's length in bytes, every segment counted (DPDK: `pkt_len`); the length of
+    /// [`PacketBuf::data`] for a one-segment frame.
+    fn total_len(&self) -> usize {
+        self.data().len()
+    }
     /// Grows the frame by `len` bytes at the front; false (and nothing changed) without room.
     fn prepend(&mut self, len: usize) -> bool;
     /// Removes `len` bytes from the front; false (and nothing changed) if shorter.
@@ -26,8 +35,10 @@ pub trait PacketBuf {
     /// Capture time in microseconds since the Unix epoch, when the port provides one (net_pcap
     /// stamps each record's capture time in the mbuf's rx-timestamp dynamic field).
     fn rx_timestamp_us(&self) -> Option<u64>;
-    /// True when the frame spans more than one segment: the packet core handles only
-    /// contiguous frames and drops the others with a reason.
+    /// True when the frame spans more than one segment: [`PacketBuf::data`] is then only its
+    /// first segment, shorter than [`PacketBuf::total_len`]. The packet core forwards such
+    /// frames when their headers lie in the first segment, and drops those it would have to
+    /// read whole (module docs of `datapath`).
     fn is_segmented(&self) -> bool {
         false
     }
@@ -41,7 +52,7 @@ pub trait PacketBuf {
 
     /// Sets the frame to exactly `len` bytes by appending or trimming at the back.
     fn set_len(&mut self, len: usize) -> bool {
-        let cur = self.data().len();
+        let cur = self.total_len();
         if len >= cur {
             self.append(len - cur)
         } else {
@@ -77,6 +88,14 @@ pub trait PacketIo {
         Err(buf)
     }
 
+    /// A new frame holding a copy of the whole of `src`, every segment of a chain (DPDK:
+    /// `rte_pktmbuf_copy`); `None` when the pool is exhausted. The default copies
+    /// [`PacketBuf::data`], which is the whole frame for a one-segment `src`; a `PacketIo`
+    /// whose buffers can be chains overrides it.
+    fn copy_pkt(&mut self, src: &Self::Buf) -> Option<Self::Buf> {
+        self.copy_of(src.data())
+    }
+
     /// A new frame holding a copy of `src`'s bytes; `None` when the pool is exhausted.
     fn copy_of(&mut self, src: &[u8]) -> Option<Self::Buf> {
         let mut b = self.alloc()?;
@@ -94,11 +113,17 @@ pub const VEC_HEADROOM: usize = 128;
 pub const VEC_DATA_ROOM: usize = 9216;
 
 /// A heap frame with mbuf-like headroom: the packet core's buffer in tests and fuzzing.
+///
+/// [`VecBuf::segmented`] makes one that behaves as a two-segment mbuf chain: [`PacketBuf::data`]
+/// is the first segment only, `adj` cannot remove more than it (as `rte_pktmbuf_adj`) nor
+/// `trim` more than the last segment (as `rte_pktmbuf_trim`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VecBuf {
     mem: Vec<u8>,
     start: usize,
     end: usize,
+    /// Bytes in the first segment of a modelled chain; 0 for one segment.
+    seg: usize,
     /// The rx timestamp (µs) that [`PacketBuf::rx_timestamp_us`] reports.
     pub timestamp_us: Option<u64>,
     /// The rx checksum verdicts that [`PacketBuf::rx_checksum`] reports (default: unknown).
@@ -112,6 +137,7 @@ impl VecBuf {
             mem: vec![0; VEC_HEADROOM + VEC_DATA_ROOM],
             start: VEC_HEADROOM,
             end: VEC_HEADROOM,
+            seg: 0,
             timestamp_us: None,
             rx_checksum: RxChecksum::UNKNOWN,
         }
@@ -125,6 +151,30 @@ impl VecBuf {
         b.end = b.start + n;
         b
     }
+
+    /// A buffer holding a copy of `frame` as a chain whose first segment holds its first
+    /// `first` bytes (one segment when `first` is 0 or covers the whole frame).
+    pub fn segmented(frame: &[u8], first: usize) -> Self {
+        let mut b = Self::from_frame(frame);
+        if first < b.end - b.start {
+            b.seg = first;
+        }
+        b
+    }
+
+    /// Every byte of the frame, all segments (what a tx PMD sends).
+    pub fn whole(&self) -> &[u8] {
+        &self.mem[self.start..self.end]
+    }
+
+    /// The end of the first segment in `mem`.
+    fn first_end(&self) -> usize {
+        if self.seg == 0 {
+            self.end
+        } else {
+            self.start + self.seg
+        }
+    }
 }
 
 impl Default for VecBuf {
@@ -135,23 +185,36 @@ impl Default for VecBuf {
 
 impl PacketBuf for VecBuf {
     fn data(&self) -> &[u8] {
-        &self.mem[self.start..self.end]
+        &self.mem[self.start..self.first_end()]
     }
     fn data_mut(&mut self) -> &mut [u8] {
-        &mut self.mem[self.start..self.end]
+        let e = self.first_end();
+        &mut self.mem[self.start..e]
+    }
+    fn total_len(&self) -> usize {
+        self.end - self.start
+    }
+    fn is_segmented(&self) -> bool {
+        self.seg != 0
     }
     fn prepend(&mut self, len: usize) -> bool {
         if len > self.start {
             return false;
         }
         self.start -= len;
+        if self.seg != 0 {
+            self.seg += len;
+        }
         true
     }
     fn adj(&mut self, len: usize) -> bool {
-        if len > self.end - self.start {
+        if len > self.first_end() - self.start {
             return false;
         }
         self.start += len;
+        if self.seg != 0 {
+            self.seg -= len;
+        }
         true
     }
     fn append(&mut self, len: usize) -> bool {
@@ -162,7 +225,7 @@ impl PacketBuf for VecBuf {
         true
     }
     fn trim(&mut self, len: usize) -> bool {
-        if len > self.end - self.start {
+        if len > self.end - (if self.seg == 0 { self.start } else { self.first_end() }) {
             return false;
         }
         self.end -= len;
@@ -219,13 +282,18 @@ impl PacketIo for VecIo {
         Some(VecBuf::new())
     }
     fn send(&mut self, port: u16, buf: VecBuf) {
-        self.sent.push((port, buf.data().to_vec()));
+        self.sent.push((port, buf.whole().to_vec()));
     }
     fn ports(&self) -> u16 {
         self.nb_ports
     }
+    fn copy_pkt(&mut self, src: &VecBuf) -> Option<VecBuf> {
+        let mut b = self.alloc()?;
+        b.clone_from(src);
+        Some(b)
+    }
     fn hand_off(&mut self, worker: u16, buf: VecBuf) -> Result<(), VecBuf> {
-        self.handed_off.push((worker, buf.data().to_vec()));
+        self.handed_off.push((worker, buf.whole().to_vec()));
         Ok(())
     }
     fn to_scheduler(&mut self, port: u16, class: u8, buf: VecBuf) -> Result<(), VecBuf> {

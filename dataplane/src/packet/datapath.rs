@@ -2,13 +2,25 @@
 //!
 //! [`Datapath::process`] is generic over [`PacketIo`], so the appliance (mbufs, DPDK tx queues)
 //! and the tests (heap buffers) run the same code.
+//!
+//! Multi-segment frames (mbuf chains: frames larger than the mempool's data room) are forwarded
+//! as switches with scatter-gather NICs forward them: parsed with a router's checks from their
+//! first segment, the lengths judged against the whole frame
+//! ([`crate::parse::parse_segmented_into`]; a header not whole in the first segment is
+//! `segmented_headers`), rewritten in the first segment (every action touches only headers) and
+//! sent as chains; flood and multicast copies copy every segment ([`PacketIo::copy_pkt`]). What
+//! the appliance reads whole is dropped `multi_segment` instead of linearised (a chain of 2 KiB
+//! mbufs has no room to be made contiguous in its first one): gradient contributions for the
+//! aggregator, ARP and neighbour discovery packets on a port with addresses, and every chain
+//! under [`Checks::All`] (`verify_transit`), whose UDP checksums and ICRCs are summed over
+//! contiguous bytes only.
 
 use crate::action::{Action, Egress};
 use crate::agg::{Aggregator, PortAddr};
 use crate::buf::{PacketBuf, PacketIo, VecBuf};
 use crate::meta::{Meta, CLASS_UNSET};
 use crate::neighbor::Verdict;
-use crate::parse::{parse_checks_into, verify_l4, Checks, Layers, Parsed};
+use crate::parse::{parse_checks_into, parse_segmented_into, verify_l4, Checks, Layers, Parsed};
 use crate::prefetch::prefetch;
 use crate::sched::{ClassMap, Dequeued, DropReason, Offer, PortConfig, Scheduler};
 use crate::stats::{Counters, Reason};
@@ -129,7 +141,7 @@ impl<B: PacketBuf> PortEgress<B> {
         } else {
             self.advance(io, port, now)
         };
-        let class = if class == CLASS_UNSET { self.map.classify(pkt.data()) } else { class };
+        let class = if class == CLASS_UNSET { self.map.classify_in(pkt.data(), pkt.total_len()) } else { class };
         // An idle port sends at once (Scheduler::offer); otherwise the packet waits its turn.
         match self.sched.offer(class as usize, pkt, self.last_us) {
             Ok(Offer::Sent(pkt)) => {
@@ -451,7 +463,7 @@ impl<B: PacketBuf> Datapath<B> {
     /// and counted. `now_us` is the appliance's clock (µs) for packets without an rx timestamp.
     #[inline]
     pub fn process<I: PacketIo<Buf = B>>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, now_us: u64) {
-        self.counters.rx(in_port, pkt.data().len());
+        self.counters.rx(in_port, pkt.total_len());
         self.live_us = now_us;
         self.process_counted(io, in_port, pkt, now_us);
     }
@@ -459,12 +471,13 @@ impl<B: PacketBuf> Datapath<B> {
     /// Processes a received packet that was already counted.
     #[inline]
     fn process_counted<I: PacketIo<Buf = B>>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, now_us: u64) {
-        if pkt.is_segmented() {
-            self.counters.drop(Reason::MultiSegment);
-            return;
-        }
         let mut p = Parsed::default();
-        if let Err(r) = parse_checks_into(pkt.data(), self.gradient_udp_port, pkt.rx_checksum(), self.checks, &mut p) {
+        let parsed = if pkt.is_segmented() {
+            self.parse_segmented(&pkt, &mut p)
+        } else {
+            parse_checks_into(pkt.data(), self.gradient_udp_port, pkt.rx_checksum(), self.checks, &mut p)
+        };
+        if let Err(r) = parsed {
             self.counters.drop(r);
             return;
         }
@@ -538,7 +551,7 @@ impl<B: PacketBuf> Datapath<B> {
             }
             verdict_n[i] = match &pkts[i] {
                 None => Ok(()),
-                Some(pkt) if pkt.is_segmented() => Err(Reason::MultiSegment),
+                Some(pkt) if pkt.is_segmented() => self.parse_segmented(pkt, &mut parsed[i]),
                 Some(pkt) => parse_checks_into(
                     pkt.data(),
                     self.gradient_udp_port,
@@ -567,13 +580,25 @@ impl<B: PacketBuf> Datapath<B> {
         // Stage 3: each packet's path, in order.
         for i in 0..n {
             let Some(pkt) = pkts[i].take() else { continue };
-            self.counters.rx(in_port, pkt.data().len());
+            self.counters.rx(in_port, pkt.total_len());
             match verdict_n[i] {
                 Ok(()) => self.deliver(io, in_port, pkt, &mut parsed[i], Some(first_hit[i]), now_us),
                 Err(r) => self.counters.drop(r),
             }
         }
         self.scratch = scratch;
+    }
+
+    /// The parse of a multi-segment frame (a jumbo frame in mbufs smaller than it): its headers
+    /// are read and its lengths judged as [`parse_segmented_into`] does, with a router's checks.
+    /// With `verify_transit` ([`Checks::All`]) it is dropped instead (`multi_segment`): the UDP
+    /// checksum and the ICRC are verified over contiguous bytes only.
+    #[cold]
+    fn parse_segmented(&self, pkt: &B, p: &mut Parsed) -> Result<(), Reason> {
+        if self.checks == Checks::All {
+            return Err(Reason::MultiSegment);
+        }
+        parse_segmented_into(pkt.data(), pkt.total_len(), self.gradient_udp_port, pkt.rx_checksum(), p)
     }
 
     /// The rest of [`Datapath::process`] for a counted, parsed packet (`p` is its parse, kept
@@ -592,6 +617,11 @@ impl<B: PacketBuf> Datapath<B> {
         self.tick(&pkt);
         if p.has(Layers::ARP) || (p.has(Layers::IPV6) && p.ip_proto == crate::wire::ndp::NEXT_HEADER_ICMPV6) {
             if let Some(addr) = self.local.get(in_port as usize) {
+                if pkt.is_segmented() {
+                    // The answerer reads (and answers in) the whole packet.
+                    self.counters.drop(Reason::MultiSegment);
+                    return;
+                }
                 let a = crate::neighbor::answer(&mut pkt, p, addr, &self.local);
                 self.counters.address_conflicts += a.conflict as u64;
                 match a.verdict {
@@ -650,6 +680,11 @@ impl<B: PacketBuf> Datapath<B> {
             self.counters.drop(Reason::AggregateNotGradient);
             return;
         };
+        if pkt.is_segmented() {
+            // The aggregator sums the payload in place: it must be contiguous.
+            self.counters.drop(Reason::MultiSegment);
+            return;
+        }
         if let Err(r) = verify_l4(pkt.data(), p, pkt.rx_checksum()) {
             self.counters.drop(r);
             return;
@@ -696,7 +731,7 @@ impl<B: PacketBuf> Datapath<B> {
     /// A packet the scheduler refuses is counted under the refusal's reason and freed.
     #[inline(always)]
     fn send<I: PacketIo<Buf = B>>(&mut self, io: &mut I, port: u16, pkt: I::Buf, class: u8) {
-        self.counters.tx(port, pkt.data().len());
+        self.counters.tx(port, pkt.total_len());
         if self.egress.is_empty() && self.remote_egress.is_empty() {
             // No shaped port on this datapath: the common case, one test.
             io.send(port, pkt);
@@ -729,7 +764,7 @@ impl<B: PacketBuf> Datapath<B> {
     /// it over; a full ring is a counted drop (`qos_ring_full`).
     #[inline]
     fn hand_to_owner<I: PacketIo<Buf = B>>(&mut self, io: &mut I, port: u16, class: u8, pkt: I::Buf, map: ClassMap) {
-        let class = if class == CLASS_UNSET { map.classify(pkt.data()) } else { class };
+        let class = if class == CLASS_UNSET { map.classify_in(pkt.data(), pkt.total_len()) } else { class };
         if io.to_scheduler(port, class, pkt).is_err() {
             self.counters.drop(Reason::QosRingFull);
         }
@@ -742,7 +777,7 @@ impl<B: PacketBuf> Datapath<B> {
             return;
         };
         for p in (0..last).filter(|&p| p != in_port) {
-            match io.copy_of(pkt.data()) {
+            match io.copy_pkt(&pkt) {
                 Some(copy) => self.send(io, p, copy, class),
                 None => self.counters.drop(Reason::NoMbuf),
             }
@@ -755,7 +790,7 @@ impl<B: PacketBuf> Datapath<B> {
     fn multicast<I: PacketIo<Buf = B>>(&mut self, io: &mut I, g: usize, mut pkt: I::Buf, p: &Parsed, class: u8) {
         let n = self.pipeline.groups[g].copies.len();
         for c in 0..n - 1 {
-            let Some(mut copy) = io.copy_of(pkt.data()) else {
+            let Some(mut copy) = io.copy_pkt(&pkt) else {
                 self.counters.drop(Reason::NoMbuf);
                 continue;
             };
@@ -806,7 +841,7 @@ where
     fn send(&mut self, port: u16, buf: I::Buf) {
         let Some(Some(e)) = self.egress.get_mut(port as usize) else {
             if let Some(Some(map)) = self.remote.get(port as usize) {
-                let class = map.classify(buf.data());
+                let class = map.classify_in(buf.data(), buf.total_len());
                 if self.io.to_scheduler(port, class, buf).is_err() {
                     self.drops[4] += 1;
                 }
@@ -840,6 +875,10 @@ where
 
     fn copy_of(&mut self, src: &[u8]) -> Option<I::Buf> {
         self.io.copy_of(src)
+    }
+
+    fn copy_pkt(&mut self, src: &I::Buf) -> Option<I::Buf> {
+        self.io.copy_pkt(src)
     }
 }
 
@@ -1003,6 +1042,26 @@ mod tests {
         assert_eq!(io.sent.iter().map(|(p, _)| *p).collect::<Vec<_>>(), vec![1, 1]);
         assert_eq!(io.sent[1].1, routed_v6(other, 2));
         assert_eq!(dp.counters.total_drops(), 1);
+    }
+
+    /// The neighbour answerer reads and answers in the whole packet: an ARP request in a chain
+    /// is dropped `multi_segment` (`segmented_headers` when the ARP packet is not whole in the
+    /// first segment); the same request in one segment is answered.
+    #[test]
+    fn a_segmented_arp_request_is_dropped_multi_segment() {
+        let me =
+            crate::agg::PortAddr { mac: "02:00:00:00:00:fe".parse().unwrap(), ipv4: Some([10, 0, 0, 254]), ipv6: None };
+        let mut dp = datapath().with_local_addresses(vec![me; 3]);
+        let mut io = VecIo::new(3);
+        let req = crate::neighbor::tests::arp_request([10, 0, 0, 254], false);
+        assert!(req.len() > 14 + 28);
+        dp.process(&mut io, 0, VecBuf::segmented(&req, 14 + 28), 0);
+        dp.process(&mut io, 0, VecBuf::segmented(&req, 30), 0);
+        assert!(io.sent.is_empty());
+        assert_eq!(dp.counters.dropped(Reason::MultiSegment), 1);
+        assert_eq!(dp.counters.dropped(Reason::SegmentedHeaders), 1);
+        dp.process(&mut io, 0, VecBuf::from_frame(&req), 0);
+        assert_eq!((io.sent.len(), dp.counters.neighbor_replies), (1, 1));
     }
 
     #[test]

@@ -36,6 +36,8 @@ pub mod parse;
 pub mod prefetch;
 #[deny(unsafe_code)]
 pub mod sched;
+#[cfg(test)]
+mod segmented_tests;
 #[deny(unsafe_code)]
 pub mod stats;
 #[deny(unsafe_code)]

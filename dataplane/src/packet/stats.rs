@@ -65,8 +65,16 @@ pub enum Reason {
     /// SEND Only to its QPN) too short for the 20-byte gradient header (spec section 2). Counted
     /// by the aggregator; no NAK (there is no header to answer).
     MalformedGradient,
-    /// Spread over several mbufs (frames larger than the mempool's data room).
+    /// A multi-segment frame (larger than the mempool's data room, or split by the NIC's
+    /// scatter-gather) that the appliance would have to read whole: one it consumes (a
+    /// gradient contribution, an ARP or neighbour discovery packet it answers), or any frame
+    /// when `[dataplane] verify_transit = true` asks for its UDP checksum and ICRC (verified
+    /// over contiguous bytes only). Segmented transit frames are forwarded.
     MultiSegment,
+    /// A multi-segment frame whose headers (Ethernet to UDP, and a RoCEv2 BTH with its
+    /// extension headers) do not all lie in its first segment, where the packet core reads and
+    /// rewrites them.
+    SegmentedHeaders,
     /// A table's default action dropped it (a miss).
     TableMiss,
     /// An entry's `drop` action.
@@ -155,7 +163,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in counter order.
-    pub const ALL: [Reason; 47] = [
+    pub const ALL: [Reason; 48] = [
         Reason::Runt,
         Reason::VlanDepth,
         Reason::MalformedIpv4,
@@ -167,6 +175,7 @@ impl Reason {
         Reason::BadIcrc,
         Reason::MalformedGradient,
         Reason::MultiSegment,
+        Reason::SegmentedHeaders,
         Reason::TableMiss,
         Reason::ExplicitDrop,
         Reason::Policed,
@@ -221,6 +230,7 @@ impl Reason {
             Reason::BadIcrc => "bad_icrc",
             Reason::MalformedGradient => "malformed_gradient",
             Reason::MultiSegment => "multi_segment",
+            Reason::SegmentedHeaders => "segmented_headers",
             Reason::TableMiss => "table_miss",
             Reason::ExplicitDrop => "explicit_drop",
             Reason::Policed => "policed",

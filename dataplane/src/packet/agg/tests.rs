@@ -863,3 +863,20 @@ fn results_go_through_the_ports_scheduler_in_the_collectives_class() {
     assert_eq!((e.sched.counters(1).sent.pkts, e.sched.counters(1).ecn_marked.pkts), (3, 3));
     assert_eq!(e.sched.counters(0).enqueued.pkts, 0);
 }
+
+/// A contribution in a multi-segment buffer is not summed (the aggregator reads its payload
+/// whole): dropped `multi_segment`, nothing folded, nothing sent; the same frame in one segment
+/// is folded.
+#[test]
+fn a_segmented_contribution_is_dropped_multi_segment() {
+    let mut rig = Rig::new(&conf("sum", "f32", "rocev2", false, "", 2, 8, 8));
+    let mut io = VecIo::new(1);
+    let f = rig.frame(0, 0, 1, &f32s(&[1.0; 8]), |_| {});
+    rig.dp.process(&mut io, 0, VecBuf::segmented(&f, 100), 10);
+    assert_eq!(rig.dp.counters.dropped(Reason::MultiSegment), 1);
+    assert_eq!(rig.agg().folded, 0);
+    assert!(io.sent.is_empty());
+    rig.dp.process(&mut io, 0, VecBuf::from_frame(&f), 10);
+    assert_eq!(rig.agg().folded, 1);
+    assert_eq!(rig.dp.counters.total_drops(), 1);
+}

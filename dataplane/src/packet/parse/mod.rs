@@ -406,6 +406,49 @@ pub fn parse_checks_into(
     checks: Checks,
     p: &mut Parsed,
 ) -> Result<(), Reason> {
+    parse_frame(frame, frame.len(), udp_gradient_port, rx, checks, p)
+}
+
+/// [`parse_checks_into`] with a router's checks ([`Checks::Router`]) for a multi-segment frame of
+/// `total_len` bytes whose first segment is `first`: every header is read from `first`, and
+/// every length (IP total length, IPv6 payload length, UDP length, the BTH's pad and ICRC) is
+/// judged against `total_len`, the whole frame, as for a contiguous frame of that length.
+/// Offsets in `p` past the first segment (`ip_end`, the UDP datagram's end) are offsets in the
+/// whole frame. The UDP checksum and the ICRC are left unverified ([`Layers::L4_UNVERIFIED`]).
+///
+/// # Errors
+/// The reasons of [`parse_checks_into`], and [`Reason::SegmentedHeaders`] when a header the
+/// parse reads (Ethernet to UDP, the BTH with its extension headers, an IPv6 extension header)
+/// does not lie whole in `first`.
+#[inline(never)]
+pub fn parse_segmented_into(
+    first: &[u8],
+    total_len: usize,
+    udp_gradient_port: u16,
+    rx: RxChecksum,
+    p: &mut Parsed,
+) -> Result<(), Reason> {
+    if total_len <= first.len() {
+        return parse_checks_into(first, udp_gradient_port, rx, Checks::Router, p);
+    }
+    match parse_frame(first, total_len, udp_gradient_port, rx, Checks::Router, p) {
+        // The Ethernet header or a VLAN tag not whole in the first segment.
+        Err(Reason::Runt) => Err(Reason::SegmentedHeaders),
+        r => r,
+    }
+}
+
+/// The parse of a frame of `len` bytes of which `frame` holds the first (all of them, `len ==
+/// frame.len()`, except for [`parse_segmented_into`], which never verifies L4 checksums).
+#[inline(always)]
+fn parse_frame(
+    frame: &[u8],
+    len: usize,
+    udp_gradient_port: u16,
+    rx: RxChecksum,
+    checks: Checks,
+    p: &mut Parsed,
+) -> Result<(), Reason> {
     *p = Parsed::default();
     let eth = EthernetFrame::new_checked(frame).map_err(|_| Reason::Runt)?;
     p.layers.insert(Layers::ETH);
@@ -439,11 +482,13 @@ pub fn parse_checks_into(
     p.l3_offset = off as u32;
 
     match ty {
-        EtherType::IPV4 => parse_ipv4(frame, off, udp_gradient_port, rx, checks, p)?,
-        EtherType::IPV6 => parse_ipv6(frame, off, udp_gradient_port, rx.l4, checks, p)?,
+        EtherType::IPV4 => parse_ipv4(frame, len, off, udp_gradient_port, rx, checks, p)?,
+        EtherType::IPV6 => parse_ipv6(frame, len, off, udp_gradient_port, rx.l4, checks, p)?,
         EtherType::ARP if arp::ArpPacket::new_checked(&frame[off..]).is_ok() => {
             p.layers.insert(Layers::ARP);
         }
+        // An ARP packet not whole in the first segment of a chain.
+        EtherType::ARP if len > frame.len() => return Err(Reason::SegmentedHeaders),
         _ => {}
     }
     Ok(())
@@ -454,13 +499,18 @@ pub fn parse_checks_into(
 #[inline(always)]
 fn parse_ipv4(
     frame: &[u8],
+    len: usize,
     l3: usize,
     port: u16,
     rx: RxChecksum,
     checks: Checks,
     p: &mut Parsed,
 ) -> Result<(), Reason> {
-    let ip = ipv4::Ipv4Packet::new_checked(&frame[l3..]).map_err(|_| Reason::MalformedIpv4)?;
+    let ip = if len == frame.len() {
+        ipv4::Ipv4Packet::new_checked(&frame[l3..]).map_err(|_| Reason::MalformedIpv4)?
+    } else {
+        ipv4_in_first_segment(frame, len, l3)?
+    };
     let ip_ok = match rx.ip {
         CsumStatus::Good => true,
         CsumStatus::Bad => false,
@@ -490,7 +540,7 @@ fn parse_ipv4(
         return Ok(());
     }
     let l4 = l3 + hl;
-    let u = udp::UdpPacket::new_checked(&frame[l4..end]).map_err(|_| Reason::MalformedUdp)?;
+    let u = udp_at(frame, l4, end)?;
     if checks == Checks::Router {
         p.layers.insert(Layers::L4_UNVERIFIED);
     } else if !udp_ok_v4(&u, src, dst, rx.l4) {
@@ -527,16 +577,30 @@ fn udp_ok_v6(u: &udp::UdpPacket<&[u8]>, src: &[u8; 16], dst: &[u8; 16], l4: Csum
 }
 
 /// IPv6 at `l3`, its extension headers, then UDP (`l4`: the NIC's UDP checksum verdict).
+#[allow(clippy::too_many_arguments)]
 fn parse_ipv6(
     frame: &[u8],
+    len: usize,
     l3: usize,
     port: u16,
     l4_rx: CsumStatus,
     checks: Checks,
     p: &mut Parsed,
 ) -> Result<(), Reason> {
-    let ip = ipv6::Ipv6Packet::new_checked(&frame[l3..]).map_err(|_| Reason::MalformedIpv6)?;
-    let chain = ip.walk_extensions().map_err(|_| Reason::MalformedIpv6)?;
+    let ip = if len == frame.len() {
+        ipv6::Ipv6Packet::new_checked(&frame[l3..]).map_err(|_| Reason::MalformedIpv6)?
+    } else {
+        ipv6_in_first_segment(frame, len, l3)?
+    };
+    // The walk reads only the bytes present: in a first segment that ends before the datagram,
+    // a chain that does not end in it cannot be judged.
+    let chain = ip.walk_extensions().map_err(|_| {
+        if len == frame.len() || l3 + ipv6::HEADER_LEN + ip.payload_len() as usize <= frame.len() {
+            Reason::MalformedIpv6
+        } else {
+            Reason::SegmentedHeaders
+        }
+    })?;
     p.layers.insert(Layers::IPV6);
     let (src, dst) = (ip.src_addr(), ip.dst_addr());
     p.ip_src_bytes = src;
@@ -558,7 +622,7 @@ fn parse_ipv6(
     if chain.upper_protocol != udp::PROTOCOL {
         return Ok(());
     }
-    let u = udp::UdpPacket::new_checked(&frame[l4..end]).map_err(|_| Reason::MalformedUdp)?;
+    let u = udp_at(frame, l4, end)?;
     if checks == Checks::Router {
         p.layers.insert(Layers::L4_UNVERIFIED);
     } else if !udp_ok_v6(&u, &src, &ip.checksum_dst_addr(&chain), l4_rx) {
@@ -566,6 +630,80 @@ fn parse_ipv6(
         return Err(Reason::BadUdpChecksum);
     }
     parse_udp(frame, &u, port, p)
+}
+
+/// The IPv4 header at `l3` of a frame of `len` bytes whose first segment `frame` is shorter
+/// ([`parse_segmented_into`]): the checks of [`ipv4::Ipv4Packet::check_len`], the total length
+/// judged against the whole frame and the header required in the first segment.
+#[cold]
+fn ipv4_in_first_segment(frame: &[u8], len: usize, l3: usize) -> Result<ipv4::Ipv4Packet<&[u8]>, Reason> {
+    let (present, whole) = (frame.len() - l3, len - l3);
+    if whole < ipv4::MIN_HEADER_LEN {
+        return Err(Reason::MalformedIpv4);
+    }
+    if present < ipv4::MIN_HEADER_LEN {
+        return Err(Reason::SegmentedHeaders);
+    }
+    let ip = ipv4::Ipv4Packet::new_unchecked(&frame[l3..]);
+    let hl = ip.header_len();
+    if ip.version() != 4 || hl < ipv4::MIN_HEADER_LEN || hl > whole {
+        return Err(Reason::MalformedIpv4);
+    }
+    if hl > present {
+        return Err(Reason::SegmentedHeaders);
+    }
+    let tl = ip.total_len() as usize;
+    if tl < hl || tl > whole {
+        return Err(Reason::MalformedIpv4);
+    }
+    Ok(ip)
+}
+
+/// The IPv6 fixed header at `l3` of a frame of `len` bytes whose first segment `frame` is
+/// shorter: [`ipv6::Ipv6Packet::check_len`] with the payload length judged against the whole
+/// frame and the fixed header required in the first segment.
+#[cold]
+fn ipv6_in_first_segment(frame: &[u8], len: usize, l3: usize) -> Result<ipv6::Ipv6Packet<&[u8]>, Reason> {
+    let (present, whole) = (frame.len() - l3, len - l3);
+    if whole < ipv6::HEADER_LEN {
+        return Err(Reason::MalformedIpv6);
+    }
+    if present < ipv6::HEADER_LEN {
+        return Err(Reason::SegmentedHeaders);
+    }
+    let ip = ipv6::Ipv6Packet::new_unchecked(&frame[l3..]);
+    if ip.version() != 6 || ipv6::HEADER_LEN + ip.payload_len() as usize > whole {
+        return Err(Reason::MalformedIpv6);
+    }
+    Ok(ip)
+}
+
+/// The UDP header at `l4` of an IP datagram ending at `end`: [`udp::UdpPacket::new_checked`]
+/// over the datagram when it lies in `frame`; otherwise (the first segment of a longer frame)
+/// the header must lie in `frame` and its length is judged against `end`.
+#[inline(always)]
+fn udp_at(frame: &[u8], l4: usize, end: usize) -> Result<udp::UdpPacket<&[u8]>, Reason> {
+    if end <= frame.len() {
+        return udp::UdpPacket::new_checked(&frame[l4..end]).map_err(|_| Reason::MalformedUdp);
+    }
+    udp_in_first_segment(frame, l4, end)
+}
+
+/// [`udp_at`] for a datagram that runs past the first segment `frame`.
+#[cold]
+fn udp_in_first_segment(frame: &[u8], l4: usize, end: usize) -> Result<udp::UdpPacket<&[u8]>, Reason> {
+    if end - l4 < udp::HEADER_LEN {
+        return Err(Reason::MalformedUdp);
+    }
+    if l4 + udp::HEADER_LEN > frame.len() {
+        return Err(Reason::SegmentedHeaders);
+    }
+    let u = udp::UdpPacket::new_unchecked(&frame[l4..l4 + udp::HEADER_LEN]);
+    let ulen = u.len() as usize;
+    if ulen < udp::HEADER_LEN || ulen > end - l4 {
+        return Err(Reason::MalformedUdp);
+    }
+    Ok(u)
 }
 
 /// Verifies what a [`Checks::Router`] parse `p` of `frame` left ([`Layers::L4_UNVERIFIED`]):
@@ -634,13 +772,24 @@ fn parse_udp(frame: &[u8], u: &udp::UdpPacket<&[u8]>, port: u16, p: &mut Parsed)
 /// BTH is parsed. The transport version (TVer) is recorded, not judged: a forwarding hop does
 /// not own the transport, and the gradient carriage does not depend on it.
 fn parse_rocev2(frame: &[u8], start: usize, udp_end: usize, p: &mut Parsed) -> Result<(), Reason> {
-    let seg = &frame[start..udp_end];
-    let b = bth::BthPacket::new_checked(seg).map_err(|_| Reason::MalformedBth)?;
+    // The datagram's bytes present: all of them but in the first segment of a longer frame.
+    let seg = &frame[start..udp_end.min(frame.len())];
+    let whole = udp_end - start;
+    let b = bth::BthPacket::new_checked(seg).map_err(|_| {
+        if whole > seg.len() && whole >= bth::HEADER_LEN {
+            Reason::SegmentedHeaders
+        } else {
+            Reason::MalformedBth
+        }
+    })?;
     let ext = bth::extensions(b.opcode()).unwrap_or(bth::Extensions::NONE);
     let pad = b.pad_count() as usize;
     let headers_end = bth::HEADER_LEN + ext.len();
-    if headers_end + pad + icrc::ICRC_LEN > seg.len() {
+    if headers_end + pad + icrc::ICRC_LEN > whole {
         return Err(Reason::MalformedBth);
+    }
+    if headers_end > seg.len() {
+        return Err(Reason::SegmentedHeaders);
     }
     let l3 = p.l3_offset as usize;
     let l4 = p.l4_offset as usize;
@@ -672,7 +821,10 @@ fn parse_rocev2(frame: &[u8], start: usize, udp_end: usize, p: &mut Parsed) -> R
 /// not an error here ([`Layers::GRADIENT_SHORT`]): only the appliance's own gradient packets
 /// must be whole, and which are its own is the aggregator's call.
 fn parse_gradient(frame: &[u8], start: usize, end: usize, p: &mut Parsed) -> Result<(), Reason> {
-    let Some(g) = frame.get(start..end).and_then(|seg| gradient::GradientHeader::new_checked(seg).ok()) else {
+    // In the first segment of a longer frame, the header is read from the bytes present.
+    let Some(g) =
+        frame.get(start..end.min(frame.len())).and_then(|seg| gradient::GradientHeader::new_checked(seg).ok())
+    else {
         p.layers.insert(Layers::GRADIENT_SHORT);
         return Ok(());
     };

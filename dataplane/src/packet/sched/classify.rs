@@ -24,6 +24,12 @@ impl ClassMap {
     /// cover. Never panics and never reads past the frame.
     #[inline]
     pub fn classify(&self, frame: &[u8]) -> u8 {
+        self.classify_in(frame, frame.len())
+    }
+
+    /// [`ClassMap::classify`] for a frame of `total_len` bytes whose first segment is `frame`
+    /// (the headers read in it, the IP lengths judged against `total_len`).
+    pub fn classify_in(&self, frame: &[u8], total_len: usize) -> u8 {
         if self.dscp.is_none() && self.pcp.is_none() {
             return 0;
         }
@@ -41,10 +47,20 @@ impl ClassMap {
         }
         if let Some(map) = &self.dscp {
             let l3 = &frame[off.min(frame.len())..];
-            let dscp = match ty {
-                EtherType::IPV4 => Ipv4Packet::new_checked(l3).ok().map(|p| p.dscp()),
-                EtherType::IPV6 => Ipv6Packet::new_checked(l3).ok().map(|p| p.dscp()),
-                _ => None,
+            let dscp = if total_len <= frame.len() {
+                match ty {
+                    EtherType::IPV4 => Ipv4Packet::new_checked(l3).ok().map(|p| p.dscp()),
+                    EtherType::IPV6 => Ipv6Packet::new_checked(l3).ok().map(|p| p.dscp()),
+                    _ => None,
+                }
+            } else {
+                crate::sched::ecn::locate_ip_in(frame, total_len).map(|(at, family, _)| {
+                    if family == crate::parse::Layers::IPV4 {
+                        Ipv4Packet::new_unchecked(&frame[at..]).dscp()
+                    } else {
+                        Ipv6Packet::new_unchecked(&frame[at..]).dscp()
+                    }
+                })
             };
             if let Some(d) = dscp {
                 return map[(d & 63) as usize];

@@ -12,8 +12,8 @@
 use crate::action::ecn::mark_ce;
 use crate::parse::{Layers, Parsed, MAX_VLAN_TAGS};
 use crate::wire::ethernet::{self, EtherType, EthernetFrame};
-use crate::wire::ipv4::{Ecn, Ipv4Packet};
-use crate::wire::ipv6::Ipv6Packet;
+use crate::wire::ipv4::{self, Ecn, Ipv4Packet};
+use crate::wire::ipv6::{self, Ipv6Packet};
 use crate::wire::vlan;
 
 /// What [`mark_frame_ce`] found and did.
@@ -40,6 +40,12 @@ impl CeOutcome {
 /// Where a frame's IP header starts and which family it is: `(l3 offset in bytes, IPV4 or IPV6,
 /// ECN codepoint)`, or `None` for a frame that is not IPv4 or IPv6 (or too short to be).
 pub fn locate_ip(frame: &[u8]) -> Option<(usize, Layers, u8)> {
+    locate_ip_in(frame, frame.len())
+}
+
+/// [`locate_ip`] in the first segment `frame` of a frame of `total_len` bytes: the IP header
+/// must lie in `frame`, its lengths are judged against `total_len`.
+pub fn locate_ip_in(frame: &[u8], total_len: usize) -> Option<(usize, Layers, u8)> {
     let eth = EthernetFrame::new_checked(frame).ok()?;
     let mut ty = eth.ethertype();
     let mut off = ethernet::HEADER_LEN;
@@ -52,9 +58,26 @@ pub fn locate_ip(frame: &[u8]) -> Option<(usize, Layers, u8)> {
         off += vlan::HEADER_LEN;
         tags += 1;
     }
+    if total_len <= frame.len() {
+        return match ty {
+            EtherType::IPV4 => Some((off, Layers::IPV4, Ipv4Packet::new_checked(&frame[off..]).ok()?.ecn())),
+            EtherType::IPV6 => Some((off, Layers::IPV6, Ipv6Packet::new_checked(&frame[off..]).ok()?.ecn())),
+            _ => None,
+        };
+    }
+    let (b, whole) = (&frame[off..], total_len - off);
     match ty {
-        EtherType::IPV4 => Some((off, Layers::IPV4, Ipv4Packet::new_checked(&frame[off..]).ok()?.ecn())),
-        EtherType::IPV6 => Some((off, Layers::IPV6, Ipv6Packet::new_checked(&frame[off..]).ok()?.ecn())),
+        EtherType::IPV4 if b.len() >= ipv4::MIN_HEADER_LEN => {
+            let ip = Ipv4Packet::new_unchecked(b);
+            let (hl, tl) = (ip.header_len(), ip.total_len() as usize);
+            (ip.version() == 4 && hl >= ipv4::MIN_HEADER_LEN && hl <= b.len() && tl >= hl && tl <= whole)
+                .then(|| (off, Layers::IPV4, ip.ecn()))
+        }
+        EtherType::IPV6 if b.len() >= ipv6::HEADER_LEN => {
+            let ip = Ipv6Packet::new_unchecked(b);
+            (ip.version() == 6 && ipv6::HEADER_LEN + ip.payload_len() as usize <= whole)
+                .then(|| (off, Layers::IPV6, ip.ecn()))
+        }
         _ => None,
     }
 }
@@ -62,7 +85,14 @@ pub fn locate_ip(frame: &[u8]) -> Option<(usize, Layers, u8)> {
 /// Sets CE on `frame` (a whole Ethernet frame without FCS) if it is ECN-capable; see the module
 /// docs for what changes. Never panics and never reads past the frame.
 pub fn mark_frame_ce(frame: &mut [u8]) -> CeOutcome {
-    let Some((l3, family, ecn)) = locate_ip(frame) else {
+    let len = frame.len();
+    mark_frame_ce_in(frame, len)
+}
+
+/// [`mark_frame_ce`] on the first segment `frame` of a frame of `total_len` bytes (the IP
+/// header found and rewritten in it, as [`locate_ip_in`]).
+pub fn mark_frame_ce_in(frame: &mut [u8], total_len: usize) -> CeOutcome {
+    let Some((l3, family, ecn)) = locate_ip_in(frame, total_len) else {
         return CeOutcome::NotIp;
     };
     match ecn {

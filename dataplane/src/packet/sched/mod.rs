@@ -40,7 +40,7 @@ mod tests;
 
 pub use classify::ClassMap;
 pub use counters::{ClassCounters, ClassHistograms, PktBytes, PortCounters};
-pub use ecn::{mark_frame_ce, CeOutcome};
+pub use ecn::{mark_frame_ce, mark_frame_ce_in, CeOutcome};
 pub use red::{RedConfig, RedVerdict, P_ONE};
 
 use crate::buf::PacketBuf;
@@ -57,7 +57,7 @@ pub const FRAME_OVERHEAD: u32 = 24;
 
 /// What the scheduler needs from a queued item.
 pub trait SchedItem {
-    /// The frame's length in bytes, without FCS.
+    /// The frame's length in bytes (every segment), without FCS.
     fn frame_len(&self) -> u32;
     /// Sets CE if the packet is ECN-capable (RFC 3168 section 5) and says what it found.
     fn mark_ce(&mut self) -> CeOutcome;
@@ -67,11 +67,12 @@ pub trait SchedItem {
 impl<B: PacketBuf> SchedItem for B {
     #[inline]
     fn frame_len(&self) -> u32 {
-        self.data().len() as u32
+        self.total_len() as u32
     }
     #[inline]
     fn mark_ce(&mut self) -> CeOutcome {
-        mark_frame_ce(self.data_mut())
+        let len = self.total_len();
+        mark_frame_ce_in(self.data_mut(), len)
     }
 }
 

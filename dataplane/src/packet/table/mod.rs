@@ -560,7 +560,7 @@ impl Pipeline {
         // here, so that indexing it by a table's index below needs no check of its own.
         let base = &counts.base[..tables.len()];
         // The frame's length, for the counters: only the VLAN actions change it.
-        let mut len = buf.data().len();
+        let mut len = buf.total_len();
         let mut t = 0;
         while t < tables.len() {
             let table = &tables[t];
@@ -618,11 +618,11 @@ impl Pipeline {
                         if let Err(r) = action::vlan::push(buf, p, *vid) {
                             return Egress::Dropped(r);
                         }
-                        len = buf.data().len();
+                        len = buf.total_len();
                     }
                     Action::PopVlan => {
                         action::vlan::pop(buf, p);
-                        len = buf.data().len();
+                        len = buf.total_len();
                     }
                     Action::SetVlan(vid) => action::vlan::set_vid(buf.data_mut(), p, *vid),
                 }
@@ -645,7 +645,7 @@ impl Pipeline {
         let (_, actions) = &self.groups[group].copies[copy];
         for a in &actions.0 {
             match a {
-                Action::Count(c) => counts.named[*c as usize].hit(buf.data().len()),
+                Action::Count(c) => counts.named[*c as usize].hit(buf.total_len()),
                 rw => action::rewrite(rw, buf, p)?,
             }
         }

@@ -309,12 +309,15 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     /// Fragment headers says so.
     ///
     /// # Errors
-    /// - [`WireError::BadHeaderLen`]: an extension header runs past the payload.
+    /// - [`WireError::BadHeaderLen`]: an extension header runs past the payload or past the
+    ///   bytes present.
     /// - [`WireError::BadExtensionChain`]: more than [`MAX_EXTENSION_HEADERS`] headers, or a
     ///   Hop-by-Hop header that is not first.
     pub fn walk_extensions(&self) -> Result<ExtensionChain, WireError> {
         let b = self.buffer.as_ref();
-        let end = HEADER_LEN + self.payload_len() as usize;
+        // The bytes present bound the walk too: all of the payload after `check_len`, less in
+        // the first segment of a multi-segment frame (a chain running past it is an error).
+        let end = (HEADER_LEN + self.payload_len() as usize).min(b.len());
         let mut chain = ExtensionChain { upper_protocol: self.next_header(), ..Default::default() };
         let mut off = HEADER_LEN;
         loop {

@@ -32,6 +32,12 @@ impl Mbuf {
         p
     }
 
+    /// The raw mbuf, still owned by `self` (for DPDK calls that only read it).
+    #[inline(always)]
+    pub fn as_raw(&self) -> *const dpdk_sys::rte_mbuf {
+        self.0.as_ptr()
+    }
+
     /// The mbuf's header.
     #[inline(always)]
     fn hdr(&self) -> &dpdk_sys::rte_mbuf {
@@ -163,6 +169,11 @@ impl PacketBuf for Mbuf {
         // SAFETY: the rx-timestamp dynamic field (a u64) was registered at `off` bytes into every
         // mbuf; the flag says the PMD wrote it.
         Some(unsafe { std::ptr::read_unaligned((self.0.as_ptr() as *const u8).add(off) as *const u64) })
+    }
+
+    #[inline(always)]
+    fn total_len(&self) -> usize {
+        self.hdr().pkt_len as usize
     }
 
     #[inline(always)]
