@@ -213,14 +213,14 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
 
     /// Source address.
-    #[inline]
+    #[inline(always)]
     pub fn src_addr(&self) -> [u8; 4] {
         let b = self.buffer.as_ref();
         [b[12], b[13], b[14], b[15]]
     }
 
     /// Destination address.
-    #[inline]
+    #[inline(always)]
     pub fn dst_addr(&self) -> [u8; 4] {
         let b = self.buffer.as_ref();
         [b[16], b[17], b[18], b[19]]

@@ -74,26 +74,26 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
     }
 
     /// Source port.
-    #[inline]
+    #[inline(always)]
     pub fn src_port(&self) -> u16 {
         be16(self.buffer.as_ref(), field::SRC_PORT.start)
     }
 
     /// Destination port.
-    #[inline]
+    #[inline(always)]
     pub fn dst_port(&self) -> u16 {
         be16(self.buffer.as_ref(), field::DST_PORT.start)
     }
 
     /// Length of header and payload (bytes), as the length field says.
-    #[inline]
+    #[inline(always)]
     #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> u16 {
         be16(self.buffer.as_ref(), field::LENGTH.start)
     }
 
     /// The stored checksum.
-    #[inline]
+    #[inline(always)]
     pub fn checksum(&self) -> u16 {
         be16(self.buffer.as_ref(), field::CHECKSUM.start)
     }
