@@ -225,12 +225,7 @@ impl PacketIo for TxIo {
         if !src.is_segmented() {
             return self.copy_of(src.data());
         }
-        let raw = src.as_raw();
-        // SAFETY: `raw` is a valid mbuf we own (borrowed for the call, which only reads it);
-        // the pool is valid for the worker's life. The copy is a new chain nothing else owns.
-        let copy = unsafe { dpdk_sys::rte_pktmbuf_copy(raw, self.pool.as_ptr(), 0, u32::MAX) };
-        // SAFETY: a non-null result is a new mbuf chain that only this Mbuf will own.
-        std::ptr::NonNull::new(copy).map(|m| unsafe { Mbuf::from_raw(m) })
+        src.copy_chain(&self.pool)
     }
 
     #[inline]

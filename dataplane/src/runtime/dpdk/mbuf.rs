@@ -32,6 +32,16 @@ impl Mbuf {
         p
     }
 
+    /// A copy of the whole chain, every segment, into mbufs of `pool` (`rte_pktmbuf_copy`);
+    /// `None` when the pool runs out.
+    pub fn copy_chain(&self, pool: &super::Mempool) -> Option<Mbuf> {
+        // SAFETY: `self` is a valid mbuf we own (borrowed for the call, which only reads it);
+        // the pool is valid while borrowed. The copy is a new chain nothing else owns.
+        let copy = unsafe { dpdk_sys::rte_pktmbuf_copy(self.0.as_ptr(), pool.as_ptr(), 0, u32::MAX) };
+        // SAFETY: a non-null result is a new mbuf chain that only this Mbuf will own.
+        NonNull::new(copy).map(|m| unsafe { Mbuf::from_raw(m) })
+    }
+
     /// The raw mbuf, still owned by `self` (for DPDK calls that only read it).
     #[inline(always)]
     pub fn as_raw(&self) -> *const dpdk_sys::rte_mbuf {
