@@ -88,7 +88,8 @@ impl<B: PacketBuf> PortEgress<B> {
     /// Runs the scheduler's clock forward to `t` (µs): at each instant a packet may leave
     /// ([`Scheduler::next_departure`]) up to `t`, what the scheduler releases is sent on `port`
     /// through `io`. Returns the packets dropped at dequeue (RED with marking at dequeue), freed.
-    #[inline]
+    /// Out of line: an idle port's packets ([`PortEgress::enqueue`]) never come here.
+    #[inline(never)]
     fn advance<I: PacketIo<Buf = B>>(&mut self, io: &mut I, port: u16, t: u64) -> u64 {
         let t = t.max(self.last_us);
         let mut dropped = 0;
@@ -125,7 +126,7 @@ impl<B: PacketBuf> PortEgress<B> {
     /// Queues `pkt` in class `class` ([`CLASS_UNSET`]: the map's) at `now` (µs), after running
     /// the clock to `now`, and releases what may leave at `now`. Returns the packets dropped:
     /// the refused one with its reason, and those dropped at dequeue.
-    #[inline]
+    #[inline(always)]
     fn enqueue<I: PacketIo<Buf = B>>(
         &mut self,
         io: &mut I,

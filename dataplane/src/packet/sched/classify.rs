@@ -29,10 +29,19 @@ impl ClassMap {
 
     /// [`ClassMap::classify`] for a frame of `total_len` bytes whose first segment is `frame`
     /// (the headers read in it, the IP lengths judged against `total_len`).
+    #[inline(always)]
     pub fn classify_in(&self, frame: &[u8], total_len: usize) -> u8 {
+        // A port without maps (one class, the common case) reads no byte of the frame.
         if self.dscp.is_none() && self.pcp.is_none() {
             return 0;
         }
+        self.classify_headers(frame, total_len)
+    }
+
+    /// [`ClassMap::classify_in`] on a port with a DSCP or PCP map: walks the frame's tags to
+    /// its IP header.
+    #[inline(never)]
+    fn classify_headers(&self, frame: &[u8], total_len: usize) -> u8 {
         let Ok(eth) = EthernetFrame::new_checked(frame) else { return 0 };
         let mut ty = eth.ethertype();
         let mut off = ethernet::HEADER_LEN;

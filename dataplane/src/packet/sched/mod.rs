@@ -250,17 +250,25 @@ pub enum Dequeued<T> {
     Drop(T, DropReason),
 }
 
+/// One traffic class: its queue and everything kept per class, side by side so that a packet
+/// finds them behind one index.
+#[derive(Debug)]
+struct Class<T> {
+    queue: ClassQueue<T>,
+    red: Option<Red>,
+    counters: ClassCounters,
+    /// Depth and sojourn histograms, when the port records them.
+    hist: Option<ClassHistograms>,
+    /// The zeros not yet in `hist` (depth, sojourn): an idle port's packets find depth 0 and
+    /// leave after 0 ticks, counted here (one add) instead of through the histogram's bucket
+    /// arithmetic; [`Scheduler::histograms`] folds them in.
+    hist_zeros: [u64; 2],
+}
+
 /// One port's egress scheduler over items `T` (mbufs in the appliance).
 #[derive(Debug)]
 pub struct Scheduler<T> {
-    queues: Vec<ClassQueue<T>>,
-    red: Vec<Option<Red>>,
-    counters: Vec<ClassCounters>,
-    hist: Vec<ClassHistograms>,
-    /// Per class, the zeros not yet in `hist` (depth, sojourn): an idle port's packets find
-    /// depth 0 and leave after 0 ticks, counted here (one add) instead of through the
-    /// histogram's bucket arithmetic; [`Scheduler::histograms`] folds them in.
-    hist_zeros: Vec<[u64; 2]>,
+    classes: Vec<Class<T>>,
     port: PortCounters,
     /// Bit `c` set when class `c` is non-empty.
     nonempty: u8,
@@ -283,14 +291,8 @@ impl<T: SchedItem> Scheduler<T> {
     /// token bucket's limits ([`crate::meter::bucket::MAX_RATE`] and its siblings).
     pub fn new(cfg: &PortConfig) -> Result<Self, String> {
         cfg.validate()?;
-        let n = cfg.classes.len();
         let quanta: Vec<u64> =
             cfg.classes.iter().map(|c| u64::from(c.weight.max(1)) * u64::from(cfg.dwrr_quantum_bytes.max(1))).collect();
-        let hist = if cfg.histograms {
-            cfg.classes.iter().map(|c| ClassHistograms::new(c.capacity_bytes, cfg.hz.saturating_mul(60))).collect()
-        } else {
-            Vec::new()
-        };
         let shaper = match cfg.rate_bytes_per_sec {
             Some(rate) => {
                 Some(Shaper::new(rate, cfg.bucket_bytes, FRAME_OVERHEAD, cfg.hz).map_err(|e| format!("shaper: {e}"))?)
@@ -298,11 +300,19 @@ impl<T: SchedItem> Scheduler<T> {
             None => None,
         };
         Ok(Scheduler {
-            queues: cfg.classes.iter().map(|c| ClassQueue::new(c.capacity_bytes, c.capacity_pkts as usize)).collect(),
-            red: cfg.classes.iter().map(|c| c.red.map(Red::new)).collect(),
-            counters: vec![ClassCounters::default(); n],
-            hist_zeros: vec![[0; 2]; hist.len()],
-            hist,
+            classes: cfg
+                .classes
+                .iter()
+                .map(|c| Class {
+                    queue: ClassQueue::new(c.capacity_bytes, c.capacity_pkts as usize),
+                    red: c.red.map(Red::new),
+                    counters: ClassCounters::default(),
+                    hist: cfg
+                        .histograms
+                        .then(|| ClassHistograms::new(c.capacity_bytes, cfg.hz.saturating_mul(60))),
+                    hist_zeros: [0; 2],
+                })
+                .collect(),
             port: PortCounters::default(),
             nonempty: 0,
             policy: cfg.policy,
@@ -320,7 +330,7 @@ impl<T: SchedItem> Scheduler<T> {
 
     /// Number of classes.
     pub fn classes(&self) -> usize {
-        self.queues.len()
+        self.classes.len()
     }
 
     /// Queues `item` in `class` at `now` (ticks). With marking at enqueue, RED may set CE on it
@@ -348,9 +358,10 @@ impl<T: SchedItem> Scheduler<T> {
     ///
     /// # Errors
     /// As [`Scheduler::enqueue`].
-    #[inline]
+    #[inline(always)]
     pub fn offer(&mut self, class: usize, item: T, now: u64) -> Result<Offer<T>, Rejected<T>> {
-        let dequeue_red = self.mark_point == MarkPoint::Dequeue && self.red.get(class).is_some_and(Option::is_some);
+        let dequeue_red =
+            self.mark_point == MarkPoint::Dequeue && self.classes.get(class).is_some_and(|c| c.red.is_some());
         if self.nonempty != 0 || dequeue_red {
             return self.enqueue(class, item, now).map(|()| Offer::Queued);
         }
@@ -363,14 +374,16 @@ impl<T: SchedItem> Scheduler<T> {
                 return Ok(Offer::Queued);
             }
         }
-        let cnt = &mut self.counters[class];
+        // `admit` found the class.
+        let Some(c) = self.classes.get_mut(class) else { return Ok(Offer::Sent(item)) };
+        let cnt = &mut c.counters;
         cnt.enqueued.add(len);
         cnt.max_depth_bytes = cnt.max_depth_bytes.max(u64::from(len));
         cnt.sent.add(len);
-        if let Some(z) = self.hist_zeros.get_mut(class) {
-            z[1] += 1;
+        if c.hist.is_some() {
+            c.hist_zeros[1] += 1;
         }
-        if let Some(red) = &mut self.red[class] {
+        if let Some(red) = &mut c.red {
             red.went_empty(now);
         }
         Ok(Offer::Sent(item))
@@ -378,10 +391,10 @@ impl<T: SchedItem> Scheduler<T> {
 
     /// The checks and the enqueue-time decisions of [`Scheduler::enqueue`], up to the push:
     /// the item and its length, or the item refused (counted).
-    #[inline]
+    #[inline(always)]
     fn admit(&mut self, class: usize, mut item: T, now: u64) -> Result<(T, u32), Rejected<T>> {
         let len = item.frame_len();
-        let Some(q) = self.queues.get(class) else {
+        let Some(c) = self.classes.get_mut(class) else {
             self.port.unknown_class.add(len);
             return Err(Rejected { item, reason: DropReason::UnknownClass });
         };
@@ -389,33 +402,28 @@ impl<T: SchedItem> Scheduler<T> {
             self.port.oversize.add(len);
             return Err(Rejected { item, reason: DropReason::Oversize });
         }
-        let cnt = &mut self.counters[class];
-        if !q.fits(len) {
-            cnt.tail_drop.add(len);
+        if !c.queue.fits(len) {
+            c.counters.tail_drop.add(len);
             return Err(Rejected { item, reason: DropReason::TailDrop });
         }
-        let depth = q.bytes();
-        if let Some(h) = self.hist.get_mut(class) {
+        let depth = c.queue.bytes();
+        if let Some(h) = &mut c.hist {
             if depth == 0 {
-                self.hist_zeros[class][0] += 1;
+                c.hist_zeros[0] += 1;
             } else {
                 h.depth_bytes.saturating_record(depth);
             }
         }
-        if depth == 0 {
-            if let Some(red) = &mut self.red[class] {
+        if let Some(red) = &mut c.red {
+            if depth == 0 {
                 red.wake(now, self.slot_ticks);
             }
-        }
-        if self.mark_point == MarkPoint::Enqueue {
-            if let Some(red) = &mut self.red[class] {
-                if red.decide(depth, &mut self.rng) == RedVerdict::Mark {
-                    if item.mark_ce().is_ce() {
-                        cnt.ecn_marked.add(len);
-                    } else {
-                        cnt.red_drop.add(len);
-                        return Err(Rejected { item, reason: DropReason::RedDrop });
-                    }
+            if self.mark_point == MarkPoint::Enqueue && red.decide(depth, &mut self.rng) == RedVerdict::Mark {
+                if item.mark_ce().is_ce() {
+                    c.counters.ecn_marked.add(len);
+                } else {
+                    c.counters.red_drop.add(len);
+                    return Err(Rejected { item, reason: DropReason::RedDrop });
                 }
             }
         }
@@ -425,12 +433,12 @@ impl<T: SchedItem> Scheduler<T> {
     /// Appends an admitted item to `class`'s queue.
     #[inline]
     fn push(&mut self, class: usize, item: T, len: u32, now: u64) {
-        let q = &mut self.queues[class];
-        let was_empty = q.is_empty();
-        q.push(Entry { item, len, enq: now, decided: false });
-        let cnt = &mut self.counters[class];
+        let c = &mut self.classes[class];
+        let was_empty = c.queue.is_empty();
+        c.queue.push(Entry { item, len, enq: now, decided: false });
+        let cnt = &mut c.counters;
         cnt.enqueued.add(len);
-        cnt.max_depth_bytes = cnt.max_depth_bytes.max(q.bytes());
+        cnt.max_depth_bytes = cnt.max_depth_bytes.max(c.queue.bytes());
         if was_empty {
             self.nonempty |= 1 << class;
             if self.policy == Policy::Dwrr {
@@ -447,8 +455,8 @@ impl<T: SchedItem> Scheduler<T> {
                 (self.nonempty != 0).then(|| (u8::BITS - 1 - self.nonempty.leading_zeros()) as usize)
             }
             Policy::Dwrr => {
-                let (queues, overhead) = (&self.queues, u64::from(FRAME_OVERHEAD));
-                self.dwrr.select(|c| u64::from(queues[c].head_len().unwrap_or(0)) + overhead)
+                let (classes, overhead) = (&self.classes, u64::from(FRAME_OVERHEAD));
+                self.dwrr.select(|c| u64::from(classes[c].queue.head_len().unwrap_or(0)) + overhead)
             }
         }
     }
@@ -456,7 +464,7 @@ impl<T: SchedItem> Scheduler<T> {
     /// Removes class `c`'s head, updating the class set and DWRR (`cost`: wire bytes charged).
     #[inline]
     fn take_head(&mut self, c: usize, cost: u64) -> Entry<T> {
-        let q = &mut self.queues[c];
+        let q = &mut self.classes[c].queue;
         let e = q.pop().expect("a selected class is non-empty");
         let empty = q.is_empty();
         if empty {
@@ -479,15 +487,15 @@ impl<T: SchedItem> Scheduler<T> {
         let mut sent = 0;
         while handed < budget {
             let Some(c) = self.select() else { break };
-            if self.mark_point == MarkPoint::Dequeue && self.red[c].is_some() && !self.decide_head(c) {
+            if self.mark_point == MarkPoint::Dequeue && self.classes[c].red.is_some() && !self.decide_head(c) {
                 let e = self.take_head(c, 0);
                 self.note_if_empty(c, now);
-                self.counters[c].red_drop.add(e.len);
+                self.classes[c].counters.red_drop.add(e.len);
                 out(Dequeued::Drop(e.item, DropReason::RedDrop));
                 handed += 1;
                 continue;
             }
-            let len = self.queues[c].head_len().unwrap_or(0);
+            let len = self.classes[c].queue.head_len().unwrap_or(0);
             if let Some(s) = &mut self.shaper {
                 if !s.try_send(len, now) {
                     break;
@@ -495,11 +503,11 @@ impl<T: SchedItem> Scheduler<T> {
             }
             let e = self.take_head(c, u64::from(len) + u64::from(FRAME_OVERHEAD));
             self.note_if_empty(c, now);
-            let cnt = &mut self.counters[c];
-            cnt.sent.add(e.len);
-            if let Some(h) = self.hist.get_mut(c) {
+            let class = &mut self.classes[c];
+            class.counters.sent.add(e.len);
+            if let Some(h) = &mut class.hist {
                 match now.saturating_sub(e.enq) {
-                    0 => self.hist_zeros[c][1] += 1,
+                    0 => class.hist_zeros[1] += 1,
                     t => h.sojourn_ticks.saturating_record(t),
                 }
             }
@@ -514,7 +522,7 @@ impl<T: SchedItem> Scheduler<T> {
     #[inline]
     fn note_if_empty(&mut self, c: usize, now: u64) {
         if self.nonempty & (1 << c) == 0 {
-            if let Some(red) = &mut self.red[c] {
+            if let Some(red) = &mut self.classes[c].red {
                 red.went_empty(now);
             }
         }
@@ -523,19 +531,20 @@ impl<T: SchedItem> Scheduler<T> {
     /// The dequeue-time RED decision for class `c`'s head, taken once: false when the head is
     /// to be dropped.
     fn decide_head(&mut self, c: usize) -> bool {
-        let q = &mut self.queues[c];
+        let class = &mut self.classes[c];
+        let q = &mut class.queue;
         let behind = q.bytes() - u64::from(q.head_len().unwrap_or(0));
         let Some(head) = q.head_mut() else { return true };
         if head.decided {
             return true;
         }
         head.decided = true;
-        let Some(red) = &mut self.red[c] else { return true };
+        let Some(red) = &mut class.red else { return true };
         if red.decide(behind, &mut self.rng) == RedVerdict::Pass {
             return true;
         }
         if head.item.mark_ce().is_ce() {
-            self.counters[c].ecn_marked.add(head.len);
+            class.counters.ecn_marked.add(head.len);
             true
         } else {
             false
@@ -548,7 +557,7 @@ impl<T: SchedItem> Scheduler<T> {
     /// `while let Some(t) = s.next_departure(now) { now = t; s.dequeue(now, burst, ..) }`.
     pub fn next_departure(&mut self, now: u64) -> Option<u64> {
         let c = self.select()?;
-        let len = self.queues[c].head_len()?;
+        let len = self.classes[c].queue.head_len()?;
         match &self.shaper {
             // The configuration guarantees a maximum frame fits the bucket.
             Some(s) => Some(s.ready_at(len, now).unwrap_or(u64::MAX)),
@@ -558,7 +567,7 @@ impl<T: SchedItem> Scheduler<T> {
 
     /// Class `class`'s counters.
     pub fn counters(&self, class: usize) -> &ClassCounters {
-        &self.counters[class]
+        &self.classes[class].counters
     }
 
     /// The port-level drop counters.
@@ -569,8 +578,9 @@ impl<T: SchedItem> Scheduler<T> {
     /// Class `class`'s histograms, when configured: a copy (allocated: call it off the fast
     /// path) with every recorded value in it.
     pub fn histograms(&self, class: usize) -> Option<ClassHistograms> {
-        let mut h = self.hist.get(class)?.clone();
-        let [depth, sojourn] = self.hist_zeros[class];
+        let c = self.classes.get(class)?;
+        let mut h = c.hist.clone()?;
+        let [depth, sojourn] = c.hist_zeros;
         // Recording 0 with a count cannot fail: 0 is within every histogram's bounds.
         let _ = h.depth_bytes.record_n(0, depth);
         let _ = h.sojourn_ticks.record_n(0, sojourn);
@@ -579,7 +589,7 @@ impl<T: SchedItem> Scheduler<T> {
 
     /// What class `class` holds now: packets and bytes (frame lengths without FCS).
     pub fn depth(&self, class: usize) -> PktBytes {
-        let q = &self.queues[class];
+        let q = &self.classes[class].queue;
         PktBytes { pkts: q.len() as u64, bytes: q.bytes() }
     }
 
@@ -591,8 +601,8 @@ impl<T: SchedItem> Scheduler<T> {
     /// Removes every queued item (at shutdown, to free them) without counting them as sent;
     /// afterwards the depths are 0.
     pub fn flush(&mut self, mut free: impl FnMut(T)) {
-        for q in &mut self.queues {
-            while let Some(e) = q.pop() {
+        for c in &mut self.classes {
+            while let Some(e) = c.queue.pop() {
                 free(e.item);
             }
         }

@@ -126,9 +126,13 @@ impl Red {
     /// A packet arrives at an empty queue at `now` (ticks): the average decays over the idle
     /// time since [`Red::went_empty`] by one EWMA step towards 0 per `slot_ticks` (none without
     /// a slot, with `ewma_log2` 0, or if the queue never went empty).
-    #[inline]
+    #[inline(always)]
     pub fn wake(&mut self, now: u64, slot_ticks: Option<u64>) {
         let Some(since) = self.idle_since.take() else { return };
+        // Nothing to decay (an idle port's packets find the average at 0): no division.
+        if self.avg_fp == 0 {
+            return;
+        }
         let w = u32::from(self.cfg.ewma_log2);
         if let (Some(slot), true) = (slot_ticks.filter(|&s| s > 0), w > 0) {
             self.avg_fp = decay(self.avg_fp, w, now.saturating_sub(since) / slot);
@@ -147,7 +151,7 @@ impl Red {
 
     /// Samples depth `q` bytes and returns the depth the decision uses (bytes): `q` itself with
     /// `ewma_log2` 0, else the updated average (rounded down).
-    #[inline]
+    #[inline(always)]
     pub fn sample(&mut self, q: u64) -> u64 {
         let w = u32::from(self.cfg.ewma_log2);
         if w == 0 {
@@ -163,7 +167,7 @@ impl Red {
     }
 
     /// Samples depth `q` bytes and decides: a random draw only between kmin and kmax.
-    #[inline]
+    #[inline(always)]
     pub fn decide(&mut self, q: u64, rng: &mut EcnRng) -> RedVerdict {
         let depth = self.sample(q);
         match self.cfg.probability(depth) {

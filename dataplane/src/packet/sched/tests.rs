@@ -190,7 +190,7 @@ fn tail_drop_at_the_byte_and_packet_capacity() {
         ],
     );
     let mut s: Scheduler<Pkt> = Scheduler::new(&cfg).unwrap();
-    let ring = s.queues[0].ring_capacity();
+    let ring = s.classes[0].queue.ring_capacity();
     for id in 0..10 {
         s.enqueue(0, Pkt { id, class: 0, len: 1000, ecn: None }, 0).unwrap();
     }
@@ -211,7 +211,7 @@ fn tail_drop_at_the_byte_and_packet_capacity() {
         s.enqueue(1, Pkt { id, class: 1, len: 64, ecn: None }, 0).unwrap();
     }
     assert_eq!(s.enqueue(1, Pkt { id: 4, class: 1, len: 64, ecn: None }, 0).unwrap_err().reason, DropReason::TailDrop);
-    assert_eq!(s.queues[0].ring_capacity(), ring);
+    assert_eq!(s.classes[0].queue.ring_capacity(), ring);
     assert!(ring >= 64);
     // Unknown class and oversize are counted per port.
     assert_eq!(
