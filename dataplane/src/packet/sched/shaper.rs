@@ -36,7 +36,7 @@ impl Shaper {
     }
 
     /// Pays for a frame of `len` bytes at `now`; false (nothing taken) without enough tokens.
-    #[inline]
+    #[inline(always)]
     pub fn try_send(&mut self, len: u32, now: u64) -> bool {
         self.now = self.now.max(now);
         self.bucket.refill(self.now);
