@@ -743,7 +743,7 @@ impl<B: PacketBuf> Datapath<B> {
 
     /// [`Datapath::send`] on a datapath with shaped ports: queued here, handed to the port's
     /// owner, or sent.
-    #[inline(never)]
+    #[inline(always)]
     fn send_shaped<I: PacketIo<Buf = B>>(&mut self, io: &mut I, port: u16, pkt: I::Buf, class: u8) {
         if let Some(Some(e)) = self.egress.get_mut(port as usize) {
             let now = self.rx_clock_us.unwrap_or(self.live_us);
