@@ -55,7 +55,8 @@ test: deps
 
 # The packet core alone (criterion, ns per packet), then the dpu beside dpdk-testpmd on the same
 # vdevs (Mpps, one worker core): prints one table, also written to target/bench/results.md.
-# BENCH_SECONDS and BENCH_REPS (default 5 and 3) set the length of the DPDK runs.
+# BENCH_SECONDS and BENCH_REPS (default 5 and 3) set the length of the DPDK runs; the dpu rows
+# are also counted under callgrind (instructions per packet of the worker's burst path).
 # Last, the two-process rows over net_memif (tools/bench/memif.py: MEMIF_SECONDS, MEMIF_REPS,
 # MEMIF_ROWS, default 2 s, 1 repetition, every row: about 5 minutes), written to
 # target/bench/memif.md.
@@ -63,7 +64,7 @@ bench: build
 	$(CARGO) bench -p dataplane --no-default-features --bench packet_core -- --noplot
 	$(CARGO) bench -p dataplane --no-default-features --bench aggregation -- --noplot
 	$(CARGO) bench -p dataplane --bench meter -- --noplot
-	python3 tools/bench/run.py
+	python3 tools/bench/run.py --callgrind
 	python3 tools/bench/agg.py
 	python3 tools/bench/pktgen.py
 	python3 tools/bench/memif.py

@@ -24,6 +24,12 @@ received is forwarded: the script checks port 1's opackets and the drops).
 When target/criterion holds the packet_core criterion results (make bench runs them first), a
 second table gives their ns per packet. Output: stdout and target/bench/results.md.
 
+`--callgrind` adds, for the dpu rows run (pipeline, qos, empty) at each size, the instructions
+per packet of the worker's burst path under valgrind's callgrind (`Datapath::process_burst` and
+all it calls, rx excluded, tx bursts included; the AVX2 or scalar paths, as valgrind emulates no
+AVX-512): a count that does not move with the machine's load, so two rows' costs compare exactly
+even where their rates are within the noise. `make bench` passes it.
+
 `--rows` and `--sizes` run a subset (e.g. `--rows testpmd,dpu,qos --sizes 60` for the qos goal
 alone; the ratios need `testpmd` and, for qos and telemetry, `dpu` among the rows).
 """
@@ -93,6 +99,28 @@ def run_dpu(name, size, seconds):
         sys.exit(f"run.py: dpu {name} {size} B: {rx} received, {tx} sent, drops {s['drops']}: "
                  "the bench traffic should all be forwarded")
     return rx / s["seconds"] / 1e6
+
+
+def callgrind_ipp(name, size, seconds=6):
+    """Instructions per packet of the dpu's burst path (`Datapath::process_burst` with its
+    callees) on conf/bench/NAME.toml at SIZE B, under callgrind: the count over the packets
+    received. `--fair-sched=yes` lets the main lcore's --duration timer fire while the worker
+    polls (valgrind runs the lcores one at a time)."""
+    conf = dpu_config(name, size)
+    out = os.path.join(OUT, f"callgrind-{name}-{size}.out")
+    stats = os.path.join(OUT, f"stats-cg-{name}-{size}.json")
+    r = subprocess.run(["valgrind", "--tool=callgrind", "--fair-sched=yes",
+                        "--toggle-collect=*Datapath*process_burst*", f"--callgrind-out-file={out}",
+                        DPU, "-q", "-c", conf, "--duration", str(seconds), "--stats-json", stats],
+                       cwd=ROOT, capture_output=True, text=True, timeout=seconds * 100 + 120)
+    if r.returncode != 0:
+        sys.exit(f"run.py: callgrind {name} {size} B failed ({r.returncode}): {r.stderr[-2000:]}")
+    m = re.search(r"Collected\s*:\s*(\d+)", r.stderr)
+    with open(stats) as f:
+        rx = json.load(f)["ports"][0]["workers"]["rx_packets"]
+    if not m or rx == 0:
+        sys.exit(f"run.py: callgrind {name} {size} B: no count ({rx} packets)")
+    return int(m.group(1)) / rx
 
 
 def free_port():
@@ -250,6 +278,8 @@ def main():
     ap.add_argument("--reps", type=int, default=int(os.environ.get("BENCH_REPS", 3)))
     ap.add_argument("--rows", default=",".join(ROWS),
                     help=f"comma-separated subset of {','.join(ROWS)} (default: all)")
+    ap.add_argument("--callgrind", action="store_true",
+                    help="also count instructions per packet of the dpu rows under callgrind")
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)),
                     help="comma-separated frame sizes without FCS, of 60 and 1066 (default: both)")
     a = ap.parse_args()
@@ -320,6 +350,21 @@ def main():
             verdicts.append(f"Goal at {size} B: telemetry/pipeline >= {TELEMETRY_GOAL}: "
                             f"{'met' if w >= TELEMETRY_GOAL else 'NOT met'} ({w:.2f}).")
     lines += ["", *verdicts]
+    if a.callgrind:
+        lines += ["", "Instructions per packet of the worker's burst path (callgrind, "
+                  "`Datapath::process_burst` and its callees: parse, tables, meters, egress, tx "
+                  "bursts; not rx), AVX2/scalar paths:", "",
+                  "| what | frame | instructions/packet | pipeline / row |", "|---|---|---|---|"]
+        for size in sizes:
+            counts = {}
+            for what, conf in (("dpu", "pipeline"), ("qos", "qos"), ("empty", "empty")):
+                if what in rows:
+                    counts[what] = callgrind_ipp(conf, size)
+                    print(f"run.py: callgrind {size} B {what}: {counts[what]:.1f} instructions/packet",
+                          file=sys.stderr, flush=True)
+            for what, ipp in counts.items():
+                rel = f"{counts['dpu'] / ipp:.3f}" if "dpu" in counts else "-"
+                lines.append(f"| {label[what]} | {size} B | {ipp:,.1f} | {rel} |")
     lines += criterion_table()
     text = "\n".join(lines) + "\n"
     with open(os.path.join(OUT, "results.md"), "w") as f:
