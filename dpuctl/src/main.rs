@@ -11,7 +11,7 @@
 //! dpuctl default l2 flood                        a table's default action
 //! dpuctl batch changes.toml                      [[op]] tables, all applied or none
 //! dpuctl reload                                  the config file again (as SIGHUP)
-//! dpuctl watch                                   rates and drops, refreshed every second
+//! dpuctl watch [--plain] [--count N]             rates, load and drops, live (q to stop)
 //! ```
 //! The socket is `dpu_control.sock` in the appliance's EAL runtime directory, which `dpu`
 //! prints at start; `-s PATH` names it, `-f PREFIX` names the instance (its EAL file prefix,
@@ -21,9 +21,11 @@
 //! client's write side shut, one JSON line back with `"ok"`. Exit status: 0 done, 1 refused or
 //! unreachable (the reason on stderr), 2 a bad command line or batch file.
 
+mod watch;
+
 use clap::{Parser, Subcommand};
 use serde_json::{json, Value};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::Shutdown;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -97,11 +99,19 @@ enum Cmd {
     },
     /// Reloads the appliance's config file, as SIGHUP does.
     Reload,
-    /// Shows rates and drops, refreshed every interval, until Ctrl-C.
+    /// A live view: per port rx/tx rates, per worker lcore its load, cycles per burst and
+    /// residence time, rounds completed, drops; full screen on a terminal (q, Esc or Ctrl-C to
+    /// stop), text otherwise.
     Watch {
         /// Seconds between refreshes.
         #[arg(long, default_value_t = 1.0)]
         interval: f64,
+        /// Stop after this many refreshes.
+        #[arg(long, value_name = "N")]
+        count: Option<u64>,
+        /// Print text, one block per refresh, even on a terminal.
+        #[arg(long)]
+        plain: bool,
     },
     /// Sends a request given as JSON and prints the reply (for scripts).
     Raw {
@@ -190,11 +200,18 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         }
         Cmd::Batch { file } => apply(read_batch(file).map_err(Failure::Usage)?),
         Cmd::Reload => json!({ "cmd": "reload" }),
-        Cmd::Watch { interval } => {
+        Cmd::Watch { interval, count, plain } => {
             if !(*interval > 0.0 && interval.is_finite()) {
                 return Err(Failure::Usage(format!("--interval: expected seconds above 0, found {interval}")));
             }
-            return Ok(watch(&socket, *interval)?);
+            let fetch = || {
+                let r = call(&socket, &json!({ "cmd": "stats" }))?;
+                if r["ok"] != true {
+                    return Err(error_of(&r));
+                }
+                Ok(watch::Sample::of_reply(&r))
+            };
+            return Ok(watch::run(&socket, *interval, *count, *plain, fetch)?);
         }
         Cmd::Raw { request } => {
             serde_json::from_str(request).map_err(|e| Failure::Usage(format!("the request is not JSON: {e}")))?
@@ -416,123 +433,5 @@ fn strip_nulls(v: Value) -> Value {
         }
         Value::Array(a) => Value::Array(a.into_iter().map(strip_nulls).collect()),
         v => v,
-    }
-}
-
-/// The `q` quantile (0..=1) of log2 bucket counts (bucket `b` holds values up to `2^b - 1`, the
-/// last everything above) as its bucket's upper bound; `-` when empty.
-fn log2_quantile(buckets: &[u64], q: f64) -> String {
-    let total: u64 = buckets.iter().sum();
-    if total == 0 {
-        return "-".into();
-    }
-    let want = ((total as f64) * q).ceil().max(1.0) as u64;
-    let mut seen = 0;
-    for (b, n) in buckets.iter().enumerate() {
-        seen += n;
-        if seen >= want {
-            return match b {
-                0 => "0".into(),
-                b if b + 1 == buckets.len() => format!(">{}", (1u64 << (b - 1)) - 1),
-                b => format!("<={}", (1u64 << b) - 1),
-            };
-        }
-    }
-    "-".into()
-}
-
-/// `dpuctl watch`: per interval, the port rates and the drops that grew.
-fn watch(socket: &Path, interval: f64) -> Result<(), String> {
-    let stats = |s: &Path| -> Result<(serde_json::Map<String, Value>, Vec<Value>), String> {
-        let r = call(s, &json!({ "cmd": "stats" }))?;
-        if r["ok"] != true {
-            return Err(error_of(&r));
-        }
-        Ok((r["stats"].as_object().cloned().unwrap_or_default(), r["workers"].as_array().cloned().unwrap_or_default()))
-    };
-    let (mut prev, mut prev_w) = stats(socket)?;
-    let mut at = std::time::Instant::now();
-    loop {
-        std::thread::sleep(Duration::from_secs_f64(interval));
-        let (now, now_w) = stats(socket)?;
-        let dt = at.elapsed().as_secs_f64();
-        at = std::time::Instant::now();
-        let delta = |k: &str| {
-            now.get(k)
-                .and_then(Value::as_u64)
-                .unwrap_or(0)
-                .saturating_sub(prev.get(k).and_then(Value::as_u64).unwrap_or(0))
-        };
-        // Clear the screen and go home (ANSI), then one line per port and per growing drop.
-        print!("\x1b[2J\x1b[H");
-        println!("dpu {} (every {interval} s; Ctrl-C to stop)", socket.display());
-        println!("{:<16} {:>12} {:>12} {:>12} {:>12}", "port", "rx Mpps", "rx Gbit/s", "tx Mpps", "tx Gbit/s");
-        for k in now.keys().filter_map(|k| k.strip_prefix("port_rx_packets/")) {
-            let r = |f: &str| delta(&format!("{f}/{k}")) as f64 / dt;
-            println!(
-                "{k:<16} {:>12.3} {:>12.3} {:>12.3} {:>12.3}",
-                r("port_rx_packets") / 1e6,
-                r("port_rx_bytes") * 8.0 / 1e9,
-                r("port_tx_packets") / 1e6,
-                r("port_tx_bytes") * 8.0 / 1e9
-            );
-        }
-        for (w, p) in now_w.iter().zip(&prev_w) {
-            let d = |k: &str| w[k].as_u64().unwrap_or(0).saturating_sub(p[k].as_u64().unwrap_or(0));
-            let (busy, idle, bursts) = (d("busy_polls"), d("idle_polls"), d("bursts"));
-            let share = if busy + idle > 0 { 100.0 * busy as f64 / (busy + idle) as f64 } else { 0.0 };
-            let cycles = d("burst_cycles").checked_div(bursts).unwrap_or(0);
-            // The interval's residence times: the log2 buckets' growth, read as quantiles.
-            let buckets = |v: &Value| -> Vec<u64> {
-                v["residence_cycles_log2"]
-                    .as_array()
-                    .map(|a| a.iter().map(|x| x.as_u64().unwrap_or(0)).collect())
-                    .unwrap_or_default()
-            };
-            let grown: Vec<u64> = buckets(w)
-                .iter()
-                .zip(buckets(p).iter().chain(std::iter::repeat(&0)))
-                .map(|(a, b)| a.saturating_sub(*b))
-                .collect();
-            println!(
-                "worker {:<9} busy {share:>5.1}% of polls, {bursts} bursts, {cycles} TSC cycles per burst, residence p50 {} p99 {} TSC cycles",
-                w["worker"],
-                log2_quantile(&grown, 0.5),
-                log2_quantile(&grown, 0.99)
-            );
-        }
-        let rounds = delta("agg_completed_rounds") as f64 / dt;
-        if now.get("agg_completed_rounds").and_then(Value::as_u64).unwrap_or(0) > 0 {
-            println!("aggregation: {rounds:.0} rounds/s, {} rounds in all", now["agg_completed_rounds"]);
-        }
-        for (k, v) in &now {
-            if let Some(r) = k.strip_prefix("dropped_packets/") {
-                if v.as_u64().unwrap_or(0) > 0 {
-                    println!("drop {r:<28} {v:>14} (+{})", delta(k));
-                }
-            }
-        }
-        let _ = std::io::stdout().flush();
-        prev = now;
-        prev_w = now_w;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::log2_quantile;
-
-    /// Bucket b holds values up to 2^b - 1: 0, 1, 2-3, 4-7, ...; the last, everything above.
-    #[test]
-    fn log2_quantiles_are_bucket_bounds() {
-        assert_eq!(log2_quantile(&[0, 0, 0], 0.5), "-");
-        // 4 values in 2..=3, 1 in 8..=15: the median <= 3, the 99th percentile <= 15.
-        let b = [0, 0, 4, 0, 1, 0];
-        assert_eq!(log2_quantile(&b, 0.5), "<=3");
-        assert_eq!(log2_quantile(&b, 0.8), "<=3");
-        assert_eq!(log2_quantile(&b, 0.99), "<=15");
-        assert_eq!(log2_quantile(&[3, 0, 0], 0.99), "0");
-        // The last bucket is open: above 2^(n-2) - 1.
-        assert_eq!(log2_quantile(&[0, 0, 0, 2], 0.5), ">3");
     }
 }

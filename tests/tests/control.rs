@@ -349,3 +349,38 @@ fn a_connection_closed_mid_request_is_an_error_not_sigpipe() {
     assert!(err.contains("sending the request: the appliance closed the connection"), "{err}");
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// `dpuctl watch --plain --count 2` on an appliance receiving from net_null: two blocks, each
+/// with the port's receive rate above 0 (net_null delivers as fast as the worker polls), the
+/// worker's load line, and the drop reason of the table's default action, which drops them.
+#[test]
+fn watch_prints_the_rates_the_load_and_the_drops() {
+    let dir = short_dir("watch");
+    let app = dir.join("appliance.toml");
+    std::fs::write(
+        &app,
+        format!(
+            "[eal]\nargs = [{EAL}, \"--lcores\", \"0@0,1@1\"]\n\
+             [[port]]\nname = \"in\"\nvdev = \"net_null0,size=64\"\n\
+             [[port]]\nname = \"out\"\nvdev = \"net_null1,no-rx=1\"\n\
+             [[table]]\nname = \"l2\"\nkey = [{{ field = \"eth.dst\", match = \"exact\" }}]\ndefault_action = \"drop\"\n"
+        ),
+    )
+    .unwrap();
+    let stats = dir.join("stats.json");
+    let (dpu, sock) = start(&app, &stats, 60);
+    let o = dpuctl(&sock, &["watch", "--plain", "--count", "2", "--interval", "0.5"]);
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    let report = stop(dpu);
+    assert!(o.status.success(), "dpuctl watch: {text}{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(text.matches("(every 0.5 s)").count(), 2, "two refreshes:\n{text}");
+    let rx: Vec<f64> = text
+        .lines()
+        .filter(|l| l.starts_with("in "))
+        .map(|l| l.split_whitespace().nth(1).unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(rx.len(), 2, "a line for port in per refresh:\n{text}");
+    assert!(rx.iter().all(|&r| r > 0.0), "port in receives: {rx:?}\n{text}");
+    assert_eq!(text.lines().filter(|l| l.starts_with("worker 0 ")).count(), 2, "{text}");
+    assert!(text.lines().any(|l| l.starts_with("drop ") && l.contains("(+")), "{text}\n{report}");
+}
