@@ -205,17 +205,10 @@ print(json.dumps(out))
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
-#[test]
-fn prometheus_metrics_parse_and_agree_with_the_final_stats() {
-    let dir = scratch("telemetry_prometheus");
-    let conf = write_config(
-        &dir,
-        "null.toml",
-        &format!("{}\n[telemetry]\nprometheus = \"127.0.0.1:0\"\n", conf().replace("stats_interval_ms = 500", "")),
-    );
-    let stats = dir.join("stats.json");
-    let mut dpu = start(&dir, &conf, &stats, "4", &[]);
-    // The address (port 0: the OS chose) is printed at start.
+/// Reads the metrics address the appliance prints at start (port 0: the OS chose), waits
+/// `after_ms`, and scrapes `/metrics` twice 300 ms apart (both answered 200): the address and
+/// the two scrapes.
+fn two_scrapes(dpu: &mut Child, after_ms: u64) -> (String, String, String) {
     let mut stdout = std::io::BufReader::new(dpu.stdout.take().unwrap());
     let mut addr = String::new();
     let t = Instant::now();
@@ -227,11 +220,28 @@ fn prometheus_metrics_parse_and_agree_with_the_final_stats() {
         }
         assert!(t.elapsed() < Duration::from_secs(60), "no metrics address printed within 60 s");
     }
-    std::thread::sleep(Duration::from_millis(1000));
+    // Back to the child, for `wait_with_output` to drain: a closed pipe would fail its prints.
+    dpu.stdout = Some(stdout.into_inner());
+    std::thread::sleep(Duration::from_millis(after_ms));
     let (status, first) = http_get(&addr, "/metrics");
     assert_eq!(status, 200, "{first}");
     std::thread::sleep(Duration::from_millis(300));
-    let (_, second) = http_get(&addr, "/metrics");
+    let (status, second) = http_get(&addr, "/metrics");
+    assert_eq!(status, 200, "{second}");
+    (addr, first, second)
+}
+
+#[test]
+fn prometheus_metrics_parse_and_agree_with_the_final_stats() {
+    let dir = scratch("telemetry_prometheus");
+    let conf = write_config(
+        &dir,
+        "null.toml",
+        &format!("{}\n[telemetry]\nprometheus = \"127.0.0.1:0\"\n", conf().replace("stats_interval_ms = 500", "")),
+    );
+    let stats = dir.join("stats.json");
+    let mut dpu = start(&dir, &conf, &stats, "4", &[]);
+    let (addr, first, second) = two_scrapes(&mut dpu, 1000);
     assert_eq!(http_get(&addr, "/other").0, 404);
     let out = dpu.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
@@ -344,22 +354,7 @@ fn prometheus_shows_each_collective_live() {
     let conf = write_config(&dir, "coll.toml", &text);
     let stats = dir.join("stats.json");
     let mut dpu = start(&dir, &conf, &stats, "4", &[]);
-    let mut stdout = std::io::BufReader::new(dpu.stdout.take().unwrap());
-    let mut addr = String::new();
-    let t = Instant::now();
-    while addr.is_empty() {
-        let mut line = String::new();
-        assert!(std::io::BufRead::read_line(&mut stdout, &mut line).unwrap() > 0, "no metrics line");
-        if let Some(a) = line.trim().strip_prefix("dpu: metrics: http://") {
-            addr = a.trim_end_matches("/metrics").to_string();
-        }
-        assert!(t.elapsed() < Duration::from_secs(60), "no metrics address printed within 60 s");
-    }
-    std::thread::sleep(Duration::from_millis(1200));
-    let (status, first) = http_get(&addr, "/metrics");
-    assert_eq!(status, 200, "{first}");
-    std::thread::sleep(Duration::from_millis(300));
-    let (_, second) = http_get(&addr, "/metrics");
+    let (_, first, second) = two_scrapes(&mut dpu, 1200);
     let out = dpu.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let (a, b) = (parse_scrape(&dir, &first), parse_scrape(&dir, &second));

@@ -307,9 +307,7 @@ impl<T: SchedItem> Scheduler<T> {
                     queue: ClassQueue::new(c.capacity_bytes, c.capacity_pkts as usize),
                     red: c.red.map(Red::new),
                     counters: ClassCounters::default(),
-                    hist: cfg
-                        .histograms
-                        .then(|| ClassHistograms::new(c.capacity_bytes, cfg.hz.saturating_mul(60))),
+                    hist: cfg.histograms.then(|| ClassHistograms::new(c.capacity_bytes, cfg.hz.saturating_mul(60))),
                     hist_zeros: [0; 2],
                 })
                 .collect(),
