@@ -9,7 +9,11 @@
 //! - collective 2 deleted with a round in progress: the reply says one round was discarded,
 //!   and its contributions are then refused as an unknown collective's, answered with NAK
 //!   reason 1; the live counters and the final summary follow the collective set;
-//! - a request with one invalid collective changes nothing and says which operation and key.
+//! - a request with one invalid collective changes nothing and says which operation and key;
+//! - with two workers, a collective added at runtime is owned by the worker the start's rule
+//!   names (index mod workers) and keeps it when collectives before it are deleted: its
+//!   contributions, all received by worker 0, are handed to its owner and summed there; a run
+//!   of several workers that started without a collective refuses to add one.
 
 use functional_tests::dpu_bin;
 use functional_tests::grad::{f32s, Coll};
@@ -39,9 +43,10 @@ struct Veth {
 }
 
 impl Veth {
-    fn new() -> Option<Veth> {
+    /// The pair `rtc<pid><test>a`, `...b` (the tests of this file run side by side).
+    fn new(test: char) -> Option<Veth> {
         let tag = std::process::id() % 100_000;
-        let v = Veth { a: format!("rtc{tag}a"), b: format!("rtc{tag}b") };
+        let v = Veth { a: format!("rtc{tag}{test}a"), b: format!("rtc{tag}{test}b") };
         let _ = Command::new("ip").args(["link", "del", &v.a]).stderr(Stdio::null()).status();
         if !sh(&["ip", "link", "add", &v.a, "type", "veth", "peer", "name", &v.b]) {
             return None;
@@ -238,7 +243,7 @@ fn assert_results(got: &[Reply], coll: &Coll, offset: u32, round: u32, sum: &[f3
 
 #[test]
 fn collectives_added_and_deleted_at_runtime_are_summed_then_unknown() {
-    let Some(veth) = Veth::new() else {
+    let Some(veth) = Veth::new('s') else {
         eprintln!("skipped: cannot make a veth pair (needs root)");
         return;
     };
@@ -388,4 +393,126 @@ fn collectives_added_and_deleted_at_runtime_are_summed_then_unknown() {
     // 1 + 3 + 1 rounds completed.
     assert_eq!((j["aggregation"]["folded"].as_u64(), j["aggregation"]["completed"].as_u64()), (Some(14), Some(5)));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The wire is up once a PROBE of `coll` is answered (STATUS).
+fn wait_for_status(wire: &Wire, coll: &Coll) {
+    let t = Instant::now();
+    loop {
+        wire.send(&coll.probe(0, 0, |_| {}));
+        let got = wire.recv(1, Duration::from_millis(200));
+        if got.iter().any(|r| r.flags == 0x9 && r.collective == coll.id) {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "no STATUS from the appliance");
+    }
+    wire.clear();
+}
+
+/// A round of `coll` at `offset`: every rank contributes `rank + 1.0 + i` per lane i; its
+/// RESULTs must carry the sums.
+fn round(wire: &Wire, coll: &Coll, offset: u32, r: u32) {
+    for k in 0..coll.n {
+        let v: Vec<f32> = (0..4).map(|i| k as f32 + 1.0 + i as f32).collect();
+        wire.send(&coll.frame(k, offset, r, &f32s(&v), |_| {}));
+    }
+    let got = wire.recv(coll.n, Duration::from_secs(5));
+    let sum: Vec<f32> = (0..4).map(|i| (0..coll.n).map(|k| k as f32 + 1.0 + i as f32).sum()).collect();
+    assert_results(&got, coll, offset, r, &sum, 0);
+}
+
+fn ids_and_owners(sock: &Path) -> (Vec<u64>, Vec<u64>) {
+    let v = ctl_json(sock, &["collectives"]);
+    let ids = v["collectives"].as_array().unwrap().iter().map(|c| c["collective_id"].as_u64().unwrap()).collect();
+    let owners = v["owners"].as_array().unwrap().iter().map(|o| o.as_u64().unwrap()).collect();
+    (ids, owners)
+}
+
+#[test]
+fn with_two_workers_a_collective_added_at_runtime_goes_to_its_owner_and_stays_there() {
+    let Some(veth) = Veth::new('w') else {
+        eprintln!("skipped: cannot make a veth pair (needs root)");
+        return;
+    };
+    let dir = functional_tests::scratch("collectives-runtime-workers");
+    let one = Coll { id: 1, ..Default::default() };
+    // Worker 0 (lcore 1) polls the veth (both its queues: one tx queue per worker makes two
+    // queue pairs); worker 1 (lcore 2) polls a port that receives nothing
+    // (an empty capture): it sees only what is handed to it.
+    let empty = dir.join("empty.pcap");
+    functional_tests::write_pcap(&empty, &[]);
+    let port = format!(
+        "[[port]]\nname = \"p0\"\nvdev = \"net_af_packet0,iface={},qpairs=2\"\nmac = \"02:00:00:00:00:fe\"\nipv4 = \"10.0.0.254\"\n\
+         [[port]]\nname = \"idle\"\nvdev = \"net_pcap1,rx_pcap={},tx_pcap={},tx_pcap={}\"\n\
+         [[lcore]]\nid = 1\nrx = [{{ port = 0, queue = 0 }}, {{ port = 0, queue = 1 }}]\n\
+         [[lcore]]\nid = 2\nrx = [{{ port = 1, queue = 0 }}]\n",
+        veth.a,
+        empty.display(),
+        dir.join("idle0.pcap").display(),
+        dir.join("idle1.pcap").display()
+    );
+    let eal = format!("[eal]\nargs = [{EAL}, \"--lcores\", \"0@0,1@1,2@1\"]\n");
+    let conf = dir.join("dpu.toml");
+    std::fs::write(&conf, format!("{eal}{port}{}", one.toml())).unwrap();
+    let stats = dir.join("stats.json");
+    let wire = Wire::open(&veth.b);
+    let (dpu, sock) = start(&conf, &stats);
+    wait_for_status(&wire, &one);
+    assert_eq!(ids_and_owners(&sock), (vec![1], vec![0]));
+
+    // Collective 2 at index 1: worker 1's.
+    let two = Coll { id: 2, ..Default::default() };
+    let f = dir.join("two.toml");
+    std::fs::write(&f, two.toml()).unwrap();
+    let o = dpuctl(&sock, &["collective", "add", f.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(ids_and_owners(&sock), (vec![1, 2], vec![0, 1]));
+    round(&wire, &one, 0, 1);
+    round(&wire, &two, 4, 1);
+    // Collective 1 deleted: 2 moves to index 0 but stays on worker 1; 3, added at index 1, is
+    // worker 1's too.
+    let three = Coll { id: 3, ..Default::default() };
+    let batch = dir.join("batch.json");
+    std::fs::write(
+        &batch,
+        format!(
+            "[{{\"op\":\"delete_collective\",\"id\":1}},{{\"op\":\"add_collective\",\"collective\":{}}}]",
+            collective_json(&three)
+        ),
+    )
+    .unwrap();
+    let o = dpuctl(&sock, &["batch", batch.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(ids_and_owners(&sock), (vec![2, 3], vec![1, 1]));
+    // 2's kept result answers a late contribution (rule 3): its state stayed on worker 1.
+    wire.send(&two.frame(0, 4, 1, &f32s(&[1.0, 2.0, 3.0, 4.0]), |_| {}));
+    let got = wire.recv(1, Duration::from_secs(5));
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!((got[0].flags, got[0].round, got[0].payload.clone()), (0x1, 1, f32s(&[3.0, 5.0, 7.0, 9.0])));
+    round(&wire, &two, 4, 2);
+    round(&wire, &three, 0, 1);
+    let text = stop(dpu);
+    let j: Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    // Every contribution of 2 and 3 (and the late one) was handed from worker 0 to worker 1.
+    assert_eq!(j["aggregation"]["handed_off"].as_u64(), Some(2 + 1 + 2 + 2), "{text}");
+    assert_eq!(j["aggregation"]["completed"].as_u64(), Some(4), "{text}");
+
+    // Two workers that started without a collective have no hand-off rings: adding one is
+    // refused, and nothing changes.
+    let conf = dir.join("none.toml");
+    std::fs::write(&conf, format!("{eal}{port}")).unwrap();
+    let (dpu, sock) = start(&conf, &stats);
+    let o = dpuctl(&sock, &["collective", "add", f.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("started without a collective") && err.contains("nothing changed"), "{err}");
+    assert_eq!(ids_and_owners(&sock), (vec![], vec![]));
+    stop(dpu);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `coll`'s `[[collective]]` table as a request's JSON object.
+fn collective_json(coll: &Coll) -> String {
+    let t: toml::Table = toml::from_str(&coll.toml()).unwrap();
+    serde_json::to_string(&t["collective"][0]).unwrap()
 }
