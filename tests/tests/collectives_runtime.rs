@@ -9,6 +9,7 @@
 //! - collective 2 deleted with a round in progress: the reply says one round was discarded,
 //!   and its contributions are then refused as an unknown collective's, answered with NAK
 //!   reason 1; the live counters and the final summary follow the collective set;
+//! - SIGHUP with a file that changes a collective replaces it: it starts afresh;
 //! - a request with one invalid collective changes nothing and says which operation and key;
 //! - with two workers, a collective added at runtime is owned by the worker the start's rule
 //!   names (index mod workers) and keeps it when collectives before it are deleted: its
@@ -379,8 +380,28 @@ fn collectives_added_and_deleted_at_runtime_are_summed_then_unknown() {
     let s = ctl_json(&sock, &["stats"]);
     assert_eq!(s["stats"]["dropped_packets/grad_unknown_collective"], 1, "{}", s["stats"]);
 
+    // SIGHUP with a file of collectives 1 (unchanged) and 3 with DSCP 12: 3 is replaced and
+    // starts afresh. Kept, its round 1 would answer a round-1 contribution with the kept
+    // result (rule 3); fresh, round 1 is a new round, whose result carries DSCP 12.
+    let three_b = Coll { extra: "dscp = 12", ..three.clone() };
+    let text = std::fs::read_to_string(&conf).unwrap();
+    std::fs::write(&conf, format!("{text}{}", three_b.toml())).unwrap();
+    let _ = Command::new("kill").arg("-HUP").arg(dpu.id().to_string()).status();
+    let t = Instant::now();
+    while ctl_json(&sock, &["collectives"])["version"] != 3 {
+        assert!(t.elapsed() < Duration::from_secs(5), "no reload");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for k in 0..2 {
+        wire.send(&three.frame(k, 0, 1, &f32s(&[k as f32 + 0.5; 4]), |_| {}));
+    }
+    let got = wire.recv(2, Duration::from_secs(5));
+    assert_results(&got, &three, 0, 1, &[2.0; 4], 12);
+
     let text = stop(dpu);
     assert!(text.contains("dpu: collective 2 removed: 1 round(s) in progress discarded"), "{text}");
+    assert!(text.contains("dpu: collective 3 replaced: 0 round(s) in progress discarded"), "{text}");
+    assert!(text.contains("dpu.toml: reloaded (version 3)"), "{text}");
     let j: Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
     let colls: Vec<(u64, u64)> = j["collectives"]
         .as_array()
@@ -388,10 +409,10 @@ fn collectives_added_and_deleted_at_runtime_are_summed_then_unknown() {
         .iter()
         .map(|c| (c["collective"].as_u64().unwrap(), c["completed"].as_u64().unwrap()))
         .collect();
-    assert_eq!(colls, [(1, 1), (3, 1)], "the final summary has the collectives running at the end");
-    // The aggregator's totals keep what collective 2 did: 2 + 10 + 2 contributions folded,
-    // 1 + 3 + 1 rounds completed.
-    assert_eq!((j["aggregation"]["folded"].as_u64(), j["aggregation"]["completed"].as_u64()), (Some(14), Some(5)));
+    assert_eq!(colls, [(1, 1), (3, 1)], "the final summary has the collectives running at the end (3 anew)");
+    // The aggregator's totals keep what collective 2 and the first 3 did: 2 + 10 + 2 + 2
+    // contributions folded, 1 + 3 + 1 + 1 rounds completed.
+    assert_eq!((j["aggregation"]["folded"].as_u64(), j["aggregation"]["completed"].as_u64()), (Some(16), Some(6)));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
