@@ -9,6 +9,9 @@
 //! dpuctl modify l2 --key 02:00:00:00:00:09 --action 'forward(0)'   counts kept
 //! dpuctl delete l2 --key 02:00:00:00:00:09
 //! dpuctl default l2 flood                        a table's default action
+//! dpuctl collective add coll.toml                its [[collective]] tables, all added or none
+//! dpuctl collective modify coll.toml             replaced by collective_id: they start afresh
+//! dpuctl collective delete 7                     its rounds in progress are discarded
 //! dpuctl batch changes.toml                      [[op]] tables, all applied or none
 //! dpuctl reload                                  the config file again (as SIGHUP)
 //! dpuctl watch [--plain] [--count N]             rates, load and drops, live (q to stop)
@@ -35,7 +38,8 @@ use std::time::Duration;
 /// The control socket's file name in an instance's EAL runtime directory.
 const SOCKET_NAME: &str = "dpu_control.sock";
 
-/// Controls a running dpu appliance: counters, tables, groups, meters, atomic changes, reload.
+/// Controls a running dpu appliance: counters, tables, groups, meters, collectives, atomic
+/// changes, reload.
 #[derive(Parser, Debug)]
 #[command(name = "dpuctl", version, about)]
 struct Cli {
@@ -65,8 +69,13 @@ enum Cmd {
     Groups,
     /// Meters.
     Meters,
-    /// Collectives (they change only by restart).
+    /// Collectives, as running.
     Collectives,
+    /// Adds, replaces or deletes collectives (spec section 3), all or nothing.
+    Collective {
+        #[command(subcommand)]
+        cmd: CollectiveCmd,
+    },
     /// Which rank each collective waits for: per rank its contributions, how late they came
     /// after their round's first one (mean), and the rounds it completed.
     Stragglers,
@@ -117,6 +126,30 @@ enum Cmd {
     Raw {
         /// The request, like '{"cmd":"stats"}'.
         request: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum CollectiveCmd {
+    /// Adds the collectives of a file: `[[collective]]` tables as in the config file (TOML), or
+    /// JSON objects with the same keys (one, or an array). Their ids must be new; their slots
+    /// must fit the memory limit with the collectives kept.
+    Add {
+        /// The file (`.json` is read as JSON, anything else as TOML).
+        file: PathBuf,
+    },
+    /// Replaces the collectives of a file, each found by its `collective_id`: each starts
+    /// afresh (no round in progress, no kept result, counters at 0).
+    Modify {
+        /// The file (`.json` is read as JSON, anything else as TOML).
+        file: PathBuf,
+    },
+    /// Deletes collectives: their rounds in progress are discarded, and their packets are then
+    /// refused as an unknown collective's (NAK reason 1).
+    Delete {
+        /// The collectives' ids.
+        #[arg(required = true)]
+        ids: Vec<u16>,
     },
 }
 
@@ -199,6 +232,15 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             apply(json!([{ "op": "set_default_action", "table": table, "action": action }]))
         }
         Cmd::Batch { file } => apply(read_batch(file).map_err(Failure::Usage)?),
+        Cmd::Collective { cmd: CollectiveCmd::Add { file } } => {
+            apply(collective_ops("add_collective", file).map_err(Failure::Usage)?)
+        }
+        Cmd::Collective { cmd: CollectiveCmd::Modify { file } } => {
+            apply(collective_ops("modify_collective", file).map_err(Failure::Usage)?)
+        }
+        Cmd::Collective { cmd: CollectiveCmd::Delete { ids } } => {
+            apply(ids.iter().map(|id| json!({ "op": "delete_collective", "id": id })).collect())
+        }
         Cmd::Reload => json!({ "cmd": "reload" }),
         Cmd::Watch { interval, count, plain } => {
             if !(*interval > 0.0 && interval.is_finite()) {
@@ -238,7 +280,49 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         Cmd::Reload => println!("{}", reply["message"].as_str().unwrap_or("reloaded")),
         _ => println!("applied {} operation(s): version {}", reply["applied"], reply["version"]),
     }
+    // What the collectives removed or replaced left (their rounds in progress are discarded).
+    for r in reply["removed"].as_array().into_iter().flatten() {
+        println!(
+            "collective {} {}: {} round(s) in progress discarded; it had completed {} round(s), folded {} contribution(s)",
+            r["collective"],
+            if r["replaced"] == true { "replaced" } else { "deleted" },
+            r["rounds_discarded"],
+            r["counters"]["completed"],
+            r["counters"]["folded"]
+        );
+    }
     Ok(())
+}
+
+/// The `op` operations (`add_collective`, `modify_collective`) of the collectives in `file`:
+/// TOML `[[collective]]` tables as in the config file, or JSON (one object or an array).
+fn collective_ops(op: &str, file: &Path) -> Result<Value, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let list = collectives_of(&text, file.extension().is_some_and(|e| e == "json"))
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    Ok(list.into_iter().map(|c| json!({ "op": op, "collective": c })).collect())
+}
+
+/// The collectives of a file's `text`: its `[[collective]]` tables (TOML), or a JSON object or
+/// array of objects. At least one.
+fn collectives_of(text: &str, is_json: bool) -> Result<Vec<Value>, String> {
+    let list = if is_json {
+        match serde_json::from_str(text).map_err(|e| e.to_string())? {
+            Value::Array(a) => a,
+            o @ Value::Object(_) => vec![o],
+            _ => return Err("expected a collective (a JSON object) or an array of them".into()),
+        }
+    } else {
+        let t: Value = toml::from_str(text).map_err(|e| e.to_string())?;
+        match t.get("collective") {
+            Some(Value::Array(a)) => a.clone(),
+            _ => return Err("expected [[collective]] tables, as in the config file".into()),
+        }
+    };
+    if list.is_empty() {
+        return Err("no collective in the file".into());
+    }
+    Ok(list)
 }
 
 fn error_of(reply: &Value) -> String {
@@ -433,5 +517,28 @@ fn strip_nulls(v: Value) -> Value {
         }
         Value::Array(a) => Value::Array(a.into_iter().map(strip_nulls).collect()),
         v => v,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::collectives_of;
+    use serde_json::json;
+
+    /// A collective file is the config file's `[[collective]]` tables, or JSON.
+    #[test]
+    fn collective_files_are_the_config_files_tables() {
+        let toml = "[[collective]]\ncollective_id = 7\nop = \"sum\"\n[[collective.member]]\nrank = 0\n\
+                    [[collective]]\ncollective_id = 8\n";
+        let l = collectives_of(toml, false).unwrap();
+        assert_eq!(
+            l,
+            [json!({ "collective_id": 7, "op": "sum", "member": [{ "rank": 0 }] }), json!({ "collective_id": 8 })]
+        );
+        assert_eq!(collectives_of(r#"{"collective_id": 9}"#, true).unwrap(), [json!({ "collective_id": 9 })]);
+        assert_eq!(collectives_of(r#"[{"collective_id": 9}]"#, true).unwrap().len(), 1);
+        assert!(collectives_of("[dataplane]\nburst = 1\n", false).unwrap_err().contains("[[collective]] tables"));
+        assert!(collectives_of("[]", true).unwrap_err().contains("no collective"));
+        assert!(collectives_of("[[collective]\n", false).is_err());
     }
 }

@@ -8,18 +8,18 @@
 //! entries as the model says, and the counts it carries over fit both versions.
 #![no_main]
 
-use dataplane::config::update::{carry, parse_request, Model, Request};
+use dataplane::config::update::{carry, parse_request, Fixed, Model, Request};
 use dataplane::table::PipelineState;
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 use std::sync::OnceLock;
 
 
-fn running() -> &'static (Model, dataplane::table::Pipeline) {
-    static R: OnceLock<(Model, dataplane::table::Pipeline)> = OnceLock::new();
+fn running() -> &'static (Model, dataplane::table::Pipeline, Fixed) {
+    static R: OnceLock<(Model, dataplane::table::Pipeline, Fixed)> = OnceLock::new();
     R.get_or_init(|| {
         let l = dataplane::config::load_str(dataplane::testing::PIPELINE_CONF, Path::new("fuzz.toml")).expect("the fuzz config loads");
-        (Model::of(&l), l.pipeline)
+        (Model::of(&l), l.pipeline.clone(), Fixed::of(&l))
     })
 }
 
@@ -32,15 +32,17 @@ fuzz_target!(|data: &[u8]| {
         }
     };
     let Request::Apply { ops } = req else { return };
-    let (model, pipeline) = running();
-    match model.apply_request(&ops, 2, false) {
+    let (model, pipeline, fixed) = running();
+    match model.apply_request(&ops, fixed) {
         Err(e) => {
             let msg = e.to_string();
             assert!(msg.starts_with("request: "), "{msg}");
             assert!(!msg.contains('\n'), "one line: {msg:?}");
-            assert!(e.key.starts_with("ops[") || e.key.starts_with("table[") || e.key.starts_with("multicast_group[") || e.key.starts_with("meter[") || e.key.is_empty(), "{msg}");
+            assert!(e.key.starts_with("ops[") || e.key.starts_with("table[") || e.key.starts_with("multicast_group[") || e.key.starts_with("meter[") || e.key.starts_with("collective") || e.key.is_empty(), "{msg}");
         }
-        Ok((m, p)) => {
+        Ok((m, built)) => {
+            let p = built.pipeline;
+            assert_eq!(m.collectives.len(), built.collectives.len());
             assert_eq!(m.tables.len(), p.tables.len());
             for (tc, t) in m.tables.iter().zip(&p.tables) {
                 assert_eq!(tc.entries.len(), t.len(), "table {}", tc.name);

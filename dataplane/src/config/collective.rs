@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 /// `[[collective]]` as written in the file (spec section 3).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CollectiveConfig {
     /// Which collective (u16).
@@ -42,7 +42,7 @@ pub struct CollectiveConfig {
 }
 
 /// `[[collective.member]]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct MemberConfig {
     /// 0..num_workers-1, each once.

@@ -1,17 +1,21 @@
-//! Runtime changes to the pipeline part of the configuration (`[[table]]`, `[[multicast_group]]`,
-//! `[[meter]]`): the control plane's requests and SIGHUP's reload, validated by the same
-//! builders as the file.
+//! Runtime changes to the parts of the configuration that change while the appliance runs
+//! (`[[table]]`, `[[multicast_group]]`, `[[meter]]`, `[[collective]]`): the control plane's
+//! requests and SIGHUP's reload, validated by the same builders as the file.
 //!
 //! A [`Model`] is that part of a configuration. A batch of [`Op`]s is applied to a copy of the
-//! running model ([`Model::apply`]) and the result built into a new [`Pipeline`] by
-//! [`Model::build`], all or nothing: the first fault is reported with the operation's key
-//! (`ops[2].entry.key[0]`) and the running model is never touched. [`carry`] then says which
-//! counters the new version keeps: entries are the same entry when their table, key and priority
-//! are (P4Runtime's identity), whatever their actions.
+//! running model ([`Model::apply`]) and the result built into a new [`Pipeline`] and collective
+//! set by [`Model::build`] against what does not change ([`Fixed`]: ports, addresses, memory),
+//! all or nothing: the first fault is reported with the operation's key
+//! (`ops[2].entry.key[0]`, `ops[0].collective.chunk_elements`) and the running model is never
+//! touched. [`carry`] then says which counters the new version keeps: entries are the same entry
+//! when their table, key and priority are (P4Runtime's identity), whatever their actions; and
+//! [`kept`] which collectives keep their slot state: those whose configuration is unchanged.
 
+use super::collective::CollectiveConfig;
 use super::meter::MeterConfig;
 use super::table::{build_pipeline, EntryConfig, GroupConfig, TableConfig};
-use super::{ConfigError, Loaded};
+use super::{Config, ConfigError, Loaded};
+use crate::agg::collective::Collective;
 use crate::table::value::parse_match_value;
 use crate::table::{Carry, Field, MatchKind, Pipeline};
 use serde::{Deserialize, Serialize};
@@ -27,6 +31,44 @@ pub struct Model {
     pub groups: Vec<GroupConfig>,
     /// `[[meter]]`.
     pub meters: Vec<MeterConfig>,
+    /// `[[collective]]`, in configuration order (spec section 3).
+    pub collectives: Vec<CollectiveConfig>,
+}
+
+/// What runtime changes are validated against and never change: the configuration the
+/// appliance started with (EAL memory, mempool, dataplane settings, ports and their addresses,
+/// workers) without its runtime parts.
+#[derive(Debug, Clone)]
+pub struct Fixed {
+    config: Config,
+    ipv4: Vec<Option<[u8; 4]>>,
+    ipv6: Vec<Option<[u8; 16]>>,
+}
+
+impl Fixed {
+    /// What `loaded` fixes for the rest of the run.
+    pub fn of(loaded: &Loaded) -> Fixed {
+        let mut config = loaded.config.clone();
+        config.tables.clear();
+        config.groups.clear();
+        config.meters.clear();
+        config.collectives.clear();
+        Fixed { config, ipv4: loaded.port_ipv4.clone(), ipv6: loaded.port_ipv6.clone() }
+    }
+
+    /// The number of ports.
+    pub fn ports(&self) -> u16 {
+        self.config.ports.len() as u16
+    }
+}
+
+/// What a [`Model`] builds into.
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// The ingress pipeline.
+    pub pipeline: Pipeline,
+    /// The collectives, validated, in the model's order.
+    pub collectives: Vec<Collective>,
 }
 
 /// One change. Requests carry them as JSON objects tagged by `op`, with the fields of the
@@ -96,6 +138,25 @@ pub enum Op {
         /// The meter's name.
         name: String,
     },
+    /// Adds a collective (its `collective_id` must be new); its slots are allocated now and
+    /// must fit `dataplane.memory_limit_mb` with the collectives kept (spec section 3).
+    AddCollective {
+        /// As a `[[collective]]`.
+        collective: CollectiveConfig,
+    },
+    /// Replaces the collective with `collective`'s `collective_id`: it starts afresh (no round
+    /// in progress, no kept result, PSN counters and counters at 0), as after a restart with
+    /// the changed configuration.
+    ModifyCollective {
+        /// As a `[[collective]]`.
+        collective: CollectiveConfig,
+    },
+    /// Removes collective `id`: its rounds in progress are discarded, and from the switch on its
+    /// packets are refused as an unknown collective (NAK reason 1).
+    DeleteCollective {
+        /// The collective's `collective_id`.
+        id: u16,
+    },
 }
 
 /// Where what an operation added or changed ended up in the new model: errors found there while
@@ -116,20 +177,38 @@ impl Model {
     /// The pipeline part of a loaded configuration.
     pub fn of(loaded: &Loaded) -> Model {
         let c = &loaded.config;
-        Model { tables: c.tables.clone(), groups: c.groups.clone(), meters: c.meters.clone() }
+        Model {
+            tables: c.tables.clone(),
+            groups: c.groups.clone(),
+            meters: c.meters.clone(),
+            collectives: c.collectives.clone(),
+        }
     }
 
-    /// Builds the pipeline of this model for `ports` ports (`aggregator`: collectives are
-    /// configured), as the file's pipeline is built; errors name `path`.
-    pub fn build(&self, ports: u16, aggregator: bool, path: &Path) -> Result<Pipeline, ConfigError> {
-        build_pipeline(&self.tables, &self.groups, &self.meters, ports, aggregator, path)
+    /// Builds this model as the file's pipeline and collectives are built, against `fixed`: the
+    /// pipeline (`aggregate` needs a collective), then the collectives (every check of
+    /// `[[collective]]`, the memory limit counted over them all); errors name `path` and the
+    /// model's keys (`table[1].entry[4].action`, `collective[2].chunk_elements`).
+    pub fn build(&self, fixed: &Fixed, path: &Path) -> Result<Built, ConfigError> {
+        let pipeline = build_pipeline(
+            &self.tables,
+            &self.groups,
+            &self.meters,
+            fixed.ports(),
+            !self.collectives.is_empty(),
+            path,
+        )?;
+        let mut config = fixed.config.clone();
+        config.collectives = self.collectives.clone();
+        let collectives = super::validate::collectives(&config, &fixed.ipv4, &fixed.ipv6, path)?;
+        Ok(Built { pipeline, collectives })
     }
 
-    /// This model with `ops` applied in order, and its pipeline: all or nothing. Errors are keyed
-    /// by operation (`ops[K]...`) in file [`REQUEST`]; one found only when the whole new pipeline
-    /// is built names the operation that put the faulty part there, or else the part's place in
-    /// the new model (e.g. a deleted group that an entry still names).
-    pub fn apply(&self, ops: &[Op], ports: u16, aggregator: bool) -> Result<(Model, Pipeline), ConfigError> {
+    /// This model with `ops` applied in order, and what it builds into: all or nothing. Errors
+    /// are keyed by operation (`ops[K]...`) in file [`REQUEST`]; one found only when the whole
+    /// new model is built names the operation that put the faulty part there, or else the part's
+    /// place in the new model (e.g. a deleted group that an entry still names).
+    pub fn apply(&self, ops: &[Op], fixed: &Fixed) -> Result<(Model, Built), ConfigError> {
         let path = Path::new(REQUEST);
         let err = |k: usize, key: &str, msg: String| ConfigError::new(path, format!("ops[{k}]{key}"), msg);
         let mut m = self.clone();
@@ -139,6 +218,7 @@ impl Model {
             Default(String),
             Group(u16),
             Meter(String),
+            Collective(u16),
             Nothing,
         }
         let mut touched = Vec::new();
@@ -240,6 +320,38 @@ impl Model {
                     m.meters.remove(i);
                     Touched::Nothing
                 }
+                Op::AddCollective { collective } | Op::ModifyCollective { collective } => {
+                    let id = collective.collective_id;
+                    let found = m.collectives.iter().position(|c| c.collective_id == id);
+                    match (op, found) {
+                        (Op::AddCollective { .. }, Some(_)) => {
+                            return Err(err(
+                                k,
+                                ".collective.collective_id",
+                                format!("collective {id} exists already: use modify_collective"),
+                            ))
+                        }
+                        (Op::AddCollective { .. }, None) => m.collectives.push(collective.clone()),
+                        (_, Some(i)) => m.collectives[i] = collective.clone(),
+                        (_, None) => {
+                            return Err(err(
+                                k,
+                                ".collective.collective_id",
+                                format!("no collective {id}{}", m.collective_ids()),
+                            ))
+                        }
+                    }
+                    Touched::Collective(id)
+                }
+                Op::DeleteCollective { id } => {
+                    let i = m
+                        .collectives
+                        .iter()
+                        .position(|c| c.collective_id == *id)
+                        .ok_or_else(|| err(k, ".id", format!("no collective {id}{}", m.collective_ids())))?;
+                    m.collectives.remove(i);
+                    Touched::Nothing
+                }
             };
             touched.push(t);
         }
@@ -259,19 +371,24 @@ impl Model {
                 Touched::Meter(name) => {
                     m.meters.iter().position(|x| x.name == name).map(|i| (format!("meter[{i}]"), "meter"))
                 }
+                Touched::Collective(id) => m
+                    .collectives
+                    .iter()
+                    .position(|c| c.collective_id == id)
+                    .map(|i| (format!("collective[{i}]"), "collective")),
                 Touched::Nothing => None,
             };
             if let Some((at, field)) = found {
                 origins.push(Origin { op, at, field });
             }
         }
-        let pipeline = m.build(ports, aggregator, path).map_err(|e| at_origin(e, &origins))?;
-        Ok((m, pipeline))
+        let built = m.build(fixed, path).map_err(|e| at_origin(e, &origins))?;
+        Ok((m, built))
     }
 
     /// [`Model::apply`], its errors one line each ([`one_line`]): what a request is answered.
-    pub fn apply_request(&self, ops: &[Op], ports: u16, aggregator: bool) -> Result<(Model, Pipeline), ConfigError> {
-        self.apply(ops, ports, aggregator).map_err(|mut e| {
+    pub fn apply_request(&self, ops: &[Op], fixed: &Fixed) -> Result<(Model, Built), ConfigError> {
+        self.apply(ops, fixed).map_err(|mut e| {
             e.key = one_line(&e.key);
             e.message = one_line(&e.message);
             e
@@ -295,6 +412,11 @@ impl Model {
     fn group_ids(&self) -> String {
         let ids: Vec<String> = self.groups.iter().map(|g| g.id.to_string()).collect();
         format!("; groups: {}", if ids.is_empty() { "none".into() } else { ids.join(", ") })
+    }
+
+    fn collective_ids(&self) -> String {
+        let ids: Vec<String> = self.collectives.iter().map(|c| c.collective_id.to_string()).collect();
+        format!("; collectives: {}", if ids.is_empty() { "none".into() } else { ids.join(", ") })
     }
 
     fn meter_names(&self) -> String {
@@ -327,8 +449,16 @@ fn key_path(base: &str, i: Option<usize>) -> String {
     }
 }
 
-/// A build error at the operation that put its part in the new model, if one did.
+/// A build error at the operation that put its part in the new model, if one did. An error
+/// about a whole list (`collective`: the collectives' slot memory against the EAL memory) is
+/// at the first operation that put an item in it.
 fn at_origin(mut e: ConfigError, origins: &[Origin]) -> ConfigError {
+    let whole =
+        |o: &&Origin| !e.key.is_empty() && o.at.strip_prefix(e.key.as_str()).is_some_and(|r| r.starts_with('['));
+    if let Some(o) = origins.iter().find(whole) {
+        e.key = format!("ops[{}].{}", o.op, o.field);
+        return e;
+    }
     for o in origins {
         let rest = match e.key.strip_prefix(&o.at) {
             Some(r) if r.is_empty() || r.starts_with('.') || r.starts_with('[') => r.to_string(),
@@ -431,24 +561,46 @@ pub fn carry(old_m: &Model, old: &Pipeline, new_m: &Model, new: &Pipeline) -> Ca
 
 /// The model of a configuration file reloaded while the appliance runs (SIGHUP): `text` must
 /// load as a whole (every check of the start), and differ from the running file's `running`
-/// only in `[[table]]`, `[[multicast_group]]` and `[[meter]]`, the parts that change at runtime.
-/// Errors name the file and the first key that may not change.
+/// only in `[[table]]`, `[[multicast_group]]`, `[[meter]]` and `[[collective]]`, the parts that
+/// change at runtime. Errors name the file and the first key that may not change.
 pub fn reload(running: &toml::Table, text: &str, path: &Path) -> Result<Model, ConfigError> {
     let loaded = super::load_str(text, path)?;
     let new: toml::Table = text.parse().map_err(|e| ConfigError::new(path, "", format!("{e}")))?;
-    const RUNTIME: [&str; 3] = ["table", "multicast_group", "meter"];
+    const RUNTIME: [&str; 4] = ["table", "multicast_group", "meter", "collective"];
     let keys: std::collections::BTreeSet<&String> = running.keys().chain(new.keys()).collect();
     for k in keys {
         if !RUNTIME.contains(&k.as_str()) && running.get(k) != new.get(k) {
             return Err(ConfigError::new(
                 path,
                 k.as_str(),
-                "changed since the appliance started; only [[table]], [[multicast_group]] and [[meter]] change at \
-                 runtime (restart the appliance for the rest)",
+                "changed since the appliance started; only [[table]], [[multicast_group]], [[meter]] and \
+                 [[collective]] change at runtime (restart the appliance for the rest)",
             ));
         }
     }
     Ok(Model::of(&loaded))
+}
+
+/// Per collective of `new`: the index in `old` of the collective whose slot state it keeps,
+/// the one with the same id and the same configuration. A collective new or changed (by
+/// `modify_collective` or a reload) keeps nothing: it starts afresh.
+pub fn kept(old: &[Collective], new: &[Collective]) -> Vec<Option<usize>> {
+    new.iter().map(|n| old.iter().position(|o| o == n)).collect()
+}
+
+/// Per collective of `new`: the worker that owns it, of `workers`. A collective whose id is in
+/// `old` stays with its owner (`old_owners`, by `old`'s index); another, at index `k` of
+/// `new`, goes to worker `k % workers`, the rule of the start (collective `i` of the file to
+/// worker `i % workers`).
+pub fn owners(old: &[Collective], old_owners: &[u16], new: &[Collective], workers: u16) -> Vec<u16> {
+    let workers = workers.max(1);
+    new.iter()
+        .enumerate()
+        .map(|(k, n)| match old.iter().position(|o| o.id == n.id) {
+            Some(i) => old_owners[i],
+            None => (k % workers as usize) as u16,
+        })
+        .collect()
 }
 
 /// The largest control request accepted (bytes): a batch of some thousands of entries.
@@ -467,7 +619,8 @@ pub enum Request {
     Groups {},
     /// The meters as running (their configuration; the colour counts are in the final stats).
     Meters {},
-    /// The collectives (they change only by restart).
+    /// The collectives as running (`[[collective]]` tables), with the worker owning each
+    /// (`owners`, in the same order).
     Collectives {},
     /// Each collective's straggler view: per rank its contributions, their mean lateness after
     /// their round's first one, and the rounds it completed.

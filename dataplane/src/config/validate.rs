@@ -43,8 +43,7 @@ pub(super) fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigErro
             format!("expected a 24-bit QP number, found {}", config.dataplane.appliance_qpn),
         ));
     }
-    let collectives = check_collectives(&config, &addrs, path)?;
-    check_result_frames(&config, &collectives, path)?;
+    let collectives = collectives(&config, &addrs.ipv4, &addrs.ipv6, path)?;
     let max_frame = u32::from(config.mempool.data_room).saturating_sub(MBUF_HEADROOM as u32);
     let qos = config
         .ports
@@ -281,15 +280,34 @@ fn check_inputs_polled(config: &Config, seen: &[RxQueueConfig], path: &Path) -> 
     Ok(())
 }
 
+/// `config`'s `[[collective]]` validated as the file's are (the ports' addresses `ipv4` and
+/// `ipv6`, the memory limit, the slot memory against what the EAL memory leaves, every full
+/// chunk's RESULT frame in one mbuf): at load, and for the collective sets of runtime changes.
+pub(super) fn collectives(
+    config: &Config,
+    ipv4: &[Option<[u8; 4]>],
+    ipv6: &[Option<[u8; 16]>],
+    path: &Path,
+) -> Result<Vec<Collective>, ConfigError> {
+    let collectives = check_collectives(config, ipv4, ipv6, path)?;
+    check_result_frames(config, &collectives, path)?;
+    Ok(collectives)
+}
+
 /// `[[collective]]`, validated against the memory limit, and their slot memory against what the
 /// EAL memory leaves.
-fn check_collectives(config: &Config, addrs: &PortAddresses, path: &Path) -> Result<Vec<Collective>, ConfigError> {
+fn check_collectives(
+    config: &Config,
+    ipv4: &[Option<[u8; 4]>],
+    ipv6: &[Option<[u8; 16]>],
+    path: &Path,
+) -> Result<Vec<Collective>, ConfigError> {
     let err = |key: String, msg: String| ConfigError::new(path, key, msg);
     let slot_room = check_eal_memory(config, path)?;
     let limit_mb = config.dataplane.memory_limit_mb.unwrap_or(DEFAULT_MEMORY_LIMIT_MB);
     let collectives = collective::validate(
         &config.collectives,
-        collective::PortAddrs { ipv4: &addrs.ipv4, ipv6: &addrs.ipv6 },
+        collective::PortAddrs { ipv4, ipv6 },
         limit_mb.saturating_mul(memory::MIB),
         path,
     )?;

@@ -297,6 +297,16 @@ impl<B: PacketBuf> Datapath<B> {
         std::mem::swap(&mut self.aggregate_in_pipeline, &mut swap.aggregates);
     }
 
+    /// Switches the aggregator to the collective set `swap` (the control plane's runtime
+    /// change, at a burst boundary: [`Aggregator::swap_collectives`]); afterwards `swap` holds
+    /// the old set. Nothing happens without an aggregator (the appliance builds one for every
+    /// worker).
+    pub fn swap_collectives(&mut self, swap: &mut crate::agg::swap::CollSwap) {
+        if let Some(a) = &mut self.agg {
+            a.swap_collectives(swap);
+        }
+    }
+
     /// Adds egress schedulers: `ports[p]`, when `Some`, is port `p`'s configuration and class
     /// map (its `hz` must be 1e6, the datapath's µs clock). Packets sent to such a port are
     /// queued in it and leave as [`Datapath::drain_egress`] or later sends release them.

@@ -236,35 +236,44 @@ impl<B: PacketBuf> Datapath<B> {
         for (family, help, value) in agg.fields() {
             v.counter(Metric { family, help, label: none }, value);
         }
-        // Per collective (zeros on workers that do not own it).
+        // Per collective (zeros on workers that do not own it), then the straggler view.
         if let Some(a) = &self.agg {
-            for (id, c, in_use) in a.collectives() {
-                export_collective(id, c, in_use, v);
-            }
+            export_collectives(a.collectives(), a.stragglers(), v);
         }
-        // The straggler view, per collective and rank (zeros on workers that do not own it).
-        if let Some(a) = &self.agg {
-            let zero = crate::agg::straggle::RankLateness::default();
-            for (id, ranks, late) in a.stragglers() {
-                for r in 0..ranks {
-                    let l = late.get(r).unwrap_or(&zero);
-                    let label = Label::Rank { collective: id, rank: r as u16 };
-                    for (family, help, value) in [
-                        ("agg_rank_contributions", "contributions of the rank folded", l.contributions),
-                        (
-                            "agg_rank_lateness_sum_us",
-                            "µs its contributions came after their round's first one, summed",
-                            l.late_sum_us,
-                        ),
-                        (
-                            "agg_rank_completed_last_rounds",
-                            "rounds the rank completed: its contribution came last",
-                            l.completed_last,
-                        ),
-                    ] {
-                        v.counter(Metric { family, help, label }, value);
-                    }
-                }
+    }
+}
+
+/// The collective part of [`Datapath::export`]: per collective in order its counters
+/// ([`export_collective`]: `(id, counters, slots in use)`), then per collective and rank its
+/// straggler view (`(id, ranks, per rank lateness)`; ranks past the slice are zeros). Also what
+/// a board is reshaped with when the collectives change at runtime (zeros).
+pub fn export_collectives<'a, V: Visit>(
+    colls: impl Iterator<Item = (u16, &'a CollCounters, u64)>,
+    stragglers: impl Iterator<Item = (u16, usize, &'a [crate::agg::straggle::RankLateness])>,
+    v: &mut V,
+) {
+    for (id, c, in_use) in colls {
+        export_collective(id, c, in_use, v);
+    }
+    let zero = crate::agg::straggle::RankLateness::default();
+    for (id, ranks, late) in stragglers {
+        for r in 0..ranks {
+            let l = late.get(r).unwrap_or(&zero);
+            let label = Label::Rank { collective: id, rank: r as u16 };
+            for (family, help, value) in [
+                ("agg_rank_contributions", "contributions of the rank folded", l.contributions),
+                (
+                    "agg_rank_lateness_sum_us",
+                    "µs its contributions came after their round's first one, summed",
+                    l.late_sum_us,
+                ),
+                (
+                    "agg_rank_completed_last_rounds",
+                    "rounds the rank completed: its contribution came last",
+                    l.completed_last,
+                ),
+            ] {
+                v.counter(Metric { family, help, label }, value);
             }
         }
     }

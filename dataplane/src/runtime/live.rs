@@ -52,6 +52,37 @@ impl Board {
         Board::new(metrics, self.slots.len(), self.ports.clone(), tables)
     }
 
+    /// A board like this one for a collective set changed at runtime: the same metrics but the
+    /// collectives' and their ranks', which are those of `collectives` (`(id, ranks)`, in the
+    /// new set's order). They sit after the aggregator's own counters and before the poll
+    /// loops' ([`crate::export`]'s order). Zero values: each worker publishes into it once it
+    /// switched.
+    pub fn with_collectives(&self, collectives: &[(u16, usize)]) -> Board {
+        let is_coll = |m: &Metric| {
+            matches!(
+                m.label,
+                Label::Collective(_) | Label::CollectiveNak { .. } | Label::CollectiveDrop { .. } | Label::Rank { .. }
+            )
+        };
+        let start = self
+            .metrics
+            .iter()
+            .position(|m| is_coll(m) || matches!(m.label, Label::Worker { .. }))
+            .unwrap_or(self.metrics.len());
+        let end = start + self.metrics[start..].iter().take_while(|m| is_coll(m)).count();
+        let zero = crate::agg::CollCounters::default();
+        let mut names = Names::default();
+        crate::export::export_collectives(
+            collectives.iter().map(|(id, _)| (*id, &zero, 0)),
+            collectives.iter().map(|(id, ranks)| (*id, *ranks, &[][..])),
+            &mut names,
+        );
+        let mut metrics = self.metrics[..start].to_vec();
+        metrics.extend(names.0);
+        metrics.extend_from_slice(&self.metrics[end..]);
+        Board::new(metrics, self.slots.len(), self.ports.clone(), self.tables.clone())
+    }
+
     /// Worker `w`'s publisher, due every `every_tsc` TSC cycles.
     pub fn publisher(self: &Arc<Board>, w: usize, every_tsc: u64) -> Publisher {
         Publisher { board: self.clone(), w, i: 0, every_tsc, last_tsc: 0 }
@@ -614,6 +645,24 @@ mod tests {
             vec![crate::agg::PortAddr { mac: "02:00:00:00:00:fe".parse().unwrap(), ipv4: l.port_ipv4[0], ipv6: None }];
         let agg = crate::agg::Aggregator::new(&l.collectives, ports, crate::wire::gradient::DEFAULT_UDP_PORT, 1);
         Datapath::new(l.pipeline, 1, crate::wire::gradient::DEFAULT_UDP_PORT).with_aggregator(agg)
+    }
+
+    /// A board reshaped for a changed collective set has that set's metrics where the old set's
+    /// were, and is the board a worker with that set publishes into, value for value.
+    #[test]
+    fn a_board_reshaped_for_new_collectives_matches_their_walk() {
+        let two = with_collectives(2);
+        let board = Board::new(names_of(&two, 2), 2, vec!["p0".into()], vec![]);
+        let three = with_collectives(3);
+        let ids: Vec<(u16, usize)> = three.agg.as_ref().unwrap().stragglers().map(|(id, n, _)| (id, n)).collect();
+        assert_eq!(ids, [(60000, 1), (60001, 1), (60002, 1)]);
+        let reshaped = board.with_collectives(&ids);
+        assert_eq!(reshaped.metrics, names_of(&three, 2), "the same metrics, in the same order");
+        let none = board.with_collectives(&[]);
+        assert_eq!(none.metrics, names_of(&with_collectives(0), 2));
+        assert!(!none.metrics.iter().any(|m| matches!(m.label, Label::Collective(_) | Label::Rank { .. })));
+        // And back: from none to two.
+        assert_eq!(none.with_collectives(&ids[..2]).metrics, board.metrics);
     }
 
     /// `/dpu/collectives` pages the collectives, each page within a telemetry reply's 256

@@ -505,9 +505,10 @@ struct Step<'a> {
 }
 
 impl Worker {
-    /// Switches to the pipeline version the control plane posted, if it did: the counts carry
-    /// over, the counters are published at once on the board shaped for the new version (so a
-    /// reader of it never sees this worker's counts missing), and the old version goes back.
+    /// Switches to the pipeline version (and collective set) the control plane posted, if it
+    /// did: the counts carry over (the kept collectives' states move over), the counters are
+    /// published at once on the board shaped for the new version (so a reader of it never sees
+    /// this worker's counts missing), and the old version goes back.
     #[inline]
     fn switch_if_asked(
         &mut self,
@@ -518,6 +519,9 @@ impl Worker {
         let Some(mb) = &self.control else { return };
         let Some(mut u) = mb.take() else { return };
         self.datapath.swap_pipeline(&mut u.swap);
+        if let Some(s) = &mut u.agg {
+            self.datapath.swap_collectives(s);
+        }
         if let (Some(p), Some(board)) = (live.as_mut(), u.board.take()) {
             p.set_board(board);
             self.datapath.counters.drop_n(Reason::TxFull, std::mem::take(&mut io.tx_full));

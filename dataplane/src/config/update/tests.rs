@@ -1,7 +1,9 @@
 //! Runtime changes: batches apply all or nothing with errors keyed by operation, counts carry
-//! over by entry identity, and a reload may change only the pipeline part.
+//! over by entry identity, collectives are validated as in the file and keep their state when
+//! unchanged, and a reload may change only the runtime parts.
 
 use super::*;
+use crate::agg::collective::Collective;
 use crate::table::PipelineState;
 
 use crate::testing::PIPELINE_CONF as BASE;
@@ -9,6 +11,11 @@ use crate::testing::PIPELINE_CONF as BASE;
 fn base() -> (Model, Pipeline) {
     let l = crate::config::load_str(BASE, Path::new("base.toml")).unwrap();
     (Model::of(&l), l.pipeline)
+}
+
+/// What `BASE` fixes.
+fn fixed() -> Fixed {
+    Fixed::of(&crate::config::load_str(BASE, Path::new("base.toml")).unwrap())
 }
 
 fn ops(json: &str) -> Vec<Op> {
@@ -19,7 +26,7 @@ fn ops(json: &str) -> Vec<Op> {
 }
 
 fn apply(m: &Model, json: &str) -> Result<(Model, Pipeline), String> {
-    m.apply(&ops(json), 2, false).map_err(|e| e.to_string())
+    m.apply(&ops(json), &fixed()).map(|(m, b)| (m, b.pipeline)).map_err(|e| e.to_string())
 }
 
 #[test]
@@ -191,4 +198,178 @@ fn a_reload_changes_only_the_pipeline_part() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("conf.toml: key `table[0].entry[1].action`"), "{e}");
+}
+
+/// Two ports (port 0 with an address), a 1 MiB memory limit, and collective 1: 200 slots of 400
+/// f32 lanes, two members (200 x 3264 bytes = 0.62 MiB of slot memory).
+const COLLS: &str = r#"
+[dataplane]
+memory_limit_mb = 1
+[[port]]
+vdev = "net_null0"
+ipv4 = "10.0.0.254"
+[[port]]
+vdev = "net_null1"
+[[table]]
+name = "l2"
+key = [{ field = "eth.dst", match = "exact" }]
+[[collective]]
+collective_id = 1
+op = "sum"
+dtype = "f32"
+tensor_elements = 80000
+chunk_elements = 400
+[[collective.member]]
+rank = 0
+ip = "10.0.0.1"
+udp_port = 5000
+mac = "02:00:00:00:00:01"
+[[collective.member]]
+rank = 1
+ip = "10.0.0.2"
+udp_port = 5000
+mac = "02:00:00:00:00:02"
+"#;
+
+/// A collective as a request carries it: two members on port 0.
+fn coll(id: u16, tensor: u64, chunk: u32) -> String {
+    format!(
+        r#"{{"collective_id":{id},"op":"sum","dtype":"f32","tensor_elements":{tensor},"chunk_elements":{chunk},"member":[{{"rank":0,"ip":"10.0.0.1","udp_port":5001,"mac":"02:00:00:00:00:01"}},{{"rank":1,"ip":"10.0.0.2","udp_port":5001,"mac":"02:00:00:00:00:02"}}]}}"#
+    )
+}
+
+fn colls_base() -> (Model, Fixed, Vec<Collective>) {
+    let l = crate::config::load_str(COLLS, Path::new("c.toml")).unwrap();
+    (Model::of(&l), Fixed::of(&l), l.collectives)
+}
+
+fn apply_c(m: &Model, f: &Fixed, json: &str) -> Result<(Model, Built), String> {
+    m.apply_request(&ops(json), f).map_err(|e| e.to_string())
+}
+
+#[test]
+fn collectives_are_added_modified_and_deleted_with_their_owners_and_kept_state() {
+    let (m, f, running) = colls_base();
+    let (n, b) =
+        apply_c(&m, &f, &format!(r#"[{{"op":"add_collective","collective":{}}}]"#, coll(2, 1000, 100))).unwrap();
+    assert_eq!(n.collectives.iter().map(|c| c.collective_id).collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(b.collectives.len(), 2);
+    assert_eq!((b.collectives[1].id, b.collectives[1].slots(), b.collectives[1].members[1].udp_port), (2, 10, 5001));
+    // Collective 1 keeps its state; 2 is new, and goes to worker 1 of 2 (index 1 % 2).
+    assert_eq!(kept(&running, &b.collectives), [Some(0), None]);
+    assert_eq!(owners(&running, &[0], &b.collectives, 2), [0, 1]);
+    // Deleting 1 moves 2 to index 0: it keeps its worker (1), and its state.
+    let (n2, b2) = apply_c(&n, &f, r#"[{"op":"delete_collective","id":1}]"#).unwrap();
+    assert_eq!(n2.collectives.len(), 1);
+    assert_eq!(kept(&b.collectives, &b2.collectives), [Some(1)]);
+    assert_eq!(owners(&b.collectives, &[0, 1], &b2.collectives, 2), [1]);
+    // A new collective at index 1 then goes to worker 1 % 2, whatever the others' owners.
+    assert_eq!(owners(&b2.collectives, &[1], &[b2.collectives[0].clone(), running[0].clone()], 2), [1, 1]);
+    // Modified: the same id, another configuration: it starts afresh on its worker.
+    let (n3, b3) =
+        apply_c(&n, &f, &format!(r#"[{{"op":"modify_collective","collective":{}}}]"#, coll(1, 2000, 100))).unwrap();
+    assert_eq!(n3.collectives[0].tensor_elements, 2000);
+    assert_eq!(kept(&b.collectives, &b3.collectives), [None, Some(1)]);
+    assert_eq!(owners(&b.collectives, &[0, 1], &b3.collectives, 2), [0, 1]);
+    // The last collective deleted: none left (an `aggregate` action would now be refused).
+    let (n4, b4) = apply_c(&n, &f, r#"[{"op":"delete_collective","id":2},{"op":"delete_collective","id":1}]"#).unwrap();
+    assert!(n4.collectives.is_empty() && b4.collectives.is_empty());
+}
+
+#[test]
+fn a_batch_with_one_bad_collective_changes_nothing_and_names_the_op_and_key() {
+    let (m, f, _) = colls_base();
+    let before = m.clone();
+    let entry = r#"{"op":"add_entry","table":"l2","entry":{"key":["02:00:00:00:00:09"],"action":"forward(1)"}}"#;
+    for (batch, want) in [
+        (
+            format!(r#"[{entry},{{"op":"add_collective","collective":{}}}]"#, coll(2, 1000, 0)),
+            "request: key `ops[1].collective.chunk_elements`: expected at least 1 element",
+        ),
+        (
+            format!(r#"[{entry},{{"op":"add_collective","collective":{}}}]"#, coll(2, 1000, 3000)),
+            "request: key `ops[1].collective.chunk_elements`: a chunk of 3000 f32 lanes is 12000 bytes: expected at most 8900 bytes",
+        ),
+        (
+            format!(
+                r#"[{{"op":"add_collective","collective":{}}}]"#,
+                coll(2, 1000, 100).replace("10.0.0.2", "224.0.0.1")
+            ),
+            "request: key `ops[0].collective.member[1].ip`: expected a unicast address",
+        ),
+        (
+            format!(r#"[{{"op":"add_collective","collective":{}}}]"#, coll(2, 1000, 100).replace("\"sum\"", "\"avg\"")),
+            r#"request: key `ops[0].collective.op`: expected "sum", "max" or "min", found "avg""#,
+        ),
+        // Duplicate ids: added twice, or one that runs.
+        (
+            format!(r#"[{{"op":"add_collective","collective":{}}}]"#, coll(1, 1000, 100)),
+            "request: key `ops[0].collective.collective_id`: collective 1 exists already: use modify_collective",
+        ),
+        (
+            format!(
+                r#"[{{"op":"add_collective","collective":{}}},{{"op":"add_collective","collective":{}}}]"#,
+                coll(2, 1000, 100),
+                coll(2, 500, 100)
+            ),
+            "request: key `ops[1].collective.collective_id`: collective 2 exists already",
+        ),
+        (
+            format!(r#"[{{"op":"modify_collective","collective":{}}}]"#, coll(9, 1000, 100)),
+            "request: key `ops[0].collective.collective_id`: no collective 9; collectives: 1",
+        ),
+        (r#"[{"op":"delete_collective","id":9}]"#.to_string(), "request: key `ops[0].id`: no collective 9; collectives: 1"),
+        // The memory limit counts the collectives kept: 0.62 MiB more does not fit beside
+        // collective 1's 0.62 MiB in 1 MiB.
+        (
+            format!(r#"[{entry},{{"op":"add_collective","collective":{}}}]"#, coll(2, 80000, 400)),
+            "request: key `ops[1].collective`: the collectives need 2 MiB of slot memory (this one 200 slots, 1 MiB), more than dataplane.memory_limit_mb = 1 MiB",
+        ),
+        // A member whose port has no address.
+        (
+            format!(
+                r#"[{{"op":"add_collective","collective":{}}}]"#,
+                coll(2, 1000, 100).replace(r#""mac":"02:00:00:00:00:02""#, r#""mac":"02:00:00:00:00:02","port":1"#)
+            ),
+            "request: key `ops[0].collective.member[1].ip`: port[1] has no IPv4 address",
+        ),
+        // Unknown keys are refused as in the file.
+        (
+            format!(r#"[{{"op":"add_collective","collective":{}}}]"#, coll(2, 1000, 100).replace("\"op\"", "\"opp\":1,\"op\"")),
+            "unknown field `opp`",
+        ),
+    ] {
+        let e = match parse_request(format!(r#"{{"cmd":"apply","ops":{batch}}}"#).as_bytes()) {
+            Ok(Request::Apply { ops }) => m.apply_request(&ops, &f).unwrap_err().to_string(),
+            Ok(r) => panic!("{r:?}"),
+            Err(e) => e,
+        };
+        assert!(e.starts_with(want) || (want.starts_with("unknown") && e.contains(want)), "{batch}:\n{e}\nwant {want}");
+        assert!(!e.contains('\n'), "{e}");
+        assert_eq!(m, before, "a refused batch changes nothing");
+    }
+    // The same memory fits once collective 1 is deleted in the same batch (all or nothing, in order).
+    let (n, b) = apply_c(
+        &m,
+        &f,
+        &format!(
+            r#"[{{"op":"delete_collective","id":1}},{{"op":"add_collective","collective":{}}}]"#,
+            coll(2, 80000, 400)
+        ),
+    )
+    .unwrap();
+    assert_eq!((n.collectives.len(), b.collectives[0].id), (1, 2));
+}
+
+#[test]
+fn a_reload_may_change_the_collectives() {
+    let running: toml::Table = COLLS.parse().unwrap();
+    let path = Path::new("c.toml");
+    let m = reload(&running, &COLLS.replace("tensor_elements = 80000", "tensor_elements = 40000"), path).unwrap();
+    assert_eq!(m.collectives[0].tensor_elements, 40000);
+    let m = reload(&running, COLLS.split("[[collective]]").next().unwrap(), path).unwrap();
+    assert!(m.collectives.is_empty());
+    // Checked as at the start.
+    let e = reload(&running, &COLLS.replace("chunk_elements = 400", "chunk_elements = 0"), path).unwrap_err();
+    assert_eq!(e.to_string(), "c.toml: key `collective[0].chunk_elements`: expected at least 1 element");
 }

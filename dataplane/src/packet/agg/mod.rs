@@ -16,8 +16,12 @@
 //! - `status.rs`: the STATUS answers to PROBEs (section 7);
 //! - `send.rs`: writing a frame into the refused or answered packet's mbuf, or a new one.
 //!
-//! All slot memory is allocated when the aggregator is built; the per-packet path allocates
-//! nothing (it takes mbufs from the pool for results and NAKs).
+//! - [`swap`]: a collective set changed at runtime, built off the fast path and switched to at
+//!   a burst boundary, the kept collectives' states moved over.
+//!
+//! All slot memory is allocated when the aggregator is built, or for a set changed at runtime
+//! by the control thread ([`swap::CollSwap::new`]); the per-packet path allocates nothing (it
+//! takes mbufs from the pool for results and NAKs).
 
 mod check;
 pub mod collective;
@@ -31,6 +35,7 @@ pub mod slot;
 mod state;
 mod status;
 pub mod straggle;
+pub mod swap;
 pub mod template;
 
 pub use emit::max_result_frame_len;
@@ -38,11 +43,9 @@ pub use emit::max_result_frame_len;
 use crate::buf::{PacketBuf, PacketIo};
 use crate::parse::{Layers, Parsed};
 use crate::stats::{Counters, Reason};
-use crate::wire::build::FrameSpec;
 use crate::wire::gradient::NakReason;
 use crate::wire::EthernetAddress;
 use collective::Collective;
-use emit::result_spec;
 use kernels::Kernels;
 use nak::member_sources;
 use serde::Serialize;
@@ -257,13 +260,7 @@ impl Aggregator {
                 .enumerate()
                 .map(|(i, c)| {
                     if i as u16 % workers == me {
-                        let mut st = CollState::new(c.clone());
-                        let full = st.spec.chunk_elements as usize;
-                        let specs: Vec<FrameSpec> = (0..st.spec.workers())
-                            .map(|r| result_spec(&st.spec, &ports, gradient_udp_port, appliance_qpn, r, 0, 0, 0, full))
-                            .collect();
-                        st.templates = template::Templates::new(&specs, full * st.spec.dtype.size()).ok();
-                        st
+                        CollState::owned(c.clone(), &ports, gradient_udp_port, appliance_qpn)
                     } else {
                         CollState::unowned(c.clone())
                     }

@@ -175,6 +175,27 @@ impl SharedNakLimiter {
         set
     }
 
+    /// The limiter for a changed set of collectives (the control plane's runtime change): the
+    /// members' sources of `collectives`, with every word this limiter holds carried over (the
+    /// strangers' buckets, and the words of the member sources both sets have), so that the
+    /// 100 ms interval of section 5 runs on across the change. Allocates: on the control thread,
+    /// never per packet. A NAK granted by a worker still on this limiter after the words were
+    /// read is not in the new one: at most one NAK more per source during a switch.
+    pub fn successor<'a>(&self, collectives: impl IntoIterator<Item = &'a Collective> + 'a) -> Arc<SharedNakLimiter> {
+        let next = SharedNakLimiter::with_members(member_sources(collectives));
+        for (a, b) in next.buckets.iter().zip(self.buckets.iter()) {
+            a.store(b.load(Ordering::Acquire), Ordering::Relaxed);
+        }
+        if let (Some(old), Some(new)) = (self.members.get(), next.members.get()) {
+            for (s, _) in new.table.iter().filter(|(_, i)| *i != EMPTY) {
+                if let (Some(w), Some(o)) = (new.word(s, hash(s)), old.word(s, hash(s))) {
+                    w.store(o.load(Ordering::Acquire), Ordering::Relaxed);
+                }
+            }
+        }
+        Arc::new(next)
+    }
+
     /// True if `src` is a configured member's source.
     pub fn is_member(&self, src: &Source) -> bool {
         self.members.get().is_some_and(|m| m.word(src, hash(src)).is_some())

@@ -78,6 +78,18 @@ impl CollState {
         }
     }
 
+    /// The state of a collective this worker owns: [`CollState::new`] with the per-member
+    /// headers of its full-chunk RESULT frames, answering from `ports`' addresses.
+    pub(super) fn owned(spec: Collective, ports: &[super::PortAddr], udp_port: u16, qpn: u32) -> CollState {
+        let mut st = CollState::new(spec);
+        let full = st.spec.chunk_elements as usize;
+        let specs: Vec<build::FrameSpec> = (0..st.spec.workers())
+            .map(|r| super::emit::result_spec(&st.spec, ports, udp_port, qpn, r, 0, 0, 0, full))
+            .collect();
+        st.templates = template::Templates::new(&specs, full * st.spec.dtype.size()).ok();
+        st
+    }
+
     /// The state of a collective another worker owns: its spec only, no slot memory.
     pub(super) fn unowned(spec: Collective) -> CollState {
         CollState {

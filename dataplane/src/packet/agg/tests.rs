@@ -2,11 +2,12 @@
 //! result packets (section 6).
 
 use super::collective::Carriage;
+use super::emit::result_spec;
 use super::*;
 use crate::buf::{VecBuf, VecIo};
 use crate::config::load_str;
 use crate::parse::parse;
-use crate::wire::build::{self, IpAddrBytes, Roce, UD_SEND_ONLY};
+use crate::wire::build::{self, FrameSpec, IpAddrBytes, Roce, UD_SEND_ONLY};
 use crate::wire::gradient::{Flags, GradientHeader, GradientRepr};
 use std::path::Path;
 
@@ -828,6 +829,7 @@ fn completed_results_keep_sums_for_their_frames_pad() {
 
 mod collectives;
 mod probe;
+mod swap;
 
 /// With `[port.qos]` on the members' port, results leave through its scheduler in the class the
 /// collective's DSCP (10) maps to: class 1, whose queue marks every packet, so each result

@@ -884,6 +884,7 @@ fn run_with_eal(
         &opts.config,
         &PathBuf::from(eal.runtime_dir()).join(crate::control::SOCKET_NAME),
         running.mailboxes.clone(),
+        running.agg.clone(),
         opts.quiet,
     ) {
         Ok(c) => Some(c),

@@ -30,6 +30,8 @@ pub(super) struct Running {
     pub started: Instant,
     /// Each worker's mailbox for pipeline updates ([`crate::control`]), by worker index.
     pub mailboxes: Vec<Arc<crate::control::Mailbox>>,
+    /// What the workers' aggregators were built with, for the control plane's collective sets.
+    pub agg: crate::control::AggSetup,
 }
 
 /// Checks that every configured worker lcore is a worker lcore of EAL.
@@ -289,7 +291,17 @@ pub(super) fn launch_workers(
             }
         }
     }
-    Ok(Running { handles, results, started, mailboxes })
+    let agg = crate::control::AggSetup {
+        context: crate::agg::swap::AggContext {
+            ports: shared.port_addrs.clone(),
+            gradient_udp_port: cfg.dataplane.gradient_udp_port,
+            appliance_qpn: cfg.dataplane.appliance_qpn,
+            workers: shared.workers as u16,
+        },
+        naks: shared.nak_limiter.clone(),
+        hand_offs: !shared.rings.is_empty(),
+    };
+    Ok(Running { handles, results, started, mailboxes, agg })
 }
 
 /// Worker `wi` of the run, polling lcore `l`'s rx queues.
@@ -326,21 +338,19 @@ fn make_worker(loaded: &Loaded, shared: &Shared, wi: usize, l: &LcoreConfig) -> 
                     } else {
                         crate::parse::Checks::Router
                     });
-            if loaded.collectives.is_empty() {
-                dp
-            } else {
-                dp.with_aggregator(
-                    crate::agg::Aggregator::for_worker(
-                        &loaded.collectives,
-                        shared.port_addrs.clone(),
-                        cfg.dataplane.gradient_udp_port,
-                        cfg.dataplane.appliance_qpn,
-                        wi as u16,
-                        shared.workers as u16,
-                    )
-                    .with_nak_limiter(shared.nak_limiter.clone()),
+            // Every worker has an aggregator, with no collective too: collectives may be added
+            // while the appliance runs ([`crate::control`]). Without one it takes no packet.
+            dp.with_aggregator(
+                crate::agg::Aggregator::for_worker(
+                    &loaded.collectives,
+                    shared.port_addrs.clone(),
+                    cfg.dataplane.gradient_udp_port,
+                    cfg.dataplane.appliance_qpn,
+                    wi as u16,
+                    shared.workers as u16,
                 )
-            }
+                .with_nak_limiter(shared.nak_limiter.clone()),
+            )
         },
         pool: shared.pool,
         rings: shared.rings.clone(),

@@ -1,4 +1,4 @@
-//! How a new pipeline version reaches a worker and the old one comes back: one mailbox per
+//! How a new pipeline version (and collective set) reaches a worker and the old one comes back: one mailbox per
 //! worker, two pointer slots. The control thread posts a boxed [`Update`]; the worker takes it
 //! at a burst boundary (one relaxed load per poll-loop turn while the slot is empty), switches,
 //! and gives the box back holding the old version, which the control thread frees. So a version
@@ -15,6 +15,9 @@ use std::sync::Arc;
 pub struct Update {
     /// The version and what it keeps of the old one's counts.
     pub swap: PipelineSwap,
+    /// The worker's next collective set, when the update changes the collectives (after the
+    /// switch, the set it left).
+    pub agg: Option<crate::agg::swap::CollSwap>,
     /// The live board shaped for the new version, to publish into from the switch on.
     pub board: Option<Arc<Board>>,
     /// The version it installs (the control plane's count), to tell a late give-back of an
@@ -91,6 +94,7 @@ mod tests {
     fn update() -> Box<Update> {
         Box::new(Update {
             swap: PipelineSwap::new(Pipeline::default(), Arc::new(Carry::default())),
+            agg: None,
             board: None,
             version: 1,
         })

@@ -3,15 +3,22 @@
 //! its own, off the worker lcores.
 //!
 //! A change is validated and built by the configuration's own builders
-//! ([`crate::config::update`]) into a new immutable pipeline; one copy per worker goes through
-//! the worker's [`Mailbox`], the worker switches at a burst boundary (every packet goes through
-//! one version, whole), and the old version comes back to be freed here. The request is
-//! answered once every worker has switched. Counters of what both versions hold carry over.
-//! Requests are served one at a time, so versions never overlap by more than one.
+//! ([`crate::config::update`]) into a new immutable pipeline and, when the collectives change,
+//! a new collective set per worker with all its slot memory ([`CollSwap`]); one copy per worker
+//! goes through the worker's [`Mailbox`], the worker switches at a burst boundary (every packet
+//! goes through one version, whole), and the old version comes back to be freed here. The
+//! request is answered once every worker has switched. Counters of what both versions hold
+//! carry over; the collectives the change keeps (same id, same configuration) keep their slot
+//! state, moved into the new set by their owner worker. Requests are served one at a time, so
+//! versions never overlap by more than one.
 
 pub mod mailbox;
 
-use crate::config::update::{self, parse_request, Model, Request, MAX_REQUEST};
+use crate::agg::collective::Collective;
+use crate::agg::nak::SharedNakLimiter;
+use crate::agg::swap::{AggContext, CollSwap};
+use crate::agg::CollCounters;
+use crate::config::update::{self, parse_request, Built, Fixed, Model, Request, MAX_REQUEST};
 use crate::config::{ConfigError, Loaded};
 use crate::datapath::PipelineSwap;
 use crate::export::Label;
@@ -70,17 +77,34 @@ impl Drop for Control {
     }
 }
 
+/// What the control thread needs to build the workers' collective sets: what the aggregators
+/// answer from, the NAK limiter they share, and whether the run has hand-off rings (several
+/// workers that started with collectives: gradient packets reach their collective's owner).
+#[derive(Debug, Clone)]
+pub struct AggSetup {
+    /// The aggregators' ports, addresses and worker count.
+    pub context: AggContext,
+    /// The NAK limiter every worker's aggregator shares.
+    pub naks: Arc<SharedNakLimiter>,
+    /// The workers hand gradient packets to their collective's owner over rings.
+    pub hand_offs: bool,
+}
+
 /// What the control thread changes and reads.
 struct Server {
     model: Model,
     pipeline: Pipeline,
-    ports: u16,
-    aggregator: bool,
+    /// What changes are validated against.
+    fixed: Fixed,
+    /// The collectives as running, validated, with the worker owning each.
+    colls: Vec<Collective>,
+    owners: Vec<u16>,
+    agg: AggSetup,
     /// The configuration file, and its contents as the appliance started (or last reloaded)
-    /// with it, as TOML: a reload may change only the pipeline part.
+    /// with it, as TOML: a reload may change only the runtime parts (tables, groups, meters,
+    /// collectives).
     config_path: PathBuf,
     running: toml::Table,
-    collectives: Value,
     mailboxes: Vec<Arc<Mailbox>>,
     /// Versions installed since the start.
     version: u64,
@@ -91,13 +115,14 @@ struct Server {
 }
 
 /// Starts the control thread of a run of `loaded` (read from `config_path`), listening at
-/// `socket`; `mailboxes` are the workers'. Errors: the socket cannot be made, or the
-/// configuration file cannot be read again.
+/// `socket`; `mailboxes` are the workers', `agg` what their aggregators were built with.
+/// Errors: the socket cannot be made, or the configuration file cannot be read again.
 pub fn start(
     loaded: &Loaded,
     config_path: &Path,
     socket: &Path,
     mailboxes: Vec<Arc<Mailbox>>,
+    agg: AggSetup,
     quiet: bool,
 ) -> Result<Control, String> {
     let text = std::fs::read_to_string(config_path)
@@ -113,11 +138,13 @@ pub fn start(
     let mut server = Server {
         model: Model::of(loaded),
         pipeline: loaded.pipeline.clone(),
-        ports: loaded.config.ports.len() as u16,
-        aggregator: !loaded.collectives.is_empty(),
+        fixed: Fixed::of(loaded),
+        colls: loaded.collectives.clone(),
+        // The start's rule (collective i to worker i % workers), as the aggregators were built.
+        owners: update::owners(&[], &[], &loaded.collectives, mailboxes.len() as u16),
+        agg,
         config_path: config_path.to_path_buf(),
         running,
-        collectives: serde_json::to_value(&loaded.config.collectives).unwrap_or(Value::Null),
         mailboxes,
         version: 0,
         quiet,
@@ -242,12 +269,13 @@ impl Server {
             Request::Tables {} => Ok(json!({ "tables": self.tables(), "version": self.version })),
             Request::Groups {} => Ok(json!({ "groups": self.model.groups, "version": self.version })),
             Request::Meters {} => Ok(json!({ "meters": self.model.meters, "version": self.version })),
-            Request::Collectives {} => Ok(json!({ "collectives": self.collectives })),
+            Request::Collectives {} => {
+                Ok(json!({ "collectives": self.model.collectives, "owners": self.owners, "version": self.version }))
+            }
             Request::Apply { ops } => {
-                let (model, pipeline) =
-                    self.model.apply_request(&ops, self.ports, self.aggregator).map_err(|e| e.to_string())?;
-                self.install(model, pipeline)?;
-                Ok(json!({ "applied": ops.len(), "version": self.version }))
+                let (model, built) = self.model.apply_request(&ops, &self.fixed).map_err(|e| e.to_string())?;
+                let removed = self.install(model, built)?;
+                Ok(json!({ "applied": ops.len(), "version": self.version, "removed": removed }))
             }
             Request::Reload {} => self.reload().map_err(|e| e.to_string()),
         }
@@ -264,35 +292,62 @@ impl Server {
                 json!({ "message": format!("{}: the pipeline is unchanged", path.display()), "version": self.version }),
             );
         }
-        let pipeline = model.build(self.ports, self.aggregator, &path)?;
-        self.install(model, pipeline).map_err(|e| ConfigError::new(&path, "", e))?;
-        // The file as now running (only its pipeline part may differ from the last one).
+        let built = model.build(&self.fixed, &path)?;
+        let removed = self.install(model, built).map_err(|e| ConfigError::new(&path, "", e))?;
+        // The file as now running (only its runtime parts may differ from the last one).
         if let Ok(t) = text.parse() {
             self.running = t;
         }
         Ok(json!({
             "message": format!("{}: reloaded (version {})", path.display(), self.version),
             "version": self.version,
+            "removed": removed,
         }))
     }
 
-    /// Makes `pipeline` (of `model`) the running version: a copy to every worker, each switching
-    /// at its next burst boundary; returns once all have, having freed the old copies.
-    fn install(&mut self, model: Model, pipeline: Pipeline) -> Result<(), String> {
+    /// Makes `built` (of `model`) the running version: a copy of the pipeline to every worker
+    /// and, when the collectives change, each worker's new collective set, each switching at
+    /// its next burst boundary; returns once all have, having freed the old copies, with what
+    /// became of the collectives the change removed or replaced ([`removed`]).
+    fn install(&mut self, model: Model, built: Built) -> Result<Vec<Value>, String> {
         if let Some(why) = &self.broken {
             return Err(format!("runtime changes are off for this run: {why}"));
         }
+        let Built { pipeline, collectives } = built;
+        let workers = self.mailboxes.len() as u16;
+        let colls_changed = collectives != self.colls;
+        if colls_changed && !collectives.is_empty() && workers > 1 && !self.agg.hand_offs {
+            return Err(format!(
+                "the appliance runs {workers} workers and started without a collective, so it has no hand-off \
+                 rings to bring gradient packets to their collective's worker: restart it with a [[collective]] \
+                 (nothing changed)"
+            ));
+        }
+        let keep = update::kept(&self.colls, &collectives);
+        let owners = update::owners(&self.colls, &self.owners, &collectives, workers);
+        let naks = colls_changed.then(|| self.agg.naks.successor(&collectives));
         let carry = Arc::new(update::carry(&self.model, &self.pipeline, &model, &pipeline));
         let fresh = PipelineState::new(&pipeline);
-        let board = live::current()
-            .map(|b| Arc::new(b.reshaped(&fresh, pipeline.tables.iter().map(|t| t.name.clone()).collect())));
+        let board = live::current().map(|b| {
+            let b = b.reshaped(&fresh, pipeline.tables.iter().map(|t| t.name.clone()).collect());
+            if colls_changed {
+                let shape: Vec<(u16, usize)> = collectives.iter().map(|c| (c.id, c.workers())).collect();
+                Arc::new(b.with_collectives(&shape))
+            } else {
+                Arc::new(b)
+            }
+        });
         let version = self.version + 1;
         // A late give-back of an earlier update (none normally) is freed first.
         for m in &self.mailboxes {
             drop(m.collect());
         }
         for (i, m) in self.mailboxes.iter().enumerate() {
-            let u = Update { swap: PipelineSwap::new(pipeline.clone(), carry.clone()), board: board.clone(), version };
+            let agg = colls_changed.then(|| {
+                CollSwap::new(&self.agg.context, i as u16, &collectives, &owners, &keep, self.colls.len(), naks.clone())
+            });
+            let u =
+                Update { swap: PipelineSwap::new(pipeline.clone(), carry.clone()), agg, board: board.clone(), version };
             if m.post(Box::new(u)).is_err() {
                 // Cannot happen while requests are served one at a time: take back what was
                 // posted, so that no worker switches.
@@ -305,11 +360,15 @@ impl Server {
         }
         let start = Instant::now();
         let mut back = vec![false; self.mailboxes.len()];
+        // The old versions, given back: read (what the removed collectives left), then freed.
+        let mut old = Vec::new();
         while back.iter().any(|b| !b) {
             for (m, b) in self.mailboxes.iter().zip(back.iter_mut()) {
                 if !*b {
-                    // The old version comes back in the box, and is freed here.
-                    *b = m.collect().is_some_and(|u| u.version == version);
+                    if let Some(u) = m.collect().filter(|u| u.version == version) {
+                        old.push(u);
+                        *b = true;
+                    }
                 }
             }
             if start.elapsed() > SWITCH_TIMEOUT {
@@ -330,10 +389,27 @@ impl Server {
         if let Some(b) = board {
             live::set_current(Some(b));
         }
+        let removed = removed(&self.colls, &collectives, &old);
+        if !self.quiet {
+            for r in &removed {
+                eprintln!(
+                    "dpu: collective {} {}: {} round(s) in progress discarded",
+                    r["collective"],
+                    if r["replaced"] == json!(true) { "replaced" } else { "removed" },
+                    r["rounds_discarded"]
+                );
+            }
+        }
+        drop(old);
         self.model = model;
         self.pipeline = pipeline;
+        self.colls = collectives;
+        self.owners = owners;
+        if let Some(n) = naks {
+            self.agg.naks = n;
+        }
         self.version = version;
-        Ok(())
+        Ok(removed)
     }
 
     /// The tables as running, with each entry's and miss's packets and bytes summed over the
@@ -380,6 +456,36 @@ impl Server {
             .collect();
         Value::Array(tables)
     }
+}
+
+/// What became of the collectives of `old` that `new` does not keep (removed, or replaced by a
+/// changed configuration), from the sets the workers gave back (`given`): per collective its
+/// id, whether `new` has a collective of that id (`replaced`), the rounds it had in progress,
+/// discarded (`rounds_discarded`: its slots in use, summed over the workers), and its last
+/// counters ([`CollCounters`], summed: only its owner counted).
+fn removed(old: &[Collective], new: &[Collective], given: &[Box<Update>]) -> Vec<Value> {
+    let mut left: Vec<(u16, CollCounters, u64)> = Vec::new();
+    for (id, c, in_use) in given.iter().filter_map(|u| u.agg.as_ref()).flat_map(|s| s.left()) {
+        match left.iter_mut().find(|(x, _, _)| *x == id) {
+            Some((_, sum, n)) => {
+                sum.add(c);
+                *n += in_use;
+            }
+            None => left.push((id, *c, in_use)),
+        }
+    }
+    // In the old set's order.
+    left.sort_by_key(|(id, _, _)| old.iter().position(|o| o.id == *id));
+    left.into_iter()
+        .map(|(id, c, in_use)| {
+            json!({
+                "collective": id,
+                "replaced": new.iter().any(|n| n.id == id),
+                "rounds_discarded": in_use,
+                "counters": c,
+            })
+        })
+        .collect()
 }
 
 /// Each collective's straggler view from the live board: per rank its contributions, their mean
