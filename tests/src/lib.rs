@@ -5,6 +5,7 @@
 //! (`make test` builds them with the test-release profile and points `DPU_BIN_DIR` at
 //! `target/test-release`); `DPU_BIN` and `PKTGEN_BIN` override one binary each.
 
+pub mod control;
 pub mod frames;
 pub mod grad;
 pub mod split;

@@ -16,11 +16,11 @@
 //!   contributions, all received by worker 0, are handed to its owner and summed there; a run
 //!   of several workers that started without a collective refuses to add one.
 
-use functional_tests::dpu_bin;
+use functional_tests::control::{ctl_json, dpuctl, start, stop};
 use functional_tests::grad::{f32s, Coll};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const EAL: &str = "\"--no-huge\", \"-m\", \"256\", \"--no-pci\", \"--no-shconf\", \"--log-level\", \"*:error\"";
@@ -28,10 +28,6 @@ const EAL: &str = "\"--no-huge\", \"-m\", \"256\", \"--no-pci\", \"--no-shconf\"
 const GRAD_PORT: u16 = dataplane::wire::gradient::DEFAULT_UDP_PORT;
 const ETH_P_ALL: u16 = 0x0003;
 const PACKET_OUTGOING: u8 = 4;
-
-fn dpuctl_bin() -> PathBuf {
-    functional_tests::project_bin("dpuctl", "DPUCTL_BIN")
-}
 
 fn sh(args: &[&str]) -> bool {
     Command::new(args[0]).args(&args[1..]).status().is_ok_and(|s| s.success())
@@ -191,45 +187,6 @@ impl Reply {
     }
 }
 
-fn dpuctl(sock: &Path, args: &[&str]) -> Output {
-    Command::new(dpuctl_bin()).arg("-s").arg(sock).args(args).output().unwrap()
-}
-
-fn ctl_json(sock: &Path, args: &[&str]) -> Value {
-    let o = Command::new(dpuctl_bin()).arg("-s").arg(sock).arg("--json").args(args).output().unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "dpuctl {args:?}: {text}{}", String::from_utf8_lossy(&o.stderr));
-    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
-}
-
-fn start(conf: &Path, stats: &Path) -> (Child, PathBuf) {
-    let mut dpu = Command::new(dpu_bin())
-        .args(["-c", conf.to_str().unwrap(), "--stats-json", stats.to_str().unwrap(), "--duration", "120"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let sock = Path::new("/var/run/dpdk").join(format!("dpu-{}", dpu.id())).join("dpu_control.sock");
-    let t = Instant::now();
-    while !sock.exists() {
-        if t.elapsed() > Duration::from_secs(20) || dpu.try_wait().unwrap().is_some() {
-            let _ = dpu.kill();
-            let o = dpu.wait_with_output().unwrap();
-            panic!("no control socket {}:\n{}", sock.display(), String::from_utf8_lossy(&o.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (dpu, sock)
-}
-
-fn stop(dpu: Child) -> String {
-    let _ = Command::new("kill").arg("-TERM").arg(dpu.id().to_string()).status();
-    let o = dpu.wait_with_output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    assert_eq!(o.status.code(), Some(0), "the appliance failed:\n{text}");
-    text
-}
-
 /// The RESULT frames of one completed round: one per member, each with `sum`.
 fn assert_results(got: &[Reply], coll: &Coll, offset: u32, round: u32, sum: &[f32], dscp: u8) {
     let mut dsts: Vec<([u8; 4], u16)> = got.iter().map(|r| (r.dst_ip, r.dst_port)).collect();
@@ -264,7 +221,7 @@ fn collectives_added_and_deleted_at_runtime_are_summed_then_unknown() {
     .unwrap();
     let stats = dir.join("stats.json");
     let wire = Wire::open(&veth.b);
-    let (dpu, sock) = start(&conf, &stats);
+    let (dpu, sock) = start(&conf, &stats, 120);
 
     // The wire is up once a PROBE of collective 1 is answered (STATUS: no history).
     let t = Instant::now();
@@ -477,7 +434,7 @@ fn with_two_workers_a_collective_added_at_runtime_goes_to_its_owner_and_stays_th
     std::fs::write(&conf, format!("{eal}{port}{}", one.toml())).unwrap();
     let stats = dir.join("stats.json");
     let wire = Wire::open(&veth.b);
-    let (dpu, sock) = start(&conf, &stats);
+    let (dpu, sock) = start(&conf, &stats, 120);
     wait_for_status(&wire, &one);
     assert_eq!(ids_and_owners(&sock), (vec![1], vec![0]));
 
@@ -522,7 +479,7 @@ fn with_two_workers_a_collective_added_at_runtime_goes_to_its_owner_and_stays_th
     // refused, and nothing changes.
     let conf = dir.join("none.toml");
     std::fs::write(&conf, format!("{eal}{port}")).unwrap();
-    let (dpu, sock) = start(&conf, &stats);
+    let (dpu, sock) = start(&conf, &stats, 120);
     let o = dpuctl(&sock, &["collective", "add", f.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");

@@ -9,21 +9,17 @@
 //!   only a restart can, changes nothing and the appliance says why.
 //! - Requests are limited in size and parsed strictly; the socket is its user's alone (0600).
 
+use functional_tests::control::{ctl_json, dpuctl, dpuctl_bin, start, stop};
 use functional_tests::grad::pktgen_bin;
-use functional_tests::{dpu_bin, read_pcap};
+use functional_tests::read_pcap;
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const EAL: &str = "\"--no-huge\", \"-m\", \"256\", \"--no-pci\", \"--no-shconf\", \"--log-level\", \"*:error\"";
-
-/// The `dpuctl` binary (see `project_bin`).
-fn dpuctl_bin() -> PathBuf {
-    functional_tests::project_bin("dpuctl", "DPUCTL_BIN")
-}
 
 /// A short scratch directory (memif socket paths must fit a sockaddr_un).
 fn short_dir(tag: &str) -> PathBuf {
@@ -31,50 +27,6 @@ fn short_dir(tag: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
-}
-
-/// Starts the appliance and returns it with its control socket (from the line it prints).
-fn start(conf: &Path, stats: &Path, secs: u32) -> (Child, PathBuf) {
-    let mut dpu = Command::new(dpu_bin())
-        .args(["-c", conf.to_str().unwrap(), "--stats-json", stats.to_str().unwrap(), "--duration"])
-        .arg(secs.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The socket is in the runtime directory of the instance's default prefix, dpu-<pid>.
-    let sock = Path::new("/var/run/dpdk").join(format!("dpu-{}", dpu.id())).join("dpu_control.sock");
-    let t = Instant::now();
-    while !sock.exists() {
-        if t.elapsed() > Duration::from_secs(20) || dpu.try_wait().unwrap().is_some() {
-            let _ = dpu.kill();
-            let o = dpu.wait_with_output().unwrap();
-            panic!("no control socket {}:\n{}", sock.display(), String::from_utf8_lossy(&o.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (dpu, sock)
-}
-
-fn dpuctl(sock: &Path, args: &[&str]) -> Output {
-    Command::new(dpuctl_bin()).arg("-s").arg(sock).args(args).output().unwrap()
-}
-
-/// `dpuctl --json ARGS`: the reply, which must say ok.
-fn ctl_json(sock: &Path, args: &[&str]) -> Value {
-    let o = Command::new(dpuctl_bin()).arg("-s").arg(sock).arg("--json").args(args).output().unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "dpuctl {args:?}: {text}{}", String::from_utf8_lossy(&o.stderr));
-    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
-}
-
-/// Stops the appliance (SIGTERM); its stdout and stderr.
-fn stop(dpu: Child) -> String {
-    let _ = Command::new("kill").arg("-TERM").arg(dpu.id().to_string()).status();
-    let o = dpu.wait_with_output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    assert_eq!(o.status.code(), Some(0), "the appliance failed:\n{text}");
-    text
 }
 
 fn u(v: &Value) -> u64 {
