@@ -219,17 +219,18 @@ op = "sum"
 dtype = "f32"
 tensor_elements = 80000
 chunk_elements = 400
-[[collective.member]]
-rank = 0
-ip = "10.0.0.1"
-udp_port = 5000
-mac = "02:00:00:00:00:01"
-[[collective.member]]
-rank = 1
-ip = "10.0.0.2"
-udp_port = 5000
-mac = "02:00:00:00:00:02"
 "#;
+
+/// [`COLLS`] with collective 1's two members (ranks 0 and 1 at 10.0.0.1 and .2, port 5000).
+fn colls_conf() -> String {
+    let members = (1..=2).map(|k| {
+        format!(
+            "[[collective.member]]\nrank = {}\nip = \"10.0.0.{k}\"\nudp_port = 5000\nmac = \"02:00:00:00:00:0{k}\"\n",
+            k - 1
+        )
+    });
+    COLLS.to_string() + &members.collect::<String>()
+}
 
 /// A collective as a request carries it: two members on port 0.
 fn coll(id: u16, tensor: u64, chunk: u32) -> String {
@@ -239,7 +240,7 @@ fn coll(id: u16, tensor: u64, chunk: u32) -> String {
 }
 
 fn colls_base() -> (Model, Fixed, Vec<Collective>) {
-    let l = crate::config::load_str(COLLS, Path::new("c.toml")).unwrap();
+    let l = crate::config::load_str(&colls_conf(), Path::new("c.toml")).unwrap();
     (Model::of(&l), Fixed::of(&l), l.collectives)
 }
 
@@ -363,13 +364,14 @@ fn a_batch_with_one_bad_collective_changes_nothing_and_names_the_op_and_key() {
 
 #[test]
 fn a_reload_may_change_the_collectives() {
-    let running: toml::Table = COLLS.parse().unwrap();
+    let conf = colls_conf();
+    let running: toml::Table = conf.parse().unwrap();
     let path = Path::new("c.toml");
-    let m = reload(&running, &COLLS.replace("tensor_elements = 80000", "tensor_elements = 40000"), path).unwrap();
+    let m = reload(&running, &conf.replace("tensor_elements = 80000", "tensor_elements = 40000"), path).unwrap();
     assert_eq!(m.collectives[0].tensor_elements, 40000);
-    let m = reload(&running, COLLS.split("[[collective]]").next().unwrap(), path).unwrap();
+    let m = reload(&running, conf.split("[[collective]]").next().unwrap(), path).unwrap();
     assert!(m.collectives.is_empty());
     // Checked as at the start.
-    let e = reload(&running, &COLLS.replace("chunk_elements = 400", "chunk_elements = 0"), path).unwrap_err();
+    let e = reload(&running, &conf.replace("chunk_elements = 400", "chunk_elements = 0"), path).unwrap_err();
     assert_eq!(e.to_string(), "c.toml: key `collective[0].chunk_elements`: expected at least 1 element");
 }
