@@ -2,27 +2,15 @@
 //! `on_panic` hook runs (the appliance uses it to stop every other worker): never a silent hang.
 #![cfg(feature = "dpdk")]
 
+mod common;
+
 use dataplane::dpdk::{lcore, Eal};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 #[test]
 fn worker_panic_is_caught_and_reported() {
-    let args: Vec<String> = [
-        "lcore_panic",
-        "--no-huge",
-        "-m",
-        "64",
-        "--no-pci",
-        "--no-shconf",
-        "--lcores",
-        "0@0,1@0",
-        "--log-level",
-        "*:error",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let args = common::eal_args("lcore_panic", "0@0,1@0");
     let eal = Eal::init(&args).expect("EAL init");
     assert_eq!(eal.worker_lcores(), vec![1]);
     static HOOK: AtomicBool = AtomicBool::new(false);

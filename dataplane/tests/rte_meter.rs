@@ -7,6 +7,8 @@
 //! the traces are in cycles of that TSC.
 #![cfg(feature = "dpdk")]
 
+mod common;
+
 use dataplane::dpdk::{self, meter::Rounding, Eal};
 use dataplane::meter::{Color, Meter, Profile};
 use std::sync::OnceLock;
@@ -15,21 +17,7 @@ use std::sync::OnceLock;
 fn hz() -> u64 {
     static EAL: OnceLock<Eal> = OnceLock::new();
     EAL.get_or_init(|| {
-        let args: Vec<String> = [
-            "rte_meter",
-            "--no-huge",
-            "-m",
-            "64",
-            "--no-pci",
-            "--no-shconf",
-            "--lcores",
-            "0@0",
-            "--log-level",
-            "*:error",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let args = common::eal_args("rte_meter", "0@0");
         Eal::init(&args).expect("EAL init")
     });
     let hz = dpdk::tsc_hz();

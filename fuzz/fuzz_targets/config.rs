@@ -13,13 +13,12 @@
 use dataplane::agg::collective::Carriage;
 use dataplane::agg::{Aggregator, PortAddr};
 use dataplane::buf::{VecBuf, VecIo};
-use dataplane::config::load_str;
 use dataplane::datapath::Datapath;
 use dataplane::parse::parse;
+use dataplane::testing::{host_ip, load_fuzzed};
 use dataplane::wire::build::{build, FrameSpec, IpAddrBytes, Roce};
 use dataplane::wire::gradient::GradientRepr;
 use libfuzzer_sys::fuzz_target;
-use std::path::Path;
 
 /// Most ports the frames are sent in on (each frame once per ingress port).
 const MAX_PORTS: u16 = 4;
@@ -28,15 +27,7 @@ const MAX_PAYLOAD: usize = 9000;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    let loaded = match load_str(text, Path::new("fuzz.toml")) {
-        Ok(l) => l,
-        Err(e) => {
-            let msg = e.to_string();
-            assert!(msg.starts_with("fuzz.toml: "), "{msg}");
-            assert!(!msg.contains('\n'), "one line: {msg:?}");
-            return;
-        }
-    };
+    let Some(loaded) = load_fuzzed(text) else { return };
     let cfg = &loaded.config;
     let ports = cfg.ports.len() as u16;
     let udp_port = cfg.dataplane.gradient_udp_port;
@@ -72,19 +63,15 @@ fuzz_target!(|data: &[u8]| {
 /// tag, and an ARP request.
 fn plain_frames(udp_port: u16) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
-    let ips = [
-        (IpAddrBytes::V4([10, 0, 0, 1]), IpAddrBytes::V4([10, 0, 0, 2])),
-        (IpAddrBytes::V6([0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]), IpAddrBytes::V6([0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2])),
-    ];
-    for (src_ip, dst_ip) in ips {
+    for v6 in [false, true] {
         for (vlan, dst_port) in [(None, 9000), (Some(100), udp_port)] {
             let spec = FrameSpec {
                 src_mac: "02:00:00:00:00:01".parse().unwrap(),
                 dst_mac: "02:00:00:00:00:02".parse().unwrap(),
                 vlan,
                 outer_tag: None,
-                src_ip,
-                dst_ip,
+                src_ip: host_ip(v6, 1),
+                dst_ip: host_ip(v6, 2),
                 dscp: 26,
                 ecn: 2,
                 ttl: 64,
@@ -107,6 +94,14 @@ fn plain_frames(udp_port: u16) -> Vec<Vec<u8>> {
     out
 }
 
+/// The appliance's address of the member's family on port `a` (zero where the port has none).
+fn appliance_ip(member: IpAddrBytes, a: &PortAddr) -> IpAddrBytes {
+    match member {
+        IpAddrBytes::V4(_) => IpAddrBytes::V4(a.ipv4.unwrap_or_default()),
+        IpAddrBytes::V6(_) => IpAddrBytes::V6(a.ipv6.unwrap_or_default()),
+    }
+}
+
 /// One contribution per member of `c` for its first chunk, round 0, addressed to the
 /// appliance's address on the member's port (a zero address where the port has none).
 fn contributions(c: &dataplane::agg::collective::Collective, addrs: &[PortAddr], udp_port: u16, qpn: u32) -> Vec<Vec<u8>> {
@@ -116,10 +111,6 @@ fn contributions(c: &dataplane::agg::collective::Collective, addrs: &[PortAddr],
     let mut out = Vec::new();
     for m in &c.members {
         let Some(a) = addrs.get(m.port as usize) else { continue };
-        let dst_ip = match m.ip {
-            IpAddrBytes::V4(_) => IpAddrBytes::V4(a.ipv4.unwrap_or_default()),
-            IpAddrBytes::V6(_) => IpAddrBytes::V6(a.ipv6.unwrap_or_default()),
-        };
         let roce = c.carriage == Carriage::Rocev2;
         let spec = FrameSpec {
             src_mac: m.mac,
@@ -127,7 +118,7 @@ fn contributions(c: &dataplane::agg::collective::Collective, addrs: &[PortAddr],
             vlan: m.vlan,
             outer_tag: None,
             src_ip: m.ip,
-            dst_ip,
+            dst_ip: appliance_ip(m.ip, a),
             dscp: 0,
             ecn: 2,
             ttl: 64,
@@ -136,15 +127,12 @@ fn contributions(c: &dataplane::agg::collective::Collective, addrs: &[PortAddr],
             roce: roce.then_some(Roce { dest_qp: qpn, psn: 0, pkey: 0xffff, qkey: m.qkey, src_qp: m.qpn }),
             header: GradientRepr {
                 version: 1,
-                flags: 0,
                 op_type: c.op as u8,
                 collective_id: c.id,
                 dtype: c.dtype as u8,
-                reason: 0,
                 worker_rank: m.rank,
-                tensor_offset: 0,
                 data_length: len as u32,
-                round: 0,
+                ..Default::default()
             },
         };
         let mut f = vec![0u8; spec.frame_len(len)];

@@ -46,27 +46,19 @@ const CONFIG: &str = r#"
 # Three copies, each with its own rewrites.
 [[multicast_group]]
 id = 1
-[[multicast_group.copy]]
-port = 0
-actions = "push_vlan(100); set_eth_dst(01:00:5e:00:00:01); count(mc1_a)"
-[[multicast_group.copy]]
-port = 1
-actions = "pop_vlan; dec_ttl; set_dscp(10)"
-[[multicast_group.copy]]
-port = 3
-actions = "set_vlan(200); mark_ecn; push_vlan(7); count(mc1_c)"
+copy = [
+    { port = 0, actions = "push_vlan(100); set_eth_dst(01:00:5e:00:00:01); count(mc1_a)" },
+    { port = 1, actions = "pop_vlan; dec_ttl; set_dscp(10)" },
+    { port = 3, actions = "set_vlan(200); mark_ecn; push_vlan(7); count(mc1_c)" },
+]
 
 [[multicast_group]]
 id = 2
-[[multicast_group.copy]]
-port = 1
-actions = "push_vlan(300); push_vlan(301)"
-[[multicast_group.copy]]
-port = 2
-actions = "dec_ttl; dec_ttl; mark_ecn; set_dscp(63)"
-[[multicast_group.copy]]
-port = 3
-actions = "set_eth_src(02:00:00:00:00:cc); pop_vlan; pop_vlan; set_vlan(5)"
+copy = [
+    { port = 1, actions = "push_vlan(300); push_vlan(301)" },
+    { port = 2, actions = "dec_ttl; dec_ttl; mark_ecn; set_dscp(63)" },
+    { port = 3, actions = "set_eth_src(02:00:00:00:00:cc); pop_vlan; pop_vlan; set_vlan(5)" },
+]
 
 # Ternary and range fields, priorities (larger wins).
 [[table]]
@@ -79,94 +71,52 @@ key = [
     { field = "ipv4.ecn", match = "ternary" },
 ]
 default_action = "goto(l2)"
-[[table.entry]]
-key = ["0x0800", "10.0.0.99", "*", "*", "*"]
-priority = 100
-action = "count(acl_deny); drop"
-[[table.entry]]
-key = ["0x0800", "10.0.0.0 &&& 255.255.255.0", "4791", "*", "*"]
-priority = 90
-action = "count(roce); set_dscp(26); mark_ecn; goto(route4)"
-[[table.entry]]
-key = ["*", "*", "1000->9999", "1->4095", "*"]
-priority = 80
-action = "set_vlan(55); pop_vlan; goto(l2)"
-[[table.entry]]
-key = ["0x0800", "*", "9000", "*", "3"]
-priority = 75
-action = "dec_ttl; multicast(2); exit"
-[[table.entry]]
-key = ["0x0800", "*", "9000", "*", "*"]
-priority = 70
-action = "set_dscp(46); dec_ttl; goto(route4)"
-[[table.entry]]
-key = ["0x86dd", "*", "*", "*", "*"]
-priority = 60
-action = "mark_ecn; dec_ttl; set_dscp(12); goto(route6)"
-[[table.entry]]
-key = ["0x0806", "*", "*", "*", "*"]
-priority = 50
-action = "flood; exit"
-[[table.entry]]
-key = ["*", "172.30.0.0 &&& 255.255.0.0", "*", "*", "*"]
-priority = 40
-action = "goto(route4)"
+entry = [
+    { key = ["0x0800", "10.0.0.99", "*", "*", "*"], priority = 100, action = "count(acl_deny); drop" },
+    { key = ["0x0800", "10.0.0.0 &&& 255.255.255.0", "4791", "*", "*"], priority = 90, action = "count(roce); set_dscp(26); mark_ecn; goto(route4)" },
+    { key = ["*", "*", "1000->9999", "1->4095", "*"], priority = 80, action = "set_vlan(55); pop_vlan; goto(l2)" },
+    { key = ["0x0800", "*", "9000", "*", "3"], priority = 75, action = "dec_ttl; multicast(2); exit" },
+    { key = ["0x0800", "*", "9000", "*", "*"], priority = 70, action = "set_dscp(46); dec_ttl; goto(route4)" },
+    { key = ["0x86dd", "*", "*", "*", "*"], priority = 60, action = "mark_ecn; dec_ttl; set_dscp(12); goto(route6)" },
+    { key = ["0x0806", "*", "*", "*", "*"], priority = 50, action = "flood; exit" },
+    { key = ["*", "172.30.0.0 &&& 255.255.0.0", "*", "*", "*"], priority = 40, action = "goto(route4)" },
+]
 
 # Longest prefix match.
 [[table]]
 name = "route4"
 key = [{ field = "ipv4.dst", match = "lpm" }]
 default_action = "drop"
-[[table.entry]]
-key = ["10.0.0.2/32"]
-action = "multicast(1); exit"
-[[table.entry]]
-key = ["10.0.0.0/8"]
-action = "set_eth_src(02:00:00:00:00:aa); set_eth_dst(02:00:00:00:00:bb); forward(2); exit"
-[[table.entry]]
-key = ["172.30.0.25/32"]
-action = "multicast(2); exit"
-[[table.entry]]
-key = ["172.30.0.0/16"]
-action = "dec_ttl; push_vlan(10); forward(3); goto(l2)"
-[[table.entry]]
-key = ["0.0.0.0/0"]
-action = "forward(0); exit"
+entry = [
+    { key = ["10.0.0.2/32"], action = "multicast(1); exit" },
+    { key = ["10.0.0.0/8"], action = "set_eth_src(02:00:00:00:00:aa); set_eth_dst(02:00:00:00:00:bb); forward(2); exit" },
+    { key = ["172.30.0.25/32"], action = "multicast(2); exit" },
+    { key = ["172.30.0.0/16"], action = "dec_ttl; push_vlan(10); forward(3); goto(l2)" },
+    { key = ["0.0.0.0/0"], action = "forward(0); exit" },
+]
 
 [[table]]
 name = "route6"
 key = [{ field = "ipv6.dst", match = "lpm" }]
 default_action = "drop"
-[[table.entry]]
-key = ["fd00::2/128"]
-action = "multicast(1); exit"
-[[table.entry]]
-key = ["fd00::/16"]
-action = "push_vlan(600); forward(1); exit"
+entry = [
+    { key = ["fd00::2/128"], action = "multicast(1); exit" },
+    { key = ["fd00::/16"], action = "push_vlan(600); forward(1); exit" },
+]
 
 # Exact match.
 [[table]]
 name = "l2"
 key = [{ field = "eth.dst", match = "exact" }, { field = "vlan.outer_valid", match = "exact" }]
 default_action = "count(l2_miss); forward(0)"
-[[table.entry]]
-key = ["ff:ff:ff:ff:ff:ff", 0]
-action = "flood"
-[[table.entry]]
-key = ["02:00:00:00:00:02", 0]
-action = "push_vlan(42); push_vlan(43); forward(1)"
-[[table.entry]]
-key = ["02:00:00:00:00:02", 1]
-action = "pop_vlan; set_vlan(9); forward(2)"
-[[table.entry]]
-key = ["fa:16:3e:a3:16:62", 1]
-action = "pop_vlan; forward(2)"
-[[table.entry]]
-key = ["fa:16:3e:1d:de:18", 0]
-action = "multicast(1)"
-[[table.entry]]
-key = ["01:00:5e:00:00:01", 0]
-action = "multicast(2)"
+entry = [
+    { key = ["ff:ff:ff:ff:ff:ff", 0], action = "flood" },
+    { key = ["02:00:00:00:00:02", 0], action = "push_vlan(42); push_vlan(43); forward(1)" },
+    { key = ["02:00:00:00:00:02", 1], action = "pop_vlan; set_vlan(9); forward(2)" },
+    { key = ["fa:16:3e:a3:16:62", 1], action = "pop_vlan; forward(2)" },
+    { key = ["fa:16:3e:1d:de:18", 0], action = "multicast(1)" },
+    { key = ["01:00:5e:00:00:01", 0], action = "multicast(2)" },
+]
 "#;
 
 thread_local! {

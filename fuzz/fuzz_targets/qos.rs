@@ -24,9 +24,9 @@
 #![no_main]
 
 use dataplane::buf::{VecBuf, VecIo};
-use dataplane::config::load_str;
 use dataplane::datapath::Datapath;
 use dataplane::parse::parse;
+use dataplane::testing::load_fuzzed;
 use dataplane::wire::build::{build, FrameSpec, IpAddrBytes, Roce};
 use dataplane::wire::gradient::GradientRepr;
 use dataplane::wire::EthernetAddress;
@@ -34,7 +34,6 @@ use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use std::collections::HashMap;
 use std::fmt::Write;
-use std::path::Path;
 
 /// The gradient protocol's UDP port in the config (no frame here is a contribution).
 const GRAD_PORT: u16 = 4000;
@@ -248,15 +247,7 @@ fuzz_target!(|data: &[u8]| {
     let mut u = Unstructured::new(data);
     let Ok(case) = config(&mut u) else { return };
     let Ok(frames) = trace(&mut u) else { return };
-    let loaded = match load_str(&case.config, Path::new("fuzz.toml")) {
-        Ok(l) => l,
-        Err(e) => {
-            let msg = e.to_string();
-            assert!(msg.starts_with("fuzz.toml: "), "{msg}");
-            assert!(!msg.contains('\n'), "one line: {msg:?}");
-            return;
-        }
-    };
+    let Some(loaded) = load_fuzzed(&case.config) else { return };
     let qos = loaded.qos.clone();
     let mut dp = Datapath::new(loaded.pipeline, 2, GRAD_PORT)
         .with_egress(&qos)

@@ -37,9 +37,7 @@
 //! reading the rest of the frame: a few dozen instructions whatever the frame's size.
 
 use dataplane::wire::bth::{BthRepr, DethHeader};
-use dataplane::wire::build::{IpAddrBytes, ROCEV2_PORT, UD_SEND_ONLY};
-use dataplane::wire::ipv4::{Ipv4Packet, Ipv4Repr};
-use dataplane::wire::ipv6::Ipv6Repr;
+use dataplane::wire::build::{IpAddrBytes, UdpIpHeader, ROCEV2_PORT, UD_SEND_ONLY};
 use dataplane::wire::udp::{UdpPacket, UdpRepr};
 use dataplane::wire::{bth, checksum, icrc, udp, EthernetAddress, EthernetFrame};
 
@@ -405,16 +403,7 @@ impl SizeTemplates {
         // len, as built), the stamp's fields, the PSN, the ICRC and the UDP checksum (all
         // inside the headers built for len). `heads` holds `flows` templates of `h` bytes.
         unsafe {
-            let src = self.heads.as_ptr().add(flow * h);
-            if h == 64 {
-                copy_fixed::<64>(dst, src);
-            } else if h > 64 {
-                copy_fixed::<64>(dst, src);
-                copy_fixed::<64>(dst.add(h - 64), src.add(h - 64));
-            } else {
-                copy_fixed::<32>(dst, src);
-                copy_fixed::<32>(dst.add(h - 32), src.add(h - 32));
-            }
+            copy_head(dst, self.heads.as_ptr().add(flow * h), h);
             if self.len > h {
                 std::ptr::copy_nonoverlapping(self.filler.as_ptr(), dst.add(h), self.filler.len());
                 if self.trailer != 0 {
@@ -497,16 +486,7 @@ impl Stamper<'_> {
         // trailer and no ICRC; the filler ends the frame), the head's source in template `flow`
         // of `heads` (`flows` templates of `h` bytes, 60 <= h <= len).
         unsafe {
-            let src = self.heads.as_ptr().add(flow * h);
-            if h == 64 {
-                copy_fixed::<64>(dst, src);
-            } else if h > 64 {
-                copy_fixed::<64>(dst, src);
-                copy_fixed::<64>(dst.add(h - 64), src.add(h - 64));
-            } else {
-                copy_fixed::<32>(dst, src);
-                copy_fixed::<32>(dst.add(h - 32), src.add(h - 32));
-            }
+            copy_head(dst, self.heads.as_ptr().add(flow * h), h);
             if len > h {
                 let filler = &self.t.filler;
                 std::ptr::copy_nonoverlapping(filler.as_ptr(), dst.add(h), filler.len());
@@ -536,6 +516,28 @@ unsafe fn copy_fixed<const N: usize>(dst: *mut u8, src: *const u8) {
     unsafe { dst.cast::<[u8; N]>().write_unaligned(src.cast::<[u8; N]>().read_unaligned()) }
 }
 
+/// Copies a template's head of `h` bytes (at least 32) from `src` to `dst`: two overlapping
+/// fixed-size copies of 64 bytes (one when `h` is 64), or of 32 below 64.
+///
+/// # Safety
+/// Both valid for `h` bytes, and disjoint.
+#[inline(always)]
+unsafe fn copy_head(dst: *mut u8, src: *const u8, h: usize) {
+    // SAFETY: every copy lies in [0, h) of both, as the caller guarantees (h >= 64 for the
+    // copies of 64, h >= 32 for those of 32).
+    unsafe {
+        if h == 64 {
+            copy_fixed::<64>(dst, src);
+        } else if h > 64 {
+            copy_fixed::<64>(dst, src);
+            copy_fixed::<64>(dst.add(h - 64), src.add(h - 64));
+        } else {
+            copy_fixed::<32>(dst, src);
+            copy_fixed::<32>(dst.add(h - 32), src.add(h - 32));
+        }
+    }
+}
+
 /// Bytes of a template copied per packet with fixed-size moves (two overlapping copies of 64
 /// bytes, or of 32 below 64; the rest of a longer frame's filler follows in one `memcpy`).
 pub const HEAD_LEN: usize = 128;
@@ -556,38 +558,9 @@ fn build_headers(spec: &StreamSpec, flow: u32, lane: u8, ip_payload: usize, f: &
         None => f[12..14].copy_from_slice(&ethertype.to_be_bytes()),
     }
     let udp_len = ip_payload;
-    match (spec.flow_src_ip(flow), spec.dst_ip) {
-        (IpAddrBytes::V4(s), IpAddrBytes::V4(d)) => {
-            Ipv4Repr {
-                src_addr: s,
-                dst_addr: d,
-                protocol: udp::PROTOCOL,
-                payload_len: udp_len as u16,
-                ttl: spec.ttl,
-                dscp: spec.dscp,
-                ecn: spec.ecn,
-                ident: 0,
-                dont_frag: true,
-            }
-            .emit(&mut f[l3..])
-            .expect("room for the IPv4 header");
-            Ipv4Packet::new_checked(&mut f[l3..l4 + udp_len]).expect("a whole IPv4 datagram").fill_checksum();
-        }
-        (IpAddrBytes::V6(s), IpAddrBytes::V6(d)) => {
-            Ipv6Repr {
-                src_addr: s,
-                dst_addr: d,
-                next_header: udp::PROTOCOL,
-                payload_len: udp_len as u16,
-                hop_limit: spec.ttl,
-                traffic_class: (spec.dscp << 2) | (spec.ecn & 3),
-                flow_label: 0,
-            }
-            .emit(&mut f[l3..])
-            .expect("room for the IPv6 header");
-        }
-        _ => unreachable!("the config checks that both addresses are of one family"),
-    }
+    UdpIpHeader { src: spec.flow_src_ip(flow), dst: spec.dst_ip, ttl: spec.ttl, dscp: spec.dscp, ecn: spec.ecn }
+        .emit(f, l3, l4, udp_len)
+        .expect("room for the IP header and the datagram, addresses of one family (the config checks it)");
     let src_port = spec.src_port.wrapping_add(flow as u16);
     UdpRepr { src_port, dst_port: spec.dst_port, payload_len: (udp_len - udp::HEADER_LEN) as u16 }
         .emit(&mut f[l4..])

@@ -2,7 +2,8 @@
 //! contributions for the rules it does not exercise, and the independent checker.
 
 use crate::{root, run_with_timeout};
-use dataplane::wire::build::{self, FrameSpec, IpAddrBytes, Roce};
+use dataplane::testing::build_frame;
+use dataplane::wire::build::{FrameSpec, IpAddrBytes, Roce};
 use dataplane::wire::gradient::{Dtype, GradientRepr, Op, DEFAULT_UDP_PORT};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -160,9 +161,7 @@ impl Coll {
             },
         };
         tweak(&mut spec);
-        let mut buf = vec![0u8; spec.frame_len(payload.len())];
-        build::build(&spec, payload, &mut buf).unwrap();
-        buf
+        build_frame(&spec, payload)
     }
 }
 

@@ -19,12 +19,10 @@ const TENANTS: &str = r#"
 name = "tenants"
 key = [{ field = "gradient.valid", match = "exact" }, { field = "gradient.collective_id", match = "exact" }]
 default_action = "count(unmatched); exit"
-[[table.entry]]
-key = [1, 7]
-action = "count(tenant7); aggregate"
-[[table.entry]]
-key = [0, 0]
-action = "aggregate"
+entry = [
+    { key = [1, 7], action = "count(tenant7); aggregate" },
+    { key = [0, 0], action = "aggregate" },
+]
 [[table]]
 name = "l2"
 key = [{ field = "eth.dst", match = "exact" }]
@@ -204,12 +202,10 @@ ebs = 0
 name = "tenants"
 key = [{{ field = "gradient.collective_id", match = "exact" }}]
 default_action = "drop"
-[[table.entry]]
-key = [1]
-action = "police(tenant1); aggregate"
-[[table.entry]]
-key = [2]
-action = "aggregate"
+entry = [
+    {{ key = [1], action = "police(tenant1); aggregate" }},
+    {{ key = [2], action = "aggregate" }},
+]
 "#,
         cbs = 3 * len
     );

@@ -114,26 +114,17 @@ fn ipv6_with_vlan_both_carriages() {
     }
 }
 
+/// pktgen's impairments: contributions shuffled, 10% dropped, 10% duplicated and the share
+/// `late` of them retransmitted late.
+fn impaired(late: &str) -> [&str; 7] {
+    ["--shuffle", "--drop", "0.1", "--duplicate", "0.1", "--late", late]
+}
+
 #[test]
 fn loss_duplication_reordering_and_late_retransmissions() {
     for det in [true, false] {
-        let mut args = vec![
-            "--workers",
-            "8",
-            "--tensor-elements",
-            "4096",
-            "--chunk-elements",
-            "256",
-            "--rounds",
-            "3",
-            "--shuffle",
-            "--drop",
-            "0.1",
-            "--duplicate",
-            "0.1",
-            "--late",
-            "0.1",
-        ];
+        let mut args = vec!["--workers", "8", "--tensor-elements", "4096", "--chunk-elements", "256", "--rounds", "3"];
+        args.extend(impaired("0.1"));
         if !det {
             args.push("--non-deterministic");
         }
@@ -423,14 +414,10 @@ fn exact_values_give_the_reference_in_any_arrival_order() {
                 "--first-round",
                 "4294967295",
                 "--non-deterministic",
-                "--shuffle",
-                "--drop",
-                "0.1",
-                "--duplicate",
-                "0.1",
-                "--late",
-                "0.05",
-            ],
+            ]
+            .into_iter()
+            .chain(impaired("0.05"))
+            .collect::<Vec<_>>(),
         );
         let s = replay_and_check(&dir, &dir.join("appliance.toml"), &[dir.join("input.pcap")]);
         assert_eq!(s["aggregation"]["completed"], 3 * 8, "{name}: 8 slots x 3 rounds");

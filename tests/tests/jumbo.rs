@@ -2,7 +2,8 @@
 //! room, read by net_pcap into mbuf chains, routed with header rewrites and written whole.
 
 use dataplane::parse::{parse, Layers};
-use dataplane::wire::build::{self, FrameSpec, IpAddrBytes, Roce};
+use dataplane::testing::build_frame;
+use dataplane::wire::build::{FrameSpec, IpAddrBytes, Roce};
 use dataplane::wire::gradient::{GradientRepr, DEFAULT_UDP_PORT};
 use dataplane::wire::icrc;
 use functional_tests::*;
@@ -27,20 +28,16 @@ fn jumbo(i: usize) -> Vec<u8> {
         roce: roce.then_some(Roce { dest_qp: 0x42, psn: i as u32, pkey: 0xffff, qkey: 0x1111_1111, src_qp: 0x101 }),
         header: GradientRepr {
             version: 1,
-            flags: 0,
             op_type: 1,
             collective_id: 3,
             dtype: 1,
-            reason: 0,
-            worker_rank: 0,
             tensor_offset: i as u32,
             data_length: payload.len() as u32,
             round: 1,
+            ..Default::default()
         },
     };
-    let mut f = vec![0u8; spec.frame_len(payload.len())];
-    build::build(&spec, &payload, &mut f).unwrap();
-    f
+    build_frame(&spec, &payload)
 }
 
 const ROUTE: &str = r#"
@@ -48,9 +45,7 @@ const ROUTE: &str = r#"
 name = "route"
 key = [{ field = "ipv4.dst", match = "lpm" }]
 default_action = "drop"
-[[table.entry]]
-key = ["10.0.0.0/24"]
-action = "dec_ttl; mark_ecn; set_eth_src(02:00:00:00:00:fe); set_eth_dst(02:00:00:00:00:02); forward(1)"
+entry = [{ key = ["10.0.0.0/24"], action = "dec_ttl; mark_ecn; set_eth_src(02:00:00:00:00:fe); set_eth_dst(02:00:00:00:00:02); forward(1)" }]
 "#;
 
 fn config(dir: &std::path::Path, extra: &str) -> std::path::PathBuf {

@@ -51,6 +51,16 @@ fn wire(q: &Value, k: &str) -> u64 {
     bytes(q, k) + OVERHEAD * pkts(q, k)
 }
 
+/// What strict priority leaves the low class `c0` on the [`RATE`] line over `span` µs: the
+/// line's bytes, the rest after what the high class `c1` sent, what `c0` sent (line bytes), and
+/// the relative error of the latter against the rest.
+fn rest_of_line(span: u64, c0: &Value, c1: &Value) -> (u64, u64, u64, f64) {
+    let line = RATE * span / 1_000_000;
+    let rest = line - wire(c1, "sent");
+    let got = wire(c0, "sent");
+    (line, rest, got, (got as f64 - rest as f64).abs() / rest as f64)
+}
+
 /// Every packet offered to the class was sent or dropped, and none is left queued.
 fn balanced(q: &Value, offered: u64) {
     assert_eq!(pkts(q, "sent") + pkts(q, "tail_drop") + pkts(q, "red_drop"), offered, "{q}");
@@ -76,6 +86,19 @@ const RATE: u64 = 1_000_000;
 /// Capture span of the shaping tests (µs).
 const SPAN: u64 = 2_000_000;
 
+/// The strict-priority tests' `[port.qos]`: two classes on the [`RATE`] line, DSCP 46 in class 1,
+/// 3000 bytes per queue.
+const STRICT: &str = r#"
+[port.qos]
+classes = 2
+rate = 1000000
+dscp_map = { 46 = 1 }
+[[port.qos.class]]
+capacity_bytes = 3000
+[[port.qos.class]]
+capacity_bytes = 3000
+"#;
+
 /// Strict priority under the shaper: class 1 (DSCP 46) offered half the line, class 0 the whole
 /// line. Class 1 gets all of its load; class 0 gets the rest of the line over the capture's
 /// span (within 1%); the surplus is tail-dropped.
@@ -86,17 +109,7 @@ fn strict_priority_gives_the_high_class_its_load_and_the_low_class_the_rest() {
     let (nh, nl) = (high.len() as u64, low.len() as u64);
     let frames = merged(high, low);
     let span = frames.last().unwrap().0 - frames[0].0;
-    let qos = r#"
-[port.qos]
-classes = 2
-rate = 1000000
-dscp_map = { 46 = 1 }
-[[port.qos.class]]
-capacity_bytes = 3000
-[[port.qos.class]]
-capacity_bytes = 3000
-"#;
-    let (out, run) = replay("qos-strict", qos, &frames);
+    let (out, run) = replay("qos-strict", STRICT, &frames);
     let (c0, c1) = (class(&run, 0), class(&run, 1));
     balanced(&c0, nl);
     balanced(&c1, nh);
@@ -105,10 +118,7 @@ capacity_bytes = 3000
     // The high class: its full offered load.
     assert_eq!((pkts(&c1, "sent"), pkts(&c1, "tail_drop")), (nh, 0), "{c1}");
     // The low class: the rest of the line over the span.
-    let line = RATE * span / 1_000_000;
-    let rest = line - wire(&c1, "sent");
-    let got = wire(&c0, "sent");
-    let err = (got as f64 - rest as f64).abs() / rest as f64;
+    let (line, rest, got, err) = rest_of_line(span, &c0, &c1);
     println!(
         "strict: line {line} B over {span} us; high sent {} B (offered {}), low sent {got} B of the rest {rest} B: error {:.3}%",
         wire(&c1, "sent"),
@@ -134,12 +144,7 @@ classes = 2
 policy = "dwrr"
 rate = 1000000
 dscp_map = { 10 = 1 }
-[[port.qos.class]]
-capacity_bytes = 3000
-weight = 1
-[[port.qos.class]]
-capacity_bytes = 3000
-weight = 3
+class = [{ capacity_bytes = 3000, weight = 1 }, { capacity_bytes = 3000, weight = 3 }]
 "#;
     let (out, run) = replay("qos-dwrr", qos, &merged(a, b));
     let (c0, c1) = (class(&run, 0), class(&run, 1));
@@ -277,27 +282,14 @@ fn with_two_workers_strict_priority_holds_across_workers() {
     let high = stream(46, T0, 2048, SPAN); // 0.5e6 B/s, on worker 1
     let (nh, nl) = (high.len() as u64, low.len() as u64);
     let span = low.last().unwrap().0.max(high.last().unwrap().0) - T0;
-    let qos = r#"
-[port.qos]
-classes = 2
-rate = 1000000
-dscp_map = { 46 = 1 }
-[[port.qos.class]]
-capacity_bytes = 3000
-[[port.qos.class]]
-capacity_bytes = 3000
-"#;
-    let (out, run) = replay_two_workers("qos-two-workers-strict", qos, &low, &high);
+    let (out, run) = replay_two_workers("qos-two-workers-strict", STRICT, &low, &high);
     let (c0, c1) = (class2(&run, 0), class2(&run, 1));
     balanced(&c0, nl);
     balanced(&c1, nh);
     assert_eq!(run.drops("qos_ring_full"), 0);
     assert_eq!(out.len() as u64, pkts(&c0, "sent") + pkts(&c1, "sent"));
     assert_eq!((pkts(&c1, "sent"), pkts(&c1, "tail_drop")), (nh, 0), "the high class gets its load: {c1}");
-    let line = RATE * span / 1_000_000;
-    let rest = line - wire(&c1, "sent");
-    let got = wire(&c0, "sent");
-    let err = (got as f64 - rest as f64).abs() / rest as f64;
+    let (line, rest, got, err) = rest_of_line(span, &c0, &c1);
     println!(
         "two workers, strict: line {line} B; high sent {} B, low sent {got} B of the rest {rest} B: error {:.3}%",
         wire(&c1, "sent"),

@@ -63,18 +63,12 @@ fn lpm_routes_by_longest_prefix() {
 name = "route"
 key = [{ field = "ipv4.dst", match = "lpm" }]
 default_action = "drop"
-[[table.entry]]
-key = ["10.0.0.0/8"]
-action = "forward(0); dec_ttl"
-[[table.entry]]
-key = ["10.1.0.0/16"]
-action = "forward(1); dec_ttl"
-[[table.entry]]
-key = ["10.1.2.0/24"]
-action = "forward(2); dec_ttl; set_eth_dst(02:00:00:00:02:02)"
-[[table.entry]]
-key = ["10.1.2.3/32"]
-action = "forward(0); dec_ttl"
+entry = [
+    { key = ["10.0.0.0/8"], action = "forward(0); dec_ttl" },
+    { key = ["10.1.0.0/16"], action = "forward(1); dec_ttl" },
+    { key = ["10.1.2.0/24"], action = "forward(2); dec_ttl; set_eth_dst(02:00:00:00:02:02)" },
+    { key = ["10.1.2.3/32"], action = "forward(0); dec_ttl" },
+]
 "#,
     );
     let dsts: [[u8; 4]; 6] = [[10, 9, 9, 9], [10, 1, 9, 9], [10, 1, 2, 9], [10, 1, 2, 3], [11, 0, 0, 1], [10, 1, 2, 4]];
@@ -102,22 +96,12 @@ fn ternary_acl_takes_the_highest_priority() {
 name = "acl"
 key = [{ field = "ipv4.src", match = "ternary" }, { field = "udp.dst_port", match = "range" }]
 default_action = "forward(1)"
-[[table.entry]]
-key = ["10.0.0.0 &&& 255.0.0.0", "*"]
-priority = 10
-action = "forward(0); count(tens)"
-[[table.entry]]
-key = ["10.6.0.0 &&& 255.255.0.0", "1000->1999"]
-priority = 20
-action = "drop"
-[[table.entry]]
-key = ["10.6.6.6", "1500"]
-priority = 30
-action = "set_dscp(46); forward(1)"
-[[table.entry]]
-key = ["*", "7000->7999"]
-priority = 5
-action = "drop"
+entry = [
+    { key = ["10.0.0.0 &&& 255.0.0.0", "*"], priority = 10, action = "forward(0); count(tens)" },
+    { key = ["10.6.0.0 &&& 255.255.0.0", "1000->1999"], priority = 20, action = "drop" },
+    { key = ["10.6.6.6", "1500"], priority = 30, action = "set_dscp(46); forward(1)" },
+    { key = ["*", "7000->7999"], priority = 5, action = "drop" },
+]
 "#,
     );
     let cases: [([u8; 4], u16); 6] = [
@@ -149,12 +133,10 @@ fn vlan_push_and_pop() {
 name = "vlan"
 key = [{ field = "vlan.outer_valid", match = "exact" }]
 default_action = "drop"
-[[table.entry]]
-key = [0]
-action = "push_vlan(100); forward(1)"
-[[table.entry]]
-key = [1]
-action = "pop_vlan; forward(0)"
+entry = [
+    { key = [0], action = "push_vlan(100); forward(1)" },
+    { key = [1], action = "pop_vlan; forward(0)" },
+]
 "#,
     );
     let untagged = Udp4::default().build();
@@ -174,23 +156,17 @@ fn multicast_to_three_ports_with_different_rewrites() {
         r#"
 [[multicast_group]]
 id = 1
-[[multicast_group.copy]]
-port = 1
-actions = "set_eth_dst(02:00:00:00:01:01)"
-[[multicast_group.copy]]
-port = 2
-actions = "set_eth_dst(02:00:00:00:02:02); push_vlan(200)"
-[[multicast_group.copy]]
-port = 3
-actions = "set_eth_dst(02:00:00:00:03:03); set_dscp(10); mark_ecn"
+copy = [
+    { port = 1, actions = "set_eth_dst(02:00:00:00:01:01)" },
+    { port = 2, actions = "set_eth_dst(02:00:00:00:02:02); push_vlan(200)" },
+    { port = 3, actions = "set_eth_dst(02:00:00:00:03:03); set_dscp(10); mark_ecn" },
+]
 
 [[table]]
 name = "mc"
 key = [{ field = "ipv4.dst", match = "exact" }]
 default_action = "drop"
-[[table.entry]]
-key = ["239.1.1.1"]
-action = "multicast(1)"
+entry = [{ key = ["239.1.1.1"], action = "multicast(1)" }]
 "#,
     );
     let f = Udp4 { dst: [239, 1, 1, 1], ecn: 2, payload: vec![7; 100], ..Default::default() }.build();
@@ -223,12 +199,10 @@ fn named_counters_are_reported_in_the_stats() {
 name = "acl"
 key = [{ field = "udp.dst_port", match = "exact" }]
 default_action = "count(acl_pass); forward(0)"
-[[table.entry]]
-key = [9000]
-action = "count(port9000); forward(1)"
-[[table.entry]]
-key = [9001]
-action = "count(acl_pass); forward(1)"
+entry = [
+    { key = [9000], action = "count(port9000); forward(1)" },
+    { key = [9001], action = "count(acl_pass); forward(1)" },
+]
 "#,
     );
     // Three frames to 9000, one to 9001 and one to 80 (a miss): every length different.

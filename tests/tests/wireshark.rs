@@ -301,8 +301,7 @@ fn cases() -> Vec<Case> {
     let bf16s = Lanes::Bf16(vec![0x3fc0, 0xc000, 0x0001]);
     vec![
         built("UDP contribution, f32, 9 lanes", &udp, 2, false, "CONTRIBUTION", f32s.clone(), |s| {
-            s.header.tensor_offset = 1024;
-            s.header.round = 3;
+            s.header = GradientRepr { tensor_offset: 1024, round: 3, ..s.header }
         }),
         built("UDP RETRANSMIT, i32, IPv6, VLAN", &udp6, 3, false, "CONTRIBUTION", i32s, |s| {
             s.vlan = Some(42);
@@ -311,56 +310,34 @@ fn cases() -> Vec<Case> {
             s.header.round = 0xffff_ffff;
         }),
         built("UDP RESULT, f16", &udp, 0, true, "RESULT", f16_lanes(), |s| {
-            s.header.flags = 0x1;
-            s.header.op_type = 3;
-            s.header.dtype = 2;
-            s.header.tensor_offset = 4096;
-            s.header.round = 77;
+            s.header = GradientRepr { flags: 0x1, op_type: 3, dtype: 2, tensor_offset: 4096, round: 77, ..s.header }
         }),
         built("RoCEv2 contribution to QP 1, bf16, pad 2", &roce, 1, false, "CONTRIBUTION", bf16s.clone(), |s| {
-            s.header.tensor_offset = 8;
-            s.header.round = 5;
+            s.header = GradientRepr { tensor_offset: 8, round: 5, ..s.header }
         }),
         built("RoCEv2 RESULT to a member's QP, IPv6, f32", &roce6, 2, true, "RESULT", f32s, |s| {
-            s.header.flags = 0x1;
-            s.header.tensor_offset = 12;
-            s.header.round = 1;
+            s.header = GradientRepr { flags: 0x1, tensor_offset: 12, round: 1, ..s.header }
         }),
         built("RoCEv2 RETRANSMIT to QP 1, IPv6, bf16", &roce6, 9, false, "CONTRIBUTION", bf16s, |s| {
-            s.header.flags = 0x2;
-            s.header.dtype = 3;
-            s.header.round = 2;
+            s.header = GradientRepr { flags: 0x2, dtype: 3, round: 2, ..s.header }
         }),
         built("UDP NAK 7 (stale round)", &udp, 4, true, "NAK", Lanes::None(vec![]), |s| {
-            s.header.flags = 0x4;
-            s.header.reason = 7;
-            s.header.tensor_offset = 16;
-            s.header.round = 12;
+            s.header = GradientRepr { flags: 0x4, reason: 7, tensor_offset: 16, round: 12, ..s.header }
         }),
         built("RoCEv2 NAK 3 to a member's QP", &roce, 2, true, "NAK", Lanes::None(vec![]), |s| {
-            s.header.flags = 0x4;
-            s.header.reason = 3;
-            s.header.tensor_offset = 4;
-            s.header.round = 9;
+            s.header = GradientRepr { flags: 0x4, reason: 3, tensor_offset: 4, round: 9, ..s.header }
         }),
         built("UDP PROBE", &udp, 1, false, "PROBE", Lanes::None(vec![0, 0]), |s| {
-            s.header.flags = 0x8;
-            s.header.tensor_offset = 20;
+            s.header = GradientRepr { flags: 0x8, tensor_offset: 20, ..s.header }
         }),
         built("RoCEv2 PROBE|RETRANSMIT to QP 1", &roce, 2, false, "PROBE", Lanes::None(vec![0]), |s| {
-            s.header.flags = 0xa;
-            s.header.tensor_offset = 4;
+            s.header = GradientRepr { flags: 0xa, tensor_offset: 4, ..s.header }
         }),
         built("UDP STATUS 2, ranks 0 3 9", &udp, 3, true, "STATUS", Lanes::None(vec![0x09, 0x02]), |s| {
-            s.header.flags = 0x9;
-            s.header.reason = 2;
-            s.header.tensor_offset = 20;
-            s.header.round = 4;
+            s.header = GradientRepr { flags: 0x9, reason: 2, tensor_offset: 20, round: 4, ..s.header }
         }),
         built("RoCEv2 STATUS 3 to a member's QP", &roce, 1, true, "STATUS", Lanes::None(vec![0x00]), |s| {
-            s.header.flags = 0x9;
-            s.header.reason = 3;
-            s.header.round = 8;
+            s.header = GradientRepr { flags: 0x9, reason: 3, round: 8, ..s.header }
         }),
         built(
             "RoCEv2 STATUS 1 to a member's QP, IPv6",
@@ -369,15 +346,10 @@ fn cases() -> Vec<Case> {
             true,
             "STATUS",
             Lanes::None(vec![0xdf, 0x03]),
-            |s| {
-                s.header.flags = 0x9;
-                s.header.reason = 1;
-                s.header.round = 0x8000_0000;
-            },
+            |s| s.header = GradientRepr { flags: 0x9, reason: 1, round: 0x8000_0000, ..s.header },
         ),
         built("UDP STATUS 0", &udp, 9, true, "STATUS", Lanes::None(vec![0, 0]), |s| {
-            s.header.flags = 0x9;
-            s.header.reason = 0;
+            s.header = GradientRepr { flags: 0x9, reason: 0, ..s.header }
         }),
     ]
 }

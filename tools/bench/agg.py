@@ -54,7 +54,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import testpmd_mpps  # noqa: E402  (the same testpmd runner as the packet-core rows)
+from run import dpu_stats, testpmd_mpps  # noqa: E402  (the packet-core rows' dpu and testpmd runners)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "target", "bench", "agg")
@@ -123,12 +123,7 @@ def check(s, what):
 
 def run_dpu(conf, seconds, tag):
     stats = os.path.join(OUT, f"stats-{tag}.json")
-    r = subprocess.run([DPU, "-q", "-c", conf, "--duration", str(seconds), "--stats-json", stats],
-                       cwd=ROOT, capture_output=True, text=True, timeout=seconds + 60)
-    if r.returncode != 0:
-        sys.exit(f"agg.py: dpu {tag} failed ({r.returncode}): {r.stderr.strip()}")
-    with open(stats) as f:
-        s = json.load(f)
+    s = dpu_stats(DPU, conf, seconds, stats, f"agg.py: dpu {tag}")
     rx, _ = check(s, tag)
     return rx / s["seconds"] / 1e6
 

@@ -23,7 +23,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import testpmd_mpps  # noqa: E402  (the same testpmd runner as the packet-core rows)
+from run import publish, testpmd_mpps  # noqa: E402  (the packet-core rows' testpmd runner and report)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "target", "bench")
@@ -88,10 +88,7 @@ def main():
         f"Goal: pktgen >= {GOAL:.1f}x testpmd txonly: {'met' if ratio >= GOAL else 'NOT met'} "
         f"({ratio:.2f}).",
     ]
-    text = "\n".join(lines) + "\n"
-    with open(os.path.join(OUT, "pktgen.md"), "w") as f:
-        f.write(text)
-    print(text, end="")
+    publish(lines, "pktgen.md")
 
 
 if __name__ == "__main__":

@@ -83,15 +83,21 @@ def dpu_config(name, size):
     return path
 
 
+def dpu_stats(dpu, conf, seconds, stats, what):
+    """Runs the appliance `dpu` on `conf` for `seconds` and returns its stats (the JSON it
+    writes to the path `stats`); exits with `what` and dpu's error output if it fails."""
+    r = subprocess.run([dpu, "-q", "-c", conf, "--duration", str(seconds), "--stats-json", stats],
+                       cwd=ROOT, capture_output=True, text=True, timeout=seconds + 60)
+    if r.returncode != 0:
+        sys.exit(f"{what} failed ({r.returncode}): {r.stderr.strip()}")
+    with open(stats) as f:
+        return json.load(f)
+
+
 def run_dpu(name, size, seconds):
     conf = dpu_config(name, size)
     stats = os.path.join(OUT, f"stats-{name}-{size}.json")
-    r = subprocess.run([DPU, "-q", "-c", conf, "--duration", str(seconds), "--stats-json", stats],
-                       cwd=ROOT, capture_output=True, text=True, timeout=seconds + 60)
-    if r.returncode != 0:
-        sys.exit(f"run.py: dpu {name} {size} B failed ({r.returncode}): {r.stderr.strip()}")
-    with open(stats) as f:
-        s = json.load(f)
+    s = dpu_stats(DPU, conf, seconds, stats, f"run.py: dpu {name} {size} B")
     rx = s["ports"][0]["workers"]["rx_packets"]
     tx = s["ports"][1]["ethdev"]["opackets"]
     dropped = sum(s["drops"].values())
@@ -242,6 +248,23 @@ def fmt(xs):
     return f"{statistics.median(xs):.2f} [{min(xs):.2f}-{max(xs):.2f}]"
 
 
+def publish(lines, name):
+    """Writes `lines` as a text file `name` in OUT and prints them."""
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(OUT, name), "w") as f:
+        f.write(text)
+    print(text, end="")
+
+
+def criterion_median(est):
+    """The median of a criterion estimates file `est` and its confidence interval's bounds, per
+    packet (ns: the estimates are per batch of BATCH packets)."""
+    with open(est) as f:
+        m = json.load(f)["median"]
+    ci = m["confidence_interval"]
+    return m["point_estimate"] / BATCH, ci["lower_bound"] / BATCH, ci["upper_bound"] / BATCH
+
+
 def criterion_table():
     base = os.path.join(ROOT, "target", "criterion")
     rows = []
@@ -250,20 +273,12 @@ def criterion_table():
             est = os.path.join(base, f"packet_core_{size}B", name, "new", "estimates.json")
             if not os.path.exists(est):
                 continue
-            with open(est) as f:
-                e = json.load(f)
-            med = e["median"]["point_estimate"] / BATCH
-            lo = e["median"]["confidence_interval"]["lower_bound"] / BATCH
-            hi = e["median"]["confidence_interval"]["upper_bound"] / BATCH
+            med, lo, hi = criterion_median(est)
             rows.append(f"| {name} | {size} B | {med:.1f} [{lo:.1f}-{hi:.1f}] | {1e3 / med:.2f} |")
     for table in ("route", "acl", "l2"):
         est = os.path.join(base, "packet_core_lookup", table, "new", "estimates.json")
         if os.path.exists(est):
-            with open(est) as f:
-                e = json.load(f)
-            med = e["median"]["point_estimate"] / BATCH
-            lo = e["median"]["confidence_interval"]["lower_bound"] / BATCH
-            hi = e["median"]["confidence_interval"]["upper_bound"] / BATCH
+            med, lo, hi = criterion_median(est)
             rows.append(f"| lookup {table} alone | 60 B | {med:.1f} [{lo:.1f}-{hi:.1f}] | {1e3 / med:.2f} |")
     if not rows:
         return []
@@ -366,10 +381,7 @@ def main():
                 rel = f"{counts['dpu'] / ipp:.3f}" if "dpu" in counts else "-"
                 lines.append(f"| {label[what]} | {size} B | {ipp:,.1f} | {rel} |")
     lines += criterion_table()
-    text = "\n".join(lines) + "\n"
-    with open(os.path.join(OUT, "results.md"), "w") as f:
-        f.write(text)
-    print(text, end="")
+    publish(lines, "results.md")
 
 
 if __name__ == "__main__":

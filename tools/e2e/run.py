@@ -277,6 +277,31 @@ def worker_argv(impl, config, cid, rank, inp, out, stats, repeat, start_round, r
 WORKER_CPUS = ["taskset", "-c", "0"] if (os.cpu_count() or 1) >= 2 else []
 
 
+def worker_files(work, prefix, inputs):
+    """Writes worker k's input tensor `inputs[k]` to WORK/in-TAG.bin (TAG: PREFIX-rK) and returns
+    per worker the paths of its input, output (out-TAG.bin), stats (stats-TAG.json) and log
+    (worker-TAG.log), as four lists."""
+    ins, outs, stats, logs = [], [], [], []
+    for k, x in enumerate(inputs):
+        tag = f"{prefix}-r{k}"
+        ins.append(work / f"in-{tag}.bin")
+        x.tofile(ins[k])
+        outs.append(work / f"out-{tag}.bin")
+        stats.append(work / f"stats-{tag}.json")
+        logs.append(work / f"worker-{tag}.log")
+    return ins, outs, stats, logs
+
+
+def raise_on_sigterm():
+    """Turns SIGTERM (a test harness giving up) into a KeyboardInterrupt, so that the namespaces
+    are still removed on the way out."""
+
+    def on_sigterm(*_):
+        raise KeyboardInterrupt("SIGTERM")
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+
 def run_workers(topo, argvs, logs, timeout=180):
     """Starts one process per worker namespace at once; waits for all; fails naming the worker."""
     procs = []
@@ -307,16 +332,11 @@ def allreduce_phase(topo, work, config, clients, elements, seed, repeat, ring, s
     for cid, dtype in COLLECTIVES:
         inputs = make_inputs(dtype, n, elements, seed + cid)
         ref = reference(dtype, inputs)
-        argvs, logs, outs, stats = [], [], [], []
+        ins, outs, stats, logs = worker_files(work, f"c{cid}", inputs)
+        argvs = []
         for k in range(n):
-            tag = f"c{cid}-r{k}"
-            inp = work / f"in-{tag}.bin"
-            inputs[k].tofile(inp)
-            outs.append(work / f"out-{tag}.bin")
-            stats.append(work / f"stats-{tag}.json")
-            logs.append(work / f"worker-{tag}.log")
             sr = start_rounds[k] if start_rounds else 0
-            argvs.append(worker_argv(clients[k], config, cid, k, inp, outs[k], stats[k], repeat, sr))
+            argvs.append(worker_argv(clients[k], config, cid, k, ins[k], outs[k], stats[k], repeat, sr))
         run_workers(topo, argvs, logs)
         per_worker = []
         for k in range(n):
@@ -374,15 +394,9 @@ def rejoin_phase(topo, work, config, clients, elements, seed):
     for name, starts, probe0 in (("probe", [0] * n, True), ("nak", [9] + [0] * (n - 1), False)):
         inputs = make_inputs(dtype, n, elements, seed + 100 + len(runs))
         ref = reference(dtype, inputs)
-        argvs, logs, outs, stats = [], [], [], []
-        for k in range(n):
-            tag = f"rejoin-{name}-r{k}"
-            inp = work / f"in-{tag}.bin"
-            inputs[k].tofile(inp)
-            outs.append(work / f"out-{tag}.bin")
-            stats.append(work / f"stats-{tag}.json")
-            logs.append(work / f"worker-{tag}.log")
-            argvs.append(worker_argv(clients[k], config, cid, k, inp, outs[k], stats[k], 1, starts[k], probe=probe0 or k > 0))
+        ins, outs, stats, logs = worker_files(work, f"rejoin-{name}", inputs)
+        argvs = [worker_argv(clients[k], config, cid, k, ins[k], outs[k], stats[k], 1, starts[k], probe=probe0 or k > 0)
+                 for k in range(n)]
         run_workers(topo, argvs, logs)
         for k in range(n):
             got = np.fromfile(outs[k], dtype=np.float32)
@@ -514,11 +528,7 @@ def main():
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
 
-    # SIGTERM (a test harness giving up) still removes the namespaces: turn it into an exception.
-    def on_sigterm(*_):
-        raise KeyboardInterrupt("SIGTERM")
-
-    signal.signal(signal.SIGTERM, on_sigterm)
+    raise_on_sigterm()
     results = []
     global CHUNK_BYTES
     CHUNK_BYTES = 1024 if args.mtu <= 1500 else 8192

@@ -26,7 +26,6 @@ A JSON report (--report) holds each phase's findings; the namespaces are removed
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -200,10 +199,7 @@ def main():
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
 
-    def on_sigterm(*_):
-        raise KeyboardInterrupt("SIGTERM")
-
-    signal.signal(signal.SIGTERM, on_sigterm)
+    e2e.raise_on_sigterm()
     sizes = tensor_elements()
     # One UDP port per collective: a rank's clients of the three collectives bind side by side.
     colls = [(cid, COLLECTIVE_DTYPES[cid], sizes[cid], CHUNK, netns.WORKER_UDP_PORT + cid) for cid in sorted(sizes)]

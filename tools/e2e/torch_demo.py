@@ -22,7 +22,6 @@ printed and --report (JSON) holds it, with the ratios appliance / gloo of algbw.
 import argparse
 import json
 import os
-import signal
 import statistics
 import sys
 import time
@@ -127,10 +126,7 @@ def main():
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
 
-    def on_sigterm(*_):
-        raise KeyboardInterrupt("SIGTERM")
-
-    signal.signal(signal.SIGTERM, on_sigterm)
+    e2e.raise_on_sigterm()
     rows = []
     for mtu in [int(m) for m in args.mtus.split(",")]:
         e2e.CHUNK_BYTES = 1024 if mtu <= 1500 else 8192

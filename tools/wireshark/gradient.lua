@@ -91,32 +91,33 @@ f.status_count = ProtoField.uint16("grad.status.ranks_in", "Ranks whose contribu
 f.padding = ProtoField.bytes("grad.padding", "Pad (RoCEv2)")
 f.trailing = ProtoField.bytes("grad.trailing", "Bytes past data_length")
 
-local e = {
-    short = ProtoExpert.new("grad.short", "Gradient header truncated (fewer than 20 bytes)",
-        expert.group.MALFORMED, expert.severity.ERROR),
-    version = ProtoExpert.new("grad.version.unknown", "Unknown version (this protocol is version 1)",
-        expert.group.MALFORMED, expert.severity.ERROR),
-    op = ProtoExpert.new("grad.op.unknown", "Unknown op_type", expert.group.MALFORMED, expert.severity.ERROR),
-    dtype = ProtoExpert.new("grad.dtype.unknown", "Unknown dtype", expert.group.MALFORMED, expert.severity.ERROR),
-    flags = ProtoExpert.new("grad.flags.invalid", "Flag combination the spec does not define",
-        expert.group.PROTOCOL, expert.severity.WARN),
-    past_end = ProtoExpert.new("grad.data_length.past_end", "data_length runs past the bytes present",
-        expert.group.MALFORMED, expert.severity.ERROR),
-    multiple = ProtoExpert.new("grad.data_length.not_multiple", "data_length is not a multiple of the dtype size",
-        expert.group.MALFORMED, expert.severity.WARN),
-    trailing = ProtoExpert.new("grad.trailing.present", "Bytes past data_length",
-        expert.group.MALFORMED, expert.severity.WARN),
-    pad = ProtoExpert.new("grad.padding.bad", "Pad does not match the BTH PadCnt or the multiple of 4",
-        expert.group.MALFORMED, expert.severity.WARN),
-    rank = ProtoExpert.new("grad.worker_rank.not_none", "An aggregator's packet carries worker_rank 0xFFFF",
-        expert.group.PROTOCOL, expert.severity.WARN),
-    nak_len = ProtoExpert.new("grad.nak.data_length", "A NAK carries data_length 0",
-        expert.group.PROTOCOL, expert.severity.WARN),
-    reason = ProtoExpert.new("grad.reason.unknown", "Reason or slot state the spec does not define",
-        expert.group.PROTOCOL, expert.severity.WARN),
-    nak = ProtoExpert.new("grad.nak", "NAK: the aggregator refused a contribution",
-        expert.group.RESPONSE_CODE, expert.severity.NOTE),
-}
+-- Expert infos, keyed by short names; each call adds those of one group and severity (names
+-- under expert.group and expert.severity), from { abbreviation, text } pairs.
+local e = {}
+local function experts(group, severity, infos)
+    for key, info in pairs(infos) do
+        e[key] = ProtoExpert.new(info[1], info[2], expert.group[group], expert.severity[severity])
+    end
+end
+experts("MALFORMED", "ERROR", {
+    short = { "grad.short", "Gradient header truncated (fewer than 20 bytes)" },
+    version = { "grad.version.unknown", "Unknown version (this protocol is version 1)" },
+    op = { "grad.op.unknown", "Unknown op_type" },
+    dtype = { "grad.dtype.unknown", "Unknown dtype" },
+    past_end = { "grad.data_length.past_end", "data_length runs past the bytes present" },
+})
+experts("MALFORMED", "WARN", {
+    multiple = { "grad.data_length.not_multiple", "data_length is not a multiple of the dtype size" },
+    trailing = { "grad.trailing.present", "Bytes past data_length" },
+    pad = { "grad.padding.bad", "Pad does not match the BTH PadCnt or the multiple of 4" },
+})
+experts("PROTOCOL", "WARN", {
+    flags = { "grad.flags.invalid", "Flag combination the spec does not define" },
+    rank = { "grad.worker_rank.not_none", "An aggregator's packet carries worker_rank 0xFFFF" },
+    nak_len = { "grad.nak.data_length", "A NAK carries data_length 0" },
+    reason = { "grad.reason.unknown", "Reason or slot state the spec does not define" },
+})
+experts("RESPONSE_CODE", "NOTE", { nak = { "grad.nak", "NAK: the aggregator refused a contribution" } })
 grad.experts = { e.short, e.version, e.op, e.dtype, e.flags, e.past_end, e.multiple, e.trailing, e.pad,
     e.rank, e.nak_len, e.reason, e.nak }
 

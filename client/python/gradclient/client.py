@@ -15,6 +15,7 @@ import ipaddress
 import math
 import socket
 import time
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -100,6 +101,40 @@ class AllreduceTimeout(GradientError, TimeoutError):
 def _fmt_addr(addr) -> str:
     ip, port = addr[0], addr[1]
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def _pop_due(timers: list, now: float, stale) -> Iterator[tuple]:
+    """Pops and yields the entries of the heap `timers` of (due, idx, ...) tuples (due: monotonic
+    seconds) that are due at `now`, earliest first; drops on the way the entries `stale(entry)`
+    says are no longer wanted. Entries pushed while iterating are seen if due."""
+    while timers:
+        entry = timers[0]
+        if stale(entry):
+            heapq.heappop(timers)
+            continue
+        if entry[0] > now:
+            break
+        heapq.heappop(timers)
+        yield entry
+
+
+def _answer(view: memoryview, size: int, cid: int, st: dict) -> tuple | None:
+    """The header of the datagram of `size` bytes received in `view`, if it is one of this
+    protocol's version about collective `cid`: (flags, op, dtype, reason, rank, offset,
+    data_length, round); None for anything else. Counts a NAK in st["naks"].
+
+    Raises NakError for a NAK of any reason but a stale round (the caller handles those)."""
+    if size < HEADER_LEN:
+        return None
+    vf, r_op, r_cid, r_dt, reason, r_rank, off, dl, rnd = HEADER.unpack_from(view)
+    if vf >> 4 != VERSION or r_cid != cid:
+        return None
+    flags = vf & 0xF
+    if flags & FLAG_NAK:
+        st["naks"] += 1
+        if reason != NAK_STALE_ROUND:
+            raise NakError(reason, off, cid)
+    return flags, r_op, r_dt, reason, r_rank, off, dl, rnd
 
 
 class Client:
@@ -308,7 +343,6 @@ class Client:
         rounds = self._rounds
         cid = c.collective_id
         plen = self._probe_len
-        hdr_unpack = HEADER.unpack_from
         recvview = self._recvview
         op, dt = self._op, self._dtype_code
         known = bytearray(n)
@@ -335,30 +369,18 @@ class Client:
                     f"appliance unreachable: no answer from {_fmt_addr(self.appliance)} in {self.deadline:g} s (no STATUS "
                     f"answered the PROBEs of {remaining} of {n} chunks{after}: the appliance is down or unreachable)"
                 )
-            while timers:
-                due, idx = timers[0]
-                if known[idx]:
-                    heapq.heappop(timers)
-                    continue
-                if due > now:
-                    break
-                heapq.heappop(timers)
+            for _, idx in _pop_due(timers, now, lambda t: known[t[1]]):
                 resent[idx] = 1
                 self._send_probe(idx)
                 rto[idx] = min(rto[idx] * 2, self.rto_max)
                 heapq.heappush(timers, (now + rto[idx], idx))
             wake = min(timers[0][0], give_up) if timers else give_up
             size = self._recv(wake - now)
-            if size < HEADER_LEN:
+            answer = _answer(recvview, size, cid, st)
+            if answer is None:
                 continue
-            vf, r_op, r_cid, r_dt, reason, r_rank, off, dl, rnd = hdr_unpack(recvview)
-            if vf >> 4 != VERSION or r_cid != cid:
-                continue
-            flags = vf & 0xF
+            flags, r_op, r_dt, reason, r_rank, off, dl, rnd = answer
             if flags & FLAG_NAK:
-                st["naks"] += 1
-                if reason != NAK_STALE_ROUND:
-                    raise NakError(reason, off, cid)
                 continue
             if flags != _STATUS_FLAGS or r_rank != RANK_APPLIANCE or r_op != op or r_dt != dt:
                 continue  # results of an earlier call, anything else
@@ -448,7 +470,6 @@ class Client:
         range_start = first * chunk_bytes  # the range's first byte in the tensor
         cid = c.collective_id
         hdr_pack = HEADER.pack_into
-        hdr_unpack = HEADER.unpack_from
         sendbuf, sendview = self._sendbuf, self._sendview
         recvview = self._recvview
         vf_first = VERSION << 4
@@ -522,14 +543,7 @@ class Client:
                 continue
 
             # Fire due timers; drop entries of completed or re-armed chunks.
-            while timers:
-                due, idx, s = timers[0]
-                if done[idx] or s != seq[idx]:
-                    heapq.heappop(timers)
-                    continue
-                if due > now:
-                    break
-                heapq.heappop(timers)
+            for _, idx, s in _pop_due(timers, now, lambda t: done[t[1]] or t[2] != seq[t[1]]):
                 resent[idx] = 1
                 if send(idx, vf_resend):
                     st["retransmits"] += 1
@@ -543,16 +557,11 @@ class Client:
             if size < 0:
                 continue
             answered = True
-            if size < HEADER_LEN:
+            answer = _answer(recvview, size, cid, st)
+            if answer is None:
                 continue
-            vf, r_op, r_cid, r_dt, reason, r_rank, off, dl, rnd = hdr_unpack(recvview)
-            if vf >> 4 != VERSION or r_cid != cid:
-                continue
-            flags = vf & 0xF
+            flags, r_op, r_dt, reason, r_rank, off, dl, rnd = answer
             if flags & FLAG_NAK:
-                st["naks"] += 1
-                if reason != NAK_STALE_ROUND:
-                    raise NakError(reason, off, cid)
                 if off % ce or off >= c.tensor_elements:
                     continue
                 idx = off // ce - first

@@ -193,11 +193,11 @@ class FakeAppliance(threading.Thread):
             self.send_result(slot, k)
 
 
-def run_each(clients, call):
-    """`call(k)` for each client's rank k, each in its own thread (the ranks of a collective must
-    run at once); then closes the clients. Returns per rank what `call` returned, or the
-    exception it raised."""
-    results: list = [None] * len(clients)
+def run_threads(n, call, timeout=10):
+    """`call(k)` for k in 0..n, each in its own thread (the ranks of a collective must run at
+    once), each joined for at most `timeout` seconds. Returns per k what `call` returned, or the
+    exception it raised (None if it is still running)."""
+    results: list = [None] * n
 
     def work(k):
         try:
@@ -205,11 +205,18 @@ def run_each(clients, call):
         except Exception as e:  # reported by the test
             results[k] = e
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(clients))]
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(n)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(10)
+        t.join(timeout)
+    return results
+
+
+def run_each(clients, call):
+    """`call(k)` for each client's rank k, each in its own thread ([`run_threads`]); then closes
+    the clients. Returns per rank what `call` returned, or the exception it raised."""
+    results = run_threads(len(clients), call)
     for c in clients:
         c.close()
     return results

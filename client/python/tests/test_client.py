@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 
@@ -24,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PYROOT = os.path.join(HERE, "..")
 sys.path.insert(0, PYROOT)
 
-from fake_appliance import FakeAppliance, run_each  # noqa: E402
+from fake_appliance import FakeAppliance, run_each, run_threads  # noqa: E402
 from gradclient import (  # noqa: E402
     AllreduceTimeout,
     Client,
@@ -547,20 +546,7 @@ def free_port(kind=socket.SOCK_STREAM):
 class RingTest(unittest.TestCase):
     def ring(self, arrays, op="sum"):
         peers = [("127.0.0.1", free_port()) for _ in arrays]
-        out: list = [None] * len(arrays)
-
-        def work(k):
-            try:
-                out[k] = ring_allreduce(arrays[k], k, peers, op)
-            except Exception as e:
-                out[k] = e
-
-        ts = [threading.Thread(target=work, args=(k,)) for k in range(len(arrays))]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join(15)
-        return out
+        return run_threads(len(arrays), lambda k: ring_allreduce(arrays[k], k, peers, op), timeout=15)
 
     def test_f32_three_ranks(self):
         rng = np.random.default_rng(1)

@@ -37,39 +37,35 @@ pub const DEFAULT_TX_DRAIN_US: u64 = 100;
 /// The gradient protocol's default UDP port (spec section 1), as the wire defines it.
 pub const DEFAULT_GRADIENT_UDP_PORT: u16 = crate::wire::gradient::DEFAULT_UDP_PORT;
 
-/// The whole configuration file.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// The whole configuration file. Every section may be left out (its defaults).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// `[eal]`: arguments for `rte_eal_init`.
-    #[serde(default)]
     pub eal: EalConfig,
     /// `[mempool]`: the packet buffer pool.
-    #[serde(default)]
     pub mempool: MempoolConfig,
     /// `[dataplane]`: worker loop settings.
-    #[serde(default)]
     pub dataplane: DataplaneConfig,
     /// `[telemetry]`: where the live counters are served besides DPDK's telemetry socket.
-    #[serde(default)]
     pub telemetry: TelemetryConfig,
     /// `[[port]]`: the ports, in order; port `i` of the tables is the i-th table here.
-    #[serde(rename = "port", default)]
+    #[serde(rename = "port")]
     pub ports: Vec<PortConfig>,
     /// `[[lcore]]`: which worker lcore polls which (port, rx queue).
-    #[serde(rename = "lcore", default)]
+    #[serde(rename = "lcore")]
     pub lcores: Vec<LcoreConfig>,
     /// `[[table]]`: the ingress pipeline, applied in order.
-    #[serde(rename = "table", default)]
+    #[serde(rename = "table")]
     pub tables: Vec<table::TableConfig>,
     /// `[[multicast_group]]`: groups for the `multicast(id)` action.
-    #[serde(rename = "multicast_group", default)]
+    #[serde(rename = "multicast_group")]
     pub groups: Vec<table::GroupConfig>,
     /// `[[meter]]`: meters for the `meter(...)` and `police(...)` actions.
-    #[serde(rename = "meter", default)]
+    #[serde(rename = "meter")]
     pub meters: Vec<meter::MeterConfig>,
     /// `[[collective]]`: the collectives the appliance aggregates (spec section 3).
-    #[serde(rename = "collective", default)]
+    #[serde(rename = "collective")]
     pub collectives: Vec<collective::CollectiveConfig>,
 }
 
@@ -223,11 +219,7 @@ pub struct PortConfig {
 impl PortConfig {
     /// The EAL device name: the vdev string up to its first comma, or the PCI address.
     pub fn device_name(&self) -> &str {
-        match (&self.vdev, &self.pci) {
-            (Some(v), _) => v.split(',').next().unwrap_or(v).trim(),
-            (None, Some(p)) => p.trim(),
-            (None, None) => "",
-        }
+        device_name(self.vdev.as_deref(), self.pci.as_deref())
     }
 
     /// The vdev's `key=value` arguments (after the device name).
@@ -239,6 +231,17 @@ impl PortConfig {
             .skip(1)
             .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
             .collect()
+    }
+}
+
+/// The EAL device name of a port given as a vdev string (`--vdev`) or a PCI address (`-a`): the
+/// vdev string up to its first comma, else the PCI address, trimmed; empty when neither is given.
+/// The vdev wins when both are.
+pub fn device_name<'a>(vdev: Option<&'a str>, pci: Option<&'a str>) -> &'a str {
+    match (vdev, pci) {
+        (Some(v), _) => v.split(',').next().unwrap_or(v).trim(),
+        (None, Some(p)) => p.trim(),
+        (None, None) => "",
     }
 }
 

@@ -153,6 +153,7 @@ pub fn build_pipeline(
             })?;
             fields.push((field, kind));
         }
+        // One context for the default action and the entries' actions, in that order.
         let mut ctx = ActionContext {
             ports,
             tables: &names,
@@ -179,16 +180,6 @@ pub fn build_pipeline(
             for (vi, (v, (f, k))) in ec.key.iter().zip(&fields).enumerate() {
                 values.push(parse_match_value(*f, *k, v).map_err(|m| err(format!("{ekey}.key[{vi}]"), m))?);
             }
-            let mut ctx = ActionContext {
-                ports,
-                tables: &names,
-                table_index: ti,
-                groups: &group_ids,
-                counters: &mut counters,
-                rewrites_only: false,
-                aggregator,
-                meters: &mut meter_refs,
-            };
             let actions = parse_action_list(&ec.action, &mut ctx).map_err(|e| err(format!("{ekey}.action"), e.0))?;
             table.insert(&values, ec.priority, actions).map_err(|e| {
                 let k = match e {

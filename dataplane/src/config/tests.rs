@@ -2,6 +2,7 @@
 //! expectation.
 
 use super::*;
+use crate::testing::null_ports;
 use std::path::Path;
 
 fn err(text: &str) -> String {
@@ -530,11 +531,8 @@ fn memory_needs_must_fit_the_eal_memory() {
 /// key fails naming `port[i].qos.KEY`.
 #[test]
 fn port_qos_builds_the_scheduler_and_names_bad_keys() {
-    let good = r#"
-[[port]]
-vdev = "net_null0"
-[[port]]
-vdev = "net_null1"
+    let good = null_ports(2)
+        + r#"
 [port.qos]
 classes = 3
 policy = "dwrr"
@@ -556,7 +554,7 @@ ewma_log2 = 3
 [[port.qos.class]]
 weight = 4
 "#;
-    let l = load_str(good, Path::new("q.toml")).unwrap();
+    let l = load_str(&good, Path::new("q.toml")).unwrap();
     assert!(l.qos[0].is_none());
     let (cfg, map) = l.qos[1].as_ref().unwrap();
     assert_eq!(cfg.hz, 1_000_000);

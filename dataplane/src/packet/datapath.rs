@@ -909,15 +909,11 @@ mod tests {
         name = "l2"
         key = [{ field = "eth.dst", match = "exact" }]
         default_action = "forward(0)"
-        [[table.entry]]
-        key = ["02:00:00:00:00:01"]
-        action = "forward(1)"
-        [[table.entry]]
-        key = ["ff:ff:ff:ff:ff:ff"]
-        action = "flood"
-        [[table.entry]]
-        key = ["02:00:00:00:00:66"]
-        action = "drop"
+        entry = [
+            { key = ["02:00:00:00:00:01"], action = "forward(1)" },
+            { key = ["ff:ff:ff:ff:ff:ff"], action = "flood" },
+            { key = ["02:00:00:00:00:66"], action = "drop" },
+        ]
     "#;
 
     fn frame(dst: [u8; 6]) -> Vec<u8> {
@@ -1155,9 +1151,7 @@ mod tests {
             name = "l2"
             key = [{{ field = "eth.dst", match = "exact" }}]
             default_action = "forward(1)"
-            [[table.entry]]
-            key = ["02:00:00:00:00:02"]
-            action = "set_class(1); forward(1)"
+            entry = [{{ key = ["02:00:00:00:00:02"], action = "set_class(1); forward(1)" }}]
             "#
         );
         let loaded = load_str(&conf, Path::new("test.toml")).unwrap();
@@ -1279,15 +1273,13 @@ mod tests {
             name = "l2"
             key = [{ field = "eth.dst", match = "exact" }]
             default_action = "set_class(1); flood"
-            [[table.entry]]
-            key = ["02:00:00:00:00:01"]
-            action = "multicast(1)"
+            entry = [{ key = ["02:00:00:00:00:01"], action = "multicast(1)" }]
             [[multicast_group]]
             id = 1
-            [[multicast_group.copy]]
-            port = 1
-            [[multicast_group.copy]]
-            port = 2
+            copy = [
+                { port = 1 },
+                { port = 2 },
+            ]
         "#;
         let loaded = load_str(conf, Path::new("test.toml")).unwrap();
         let mut dp = Datapath::new(loaded.pipeline, 3, crate::wire::gradient::DEFAULT_UDP_PORT)

@@ -7,8 +7,8 @@ use crate::datapath::Datapath;
 use crate::parse::{parse, parse_checked, parse_segmented_into, Checks, Layers, Parsed, RxChecksum};
 use crate::sched::{mark_frame_ce_in, CeOutcome, ClassMap};
 use crate::stats::Reason;
-use crate::testing::{ipv4_checksum_is_a_full_recompute, null_ports};
-use crate::wire::build::{self, FrameSpec, IpAddrBytes, Roce};
+use crate::testing::{build_frame, host_ip, ipv4_checksum_is_a_full_recompute, null_ports};
+use crate::wire::build::{FrameSpec, Roce};
 use crate::wire::gradient::{GradientRepr, DEFAULT_UDP_PORT};
 use crate::wire::icrc;
 use std::path::Path;
@@ -22,20 +22,13 @@ const FIRST: usize = 2048;
 /// DSCP 10, TTL 64, carrying a `payload`-byte gradient payload over RoCEv2 (UD SEND with DETH,
 /// valid ICRC) or UDP (valid checksum).
 fn jumbo(v6: bool, roce: bool, vlan: Option<u16>, payload: usize) -> Vec<u8> {
-    let ip = |last: u8| {
-        if v6 {
-            IpAddrBytes::V6([0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, last])
-        } else {
-            IpAddrBytes::V4([10, 0, 0, last])
-        }
-    };
     let spec = FrameSpec {
         src_mac: "02:00:00:00:00:09".parse().unwrap(),
         dst_mac: "02:00:00:00:00:01".parse().unwrap(),
         vlan,
         outer_tag: None,
-        src_ip: ip(1),
-        dst_ip: ip(2),
+        src_ip: host_ip(v6, 1),
+        dst_ip: host_ip(v6, 2),
         dscp: 10,
         ecn: 2,
         ttl: 64,
@@ -44,21 +37,16 @@ fn jumbo(v6: bool, roce: bool, vlan: Option<u16>, payload: usize) -> Vec<u8> {
         roce: roce.then_some(Roce { dest_qp: 0x12, psn: 5, pkey: 0xffff, qkey: 0x1111_1111, src_qp: 0x101 }),
         header: GradientRepr {
             version: 1,
-            flags: 0,
             op_type: 1,
             collective_id: 9,
             dtype: 1,
-            reason: 0,
-            worker_rank: 0,
-            tensor_offset: 0,
             data_length: payload as u32,
             round: 1,
+            ..Default::default()
         },
     };
     let data: Vec<u8> = (0..payload).map(|i| (i * 7 + 3) as u8).collect();
-    let mut buf = vec![0u8; spec.frame_len(payload)];
-    build::build(&spec, &data, &mut buf).unwrap();
-    buf
+    build_frame(&spec, &data)
 }
 
 /// Every kind of jumbo frame the tests use: RoCEv2 and UDP, IPv4 and IPv6, tagged or not.
@@ -148,12 +136,10 @@ const ROUTE: &str = r#"
     name = "route"
     key = [{ field = "eth.dst", match = "exact" }, { field = "vlan.outer_vid", match = "exact" }]
     default_action = "drop"
-    [[table.entry]]
-    key = ["02:00:00:00:00:01", "0"]
-    action = "dec_ttl; mark_ecn; set_dscp(46); set_eth_src(02:00:00:00:00:aa); set_eth_dst(02:00:00:00:00:bb); push_vlan(300); forward(1)"
-    [[table.entry]]
-    key = ["02:00:00:00:00:01", "100"]
-    action = "dec_ttl; mark_ecn; set_dscp(46); set_eth_src(02:00:00:00:00:aa); set_eth_dst(02:00:00:00:00:bb); pop_vlan; forward(2)"
+    entry = [
+        { key = ["02:00:00:00:00:01", "0"], action = "dec_ttl; mark_ecn; set_dscp(46); set_eth_src(02:00:00:00:00:aa); set_eth_dst(02:00:00:00:00:bb); push_vlan(300); forward(1)" },
+        { key = ["02:00:00:00:00:01", "100"], action = "dec_ttl; mark_ecn; set_dscp(46); set_eth_src(02:00:00:00:00:aa); set_eth_dst(02:00:00:00:00:bb); pop_vlan; forward(2)" },
+    ]
 "#;
 
 fn datapath(tables: &str, checks: Checks) -> Datapath {
@@ -314,12 +300,10 @@ const GROUP: &str = r#"
     default_action = "multicast(9)"
     [[multicast_group]]
     id = 9
-    [[multicast_group.copy]]
-    port = 0
-    actions = "set_eth_dst(02:00:00:00:00:02); push_vlan(20)"
-    [[multicast_group.copy]]
-    port = 2
-    actions = "set_dscp(46); dec_ttl"
+    copy = [
+        { port = 0, actions = "set_eth_dst(02:00:00:00:00:02); push_vlan(20)" },
+        { port = 2, actions = "set_dscp(46); dec_ttl" },
+    ]
 "#;
 
 /// Multicast copies of a chain are whole copies, each with its own rewrites in its first

@@ -5,6 +5,7 @@
 //! Built for the crate's own tests and, with the `testing` feature, for the functional-test
 //! crate and the fuzz targets. Test code: it panics on any I/O error, naming the file.
 
+use crate::wire::build::{FrameSpec, IpAddrBytes};
 use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -73,6 +74,37 @@ pub fn ipv4_checksum_is_a_full_recompute(frame: &[u8], l3: usize) -> u16 {
     stored
 }
 
+/// Host `last` of the tests' networks: 10.0.0.`last`, or fd00::`last` when `v6`.
+pub fn host_ip(v6: bool, last: u8) -> IpAddrBytes {
+    if v6 {
+        IpAddrBytes::V6([0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, last])
+    } else {
+        IpAddrBytes::V4([10, 0, 0, last])
+    }
+}
+
+/// The frame of `spec` carrying `payload` ([`crate::wire::build::build`]), in a buffer of its
+/// length. Panics if the spec cannot be built (addresses of two families, a datagram over 64 KiB).
+pub fn build_frame(spec: &FrameSpec, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![0u8; spec.frame_len(payload.len())];
+    crate::wire::build::build(spec, payload, &mut f).unwrap();
+    f
+}
+
+/// Loads a config as the fuzz targets do (`text` as the file "fuzz.toml"): the loaded config, or
+/// `None` when it is refused, after asserting that the error is one line that names the file.
+pub fn load_fuzzed(text: &str) -> Option<crate::config::Loaded> {
+    match crate::config::load_str(text, Path::new("fuzz.toml")) {
+        Ok(l) => Some(l),
+        Err(e) => {
+            let msg = e.to_string();
+            assert!(msg.starts_with("fuzz.toml: "), "{msg}");
+            assert!(!msg.contains('\n'), "one line: {msg:?}");
+            None
+        }
+    }
+}
+
 /// The `[[port]]` tables of `n` null ports (`net_null0` ...), numbered 0 to `n - 1` in order: the
 /// ports of a test config whose frames go through the packet core or a replay, not a network.
 pub fn null_ports(n: usize) -> String {
@@ -91,19 +123,15 @@ vdev = "net_null1"
 [[table]]
 name = "l2"
 key = [{ field = "eth.dst", match = "exact" }]
-[[table.entry]]
-key = ["02:00:00:00:00:01"]
-action = "forward(0)"
-[[table.entry]]
-key = ["02:00:00:00:00:02"]
-action = "count(two); multicast(1)"
+entry = [
+    { key = ["02:00:00:00:00:01"], action = "forward(0)" },
+    { key = ["02:00:00:00:00:02"], action = "count(two); multicast(1)" },
+]
 [[table]]
 name = "routes"
 key = [{ field = "ipv4.dst", match = "lpm" }]
 default_action = "goto(acl)"
-[[table.entry]]
-key = ["10.0.0.0/8"]
-action = "dec_ttl; forward(1)"
+entry = [{ key = ["10.0.0.0/8"], action = "dec_ttl; forward(1)" }]
 [[table]]
 name = "acl"
 key = [{ field = "ipv4.src", match = "ternary" }, { field = "udp.dst_port", match = "range" }]

@@ -51,7 +51,7 @@
 
 use super::config::PortRef;
 use super::pace::Pacer;
-use super::report::Latency;
+use super::report::{push_csv_row, Latency};
 use crate::frame::{contribution_spec, Addresses};
 pub use crate::values::{lane_value, magnitude, table_index, PERIOD};
 use crate::values::{mix, ExactTables, Model, ValueKind};
@@ -719,6 +719,24 @@ pub struct WorkerCounters {
     pub naks: [u64; 8],
     /// Slots refused by a NAK (reasons 1 to 6) and given up.
     pub refused_slots: u64,
+}
+
+impl WorkerCounters {
+    /// Adds the counts of `c` that the totals over workers keep: every count but `probes`,
+    /// `statuses` and `naks` (the summaries total NAKs by reason on their own).
+    pub fn add_totals(&mut self, c: &WorkerCounters) {
+        self.contributions += c.contributions;
+        self.retransmissions += c.retransmissions;
+        self.timeouts += c.timeouts;
+        self.injected_drops += c.injected_drops;
+        self.rounds_completed += c.rounds_completed;
+        self.right += c.right;
+        self.wrong += c.wrong;
+        self.stale_results += c.stale_results;
+        self.refused_slots += c.refused_slots;
+        self.payload_bytes += c.payload_bytes;
+        self.elements += c.elements;
+    }
 }
 
 const S_PROBE: u8 = 0;
@@ -1597,18 +1615,6 @@ pub struct AllreduceSummary {
     pub per_worker: Vec<WorkerSummary>,
 }
 
-/// Percentiles of `h` (ns) in µs.
-pub fn latency_of(h: &Histogram<u64>) -> Option<Latency> {
-    (!h.is_empty()).then(|| Latency {
-        min_us: h.min() as f64 / 1e3,
-        p50_us: h.value_at_quantile(0.5) as f64 / 1e3,
-        p99_us: h.value_at_quantile(0.99) as f64 / 1e3,
-        p999_us: h.value_at_quantile(0.999) as f64 / 1e3,
-        max_us: h.max() as f64 / 1e3,
-        mean_us: h.mean() / 1e3,
-    })
-}
-
 fn carriage_name(c: Carriage) -> &'static str {
     match c {
         Carriage::Udp => "udp",
@@ -1629,17 +1635,7 @@ impl AllreduceSummary {
         for (i, w) in e.workers.iter().enumerate() {
             all.add(&w.hist).expect("same bounds");
             let c = &w.c;
-            t.contributions += c.contributions;
-            t.retransmissions += c.retransmissions;
-            t.timeouts += c.timeouts;
-            t.injected_drops += c.injected_drops;
-            t.rounds_completed += c.rounds_completed;
-            t.right += c.right;
-            t.wrong += c.wrong;
-            t.stale_results += c.stale_results;
-            t.refused_slots += c.refused_slots;
-            t.payload_bytes += c.payload_bytes;
-            t.elements += c.elements;
+            t.add_totals(c);
             for (a, b) in naks.iter_mut().zip(c.naks) {
                 *a += b;
             }
@@ -1650,7 +1646,7 @@ impl AllreduceSummary {
                 rank: i as u16,
                 counters: *c,
                 nak_reasons: NakCounts::of(&c.naks),
-                latency: latency_of(&w.hist),
+                latency: Latency::of(&w.hist),
             });
         }
         let seconds =
@@ -1682,7 +1678,7 @@ impl AllreduceSummary {
             contributions_per_s: per_s(t.rounds_completed),
             payload_gbps: per_s(t.payload_bytes) * 8.0 / 1e9,
             elements_per_s: per_s(t.elements),
-            latency: latency_of(&all),
+            latency: Latency::of(&all),
             tx_packets: r.tx_packets,
             rx_packets: r.rx_packets,
             tx_full: r.tx_full,
@@ -1793,7 +1789,6 @@ lat_max_us,lat_mean_us";
 pub fn csv(list: &[AllreduceSummary]) -> String {
     let mut out = String::from(CSV_HEADER);
     out.push('\n');
-    let o = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x}"));
     for a in list {
         let per_s = |x: u64| if a.seconds > 0.0 { x as f64 / a.seconds } else { 0.0 };
         let mut row = |rank: String, c: &WorkerCounters, n: &NakCounts, lat: Option<Latency>| {
@@ -1829,30 +1824,13 @@ pub fn csv(list: &[AllreduceSummary]) -> String {
                 per_s(c.rounds_completed).to_string(),
                 (per_s(c.payload_bytes) * 8.0 / 1e9).to_string(),
                 per_s(c.elements).to_string(),
-                o(lat.map(|l| l.min_us)),
-                o(lat.map(|l| l.p50_us)),
-                o(lat.map(|l| l.p99_us)),
-                o(lat.map(|l| l.p999_us)),
-                o(lat.map(|l| l.max_us)),
-                o(lat.map(|l| l.mean_us)),
             ];
-            out += &cells.map(|c| if c.contains(',') { format!("\"{c}\"") } else { c }).join(",");
-            out.push('\n');
+            push_csv_row(&mut out, cells.into_iter().chain(Latency::csv_cells(lat)));
         };
         let mut t = WorkerCounters::default();
         for w in &a.per_worker {
             let c = &w.counters;
-            t.contributions += c.contributions;
-            t.retransmissions += c.retransmissions;
-            t.timeouts += c.timeouts;
-            t.injected_drops += c.injected_drops;
-            t.rounds_completed += c.rounds_completed;
-            t.right += c.right;
-            t.wrong += c.wrong;
-            t.stale_results += c.stale_results;
-            t.refused_slots += c.refused_slots;
-            t.payload_bytes += c.payload_bytes;
-            t.elements += c.elements;
+            t.add_totals(c);
         }
         row(String::new(), &t, &a.naks, a.latency);
         for w in &a.per_worker {
@@ -1890,7 +1868,7 @@ impl LiveState {
             c.timeouts += w.c.timeouts;
             naks += w.c.naks.iter().sum::<u64>();
         }
-        let lat = latency_of(&e.interval).map_or("-".to_string(), |l| {
+        let lat = Latency::of(&e.interval).map_or("-".to_string(), |l| {
             format!("p50 {:.1} p99 {:.1} p99.9 {:.1} max {:.1}", l.p50_us, l.p99_us, l.p999_us, l.max_us)
         });
         e.interval.reset();

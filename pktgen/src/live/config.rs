@@ -11,39 +11,34 @@ use dataplane::wire::EthernetAddress;
 use serde::Deserialize;
 use std::path::Path;
 
-/// The whole file.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// The whole file. Every section may be left out (its defaults).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// `[eal]`: EAL options.
-    #[serde(default)]
     pub eal: EalConfig,
     /// `[mempool]`.
-    #[serde(default)]
     pub mempool: MempoolConfig,
     /// `[pktgen]`: lcores, burst and run settings.
-    #[serde(default)]
     pub pktgen: RunConfig,
     /// `[[port]]`: the DPDK ports, by index.
-    #[serde(rename = "port", default)]
+    #[serde(rename = "port")]
     pub ports: Vec<PortConfig>,
     /// `[[stream]]`: what to send; a stream's id is its index.
-    #[serde(rename = "stream", default)]
+    #[serde(rename = "stream")]
     pub streams: Vec<StreamConfig>,
     /// `[[allreduce]]`: AllReduce workers emulated against the appliance.
-    #[serde(rename = "allreduce", default)]
+    #[serde(rename = "allreduce")]
     pub allreduce: Vec<super::allreduce::AllreduceConfig>,
 }
 
 /// `[mempool]`: one pool for every port and lcore.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct MempoolConfig {
     /// Mbufs in the pool.
-    #[serde(default = "d_mbufs")]
     pub mbufs: u32,
     /// Per-lcore cache (mbufs), at most 512.
-    #[serde(default = "d_cache")]
     pub cache: u32,
     /// Data room per mbuf (bytes, with the 128-byte headroom). Unset: the largest frame of any
     /// stream plus 128, and at least 2176.
@@ -151,11 +146,7 @@ pub struct PortConfig {
 impl PortConfig {
     /// The EAL device name: the vdev string up to its first comma, or the PCI address.
     pub fn device_name(&self) -> &str {
-        match (&self.vdev, &self.pci) {
-            (Some(v), _) => v.split(',').next().unwrap_or(v).trim(),
-            (None, Some(p)) => p.trim(),
-            (None, None) => "",
-        }
+        dataplane::config::device_name(self.vdev.as_deref(), self.pci.as_deref())
     }
 }
 

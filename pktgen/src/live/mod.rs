@@ -95,6 +95,27 @@ fn bump(c: &AtomicU64, n: u64) {
     c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
 }
 
+/// The first `n` slots of `pend`, filled from `pool` with mbufs that are not reset (see
+/// [`Mempool::alloc_bulk_raw`]); `None` when `n` is 0, or when the pool is short (counted in
+/// `nombuf`, the slots left empty).
+#[inline(always)]
+fn alloc_burst<'a>(
+    pool: &Mempool,
+    pend: &'a mut [Option<Mbuf>],
+    n: usize,
+    nombuf: &AtomicU64,
+) -> Option<&'a mut [Option<Mbuf>]> {
+    if n == 0 {
+        return None;
+    }
+    let slots = &mut pend[..n];
+    if !pool.alloc_bulk_raw(slots) {
+        bump(nombuf, 1);
+        return None;
+    }
+    Some(slots)
+}
+
 /// The size index of the `k`-th next packet of a stream at position `pos` of its mix.
 #[inline(always)]
 fn size_index(mix: &SizeMix, pos: usize, k: usize) -> usize {
@@ -222,15 +243,10 @@ impl LaneStream {
                 n
             }
         };
-        if n == 0 {
-            return;
-        }
-        let slots = &mut self.pend[..n];
         // Unreset mbufs: reset_tx below sets what a tx PMD reads.
-        if !pool.alloc_bulk_raw(slots) {
-            bump(&c.nombuf, 1);
+        let Some(slots) = alloc_burst(pool, &mut self.pend, n, &c.nombuf) else {
             return;
-        }
+        };
         // One TSC read per burst: every packet of a burst carries the same stamp time.
         let tsc = now.wrapping_sub(stamp_back);
         let mut spent = 0.0;
@@ -498,17 +514,6 @@ fn latency_cdf(h: &Histogram<u64>) -> Vec<[f64; 2]> {
         }
     }
     out
-}
-
-fn latency_of(h: &Histogram<u64>) -> Option<Latency> {
-    (!h.is_empty()).then(|| Latency {
-        min_us: h.min() as f64 / 1e3,
-        p50_us: h.value_at_quantile(0.5) as f64 / 1e3,
-        p99_us: h.value_at_quantile(0.99) as f64 / 1e3,
-        p999_us: h.value_at_quantile(0.999) as f64 / 1e3,
-        max_us: h.max() as f64 / 1e3,
-        mean_us: h.mean() / 1e3,
-    })
 }
 
 /// Loads `conf`, runs it and returns the summary (also printed, and written as asked).
@@ -834,8 +839,12 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
             a.poll(now, &pool);
         }
         if now >= next_line {
-            let line =
-                live.line(now - t0, &tx_totals(&counters, n_streams, lanes), &rx_totals(&rx), latency_of(&rx.interval));
+            let line = live.line(
+                now - t0,
+                &tx_totals(&counters, n_streams, lanes),
+                &rx_totals(&rx),
+                Latency::of(&rx.interval),
+            );
             if !opts.quiet && n_streams > 0 {
                 println!("{line}");
             }
@@ -939,7 +948,7 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
                 reordered: r.reordered,
                 ce_marked: r.ce,
                 cnps: r.cnps,
-                latency: latency_of(&r.hist),
+                latency: Latency::of(&r.hist),
             }),
         ));
         if let (Some(_), Some(last)) = (s.rx_port, streams.last_mut()) {

@@ -16,7 +16,7 @@
 //! due at once. A burst holds the frames already due, so a frame leaves at most one pass of the
 //! lane's loop late.
 
-use super::TxCounters;
+use super::{alloc_burst, bump, TxCounters};
 use dataplane::dpdk::{self as dpdk, Mbuf, Mempool, TxQueue};
 use std::io::Read;
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
@@ -486,12 +486,6 @@ pub struct ReplayLane {
     pub(super) done: bool,
 }
 
-#[inline(always)]
-fn bump(c: &std::sync::atomic::AtomicU64, n: u64) {
-    use std::sync::atomic::Ordering::Relaxed;
-    c.store(c.load(Relaxed) + n, Relaxed);
-}
-
 impl ReplayLane {
     /// A lane's replay of the batches from `rx`, sending on `txq` in bursts of `burst`.
     #[allow(clippy::too_many_arguments)]
@@ -612,14 +606,9 @@ impl ReplayLane {
                 frames.iter().take_while(|f| due(t0, first, f, k) <= now).count()
             }
         };
-        if n == 0 {
+        let Some(slots) = alloc_burst(pool, &mut self.pend, n, &c.nombuf) else {
             return;
-        }
-        let slots = &mut self.pend[..n];
-        if !pool.alloc_bulk_raw(slots) {
-            bump(&c.nombuf, 1);
-            return;
-        }
+        };
         for ((slot, f), l) in slots.iter_mut().zip(&frames[..n]).zip(&mut self.lens) {
             let m = slot.as_mut().expect("allocated above");
             // The pool's data room fits the longest frame sent (the reader skips longer ones).

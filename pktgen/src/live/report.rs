@@ -8,6 +8,7 @@
 use super::config::{Layer, Loaded, Rate, Stream};
 use crate::stream::{Kind, L1_OVERHEAD};
 use dataplane::dpdk::PortStats;
+use hdrhistogram::Histogram;
 use serde::Serialize;
 
 /// Sums over every stream and lane.
@@ -42,6 +43,33 @@ pub struct Latency {
     pub max_us: f64,
     /// Mean.
     pub mean_us: f64,
+}
+
+impl Latency {
+    /// The latencies recorded in `h` (ns) as µs; `None` when `h` is empty.
+    pub fn of(h: &Histogram<u64>) -> Option<Latency> {
+        (!h.is_empty()).then(|| Latency {
+            min_us: h.min() as f64 / 1e3,
+            p50_us: h.value_at_quantile(0.5) as f64 / 1e3,
+            p99_us: h.value_at_quantile(0.99) as f64 / 1e3,
+            p999_us: h.value_at_quantile(0.999) as f64 / 1e3,
+            max_us: h.max() as f64 / 1e3,
+            mean_us: h.mean() / 1e3,
+        })
+    }
+
+    /// The CSV cells of `lat` (µs): min, p50, p99, p99.9, max and mean; empty cells for `None`.
+    pub fn csv_cells(lat: Option<Latency>) -> [String; 6] {
+        let l = lat.map(|l| [l.min_us, l.p50_us, l.p99_us, l.p999_us, l.max_us, l.mean_us]);
+        core::array::from_fn(|i| l.map_or(String::new(), |l| format!("{}", l[i])))
+    }
+}
+
+/// Appends a CSV row of `cells` and a newline to `out`, quoting the cells that hold a comma.
+pub fn push_csv_row(out: &mut String, cells: impl IntoIterator<Item = String>) {
+    let cells: Vec<String> = cells.into_iter().map(|c| if c.contains(',') { format!("\"{c}\"") } else { c }).collect();
+    *out += &cells.join(",");
+    out.push('\n');
 }
 
 /// The send side of one stream.
@@ -445,17 +473,9 @@ pub fn csv(s: &Summary) -> String {
             u(st.lost),
             u(rx.map(|r| r.seq_lost)),
             u(rx.map(|r| r.reordered)),
-            o(lat.map(|l| l.min_us)),
-            o(lat.map(|l| l.p50_us)),
-            o(lat.map(|l| l.p99_us)),
-            o(lat.map(|l| l.p999_us)),
-            o(lat.map(|l| l.max_us)),
-            o(lat.map(|l| l.mean_us)),
-            u(rx.map(|r| r.ce_marked)),
-            u(rx.map(|r| r.cnps)),
         ];
-        out += &cells.map(|c| if c.contains(',') { format!("\"{c}\"") } else { c }).join(",");
-        out.push('\n');
+        let ecn = [u(rx.map(|r| r.ce_marked)), u(rx.map(|r| r.cnps))];
+        push_csv_row(&mut out, cells.into_iter().chain(Latency::csv_cells(lat)).chain(ecn));
     }
     out
 }

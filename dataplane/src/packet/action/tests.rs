@@ -310,14 +310,11 @@ fn multicast_copies_are_independent() {
     let groups = r#"
 [[multicast_group]]
 id = 9
-[[multicast_group.copy]]
-port = 1
-[[multicast_group.copy]]
-port = 2
-actions = "set_eth_dst(02:00:00:00:00:02); push_vlan(20); count(copy2)"
-[[multicast_group.copy]]
-port = 3
-actions = "set_dscp(46); dec_ttl"
+copy = [
+    { port = 1 },
+    { port = 2, actions = "set_eth_dst(02:00:00:00:00:02); push_vlan(20); count(copy2)" },
+    { port = 3, actions = "set_dscp(46); dec_ttl" },
+]
 "#;
     let f = case_frames("c02_ipv4_options.pcap");
     let mut dp = with_actions("multicast(9)", groups);

@@ -7,6 +7,7 @@ use super::*;
 use crate::buf::{VecBuf, VecIo};
 use crate::config::load_str;
 use crate::parse::parse;
+use crate::testing::build_frame;
 use crate::wire::build::{self, FrameSpec, IpAddrBytes, Roce, UD_SEND_ONLY};
 use crate::wire::gradient::{Flags, GradientHeader, GradientRepr};
 use std::path::Path;
@@ -89,9 +90,7 @@ impl Rig {
             },
         };
         tweak(&mut spec);
-        let mut buf = vec![0u8; spec.frame_len(payload.len())];
-        build::build(&spec, payload, &mut buf).unwrap();
-        buf
+        build_frame(&spec, payload)
     }
 
     fn send(&mut self, io: &mut VecIo, frame: Vec<u8>, now_us: u64) {
@@ -590,19 +589,15 @@ fn a_burst_is_processed_as_packet_after_packet() {
         name = "route"
         key = [{ field = "ipv4.dst", match = "lpm" }]
         default_action = "drop"
-        [[table.entry]]
-        key = ["10.0.0.0/24"]
-        action = "set_eth_dst(02:00:00:00:09:09); dec_ttl"
-        [[table.entry]]
-        key = ["10.0.0.66/32"]
-        action = "drop"
+        entry = [
+            { key = ["10.0.0.0/24"], action = "set_eth_dst(02:00:00:00:09:09); dec_ttl" },
+            { key = ["10.0.0.66/32"], action = "drop" },
+        ]
         [[table]]
         name = "l2"
         key = [{ field = "eth.dst", match = "exact" }]
         default_action = "count(l2_miss); drop"
-        [[table.entry]]
-        key = ["02:00:00:00:09:09"]
-        action = "count(l2_hit); forward(0)"
+        entry = [{ key = ["02:00:00:00:09:09"], action = "count(l2_hit); forward(0)" }]
     "#;
     let text = conf("sum", "f32", "udp", false, "", 3, 8, 4) + TABLES;
     let rig = Rig::new(&text);

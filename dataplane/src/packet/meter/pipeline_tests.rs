@@ -131,19 +131,15 @@ direct = true
 name = "src"
 key = [{ field = "ipv4.src", match = "exact" }]
 default_action = "drop"
-[[table.entry]]
-key = ["10.0.0.1"]
-action = "meter(per_entry); meter(per_source, ipv4.src)"
-[[table.entry]]
-key = ["10.0.0.2"]
-action = "meter(per_entry); meter(per_source, ipv4.src)"
+entry = [
+    { key = ["10.0.0.1"], action = "meter(per_entry); meter(per_source, ipv4.src)" },
+    { key = ["10.0.0.2"], action = "meter(per_entry); meter(per_source, ipv4.src)" },
+]
 [[table]]
 name = "by_colour"
 key = [{ field = "meta.color", match = "exact" }]
 default_action = "forward(1)"
-[[table.entry]]
-key = [2]
-action = "count(red); drop"
+entry = [{ key = [2], action = "count(red); drop" }]
 "#;
     let mut dp = datapath(conf);
     assert_eq!(dp.pipeline.meters[1].instances, 2, "one instance per entry using the direct meter");
@@ -180,9 +176,7 @@ color_aware = true
 name = "t"
 key = [{ field = "ipv4.src", match = "exact" }]
 default_action = "meter(aware); forward(1)"
-[[table.entry]]
-key = ["10.0.0.2"]
-action = "set_color(yellow); meter(aware); forward(1)"
+entry = [{ key = ["10.0.0.2"], action = "set_color(yellow); meter(aware); forward(1)" }]
 "#;
     let mut dp = datapath(conf);
     run(&mut dp, &[(1, udp4(1, 100)), (2, udp4(2, 100))]);

@@ -112,8 +112,8 @@ pub fn mark_frame_ce_in(frame: &mut [u8], total_len: usize) -> CeOutcome {
 pub(crate) mod tests {
     use super::*;
     use crate::parse::parse;
-    use crate::testing::{case_frames as frames, ipv4_checksum_is_a_full_recompute};
-    use crate::wire::build::{self, FrameSpec, IpAddrBytes, Roce};
+    use crate::testing::{build_frame, case_frames as frames, host_ip, ipv4_checksum_is_a_full_recompute};
+    use crate::wire::build::{self, FrameSpec, Roce};
     use crate::wire::gradient::{GradientRepr, DEFAULT_UDP_PORT};
     use crate::wire::icrc;
 
@@ -166,20 +166,13 @@ pub(crate) mod tests {
         let mut all = frames("c10_rocev2_ipv4_icrc.pcap");
         all.extend(frames("nccl_ring_allreduce_rocev2.pcap"));
         for v6 in [false, true] {
-            let ip = |last| {
-                if v6 {
-                    IpAddrBytes::V6([0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, last])
-                } else {
-                    IpAddrBytes::V4([10, 0, 0, last])
-                }
-            };
             let spec = FrameSpec {
                 src_mac: "02:00:00:00:00:01".parse().unwrap(),
                 dst_mac: "02:00:00:00:00:02".parse().unwrap(),
                 vlan: Some(0x6064),
                 outer_tag: Some((0x88a8, 0x0010)),
-                src_ip: ip(1),
-                dst_ip: ip(2),
+                src_ip: host_ip(v6, 1),
+                dst_ip: host_ip(v6, 2),
                 dscp: 26,
                 ecn: 1,
                 ttl: 64,
@@ -188,20 +181,14 @@ pub(crate) mod tests {
                 roce: Some(Roce { dest_qp: 1, psn: 7, pkey: 0xffff, qkey: 0x1111, src_qp: 2 }),
                 header: GradientRepr {
                     version: 1,
-                    flags: 0,
                     op_type: 1,
                     collective_id: 3,
                     dtype: 1,
-                    reason: 0,
-                    worker_rank: 0,
-                    tensor_offset: 0,
                     data_length: 64,
-                    round: 0,
+                    ..Default::default()
                 },
             };
-            let mut buf = vec![0u8; spec.frame_len(64)];
-            build::build(&spec, &[0x5a; 64], &mut buf).unwrap();
-            all.push(buf);
+            all.push(build_frame(&spec, &[0x5a; 64]));
         }
         let mut roce = 0;
         for inp in all {

@@ -20,7 +20,7 @@
 //! `2..4` slots of `8 + 8W` bytes per entry: 32 to 64 bytes per entry for keys up to 8 bytes,
 //! 144 to 288 for 64-byte keys.
 
-use super::matcher::{check_key_len, check_len, MatchError};
+use super::matcher::{check_key_len, check_len, debug_sizes, MatchError};
 use super::words::{by_words, dispatch, hash, load, word_count};
 use core::fmt;
 
@@ -155,12 +155,7 @@ impl ExactMatcher {
 
 impl fmt::Debug for ExactMatcher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ExactMatcher")
-            .field("key_len", &self.key_len)
-            .field("len", &self.len())
-            .field("max_entries", &self.max_entries)
-            .field("memory_bytes", &self.memory_bytes())
-            .finish()
+        debug_sizes(f, "ExactMatcher", self.key_len, self.len(), self.max_entries, self.memory_bytes())
     }
 }
 

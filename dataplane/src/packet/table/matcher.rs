@@ -113,6 +113,24 @@ pub(super) fn check_key_len(key_len: usize) -> Result<(), MatchError> {
     }
 }
 
+/// The `Debug` of an exact or ternary matcher: `name { key_len, len, max_entries, memory_bytes }`
+/// (key bytes, entries, most entries, bytes allocated).
+pub(super) fn debug_sizes(
+    f: &mut core::fmt::Formatter<'_>,
+    name: &str,
+    key_len: usize,
+    len: usize,
+    max_entries: usize,
+    memory_bytes: usize,
+) -> core::fmt::Result {
+    f.debug_struct(name)
+        .field("key_len", &key_len)
+        .field("len", &len)
+        .field("max_entries", &max_entries)
+        .field("memory_bytes", &memory_bytes)
+        .finish()
+}
+
 /// Checks that `bytes` (a "key", "value" or "mask") has the table's key length.
 pub(super) fn check_len(what: &'static str, bytes: &[u8], expected: usize) -> Result<(), MatchError> {
     if bytes.len() == expected {

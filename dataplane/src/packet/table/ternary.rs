@@ -34,7 +34,7 @@
 
 use super::classifier::Classifier;
 use super::key::KEY_MAX;
-use super::matcher::{be_value, check_key_len, check_len, MatchError};
+use super::matcher::{be_value, check_key_len, check_len, debug_sizes, MatchError};
 pub use super::range::{RangeCond, RANGE_FIELD_MAX};
 use super::words::{by_words, dispatch, load, word_count};
 use core::fmt;
@@ -222,12 +222,7 @@ impl TernaryMatcher {
 
 impl fmt::Debug for TernaryMatcher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TernaryMatcher")
-            .field("key_len", &self.key_len)
-            .field("len", &self.len())
-            .field("max_entries", &self.max_entries)
-            .field("memory_bytes", &self.memory_bytes())
-            .finish()
+        debug_sizes(f, "TernaryMatcher", self.key_len, self.len(), self.max_entries, self.memory_bytes())
     }
 }
 

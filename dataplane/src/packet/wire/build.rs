@@ -189,6 +189,66 @@ impl PayloadSums {
     pub const EMPTY: PayloadSums = PayloadSums { sum: Some(0), crc: None, factor: 0, pad: 0 };
 }
 
+/// The IP header of a frame that carries one UDP datagram: addresses (both of one family), TTL
+/// or hop limit, DSCP (6 bits) and ECN (2 bits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpIpHeader {
+    /// Source address.
+    pub src: IpAddrBytes,
+    /// Destination address, of the source's family.
+    pub dst: IpAddrBytes,
+    /// TTL (IPv4) or hop limit (IPv6).
+    pub ttl: u8,
+    /// DSCP.
+    pub dscp: u8,
+    /// ECN.
+    pub ecn: u8,
+}
+
+impl UdpIpHeader {
+    /// Writes the header at `f[l3..]` for a UDP datagram of `udp_len` bytes (UDP header
+    /// included) at `f[l4..]`: IPv4 (identification 0, DF set, the header checksum filled, so
+    /// `f` holds the whole datagram) or IPv6 (flow label 0), by the addresses' family.
+    ///
+    /// # Errors
+    /// - [`WireError::BadLength`]: the addresses are of different families.
+    /// - The header emit's errors: `f` shorter than the header, or than the datagram (IPv4).
+    #[inline]
+    pub fn emit(&self, f: &mut [u8], l3: usize, l4: usize, udp_len: usize) -> Result<(), WireError> {
+        match (self.src, self.dst) {
+            (IpAddrBytes::V4(s), IpAddrBytes::V4(d)) => {
+                Ipv4Repr {
+                    src_addr: s,
+                    dst_addr: d,
+                    protocol: udp::PROTOCOL,
+                    payload_len: udp_len as u16,
+                    ttl: self.ttl,
+                    dscp: self.dscp,
+                    ecn: self.ecn,
+                    ident: 0,
+                    dont_frag: true,
+                }
+                .emit(&mut f[l3..])?;
+                Ipv4Packet::new_checked(&mut f[l3..l4 + udp_len])?.fill_checksum();
+            }
+            (IpAddrBytes::V6(s), IpAddrBytes::V6(d)) => {
+                Ipv6Repr {
+                    src_addr: s,
+                    dst_addr: d,
+                    next_header: udp::PROTOCOL,
+                    payload_len: udp_len as u16,
+                    hop_limit: self.ttl,
+                    traffic_class: (self.dscp << 2) | (self.ecn & 3),
+                    flow_label: 0,
+                }
+                .emit(&mut f[l3..])?;
+            }
+            _ => return Err(WireError::BadLength),
+        }
+        Ok(())
+    }
+}
+
 /// As [`build`], with the payload's checksum contributions computed beforehand (`pre`, for this
 /// payload and this spec's pad): the payload is copied but not read again. The payload starts at
 /// an even offset of the UDP datagram, so its sum adds in as it is.
@@ -224,36 +284,8 @@ pub fn build_with(
         tag.set_ethertype(tags.peek().map_or(ethertype, |t| t.0));
         at += vlan::HEADER_LEN;
     }
-    match (spec.src_ip, spec.dst_ip) {
-        (IpAddrBytes::V4(s), IpAddrBytes::V4(d)) => {
-            Ipv4Repr {
-                src_addr: s,
-                dst_addr: d,
-                protocol: udp::PROTOCOL,
-                payload_len: udp_len as u16,
-                ttl: spec.ttl,
-                dscp: spec.dscp,
-                ecn: spec.ecn,
-                ident: 0,
-                dont_frag: true,
-            }
-            .emit(&mut f[l3..])?;
-            Ipv4Packet::new_checked(&mut f[l3..l4 + udp_len])?.fill_checksum();
-        }
-        (IpAddrBytes::V6(s), IpAddrBytes::V6(d)) => {
-            Ipv6Repr {
-                src_addr: s,
-                dst_addr: d,
-                next_header: udp::PROTOCOL,
-                payload_len: udp_len as u16,
-                hop_limit: spec.ttl,
-                traffic_class: (spec.dscp << 2) | (spec.ecn & 3),
-                flow_label: 0,
-            }
-            .emit(&mut f[l3..])?;
-        }
-        _ => return Err(WireError::BadLength),
-    }
+    UdpIpHeader { src: spec.src_ip, dst: spec.dst_ip, ttl: spec.ttl, dscp: spec.dscp, ecn: spec.ecn }
+        .emit(f, l3, l4, udp_len)?;
     UdpRepr { src_port: spec.src_port, dst_port: spec.dst_port, payload_len: (udp_len - udp::HEADER_LEN) as u16 }
         .emit(&mut f[l4..])?;
     let mut g = l4 + udp::HEADER_LEN;

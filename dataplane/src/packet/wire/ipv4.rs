@@ -74,21 +74,7 @@ pub struct Ipv4Packet<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> Ipv4Packet<T> {
-    /// Wraps `buffer` (starting at the IPv4 header) without checks; accessors may panic until
-    /// [`Ipv4Packet::check_len`] succeeds.
-    pub fn new_unchecked(buffer: T) -> Self {
-        Ipv4Packet { buffer }
-    }
-
-    /// Wraps `buffer` after [`Ipv4Packet::check_len`].
-    ///
-    /// # Errors
-    /// See [`Ipv4Packet::check_len`].
-    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
+    view_constructors!(Ipv4Packet, "starting at the IPv4 header");
 
     /// Checks the header against the bytes present (RFC 791 section 3.1).
     ///

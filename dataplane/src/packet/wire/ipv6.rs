@@ -169,21 +169,7 @@ impl ExtensionChain {
 }
 
 impl<T: AsRef<[u8]>> Ipv6Packet<T> {
-    /// Wraps `buffer` (starting at the IPv6 header) without checks; accessors may panic until
-    /// [`Ipv6Packet::check_len`] succeeds.
-    pub fn new_unchecked(buffer: T) -> Self {
-        Ipv6Packet { buffer }
-    }
-
-    /// Wraps `buffer` after [`Ipv6Packet::check_len`].
-    ///
-    /// # Errors
-    /// See [`Ipv6Packet::check_len`].
-    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
+    view_constructors!(Ipv6Packet, "starting at the IPv6 header");
 
     /// Checks the fixed header against the bytes present (RFC 8200 section 3).
     ///

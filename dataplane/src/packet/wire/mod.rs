@@ -4,6 +4,30 @@
 //! Nothing here allocates or touches DPDK. Offsets are written once per header, as named byte
 //! ranges in a private `field` module.
 
+/// The two constructors of a checked view `$view { buffer }` over `T: AsRef<[u8]>`, whose
+/// `check_len(&self) -> Result<(), WireError>` is written beside it: `new_unchecked` wraps the
+/// buffer as it is (accessors may panic until `check_len` succeeds) and `new_checked` wraps it
+/// after `check_len`. `$start` says where the buffer starts, for the docs.
+macro_rules! view_constructors {
+    ($view:ident, $start:literal) => {
+        #[doc = concat!("Wraps `buffer` (", $start, ") without checks; accessors may panic until")]
+        #[doc = concat!("[`", stringify!($view), "::check_len`] succeeds.")]
+        pub fn new_unchecked(buffer: T) -> Self {
+            $view { buffer }
+        }
+
+        #[doc = concat!("Wraps `buffer` (", $start, ") after [`", stringify!($view), "::check_len`].")]
+        ///
+        /// # Errors
+        #[doc = concat!("See [`", stringify!($view), "::check_len`].")]
+        pub fn new_checked(buffer: T) -> Result<Self, WireError> {
+            let p = Self::new_unchecked(buffer);
+            p.check_len()?;
+            Ok(p)
+        }
+    };
+}
+
 pub mod arp;
 pub mod bth;
 pub mod build;

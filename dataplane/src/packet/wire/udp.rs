@@ -34,22 +34,7 @@ pub struct UdpPacket<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> UdpPacket<T> {
-    /// Wraps `buffer` without checks; accessors may panic until [`UdpPacket::check_len`]
-    /// succeeds.
-    pub fn new_unchecked(buffer: T) -> Self {
-        UdpPacket { buffer }
-    }
-
-    /// Wraps `buffer` (the IP payload, starting at the UDP header) after
-    /// [`UdpPacket::check_len`].
-    ///
-    /// # Errors
-    /// See [`UdpPacket::check_len`].
-    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
+    view_constructors!(UdpPacket, "the IP payload, starting at the UDP header");
 
     /// Checks the header and length field against the bytes present (RFC 768).
     ///

@@ -327,28 +327,6 @@ fn drops_and_losses(counters: &Counters, ethdev: &[PortStats]) -> (std::collecti
     (drops, losses)
 }
 
-/// The mempool must hold, at once, what every worker holds (an rx burst, its tx buffers, the
-/// mbufs parked in its lcore's cache of the pool), what the PMDs hold in their descriptors and,
-/// with several workers, the hand-off rings; a pool that runs dry makes the ports lose packets
-/// (`rx_nombuf`). Returns the slot count (a power of two; it holds one mbuf less) of each
-/// hand-off ring, 0 without rings, or why the pool is too small, with the size to set.
-///
-/// `pmd_held`: mbufs the ports' descriptors may hold (rx rings a NIC keeps filled, tx rings it
-/// frees lazily). A ring gets an equal share of what the rest leaves, at most
-/// [`MAX_RING_SLOTS`], and at least twice [`worker::ring_room_needed`] (the room a producer
-/// waits for before an rx burst). [`plan_pool`] with the egress schedulers' needs.
-pub fn size_hand_off_rings(
-    mbufs: u32,
-    cache: u32,
-    burst: usize,
-    ports: usize,
-    workers: usize,
-    rings: bool,
-    pmd_held: u64,
-) -> Result<u32, String> {
-    plan_pool(mbufs, cache, burst, ports, workers, rings, pmd_held, &SchedMbufs::default()).map(|p| p.0)
-}
-
 /// The mbufs the egress schedulers can hold at once: the rings to the owners of shaped ports'
 /// schedulers, counted full, and each class's queue (`[port.qos]`; one scheduler per port).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -362,12 +340,22 @@ pub struct SchedMbufs {
     pub floor: Vec<u64>,
 }
 
-/// [`size_hand_off_rings`] with the egress schedulers: what their rings and queues can hold
-/// counts among what the pool must keep apart from rx, so that full queues never starve the
-/// ports of mbufs. Returns each hand-off ring's slots (0 without) and each class's packet
-/// capacity (`sched.demand`, or less when the pool cannot hold every queue full: cut by
-/// [`crate::config::memory::fit_class_mbufs`] into what the workers, the PMDs, the schedulers'
-/// rings and the smallest hand-off rings leave; the hand-off rings then share the rest).
+/// The mempool must hold, at once, what every worker holds (an rx burst, its tx buffers, the
+/// mbufs parked in its lcore's cache of the pool), what the PMDs hold in their descriptors,
+/// with several workers the hand-off rings and, with egress schedulers (`sched`;
+/// [`SchedMbufs::default`] without), what their rings and queues can hold: a pool that runs dry
+/// makes the ports lose packets (`rx_nombuf`), and full queues must never starve the ports.
+///
+/// `pmd_held`: mbufs the ports' descriptors may hold (rx rings a NIC keeps filled, tx rings it
+/// frees lazily). A hand-off ring gets an equal share of what the rest leaves, at most
+/// [`MAX_RING_SLOTS`], and at least twice [`worker::ring_room_needed`] (the room a producer
+/// waits for before an rx burst).
+///
+/// Returns each hand-off ring's slot count (a power of two; it holds one mbuf less; 0 without
+/// rings) and each class's packet capacity (`sched.demand`, or less when the pool cannot hold
+/// every queue full: cut by [`crate::config::memory::fit_class_mbufs`] into what the workers,
+/// the PMDs, the schedulers' rings and the smallest hand-off rings leave; the hand-off rings
+/// then share the rest).
 ///
 /// # Errors
 /// The pool is smaller than all of that with every class at its floor: the message gives the
@@ -1028,15 +1016,15 @@ impl Summary {
         use std::fmt::Write;
         let mut s = String::new();
         let _ = writeln!(s, "== dpu: final stats ({} worker(s), {:.3} s) ==", self.workers, self.seconds);
-        let _ = writeln!(
-            s,
-            "{:<6} {:<14} {:>12} {:>12} {:>12} {:>12} {:>10}",
-            "port", "name", "rx pkts", "rx bytes", "tx pkts", "tx bytes", "rx errors"
-        );
+        // The port table: one format for its header and its rows.
+        macro_rules! port_row {
+            ($($cell:expr),* $(,)?) => {
+                let _ = writeln!(s, "{:<6} {:<14} {:>12} {:>12} {:>12} {:>12} {:>10}", $($cell),*);
+            };
+        }
+        port_row!("port", "name", "rx pkts", "rx bytes", "tx pkts", "tx bytes", "rx errors");
         for p in &self.ports {
-            let _ = writeln!(
-                s,
-                "{:<6} {:<14} {:>12} {:>12} {:>12} {:>12} {:>10}",
+            port_row!(
                 p.index,
                 p.name,
                 p.workers.rx_packets,
@@ -1320,6 +1308,8 @@ mod tests {
 
     #[test]
     fn hand_off_rings_get_what_the_pool_leaves() {
+        let size_hand_off_rings =
+            |m, c, b, p, w, r, h| plan_pool(m, c, b, p, w, r, h, &SchedMbufs::default()).map(|p| p.0);
         // 2 workers, 2 ports, burst 32, cache 256: each worker holds 32 + 64 + 384 = 480; the
         // default pool leaves (8191 - 960) / 2 = 3615 per ring: 2048 slots (2047 mbufs).
         assert_eq!(size_hand_off_rings(8191, 256, 32, 2, 2, true, 0), Ok(2048));
