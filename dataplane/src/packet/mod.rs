@@ -13,6 +13,14 @@
 //! ← `parse` (one pass over the headers) ← `table`, `action` ← `agg` (aggregation) ←
 //! `datapath` (one worker's packet walk), with `buf`, `stats` and `neighbor` beside them.
 
+/// `$to.f += $from.f` for each field `f` named: the `add` of a counter struct that sums
+/// workers' counters field by field. Defined before the modules that use it.
+macro_rules! add_fields {
+    ($to:expr, $from:expr; $($f:ident),+ $(,)?) => {
+        $( $to.$f += $from.$f; )+
+    };
+}
+
 #[deny(unsafe_code)]
 pub mod action;
 #[deny(unsafe_code)]

@@ -299,10 +299,7 @@ pub struct PortCounters {
 impl PortCounters {
     /// Adds `o`.
     pub fn add(&mut self, o: &PortCounters) {
-        self.rx_packets += o.rx_packets;
-        self.rx_bytes += o.rx_bytes;
-        self.tx_packets += o.tx_packets;
-        self.tx_bytes += o.tx_bytes;
+        add_fields!(self, o; rx_packets, rx_bytes, tx_packets, tx_bytes);
     }
 }
 
@@ -384,8 +381,7 @@ impl Counters {
         for (a, b) in self.drops.iter_mut().zip(&o.drops) {
             *a += b;
         }
-        self.neighbor_replies += o.neighbor_replies;
-        self.address_conflicts += o.address_conflicts;
+        add_fields!(self, o; neighbor_replies, address_conflicts);
     }
 
     /// Drops by reason name, only the non-zero ones.

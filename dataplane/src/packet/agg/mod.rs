@@ -93,17 +93,8 @@ pub struct AggCounters {
 impl AggCounters {
     /// Adds `o`.
     pub fn add(&mut self, o: &AggCounters) {
-        self.folded += o.folded;
-        self.completed += o.completed;
-        self.results += o.results;
-        self.resends += o.resends;
-        self.naks += o.naks;
-        self.naks_suppressed += o.naks_suppressed;
-        self.slot_timeouts += o.slot_timeouts;
-        self.payload_bytes += o.payload_bytes;
-        self.handed_off += o.handed_off;
-        self.probes += o.probes;
-        self.statuses += o.statuses;
+        add_fields!(self, o; folded, completed, results, resends, naks, naks_suppressed, slot_timeouts,
+            payload_bytes, handed_off, probes, statuses);
     }
 }
 
@@ -179,18 +170,11 @@ pub struct CollCounters {
 impl CollCounters {
     /// Adds `o`.
     pub fn add(&mut self, o: &CollCounters) {
-        self.folded += o.folded;
-        self.completed += o.completed;
-        self.results += o.results;
-        self.resends += o.resends;
+        add_fields!(self, o; folded, completed, results, resends, naks_suppressed, slot_timeouts, payload_bytes,
+            probes, statuses);
         for (a, b) in self.naks.iter_mut().zip(&o.naks) {
             *a += b;
         }
-        self.naks_suppressed += o.naks_suppressed;
-        self.slot_timeouts += o.slot_timeouts;
-        self.payload_bytes += o.payload_bytes;
-        self.probes += o.probes;
-        self.statuses += o.statuses;
         for (a, b) in self.drops.iter_mut().zip(&o.drops) {
             *a += b;
         }
