@@ -105,18 +105,19 @@ pub const NAK_REASONS: usize = 7;
 /// The drop reasons of a known collective's packets, in [`CollCounters::drops`] order: the
 /// refusals of rule 5 once the collective is known (section 4; the flags are checked before
 /// the collective id but are counted for it when it is a configured one), then rule 4's stale
-/// rounds and rule 1's duplicates.
-pub const COLL_DROP_REASONS: [Reason; 9] = [
-    Reason::GradFlags,
-    Reason::GradBadVersion,
-    Reason::GradMismatch,
-    Reason::GradBadRank,
-    Reason::GradNotMember,
-    Reason::GradBadLength,
-    Reason::GradBadOffset,
-    Reason::GradStaleRound,
-    Reason::GradDuplicate,
-];
+/// rounds and rule 1's duplicates. The inverse of [`coll_drop_index`], which is where the
+/// order is written.
+pub const COLL_DROP_REASONS: [Reason; 9] = {
+    let mut out = [Reason::GradFlags; 9];
+    let mut i = 0;
+    while i < Reason::ALL.len() {
+        if let Some(k) = coll_drop_index(Reason::ALL[i]) {
+            out[k] = Reason::ALL[i];
+        }
+        i += 1;
+    }
+    out
+};
 
 /// The index of `r` in [`COLL_DROP_REASONS`], if it is one.
 #[inline]

@@ -220,3 +220,15 @@ fn every_worker_walks_every_collective_and_only_the_owner_counts() {
     let i = at(&n0, "agg_collective_folded_contributions", 9);
     assert_eq!(v0[i] + v1[i], 3);
 }
+
+/// Every collective drop reason has its own index, and the list holds each once.
+#[test]
+fn the_collective_drop_reasons_are_coll_drop_index_inverted() {
+    for (k, r) in COLL_DROP_REASONS.iter().enumerate() {
+        assert_eq!(coll_drop_index(*r), Some(k), "{r:?}");
+    }
+    let indexed = Reason::ALL.iter().filter(|r| coll_drop_index(**r).is_some()).count();
+    assert_eq!(indexed, COLL_DROP_REASONS.len());
+    assert_eq!(COLL_DROP_REASONS[0], Reason::GradFlags);
+    assert_eq!(COLL_DROP_REASONS[8], Reason::GradDuplicate);
+}
