@@ -185,7 +185,7 @@ impl Templates {
 
     /// Writes member `rank`'s RESULT frame carrying `payload` (a full chunk: [`Templates::fits`])
     /// with the fields of `patch` into `f` (exactly [`Templates::frame_len`] bytes).
-    #[inline]
+    #[inline(always)]
     pub fn write(&self, rank: usize, patch: &Patch, payload: &[u8], sums: &PayloadSums, f: &mut [u8]) {
         let t = &self.members[rank];
         let (head, rest) = f.split_at_mut(t.head_len);
