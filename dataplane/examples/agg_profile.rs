@@ -5,12 +5,14 @@
 //!
 //! ```text
 //! cargo build --release -p dataplane --no-default-features --example agg_profile
-//! valgrind --tool=callgrind --toggle-collect='*agg_profile*run*' \
+//! valgrind --tool=callgrind --toggle-collect='agg_profile::run*' \
 //!     target/release/examples/agg_profile udp 4 256 4
 //! ```
 //!
 //! Instructions per contribution = the `run` total / (`REPS` * N * `SLOTS` * `ROUNDS`); the
-//! example prints the divisor.
+//! example prints the divisor. The pattern must match [`run`] alone: `*agg_profile*run*` also
+//! matches the workload's `Case::run`, and callgrind toggles collection on every entry and exit
+//! of a matching function, so nested matches count the warm-up and skip the counted part.
 
 use dataplane::datapath::Datapath;
 

@@ -7,14 +7,16 @@ use super::Aggregator;
 impl Aggregator {
     /// Folds a contribution's lanes (rule 6); on the last one, writes the kept result.
     pub(super) fn fold(&mut self, c: Contribution, payload: &[u8], first: bool, last: bool) {
-        let k = self.kernels;
-        let st = &mut self.colls[c.coll];
+        // Disjoint borrows: the kernel table (272 bytes of function pointers) is read in
+        // place, not copied per contribution.
+        let Aggregator { kernels: k, colls, counters, .. } = self;
+        let st = &mut colls[c.coll];
         let lanes = st.lanes(c.slot);
         let chunk = st.spec.chunk_elements as usize;
         let size = st.spec.dtype.size();
         let (op, dt) = (st.spec.op, st.spec.dtype);
         let payload = &payload[..lanes * size];
-        self.counters.payload_bytes += payload.len() as u64;
+        counters.payload_bytes += payload.len() as u64;
         st.counters.payload_bytes += payload.len() as u64;
         let res = c.slot * chunk * size;
         let result = &mut st.result[res..res + lanes * size];

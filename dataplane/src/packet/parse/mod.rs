@@ -712,6 +712,7 @@ fn udp_in_first_segment(frame: &[u8], l4: usize, end: usize) -> Result<udp::UdpP
 ///
 /// # Errors
 /// [`Reason::BadUdpChecksum`] or [`Reason::BadIcrc`].
+#[inline]
 pub fn verify_l4(frame: &[u8], p: &Parsed, rx: RxChecksum) -> Result<(), Reason> {
     if !p.has(Layers::L4_UNVERIFIED) {
         return Ok(());
