@@ -3,6 +3,7 @@
 //! the key (serde's path, like `stream[1].rate_pps`) and what was expected.
 
 use crate::stream::{self, Kind, RoceFields, SizeMix, StreamSpec, IMIX, MAX_FRAME};
+use crate::Endpoints;
 use dataplane::config::ConfigError;
 /// `[eal]`: the appliance's own section (EAL options; `--vdev`/`-a` for each port are added).
 pub use dataplane::config::EalConfig;
@@ -508,11 +509,13 @@ fn check(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
         let spec = StreamSpec {
             id: i as u16,
             kind: s.kind,
-            src_mac: parse_mac(path, &k("src_mac"), &s.src_mac, [2, 0, 0, 0, 0, 1])?,
-            dst_mac: parse_mac(path, &k("dst_mac"), &s.dst_mac, [2, 0, 0, 0, 0, 2])?,
-            vlan: s.vlan,
-            src_ip,
-            dst_ip,
+            ends: Endpoints {
+                src_mac: parse_mac(path, &k("src_mac"), &s.src_mac, [2, 0, 0, 0, 0, 1])?,
+                dst_mac: parse_mac(path, &k("dst_mac"), &s.dst_mac, [2, 0, 0, 0, 0, 2])?,
+                vlan: s.vlan,
+                src_ip,
+                dst_ip,
+            },
             src_port: s.src_port,
             dst_port,
             dscp: s.dscp,
