@@ -20,6 +20,10 @@
 //! ```
 #![warn(missing_docs, missing_debug_implementations, clippy::undocumented_unsafe_blocks)]
 
+// The crate under its own name too, so that what `port_config!` expands to names the same paths
+// here as in the crates that call it (serde's `default = "..."` takes a path, not `$crate`).
+extern crate self as dataplane;
+
 pub mod config;
 pub mod packet;
 #[cfg(feature = "dpdk")]

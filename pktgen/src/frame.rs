@@ -4,10 +4,10 @@
 
 use crate::plan;
 use crate::workload::{Event, Params};
+use crate::Endpoints;
 use dataplane::agg::collective::Carriage;
-use dataplane::wire::build::{self, FrameSpec, IpAddrBytes, Roce, ROCEV2_PORT};
+use dataplane::wire::build::{self, FrameSpec, Roce, ROCEV2_PORT};
 use dataplane::wire::gradient::{GradientRepr, VERSION};
-use dataplane::wire::EthernetAddress;
 
 /// ECN codepoint ECT(0).
 pub const ECT0: u8 = 0b10;
@@ -18,16 +18,9 @@ pub const TTL: u8 = 64;
 /// (destination) on the member's link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Addresses {
-    /// The member's MAC.
-    pub src_mac: EthernetAddress,
-    /// The appliance's MAC.
-    pub dst_mac: EthernetAddress,
-    /// 802.1Q VID of the member's frames.
-    pub vlan: Option<u16>,
-    /// The member's IP.
-    pub src_ip: IpAddrBytes,
-    /// The appliance's IP (of the member's family).
-    pub dst_ip: IpAddrBytes,
+    /// The member's MAC and IP (source), the appliance's (destination), and the 802.1Q VID of
+    /// the member's frames.
+    pub ends: Endpoints,
     /// The member's UDP port (the UDP source port on both carriages).
     pub src_port: u16,
     /// The appliance's gradient UDP port (UDP carriage; RoCEv2 goes to 4791).
@@ -46,13 +39,14 @@ pub struct Addresses {
 /// the appliance's `dataplane::wire::build`.
 pub fn contribution_spec(a: &Addresses, carriage: Carriage, header: GradientRepr, psn: u32) -> FrameSpec {
     let roce = carriage == Carriage::Rocev2;
+    let Endpoints { src_mac, dst_mac, vlan, src_ip, dst_ip } = a.ends;
     FrameSpec {
-        src_mac: a.src_mac,
-        dst_mac: a.dst_mac,
-        vlan: a.vlan,
+        src_mac,
+        dst_mac,
+        vlan,
         outer_tag: None,
-        src_ip: a.src_ip,
-        dst_ip: a.dst_ip,
+        src_ip,
+        dst_ip,
         dscp: 0,
         ecn: ECT0,
         ttl: TTL,
@@ -66,11 +60,13 @@ pub fn contribution_spec(a: &Addresses, carriage: Carriage, header: GradientRepr
 /// The addresses of member `rank` of a workload, per the address plan.
 pub fn plan_addresses(p: &Params, rank: u16) -> Addresses {
     Addresses {
-        src_mac: plan::member_mac(rank),
-        dst_mac: plan::APPLIANCE_MAC,
-        vlan: p.vlan,
-        src_ip: plan::member_ip(p.family, rank),
-        dst_ip: plan::appliance_ip(p.family),
+        ends: Endpoints {
+            src_mac: plan::member_mac(rank),
+            dst_mac: plan::APPLIANCE_MAC,
+            vlan: p.vlan,
+            src_ip: plan::member_ip(p.family, rank),
+            dst_ip: plan::appliance_ip(p.family),
+        },
         src_port: plan::member_udp_port(rank),
         gradient_port: plan::GRADIENT_UDP_PORT,
         dest_qp: plan::APPLIANCE_QPN,

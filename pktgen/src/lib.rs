@@ -23,6 +23,8 @@ pub mod values;
 pub mod workload;
 
 use anyhow::Context;
+use dataplane::wire::build::IpAddrBytes;
+use dataplane::wire::EthernetAddress;
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::Path;
@@ -34,6 +36,22 @@ pub const INPUT_PCAP: &str = "input.pcap";
 pub const APPLIANCE_TOML: &str = "appliance.toml";
 /// The expected results.
 pub const EXPECTED_JSON: &str = "expected.json";
+
+/// The addresses of a frame's two ends, and its 802.1Q tag: what a stream's frames
+/// ([`stream::StreamSpec`]) and a member's contributions ([`frame::Addresses`]) are sent between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Endpoints {
+    /// Ethernet source.
+    pub src_mac: EthernetAddress,
+    /// Ethernet destination.
+    pub dst_mac: EthernetAddress,
+    /// 802.1Q TCI (a VID alone: priority 0), if tagged.
+    pub vlan: Option<u16>,
+    /// IP source.
+    pub src_ip: IpAddrBytes,
+    /// IP destination, of the source's family.
+    pub dst_ip: IpAddrBytes,
+}
 
 /// What [`write_dir`] wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

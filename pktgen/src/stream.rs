@@ -36,10 +36,11 @@
 //! changed byte XORs in one entry of [`icrc::byte_table`] of its distance to the end) without
 //! reading the rest of the frame: a few dozen instructions whatever the frame's size.
 
+use crate::Endpoints;
 use dataplane::wire::bth::{BthRepr, DethHeader};
 use dataplane::wire::build::{IpAddrBytes, UdpIpHeader, ROCEV2_PORT, UD_SEND_ONLY};
 use dataplane::wire::udp::{UdpPacket, UdpRepr};
-use dataplane::wire::{bth, checksum, icrc, udp, EthernetAddress, EthernetFrame};
+use dataplane::wire::{bth, checksum, icrc, udp, EthernetFrame};
 
 /// Bytes of the stamp.
 pub const STAMP_LEN: usize = 16;
@@ -87,16 +88,8 @@ pub struct StreamSpec {
     pub id: u16,
     /// UDP or RoCEv2.
     pub kind: Kind,
-    /// Ethernet source.
-    pub src_mac: EthernetAddress,
-    /// Ethernet destination.
-    pub dst_mac: EthernetAddress,
-    /// 802.1Q TCI, if tagged.
-    pub vlan: Option<u16>,
-    /// IP source of flow 0.
-    pub src_ip: IpAddrBytes,
-    /// IP destination (same family).
-    pub dst_ip: IpAddrBytes,
+    /// The addresses (the IP source is flow 0's) and the 802.1Q tag.
+    pub ends: Endpoints,
     /// UDP source port of flow 0.
     pub src_port: u16,
     /// UDP destination port (RoCEv2: 4791).
@@ -115,11 +108,11 @@ pub struct StreamSpec {
 
 impl StreamSpec {
     fn l2_len(&self) -> usize {
-        14 + if self.vlan.is_some() { 4 } else { 0 }
+        14 + if self.ends.vlan.is_some() { 4 } else { 0 }
     }
 
     fn l3_len(&self) -> usize {
-        if self.src_ip.is_v6() {
+        if self.ends.src_ip.is_v6() {
             40
         } else {
             20
@@ -143,7 +136,7 @@ impl StreamSpec {
 
     /// Flow `f`'s source IP address.
     pub fn flow_src_ip(&self, f: u32) -> IpAddrBytes {
-        match self.src_ip {
+        match self.ends.src_ip {
             IpAddrBytes::V4(a) => IpAddrBytes::V4(u32::from_be_bytes(a).wrapping_add(f).to_be_bytes()),
             IpAddrBytes::V6(mut a) => {
                 let low = u32::from_be_bytes([a[12], a[13], a[14], a[15]]).wrapping_add(f);
@@ -335,7 +328,7 @@ impl SizeTemplates {
             heads.extend_from_slice(&f[..head]);
             sums.push((ck, crc));
         }
-        let udp_ck = (!roce || spec.src_ip.is_v6()).then_some(l4 + 6);
+        let udp_ck = (!roce || spec.ends.src_ip.is_v6()).then_some(l4 + 6);
         let psn_at = l4 + udp::HEADER_LEN + 9;
         let tables = match icrc_at {
             Some(at) => {
@@ -544,12 +537,12 @@ pub const HEAD_LEN: usize = 128;
 
 /// Writes Ethernet, IP, UDP, [BTH, DETH] and the stamp (sequence number and TSC 0) of `flow`.
 fn build_headers(spec: &StreamSpec, flow: u32, lane: u8, ip_payload: usize, f: &mut [u8], l3: usize, l4: usize) {
-    let v6 = spec.src_ip.is_v6();
+    let v6 = spec.ends.src_ip.is_v6();
     let ethertype: u16 = if v6 { 0x86dd } else { 0x0800 };
     let mut eth = EthernetFrame::new_unchecked(&mut *f);
-    eth.set_dst(spec.dst_mac);
-    eth.set_src(spec.src_mac);
-    match spec.vlan {
+    eth.set_dst(spec.ends.dst_mac);
+    eth.set_src(spec.ends.src_mac);
+    match spec.ends.vlan {
         Some(tci) => {
             f[12..14].copy_from_slice(&0x8100u16.to_be_bytes());
             f[14..16].copy_from_slice(&tci.to_be_bytes());
@@ -558,7 +551,7 @@ fn build_headers(spec: &StreamSpec, flow: u32, lane: u8, ip_payload: usize, f: &
         None => f[12..14].copy_from_slice(&ethertype.to_be_bytes()),
     }
     let udp_len = ip_payload;
-    UdpIpHeader { src: spec.flow_src_ip(flow), dst: spec.dst_ip, ttl: spec.ttl, dscp: spec.dscp, ecn: spec.ecn }
+    UdpIpHeader { src: spec.flow_src_ip(flow), dst: spec.ends.dst_ip, ttl: spec.ttl, dscp: spec.dscp, ecn: spec.ecn }
         .emit(f, l3, l4, udp_len)
         .expect("room for the IP header and the datagram, addresses of one family (the config checks it)");
     let src_port = spec.src_port.wrapping_add(flow as u16);
@@ -597,7 +590,7 @@ fn build_headers(spec: &StreamSpec, flow: u32, lane: u8, ip_payload: usize, f: &
 /// not: RoCEv2 over IPv4).
 fn fill_udp_checksum(spec: &StreamSpec, dg: &mut [u8], l4: usize) -> u16 {
     let udp_len = dg.len() - l4;
-    let pseudo = match (spec.kind, spec.flow_src_ip(0), spec.dst_ip) {
+    let pseudo = match (spec.kind, spec.flow_src_ip(0), spec.ends.dst_ip) {
         (Kind::Rocev2, IpAddrBytes::V4(_), _) => {
             UdpPacket::new_unchecked(&mut dg[l4..]).set_checksum(0);
             return 0;
@@ -662,23 +655,26 @@ pub fn weighted_pattern(weights: &[u32]) -> Vec<u16> {
 mod tests {
     use super::*;
     use dataplane::parse::{parse, Layers};
+    use dataplane::wire::EthernetAddress;
 
     fn spec(kind: Kind, v6: bool, vlan: Option<u16>) -> StreamSpec {
         StreamSpec {
             id: 3,
             kind,
-            src_mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
-            dst_mac: EthernetAddress([2, 0, 0, 0, 0, 2]),
-            vlan,
-            src_ip: if v6 {
-                IpAddrBytes::V6([0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xfe])
-            } else {
-                IpAddrBytes::V4([10, 0, 0, 250])
-            },
-            dst_ip: if v6 {
-                IpAddrBytes::V6([0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9])
-            } else {
-                IpAddrBytes::V4([10, 1, 0, 9])
+            ends: Endpoints {
+                src_mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
+                dst_mac: EthernetAddress([2, 0, 0, 0, 0, 2]),
+                vlan,
+                src_ip: if v6 {
+                    IpAddrBytes::V6([0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xfe])
+                } else {
+                    IpAddrBytes::V4([10, 0, 0, 250])
+                },
+                dst_ip: if v6 {
+                    IpAddrBytes::V6([0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9])
+                } else {
+                    IpAddrBytes::V4([10, 1, 0, 9])
+                },
             },
             src_port: 65530,
             dst_port: if kind == Kind::Rocev2 { ROCEV2_PORT } else { 9 },
@@ -761,9 +757,9 @@ mod tests {
         let pr = parse(f, 49374).unwrap_or_else(|d| panic!("{ctx}: parser drops it: {d:?}"));
         assert!(pr.has(Layers::UDP), "{ctx}");
         assert_eq!(pr.udp_src, s.src_port.wrapping_add(flow as u16), "{ctx}");
-        let l3 = if s.vlan.is_some() { 18 } else { 14 };
-        let l4 = l3 + if s.src_ip.is_v6() { 40 } else { 20 };
-        let ip_len = if s.src_ip.is_v6() {
+        let l3 = if s.ends.vlan.is_some() { 18 } else { 14 };
+        let l4 = l3 + if s.ends.src_ip.is_v6() { 40 } else { 20 };
+        let ip_len = if s.ends.src_ip.is_v6() {
             40 + u16::from_be_bytes([f[l3 + 4], f[l3 + 5]]) as usize
         } else {
             u16::from_be_bytes([f[l3 + 2], f[l3 + 3]]) as usize
@@ -773,10 +769,10 @@ mod tests {
         assert!(f.len() - (l3 + ip_len) < 4, "{ctx}");
         // The UDP checksum, recomputed in full.
         let udp_ck = u16::from_be_bytes([dg[l4 - l3 + 6], dg[l4 - l3 + 7]]);
-        if s.kind == Kind::Rocev2 && !s.src_ip.is_v6() {
+        if s.kind == Kind::Rocev2 && !s.ends.src_ip.is_v6() {
             assert_eq!(udp_ck, 0, "{ctx}");
         } else {
-            let pseudo = if s.src_ip.is_v6() {
+            let pseudo = if s.ends.src_ip.is_v6() {
                 checksum::pseudo_header_v6(
                     dg[8..24].try_into().unwrap(),
                     dg[24..40].try_into().unwrap(),

@@ -9,12 +9,14 @@ pub mod collective;
 mod error;
 pub mod memory;
 pub mod meter;
+mod port;
 pub mod qos;
 pub mod table;
 pub mod update;
 mod validate;
 
 pub use error::ConfigError;
+pub use port::{default_desc, device_name, DEFAULT_DESC};
 
 use crate::table::Pipeline;
 use crate::wire::EthernetAddress;
@@ -186,42 +188,26 @@ impl Default for DataplaneConfig {
     }
 }
 
-/// `[[port]]`: one DPDK port, a vdev or a PCI device.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PortConfig {
-    /// A label for stats (default `port<i>`).
-    pub name: Option<String>,
-    /// A vdev string as for EAL's `--vdev`, like `net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap`.
-    pub vdev: Option<String>,
-    /// A PCI address as for EAL's `-a`, like `0000:3b:00.0` (the device bound to vfio-pci).
-    pub pci: Option<String>,
-    /// Rx descriptors per queue.
-    #[serde(default = "d_desc")]
-    pub rx_desc: u16,
-    /// Tx descriptors per queue.
-    #[serde(default = "d_desc")]
-    pub tx_desc: u16,
-    /// MTU to set (bytes).
-    pub mtu: Option<u16>,
-    /// MAC address to set on the port (`rte_eth_dev_default_mac_addr_set`); also the source
-    /// of the appliance's own packets on this port.
-    pub mac: Option<String>,
-    /// The appliance's IPv4 address on this port (source of results and NAKs).
-    pub ipv4: Option<String>,
-    /// The appliance's IPv6 address on this port.
-    pub ipv6: Option<String>,
-    /// `[port.qos]`: the port's egress scheduler and class maps (absent: packets go straight
-    /// to the tx queue).
-    pub qos: Option<qos::QosConfig>,
+crate::port_config! {
+    /// `[[port]]`: one DPDK port, a vdev or a PCI device.
+    pub struct PortConfig {
+        name, vdev, pci, rx_desc, tx_desc,
+        /// MTU to set (bytes).
+        pub mtu: Option<u16>,
+        /// MAC address to set on the port (`rte_eth_dev_default_mac_addr_set`); also the source
+        /// of the appliance's own packets on this port.
+        pub mac: Option<String>,
+        /// The appliance's IPv4 address on this port (source of results and NAKs).
+        pub ipv4: Option<String>,
+        /// The appliance's IPv6 address on this port.
+        pub ipv6: Option<String>,
+        /// `[port.qos]`: the port's egress scheduler and class maps (absent: packets go straight
+        /// to the tx queue).
+        pub qos: Option<qos::QosConfig>,
+    }
 }
 
 impl PortConfig {
-    /// The EAL device name: the vdev string up to its first comma, or the PCI address.
-    pub fn device_name(&self) -> &str {
-        device_name(self.vdev.as_deref(), self.pci.as_deref())
-    }
-
     /// The vdev's `key=value` arguments (after the device name).
     pub fn vdev_args(&self) -> Vec<(String, String)> {
         let Some(v) = &self.vdev else {
@@ -231,17 +217,6 @@ impl PortConfig {
             .skip(1)
             .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
             .collect()
-    }
-}
-
-/// The EAL device name of a port given as a vdev string (`--vdev`) or a PCI address (`-a`): the
-/// vdev string up to its first comma, else the PCI address, trimmed; empty when neither is given.
-/// The vdev wins when both are.
-pub fn device_name<'a>(vdev: Option<&'a str>, pci: Option<&'a str>) -> &'a str {
-    match (vdev, pci) {
-        (Some(v), _) => v.split(',').next().unwrap_or(v).trim(),
-        (None, Some(p)) => p.trim(),
-        (None, None) => "",
     }
 }
 
@@ -291,9 +266,6 @@ fn d_qpn() -> u32 {
 }
 /// Default slot memory limit (MiB) when the EAL memory does not bound it.
 pub const DEFAULT_MEMORY_LIMIT_MB: u64 = 1024;
-fn d_desc() -> u16 {
-    1024
-}
 
 /// A configuration that loaded completely, with what was built from it.
 #[derive(Debug, Clone)]

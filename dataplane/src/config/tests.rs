@@ -160,6 +160,19 @@ fn unknown_key_is_refused() {
     assert!(e.contains("mbufs"), "{e}");
 }
 
+/// An unknown `[[port]]` key is refused with every key the table takes, in their order.
+#[test]
+fn unknown_port_key_lists_the_port_keys() {
+    let e = err("[[port]]\nvdev = \"net_null0\"\nrx_queues = 2\n");
+    assert!(
+        e.starts_with(
+            "bad.toml: key `port[0].rx_queues`: unknown field `rx_queues`, expected one of `name`, `vdev`, `pci`, \
+             `rx_desc`, `tx_desc`, `mtu`, `mac`, `ipv4`, `ipv6`, `qos`"
+        ),
+        "{e}"
+    );
+}
+
 #[test]
 fn wrong_type_is_refused() {
     let e = err(&format!("{PORT}[mempool]\nmbufs = \"many\"\n"));

@@ -55,6 +55,7 @@ use super::report::{push_csv_row, Latency};
 use crate::frame::{contribution_spec, Addresses};
 pub use crate::values::{lane_value, magnitude, table_index, PERIOD};
 use crate::values::{mix, ExactTables, Model, ValueKind};
+use crate::Endpoints;
 use dataplane::agg::collective::Carriage;
 use dataplane::config::ConfigError;
 use dataplane::dpdk::{self as dpdk, Mbuf, Mempool, RxQueue, TxQueue};
@@ -243,11 +244,13 @@ impl Emulation {
 
     fn spec(&self, w: &WorkerAddr) -> FrameSpec {
         let a = Addresses {
-            src_mac: w.mac,
-            dst_mac: w.appliance_mac,
-            vlan: w.vlan,
-            src_ip: w.ip,
-            dst_ip: w.appliance_ip,
+            ends: Endpoints {
+                src_mac: w.mac,
+                dst_mac: w.appliance_mac,
+                vlan: w.vlan,
+                src_ip: w.ip,
+                dst_ip: w.appliance_ip,
+            },
             src_port: w.udp_port,
             gradient_port: self.gradient_udp_port,
             dest_qp: self.appliance_qpn,

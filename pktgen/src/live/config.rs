@@ -3,6 +3,7 @@
 //! the key (serde's path, like `stream[1].rate_pps`) and what was expected.
 
 use crate::stream::{self, Kind, RoceFields, SizeMix, StreamSpec, IMIX, MAX_FRAME};
+use crate::Endpoints;
 use dataplane::config::ConfigError;
 /// `[eal]`: the appliance's own section (EAL options; `--vdev`/`-a` for each port are added).
 pub use dataplane::config::EalConfig;
@@ -59,9 +60,6 @@ fn d_cache() -> u32 {
 }
 fn d_burst() -> u16 {
     32
-}
-fn d_desc() -> u16 {
-    1024
 }
 fn d_one() -> u16 {
     1
@@ -121,32 +119,16 @@ impl Default for RunConfig {
     }
 }
 
-/// `[[port]]`: a vdev or a PCI device.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PortConfig {
-    /// A label (default `port<i>`); streams name their ports by it.
-    pub name: Option<String>,
-    /// A vdev string as for EAL's `--vdev`, like `net_ring0,nodeaction=r0:0:CREATE`.
-    pub vdev: Option<String>,
-    /// A PCI address as for EAL's `-a`.
-    pub pci: Option<String>,
-    /// Rx queues the main lcore polls (a net_ring made by `nodeaction` loops tx queue `i` to rx
-    /// queue `i`: give it as many rx queues as there are tx lcores).
-    #[serde(default = "d_one")]
-    pub rx_queues: u16,
-    /// Rx descriptors per queue.
-    #[serde(default = "d_desc")]
-    pub rx_desc: u16,
-    /// Tx descriptors per queue.
-    #[serde(default = "d_desc")]
-    pub tx_desc: u16,
-}
-
-impl PortConfig {
-    /// The EAL device name: the vdev string up to its first comma, or the PCI address.
-    pub fn device_name(&self) -> &str {
-        dataplane::config::device_name(self.vdev.as_deref(), self.pci.as_deref())
+dataplane::port_config! {
+    /// `[[port]]`: a vdev (like `net_ring0,nodeaction=r0:0:CREATE`) or a PCI device. Streams name
+    /// their ports by `name`.
+    pub struct PortConfig {
+        name, vdev, pci,
+        /// Rx queues the main lcore polls (a net_ring made by `nodeaction` loops tx queue `i` to rx
+        /// queue `i`: give it as many rx queues as there are tx lcores).
+        #[serde(default = "d_one")]
+        pub rx_queues: u16,
+        rx_desc, tx_desc,
     }
 }
 
@@ -527,11 +509,13 @@ fn check(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
         let spec = StreamSpec {
             id: i as u16,
             kind: s.kind,
-            src_mac: parse_mac(path, &k("src_mac"), &s.src_mac, [2, 0, 0, 0, 0, 1])?,
-            dst_mac: parse_mac(path, &k("dst_mac"), &s.dst_mac, [2, 0, 0, 0, 0, 2])?,
-            vlan: s.vlan,
-            src_ip,
-            dst_ip,
+            ends: Endpoints {
+                src_mac: parse_mac(path, &k("src_mac"), &s.src_mac, [2, 0, 0, 0, 0, 1])?,
+                dst_mac: parse_mac(path, &k("dst_mac"), &s.dst_mac, [2, 0, 0, 0, 0, 2])?,
+                vlan: s.vlan,
+                src_ip,
+                dst_ip,
+            },
             src_port: s.src_port,
             dst_port,
             dscp: s.dscp,
@@ -705,6 +689,14 @@ vdev = "net_null0"
         assert!(e.starts_with("x.toml: key `stream[0].port`: expected the name or index of a [[port]]"), "{e}");
         let e = load_err("[[stream]]\nport = 0\nsize = 64\nbogus = 1\n");
         assert!(e.contains("x.toml") && e.contains("unknown field `bogus`"), "{e}");
+        let e = load_err("[[port]]\nvdev = \"net_null1\"\nmtu = 9000\n[[stream]]\nport = 0\nsize = 64\n");
+        assert!(
+            e.contains(
+                "key `port[1].mtu`: unknown field `mtu`, expected one of `name`, `vdev`, `pci`, `rx_queues`, \
+                 `rx_desc`, `tx_desc`"
+            ),
+            "{e}"
+        );
         let e = load_err("[[stream]]\nport = 0\nsize = 64\nrate_pps = \"fast\"\n");
         assert!(e.contains("key `stream[0].rate_pps`") && e.contains("line"), "{e}");
         // Rust's type names in words, as the appliance's config says them.

@@ -265,33 +265,27 @@ pub fn fill(datagram: &mut [u8], l4_offset: usize) -> Result<(), WireError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::case_frames;
     use crate::wire::ipv6::{Ipv6Packet, Ipv6Repr};
     use proptest::prelude::*;
+    use std::sync::LazyLock;
 
     // Case c10 frame 1 from the IP header: IPv4 (TOS 0x02) / UDP 49152 -> 4791, checksum 0 /
-    // BTH RC SEND Only / 16 bytes of 0x11 / ICRC 67 91 ca 03 (0x03ca9167).
-    static C10: [u8; 60] = [
-        0x45, 0x02, 0x00, 0x3c, 0x12, 0x34, 0x40, 0x00, 0x40, 0x11, 0x14, 0x79, 0x0a, 0x00, 0x00, 0x01, 0x0a, 0x00,
-        0x00, 0x02, 0xc0, 0x00, 0x12, 0xb7, 0x00, 0x28, 0x00, 0x00, 0x04, 0x40, 0xff, 0xff, 0x00, 0x00, 0x00, 0x11,
-        0x00, 0x00, 0x00, 0x01, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11,
-        0x11, 0x11, 0x67, 0x91, 0xca, 0x03,
-    ];
+    // BTH RC SEND Only / 16 bytes of 0x11 / ICRC 67 91 ca 03 (0x03ca9167): 60 bytes.
+    static C10: LazyLock<Vec<u8>> = LazyLock::new(|| case_frames("c10_rocev2_ipv4_icrc.pcap")[0][14..].to_vec());
 
     // NCCL capture frame 69 from the IP header: an RC Acknowledge (AETH) from 172.30.0.12 to
-    // 172.30.0.25, ICRC 1f 37 91 35.
-    static NCCL_ACK: [u8; 48] = [
-        0x45, 0x00, 0x00, 0x30, 0x02, 0x9d, 0x40, 0x00, 0x40, 0x11, 0xdf, 0xbe, 0xac, 0x1e, 0x00, 0x0c, 0xac, 0x1e,
-        0x00, 0x19, 0xc5, 0x55, 0x12, 0xb7, 0x00, 0x1c, 0x00, 0x00, 0x11, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x23,
-        0x00, 0x00, 0x00, 0x00, 0x1f, 0x00, 0x00, 0x01, 0x1f, 0x37, 0x91, 0x35,
-    ];
+    // 172.30.0.25, ICRC 1f 37 91 35: 48 bytes.
+    static NCCL_ACK: LazyLock<Vec<u8>> =
+        LazyLock::new(|| case_frames("nccl_ring_allreduce_rocev2.pcap")[68][14..].to_vec());
 
     /// The c10 ICRC, 0x03ca9167, is stored least-significant byte first in the last 4 bytes.
     #[test]
     fn store_writes_the_last_four_bytes_little_endian() {
-        let mut b = C10;
+        let mut b = C10.clone();
         b[56..].fill(0);
         store(&mut b, 0x03ca_9167);
-        assert_eq!(b, C10);
+        assert_eq!(b, *C10);
         assert_eq!(stored(&b), Some(0x03ca_9167));
     }
 
@@ -305,7 +299,7 @@ mod tests {
 
     #[test]
     fn masked_fields_do_not_change_it() {
-        let mut b = C10;
+        let mut b = C10.clone();
         b[1] = 0x03; // CE
         b[8] = 1; // TTL
         b[10] = 0xab; // IP checksum
@@ -315,12 +309,12 @@ mod tests {
         assert_eq!(verify(&b, 20), Ok(true));
         // Anything else does.
         for i in [2usize, 9, 12, 19, 20, 24, 28, 30, 35, 39, 40, 55] {
-            let mut b = C10;
+            let mut b = C10.clone();
             b[i] ^= 0x01;
             assert_eq!(verify(&b, 20), Ok(false), "byte {i}");
         }
         // And so does a bad ICRC.
-        let mut b = C10;
+        let mut b = C10.clone();
         b[59] ^= 0x80;
         assert_eq!(verify(&b, 20), Ok(false));
     }
@@ -369,7 +363,7 @@ mod tests {
         assert_eq!(compute(&C10[..43], 20), Err(WireError::Truncated));
         assert_eq!(compute(&C10, 16), Err(WireError::BadHeaderLen));
         assert_eq!(compute(&C10, usize::MAX), Err(WireError::BadHeaderLen));
-        let mut b = C10;
+        let mut b = C10.clone();
         b[0] = 0x55;
         assert_eq!(compute(&b, 20), Err(WireError::BadVersion));
         assert_eq!(head_hasher(&[], 0).err(), Some(WireError::Truncated));

@@ -512,31 +512,21 @@ impl Ipv6Repr {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::case_frames;
     use proptest::prelude::*;
+    use std::sync::LazyLock;
 
     // Case c07 from byte 14: traffic class 0xBA (DSCP 46, ECT(0)), flow label 0xABCDE, UDP
-    // fd00::1:49152 -> fd00::2:9000, payload 01 02 03 04.
-    static C07: [u8; 52] = [
-        0x6b, 0xaa, 0xbc, 0xde, 0x00, 0x0c, 0x11, 0x40, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-        0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-        0x00, 0x00, 0x00, 0x02, 0xc0, 0x00, 0x23, 0x28, 0x00, 0x0c, 0x1e, 0xa3, 0x01, 0x02, 0x03, 0x04,
-    ];
+    // fd00::1:49152 -> fd00::2:9000, payload 01 02 03 04: 52 bytes.
+    static C07: LazyLock<Vec<u8>> = LazyLock::new(|| case_frames("c07_ipv6_tc_ecn_flowlabel.pcap")[0][14..].to_vec());
 
-    // Case c08 frame 1 from byte 14: Hop-by-Hop (PadN) + Destination Options (PadN) + UDP.
-    static C08_1: [u8; 68] = [
-        0x60, 0x00, 0x00, 0x00, 0x00, 0x1c, 0x00, 0x40, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-        0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-        0x00, 0x00, 0x00, 0x02, 0x3c, 0x00, 0x01, 0x04, 0x00, 0x00, 0x00, 0x00, 0x11, 0x00, 0x01, 0x04, 0x00, 0x00,
-        0x00, 0x00, 0xc0, 0x00, 0x23, 0x28, 0x00, 0x0c, 0x1e, 0xa3, 0x01, 0x02, 0x03, 0x04,
-    ];
+    // Case c08 frame 1 from byte 14: Hop-by-Hop (PadN) + Destination Options (PadN) + UDP: 68
+    // bytes.
+    static C08_1: LazyLock<Vec<u8>> = LazyLock::new(|| case_frames("c08_ipv6_ext_headers.pcap")[0][14..].to_vec());
 
     // Case c08 frame 2 from byte 14: a Hop-by-Hop header claiming (255 + 1) * 8 = 2048 bytes in
-    // an 8-byte payload.
-    static C08_2: [u8; 48] = [
-        0x60, 0x00, 0x00, 0x00, 0x00, 0x08, 0x00, 0x40, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-        0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-        0x00, 0x00, 0x00, 0x02, 0x3c, 0xff, 0x01, 0x04, 0x00, 0x00, 0x00, 0x00,
-    ];
+    // an 8-byte payload: 48 bytes.
+    static C08_2: LazyLock<Vec<u8>> = LazyLock::new(|| case_frames("c08_ipv6_ext_headers.pcap")[1][14..].to_vec());
 
     #[test]
     fn parse_c07() {
@@ -554,7 +544,7 @@ mod tests {
 
     #[test]
     fn c07_ce_mark_keeps_version_and_flow_label() {
-        let mut b = C07;
+        let mut b = C07.clone();
         let mut p = Ipv6Packet::new_checked(&mut b[..]).unwrap();
         p.set_ecn(0b11);
         assert_eq!(&b[..4], &0x6bba_bcdeu32.to_be_bytes());
@@ -792,20 +782,20 @@ mod tests {
     /// 4, 8 and 20 bits): setting the version keeps the other two.
     #[test]
     fn set_version_keeps_traffic_class_and_flow_label() {
-        let mut b = C07;
+        let mut b = C07.clone();
         let mut p = Ipv6Packet::new_unchecked(&mut b[..]);
         p.set_version(4);
         assert_eq!((p.version(), p.traffic_class(), p.flow_label()), (4, 0xba, 0xabcde));
         p.set_version(0x16);
         assert_eq!(p.version(), 6, "only the low four bits of the version are used");
-        assert_eq!(b, C07);
+        assert_eq!(b, *C07);
     }
 
     #[test]
     fn negative_lengths() {
         assert_eq!(Ipv6Packet::new_checked(&C07[..39]).unwrap_err(), WireError::Truncated);
         assert_eq!(Ipv6Packet::new_checked(&C07[..51]).unwrap_err(), WireError::BadLength);
-        let mut b = C07;
+        let mut b = C07.clone();
         b[0] = 0x4b;
         assert_eq!(Ipv6Packet::new_checked(&b[..]).unwrap_err(), WireError::BadVersion);
         assert_eq!(Ipv6Repr::default().emit(&mut [0u8; 39]), Err(WireError::Truncated));
