@@ -657,7 +657,7 @@ impl<B: PacketBuf> Datapath<B> {
             return;
         }
         if !self.aggregate_in_pipeline && self.agg.as_ref().is_some_and(|agg| agg.wants(p, in_port)) {
-            self.aggregate_wanted(io, in_port, pkt, p, now_us);
+            self.consume(io, in_port, pkt, p, now_us);
             return;
         }
         // Only meters read the arrival time: without them, no rx-timestamp read per packet.
@@ -695,20 +695,13 @@ impl<B: PacketBuf> Datapath<B> {
             self.counters.drop(Reason::AggregateNotGradient);
             return;
         }
-        self.aggregate_wanted(io, in_port, pkt, p, now_us);
+        self.consume(io, in_port, pkt, p, now_us);
     }
 
     /// [`Datapath::aggregate`] of a packet the aggregator wants ([`Aggregator::wants`] was
     /// true), without asking again.
     #[inline]
-    fn aggregate_wanted<I: PacketIo<Buf = B>>(
-        &mut self,
-        io: &mut I,
-        in_port: u16,
-        pkt: I::Buf,
-        p: &Parsed,
-        now_us: u64,
-    ) {
+    fn consume<I: PacketIo<Buf = B>>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, p: &Parsed, now_us: u64) {
         let Some(agg) = self.agg.as_mut() else {
             self.counters.drop(Reason::AggregateNotGradient);
             return;

@@ -34,8 +34,10 @@ fn udp4(src: u8, len: usize) -> Vec<u8> {
     f
 }
 
+/// The datapath of `config` with two ports. The config comes first: its meters are top-level
+/// `meter = [...]` arrays, which must precede the first table header.
 fn datapath(config: &str) -> Datapath {
-    let l = load_str(&format!("{PORTS}{config}"), Path::new("m.toml")).unwrap_or_else(|e| panic!("{e}"));
+    let l = load_str(&format!("{config}{PORTS}"), Path::new("m.toml")).unwrap_or_else(|e| panic!("{e}"));
     Datapath::new(l.pipeline, 2, DEFAULT_UDP_PORT)
 }
 
@@ -55,12 +57,7 @@ fn colors(dp: &Datapath, m: usize) -> [u64; 3] {
 }
 
 const POLICE: &str = r#"
-[[meter]]
-name = "tenant"
-type = "srtcm"
-cir = 1000
-cbs = 1000
-ebs = 1000
+meter = [{ name = "tenant", type = "srtcm", cir = 1000, cbs = 1000, ebs = 1000 }]
 [[table]]
 name = "t"
 key = [{ field = "ingress_port", match = "exact" }]
@@ -112,21 +109,10 @@ fn padding_is_not_metered() {
 #[test]
 fn indexed_and_direct_meters_keep_separate_buckets_and_later_tables_see_the_colour() {
     let conf = r#"
-[[meter]]
-name = "per_source"
-type = "trtcm"
-cir = 1000
-cbs = 200
-pir = 2000
-pbs = 300
-size = 256
-[[meter]]
-name = "per_entry"
-type = "srtcm"
-cir = 1000
-cbs = 100
-ebs = 0
-direct = true
+meter = [
+    { name = "per_source", type = "trtcm", cir = 1000, cbs = 200, pir = 2000, pbs = 300, size = 256 },
+    { name = "per_entry", type = "srtcm", cir = 1000, cbs = 100, ebs = 0, direct = true },
+]
 [[table]]
 name = "src"
 key = [{ field = "ipv4.src", match = "exact" }]
@@ -164,14 +150,7 @@ entry = [{ key = [2], action = "count(red); drop" }]
 #[test]
 fn colour_aware_meters_start_from_the_packets_colour() {
     let conf = r#"
-[[meter]]
-name = "aware"
-type = "trtcm"
-cir = 1000
-cbs = 1000
-pir = 2000
-pbs = 2000
-color_aware = true
+meter = [{ name = "aware", type = "trtcm", cir = 1000, cbs = 1000, pir = 2000, pbs = 2000, color_aware = true }]
 [[table]]
 name = "t"
 key = [{ field = "ipv4.src", match = "exact" }]
