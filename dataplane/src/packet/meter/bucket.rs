@@ -132,6 +132,12 @@ impl TokenBucket {
         self.hz
     }
 
+    /// The latest instant seen (ticks): the last [`refill`](Self::refill)'s, or the start.
+    #[inline]
+    pub fn last(&self) -> u64 {
+        self.last
+    }
+
     /// The whole tokens (bytes) in the bucket as of the last [`refill`](Self::refill).
     #[inline]
     pub fn tokens_bytes(&self) -> u64 {
@@ -165,7 +171,7 @@ impl TokenBucket {
     /// discarded (RFC 2697's C bucket hands them to E); saturates at `u64::MAX`.
     ///
     /// A `now` before the last instant seen adds nothing and is otherwise ignored.
-    #[inline]
+    #[inline(always)]
     pub fn refill(&mut self, now: u64) -> u64 {
         if now <= self.last {
             return 0;
