@@ -492,7 +492,11 @@ impl<B: PacketBuf> Datapath<B> {
             self.counters.drop(r);
             return;
         }
-        self.deliver(io, in_port, pkt, &mut p, None, now_us);
+        if self.has_shaped_ports() {
+            self.deliver::<true, I>(io, in_port, pkt, &mut p, None, now_us);
+        } else {
+            self.deliver::<false, I>(io, in_port, pkt, &mut p, None, now_us);
+        }
     }
 
     /// A gradient packet that another worker received on `in_port`, counted there, took
@@ -522,6 +526,11 @@ impl<B: PacketBuf> Datapath<B> {
     ///
     /// Every `Some` slot of `pkts` is taken (left `None`); `None` slots are skipped. Bursts of
     /// more than [`MAX_BURST`] packets are handled in chunks of it. Never allocates.
+    ///
+    /// A datapath with shaped ports and one without run two copies of the burst loop
+    /// ([`Datapath::process_chunk`]'s `SHAPED`), chosen once per burst: the second's packets
+    /// go straight to `io` without asking for a scheduler, and neither loop's code (registers,
+    /// spills) depends on the other's.
     #[inline(never)]
     pub fn process_burst<I: PacketIo<Buf = B>>(
         &mut self,
@@ -531,14 +540,28 @@ impl<B: PacketBuf> Datapath<B> {
         now_us: u64,
     ) {
         self.live_us = now_us;
+        let shaped = self.has_shaped_ports();
         for chunk in pkts.chunks_mut(MAX_BURST) {
-            self.process_chunk(io, in_port, chunk, now_us);
+            if shaped {
+                self.process_chunk::<true, I>(io, in_port, chunk, now_us);
+            } else {
+                self.process_chunk::<false, I>(io, in_port, chunk, now_us);
+            }
         }
     }
 
-    /// [`Datapath::process_burst`] for at most [`MAX_BURST`] packets.
-    #[inline]
-    fn process_chunk<I: PacketIo<Buf = B>>(
+    /// True when a port has a scheduler, here or on another worker: sends go through
+    /// [`Datapath::send_shaped`].
+    #[inline(always)]
+    fn has_shaped_ports(&self) -> bool {
+        !self.egress.is_empty() || !self.remote_egress.is_empty()
+    }
+
+    /// [`Datapath::process_burst`] for at most [`MAX_BURST`] packets; `SHAPED` is
+    /// [`Datapath::has_shaped_ports`]. Out of line: each copy is one function, the pipeline's
+    /// lookups and actions inlined into it.
+    #[inline(never)]
+    fn process_chunk<const SHAPED: bool, I: PacketIo<Buf = B>>(
         &mut self,
         io: &mut I,
         in_port: u16,
@@ -593,7 +616,7 @@ impl<B: PacketBuf> Datapath<B> {
             let Some(pkt) = pkts[i].take() else { continue };
             self.counters.rx(in_port, pkt.total_len());
             match verdict_n[i] {
-                Ok(()) => self.deliver(io, in_port, pkt, &mut parsed[i], Some(first_hit[i]), now_us),
+                Ok(()) => self.deliver::<SHAPED, I>(io, in_port, pkt, &mut parsed[i], Some(first_hit[i]), now_us),
                 Err(r) => self.counters.drop(r),
             }
         }
@@ -614,9 +637,10 @@ impl<B: PacketBuf> Datapath<B> {
 
     /// The rest of [`Datapath::process`] for a counted, parsed packet (`p` is its parse, kept
     /// up to date by rewrites): neighbour answering, the aggregator, or the pipeline and egress.
-    /// `first_hit`, when known, is the first table's lookup of `p`.
+    /// `first_hit`, when known, is the first table's lookup of `p`. `SHAPED` is
+    /// [`Datapath::has_shaped_ports`].
     #[inline(always)]
-    fn deliver<I: PacketIo<Buf = B>>(
+    fn deliver<const SHAPED: bool, I: PacketIo<Buf = B>>(
         &mut self,
         io: &mut I,
         in_port: u16,
@@ -638,7 +662,7 @@ impl<B: PacketBuf> Datapath<B> {
                 match a.verdict {
                     Verdict::Reply => {
                         self.counters.neighbor_replies += 1;
-                        self.send(io, in_port, pkt, CLASS_UNSET);
+                        self.send::<SHAPED, I>(io, in_port, pkt, CLASS_UNSET);
                         return;
                     }
                     Verdict::Drop(r) => {
@@ -667,9 +691,9 @@ impl<B: PacketBuf> Datapath<B> {
             None => self.pipeline.apply(&mut self.pipeline_state, &mut pkt, p, &mut meta),
         };
         match egress {
-            Egress::Port(port) => self.send(io, port, pkt, meta.class),
-            Egress::Flood => self.flood(io, in_port, pkt, meta.class),
-            Egress::Multicast(g) => self.multicast(io, g as usize, pkt, p, meta.class),
+            Egress::Port(port) => self.send::<SHAPED, I>(io, port, pkt, meta.class),
+            Egress::Flood => self.flood::<SHAPED, I>(io, in_port, pkt, meta.class),
+            Egress::Multicast(g) => self.multicast::<SHAPED, I>(io, g as usize, pkt, p, meta.class),
             Egress::Aggregate => self.aggregate(io, in_port, pkt, p, now_us),
             Egress::Dropped(r) => self.counters.drop(r),
             Egress::Unset if self.agg.as_ref().is_some_and(|agg| agg.wants(p, in_port)) => {
@@ -740,15 +764,16 @@ impl<B: PacketBuf> Datapath<B> {
     /// Hands `pkt` to port `port`: counted `tx`, then queued in the port's scheduler in `class`
     /// ([`CLASS_UNSET`]: the port's class map decides) when it has one, else straight to `io`.
     /// A packet the scheduler refuses is counted under the refusal's reason and freed.
+    /// `SHAPED` is [`Datapath::has_shaped_ports`]: without shaped ports (the common case), no
+    /// test at all.
     #[inline(always)]
-    fn send<I: PacketIo<Buf = B>>(&mut self, io: &mut I, port: u16, pkt: I::Buf, class: u8) {
+    fn send<const SHAPED: bool, I: PacketIo<Buf = B>>(&mut self, io: &mut I, port: u16, pkt: I::Buf, class: u8) {
         self.counters.tx(port, pkt.total_len());
-        if self.egress.is_empty() && self.remote_egress.is_empty() {
-            // No shaped port on this datapath: the common case, one test.
+        if SHAPED {
+            self.send_shaped(io, port, pkt, class);
+        } else {
             io.send(port, pkt);
-            return;
         }
-        self.send_shaped(io, port, pkt, class);
     }
 
     /// [`Datapath::send`] on a datapath with shaped ports: queued here, handed to the port's
@@ -781,24 +806,26 @@ impl<B: PacketBuf> Datapath<B> {
         }
     }
 
-    /// Sends a copy to every port but `in_port`; the original goes to the last one.
-    fn flood<I: PacketIo<Buf = B>>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, class: u8) {
+    /// Sends a copy to every port but `in_port`; the original goes to the last one (`SHAPED`:
+    /// as for [`Datapath::send`]).
+    fn flood<const SHAPED: bool, I: PacketIo<Buf = B>>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, class: u8) {
         let Some(last) = (0..self.ports).rev().find(|&p| p != in_port) else {
             self.counters.drop(Reason::NoEgress);
             return;
         };
         for p in (0..last).filter(|&p| p != in_port) {
             match io.copy_pkt(&pkt) {
-                Some(copy) => self.send(io, p, copy, class),
+                Some(copy) => self.send::<SHAPED, I>(io, p, copy, class),
                 None => self.counters.drop(Reason::NoMbuf),
             }
         }
-        self.send(io, last, pkt, class);
+        self.send::<SHAPED, I>(io, last, pkt, class);
     }
 
     /// Sends one copy per member of group `g`, each a full copy of the frame (copies never share
-    /// bytes written per copy) with that copy's rewrites; the original becomes the last copy.
-    fn multicast<I: PacketIo<Buf = B>>(&mut self, io: &mut I, g: usize, mut pkt: I::Buf, p: &Parsed, class: u8) {
+    /// bytes written per copy) with that copy's rewrites; the original becomes the last copy
+    /// (`SHAPED`: as for [`Datapath::send`]).
+    fn multicast<const SHAPED: bool, I: PacketIo<Buf = B>>(&mut self, io: &mut I, g: usize, mut pkt: I::Buf, p: &Parsed, class: u8) {
         let n = self.pipeline.groups[g].copies.len();
         for c in 0..n - 1 {
             let Some(mut copy) = io.copy_pkt(&pkt) else {
@@ -809,7 +836,7 @@ impl<B: PacketBuf> Datapath<B> {
             match self.pipeline.apply_copy(&mut self.pipeline_state, g, c, &mut copy, &mut cp) {
                 Ok(()) => {
                     let port = self.pipeline.groups[g].copies[c].0;
-                    self.send(io, port, copy, class)
+                    self.send::<SHAPED, I>(io, port, copy, class)
                 }
                 Err(r) => self.counters.drop(r),
             }
@@ -818,7 +845,7 @@ impl<B: PacketBuf> Datapath<B> {
         match self.pipeline.apply_copy(&mut self.pipeline_state, g, n - 1, &mut pkt, &mut cp) {
             Ok(()) => {
                 let port = self.pipeline.groups[g].copies[n - 1].0;
-                self.send(io, port, pkt, class)
+                self.send::<SHAPED, I>(io, port, pkt, class)
             }
             Err(r) => self.counters.drop(r),
         }

@@ -287,7 +287,7 @@ impl Table {
     /// lookups overlaps its cache misses: for an LPM table without exact fields, the trie's
     /// root slot for the key. A no-op for the other kinds (a hash probe or the classifier's
     /// small bit vectors gain nothing from it) and for an empty table.
-    #[inline]
+    #[inline(always)]
     pub fn prefetch(&self, p: &Parsed, meta: &Meta) {
         if self.entries.is_empty() {
             return;
@@ -515,7 +515,7 @@ impl Pipeline {
     /// Looks the packet up in the first table, as [`Pipeline::apply`] would first, and
     /// prefetches the entry it hits and the counter it counts in (in `counts`): the first stage of a burst, whose
     /// result [`Pipeline::apply_with_first_hit`] takes. `None` without tables or on a miss.
-    #[inline]
+    #[inline(always)]
     pub fn first_lookup(&self, counts: &PipelineState, p: &Parsed, meta: &Meta) -> Option<usize> {
         let table = self.tables.first()?;
         let hit = table.lookup(p, meta);
@@ -532,7 +532,7 @@ impl Pipeline {
     /// [`Pipeline::apply`] with the first table's lookup already done: `first_hit` is what
     /// [`Pipeline::first_lookup`] (or the first table's [`Table::lookup`]) returned for this
     /// `p` and `meta`, before any rewrite.
-    #[inline]
+    #[inline(always)]
     pub fn apply_with_first_hit<B: PacketBuf>(
         &self,
         counts: &mut PipelineState,
