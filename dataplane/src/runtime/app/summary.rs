@@ -154,7 +154,7 @@ impl QosTotals {
                     }
                 };
                 let (_, _, cnt, hist) = &mut self.classes[i];
-                cnt.merge(e.sched.counters(c));
+                cnt.merge(&e.sched.counters(c));
                 if let Some(h) = e.sched.histograms(c) {
                     match hist {
                         Some(sum) => {
