@@ -377,10 +377,23 @@ pub fn metered_len(p: &Parsed, frame_len: usize) -> u32 {
 
 /// Colours the packet with instance `index` of meter `m` (of a [`PipelineState`]'s `meters`)
 /// into `meta.color` (`frame_len`: the frame's length without FCS). Kept out of line: the
-/// pipeline's loop stays small for the packets that meet no meter.
+/// pipeline's loop stays small for the packets that meet no meter. A packet in the same clock
+/// tick as the meter's last one needs no refill: that path makes no call, so it saves and
+/// restores no registers; the others go on to [`meter_refill`].
 #[inline(never)]
 fn meter(meters: &mut [MeterArray], m: u16, index: u64, p: &Parsed, meta: &mut Meta, frame_len: usize) {
-    meta.color = meters[m as usize].color(index, meta.timestamp_us, metered_len(p, frame_len), meta.color);
+    let bytes = metered_len(p, frame_len);
+    match meters[m as usize].color_if_refilled(index, meta.timestamp_us, bytes, meta.color) {
+        Some(c) => meta.color = c,
+        None => meter_refill(meters, m, index, bytes, meta),
+    }
+}
+
+/// [`meter`] when the meter's buckets have tokens to gain first.
+#[cold]
+#[inline(never)]
+fn meter_refill(meters: &mut [MeterArray], m: u16, index: u64, bytes: u32, meta: &mut Meta) {
+    meta.color = meters[m as usize].color(index, meta.timestamp_us, bytes, meta.color);
 }
 
 /// The numeric value of a field from its [`Field::word`] (big-endian bytes loaded
