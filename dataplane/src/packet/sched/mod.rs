@@ -386,8 +386,7 @@ impl<T: SchedItem> Scheduler<T> {
             return Err(Rejected { item, reason: DropReason::TailDrop });
         }
         if let Some(red) = &mut c.red {
-            red.wake(now, self.slot_ticks);
-            if red.decide(0, &mut self.rng) == RedVerdict::Mark {
+            if red.arrive_empty(now, self.slot_ticks, &mut self.rng) == RedVerdict::Mark {
                 if item.mark_ce().is_ce() {
                     c.counters.ecn_marked.add(len);
                 } else {
