@@ -512,7 +512,7 @@ impl<B: PacketBuf> Datapath<B> {
             self.counters.drop(r);
             return;
         }
-        if self.has_shaped_ports() {
+        if self.traffic_managed() {
             self.deliver::<true, I>(io, in_port, pkt, &mut p, None, now_us);
         } else {
             self.deliver::<false, I>(io, in_port, pkt, &mut p, None, now_us);
@@ -547,10 +547,10 @@ impl<B: PacketBuf> Datapath<B> {
     /// Every `Some` slot of `pkts` is taken (left `None`); `None` slots are skipped. Bursts of
     /// more than [`MAX_BURST`] packets are handled in chunks of it. Never allocates.
     ///
-    /// A datapath with shaped ports and one without run two copies of the burst loop
-    /// ([`Datapath::process_chunk`]'s `SHAPED`), chosen once per burst: the second's packets
-    /// go straight to `io` without asking for a scheduler, and neither loop's code (registers,
-    /// spills) depends on the other's.
+    /// A datapath with traffic management (shaped ports or meters) and one without run two
+    /// copies of the burst loop ([`Datapath::process_chunk`]'s `TM`), chosen once per burst:
+    /// the second's packets go straight to `io` without asking for a scheduler, the first's
+    /// meters are inlined, and neither loop's code (registers, spills) depends on the other's.
     #[inline(never)]
     pub fn process_burst<I: PacketIo<Buf = B>>(
         &mut self,
@@ -560,9 +560,9 @@ impl<B: PacketBuf> Datapath<B> {
         now_us: u64,
     ) {
         self.live_us = now_us;
-        let shaped = self.has_shaped_ports();
+        let tm = self.traffic_managed();
         for chunk in pkts.chunks_mut(MAX_BURST) {
-            if shaped {
+            if tm {
                 self.process_chunk::<true, I>(io, in_port, chunk, now_us);
             } else {
                 self.process_chunk::<false, I>(io, in_port, chunk, now_us);
@@ -570,18 +570,19 @@ impl<B: PacketBuf> Datapath<B> {
         }
     }
 
-    /// True when a port has a scheduler, here or on another worker: sends go through
-    /// [`Datapath::send_shaped`].
+    /// True when the datapath manages traffic: a port has a scheduler (here or on another
+    /// worker), or the pipeline has meters. Its packets take the loops' `TM` copy: sends go
+    /// through [`Datapath::send_shaped`], `meter` and `police` are inlined.
     #[inline(always)]
-    fn has_shaped_ports(&self) -> bool {
-        !self.egress.is_empty() || !self.remote_egress.is_empty()
+    fn traffic_managed(&self) -> bool {
+        !self.egress.is_empty() || !self.remote_egress.is_empty() || !self.pipeline.meters.is_empty()
     }
 
-    /// [`Datapath::process_burst`] for at most [`MAX_BURST`] packets; `SHAPED` is
-    /// [`Datapath::has_shaped_ports`]. Out of line: each copy is one function, the pipeline's
+    /// [`Datapath::process_burst`] for at most [`MAX_BURST`] packets; `TM` is
+    /// [`Datapath::traffic_managed`]. Out of line: each copy is one function, the pipeline's
     /// lookups and actions inlined into it.
     #[inline(never)]
-    fn process_chunk<const SHAPED: bool, I: PacketIo<Buf = B>>(
+    fn process_chunk<const TM: bool, I: PacketIo<Buf = B>>(
         &mut self,
         io: &mut I,
         in_port: u16,
@@ -636,7 +637,7 @@ impl<B: PacketBuf> Datapath<B> {
             let Some(pkt) = pkts[i].take() else { continue };
             self.counters.rx(in_port, pkt.total_len());
             match verdict_n[i] {
-                Ok(()) => self.deliver::<SHAPED, I>(io, in_port, pkt, &mut parsed[i], Some(first_hit[i]), now_us),
+                Ok(()) => self.deliver::<TM, I>(io, in_port, pkt, &mut parsed[i], Some(first_hit[i]), now_us),
                 Err(r) => self.counters.drop(r),
             }
         }
@@ -657,10 +658,10 @@ impl<B: PacketBuf> Datapath<B> {
 
     /// The rest of [`Datapath::process`] for a counted, parsed packet (`p` is its parse, kept
     /// up to date by rewrites): neighbour answering, the aggregator, or the pipeline and egress.
-    /// `first_hit`, when known, is the first table's lookup of `p`. `SHAPED` is
-    /// [`Datapath::has_shaped_ports`].
+    /// `first_hit`, when known, is the first table's lookup of `p`. `TM` is
+    /// [`Datapath::traffic_managed`].
     #[inline(always)]
-    fn deliver<const SHAPED: bool, I: PacketIo<Buf = B>>(
+    fn deliver<const TM: bool, I: PacketIo<Buf = B>>(
         &mut self,
         io: &mut I,
         in_port: u16,
@@ -682,7 +683,7 @@ impl<B: PacketBuf> Datapath<B> {
                 match a.verdict {
                     Verdict::Reply => {
                         self.counters.neighbor_replies += 1;
-                        self.send::<SHAPED, I>(io, in_port, pkt, CLASS_UNSET);
+                        self.send::<TM, I>(io, in_port, pkt, CLASS_UNSET);
                         return;
                     }
                     Verdict::Drop(r) => {
@@ -707,13 +708,16 @@ impl<B: PacketBuf> Datapath<B> {
         let at = if self.pipeline.meters.is_empty() { now_us } else { pkt.rx_timestamp_us().unwrap_or(now_us) };
         let mut meta = Meta::at(in_port, at);
         let egress = match first_hit {
+            Some(hit) if TM => {
+                self.pipeline.apply_with_first_hit_meters_inline(&mut self.pipeline_state, &mut pkt, p, &mut meta, hit)
+            }
             Some(hit) => self.pipeline.apply_with_first_hit(&mut self.pipeline_state, &mut pkt, p, &mut meta, hit),
             None => self.pipeline.apply(&mut self.pipeline_state, &mut pkt, p, &mut meta),
         };
         match egress {
-            Egress::Port(port) => self.send::<SHAPED, I>(io, port, pkt, meta.class),
-            Egress::Flood => self.flood::<SHAPED, I>(io, in_port, pkt, meta.class),
-            Egress::Multicast(g) => self.multicast::<SHAPED, I>(io, g as usize, pkt, p, meta.class),
+            Egress::Port(port) => self.send::<TM, I>(io, port, pkt, meta.class),
+            Egress::Flood => self.flood::<TM, I>(io, in_port, pkt, meta.class),
+            Egress::Multicast(g) => self.multicast::<TM, I>(io, g as usize, pkt, p, meta.class),
             Egress::Aggregate => self.aggregate(io, in_port, pkt, p, now_us),
             Egress::Dropped(r) => self.counters.drop(r),
             Egress::Unset if self.agg.as_ref().is_some_and(|agg| agg.wants(p, in_port)) => {
@@ -784,20 +788,20 @@ impl<B: PacketBuf> Datapath<B> {
     /// Hands `pkt` to port `port`: counted `tx`, then queued in the port's scheduler in `class`
     /// ([`CLASS_UNSET`]: the port's class map decides) when it has one, else straight to `io`.
     /// A packet the scheduler refuses is counted under the refusal's reason and freed.
-    /// `SHAPED` is [`Datapath::has_shaped_ports`]: without shaped ports (the common case), no
+    /// `TM` is [`Datapath::traffic_managed`]: without traffic management (the common case), no
     /// test at all.
     #[inline(always)]
-    fn send<const SHAPED: bool, I: PacketIo<Buf = B>>(&mut self, io: &mut I, port: u16, pkt: I::Buf, class: u8) {
+    fn send<const TM: bool, I: PacketIo<Buf = B>>(&mut self, io: &mut I, port: u16, pkt: I::Buf, class: u8) {
         self.counters.tx(port, pkt.total_len());
-        if SHAPED {
+        if TM {
             self.send_shaped(io, port, pkt, class);
         } else {
             io.send(port, pkt);
         }
     }
 
-    /// [`Datapath::send`] on a datapath with shaped ports: queued here, handed to the port's
-    /// owner, or sent.
+    /// [`Datapath::send`] on a datapath that manages traffic: queued here, handed to the port's
+    /// owner, or sent (a port without a scheduler).
     #[inline(always)]
     fn send_shaped<I: PacketIo<Buf = B>>(&mut self, io: &mut I, port: u16, pkt: I::Buf, class: u8) {
         if let Some(Some(e)) = self.egress.get_mut(port as usize) {
@@ -826,26 +830,26 @@ impl<B: PacketBuf> Datapath<B> {
         }
     }
 
-    /// Sends a copy to every port but `in_port`; the original goes to the last one (`SHAPED`:
-    /// as for [`Datapath::send`]).
-    fn flood<const SHAPED: bool, I: PacketIo<Buf = B>>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, class: u8) {
+    /// Sends a copy to every port but `in_port`; the original goes to the last one (`TM`: as
+    /// for [`Datapath::send`]).
+    fn flood<const TM: bool, I: PacketIo<Buf = B>>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, class: u8) {
         let Some(last) = (0..self.ports).rev().find(|&p| p != in_port) else {
             self.counters.drop(Reason::NoEgress);
             return;
         };
         for p in (0..last).filter(|&p| p != in_port) {
             match io.copy_pkt(&pkt) {
-                Some(copy) => self.send::<SHAPED, I>(io, p, copy, class),
+                Some(copy) => self.send::<TM, I>(io, p, copy, class),
                 None => self.counters.drop(Reason::NoMbuf),
             }
         }
-        self.send::<SHAPED, I>(io, last, pkt, class);
+        self.send::<TM, I>(io, last, pkt, class);
     }
 
     /// Sends one copy per member of group `g`, each a full copy of the frame (copies never share
     /// bytes written per copy) with that copy's rewrites; the original becomes the last copy
-    /// (`SHAPED`: as for [`Datapath::send`]).
-    fn multicast<const SHAPED: bool, I: PacketIo<Buf = B>>(&mut self, io: &mut I, g: usize, mut pkt: I::Buf, p: &Parsed, class: u8) {
+    /// (`TM`: as for [`Datapath::send`]).
+    fn multicast<const TM: bool, I: PacketIo<Buf = B>>(&mut self, io: &mut I, g: usize, mut pkt: I::Buf, p: &Parsed, class: u8) {
         let n = self.pipeline.groups[g].copies.len();
         for c in 0..n - 1 {
             let Some(mut copy) = io.copy_pkt(&pkt) else {
@@ -856,7 +860,7 @@ impl<B: PacketBuf> Datapath<B> {
             match self.pipeline.apply_copy(&mut self.pipeline_state, g, c, &mut copy, &mut cp) {
                 Ok(()) => {
                     let port = self.pipeline.groups[g].copies[c].0;
-                    self.send::<SHAPED, I>(io, port, copy, class)
+                    self.send::<TM, I>(io, port, copy, class)
                 }
                 Err(r) => self.counters.drop(r),
             }
@@ -865,7 +869,7 @@ impl<B: PacketBuf> Datapath<B> {
         match self.pipeline.apply_copy(&mut self.pipeline_state, g, n - 1, &mut pkt, &mut cp) {
             Ok(()) => {
                 let port = self.pipeline.groups[g].copies[n - 1].0;
-                self.send::<SHAPED, I>(io, port, pkt, class)
+                self.send::<TM, I>(io, port, pkt, class)
             }
             Err(r) => self.counters.drop(r),
         }

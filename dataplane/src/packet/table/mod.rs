@@ -378,10 +378,16 @@ pub fn metered_len(p: &Parsed, frame_len: usize) -> u32 {
 /// Colours the packet with instance `index` of meter `m` (of a [`PipelineState`]'s `meters`)
 /// into `meta.color` (`frame_len`: the frame's length without FCS). Kept out of line: the
 /// pipeline's loop stays small for the packets that meet no meter. A packet in the same clock
-/// tick as the meter's last one needs no refill: that path makes no call, so it saves and
-/// restores no registers; the others go on to [`meter_refill`].
+/// tick as the meter's last one needs no refill: that path makes no call; the others go on to
+/// [`meter_refill`].
 #[inline(never)]
 fn meter(meters: &mut [MeterArray], m: u16, index: u64, p: &Parsed, meta: &mut Meta, frame_len: usize) {
+    meter_inline(meters, m, index, p, meta, frame_len);
+}
+
+/// [`meter`], inlined into its caller.
+#[inline(always)]
+fn meter_inline(meters: &mut [MeterArray], m: u16, index: u64, p: &Parsed, meta: &mut Meta, frame_len: usize) {
     let bytes = metered_len(p, frame_len);
     match meters[m as usize].color_if_refilled(index, meta.timestamp_us, bytes, meta.color) {
         Some(c) => meta.color = c,
@@ -522,7 +528,7 @@ impl Pipeline {
         p: &mut Parsed,
         meta: &mut Meta,
     ) -> Egress {
-        self.apply_inner(counts, buf, p, meta, None)
+        self.apply_inner::<false, B>(counts, buf, p, meta, None)
     }
 
     /// Looks the packet up in the first table, as [`Pipeline::apply`] would first, and
@@ -554,12 +560,29 @@ impl Pipeline {
         meta: &mut Meta,
         first_hit: Option<usize>,
     ) -> Egress {
-        self.apply_inner(counts, buf, p, meta, Some(first_hit))
+        self.apply_inner::<false, B>(counts, buf, p, meta, Some(first_hit))
     }
 
-    /// The pipeline; `first`, when known, is the first table's lookup result.
+    /// [`Pipeline::apply_with_first_hit`] with the common path of a meter at a fixed index
+    /// (`meter(name, i)`, `police(name)`: no bucket to refill) inlined into the caller, for a
+    /// loop whose packets meet meters: no call. A loop whose packets meet none keeps the call
+    /// out of its code.
     #[inline(always)]
-    fn apply_inner<B: PacketBuf>(
+    pub fn apply_with_first_hit_meters_inline<B: PacketBuf>(
+        &self,
+        counts: &mut PipelineState,
+        buf: &mut B,
+        p: &mut Parsed,
+        meta: &mut Meta,
+        first_hit: Option<usize>,
+    ) -> Egress {
+        self.apply_inner::<true, B>(counts, buf, p, meta, Some(first_hit))
+    }
+
+    /// The pipeline; `first`, when known, is the first table's lookup result. `INLINE_METERS`:
+    /// see [`Pipeline::apply_with_first_hit_meters_inline`].
+    #[inline(always)]
+    fn apply_inner<const INLINE_METERS: bool, B: PacketBuf>(
         &self,
         counts: &mut PipelineState,
         buf: &mut B,
@@ -602,6 +625,9 @@ impl Pipeline {
                     Action::Goto(to) => next = *to as usize,
                     Action::Exit => next = usize::MAX,
                     Action::Count(c) => counts.named[*c as usize].hit(len),
+                    Action::MeterAt(m, i) if INLINE_METERS => {
+                        meter_inline(&mut counts.meters, *m, u64::from(*i), p, meta, len)
+                    }
                     Action::MeterAt(m, i) => meter(&mut counts.meters, *m, u64::from(*i), p, meta, len),
                     Action::MeterBy(m, f) => {
                         let index = field_value(f.word(p, meta), f.width());
