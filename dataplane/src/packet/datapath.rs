@@ -241,8 +241,9 @@ pub struct Datapath<B = VecBuf> {
     aggregate_in_pipeline: bool,
     scratch: BurstScratch,
     /// Per port, its egress scheduler when this worker owns it; empty when no port has one
-    /// (then sending is a bounds check and `io.send`).
-    pub egress: Vec<Option<PortEgress<B>>>,
+    /// (then sending is a bounds check and `io.send`). Boxed: a port without one is a null
+    /// pointer, which a send tests in one instruction.
+    pub egress: Vec<Option<Box<PortEgress<B>>>>,
     /// Per port, the class map of a shaped port whose scheduler another worker owns: packets
     /// for it are classified here and handed over ([`PacketIo::to_scheduler`]). Empty when this
     /// worker owns every scheduler.
@@ -360,7 +361,7 @@ impl<B: PacketBuf> Datapath<B> {
             .enumerate()
             .map(|(i, p)| match p {
                 Some((cfg, map)) if owns(i) => {
-                    PortEgress::new(cfg, *map).map(Some).map_err(|e| format!("port {i}: {e}"))
+                    PortEgress::new(cfg, *map).map(|e| Some(Box::new(e))).map_err(|e| format!("port {i}: {e}"))
                 }
                 _ => Ok(None),
             })
@@ -882,7 +883,7 @@ impl<B: PacketBuf> Datapath<B> {
 /// ring to the owner) for the datapath's counters.
 struct EgressIo<'a, I: PacketIo> {
     io: &'a mut I,
-    egress: &'a mut Vec<Option<PortEgress<I::Buf>>>,
+    egress: &'a mut Vec<Option<Box<PortEgress<I::Buf>>>>,
     remote: &'a [Option<ClassMap>],
     now: u64,
     drops: [u64; 5],
