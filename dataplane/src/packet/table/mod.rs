@@ -375,17 +375,31 @@ pub fn metered_len(p: &Parsed, frame_len: usize) -> u32 {
     len as u32
 }
 
-/// Colours the packet with instance `index` of meter `m` (of a [`PipelineState`]'s `meters`)
-/// into `meta.color` (`frame_len`: the frame's length without FCS). Kept out of line: the
-/// pipeline's loop stays small for the packets that meet no meter. A packet in the same clock
-/// tick as the meter's last one needs no refill: that path makes no call; the others go on to
-/// [`meter_refill`].
+/// The meter actions ([`Action::MeterAt`], [`Action::MeterBy`], [`Action::PoliceAt`]) where
+/// they are not inlined: true when the packet is to be dropped (policed). Out of line, one
+/// call for the three, so that a loop whose packets meet no meter keeps one small arm for them.
 #[inline(never)]
-fn meter(meters: &mut [MeterArray], m: u16, index: u64, p: &Parsed, meta: &mut Meta, frame_len: usize) {
-    meter_inline(meters, m, index, p, meta, frame_len);
+fn meter_action(meters: &mut [MeterArray], a: &Action, p: &Parsed, meta: &mut Meta, frame_len: usize) -> bool {
+    match a {
+        Action::MeterAt(m, i) => meter_inline(meters, *m, u64::from(*i), p, meta, frame_len),
+        Action::MeterBy(m, f) => {
+            let index = field_value(f.word(p, meta), f.width());
+            meter_inline(meters, *m, index, p, meta, frame_len)
+        }
+        Action::PoliceAt(m, i) => {
+            meter_inline(meters, *m, u64::from(*i), p, meta, frame_len);
+            return meta.color == crate::meter::Color::Red;
+        }
+        _ => {}
+    }
+    false
 }
 
-/// [`meter`], inlined into its caller.
+/// Colours the packet with instance `index` of meter `m` (of a [`PipelineState`]'s `meters`)
+/// into `meta.color` (`frame_len`: the frame's length without FCS). A packet in the same clock
+/// tick as the meter's last one needs no refill: that path makes no call; the others go on to
+/// [`meter_refill`]. Inlined where packets meet meters
+/// ([`Pipeline::apply_with_first_hit_meters_inline`]), else reached through [`meter_action`].
 #[inline(always)]
 fn meter_inline(meters: &mut [MeterArray], m: u16, index: u64, p: &Parsed, meta: &mut Meta, frame_len: usize) {
     let bytes = metered_len(p, frame_len);
@@ -395,7 +409,7 @@ fn meter_inline(meters: &mut [MeterArray], m: u16, index: u64, p: &Parsed, meta:
     }
 }
 
-/// [`meter`] when the meter's buckets have tokens to gain first.
+/// [`meter_inline`] when the meter's buckets have tokens to gain first.
 #[cold]
 #[inline(never)]
 fn meter_refill(meters: &mut [MeterArray], m: u16, index: u64, bytes: u32, meta: &mut Meta) {
@@ -563,10 +577,10 @@ impl Pipeline {
         self.apply_inner::<false, B>(counts, buf, p, meta, Some(first_hit))
     }
 
-    /// [`Pipeline::apply_with_first_hit`] with the common path of a meter at a fixed index
-    /// (`meter(name, i)`, `police(name)`: no bucket to refill) inlined into the caller, for a
-    /// loop whose packets meet meters: no call. A loop whose packets meet none keeps the call
-    /// out of its code.
+    /// [`Pipeline::apply_with_first_hit`] with the common path (no bucket to refill) of a
+    /// meter without an index field (`meter(NAME)`, `police(NAME)`) inlined into the caller,
+    /// for a loop whose packets meet meters: no call. Elsewhere every meter action is one
+    /// out-of-line call, which keeps a loop whose packets meet none small.
     #[inline(always)]
     pub fn apply_with_first_hit_meters_inline<B: PacketBuf>(
         &self,
@@ -628,10 +642,16 @@ impl Pipeline {
                     Action::MeterAt(m, i) if INLINE_METERS => {
                         meter_inline(&mut counts.meters, *m, u64::from(*i), p, meta, len)
                     }
-                    Action::MeterAt(m, i) => meter(&mut counts.meters, *m, u64::from(*i), p, meta, len),
-                    Action::MeterBy(m, f) => {
-                        let index = field_value(f.word(p, meta), f.width());
-                        meter(&mut counts.meters, *m, index, p, meta, len)
+                    Action::PoliceAt(m, i) if INLINE_METERS => {
+                        meter_inline(&mut counts.meters, *m, u64::from(*i), p, meta, len);
+                        if meta.color == crate::meter::Color::Red {
+                            return Egress::Dropped(Reason::Policed);
+                        }
+                    }
+                    Action::MeterAt(..) | Action::PoliceAt(..) | Action::MeterBy(..) => {
+                        if meter_action(&mut counts.meters, a, p, meta, len) {
+                            return Egress::Dropped(Reason::Policed);
+                        }
                     }
                     Action::SetColor(c) => meta.color = *c,
                     Action::SetClass(c) => meta.class = *c,
