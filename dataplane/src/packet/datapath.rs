@@ -135,15 +135,35 @@ impl<B: PacketBuf> PortEgress<B> {
         pkt: B,
         now: u64,
     ) -> (Option<Reason>, u64) {
-        // An empty scheduler has nothing to release before `now`: only its clock moves.
-        let mut dropped = if self.sched.is_empty() {
-            self.last_us = self.last_us.max(now);
-            0
-        } else {
-            self.advance(io, port, now)
-        };
         let class = if class == CLASS_UNSET { self.map.classify_in(pkt.data(), pkt.total_len()) } else { class };
-        // An idle port sends at once (Scheduler::offer); otherwise the packet waits its turn.
+        if !self.sched.is_empty() {
+            return self.enqueue_busy(io, port, class, pkt, now);
+        }
+        // An empty scheduler has nothing to release before `now`: only its clock moves. An
+        // idle port sends at once (Scheduler::offer); otherwise the packet waits its turn.
+        self.last_us = self.last_us.max(now);
+        match self.sched.offer(class as usize, pkt, self.last_us) {
+            Ok(Offer::Sent(pkt)) => {
+                io.send(port, pkt);
+                (None, 0)
+            }
+            Ok(Offer::Queued) => (None, self.advance(io, port, now)),
+            Err(r) => (Some(sched_reason(r.reason)), self.advance(io, port, now)),
+        }
+    }
+
+    /// [`PortEgress::enqueue`] (the class chosen) on a port with packets queued: what may leave
+    /// by `now` leaves first. Out of line: the idle port's path stays small.
+    #[inline(never)]
+    fn enqueue_busy<I: PacketIo<Buf = B>>(
+        &mut self,
+        io: &mut I,
+        port: u16,
+        class: u8,
+        pkt: B,
+        now: u64,
+    ) -> (Option<Reason>, u64) {
+        let mut dropped = self.advance(io, port, now);
         match self.sched.offer(class as usize, pkt, self.last_us) {
             Ok(Offer::Sent(pkt)) => {
                 io.send(port, pkt);
@@ -221,8 +241,9 @@ pub struct Datapath<B = VecBuf> {
     aggregate_in_pipeline: bool,
     scratch: BurstScratch,
     /// Per port, its egress scheduler when this worker owns it; empty when no port has one
-    /// (then sending is a bounds check and `io.send`).
-    pub egress: Vec<Option<PortEgress<B>>>,
+    /// (then sending is a bounds check and `io.send`). Boxed: a port without one is a null
+    /// pointer, which a send tests in one instruction.
+    pub egress: Vec<Option<Box<PortEgress<B>>>>,
     /// Per port, the class map of a shaped port whose scheduler another worker owns: packets
     /// for it are classified here and handed over ([`PacketIo::to_scheduler`]). Empty when this
     /// worker owns every scheduler.
@@ -340,7 +361,7 @@ impl<B: PacketBuf> Datapath<B> {
             .enumerate()
             .map(|(i, p)| match p {
                 Some((cfg, map)) if owns(i) => {
-                    PortEgress::new(cfg, *map).map(Some).map_err(|e| format!("port {i}: {e}"))
+                    PortEgress::new(cfg, *map).map(|e| Some(Box::new(e))).map_err(|e| format!("port {i}: {e}"))
                 }
                 _ => Ok(None),
             })
@@ -493,7 +514,11 @@ impl<B: PacketBuf> Datapath<B> {
             self.counters.drop(r);
             return;
         }
-        self.deliver(io, in_port, pkt, &mut p, None, now_us);
+        if self.traffic_managed() {
+            self.deliver::<true, I>(io, in_port, pkt, &mut p, None, now_us);
+        } else {
+            self.deliver::<false, I>(io, in_port, pkt, &mut p, None, now_us);
+        }
     }
 
     /// A gradient packet that another worker received on `in_port`, counted there, took
@@ -523,6 +548,11 @@ impl<B: PacketBuf> Datapath<B> {
     ///
     /// Every `Some` slot of `pkts` is taken (left `None`); `None` slots are skipped. Bursts of
     /// more than [`MAX_BURST`] packets are handled in chunks of it. Never allocates.
+    ///
+    /// A datapath with traffic management (shaped ports or meters) and one without run two
+    /// copies of the burst loop ([`Datapath::process_chunk`]'s `TM`), chosen once per burst:
+    /// the second's packets go straight to `io` without asking for a scheduler, the first's
+    /// meters are inlined, and neither loop's code (registers, spills) depends on the other's.
     #[inline(never)]
     pub fn process_burst<I: PacketIo<Buf = B>>(
         &mut self,
@@ -532,14 +562,29 @@ impl<B: PacketBuf> Datapath<B> {
         now_us: u64,
     ) {
         self.live_us = now_us;
+        let tm = self.traffic_managed();
         for chunk in pkts.chunks_mut(MAX_BURST) {
-            self.process_chunk(io, in_port, chunk, now_us);
+            if tm {
+                self.process_chunk::<true, I>(io, in_port, chunk, now_us);
+            } else {
+                self.process_chunk::<false, I>(io, in_port, chunk, now_us);
+            }
         }
     }
 
-    /// [`Datapath::process_burst`] for at most [`MAX_BURST`] packets.
-    #[inline]
-    fn process_chunk<I: PacketIo<Buf = B>>(
+    /// True when the datapath manages traffic: a port has a scheduler (here or on another
+    /// worker), or the pipeline has meters. Its packets take the loops' `TM` copy: sends go
+    /// through [`Datapath::send_shaped`], `meter` and `police` are inlined.
+    #[inline(always)]
+    fn traffic_managed(&self) -> bool {
+        !self.egress.is_empty() || !self.remote_egress.is_empty() || !self.pipeline.meters.is_empty()
+    }
+
+    /// [`Datapath::process_burst`] for at most [`MAX_BURST`] packets; `TM` is
+    /// [`Datapath::traffic_managed`]. Out of line: each copy is one function, the pipeline's
+    /// lookups and actions inlined into it.
+    #[inline(never)]
+    fn process_chunk<const TM: bool, I: PacketIo<Buf = B>>(
         &mut self,
         io: &mut I,
         in_port: u16,
@@ -594,7 +639,7 @@ impl<B: PacketBuf> Datapath<B> {
             let Some(pkt) = pkts[i].take() else { continue };
             self.counters.rx(in_port, pkt.total_len());
             match verdict_n[i] {
-                Ok(()) => self.deliver(io, in_port, pkt, &mut parsed[i], Some(first_hit[i]), now_us),
+                Ok(()) => self.deliver::<TM, I>(io, in_port, pkt, &mut parsed[i], Some(first_hit[i]), now_us),
                 Err(r) => self.counters.drop(r),
             }
         }
@@ -615,9 +660,10 @@ impl<B: PacketBuf> Datapath<B> {
 
     /// The rest of [`Datapath::process`] for a counted, parsed packet (`p` is its parse, kept
     /// up to date by rewrites): neighbour answering, the aggregator, or the pipeline and egress.
-    /// `first_hit`, when known, is the first table's lookup of `p`.
+    /// `first_hit`, when known, is the first table's lookup of `p`. `TM` is
+    /// [`Datapath::traffic_managed`].
     #[inline(always)]
-    fn deliver<I: PacketIo<Buf = B>>(
+    fn deliver<const TM: bool, I: PacketIo<Buf = B>>(
         &mut self,
         io: &mut I,
         in_port: u16,
@@ -639,7 +685,7 @@ impl<B: PacketBuf> Datapath<B> {
                 match a.verdict {
                     Verdict::Reply => {
                         self.counters.neighbor_replies += 1;
-                        self.send(io, in_port, pkt, CLASS_UNSET);
+                        self.send::<TM, I>(io, in_port, pkt, CLASS_UNSET);
                         return;
                     }
                     Verdict::Drop(r) => {
@@ -664,13 +710,16 @@ impl<B: PacketBuf> Datapath<B> {
         let at = if self.pipeline.meters.is_empty() { now_us } else { pkt.rx_timestamp_us().unwrap_or(now_us) };
         let mut meta = Meta::at(in_port, at);
         let egress = match first_hit {
+            Some(hit) if TM => {
+                self.pipeline.apply_with_first_hit_meters_inline(&mut self.pipeline_state, &mut pkt, p, &mut meta, hit)
+            }
             Some(hit) => self.pipeline.apply_with_first_hit(&mut self.pipeline_state, &mut pkt, p, &mut meta, hit),
             None => self.pipeline.apply(&mut self.pipeline_state, &mut pkt, p, &mut meta),
         };
         match egress {
-            Egress::Port(port) => self.send(io, port, pkt, meta.class),
-            Egress::Flood => self.flood(io, in_port, pkt, meta.class),
-            Egress::Multicast(g) => self.multicast(io, g as usize, pkt, p, meta.class),
+            Egress::Port(port) => self.send::<TM, I>(io, port, pkt, meta.class),
+            Egress::Flood => self.flood::<TM, I>(io, in_port, pkt, meta.class),
+            Egress::Multicast(g) => self.multicast::<TM, I>(io, g as usize, pkt, p, meta.class),
             Egress::Aggregate => self.aggregate(io, in_port, pkt, p, now_us),
             Egress::Dropped(r) => self.counters.drop(r),
             Egress::Unset if self.agg.as_ref().is_some_and(|agg| agg.wants(p, in_port)) => {
@@ -755,19 +804,20 @@ impl<B: PacketBuf> Datapath<B> {
     /// Hands `pkt` to port `port`: counted `tx`, then queued in the port's scheduler in `class`
     /// ([`CLASS_UNSET`]: the port's class map decides) when it has one, else straight to `io`.
     /// A packet the scheduler refuses is counted under the refusal's reason and freed.
+    /// `TM` is [`Datapath::traffic_managed`]: without traffic management (the common case), no
+    /// test at all.
     #[inline(always)]
-    fn send<I: PacketIo<Buf = B>>(&mut self, io: &mut I, port: u16, pkt: I::Buf, class: u8) {
+    fn send<const TM: bool, I: PacketIo<Buf = B>>(&mut self, io: &mut I, port: u16, pkt: I::Buf, class: u8) {
         self.counters.tx(port, pkt.total_len());
-        if self.egress.is_empty() && self.remote_egress.is_empty() {
-            // No shaped port on this datapath: the common case, one test.
+        if TM {
+            self.send_shaped(io, port, pkt, class);
+        } else {
             io.send(port, pkt);
-            return;
         }
-        self.send_shaped(io, port, pkt, class);
     }
 
-    /// [`Datapath::send`] on a datapath with shaped ports: queued here, handed to the port's
-    /// owner, or sent.
+    /// [`Datapath::send`] on a datapath that manages traffic: queued here, handed to the port's
+    /// owner, or sent (a port without a scheduler).
     #[inline(always)]
     fn send_shaped<I: PacketIo<Buf = B>>(&mut self, io: &mut I, port: u16, pkt: I::Buf, class: u8) {
         if let Some(Some(e)) = self.egress.get_mut(port as usize) {
@@ -796,24 +846,26 @@ impl<B: PacketBuf> Datapath<B> {
         }
     }
 
-    /// Sends a copy to every port but `in_port`; the original goes to the last one.
-    fn flood<I: PacketIo<Buf = B>>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, class: u8) {
+    /// Sends a copy to every port but `in_port`; the original goes to the last one (`TM`: as
+    /// for [`Datapath::send`]).
+    fn flood<const TM: bool, I: PacketIo<Buf = B>>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, class: u8) {
         let Some(last) = (0..self.ports).rev().find(|&p| p != in_port) else {
             self.counters.drop(Reason::NoEgress);
             return;
         };
         for p in (0..last).filter(|&p| p != in_port) {
             match io.copy_pkt(&pkt) {
-                Some(copy) => self.send(io, p, copy, class),
+                Some(copy) => self.send::<TM, I>(io, p, copy, class),
                 None => self.counters.drop(Reason::NoMbuf),
             }
         }
-        self.send(io, last, pkt, class);
+        self.send::<TM, I>(io, last, pkt, class);
     }
 
     /// Sends one copy per member of group `g`, each a full copy of the frame (copies never share
-    /// bytes written per copy) with that copy's rewrites; the original becomes the last copy.
-    fn multicast<I: PacketIo<Buf = B>>(&mut self, io: &mut I, g: usize, mut pkt: I::Buf, p: &Parsed, class: u8) {
+    /// bytes written per copy) with that copy's rewrites; the original becomes the last copy
+    /// (`TM`: as for [`Datapath::send`]).
+    fn multicast<const TM: bool, I: PacketIo<Buf = B>>(&mut self, io: &mut I, g: usize, mut pkt: I::Buf, p: &Parsed, class: u8) {
         let n = self.pipeline.groups[g].copies.len();
         for c in 0..n - 1 {
             let Some(mut copy) = io.copy_pkt(&pkt) else {
@@ -824,7 +876,7 @@ impl<B: PacketBuf> Datapath<B> {
             match self.pipeline.apply_copy(&mut self.pipeline_state, g, c, &mut copy, &mut cp) {
                 Ok(()) => {
                     let port = self.pipeline.groups[g].copies[c].0;
-                    self.send(io, port, copy, class)
+                    self.send::<TM, I>(io, port, copy, class)
                 }
                 Err(r) => self.counters.drop(r),
             }
@@ -833,7 +885,7 @@ impl<B: PacketBuf> Datapath<B> {
         match self.pipeline.apply_copy(&mut self.pipeline_state, g, n - 1, &mut pkt, &mut cp) {
             Ok(()) => {
                 let port = self.pipeline.groups[g].copies[n - 1].0;
-                self.send(io, port, pkt, class)
+                self.send::<TM, I>(io, port, pkt, class)
             }
             Err(r) => self.counters.drop(r),
         }
@@ -846,7 +898,7 @@ impl<B: PacketBuf> Datapath<B> {
 /// ring to the owner) for the datapath's counters.
 struct EgressIo<'a, I: PacketIo> {
     io: &'a mut I,
-    egress: &'a mut Vec<Option<PortEgress<I::Buf>>>,
+    egress: &'a mut Vec<Option<Box<PortEgress<I::Buf>>>>,
     remote: &'a [Option<ClassMap>],
     now: u64,
     drops: [u64; 5],

@@ -55,6 +55,9 @@ pub enum Action {
     /// Set `meta.class`: the egress traffic class (0..=7) on a port with a scheduler, in place
     /// of the port's DSCP or PCP map.
     SetClass(u8),
+    /// [`Action::MeterAt`], then dropped (counted `policed`) when red: `police(NAME)` with its
+    /// defaults (yellow goes on, red is dropped) in one action instead of three.
+    PoliceAt(u16, u32),
     /// Run the next `.1` actions only when `meta.color` is `.0` (what `police` expands to).
     WhenColor(crate::meter::Color, u8),
     /// `drop` among a `police` colour's actions: dropped, counted `policed`.

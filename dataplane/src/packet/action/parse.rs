@@ -254,7 +254,12 @@ fn police(arg: &str, ctx: &mut ActionContext<'_>, out: &mut Vec<Action>) -> Resu
             None => meter.push(a),
         }
     }
-    out.push(meter_action(&meter.join(","), ctx)?);
+    let meter = meter_action(&meter.join(","), ctx)?;
+    if let (Action::MeterAt(m, i), "", "drop") = (meter, yellow, red) {
+        out.push(Action::PoliceAt(m, i));
+        return Ok(());
+    }
+    out.push(meter);
     for (color, list) in [(Color::Yellow, yellow), (Color::Red, red)] {
         if list.is_empty() {
             continue;

@@ -49,12 +49,34 @@ impl MeterArray {
     /// `in_color` is the packet's colour so far, used in colour-aware mode.
     #[inline]
     pub fn color(&mut self, index: u64, now: u64, bytes: u32, in_color: Color) -> Color {
-        let n = self.instances.len() as u64;
-        let i = if index < n { index } else { index % n } as usize;
+        let i = self.slot(index);
         let m = &mut self.instances[i];
         let c = if self.color_aware { m.color_aware(now, bytes, in_color) } else { m.color_blind(now, bytes) };
         self.colors[c as usize].hit(bytes as usize);
         c
+    }
+
+    /// [`MeterArray::color`] for a packet whose instance has nothing to refill at `now`
+    /// ([`Meter::is_refilled`]: the packet before it arrived in the same tick); `None`, with
+    /// nothing changed, when it has: then [`MeterArray::color`] is the call to make. Kept
+    /// apart so that its caller's common path is a few loads and compares, without a call.
+    #[inline(always)]
+    pub fn color_if_refilled(&mut self, index: u64, now: u64, bytes: u32, in_color: Color) -> Option<Color> {
+        let i = self.slot(index);
+        let m = &mut self.instances[i];
+        if !m.is_refilled(now) {
+            return None;
+        }
+        let c = m.color_refilled(bytes, if self.color_aware { in_color } else { Color::Green });
+        self.colors[c as usize].hit(bytes as usize);
+        Some(c)
+    }
+
+    /// The instance of `index` (taken modulo the number of instances).
+    #[inline(always)]
+    fn slot(&self, index: u64) -> usize {
+        let n = self.instances.len() as u64;
+        (if index < n { index } else { index % n }) as usize
     }
 
     /// Number of instances.

@@ -257,12 +257,20 @@ struct Class<T> {
     queue: ClassQueue<T>,
     red: Option<Red>,
     counters: ClassCounters,
+    /// The packets [`Scheduler::offer`] sent at once (an idle port): each was enqueued at depth
+    /// 0 and sent after 0 ticks, counted here once instead of in `counters.enqueued`,
+    /// `counters.sent` and both histograms' zeros; [`Scheduler::counters`] and
+    /// [`Scheduler::histograms`] add them in.
+    passed: PktBytes,
     /// Depth and sojourn histograms, when the port records them.
     hist: Option<ClassHistograms>,
-    /// The zeros not yet in `hist` (depth, sojourn): an idle port's packets find depth 0 and
-    /// leave after 0 ticks, counted here (one add) instead of through the histogram's bucket
-    /// arithmetic; [`Scheduler::histograms`] folds them in.
+    /// The zeros not yet in `hist` (depth, sojourn) of the packets that went through the queue:
+    /// counted here (one add) instead of through the histogram's bucket arithmetic;
+    /// [`Scheduler::histograms`] folds them in.
     hist_zeros: [u64; 2],
+    /// RED marks this class at dequeue: its packets always go through the queue (the decision
+    /// is taken at the head of the line).
+    marks_at_dequeue: bool,
 }
 
 /// One port's egress scheduler over items `T` (mbufs in the appliance).
@@ -307,8 +315,10 @@ impl<T: SchedItem> Scheduler<T> {
                     queue: ClassQueue::new(c.capacity_bytes, c.capacity_pkts as usize),
                     red: c.red.map(Red::new),
                     counters: ClassCounters::default(),
+                    passed: PktBytes::default(),
                     hist: cfg.histograms.then(|| ClassHistograms::new(c.capacity_bytes, cfg.hz.saturating_mul(60))),
                     hist_zeros: [0; 2],
+                    marks_at_dequeue: cfg.mark_point == MarkPoint::Dequeue && c.red.is_some(),
                 })
                 .collect(),
             port: PortCounters::default(),
@@ -357,30 +367,48 @@ impl<T: SchedItem> Scheduler<T> {
     /// # Errors
     /// As [`Scheduler::enqueue`].
     #[inline(always)]
-    pub fn offer(&mut self, class: usize, item: T, now: u64) -> Result<Offer<T>, Rejected<T>> {
-        let dequeue_red =
-            self.mark_point == MarkPoint::Dequeue && self.classes.get(class).is_some_and(|c| c.red.is_some());
-        if self.nonempty != 0 || dequeue_red {
+    pub fn offer(&mut self, class: usize, mut item: T, now: u64) -> Result<Offer<T>, Rejected<T>> {
+        let len = item.frame_len();
+        let Some(c) = self.classes.get_mut(class) else {
+            self.port.unknown_class.add(len);
+            return Err(Rejected { item, reason: DropReason::UnknownClass });
+        };
+        if self.nonempty != 0 || c.marks_at_dequeue {
             return self.enqueue(class, item, now).map(|()| Offer::Queued);
         }
-        let (item, len) = self.admit(class, item, now)?;
+        // Every class is empty: `admit` at depth 0, RED (if any) marking at enqueue.
+        if len > self.max_frame {
+            self.port.oversize.add(len);
+            return Err(Rejected { item, reason: DropReason::Oversize });
+        }
+        if !c.queue.fits(len) {
+            c.counters.tail_drop.add(len);
+            return Err(Rejected { item, reason: DropReason::TailDrop });
+        }
+        if let Some(red) = &mut c.red {
+            if red.arrive_empty(now, self.slot_ticks, &mut self.rng) == RedVerdict::Mark {
+                if item.mark_ce().is_ce() {
+                    c.counters.ecn_marked.add(len);
+                } else {
+                    c.counters.red_drop.add(len);
+                    return Err(Rejected { item, reason: DropReason::RedDrop });
+                }
+            }
+        }
         if let Some(s) = &mut self.shaper {
             // A refused try leaves the bucket as it was (refilled to `now`, which dequeue would
             // do too).
             if !s.try_send(len, now) {
+                if c.hist.is_some() {
+                    c.hist_zeros[0] += 1;
+                }
                 self.push(class, item, len, now);
                 return Ok(Offer::Queued);
             }
         }
-        // `admit` found the class.
-        let Some(c) = self.classes.get_mut(class) else { return Ok(Offer::Sent(item)) };
-        let cnt = &mut c.counters;
-        cnt.enqueued.add(len);
-        cnt.max_depth_bytes = cnt.max_depth_bytes.max(u64::from(len));
-        cnt.sent.add(len);
-        if c.hist.is_some() {
-            c.hist_zeros[1] += 1;
-        }
+        // Enqueued at depth 0 (the queue's deepest point: the frame itself) and sent at once.
+        c.passed.add(len);
+        c.counters.max_depth_bytes = c.counters.max_depth_bytes.max(u64::from(len));
         if let Some(red) = &mut c.red {
             red.went_empty(now);
         }
@@ -563,9 +591,13 @@ impl<T: SchedItem> Scheduler<T> {
         }
     }
 
-    /// Class `class`'s counters.
-    pub fn counters(&self, class: usize) -> &ClassCounters {
-        &self.classes[class].counters
+    /// Class `class`'s counters (a copy, with the packets sent at once added in).
+    pub fn counters(&self, class: usize) -> ClassCounters {
+        let c = &self.classes[class];
+        let mut cnt = c.counters;
+        cnt.enqueued.merge(&c.passed);
+        cnt.sent.merge(&c.passed);
+        cnt
     }
 
     /// The port-level drop counters.
@@ -580,8 +612,8 @@ impl<T: SchedItem> Scheduler<T> {
         let mut h = c.hist.clone()?;
         let [depth, sojourn] = c.hist_zeros;
         // Recording 0 with a count cannot fail: 0 is within every histogram's bounds.
-        let _ = h.depth_bytes.record_n(0, depth);
-        let _ = h.sojourn_ticks.record_n(0, sojourn);
+        let _ = h.depth_bytes.record_n(0, depth + c.passed.pkts);
+        let _ = h.sojourn_ticks.record_n(0, sojourn + c.passed.pkts);
         Some(h)
     }
 

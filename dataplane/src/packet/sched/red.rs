@@ -109,12 +109,15 @@ pub struct Red {
     avg_fp: u64,
     /// When the queue last went empty (ticks), until the next arrival.
     idle_since: Option<u64>,
+    /// `cfg.probability(0) == 0`: at an average of 0, a packet that finds the queue empty is
+    /// never marked.
+    zero_passes: bool,
 }
 
 impl Red {
     /// Marking with `cfg` (checked with [`RedConfig::validate`] by the caller), average 0.
     pub fn new(cfg: RedConfig) -> Self {
-        Red { cfg, avg_fp: 0, idle_since: None }
+        Red { cfg, avg_fp: 0, idle_since: None, zero_passes: cfg.probability(0) == 0 }
     }
 
     /// Notes that the queue went empty at `now` (ticks).
@@ -147,6 +150,20 @@ impl Red {
     /// The average depth in bytes × 2^[`AVG_FRAC_BITS`].
     pub fn avg_fixed(&self) -> u64 {
         self.avg_fp
+    }
+
+    /// A packet arrives at an empty queue at `now` (ticks): [`Red::wake`], then
+    /// [`Red::decide`] at depth 0. With the average at 0 (an idle port's packets, and always
+    /// with `ewma_log2` 0) and no marking at depth 0, that is known without the arithmetic:
+    /// nothing decays, a sample of 0 leaves the average at 0, and the packet passes.
+    #[inline(always)]
+    pub fn arrive_empty(&mut self, now: u64, slot_ticks: Option<u64>, rng: &mut EcnRng) -> RedVerdict {
+        if self.avg_fp == 0 && self.zero_passes {
+            self.idle_since = None;
+            return RedVerdict::Pass;
+        }
+        self.wake(now, slot_ticks);
+        self.decide(0, rng)
     }
 
     /// Samples depth `q` bytes and returns the depth the decision uses (bytes): `q` itself with

@@ -15,8 +15,6 @@ use crate::meter::{BucketError, TokenBucket};
 pub(crate) struct Shaper {
     bucket: TokenBucket,
     overhead: u64,
-    /// The latest instant seen (ticks): a clock that goes back counts as standing still.
-    now: u64,
 }
 
 impl Shaper {
@@ -26,7 +24,7 @@ impl Shaper {
     /// # Errors
     /// As [`TokenBucket::new`]: a rate or clock of 0, or a parameter above its limit.
     pub fn new(rate: u64, size: u64, overhead: u32, hz: u64) -> Result<Self, BucketError> {
-        Ok(Shaper { bucket: TokenBucket::new(rate, size, hz, 0)?, overhead: u64::from(overhead), now: 0 })
+        Ok(Shaper { bucket: TokenBucket::new(rate, size, hz, 0)?, overhead: u64::from(overhead) })
     }
 
     /// What a frame of `len` bytes (without FCS) costs: `len + overhead`.
@@ -36,17 +34,17 @@ impl Shaper {
     }
 
     /// Pays for a frame of `len` bytes at `now`; false (nothing taken) without enough tokens.
+    /// A clock that goes back counts as standing still (the bucket keeps the latest instant).
     #[inline(always)]
     pub fn try_send(&mut self, len: u32, now: u64) -> bool {
-        self.now = self.now.max(now);
-        self.bucket.refill(self.now);
+        self.bucket.refill(now);
         self.bucket.try_take(self.cost(len))
     }
 
     /// The earliest tick, at or after `now`, at which a frame of `len` bytes can be paid for;
     /// `None` if never (cost above the bucket size).
     pub fn ready_at(&self, len: u32, now: u64) -> Option<u64> {
-        let now = self.now.max(now);
+        let now = self.bucket.last().max(now);
         match self.bucket.ticks_until(self.cost(len), now) {
             u64::MAX => None,
             wait => Some(now.saturating_add(wait)),

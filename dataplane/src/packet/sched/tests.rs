@@ -251,7 +251,7 @@ fn red_at_enqueue_below_kmin_and_above_kmax() {
         id += 1;
         let _ = s.enqueue(0, Pkt { id, class: 0, len: 1000, ecn: Some(1) }, 0);
     }
-    let before = *s.counters(0);
+    let before = s.counters(0);
     let mut got = Vec::new();
     for (i, ecn) in [Some(2), Some(1), Some(3), Some(0), None, Some(2)].into_iter().enumerate() {
         id += 1;

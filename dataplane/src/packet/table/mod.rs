@@ -287,7 +287,7 @@ impl Table {
     /// lookups overlaps its cache misses: for an LPM table without exact fields, the trie's
     /// root slot for the key. A no-op for the other kinds (a hash probe or the classifier's
     /// small bit vectors gain nothing from it) and for an empty table.
-    #[inline]
+    #[inline(always)]
     pub fn prefetch(&self, p: &Parsed, meta: &Meta) {
         if self.entries.is_empty() {
             return;
@@ -375,12 +375,45 @@ pub fn metered_len(p: &Parsed, frame_len: usize) -> u32 {
     len as u32
 }
 
-/// Colours the packet with instance `index` of meter `m` (of a [`PipelineState`]'s `meters`)
-/// into `meta.color` (`frame_len`: the frame's length without FCS). Kept out of line: the
-/// pipeline's loop stays small for the packets that meet no meter.
+/// The meter actions ([`Action::MeterAt`], [`Action::MeterBy`], [`Action::PoliceAt`]) where
+/// they are not inlined: true when the packet is to be dropped (policed). Out of line, one
+/// call for the three, so that a loop whose packets meet no meter keeps one small arm for them.
 #[inline(never)]
-fn meter(meters: &mut [MeterArray], m: u16, index: u64, p: &Parsed, meta: &mut Meta, frame_len: usize) {
-    meta.color = meters[m as usize].color(index, meta.timestamp_us, metered_len(p, frame_len), meta.color);
+fn meter_action(meters: &mut [MeterArray], a: &Action, p: &Parsed, meta: &mut Meta, frame_len: usize) -> bool {
+    match a {
+        Action::MeterAt(m, i) => meter_inline(meters, *m, u64::from(*i), p, meta, frame_len),
+        Action::MeterBy(m, f) => {
+            let index = field_value(f.word(p, meta), f.width());
+            meter_inline(meters, *m, index, p, meta, frame_len)
+        }
+        Action::PoliceAt(m, i) => {
+            meter_inline(meters, *m, u64::from(*i), p, meta, frame_len);
+            return meta.color == crate::meter::Color::Red;
+        }
+        _ => {}
+    }
+    false
+}
+
+/// Colours the packet with instance `index` of meter `m` (of a [`PipelineState`]'s `meters`)
+/// into `meta.color` (`frame_len`: the frame's length without FCS). A packet in the same clock
+/// tick as the meter's last one needs no refill: that path makes no call; the others go on to
+/// [`meter_refill`]. Inlined where packets meet meters
+/// ([`Pipeline::apply_with_first_hit_meters_inline`]), else reached through [`meter_action`].
+#[inline(always)]
+fn meter_inline(meters: &mut [MeterArray], m: u16, index: u64, p: &Parsed, meta: &mut Meta, frame_len: usize) {
+    let bytes = metered_len(p, frame_len);
+    match meters[m as usize].color_if_refilled(index, meta.timestamp_us, bytes, meta.color) {
+        Some(c) => meta.color = c,
+        None => meter_refill(meters, m, index, bytes, meta),
+    }
+}
+
+/// [`meter_inline`] when the meter's buckets have tokens to gain first.
+#[cold]
+#[inline(never)]
+fn meter_refill(meters: &mut [MeterArray], m: u16, index: u64, bytes: u32, meta: &mut Meta) {
+    meta.color = meters[m as usize].color(index, meta.timestamp_us, bytes, meta.color);
 }
 
 /// The numeric value of a field from its [`Field::word`] (big-endian bytes loaded
@@ -509,13 +542,13 @@ impl Pipeline {
         p: &mut Parsed,
         meta: &mut Meta,
     ) -> Egress {
-        self.apply_inner(counts, buf, p, meta, None)
+        self.apply_inner::<false, B>(counts, buf, p, meta, None)
     }
 
     /// Looks the packet up in the first table, as [`Pipeline::apply`] would first, and
     /// prefetches the entry it hits and the counter it counts in (in `counts`): the first stage of a burst, whose
     /// result [`Pipeline::apply_with_first_hit`] takes. `None` without tables or on a miss.
-    #[inline]
+    #[inline(always)]
     pub fn first_lookup(&self, counts: &PipelineState, p: &Parsed, meta: &Meta) -> Option<usize> {
         let table = self.tables.first()?;
         let hit = table.lookup(p, meta);
@@ -532,7 +565,7 @@ impl Pipeline {
     /// [`Pipeline::apply`] with the first table's lookup already done: `first_hit` is what
     /// [`Pipeline::first_lookup`] (or the first table's [`Table::lookup`]) returned for this
     /// `p` and `meta`, before any rewrite.
-    #[inline]
+    #[inline(always)]
     pub fn apply_with_first_hit<B: PacketBuf>(
         &self,
         counts: &mut PipelineState,
@@ -541,12 +574,29 @@ impl Pipeline {
         meta: &mut Meta,
         first_hit: Option<usize>,
     ) -> Egress {
-        self.apply_inner(counts, buf, p, meta, Some(first_hit))
+        self.apply_inner::<false, B>(counts, buf, p, meta, Some(first_hit))
     }
 
-    /// The pipeline; `first`, when known, is the first table's lookup result.
+    /// [`Pipeline::apply_with_first_hit`] with the common path (no bucket to refill) of a
+    /// meter without an index field (`meter(NAME)`, `police(NAME)`) inlined into the caller,
+    /// for a loop whose packets meet meters: no call. Elsewhere every meter action is one
+    /// out-of-line call, which keeps a loop whose packets meet none small.
     #[inline(always)]
-    fn apply_inner<B: PacketBuf>(
+    pub fn apply_with_first_hit_meters_inline<B: PacketBuf>(
+        &self,
+        counts: &mut PipelineState,
+        buf: &mut B,
+        p: &mut Parsed,
+        meta: &mut Meta,
+        first_hit: Option<usize>,
+    ) -> Egress {
+        self.apply_inner::<true, B>(counts, buf, p, meta, Some(first_hit))
+    }
+
+    /// The pipeline; `first`, when known, is the first table's lookup result. `INLINE_METERS`:
+    /// see [`Pipeline::apply_with_first_hit_meters_inline`].
+    #[inline(always)]
+    fn apply_inner<const INLINE_METERS: bool, B: PacketBuf>(
         &self,
         counts: &mut PipelineState,
         buf: &mut B,
@@ -589,10 +639,19 @@ impl Pipeline {
                     Action::Goto(to) => next = *to as usize,
                     Action::Exit => next = usize::MAX,
                     Action::Count(c) => counts.named[*c as usize].hit(len),
-                    Action::MeterAt(m, i) => meter(&mut counts.meters, *m, u64::from(*i), p, meta, len),
-                    Action::MeterBy(m, f) => {
-                        let index = field_value(f.word(p, meta), f.width());
-                        meter(&mut counts.meters, *m, index, p, meta, len)
+                    Action::MeterAt(m, i) if INLINE_METERS => {
+                        meter_inline(&mut counts.meters, *m, u64::from(*i), p, meta, len)
+                    }
+                    Action::PoliceAt(m, i) if INLINE_METERS => {
+                        meter_inline(&mut counts.meters, *m, u64::from(*i), p, meta, len);
+                        if meta.color == crate::meter::Color::Red {
+                            return Egress::Dropped(Reason::Policed);
+                        }
+                    }
+                    Action::MeterAt(..) | Action::PoliceAt(..) | Action::MeterBy(..) => {
+                        if meter_action(&mut counts.meters, a, p, meta, len) {
+                            return Egress::Dropped(Reason::Policed);
+                        }
                     }
                     Action::SetColor(c) => meta.color = *c,
                     Action::SetClass(c) => meta.class = *c,

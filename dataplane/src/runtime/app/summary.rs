@@ -142,7 +142,7 @@ struct QosTotals {
 
 impl QosTotals {
     /// Adds one worker's schedulers.
-    fn add<B: crate::buf::PacketBuf>(&mut self, egress: &[Option<PortEgress<B>>]) {
+    fn add<B: crate::buf::PacketBuf>(&mut self, egress: &[Option<Box<PortEgress<B>>>]) {
         for (port, e) in egress.iter().enumerate() {
             let Some(e) = e else { continue };
             for c in 0..e.sched.classes() {
@@ -154,7 +154,7 @@ impl QosTotals {
                     }
                 };
                 let (_, _, cnt, hist) = &mut self.classes[i];
-                cnt.merge(e.sched.counters(c));
+                cnt.merge(&e.sched.counters(c));
                 if let Some(h) = e.sched.histograms(c) {
                     match hist {
                         Some(sum) => {
