@@ -64,6 +64,10 @@ impl std::fmt::Debug for BurstScratch {
 /// bucket releases fewer; an unshaped port's queue is emptied in bursts of this size).
 pub const DEQUEUE_BURST: usize = MAX_BURST;
 
+/// What [`PortEgress::enqueue`] did: the reason it refused the packet (`None`: queued or sent),
+/// and how many queued packets it dropped at dequeue meanwhile.
+type Enqueued = (Option<Reason>, u64);
+
 /// One port's egress scheduler on this worker, with its class map and clock.
 #[derive(Debug)]
 pub struct PortEgress<B> {
@@ -127,14 +131,7 @@ impl<B: PacketBuf> PortEgress<B> {
     /// the clock to `now`, and releases what may leave at `now`. Returns the packets dropped:
     /// the refused one with its reason, and those dropped at dequeue.
     #[inline(always)]
-    fn enqueue<I: PacketIo<Buf = B>>(
-        &mut self,
-        io: &mut I,
-        port: u16,
-        class: u8,
-        pkt: B,
-        now: u64,
-    ) -> (Option<Reason>, u64) {
+    fn enqueue<I: PacketIo<Buf = B>>(&mut self, io: &mut I, port: u16, class: u8, pkt: B, now: u64) -> Enqueued {
         let class = if class == CLASS_UNSET { self.map.classify_in(pkt.data(), pkt.total_len()) } else { class };
         if !self.sched.is_empty() {
             return self.enqueue_busy(io, port, class, pkt, now);
@@ -155,14 +152,7 @@ impl<B: PacketBuf> PortEgress<B> {
     /// [`PortEgress::enqueue`] (the class chosen) on a port with packets queued: what may leave
     /// by `now` leaves first. Out of line: the idle port's path stays small.
     #[inline(never)]
-    fn enqueue_busy<I: PacketIo<Buf = B>>(
-        &mut self,
-        io: &mut I,
-        port: u16,
-        class: u8,
-        pkt: B,
-        now: u64,
-    ) -> (Option<Reason>, u64) {
+    fn enqueue_busy<I: PacketIo<Buf = B>>(&mut self, io: &mut I, port: u16, class: u8, pkt: B, now: u64) -> Enqueued {
         let mut dropped = self.advance(io, port, now);
         match self.sched.offer(class as usize, pkt, self.last_us) {
             Ok(Offer::Sent(pkt)) => {
@@ -710,10 +700,10 @@ impl<B: PacketBuf> Datapath<B> {
         let at = if self.pipeline.meters.is_empty() { now_us } else { pkt.rx_timestamp_us().unwrap_or(now_us) };
         let mut meta = Meta::at(in_port, at);
         let egress = match first_hit {
-            Some(hit) if TM => {
-                self.pipeline.apply_with_first_hit_meters_inline(&mut self.pipeline_state, &mut pkt, p, &mut meta, hit)
+            // Meters inlined in the traffic-managed loop only.
+            Some(hit) => {
+                self.pipeline.apply_with_first_hit::<TM, B>(&mut self.pipeline_state, &mut pkt, p, &mut meta, hit)
             }
-            Some(hit) => self.pipeline.apply_with_first_hit(&mut self.pipeline_state, &mut pkt, p, &mut meta, hit),
             None => self.pipeline.apply(&mut self.pipeline_state, &mut pkt, p, &mut meta),
         };
         match egress {
@@ -865,7 +855,14 @@ impl<B: PacketBuf> Datapath<B> {
     /// Sends one copy per member of group `g`, each a full copy of the frame (copies never share
     /// bytes written per copy) with that copy's rewrites; the original becomes the last copy
     /// (`TM`: as for [`Datapath::send`]).
-    fn multicast<const TM: bool, I: PacketIo<Buf = B>>(&mut self, io: &mut I, g: usize, mut pkt: I::Buf, p: &Parsed, class: u8) {
+    fn multicast<const TM: bool, I: PacketIo<Buf = B>>(
+        &mut self,
+        io: &mut I,
+        g: usize,
+        mut pkt: I::Buf,
+        p: &Parsed,
+        class: u8,
+    ) {
         let n = self.pipeline.groups[g].copies.len();
         for c in 0..n - 1 {
             let Some(mut copy) = io.copy_pkt(&pkt) else {

@@ -291,6 +291,46 @@ pub struct Scheduler<T> {
     slot_ticks: Option<u64>,
 }
 
+/// The checks every arrival meets first, in order: its class exists ([`DropReason::UnknownClass`],
+/// counted on the port), the frame is no longer than the port's largest
+/// ([`DropReason::Oversize`], counted on the port) and fits in the class's queue
+/// ([`DropReason::TailDrop`], counted on the class). Ok: the class.
+#[inline(always)]
+fn fits<'a, T>(
+    classes: &'a mut [Class<T>],
+    port: &mut PortCounters,
+    max_frame: u32,
+    class: usize,
+    len: u32,
+) -> Result<&'a mut Class<T>, DropReason> {
+    let Some(c) = classes.get_mut(class) else {
+        port.unknown_class.add(len);
+        return Err(DropReason::UnknownClass);
+    };
+    if len > max_frame {
+        port.oversize.add(len);
+        return Err(DropReason::Oversize);
+    }
+    if !c.queue.fits(len) {
+        c.counters.tail_drop.add(len);
+        return Err(DropReason::TailDrop);
+    }
+    Ok(c)
+}
+
+/// RED selected `item` (of `len` bytes): an ECN-capable packet is marked CE (counted
+/// `ecn_marked`), a Not-ECT one refused ([`DropReason::RedDrop`], counted `red_drop`).
+#[inline(always)]
+fn mark<T: SchedItem>(item: &mut T, counters: &mut ClassCounters, len: u32) -> Result<(), DropReason> {
+    if item.mark_ce().is_ce() {
+        counters.ecn_marked.add(len);
+        Ok(())
+    } else {
+        counters.red_drop.add(len);
+        Err(DropReason::RedDrop)
+    }
+}
+
 impl<T: SchedItem> Scheduler<T> {
     /// A scheduler for `cfg`; every ring and histogram is allocated here.
     ///
@@ -369,29 +409,18 @@ impl<T: SchedItem> Scheduler<T> {
     #[inline(always)]
     pub fn offer(&mut self, class: usize, mut item: T, now: u64) -> Result<Offer<T>, Rejected<T>> {
         let len = item.frame_len();
-        let Some(c) = self.classes.get_mut(class) else {
-            self.port.unknown_class.add(len);
-            return Err(Rejected { item, reason: DropReason::UnknownClass });
+        let c = match fits(&mut self.classes, &mut self.port, self.max_frame, class, len) {
+            Ok(c) => c,
+            Err(reason) => return Err(Rejected { item, reason }),
         };
         if self.nonempty != 0 || c.marks_at_dequeue {
             return self.enqueue(class, item, now).map(|()| Offer::Queued);
         }
         // Every class is empty: `admit` at depth 0, RED (if any) marking at enqueue.
-        if len > self.max_frame {
-            self.port.oversize.add(len);
-            return Err(Rejected { item, reason: DropReason::Oversize });
-        }
-        if !c.queue.fits(len) {
-            c.counters.tail_drop.add(len);
-            return Err(Rejected { item, reason: DropReason::TailDrop });
-        }
         if let Some(red) = &mut c.red {
             if red.arrive_empty(now, self.slot_ticks, &mut self.rng) == RedVerdict::Mark {
-                if item.mark_ce().is_ce() {
-                    c.counters.ecn_marked.add(len);
-                } else {
-                    c.counters.red_drop.add(len);
-                    return Err(Rejected { item, reason: DropReason::RedDrop });
+                if let Err(reason) = mark(&mut item, &mut c.counters, len) {
+                    return Err(Rejected { item, reason });
                 }
             }
         }
@@ -420,18 +449,10 @@ impl<T: SchedItem> Scheduler<T> {
     #[inline(always)]
     fn admit(&mut self, class: usize, mut item: T, now: u64) -> Result<(T, u32), Rejected<T>> {
         let len = item.frame_len();
-        let Some(c) = self.classes.get_mut(class) else {
-            self.port.unknown_class.add(len);
-            return Err(Rejected { item, reason: DropReason::UnknownClass });
+        let c = match fits(&mut self.classes, &mut self.port, self.max_frame, class, len) {
+            Ok(c) => c,
+            Err(reason) => return Err(Rejected { item, reason }),
         };
-        if len > self.max_frame {
-            self.port.oversize.add(len);
-            return Err(Rejected { item, reason: DropReason::Oversize });
-        }
-        if !c.queue.fits(len) {
-            c.counters.tail_drop.add(len);
-            return Err(Rejected { item, reason: DropReason::TailDrop });
-        }
         let depth = c.queue.bytes();
         if let Some(h) = &mut c.hist {
             if depth == 0 {
@@ -445,11 +466,8 @@ impl<T: SchedItem> Scheduler<T> {
                 red.wake(now, self.slot_ticks);
             }
             if self.mark_point == MarkPoint::Enqueue && red.decide(depth, &mut self.rng) == RedVerdict::Mark {
-                if item.mark_ce().is_ce() {
-                    c.counters.ecn_marked.add(len);
-                } else {
-                    c.counters.red_drop.add(len);
-                    return Err(Rejected { item, reason: DropReason::RedDrop });
+                if let Err(reason) = mark(&mut item, &mut c.counters, len) {
+                    return Err(Rejected { item, reason });
                 }
             }
         }

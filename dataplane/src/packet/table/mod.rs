@@ -399,7 +399,7 @@ fn meter_action(meters: &mut [MeterArray], a: &Action, p: &Parsed, meta: &mut Me
 /// into `meta.color` (`frame_len`: the frame's length without FCS). A packet in the same clock
 /// tick as the meter's last one needs no refill: that path makes no call; the others go on to
 /// [`meter_refill`]. Inlined where packets meet meters
-/// ([`Pipeline::apply_with_first_hit_meters_inline`]), else reached through [`meter_action`].
+/// (`INLINE_METERS` of [`Pipeline::apply_with_first_hit`]), else reached through [`meter_action`].
 #[inline(always)]
 fn meter_inline(meters: &mut [MeterArray], m: u16, index: u64, p: &Parsed, meta: &mut Meta, frame_len: usize) {
     let bytes = metered_len(p, frame_len);
@@ -565,8 +565,13 @@ impl Pipeline {
     /// [`Pipeline::apply`] with the first table's lookup already done: `first_hit` is what
     /// [`Pipeline::first_lookup`] (or the first table's [`Table::lookup`]) returned for this
     /// `p` and `meta`, before any rewrite.
+    ///
+    /// `INLINE_METERS`: the common path (no bucket to refill) of a meter without an index field
+    /// (`meter(NAME)`, `police(NAME)`) inlined into the caller, for a loop whose packets meet
+    /// meters: no call. Without it every meter action is one out-of-line call, which keeps a
+    /// loop whose packets meet none small.
     #[inline(always)]
-    pub fn apply_with_first_hit<B: PacketBuf>(
+    pub fn apply_with_first_hit<const INLINE_METERS: bool, B: PacketBuf>(
         &self,
         counts: &mut PipelineState,
         buf: &mut B,
@@ -574,27 +579,11 @@ impl Pipeline {
         meta: &mut Meta,
         first_hit: Option<usize>,
     ) -> Egress {
-        self.apply_inner::<false, B>(counts, buf, p, meta, Some(first_hit))
-    }
-
-    /// [`Pipeline::apply_with_first_hit`] with the common path (no bucket to refill) of a
-    /// meter without an index field (`meter(NAME)`, `police(NAME)`) inlined into the caller,
-    /// for a loop whose packets meet meters: no call. Elsewhere every meter action is one
-    /// out-of-line call, which keeps a loop whose packets meet none small.
-    #[inline(always)]
-    pub fn apply_with_first_hit_meters_inline<B: PacketBuf>(
-        &self,
-        counts: &mut PipelineState,
-        buf: &mut B,
-        p: &mut Parsed,
-        meta: &mut Meta,
-        first_hit: Option<usize>,
-    ) -> Egress {
-        self.apply_inner::<true, B>(counts, buf, p, meta, Some(first_hit))
+        self.apply_inner::<INLINE_METERS, B>(counts, buf, p, meta, Some(first_hit))
     }
 
     /// The pipeline; `first`, when known, is the first table's lookup result. `INLINE_METERS`:
-    /// see [`Pipeline::apply_with_first_hit_meters_inline`].
+    /// see [`Pipeline::apply_with_first_hit`].
     #[inline(always)]
     fn apply_inner<const INLINE_METERS: bool, B: PacketBuf>(
         &self,

@@ -258,11 +258,17 @@ fn apply_with_first_hit_takes_the_given_hit() {
 
     let mut buf = crate::buf::VecBuf::from_frame(&[0; 60]);
     assert_eq!(
-        pipe.apply_with_first_hit(&mut counts, &mut buf, &mut Parsed::default(), &mut Meta::new(1), Some(1)),
+        pipe.apply_with_first_hit::<false, _>(
+            &mut counts,
+            &mut buf,
+            &mut Parsed::default(),
+            &mut Meta::new(1),
+            Some(1)
+        ),
         Egress::Port(2)
     );
     assert_eq!(
-        pipe.apply_with_first_hit(&mut counts, &mut buf, &mut Parsed::default(), &mut Meta::new(1), None),
+        pipe.apply_with_first_hit::<false, _>(&mut counts, &mut buf, &mut Parsed::default(), &mut Meta::new(1), None),
         Egress::Dropped(Reason::TableMiss)
     );
     assert_eq!((counts.entries(0)[0].packets, counts.entries(0)[1].packets, counts.miss(0).packets), (0, 1, 1));
