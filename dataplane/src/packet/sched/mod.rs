@@ -420,6 +420,10 @@ impl<T: SchedItem> Scheduler<T> {
         if let Some(red) = &mut c.red {
             if red.arrive_empty(now, self.slot_ticks, &mut self.rng) == RedVerdict::Mark {
                 if let Err(reason) = mark(&mut item, &mut c.counters, len) {
+                    // `admit` records the depth (0 here) before RED's verdict: so does this.
+                    if c.hist.is_some() {
+                        c.hist_zeros[0] += 1;
+                    }
                     return Err(Rejected { item, reason });
                 }
             }
