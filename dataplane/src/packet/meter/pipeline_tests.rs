@@ -92,6 +92,36 @@ fn police_colours_a_low_rate_flow_as_rfc_2697_says() {
     }
 }
 
+/// `police(NAME)` with its defaults (yellow goes on, red dropped) is one action; the burst path
+/// (where the traffic-managed loop inlines the meter) and the per-packet path (one out-of-line
+/// call) colour and drop exactly as the RFC 2697 trace above: 19 green, 10 yellow, 71 red.
+#[test]
+fn police_with_its_defaults_drops_red_alike_on_the_burst_and_packet_paths() {
+    let conf = POLICE.replace("police(tenant, yellow=set_dscp(10), red=drop)", "police(tenant)");
+    let frames: Vec<(u64, Vec<u8>)> = (0..100).map(|i| (1_000_000 + 10_000 * i, udp4(1, 100))).collect();
+    let mut by_packet = datapath(&conf);
+    let out = run(&mut by_packet, &frames);
+    let mut by_burst = datapath(&conf);
+    let mut io = VecIo::new(2);
+    for chunk in frames.chunks(7) {
+        let mut burst: Vec<Option<VecBuf>> = chunk
+            .iter()
+            .map(|(t, f)| {
+                let mut b = VecBuf::from_frame(f);
+                b.timestamp_us = Some(*t);
+                Some(b)
+            })
+            .collect();
+        by_burst.process_burst(&mut io, 0, &mut burst, 0);
+    }
+    for dp in [&by_packet, &by_burst] {
+        assert_eq!(colors(dp, 0), [19, 10, 71]);
+        assert_eq!(dp.counters.dropped(Reason::Policed), 71);
+    }
+    assert_eq!(out.len(), 29, "green and yellow go on, unchanged");
+    assert_eq!(io.sent, out, "the burst path sends what the packet path sends");
+}
+
 /// A meter counts the frame without Ethernet padding: a 60-byte frame carrying a 28-byte IP
 /// datagram is 42 bytes to the meter.
 #[test]
