@@ -257,15 +257,16 @@ struct Class<T> {
     queue: ClassQueue<T>,
     red: Option<Red>,
     counters: ClassCounters,
-    /// The packets [`Scheduler::offer`] sent at once (an idle port): each was enqueued at depth
-    /// 0 and sent after 0 ticks, counted here once instead of in `counters.enqueued`,
-    /// `counters.sent` and both histograms' zeros; [`Scheduler::counters`] and
-    /// [`Scheduler::histograms`] add them in.
+    /// The packets [`Scheduler::offer`] sent at once (an idle port): each was enqueued (its
+    /// depth 0 recorded in `hist_zeros` as any arrival's) and sent after 0 ticks, counted here
+    /// once instead of in `counters.enqueued`, `counters.sent` and the sojourn histogram's
+    /// zeros; [`Scheduler::counters`] and [`Scheduler::histograms`] add them in.
     passed: PktBytes,
     /// Depth and sojourn histograms, when the port records them.
     hist: Option<ClassHistograms>,
-    /// The zeros not yet in `hist` (depth, sojourn) of the packets that went through the queue:
-    /// counted here (one add) instead of through the histogram's bucket arithmetic;
+    /// The zeros not yet in `hist`: depths of 0 found by any arrival, sojourns of 0 of the
+    /// packets that went through the queue (those of `passed` are added when read). Counted
+    /// here (one add) instead of through the histogram's bucket arithmetic;
     /// [`Scheduler::histograms`] folds them in.
     hist_zeros: [u64; 2],
     /// RED marks this class at dequeue: its packets always go through the queue (the decision
@@ -416,14 +417,14 @@ impl<T: SchedItem> Scheduler<T> {
         if self.nonempty != 0 || c.marks_at_dequeue {
             return self.enqueue(class, item, now).map(|()| Offer::Queued);
         }
-        // Every class is empty: `admit` at depth 0, RED (if any) marking at enqueue.
+        // Every class is empty: `admit` at depth 0, RED (if any) marking at enqueue. The depth
+        // is recorded first, as `admit` records it, whatever RED and the shaper decide.
+        if c.hist.is_some() {
+            c.hist_zeros[0] += 1;
+        }
         if let Some(red) = &mut c.red {
             if red.arrive_empty(now, self.slot_ticks, &mut self.rng) == RedVerdict::Mark {
                 if let Err(reason) = mark(&mut item, &mut c.counters, len) {
-                    // `admit` records the depth (0 here) before RED's verdict: so does this.
-                    if c.hist.is_some() {
-                        c.hist_zeros[0] += 1;
-                    }
                     return Err(Rejected { item, reason });
                 }
             }
@@ -432,9 +433,6 @@ impl<T: SchedItem> Scheduler<T> {
             // A refused try leaves the bucket as it was (refilled to `now`, which dequeue would
             // do too).
             if !s.try_send(len, now) {
-                if c.hist.is_some() {
-                    c.hist_zeros[0] += 1;
-                }
                 self.push(class, item, len, now);
                 return Ok(Offer::Queued);
             }
@@ -634,7 +632,7 @@ impl<T: SchedItem> Scheduler<T> {
         let mut h = c.hist.clone()?;
         let [depth, sojourn] = c.hist_zeros;
         // Recording 0 with a count cannot fail: 0 is within every histogram's bounds.
-        let _ = h.depth_bytes.record_n(0, depth + c.passed.pkts);
+        let _ = h.depth_bytes.record_n(0, depth);
         let _ = h.sojourn_ticks.record_n(0, sojourn + c.passed.pkts);
         Some(h)
     }
