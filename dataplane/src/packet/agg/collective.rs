@@ -79,7 +79,9 @@ impl Collective {
     /// Bytes of slot memory: per slot an f32/i32 accumulator and the kept result, per-rank
     /// copies of the payload when deterministic, the rank bitmap (a u64 per 64 workers) and
     /// 56 bytes of state (the slot's round state, the kept result's sums, the deterministic fold
-    /// count), as the aggregator allocates them.
+    /// count), as the aggregator allocates them. The accumulators, results and rank copies are
+    /// each one array rounded up to whole 64-byte cache lines: up to 189 bytes per collective
+    /// more than this, not counted.
     pub fn memory_bytes(&self) -> u64 {
         let chunk = self.chunk_elements as u64;
         let workers = self.workers() as u64;

@@ -29,6 +29,7 @@ mod emit;
 mod fold;
 #[allow(unsafe_code)] // SIMD intrinsics behind runtime CPU-feature dispatch; every block has its SAFETY line.
 pub mod kernels;
+mod lines;
 pub mod nak;
 mod send;
 pub mod slot;

@@ -2,6 +2,7 @@
 //! allocated whole when the aggregator is built (spec section 3), never per packet.
 
 use super::collective::{Carriage, Collective};
+use super::lines::Lines;
 use super::slot::Slot;
 use super::straggle::RankLateness;
 use super::template;
@@ -16,13 +17,14 @@ pub(super) struct CollState {
     /// Rank bitmaps of the rounds in progress, `words` u64 per slot.
     pub(super) bitmaps: Vec<u64>,
     pub(super) words: usize,
-    /// Accumulators: `chunk` u32 lanes per slot.
-    pub(super) acc: Vec<u32>,
+    /// Accumulators: `chunk` u32 lanes per slot, from a cache-line boundary (as are `result`
+    /// and `ranks`: the kernels' 32-byte accesses then split no line).
+    pub(super) acc: Lines<u32>,
     /// Kept results: `chunk * size` bytes per slot.
-    pub(super) result: Vec<u8>,
+    pub(super) result: Lines<u8>,
     /// Deterministic mode: every rank's payload, `workers * chunk * size` bytes per slot (only
     /// the ranks that arrive before a lower one are copied here).
-    pub(super) ranks: Vec<u8>,
+    pub(super) ranks: Lines<u8>,
     /// Deterministic mode, per slot: how many ranks (0, 1, ...) are folded into the accumulator,
     /// in rank order, in the current round.
     pub(super) folded: Vec<u32>,
@@ -61,9 +63,9 @@ impl CollState {
             slots: vec![Slot::default(); slots],
             bitmaps: vec![0; slots * words],
             words,
-            acc: vec![0; slots * chunk],
-            result: vec![0; slots * chunk * size],
-            ranks: if spec.deterministic { vec![0; slots * n * chunk * size] } else { Vec::new() },
+            acc: Lines::zeroed(slots * chunk),
+            result: Lines::zeroed(slots * chunk * size),
+            ranks: if spec.deterministic { Lines::zeroed(slots * n * chunk * size) } else { Lines::empty() },
             folded: if spec.deterministic { vec![0; slots] } else { Vec::new() },
             psn: vec![0; n],
             sums: vec![build::PayloadSums::EMPTY; slots],
@@ -96,9 +98,9 @@ impl CollState {
             slots: Vec::new(),
             bitmaps: Vec::new(),
             words: 0,
-            acc: Vec::new(),
-            result: Vec::new(),
-            ranks: Vec::new(),
+            acc: Lines::empty(),
+            result: Lines::empty(),
+            ranks: Lines::empty(),
             folded: Vec::new(),
             psn: Vec::new(),
             sums: Vec::new(),
