@@ -24,11 +24,14 @@ use crate::parse::{parse_checks_into, parse_segmented_into, verify_l4, Checks, L
 use crate::prefetch::prefetch;
 use crate::sched::{ClassMap, Dequeued, DropReason, Offer, PortConfig, Scheduler};
 use crate::stats::{Counters, Reason};
-use crate::table::{Carry, Pipeline, PipelineState};
+use crate::table::{Carry, Lane, Pipeline, PipelineState};
 
 /// Largest burst [`Datapath::process_burst`] handles at once (packets); longer slices are
 /// processed in chunks of this size.
 pub const MAX_BURST: usize = 512;
+
+// A chunk's packets go through the tables together.
+const _: () = assert!(MAX_BURST <= crate::table::burst::MAX_LANES);
 
 /// Packets ahead whose frame data a burst's parse loop prefetches (as DPDK's l3fwd).
 const PREFETCH_AHEAD: usize = 3;
@@ -40,8 +43,50 @@ struct BurstScratch {
     parsed: Vec<Parsed>,
     /// Per packet: `Ok` when parsed, else why it is dropped.
     verdict: Vec<Result<(), Reason>>,
-    /// Per parsed packet: the first table's lookup.
+    /// Per parsed packet: the first table's lookup (a pipeline with meters).
     first_hit: Vec<Option<usize>>,
+    /// Per packet: which way it goes (a pipeline without meters).
+    way: Vec<Way>,
+    /// Per packet: its way through the tables ([`Pipeline::apply_burst`]).
+    lanes: Vec<Lane>,
+}
+
+/// How [`Datapath::process_burst`] takes a burst through the tables. In every case the
+/// first table's lookups are batched across the burst; the outputs and counts are the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Staging {
+    /// Every table's lookups batched across the burst ([`Pipeline::apply_burst`]) when a table
+    /// after the first is large enough to miss the caches ([`Pipeline::stages_bursts`]).
+    #[default]
+    Auto,
+    /// Every table's lookups batched whenever the pipeline allows it (no meters).
+    Always,
+    /// After the first table's lookups, each packet through the rest alone.
+    Never,
+}
+
+impl Staging {
+    /// Whether bursts through `pipeline` are staged under this choice.
+    pub fn stages(self, pipeline: &Pipeline) -> bool {
+        match self {
+            Staging::Auto => pipeline.stages_bursts(),
+            Staging::Always => pipeline.can_stage_bursts(),
+            Staging::Never => false,
+        }
+    }
+}
+
+/// Which way a parsed packet of a burst goes, judged before any of them goes on
+/// ([`Datapath::way`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Way {
+    /// Through the tables, with the burst ([`Pipeline::apply_burst`]).
+    Tables,
+    /// To the aggregator, which wants it.
+    Consume,
+    /// The rest of [`Datapath::deliver`] for it alone: a neighbour message on a port with
+    /// addresses, an IPv6 packet for the appliance with segments left, or an unparsed packet.
+    Other,
 }
 
 impl BurstScratch {
@@ -50,6 +95,8 @@ impl BurstScratch {
             parsed: vec![Parsed::default(); MAX_BURST],
             verdict: vec![Ok(()); MAX_BURST],
             first_hit: vec![None; MAX_BURST],
+            way: vec![Way::Other; MAX_BURST],
+            lanes: vec![Lane::idle(); MAX_BURST],
         }
     }
 }
@@ -225,6 +272,11 @@ pub struct Datapath<B = VecBuf> {
     /// packet the appliance consumes are verified before the aggregator takes it), or every
     /// checksum of every packet (`[dataplane] verify_transit`).
     checks: Checks,
+    /// Whether bursts go through the tables table by table ([`Staging`]).
+    staging: Staging,
+    /// What `staging` decides for the current pipeline (kept at construction and each swap,
+    /// so that the burst loop reads one flag).
+    staged: bool,
     /// Some table uses `aggregate`: gradient packets go through the pipeline, and only that
     /// action sums them. Otherwise every gradient packet addressed to the appliance goes to
     /// the aggregator before the tables.
@@ -280,6 +332,7 @@ impl<B: PacketBuf> Datapath<B> {
         Datapath {
             pipeline_state: PipelineState::new(&pipeline),
             aggregate_in_pipeline: pipeline.any_action(|a| *a == Action::Aggregate),
+            staged: Staging::Auto.stages(&pipeline),
             pipeline,
             counters: Counters::new(ports),
             agg: None,
@@ -287,6 +340,7 @@ impl<B: PacketBuf> Datapath<B> {
             ports,
             gradient_udp_port,
             checks: Checks::Router,
+            staging: Staging::Auto,
             scratch: BurstScratch::new(),
             egress: Vec::new(),
             remote_egress: Vec::new(),
@@ -306,6 +360,7 @@ impl<B: PacketBuf> Datapath<B> {
         std::mem::swap(&mut self.pipeline, &mut swap.pipeline);
         std::mem::swap(&mut self.pipeline_state, &mut swap.state);
         std::mem::swap(&mut self.aggregate_in_pipeline, &mut swap.aggregates);
+        self.staged = self.staging.stages(&self.pipeline);
     }
 
     /// Switches the aggregator to the collective set `swap` (the control plane's runtime
@@ -466,6 +521,13 @@ impl<B: PacketBuf> Datapath<B> {
         self
     }
 
+    /// Sets how bursts go through the tables (default [`Staging::Auto`]).
+    pub fn with_staging(mut self, staging: Staging) -> Self {
+        self.staging = staging;
+        self.staged = staging.stages(&self.pipeline);
+        self
+    }
+
     /// Sets what the parse verifies of every packet (default [`Checks::Router`]: a router's
     /// checks for transit traffic, every check of the spec for what the appliance consumes;
     /// [`Checks::All`]: every checksum of every packet, `[dataplane] verify_transit = true`).
@@ -618,7 +680,48 @@ impl<B: PacketBuf> Datapath<B> {
             };
         }
 
-        // Stage 2: the first table's lookups (the packets are as parsed, so this is the lookup
+        if self.staged {
+            // Stage 2: which way each packet goes; those for the tables enter them. Received
+            // bytes are counted here, before the tables' VLAN actions change a frame's length.
+            let way = &mut scratch.way[..n];
+            let lanes = &mut scratch.lanes[..n];
+            for i in 0..n {
+                if let Some(pkt) = &pkts[i] {
+                    self.counters.rx(in_port, pkt.total_len());
+                }
+                way[i] = match (&pkts[i], verdict_n[i]) {
+                    (Some(_), Ok(())) => self.way(&parsed[i], in_port),
+                    _ => Way::Other,
+                };
+                lanes[i] = match (&pkts[i], way[i]) {
+                    (Some(pkt), Way::Tables) => Lane::enter(Meta::at(in_port, now_us), pkt.total_len()),
+                    _ => Lane::idle(),
+                };
+            }
+            // Stage 3: the tables, one after another, each for the whole burst.
+            self.pipeline.apply_burst(&mut self.pipeline_state, pkts, parsed, lanes);
+            // Stage 4: each packet's way out, in order.
+            for i in 0..n {
+                let Some(pkt) = pkts[i].take() else { continue };
+                match (verdict_n[i], way[i]) {
+                    (Err(r), _) => self.counters.drop(r),
+                    (Ok(()), Way::Tables) => {
+                        self.tick(&pkt);
+                        let l = &lanes[i];
+                        self.dispatch::<TM, I>(io, in_port, pkt, &mut parsed[i], l.egress, l.meta.class, now_us);
+                    }
+                    (Ok(()), Way::Consume) => {
+                        self.tick(&pkt);
+                        self.consume(io, in_port, pkt, &parsed[i], now_us);
+                    }
+                    (Ok(()), Way::Other) => self.deliver::<TM, I>(io, in_port, pkt, &mut parsed[i], None, now_us),
+                }
+            }
+            self.scratch = scratch;
+            return;
+        }
+
+        // With meters. Stage 2: the first table's lookups (the packets are as parsed, so this is the lookup
         // the pipeline would do first), after prefetching what they read first.
         if let Some(first) = self.pipeline.tables.first() {
             for (p, v) in parsed.iter().zip(verdict_n.iter()) {
@@ -715,16 +818,51 @@ impl<B: PacketBuf> Datapath<B> {
             }
             None => self.pipeline.apply(&mut self.pipeline_state, &mut pkt, p, &mut meta),
         };
+        self.dispatch::<TM, I>(io, in_port, pkt, p, egress, meta.class, now_us);
+    }
+
+    /// Sends a packet the tables have been through where they chose (`egress`, in traffic
+    /// class `class`), or counts its drop. `TM` is [`Datapath::traffic_managed`].
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn dispatch<const TM: bool, I: PacketIo<Buf = B>>(
+        &mut self,
+        io: &mut I,
+        in_port: u16,
+        pkt: I::Buf,
+        p: &mut Parsed,
+        egress: Egress,
+        class: u8,
+        now_us: u64,
+    ) {
         match egress {
-            Egress::Port(port) => self.send::<TM, I>(io, port, pkt, meta.class),
-            Egress::Flood => self.flood::<TM, I>(io, in_port, pkt, meta.class),
-            Egress::Multicast(g) => self.multicast::<TM, I>(io, g as usize, pkt, p, meta.class),
+            Egress::Port(port) => self.send::<TM, I>(io, port, pkt, class),
+            Egress::Flood => self.flood::<TM, I>(io, in_port, pkt, class),
+            Egress::Multicast(g) => self.multicast::<TM, I>(io, g as usize, pkt, p, class),
             Egress::Aggregate => self.aggregate(io, in_port, pkt, p, now_us),
             Egress::Dropped(r) => self.counters.drop(r),
             Egress::Unset if self.agg.as_ref().is_some_and(|agg| agg.wants(p, in_port)) => {
                 self.counters.drop(Reason::GradNotAggregated)
             }
             Egress::Unset => self.counters.drop(Reason::NoEgress),
+        }
+    }
+
+    /// Which way [`Datapath::deliver`] would send the parsed packet `p` from `in_port`, asked
+    /// in the same order: a neighbour message on a port with addresses, or an IPv6 packet for
+    /// the appliance with segments left, is [`Way::Other`]; one the aggregator wants (outside
+    /// the pipeline) is [`Way::Consume`]; the rest go through the tables.
+    #[inline(always)]
+    fn way(&self, p: &Parsed, in_port: u16) -> Way {
+        let neighbor = p.has(Layers::ARP) || (p.has(Layers::IPV6) && p.ip_proto == crate::wire::ndp::NEXT_HEADER_ICMPV6);
+        if (neighbor && self.local.get(in_port as usize).is_some())
+            || (p.ipv6_bad_segments_left && self.for_the_appliance(p, in_port))
+        {
+            Way::Other
+        } else if !self.aggregate_in_pipeline && self.agg.as_ref().is_some_and(|agg| agg.wants(p, in_port)) {
+            Way::Consume
+        } else {
+            Way::Tables
         }
     }
 

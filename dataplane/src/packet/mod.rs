@@ -46,6 +46,8 @@ pub mod prefetch;
 pub mod sched;
 #[cfg(test)]
 mod segmented_tests;
+#[cfg(test)]
+mod burst_tests;
 #[deny(unsafe_code)]
 pub mod stats;
 #[deny(unsafe_code)]

@@ -11,6 +11,7 @@
 //! `ternary` or `range` field a bit-vector classifier over a priority-ordered list
 //! ([`ternary`], [`classifier`]). Lookups never allocate.
 
+pub mod burst;
 mod carry;
 pub mod classifier;
 pub mod entry;
@@ -25,6 +26,8 @@ pub mod ternary;
 mod tests;
 pub mod value;
 mod words;
+
+pub use burst::Lane;
 
 use crate::action::{self, Action, ActionList, Egress};
 use crate::buf::PacketBuf;
@@ -285,8 +288,9 @@ impl Table {
 
     /// Prefetches what a [`Table::lookup`] of the packet will read first, so that a burst of
     /// lookups overlaps its cache misses: for an LPM table without exact fields, the trie's
-    /// root slot for the key. A no-op for the other kinds (a hash probe or the classifier's
-    /// small bit vectors gain nothing from it) and for an empty table.
+    /// root slot for the key; for an exact table keyed by one field of at most 8 bytes, the
+    /// hash slot its probe starts at. A no-op for the other kinds (the classifier's small bit
+    /// vectors gain nothing from it) and for an empty table.
     #[inline(always)]
     pub fn prefetch(&self, p: &Parsed, meta: &Meta) {
         if self.entries.is_empty() {
@@ -294,6 +298,7 @@ impl Table {
         }
         match (self.path, &self.matcher, &self.key[..]) {
             (KeyPath::LpmWord(f), Matcher::Lpm(m), _) => m.prefetch_word(f.word(p, meta)),
+            (KeyPath::ExactWord(f), Matcher::Exact(m), _) => m.prefetch_word(f.word(p, meta)),
             // Without exact fields, the LPM field is the whole key.
             (_, Matcher::Lpm(m), [kf]) => {
                 let mut bytes = [0; KEY_MAX];
@@ -301,6 +306,41 @@ impl Table {
                 m.prefetch(&bytes[..self.key_len]);
             }
             _ => {}
+        }
+    }
+
+    /// [`Table::prefetch`] of a key read as one word ([`Field::word`]) by a table on a word
+    /// path (`KeyPath::ExactWord`, `KeyPath::LpmWord`).
+    #[inline(always)]
+    fn prefetch_word(&self, w: u64) {
+        match &self.matcher {
+            Matcher::Exact(m) => m.prefetch_word(w),
+            Matcher::Lpm(m) => m.prefetch_word(w),
+            Matcher::Ternary(_) => {}
+        }
+    }
+
+    /// [`Table::lookup`] of a key read as one word, as [`Table::prefetch_word`] takes it.
+    #[inline(always)]
+    fn lookup_word(&self, w: u64) -> Option<usize> {
+        if self.entries.is_empty() {
+            return None;
+        }
+        match &self.matcher {
+            Matcher::Exact(m) => m.lookup_word(w),
+            Matcher::Lpm(m) => m.lookup_word(w),
+            Matcher::Ternary(_) => None,
+        }
+        .map(|i| i as usize)
+    }
+
+    /// Bytes of memory its lookups read: the matcher's hash slots, trie or rows (not the
+    /// entries' actions).
+    pub fn memory_bytes(&self) -> usize {
+        match &self.matcher {
+            Matcher::Exact(m) => m.memory_bytes(),
+            Matcher::Lpm(m) => m.memory_bytes(),
+            Matcher::Ternary(m) => m.memory_bytes(),
         }
     }
 
@@ -346,6 +386,17 @@ pub struct MulticastGroup {
     pub id: u16,
     /// (egress port, rewrites) per copy.
     pub copies: Vec<(u16, ActionList)>,
+}
+
+/// Where a packet goes after one table's actions ([`Pipeline::run_table`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// To the table of this index (the next one, or a `goto`'s; `usize::MAX` after `exit`): at
+    /// or past the last table, the pipeline ends with the egress chosen so far.
+    Next(usize),
+    /// The pipeline ends here with this egress (`drop`, `aggregate`, a policed or failed
+    /// rewrite).
+    End(Egress),
 }
 
 /// The ordered ingress pipeline: tables, multicast groups, the names of its counters and its
@@ -444,7 +495,21 @@ pub struct PipelineState {
     pub meters: Vec<MeterArray>,
 }
 
+/// What actions write in a [`PipelineState`], borrowed apart from its shape (`base`), so that
+/// a loop over the tables can read the one while [`Pipeline::run_table`] writes the other.
+struct Tally<'a> {
+    hits: &'a mut [Counter],
+    named: &'a mut [Counter],
+    meters: &'a mut [MeterArray],
+}
+
 impl PipelineState {
+    /// Where each table's counters start (see `base`), and the rest to write.
+    #[inline(always)]
+    fn split(&mut self) -> (&[usize], Tally<'_>) {
+        (&self.base, Tally { hits: &mut self.hits, named: &mut self.named, meters: &mut self.meters })
+    }
+
     /// Zero counters shaped for `pipeline` (one per entry, one miss per table, one per name)
     /// and its meters with full buckets.
     pub fn new(pipeline: &Pipeline) -> Self {
@@ -597,7 +662,8 @@ impl Pipeline {
         let tables = &self.tables[..];
         // A state shaped for this pipeline has a base per table (and the end): checked once
         // here, so that indexing it by a table's index below needs no check of its own.
-        let base = &counts.base[..tables.len()];
+        let (base, mut tally) = counts.split();
+        let base = &base[..tables.len()];
         // The frame's length, for the counters: only the VLAN actions change it.
         let mut len = buf.total_len();
         let mut t = 0;
@@ -607,77 +673,104 @@ impl Pipeline {
                 Some(hit) if t == 0 => hit,
                 _ => table.lookup(p, meta),
             };
-            let (entry, slot, miss) = match hit {
-                Some(i) => (&table.entries[i], i, false),
-                None => (&table.miss, table.len(), true),
-            };
-            counts.hits[base[t] + slot].hit(len);
-            let mut actions = entry.actions(&table.pool).iter();
-            let mut next = t + 1;
-            while let Some(a) = actions.next() {
-                match a {
-                    Action::Forward(port) => egress = Egress::Port(*port),
-                    Action::Flood => egress = Egress::Flood,
-                    Action::Multicast(g) => egress = Egress::Multicast(*g),
-                    // The aggregator consumes the packet: like `drop`, the pipeline ends here.
-                    Action::Aggregate => return Egress::Aggregate,
-                    Action::Drop => {
-                        return Egress::Dropped(if miss { Reason::TableMiss } else { Reason::ExplicitDrop })
-                    }
-                    Action::DropPoliced => return Egress::Dropped(Reason::Policed),
-                    Action::Goto(to) => next = *to as usize,
-                    Action::Exit => next = usize::MAX,
-                    Action::Count(c) => counts.named[*c as usize].hit(len),
-                    Action::MeterAt(m, i) if INLINE_METERS => {
-                        meter_inline(&mut counts.meters, *m, u64::from(*i), p, meta, len)
-                    }
-                    Action::PoliceAt(m, i) if INLINE_METERS => {
-                        meter_inline(&mut counts.meters, *m, u64::from(*i), p, meta, len);
-                        if meta.color == crate::meter::Color::Red {
-                            return Egress::Dropped(Reason::Policed);
-                        }
-                    }
-                    Action::MeterAt(..) | Action::PoliceAt(..) | Action::MeterBy(..) => {
-                        if meter_action(&mut counts.meters, a, p, meta, len) {
-                            return Egress::Dropped(Reason::Policed);
-                        }
-                    }
-                    Action::SetColor(c) => meta.color = *c,
-                    Action::SetClass(c) => meta.class = *c,
-                    Action::WhenColor(c, n) => {
-                        if meta.color != *c && *n > 0 {
-                            actions.nth(*n as usize - 1);
-                        }
-                    }
-                    // The rewrites one by one, not through `action::rewrite`: every action is
-                    // then dispatched from one jump table, where a catch-all took a second.
-                    Action::SetDscp(d) => action::dscp::set_dscp(buf.data_mut(), p, *d),
-                    Action::MarkEcn => {
-                        action::ecn::mark_ce(buf.data_mut(), p);
-                    }
-                    Action::DecTtl => {
-                        if let Err(r) = action::ttl::decrement(buf.data_mut(), p) {
-                            return Egress::Dropped(r);
-                        }
-                    }
-                    Action::SetEthSrc(m) => action::mac::set_src(buf.data_mut(), p, *m),
-                    Action::SetEthDst(m) => action::mac::set_dst(buf.data_mut(), p, *m),
-                    Action::PushVlan(vid) => {
-                        if let Err(r) = action::vlan::push(buf, p, *vid) {
-                            return Egress::Dropped(r);
-                        }
-                        len = buf.total_len();
-                    }
-                    Action::PopVlan => {
-                        action::vlan::pop(buf, p);
-                        len = buf.total_len();
-                    }
-                    Action::SetVlan(vid) => action::vlan::set_vid(buf.data_mut(), p, *vid),
-                }
+            match self.run_table::<INLINE_METERS, B>(t, table, base[t], hit, &mut tally, buf, p, meta, &mut len, &mut egress) {
+                Step::Next(next) => t = next,
+                Step::End(e) => return e,
             }
-            t = next;
         }
         egress
+    }
+
+    /// Runs the actions of `table` (the `t`-th) for its entry `hit` (its miss entry for
+    /// `None`) on one packet:
+    /// counts the hit (`base` is where the table's counters start in `counts`, `len` the
+    /// frame's length, updated by the VLAN actions), applies rewrites to `buf` (keeping `p`
+    /// up to date), lets actions set `meta` and `egress`, and says where the packet goes next.
+    /// The one action interpreter of [`Pipeline::apply`] and [`Pipeline::apply_burst`].
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn run_table<const INLINE_METERS: bool, B: PacketBuf>(
+        &self,
+        t: usize,
+        table: &Table,
+        base: usize,
+        hit: Option<usize>,
+        counts: &mut Tally<'_>,
+        buf: &mut B,
+        p: &mut Parsed,
+        meta: &mut Meta,
+        len: &mut usize,
+        egress: &mut Egress,
+    ) -> Step {
+        let (entry, slot, miss) = match hit {
+            Some(i) => (&table.entries[i], i, false),
+            None => (&table.miss, table.len(), true),
+        };
+        counts.hits[base + slot].hit(*len);
+        let mut actions = entry.actions(&table.pool).iter();
+        let mut next = t + 1;
+        while let Some(a) = actions.next() {
+            match a {
+                Action::Forward(port) => *egress = Egress::Port(*port),
+                Action::Flood => *egress = Egress::Flood,
+                Action::Multicast(g) => *egress = Egress::Multicast(*g),
+                // The aggregator consumes the packet: like `drop`, the pipeline ends here.
+                Action::Aggregate => return Step::End(Egress::Aggregate),
+                Action::Drop => {
+                    return Step::End(Egress::Dropped(if miss { Reason::TableMiss } else { Reason::ExplicitDrop }))
+                }
+                Action::DropPoliced => return Step::End(Egress::Dropped(Reason::Policed)),
+                Action::Goto(to) => next = *to as usize,
+                Action::Exit => next = usize::MAX,
+                Action::Count(c) => counts.named[*c as usize].hit(*len),
+                Action::MeterAt(m, i) if INLINE_METERS => {
+                    meter_inline(counts.meters, *m, u64::from(*i), p, meta, *len)
+                }
+                Action::PoliceAt(m, i) if INLINE_METERS => {
+                    meter_inline(counts.meters, *m, u64::from(*i), p, meta, *len);
+                    if meta.color == crate::meter::Color::Red {
+                        return Step::End(Egress::Dropped(Reason::Policed));
+                    }
+                }
+                Action::MeterAt(..) | Action::PoliceAt(..) | Action::MeterBy(..) => {
+                    if meter_action(counts.meters, a, p, meta, *len) {
+                        return Step::End(Egress::Dropped(Reason::Policed));
+                    }
+                }
+                Action::SetColor(c) => meta.color = *c,
+                Action::SetClass(c) => meta.class = *c,
+                Action::WhenColor(c, n) => {
+                    if meta.color != *c && *n > 0 {
+                        actions.nth(*n as usize - 1);
+                    }
+                }
+                // The rewrites one by one, not through `action::rewrite`: every action is
+                // then dispatched from one jump table, where a catch-all took a second.
+                Action::SetDscp(d) => action::dscp::set_dscp(buf.data_mut(), p, *d),
+                Action::MarkEcn => {
+                    action::ecn::mark_ce(buf.data_mut(), p);
+                }
+                Action::DecTtl => {
+                    if let Err(r) = action::ttl::decrement(buf.data_mut(), p) {
+                        return Step::End(Egress::Dropped(r));
+                    }
+                }
+                Action::SetEthSrc(m) => action::mac::set_src(buf.data_mut(), p, *m),
+                Action::SetEthDst(m) => action::mac::set_dst(buf.data_mut(), p, *m),
+                Action::PushVlan(vid) => {
+                    if let Err(r) = action::vlan::push(buf, p, *vid) {
+                        return Step::End(Egress::Dropped(r));
+                    }
+                    *len = buf.total_len();
+                }
+                Action::PopVlan => {
+                    action::vlan::pop(buf, p);
+                    *len = buf.total_len();
+                }
+                Action::SetVlan(vid) => action::vlan::set_vid(buf.data_mut(), p, *vid),
+            }
+        }
+        Step::Next(next)
     }
 
     /// Applies a multicast copy's rewrites (and counts) to `buf`.
