@@ -275,9 +275,11 @@ fn the_zero_copy_appliance_takes_memif_servers_in_turn() {
     assert_eq!(u(&s["grace_timeouts"]), 0, "{text}");
     // What DPDK 22.11's zero-copy memif strands, and nothing else: at each connection
     // `memif_init_queues` gives the rx and tx queues new `buffers` arrays without freeing the
-    // mbufs the old ones held (the rx ring's refill, a full ring of 2^rsize = 1024 by default;
-    // the tx ring's sent mbufs, freed only at the next tx burst, up to a full ring), and neither
-    // `memif_disconnect` nor the queue release frees them. Three connections, two rings of 1024.
-    assert_eq!(u(&s["mbufs_in_use_after"]), 3 * 2 * 1024, "{text}");
+    // mbufs the old ones held, and neither `memif_disconnect` nor the queue release frees them:
+    // the rx ring's refill (a full ring of 2^rsize = 1024 by default, less at most the 31 slots
+    // a refill waits for) and the tx ring's sent mbufs not yet freed (freed only at the next tx
+    // burst: 0 up to a full ring; seen 0 to about 1024 per connection). Three connections.
+    let stranded = u(&s["mbufs_in_use_after"]);
+    assert!((3 * (1024 - 31)..=3 * 2 * 1024).contains(&stranded), "{stranded} mbufs out:\n{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
