@@ -1,7 +1,9 @@
-//! Build script: exports the binaries' `munmap` (see `dataplane::dpdk::rcu`), so that the DPDK
+//! Build script: exports the binaries' `munmap` and `close` (see `dataplane::dpdk::rcu` and
+//! `dataplane::dpdk::fdguard`), so that the DPDK
 //! drivers, shared libraries, call it instead of libc's.
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rustc-link-arg-bins=-Wl,--export-dynamic-symbol=munmap");
+    println!("cargo:rustc-link-arg-bins=-Wl,--export-dynamic-symbol=close");
 }

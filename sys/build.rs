@@ -70,6 +70,7 @@ fn main() {
         .allowlist_function("rte_delay_us_block")
         .allowlist_function("rte_ring_.*")
         .allowlist_function("rte_rcu_qsbr_.*")
+        .allowlist_function("rte_memseg_.*")
         .allowlist_type("rte_rcu_qsbr")
         .allowlist_function("rte_tel_data_.*")
         .allowlist_function("rte_telemetry_register_cmd")

@@ -14,6 +14,9 @@ use std::process::ExitCode;
 // A PMD's `munmap` of memory the lcores may be reading (net_memif's when its peer leaves) waits
 // for their grace period first (dataplane::dpdk::rcu).
 dataplane::guard_unmaps!();
+// net_memif zero-copy closes EAL's memory-segment fds at each connection: they stay open
+// (dataplane::dpdk::fdguard), so a later peer can map them.
+dataplane::guard_closes!();
 
 /// Traffic generator for the gradient aggregation protocol.
 #[derive(Parser, Debug)]

@@ -19,6 +19,9 @@ use clap::Parser;
 // A PMD's `munmap` of memory the workers may be reading (net_memif's when its peer leaves) waits
 // for the workers' grace period first (dataplane::dpdk::rcu).
 dataplane::guard_unmaps!();
+// net_memif zero-copy closes EAL's memory-segment fds at each connection: they stay open
+// (dataplane::dpdk::fdguard), so the next peer can map them.
+dataplane::guard_closes!();
 
 use dataplane::app::{self, AppError, Options};
 use std::path::PathBuf;

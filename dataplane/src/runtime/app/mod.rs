@@ -295,6 +295,9 @@ pub struct Summary {
     pub unmaps_after_grace: u64,
     /// Of those, grace periods given up after [`crate::dpdk::rcu::GRACE_TIMEOUT`] (0 normally).
     pub grace_timeouts: u64,
+    /// Closes of EAL's memory-segment fds left undone ([`crate::dpdk::fdguard`]: a zero-copy
+    /// memif port closes them at each connection of a peer).
+    pub memseg_closes_refused: u64,
     /// Worker lcores.
     pub workers: usize,
     /// The aggregator's counters (all workers).
@@ -972,6 +975,7 @@ fn run_with_eal(
         mbufs_in_use_after: pool.in_use(),
         unmaps_after_grace: dpdk::rcu::unmap_waits(),
         grace_timeouts: dpdk::rcu::grace_timeouts(),
+        memseg_closes_refused: dpdk::fdguard::closes_refused(),
         workers: lcores.len(),
         aggregation: totals.agg,
         stragglers: totals.stragglers,
@@ -1170,6 +1174,9 @@ impl Summary {
                 self.unmaps_after_grace, self.grace_timeouts
             );
         }
+        if self.memseg_closes_refused > 0 {
+            let _ = writeln!(s, "memory-segment fd closes kept open: {}", self.memseg_closes_refused);
+        }
         let _ = writeln!(s, "mbufs in use after shutdown: {}", self.mbufs_in_use_after);
         s
     }
@@ -1199,6 +1206,7 @@ mod tests {
             mbufs_in_use_after: 0,
             unmaps_after_grace: 0,
             grace_timeouts: 0,
+            memseg_closes_refused: 0,
             workers: 2,
             aggregation: Default::default(),
             collectives: Vec::new(),

@@ -31,6 +31,9 @@ impl Eal {
         if ret < 0 {
             return Err(DpdkError::from_errno(format!("rte_eal_init({})", args.join(" "))));
         }
+        // net_memif zero-copy closes these fds at each connection; the binaries' `close` keeps
+        // them open (super::fdguard).
+        super::fdguard::keep_memseg_fds();
         Ok(Eal { args: args.to_vec() })
     }
 

@@ -5,6 +5,7 @@
 //! failed and `rte_strerror`'s text.
 
 pub mod eal;
+pub mod fdguard;
 pub mod lcore;
 pub mod mbuf;
 pub mod mempool;
