@@ -40,8 +40,9 @@ demo-torch: build
 	.venv/bin/python tools/e2e/torch_demo.py $(DEMO_TORCH_ARGS)
 
 # Every test: unit tests, property tests, the functional replays through the real binaries, the
-# end-to-end run in network namespaces, and the Python client's tests (the DDP hook's with .venv,
-# the interpreter that has Debian's torch).
+# end-to-end run in network namespaces, and the Python client's tests with .venv (the interpreter
+# that has Debian's torch and the native client that `make deps` builds: tests_native compares it
+# with the pure-Python one).
 # Everything builds once, with the test-release profile (Cargo.toml: release optimisation
 # without the whole-program LTO of `make build`, which would double the build time and changes no
 # behaviour): the test binaries and the binaries they run (dpu, dpuctl, pktgen, gradclient in
@@ -50,7 +51,8 @@ TEST_BIN_DIR := $(CURDIR)/target/test-release
 test: deps
 	$(CARGO) build --profile test-release --workspace --bins
 	DPU_BIN_DIR=$(TEST_BIN_DIR) $(CARGO) test --profile test-release --workspace
-	DPU_BIN_DIR=$(TEST_BIN_DIR) python3 -m unittest discover -s client/python/tests
+	DPU_BIN_DIR=$(TEST_BIN_DIR) .venv/bin/python -m unittest discover -s client/python/tests
+	.venv/bin/python -m unittest discover -s client/python/tests_native
 	.venv/bin/python -m unittest discover -s client/python/tests_torch
 
 # The packet core alone (criterion, ns per packet), then the dpu beside dpdk-testpmd on the same

@@ -5,7 +5,8 @@
 # tools/plot_pktgen.py) and the
 # Python modules of the protocol checker (scapy, numpy); iproute2, nftables and ethtool for the
 # end-to-end test in network namespaces; Debian's PyTorch (python3-torch, 1.13, CPU) and a
-# virtual environment `.venv` for the project's torch code (below).
+# virtual environment `.venv` for the project's torch code, with the native client built
+# into it (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,7 +52,28 @@ if ! "$VENV/bin/python" -c 'import torch, numpy, scapy, ml_dtypes' 2>/dev/null; 
   "$VENV/bin/python" -c 'import torch, numpy, scapy, ml_dtypes'
 fi
 
+
 if ! command -v cargo >/dev/null 2>&1; then
   echo "install-deps: cargo (Rust) is needed: install it with rustup (https://rustup.rs)" >&2
   exit 1
+fi
+
+# The native client (client/py: the Rust client as the Python module gradclient_native, PyO3),
+# built with maturin into a wheel and installed into .venv. Rebuilt only when the Rust client's
+# sources change (a hash of them is kept beside the venv), so a second `make deps` does nothing.
+native_hash=$(cat Cargo.lock client/Cargo.toml client/py/Cargo.toml client/py/pyproject.toml \
+  $(find client/src client/py/src -name '*.rs' | sort) dataplane/src/packet/wire/gradient.rs | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$VENV/.gradclient-native" 2>/dev/null)" != "$native_hash" ] \
+   || ! "$VENV/bin/python" -c 'import gradclient_native' 2>/dev/null; then
+  if ! "$VENV/bin/python" -m maturin --version >/dev/null 2>&1; then
+    echo "install-deps: installing maturin into $VENV"
+    "$VENV/bin/python" -m pip install -q "maturin>=1.5,<2"
+  fi
+  echo "install-deps: building the native client (client/py) into $VENV"
+  rm -rf target/wheels/gradclient_native-*.whl
+  nice -n 10 "$VENV/bin/python" -m maturin build -q --release -m client/py/Cargo.toml \
+    -i "$VENV/bin/python" -o target/wheels
+  "$VENV/bin/python" -m pip install -q --force-reinstall --no-deps target/wheels/gradclient_native-*.whl
+  "$VENV/bin/python" -c 'import gradclient_native'
+  echo "$native_hash" > "$VENV/.gradclient-native"
 fi

@@ -3,7 +3,8 @@
 //! sections 2, 4 rules 3-4, 5), and PROBEs (section 7): every chunk's round asked of the
 //! appliance before the first call, and the slots of a stalled call asked whom they wait for.
 
-use crate::element::{Element, Lanes, Raw, Typed};
+use crate::element::{Element, Lanes, Raw, RawRange, Typed};
+use crate::mmsg::Batch;
 use crate::{Collective, Endpoint, Error, Options};
 use dataplane::wire::gradient::{
     probe_len, Flags, GradientHeader, GradientRepr, NakReason, SlotState, HEADER_LEN, RANK_NONE, VERSION,
@@ -11,6 +12,8 @@ use dataplane::wire::gradient::{
 use serde::Serialize;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
+use std::ops::Range;
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -25,8 +28,8 @@ const NOT_IN_FLIGHT: u32 = u32::MAX;
 /// Granularity of the socket's read timeout: a wait is rounded up to it, and the timeout is not
 /// reset for a change smaller than it.
 const TIMEOUT_STEP: Duration = Duration::from_millis(1);
-/// Receive buffer: the largest UDP payload.
-const RECV_BUF: usize = 65536;
+/// Datagrams per sendmmsg or recvmmsg call, at most (fewer with a smaller window).
+const BATCH: usize = 64;
 
 /// Counters of a [`Client`], cumulative over its calls except `seconds`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -52,6 +55,11 @@ pub struct ClientStats {
     /// Datagrams from the appliance that were neither a usable RESULT nor a NAK of this
     /// collective (truncated, another collective, inconsistent lengths).
     pub ignored: u64,
+    /// System calls that sent datagrams (contributions and PROBEs): fewer than `sent + probes`
+    /// when several went in one batch (sendmmsg).
+    pub send_calls: u64,
+    /// System calls that received datagrams or waited for one (recvmmsg, recv).
+    pub recv_calls: u64,
     /// Duration of the last call (seconds).
     pub seconds: f64,
 }
@@ -150,8 +158,12 @@ pub struct Client {
     chunks: Vec<Chunk>,
     /// Chunks in flight (indices), at most `window`.
     inflight: Vec<u32>,
-    send_buf: Vec<u8>,
-    recv_buf: Vec<u8>,
+    /// Datagrams queued for one sendmmsg.
+    tx: Batch,
+    /// Datagrams received by one recvmmsg.
+    rx: Batch,
+    /// The datagram of `rx` being handled.
+    cur: usize,
     stats: ClientStats,
     /// The read timeout the socket has now.
     read_timeout: Option<Duration>,
@@ -165,6 +177,8 @@ pub struct Client {
     synced: bool,
     /// What the PROBEs of a stalled call learnt.
     stall: Stall,
+    /// The chunks of the current (or last) call: all of them, or a range's.
+    active: Range<usize>,
 }
 
 /// The PROBEs of the current stall of a call (no progress since `probes` were sent) and what
@@ -197,9 +211,9 @@ enum Datagram {
     /// A NAK (spec section 5).
     Nak(GradientRepr),
     /// A STATUS (section 7) about chunk `index`: the slot's `state` and the `round` field; the
-    /// rank bitmap is `recv_buf[HEADER_LEN..]`.
+    /// rank bitmap is ``rx`'s datagram `cur` after the header.
     Status { index: u32, state: u8, round: u32 },
-    /// A RESULT for chunk `index` at `round`; its payload is `recv_buf[HEADER_LEN..][..len]`.
+    /// A RESULT for chunk `index` at `round`; its payload is `len` bytes after the header.
     Result { index: u32, round: u32, offset: u32, len: usize },
 }
 
@@ -269,8 +283,10 @@ impl Client {
             rounds: vec![options.start_round; n],
             chunks: vec![idle; n],
             inflight: Vec::with_capacity(options.window.min(n)),
-            send_buf: vec![0; datagram],
-            recv_buf: vec![0; RECV_BUF],
+            tx: Batch::new(options.window.min(BATCH), datagram),
+            // A datagram larger than this one is none of this collective's (it reads as empty).
+            rx: Batch::new(options.window.min(BATCH), datagram.max(HEADER_LEN + 64)),
+            cur: 0,
             stats: ClientStats::default(),
             read_timeout: None,
             heard: false,
@@ -278,6 +294,7 @@ impl Client {
             rtt: RttEstimator::default(),
             synced: !options.probe,
             stall: Stall { waiting: vec![false; collective.num_workers as usize], ..Stall::default() },
+            active: 0..n,
         })
     }
 
@@ -355,7 +372,8 @@ impl Client {
                 unit: "elements",
             });
         }
-        self.call(&mut Typed(data))
+        let n = self.chunks.len();
+        self.call(&mut Typed(data), 0..n)
     }
 
     /// [`Client::allreduce`] on raw lanes: `data` is `tensor_elements` lanes of the collective's
@@ -372,16 +390,59 @@ impl Client {
                 unit: "bytes",
             });
         }
-        self.call(&mut Raw { bytes: data, size })
+        let n = self.chunks.len();
+        self.call(&mut Raw { bytes: data, size }, 0..n)
     }
 
-    fn call<L: Lanes>(&mut self, lanes: &mut L) -> Result<(), Error> {
+    /// Reduces a range of the tensor in place: `data` holds the little-endian lanes of elements
+    /// `offset..offset + data.len() / dtype size` (f16 and bf16 as their 16-bit patterns).
+    /// Only the chunks covering the range take part; the range's last chunk is padded with zeros
+    /// up to a whole chunk (or to the tensor's end, where spec section 4 rule 5 allows a short
+    /// chunk) and the padding's result is dropped. Those chunks' rounds advance as in
+    /// [`Client::allreduce`], the others keep theirs: every member must reduce the same ranges
+    /// in the same order (the DDP hook's buckets). An empty `data` sends nothing.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] when `offset` (elements) is not a multiple of `chunk_elements`, the
+    /// length not a whole number of lanes, or the range runs past `tensor_elements` (nothing
+    /// sent); otherwise as [`Client::allreduce`].
+    pub fn allreduce_range_bytes(&mut self, data: &mut [u8], offset: u64) -> Result<(), Error> {
+        let c = &self.coll;
+        let size = c.dtype.size();
+        let chunk = c.chunk_elements as u64;
+        let elements = (data.len() / size) as u64;
+        if offset % chunk != 0 {
+            return Err(Error::Invalid(format!(
+                "offset {offset} is not a multiple of chunk_elements = {chunk} (spec section 4 rule 5)"
+            )));
+        }
+        if data.len() % size != 0 {
+            return Err(Error::Invalid(format!("{} bytes are not whole {size}-byte lanes", data.len())));
+        }
+        if offset + elements > c.tensor_elements {
+            return Err(Error::Invalid(format!(
+                "elements [{offset}, {}) run past tensor_elements = {} of collective {}",
+                offset + elements,
+                c.tensor_elements,
+                c.collective_id
+            )));
+        }
+        if elements == 0 {
+            return Ok(());
+        }
+        let first = (offset / chunk) as usize;
+        let count = elements.div_ceil(chunk) as usize;
+        self.call(&mut RawRange { bytes: data, size, base: offset as usize }, first..first + count)
+    }
+
+    fn call<L: Lanes>(&mut self, lanes: &mut L, range: Range<usize>) -> Result<(), Error> {
         if !self.synced {
             self.sync()?;
         }
         let start = self.begin();
-        self.stats.chunks += self.chunks.len() as u64;
-        let r = self.exchange(lanes, start);
+        self.stats.chunks += range.len() as u64;
+        self.active = range.clone();
+        let r = self.exchange(lanes, start, range);
         self.rtt.end_call();
         for (round, c) in self.rounds.iter_mut().zip(&self.chunks) {
             if c.done {
@@ -394,7 +455,7 @@ impl Client {
 
     /// The window loop: fill the window, fire due timers, probe a stall, wait for the next
     /// datagram or timer.
-    fn exchange<L: Lanes>(&mut self, lanes: &mut L, start: Instant) -> Result<(), Error> {
+    fn exchange<L: Lanes>(&mut self, lanes: &mut L, start: Instant, range: Range<usize>) -> Result<(), Error> {
         // The call fails when no chunk completes for `deadline` (a large tensor may take longer
         // than that in all; a stuck one fails as soon as it is stuck that long).
         let mut deadline = start + self.opts.deadline;
@@ -403,9 +464,8 @@ impl Client {
         let no_probe = self.opts.deadline * 2;
         let mut next_probe = start + if self.opts.probe { probe_every } else { no_probe };
         self.stall.clear();
-        let n = self.chunks.len();
-        let mut next = 0usize;
-        let mut remaining = n;
+        let (mut next, n) = (range.start, range.end);
+        let mut remaining = range.len();
         let mut rejoins = 0u32;
         // Earliest timer of the chunks in flight (may be early: then nothing fires).
         let mut next_due = deadline;
@@ -432,43 +492,53 @@ impl Client {
                 next_probe += probe_every; // at fixed times after the last progress
                 continue;
             }
-            if now >= next_due {
-                next_due = self.fire_timers(now, deadline, |me, i, now| {
-                    me.stats.retransmits += 1;
-                    me.send_chunk(i, lanes, now)
-                })?;
-                continue;
-            }
-            self.set_wait(next_due.min(deadline).min(next_probe) - now)?;
-            let Some(len) = self.recv()? else { continue };
-            self.heard = true;
-            let progress = match self.on_datagram(len, lanes, &mut rejoins)? {
-                Event::Nothing => false,
-                Event::Done(i) => {
-                    let c = &self.chunks[i as usize];
-                    if !c.resent {
-                        self.rtt.sample(c.sent_at.elapsed().as_secs_f64());
-                    }
-                    self.leave_flight(i);
-                    remaining -= 1;
-                    true
+            self.flush()?;
+            let got = if now >= next_due {
+                // Results already waiting are read before a timer resends their chunks.
+                let got = self.recv(false)?;
+                if got == 0 {
+                    next_due = self.fire_timers(now, deadline, |me, i, now| {
+                        me.stats.retransmits += 1;
+                        me.send_chunk(i, lanes, now)
+                    })?;
+                    continue;
                 }
-                Event::Rejoined => {
-                    let now = Instant::now();
-                    for k in 0..self.inflight.len() {
-                        let i = self.inflight[k];
-                        self.chunks[i as usize].rto = self.rtt.rto(&self.opts);
-                        let due = self.send_chunk(i, lanes, now)?;
-                        next_due = next_due.min(due);
-                    }
-                    true
-                }
+                got
+            } else {
+                self.set_wait(next_due.min(deadline).min(next_probe) - now)?;
+                self.recv(true)?
             };
-            if progress {
-                let now = Instant::now();
-                deadline = now + self.opts.deadline;
-                next_probe = now + if self.opts.probe { probe_every } else { no_probe };
-                self.stall.clear();
+            for k in 0..got {
+                self.cur = k;
+                self.heard = true;
+                let progress = match self.on_datagram(lanes, &mut rejoins)? {
+                    Event::Nothing => false,
+                    Event::Done(i) => {
+                        let c = &self.chunks[i as usize];
+                        if !c.resent {
+                            self.rtt.sample(c.sent_at.elapsed().as_secs_f64());
+                        }
+                        self.leave_flight(i);
+                        remaining -= 1;
+                        true
+                    }
+                    Event::Rejoined => {
+                        let now = Instant::now();
+                        for k in 0..self.inflight.len() {
+                            let i = self.inflight[k];
+                            self.chunks[i as usize].rto = self.rtt.rto(&self.opts);
+                            let due = self.send_chunk(i, lanes, now)?;
+                            next_due = next_due.min(due);
+                        }
+                        true
+                    }
+                };
+                if progress {
+                    let now = Instant::now();
+                    deadline = now + self.opts.deadline;
+                    next_probe = now + if self.opts.probe { probe_every } else { no_probe };
+                    self.stall.clear();
+                }
             }
         }
     }
@@ -510,61 +580,90 @@ impl Client {
                 );
                 return Err(Error::Unreachable { addr: self.ep.appliance, waited_ms, note });
             }
-            if now >= next_due {
-                next_due = self.fire_timers(now, deadline, |me, i, now| me.send_probe(i, now))?;
-                continue;
-            }
-            self.set_wait(next_due.min(deadline) - now)?;
-            let Some(len) = self.recv()? else { continue };
-            self.heard = true;
-            match self.classify(len) {
-                Datagram::Nak(r) => {
-                    self.stats.naks += 1;
-                    if r.reason != NAK_STALE_ROUND {
-                        return Err(self.nak_error(&r));
-                    }
+            self.flush()?;
+            let got = if now >= next_due {
+                let got = self.recv(false)?;
+                if got == 0 {
+                    next_due = self.fire_timers(now, deadline, |me, i, now| me.send_probe(i, now))?;
+                    continue;
                 }
-                Datagram::Status { index, state, round } => {
-                    self.stats.statuses += 1;
-                    let i = index as usize;
-                    let c = self.chunks[i];
-                    if c.done || c.pos == NOT_IN_FLIGHT {
-                        continue;
+                got
+            } else {
+                self.set_wait(next_due.min(deadline) - now)?;
+                self.recv(true)?
+            };
+            for k in 0..got {
+                self.cur = k;
+                self.heard = true;
+                match self.classify() {
+                    Datagram::Nak(r) => {
+                        self.stats.naks += 1;
+                        if r.reason != NAK_STALE_ROUND {
+                            return Err(self.nak_error(&r));
+                        }
                     }
-                    if state != SlotState::NO_HISTORY {
-                        // States 1 and 2: the round in progress; 3: the completed round + 1.
-                        self.rounds[i] = round;
+                    Datagram::Status { index, state, round } => {
+                        self.stats.statuses += 1;
+                        let i = index as usize;
+                        let c = self.chunks[i];
+                        if c.done || c.pos == NOT_IN_FLIGHT {
+                            continue;
+                        }
+                        if state != SlotState::NO_HISTORY {
+                            // States 1 and 2: the round in progress; 3: the completed round + 1.
+                            self.rounds[i] = round;
+                        }
+                        if !c.resent {
+                            // A STATUS waits for no peer: a round trip of the path and the
+                            // appliance alone, the best sample there is.
+                            self.rtt.sample(c.sent_at.elapsed().as_secs_f64());
+                        }
+                        self.chunks[i].done = true;
+                        self.leave_flight(index);
+                        remaining -= 1;
+                        deadline = Instant::now() + self.opts.deadline;
                     }
-                    if !c.resent {
-                        // A STATUS waits for no peer: a round trip of the path and the
-                        // appliance alone, the best sample there is.
-                        self.rtt.sample(c.sent_at.elapsed().as_secs_f64());
-                    }
-                    self.chunks[i].done = true;
-                    self.leave_flight(index);
-                    remaining -= 1;
-                    deadline = Instant::now() + self.opts.deadline;
+                    // Results of an earlier call, anything else: not asked for here.
+                    Datagram::Result { .. } | Datagram::Ignored => {}
                 }
-                // Results of an earlier call, anything else: not asked for here.
-                Datagram::Result { .. } | Datagram::Ignored => {}
             }
         }
     }
 
-    /// One datagram from the socket: `None` when the wait ended without one.
-    fn recv(&mut self) -> Result<Option<usize>, Error> {
-        match self.sock.recv(&mut self.recv_buf) {
-            Ok(len) => Ok(Some(len)),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
-                ) =>
-            {
-                Ok(None)
-            }
-            Err(e) => Err(self.socket_error(e, "receiving")),
+    /// Receives a batch of datagrams into `rx` (recvmmsg): waits for the first for the read
+    /// timeout when `wait`, else takes only what is queued. Returns how many came.
+    fn recv(&mut self, wait: bool) -> Result<usize, Error> {
+        self.stats.recv_calls += 1;
+        self.rx.recv(self.sock.as_raw_fd(), wait).map_err(|e| self.socket_error(e, "receiving"))
+    }
+
+    /// Sends the datagrams queued in `tx` (sendmmsg). A transient error drops them like loss on
+    /// the wire: their timers resend them.
+    fn flush(&mut self) -> Result<(), Error> {
+        if self.tx.len() == 0 {
+            return Ok(());
         }
+        match self.tx.send(self.sock.as_raw_fd()) {
+            Ok(calls) => {
+                self.stats.send_calls += calls;
+                Ok(())
+            }
+            Err(e) if is_transient(&e) => {
+                self.stats.send_calls += 1;
+                Ok(())
+            }
+            Err(e) => Err(self.socket_error(e, "sending")),
+        }
+    }
+
+    /// Queues the datagram of `len` bytes written in `tx`'s free slot; sends the batch when it
+    /// is full.
+    fn queue(&mut self, len: usize) -> Result<(), Error> {
+        self.tx.push(len);
+        if self.tx.is_full() {
+            self.flush()?;
+        }
+        Ok(())
     }
 
     /// Sends a PROBE for chunk `i` and arms its timer (as [`Client::send_chunk`] does for a
@@ -593,14 +692,11 @@ impl Client {
             data_length: len as u32,
             round: 0,
         };
-        repr.emit(&mut self.send_buf).expect("the send buffer holds a header and a probe");
-        self.send_buf[HEADER_LEN..HEADER_LEN + len].fill(0);
+        let slot = self.tx.free_slot();
+        repr.emit(slot).expect("a slot holds a header and a probe");
+        slot[HEADER_LEN..HEADER_LEN + len].fill(0);
         self.stats.probes += 1;
-        match self.sock.send(&self.send_buf[..HEADER_LEN + len]) {
-            Ok(_) => Ok(()),
-            Err(e) if is_transient(&e) => Ok(()),
-            Err(e) => Err(self.socket_error(e, "sending")),
-        }
+        self.queue(HEADER_LEN + len)
     }
 
     /// Sends chunk `i` at its current round, arms its timer with its current timeout and
@@ -624,15 +720,12 @@ impl Client {
             round: self.rounds[i as usize],
         };
         let due = chunk.arm(now);
-        repr.emit(&mut self.send_buf).expect("the send buffer holds a header and a chunk");
-        lanes.load(offset as usize, &mut self.send_buf[HEADER_LEN..HEADER_LEN + bytes]);
+        let slot = self.tx.free_slot();
+        repr.emit(slot).expect("a slot holds a header and a chunk");
+        lanes.load(offset as usize, &mut slot[HEADER_LEN..HEADER_LEN + bytes]);
         self.stats.sent += 1;
-        match self.sock.send(&self.send_buf[..HEADER_LEN + bytes]) {
-            Ok(_) => Ok(due),
-            // Transient: the chunk's timer resends it.
-            Err(e) if is_transient(&e) => Ok(due),
-            Err(e) => Err(self.socket_error(e, "sending")),
-        }
+        self.queue(HEADER_LEN + bytes)?;
+        Ok(due)
     }
 
     /// The start of a pass over the tensor (a call, or the probes of [`Client::sync`]): every
@@ -645,6 +738,7 @@ impl Client {
             *c = Chunk { done: false, sent: false, resent: false, pos: NOT_IN_FLIGHT, rto, sent_at: start, due: start };
         }
         self.inflight.clear();
+        self.tx.clear();
         start
     }
 
@@ -687,10 +781,9 @@ impl Client {
         }
     }
 
-    /// What the datagram of `len` bytes in `recv_buf` is (spec sections 2, 5, 6, 7); counts
-    /// the ignored ones.
-    fn classify(&mut self, len: usize) -> Datagram {
-        let Ok(h) = GradientHeader::new_checked(&self.recv_buf[..len]) else {
+    /// What the datagram `cur` of `rx` is (spec sections 2, 5, 6, 7); counts the ignored ones.
+    fn classify(&mut self) -> Datagram {
+        let Ok(h) = GradientHeader::new_checked(self.rx.datagram(self.cur)) else {
             self.stats.ignored += 1;
             return Datagram::Ignored;
         };
@@ -732,8 +825,8 @@ impl Client {
     }
 
     /// Handles one datagram from the appliance during a call.
-    fn on_datagram<L: Lanes>(&mut self, len: usize, lanes: &mut L, rejoins: &mut u32) -> Result<Event, Error> {
-        match self.classify(len) {
+    fn on_datagram<L: Lanes>(&mut self, lanes: &mut L, rejoins: &mut u32) -> Result<Event, Error> {
+        match self.classify() {
             Datagram::Ignored => Ok(Event::Nothing),
             Datagram::Nak(r) => {
                 self.stats.naks += 1;
@@ -745,11 +838,11 @@ impl Client {
             }
             Datagram::Result { index, round, offset, len } => {
                 let i = index as usize;
-                if self.chunks[i].done || round != self.rounds[i] {
+                if self.chunks[i].done || round != self.rounds[i] || !self.active.contains(&i) {
                     self.stats.stale_results += 1;
                     return Ok(Event::Nothing);
                 }
-                lanes.store(offset as usize, &self.recv_buf[HEADER_LEN..HEADER_LEN + len]);
+                lanes.store(offset as usize, &self.rx.datagram(self.cur)[HEADER_LEN..HEADER_LEN + len]);
                 self.chunks[i].done = true;
                 self.stats.results += 1;
                 Ok(Event::Done(index))
@@ -770,7 +863,7 @@ impl Client {
         if !in_progress || self.chunks[i].done || round != self.rounds[i] {
             return;
         }
-        let bitmap = &self.recv_buf[HEADER_LEN..];
+        let bitmap = &self.rx.datagram(self.cur)[HEADER_LEN..];
         for (k, w) in self.stall.waiting.iter_mut().enumerate() {
             if bitmap[k / 8] & (1 << (k % 8)) == 0 {
                 *w = true;
@@ -807,7 +900,8 @@ impl Client {
         *rejoins += 1;
         self.stats.rejoins += 1;
         let delta = r.round.wrapping_sub(sent);
-        for (round, ch) in self.rounds.iter_mut().zip(self.chunks.iter_mut()) {
+        let active = self.active.clone();
+        for (round, ch) in self.rounds[active.clone()].iter_mut().zip(&mut self.chunks[active]) {
             if !ch.done {
                 *round = round.wrapping_add(delta);
                 ch.sent = false;
@@ -846,7 +940,7 @@ impl Client {
         let timeout = |waiting_for| Error::Timeout {
             collective: self.coll.collective_id,
             missing: remaining,
-            chunks: self.chunks.len(),
+            chunks: self.active.len(),
             addr: self.ep.appliance,
             waited_ms,
             waiting_for,

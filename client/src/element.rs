@@ -90,6 +90,30 @@ impl Lanes for Raw<'_> {
     }
 }
 
+/// Raw little-endian lanes of `size` bytes holding the tensor's elements from `base` on: a range
+/// of the tensor. Lanes past the end of `bytes` load as zeros (the padding of a range's last
+/// chunk) and their results are dropped.
+pub(crate) struct RawRange<'a> {
+    pub bytes: &'a mut [u8],
+    pub size: usize,
+    pub base: usize,
+}
+
+impl Lanes for RawRange<'_> {
+    fn load(&self, first: usize, out: &mut [u8]) {
+        let at = ((first - self.base) * self.size).min(self.bytes.len());
+        let have = (self.bytes.len() - at).min(out.len());
+        out[..have].copy_from_slice(&self.bytes[at..at + have]);
+        out[have..].fill(0);
+    }
+
+    fn store(&mut self, first: usize, bytes: &[u8]) {
+        let at = ((first - self.base) * self.size).min(self.bytes.len());
+        let have = (self.bytes.len() - at).min(bytes.len());
+        self.bytes[at..at + have].copy_from_slice(&bytes[..have]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,5 +143,16 @@ mod tests {
         let seven: Vec<u8> = [7.0f32, 8.0].iter().flat_map(|x| x.to_le_bytes()).collect();
         Typed(&mut v[..]).store(1, &seven);
         assert_eq!(v, [1.5, 7.0, 8.0]);
+    }
+
+    #[test]
+    fn a_range_pads_its_last_chunk_with_zeros_and_drops_its_result() {
+        let mut bytes = vec![1u8, 2, 3, 4, 5, 6];
+        let mut r = RawRange { bytes: &mut bytes, size: 2, base: 8 };
+        let mut out = [9u8; 8];
+        r.load(8, &mut out);
+        assert_eq!(out, [1, 2, 3, 4, 5, 6, 0, 0]);
+        r.store(10, &[7, 7, 8, 8]);
+        assert_eq!(bytes, [1, 2, 3, 4, 7, 7]);
     }
 }

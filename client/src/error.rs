@@ -105,7 +105,7 @@ pub enum Error {
         collective: u16,
         /// Chunks without a result.
         missing: usize,
-        /// Chunks in the tensor.
+        /// Chunks of the call: the tensor's, or those of the range reduced.
         chunks: usize,
         /// The appliance's address.
         addr: SocketAddr,

@@ -35,6 +35,7 @@ mod client;
 mod collective;
 mod element;
 mod error;
+mod mmsg;
 
 pub use client::{Client, ClientStats};
 pub use collective::{from_appliance_config, Collective, Endpoint, Options, DEFAULT_GRADIENT_UDP_PORT, MAX_PAYLOAD};

@@ -98,6 +98,62 @@ fn f32_two_workers_exact() {
 }
 
 #[test]
+fn a_range_reduces_only_its_chunks_padded_and_batched() {
+    let fake = Fake::start(ID, 2, Dtype::F32, Faults::default());
+    let [a, b] = f32_inputs();
+    // Elements [128, 428): chunks 2 to 8 (offsets 128..=384), the last one padded with zeros.
+    let (offset, len) = (128usize, 300usize);
+    let out: Vec<(Vec<u8>, ClientStats, Vec<u32>)> = std::thread::scope(|s| {
+        let hs: Vec<_> = [&a, &b]
+            .into_iter()
+            .enumerate()
+            .map(|(rank, input)| {
+                let addr = fake.addr;
+                s.spawn(move || {
+                    let opts = Options { window: 4, ..fast() };
+                    let mut c = client(addr, collective(Dtype::F32, 2, rank as u16), opts);
+                    let mut raw: Vec<u8> = input[offset..offset + len].iter().flat_map(|x| x.to_le_bytes()).collect();
+                    c.allreduce_range_bytes(&mut raw, offset as u64).unwrap();
+                    (raw, c.stats().clone(), c.rounds().to_vec())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let want: Vec<u8> = (offset..offset + len).flat_map(|i| (a[i] + b[i]).to_le_bytes()).collect();
+    for (raw, stats, rounds) in &out {
+        assert_eq!(raw, &want);
+        assert_eq!((stats.chunks, stats.results, stats.sent), (5, 5, 5), "{stats:?}");
+        // Only the range's chunks moved to round 1.
+        let moved: Vec<usize> = (0..rounds.len()).filter(|&i| rounds[i] == 1).collect();
+        assert_eq!(moved, vec![2, 3, 4, 5, 6], "{rounds:?}");
+        // 16 PROBEs and 5 contributions, a window (4) per sendmmsg at most.
+        assert!(stats.send_calls < stats.sent + stats.probes, "{stats:?}");
+    }
+    // The padding went out as zeros: chunk 6 (elements 384..448) holds 44 elements of the range.
+    let last: Vec<_> = fake.seen().into_iter().filter(|x| x.offset == 384).collect();
+    assert_eq!(last.len(), 2);
+    assert!(last.iter().all(|x| x.data_length == 256));
+}
+
+#[test]
+fn a_range_off_the_chunk_grid_or_past_the_tensor_is_refused() {
+    let fake = Fake::start(ID, 1, Dtype::F32, Faults::default());
+    let mut c = client(fake.addr, collective(Dtype::F32, 1, 0), fast());
+    let e = c.allreduce_range_bytes(&mut [0u8; 8], 10).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid collective or options: offset 10 is not a multiple of chunk_elements = 64 (spec section 4 rule 5)"
+    );
+    let e = c.allreduce_range_bytes(&mut vec![0u8; 4 * 100], 960).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid collective or options: elements [960, 1060) run past tensor_elements = 1000 of collective 9"
+    );
+    assert_eq!(c.stats().sent + c.stats().probes, 0);
+}
+
+#[test]
 fn bf16_two_workers_exact() {
     let fake = Fake::start(ID, 2, Dtype::Bf16, Faults::default());
     let a: Vec<bf16> = (0..TENSOR).map(|i| bf16::from_f32(i as f32 * 1.5 - 300.0)).collect();

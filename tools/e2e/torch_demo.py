@@ -7,7 +7,9 @@ client/python/examples/train_ddp.py (f32 MLP, one per worker namespace), for eac
 8 KiB chunks, 1500 with 1 KiB chunks, as tools/e2e/run.py --mtu) and each model size (--hidden
 1000: about 1 M parameters; 5000: about 25 M), trained twice on the same veths in the same run:
 
-  appliance  gradients through the appliance (net_af_packet, its worker lcore polling CPU 1)
+  native     gradients through the appliance (net_af_packet, its worker lcore polling CPU 1),
+             the hook's client the native one (GRADCLIENT_IMPL=native: the Rust client, PyO3)
+  python     the same with the pure-Python client (GRADCLIENT_IMPL=python)
   gloo       gradients by gloo's AllReduce over TCP (CPU 1 idle)
 
 The ranks are pinned to CPU 0 in every run (tools/e2e/run.py's WORKER_CPUS). Both backends
@@ -39,6 +41,7 @@ MTUS = [9000, 1500]
 BUCKET_KB = 25 * 1024  # DDP's default bucket cap (25 MiB)
 CID = 1
 MEMORY_LIMIT_MB = 2048  # the appliance's dataplane.memory_limit_mb
+IMPLS = {"native": "native", "python": "python"}  # appliance backends: GRADCLIENT_IMPL of the ranks
 
 
 def parameters(hidden):
@@ -64,7 +67,9 @@ def measure(topo, work, backend, label, hidden, steps):
     if backend == "gloo":
         extra += ["--backend", "gloo", "--time-comm"]
     app = None
-    if backend == "appliance":
+    appliance = backend in IMPLS
+    if appliance:
+        os.environ["GRADCLIENT_IMPL"] = IMPLS[backend]  # the ranks inherit it
         app = e2e.Appliance(topo, work / "appliance.toml", work / f"{tag}-dpu-stats.json", work / f"{tag}-dpu.log")
     t0 = time.monotonic()
     try:
@@ -77,14 +82,18 @@ def measure(topo, work, backend, label, hidden, steps):
     grad_bytes = parameters(hidden) * 4
     row = {
         "model": label, "parameters": parameters(hidden), "mtu": topo.mtu, "backend": backend,
-        "chunk_bytes": e2e.CHUNK_BYTES if backend == "appliance" else None,
+        "chunk_bytes": e2e.CHUNK_BYTES if appliance else None,
         "steps_counted": counted, "ms_per_step": step * 1e3, "allreduce_ms": comm * 1e3,
         "allreduce_share": comm / step, "gradient_bytes": grad_bytes, "algbw_MBps": grad_bytes / comm / 1e6,
         "wall_seconds": wall,
     }
-    if backend == "appliance":
+    if appliance:
         clients = [c for f in finals for c in f.get("client", [])]
         row["retransmits"] = sum(c["retransmits"] for c in clients)
+        if backend == "native":
+            row["datagrams"] = sum(c["datagrams"] for c in clients)
+            row["send_calls"] = sum(c["send_calls"] for c in clients)
+            row["recv_calls"] = sum(c["recv_calls"] for c in clients)
     return row
 
 
@@ -102,8 +111,8 @@ def ratios(rows):
     res = []
     for (model, mtu, b), r in by.items():
         g = by.get((model, mtu, "gloo"))
-        if b == "appliance" and g:
-            res.append({"model": model, "mtu": mtu, "algbw_ratio": r["algbw_MBps"] / g["algbw_MBps"],
+        if b in IMPLS and g:
+            res.append({"model": model, "mtu": mtu, "client": b, "algbw_ratio": r["algbw_MBps"] / g["algbw_MBps"],
                         "step_ratio": g["ms_per_step"] / r["ms_per_step"]})
     return res
 
@@ -115,6 +124,7 @@ def main():
                     help="counted steps per run of the 25 M model (a step of the Python client at MTU 1500 takes about a minute)")
     ap.add_argument("--sizes", default=",".join(l for l, _ in SIZES), help="model sizes: 1M, 25M")
     ap.add_argument("--mtus", default=",".join(map(str, MTUS)))
+    ap.add_argument("--backends", default="native,python,gloo", help="native, python (the appliance with that client), gloo")
     ap.add_argument("--work", default=str(ROOT / "out/e2e-torch-demo"))
     ap.add_argument("--report", help="the table as JSON (default WORK/demo-torch.json)")
     args = ap.parse_args()
@@ -141,7 +151,7 @@ def main():
             (d / "appliance.toml").write_text(conf.replace("memory_limit_mb = 256", f"memory_limit_mb = {MEMORY_LIMIT_MB}")
                                              .replace('"-m", "512"', f'"-m", "{MEMORY_LIMIT_MB + 256}"'))
             for label, hidden in sizes:
-                for backend in ("appliance", "gloo"):
+                for backend in args.backends.split(","):
                     r = measure(topo, d, backend, label, hidden, args.steps if label == "1M" else args.large_steps)
                     print(f"== {label} MTU {mtu} {backend}: {r['ms_per_step']:.1f} ms/step, AllReduce "
                           f"{r['allreduce_ms']:.1f} ms ({r['allreduce_share'] * 100:.0f} %), "
@@ -153,7 +163,7 @@ def main():
     print(table(rows))
     rs = ratios(rows)
     for r in rs:
-        print(f"appliance / gloo, {r['model']} MTU {r['mtu']}: algbw x{r['algbw_ratio']:.2f}, step time "
+        print(f"appliance ({r['client']} client) / gloo, {r['model']} MTU {r['mtu']}: algbw x{r['algbw_ratio']:.2f}, step time "
               f"x{r['step_ratio']:.2f} (gloo's / the appliance's)")
     report = Path(args.report) if args.report else work / "demo-torch.json"
     report.write_text(json.dumps({"rows": rows, "ratios": rs}, indent=1))

@@ -11,6 +11,7 @@ from .client import (
 )
 from .config import Collective, ConfigError, Endpoint, load_endpoint
 from .lanes import bf16_to_f32, f32_to_bf16
+from .native import NativeClient, client_class, native_available
 from .ring import Ring, RingError, ring_allreduce
 from .wire import Header
 
@@ -23,11 +24,14 @@ __all__ = [
     "GradientError",
     "Header",
     "NakError",
+    "NativeClient",
     "Ring",
     "RingError",
     "UnreachableError",
     "bf16_to_f32",
+    "client_class",
     "f32_to_bf16",
     "load_endpoint",
+    "native_available",
     "ring_allreduce",
 ]

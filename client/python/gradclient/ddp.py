@@ -40,6 +40,7 @@ import torch
 import torch.distributed as dist
 
 from .client import Client
+from .native import client_class
 from .config import load_endpoint
 
 #: torch dtype -> the collective dtype that carries it natively.
@@ -253,6 +254,8 @@ def init_appliance(config: str, collective_ids, rank: int, timeout: float = 60.0
     parameter broadcast, barriers) and this rank's client(s) of the collective(s)
     `collective_ids` (an int or a list, one per gradient dtype), which carry the gradients.
     Returns the hook's state. `client_opts` go to `Client.from_appliance_config` (e.g. deadline).
+    The client is the one `GRADCLIENT_IMPL` selects (`client_class`: native when built, else
+    the pure-Python one).
 
     Raises ConfigError for a bad config, SocketError when the member's address is not this host's.
     """
@@ -260,5 +263,6 @@ def init_appliance(config: str, collective_ids, rank: int, timeout: float = 60.0
     for cid in ids[1:]:
         load_endpoint(config, cid, rank)  # every collective's errors before the rendezvous
     init_process_group(config, ids[0], rank, timeout)
-    clients = [Client.from_appliance_config(config, cid, rank, **client_opts) for cid in ids]
+    impl = client_class()
+    clients = [impl.from_appliance_config(config, cid, rank, **client_opts) for cid in ids]
     return ApplianceState(clients)

@@ -133,6 +133,8 @@ fn run(a: &Args) -> Result<(), Failure> {
             "rejoins": s.rejoins,
             "probes": s.probes,
             "statuses": s.statuses,
+            "send_calls": s.send_calls,
+            "recv_calls": s.recv_calls,
         });
         let text = serde_json::to_string_pretty(&json).expect("a JSON value serializes");
         std::fs::write(path, text + "\n")
