@@ -21,7 +21,9 @@
 //! datapath's parse verifies in `process` and `burst` modes (`[dataplane] verify_transit`):
 //! `all` verifies every UDP checksum, as every packet was before the router checks.
 //!
-//! A fifth, `pipeline` (the default) or `qos`, chooses the datapath's config in `burst` mode:
+//! A fifth, `pipeline` (the default), `empty` (conf/bench/empty.toml: one table, no entries, a
+//! default `forward(1)`: the bench's empty-pipeline row; any mode but a table's name) or `qos`,
+//! chooses the config; `qos` runs in `burst` mode only:
 //! `qos` is `conf/bench/qos.toml` (the same tables with a trTCM meter through `police` and a
 //! shaped RED class queue on port 1, as `make bench`'s qos row), each burst followed by the
 //! scheduler's drain at a clock that moves 4 µs per burst of 32 (8 Mpps: under the shaper's
@@ -40,6 +42,7 @@ use std::hint::black_box;
 use std::path::Path;
 
 /// `make bench`'s qos row config: the pipeline with a meter and a shaped marking queue.
+const EMPTY: &str = include_str!("../../conf/bench/empty.toml");
 const QOS: &str = include_str!("../../conf/bench/qos.toml");
 
 #[path = "../benches/common/pipeline_workload.rs"]
@@ -153,14 +156,16 @@ fn main() {
         other => panic!("checks: `all` or `router`, not `{other}`"),
     };
     let config = args.get(5).map_or("pipeline", |s| s.as_str());
-    assert!(config == "pipeline" || mode == "burst", "the qos config runs in burst mode only");
+    assert!(config != "qos" || mode == "burst", "the qos config runs in burst mode only");
+    // The frames are the full pipeline's; `empty` runs them through conf/bench/empty.toml.
+    let run_pl = if config == "empty" { pipeline(EMPTY) } else { pl.clone() };
     let mut dp = match config {
-        "pipeline" => Datapath::new(pl.clone(), 2, DEFAULT_GRADIENT_UDP_PORT),
+        "pipeline" | "empty" => Datapath::new(run_pl.clone(), 2, DEFAULT_GRADIENT_UDP_PORT),
         "qos" => {
             let l = load_str(QOS, Path::new("conf/bench/qos.toml")).expect("the qos bench config loads");
             Datapath::new(l.pipeline, 2, DEFAULT_GRADIENT_UDP_PORT).with_egress(&l.qos).expect("its schedulers build")
         }
-        other => panic!("config: `pipeline` or `qos`, not `{other}`"),
+        other => panic!("config: `pipeline`, `empty` or `qos`, not `{other}`"),
     }
     .with_checks(checks);
     let mut warm = PipelineState::new(&pl);
@@ -173,7 +178,7 @@ fn main() {
             p
         })
         .collect();
-    let n = run(mode, rounds, &pl, &mut dp, &mut bufs, &pristine, &parsed);
+    let n = run(mode, rounds, &run_pl, &mut dp, &mut bufs, &pristine, &parsed);
     if matches!(mode, "process" | "burst") {
         assert_eq!(n as usize, rounds * BATCH, "every frame is forwarded");
     }

@@ -681,42 +681,7 @@ impl<B: PacketBuf> Datapath<B> {
         }
 
         if self.staged {
-            // Stage 2: which way each packet goes; those for the tables enter them. Received
-            // bytes are counted here, before the tables' VLAN actions change a frame's length.
-            let way = &mut scratch.way[..n];
-            let lanes = &mut scratch.lanes[..n];
-            for i in 0..n {
-                if let Some(pkt) = &pkts[i] {
-                    self.counters.rx(in_port, pkt.total_len());
-                }
-                way[i] = match (&pkts[i], verdict_n[i]) {
-                    (Some(_), Ok(())) => self.way(&parsed[i], in_port),
-                    _ => Way::Other,
-                };
-                lanes[i] = match (&pkts[i], way[i]) {
-                    (Some(pkt), Way::Tables) => Lane::enter(Meta::at(in_port, now_us), pkt.total_len()),
-                    _ => Lane::idle(),
-                };
-            }
-            // Stage 3: the tables, one after another, each for the whole burst.
-            self.pipeline.apply_burst(&mut self.pipeline_state, pkts, parsed, lanes);
-            // Stage 4: each packet's way out, in order.
-            for i in 0..n {
-                let Some(pkt) = pkts[i].take() else { continue };
-                match (verdict_n[i], way[i]) {
-                    (Err(r), _) => self.counters.drop(r),
-                    (Ok(()), Way::Tables) => {
-                        self.tick(&pkt);
-                        let l = &lanes[i];
-                        self.dispatch::<TM, I>(io, in_port, pkt, &mut parsed[i], l.egress, l.meta.class, now_us);
-                    }
-                    (Ok(()), Way::Consume) => {
-                        self.tick(&pkt);
-                        self.consume(io, in_port, pkt, &parsed[i], now_us);
-                    }
-                    (Ok(()), Way::Other) => self.deliver::<TM, I>(io, in_port, pkt, &mut parsed[i], None, now_us),
-                }
-            }
+            self.tables_staged::<TM, I>(io, in_port, pkts, &mut scratch, now_us);
             self.scratch = scratch;
             return;
         }
@@ -819,6 +784,59 @@ impl<B: PacketBuf> Datapath<B> {
             None => self.pipeline.apply(&mut self.pipeline_state, &mut pkt, p, &mut meta),
         };
         self.dispatch::<TM, I>(io, in_port, pkt, p, egress, meta.class, now_us);
+    }
+
+    /// Stages 2 to 4 of [`Datapath::process_chunk`] when the burst goes through the tables
+    /// table by table ([`Staging`]): `pkts` are parsed into `scratch`. Kept out of line, so
+    /// that the per-packet path's loop is compiled as if this one did not exist.
+    #[inline(never)]
+    fn tables_staged<const TM: bool, I: PacketIo<Buf = B>>(
+        &mut self,
+        io: &mut I,
+        in_port: u16,
+        pkts: &mut [Option<I::Buf>],
+        scratch: &mut BurstScratch,
+        now_us: u64,
+    ) {
+        let n = pkts.len();
+        let parsed = &mut scratch.parsed[..n];
+        let verdict_n = &scratch.verdict[..n];
+        // Stage 2: which way each packet goes; those for the tables enter them. Received
+        // bytes are counted here, before the tables' VLAN actions change a frame's length.
+        let way = &mut scratch.way[..n];
+        let lanes = &mut scratch.lanes[..n];
+        for i in 0..n {
+            if let Some(pkt) = &pkts[i] {
+                self.counters.rx(in_port, pkt.total_len());
+            }
+            way[i] = match (&pkts[i], verdict_n[i]) {
+                (Some(_), Ok(())) => self.way(&parsed[i], in_port),
+                _ => Way::Other,
+            };
+            lanes[i] = match (&pkts[i], way[i]) {
+                (Some(pkt), Way::Tables) => Lane::enter(Meta::at(in_port, now_us), pkt.total_len()),
+                _ => Lane::idle(),
+            };
+        }
+        // Stage 3: the tables, one after another, each for the whole burst.
+        self.pipeline.apply_burst(&mut self.pipeline_state, pkts, parsed, lanes);
+        // Stage 4: each packet's way out, in order.
+        for i in 0..n {
+            let Some(pkt) = pkts[i].take() else { continue };
+            match (verdict_n[i], way[i]) {
+                (Err(r), _) => self.counters.drop(r),
+                (Ok(()), Way::Tables) => {
+                    self.tick(&pkt);
+                    let l = &lanes[i];
+                    self.dispatch::<TM, I>(io, in_port, pkt, &mut parsed[i], l.egress, l.meta.class, now_us);
+                }
+                (Ok(()), Way::Consume) => {
+                    self.tick(&pkt);
+                    self.consume(io, in_port, pkt, &parsed[i], now_us);
+                }
+                (Ok(()), Way::Other) => self.deliver::<TM, I>(io, in_port, pkt, &mut parsed[i], None, now_us),
+            }
+        }
     }
 
     /// Sends a packet the tables have been through where they chose (`egress`, in traffic

@@ -12,7 +12,7 @@
 //! order. Meters are not: a meter's colour depends on the packets before it, so a pipeline
 //! with meters is applied packet after packet ([`Pipeline::stages_bursts`]).
 
-use super::{KeyPath, Pipeline, PipelineState, Step};
+use super::{KeyPath, Pipeline, PipelineState};
 use crate::action::Egress;
 use crate::buf::PacketBuf;
 use crate::meta::Meta;
@@ -145,7 +145,7 @@ impl Pipeline {
                 let i = usize::from(i);
                 let (l, p) = (&mut lanes[i], &mut parsed[i]);
                 let Some(buf) = bufs[i].as_mut() else { continue };
-                l.next = match self.run_table::<false, B>(
+                l.next = self.run_table::<false, B>(
                     t,
                     table,
                     base,
@@ -156,16 +156,8 @@ impl Pipeline {
                     &mut l.meta,
                     &mut l.len,
                     &mut l.egress,
-                ) {
-                    Step::Next(next) => {
-                        debug_assert!(next > t, "goto goes forward");
-                        next
-                    }
-                    Step::End(e) => {
-                        l.egress = e;
-                        usize::MAX
-                    }
-                };
+                );
+                debug_assert!(l.next > t, "goto goes forward");
             }
         }
     }
