@@ -57,8 +57,9 @@ test: deps
 	.venv/bin/python -m unittest discover -s client/python/tests_torch
 	DPU_BIN_DIR=$(TEST_BIN_DIR) python3 -m unittest discover -s tools/bench -p 'test_ovs.py'
 
-# The packet core alone (criterion, ns per packet), then the dpu beside dpdk-testpmd on the same
-# vdevs (Mpps, one worker core): prints one table, also written to target/bench/results.md.
+# The packet core alone (criterion, ns per packet), then the dpu beside dpdk-testpmd and OVS-DPDK
+# (the pipeline's tables as OpenFlow tables, 1024 and 65,536 flows; tools/bench/ovs.py) on the
+# same vdevs (Mpps, one worker core): prints one table, also written to target/bench/results.md.
 # BENCH_SECONDS and BENCH_REPS (default 5 and 3) set the length of the DPDK runs; the dpu rows
 # are also counted under callgrind (instructions per packet of the worker's burst path).
 # Last, the two-process rows over net_memif (tools/bench/memif.py: MEMIF_SECONDS, MEMIF_REPS,
