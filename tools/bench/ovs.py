@@ -45,6 +45,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -275,6 +276,24 @@ def _cleanup_all():
 atexit.register(_cleanup_all)
 
 
+def _die_with_parent():
+    """In the child before exec: SIGKILL when the process that started it dies (Linux
+    PR_SET_PDEATHSIG), so no daemon outlives a killed bench; its own session, so a terminal's
+    Ctrl-C reaches only the bench, whose cleanup stops the daemons in order."""
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    os.setsid()
+
+
+def _exit_on_sigterm():
+    """SIGTERM runs the cleanup (a SystemExit) instead of killing the bench outright."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        try:
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        except ValueError:
+            pass  # not the main thread
+
+
 class Ovs:
     """A private ovsdb-server and ovs-vswitchd-dpdk in a temporary directory (run, db and log
     directories, DPDK file prefix `ovs<pid>-<n>`), with one netdev bridge `br0` (fail mode
@@ -330,6 +349,7 @@ class Ovs:
         return self._run("ovs-appctl", "-t", self.ctl, *args)
 
     def start(self):
+        _exit_on_sigterm()
         _live.append(self)
         self._run("ovsdb-tool", "create", f"{self.dir}/conf.db", SCHEMA)
         self.procs.append(subprocess.Popen(
@@ -337,7 +357,7 @@ class Ovs:
              f"--unixctl={self.dir}/ovsdb-server.ctl", f"--log-file={self.dir}/ovsdb-server.log",
              "-vconsole:off"],
             env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, start_new_session=True))
+            stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent))
         deadline = time.monotonic() + 20
         while not os.path.exists(f"{self.dir}/db.sock"):
             if time.monotonic() > deadline or self.procs[0].poll() is not None:
@@ -353,7 +373,7 @@ class Ovs:
             [self.vswitchd, self.db, f"--unixctl={self.ctl}",
              f"--log-file={self.dir}/ovs-vswitchd.log", "-vconsole:off", "-vfile:info"],
             env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, start_new_session=True))
+            stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent))
         # add-br waits for vswitchd to configure the bridge (DPDK's init comes first).
         self.vsctl("add-br", "br0", "--", "set", "Bridge", "br0", "datapath_type=netdev",
                    "fail_mode=secure", "protocols=OpenFlow13", timeout=120)
