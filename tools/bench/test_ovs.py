@@ -199,9 +199,10 @@ class TranslatedPipelineAgrees(unittest.TestCase):
         self.assertIn("out.pcap", text)
         with open(os.path.join(work, "dpu.toml"), "w") as f:
             f.write(text)
+        prefix = f"dputestovs{os.getpid()}"
+        self.addCleanup(shutil.rmtree, f"/var/run/dpdk/{prefix}", True)
         r = subprocess.run([dpu, "-q", "-c", f"{work}/dpu.toml", "--duration", "1",
-                            "--stats-json", f"{work}/stats.json", "--",
-                            f"--file-prefix=dputestovs{os.getpid()}"],
+                            "--stats-json", f"{work}/stats.json", "--", f"--file-prefix={prefix}"],
                            cwd=ROOT, capture_output=True, text=True, timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr)
         with open(f"{work}/stats.json") as f:
