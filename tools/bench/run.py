@@ -20,22 +20,24 @@ reference: DPDK's own engine that parses each packet and computes its IPv4 and U
 software), REPS times; the table gives the median and the min-max, and the ratio of medians to
 testpmd io at the same size (for the qos row also its ratio to the pipeline row).
 
-OVS-DPDK as a peer (rows `ovs`, `ovs64k`, `dpu64k`; tools/bench/ovs.py): Debian's
+OVS-DPDK as a peer (rows `ovs`, `ovs64k`, `dpu64k`, `testpmd64k`; tools/bench/ovs.py): Debian's
 ovs-vswitchd-dpdk, private to the run (its own ovsdb-server, temporary run/db/log directories
 and DPDK file prefix), one PMD thread on CPU 1 and its main lcore on CPU 0, no hugepages, the
 same two vdevs as DPDK ports of a netdev bridge, and conf/bench/pipeline.toml's three tables
 translated to three OpenFlow 1.3 tables (568 flows). `ovs` replays the same 1024-flow capture
 (every flow fits OVS's exact-match cache, EMC, 8192 entries); `ovs64k` a capture of 65,536
 distinct 5-tuples that hit the same table entries (tools/bench/gen.py), which do not fit it,
-with OVS's defaults (EMC insertion 1 in 100, SMC off); `dpu64k` is the dpu on that capture,
-for the ratio in the same run, and `testpmd64k` testpmd io on it (what the larger capture costs
-net_pcap's copy alone: its 65,536 preloaded frames no longer stay in the cache). OVS's rate: port 0's rx packets (`ovs-ofctl dump-ports`, read
-live) over SECONDS after a WARMUP-second warm-up (the megaflows installed), and the script
-checks port 1 sent them all; `dpif-netdev/pmd-stats-show` over the same window gives the EMC,
-SMC and megaflow hit shares, upcalls and cycles per packet, printed in a second table with the
-number of datapath flows (megaflows). Every program uses 2176-byte mbufs (2048 B of data room
-plus the 128 B headroom: DPDK's, testpmd's and the dpu's default, and what OVS sizes for an MTU
-of 1500); the 64k rows hold the capture in mbufs, so the dpu's pool grows to MBUFS_64K there.
+with OVS's defaults (EMC insertion 1 in 100, SMC off); `dpu64k` is the dpu on that capture, for
+the ratio in the same run, and `testpmd64k` testpmd io on it (what the larger capture costs
+net_pcap's copy alone: its 65,536 preloaded frames no longer stay in the cache). OVS's rate:
+port 0's rx packets (`ovs-ofctl dump-ports`, read live) over SECONDS after a WARMUP-second
+warm-up (the megaflows installed), and the script checks port 1 sent them all;
+`dpif-netdev/pmd-stats-show` over the same window gives the EMC, SMC and megaflow hit shares,
+upcalls and cycles per packet, printed in a second table with the number of datapath flows
+(megaflows) and of the classifier's masks. Every program uses mbufs with 2176 B of data room (the
+128 B headroom and 2048 B: DPDK's, testpmd's and the dpu's default, and what OVS sizes for an
+MTU of 1500); the 64k rows hold the capture in mbufs, so the dpu's pool grows to MBUFS_64K
+there.
 
 Rates: testpmd, the mean of its per-second Rx-pps samples on port 0 (the first, partial one
 left out); the dpu, port 0's `workers.rx_packets` / `seconds` from --stats-json (every packet
