@@ -406,8 +406,9 @@ class Ovs:
 
     def pmd_stats(self):
         """`dpif-netdev/pmd-stats-show` of the one PMD thread as a dict: packets received,
-        EMC/SMC/megaflow hits, upcalls, lost upcalls (packets) and avg processing cycles per
-        packet."""
+        EMC/SMC/megaflow hits, upcalls, lost upcalls (packets), cycles per packet (all; and
+        `proc_cycles_per_packet`, the busy ones: rx, lookups, actions and tx, without idle
+        polls) and subtable lookups per megaflow hit."""
         out = self.appctl("dpif-netdev/pmd-stats-show")
         keys = {"packets received": "rx", "packet recirculations": "recirc", "emc hits": "emc",
                 "smc hits": "smc", "megaflow hits": "megaflow", "miss with success upcall": "upcall",

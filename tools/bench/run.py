@@ -476,12 +476,12 @@ def main():
         lines += ["", "OVS's PMD thread over the window (`dpif-netdev/pmd-stats-show`, medians of the "
                   "runs): shares of the packets received that hit the exact-match cache (EMC), the "
                   "signature-match cache (SMC), the megaflow classifier (dpcls) or went up to the "
-                  "OpenFlow tables (upcall); cycles per packet (all, and processing only: "
-                  "rx and tx excluded); datapath flows (megaflows) and the classifier's masks "
+                  "OpenFlow tables (upcall); the PMD's busy cycles per packet (rx, caches, "
+                  "classifier, actions and tx); datapath flows (megaflows) and the classifier's masks "
                   "(subtables) at the end:", "",
-                  "| what | frame | EMC | SMC | megaflow | upcall | cycles/packet | processing "
-                  "cycles/packet | subtable lookups per megaflow hit | megaflows | masks |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| what | frame | EMC | SMC | megaflow | upcall | cycles/packet "
+                  "| subtable lookups per megaflow hit | megaflows | masks |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for size in sizes:
             for what in ("ovs", "ovs64k"):
                 if (what, size) not in pmd:
@@ -490,8 +490,8 @@ def main():
                 m = lambda k: statistics.median(p.get(k) or 0 for p in ps)
                 share = lambda k: f"{100 * statistics.median((p.get(k) or 0) / p['rx'] if p.get('rx') else 0 for p in ps):.1f}%"
                 lines.append(f"| {what} | {size} B | {share('emc')} | {share('smc')} | "
-                             f"{share('megaflow')} | {share('upcall')} | {m('cycles_per_packet'):.0f} | "
-                             f"{m('proc_cycles_per_packet'):.0f} | {m('subtables_per_hit'):.2f} | "
+                             f"{share('megaflow')} | {share('upcall')} | {m('proc_cycles_per_packet'):.0f} | "
+                             f"{m('subtables_per_hit'):.2f} | "
                              f"{m('flows'):.0f} | {m('masks'):.0f} |")
     if a.callgrind:
         lines += ["", "Instructions per packet of the worker's burst path (callgrind, "
