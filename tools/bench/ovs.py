@@ -80,9 +80,9 @@ def _int(s):
 def _value(field, text):
     """A dpu field value's text (an IPv4 address, a MAC or an integer) as an int."""
     text = text.strip()
-    if field.startswith("ipv4.") and field in ("ipv4.src", "ipv4.dst"):
+    if field in ("ipv4.src", "ipv4.dst"):
         return int(ipaddress.IPv4Address(text))
-    if field.startswith("eth.") and field != "eth.type":
+    if field in ("eth.src", "eth.dst"):
         return int(text.replace(":", "").replace("-", ""), 16)
     return _int(text)
 
