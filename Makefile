@@ -42,7 +42,8 @@ demo-torch: build
 # Every test: unit tests, property tests, the functional replays through the real binaries, the
 # end-to-end run in network namespaces, and the Python client's tests with .venv (the interpreter
 # that has Debian's torch and the native client that `make deps` builds: tests_native compares it
-# with the pure-Python one).
+# with the pure-Python one); last, with python3 on PATH, the bench's OpenFlow translation against
+# the dpu through a private OVS-DPDK (tools/bench/test_ovs.py, about 5 s).
 # Everything builds once, with the test-release profile (Cargo.toml: release optimisation
 # without the whole-program LTO of `make build`, which would double the build time and changes no
 # behaviour): the test binaries and the binaries they run (dpu, dpuctl, pktgen, gradclient in
@@ -54,9 +55,11 @@ test: deps
 	DPU_BIN_DIR=$(TEST_BIN_DIR) .venv/bin/python -m unittest discover -s client/python/tests
 	.venv/bin/python -m unittest discover -s client/python/tests_native
 	.venv/bin/python -m unittest discover -s client/python/tests_torch
+	DPU_BIN_DIR=$(TEST_BIN_DIR) python3 -m unittest discover -s tools/bench -p 'test_ovs.py'
 
-# The packet core alone (criterion, ns per packet), then the dpu beside dpdk-testpmd on the same
-# vdevs (Mpps, one worker core): prints one table, also written to target/bench/results.md.
+# The packet core alone (criterion, ns per packet), then the dpu beside dpdk-testpmd and OVS-DPDK
+# (the pipeline's tables as OpenFlow tables, 1024 and 65,536 flows; tools/bench/ovs.py) on the
+# same vdevs (Mpps, one worker core): prints one table, also written to target/bench/results.md.
 # BENCH_SECONDS and BENCH_REPS (default 5 and 3) set the length of the DPDK runs; the dpu rows
 # are also counted under callgrind (instructions per packet of the worker's burst path).
 # Last, the two-process rows over net_memif (tools/bench/memif.py: MEMIF_SECONDS, MEMIF_REPS,

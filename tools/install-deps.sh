@@ -2,7 +2,7 @@
 # Installs what building and testing the appliance needs, only what is missing (idempotent):
 # Debian 12 packages (DPDK 22.11, libpcap, clang for bindgen, tshark for dissection, the
 # Prometheus text parser of /usr/bin/python3 for the metrics test, its matplotlib for
-# tools/plot_pktgen.py) and the
+# tools/plot_pktgen.py, OVS-DPDK for the bench's peer) and the
 # Python modules of the protocol checker (scapy, numpy); iproute2, nftables and ethtool for the
 # end-to-end test in network namespaces; Debian's PyTorch (python3-torch, 1.13, CPU) and a
 # virtual environment `.venv` for the project's torch code, with the native client built
@@ -27,6 +27,26 @@ if [ ${#missing[@]} -gt 0 ]; then
   # tshark asks whether non-root users may capture; answer no.
   echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections || true
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# OVS-DPDK, the peer in `make bench` (tools/bench/ovs.py) and tools/bench/test_ovs.py: Debian's
+# openvswitch-switch-dpdk (OVS 3.1 on DPDK 22.11), installed only when missing. The bench runs
+# its own private ovsdb-server and ovs-vswitchd-dpdk, so the package's service is kept from
+# starting at install (a policy-rc.d that refuses, for the install only, unless one is there).
+if ! dpkg-query -W -f='${Status}' openvswitch-switch-dpdk 2>/dev/null | grep -q "install ok installed"; then
+  echo "install-deps: installing openvswitch-switch-dpdk (its service not started)"
+  export DEBIAN_FRONTEND=noninteractive
+  own_policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+    $SUDO chmod 755 /usr/sbin/policy-rc.d
+    own_policy=1
+  fi
+  $SUDO apt-get update -qq
+  rc=0
+  $SUDO apt-get install -y -qq --no-install-recommends openvswitch-switch-dpdk >/dev/null || rc=$?
+  if [ -n "$own_policy" ]; then $SUDO rm -f /usr/sbin/policy-rc.d; fi
+  [ "$rc" -eq 0 ] || exit "$rc"
 fi
 
 # scapy and numpy for the protocol checker; ml_dtypes for the Python client's bfloat16 arrays.

@@ -2,7 +2,8 @@
 """Inputs of `make bench`: the pipeline config and the UDP/IPv4 captures that drive it.
 
     tools/bench/gen.py config > conf/bench/pipeline.toml   # the committed config (seeded)
-    tools/bench/gen.py pcaps CONF OUTDIR                    # OUTDIR/udp-60.pcap, udp-1066.pcap
+    tools/bench/gen.py pcaps CONF OUTDIR                    # OUTDIR/udp-60.pcap, udp-1066.pcap,
+                                                            # udp64k-60.pcap, udp64k-1066.pcap
 
 The config has three tables, applied in order:
   route  ipv4.dst lpm, a few hundred prefixes /8../32: set_eth_dst(next hop); dec_ttl
@@ -13,17 +14,24 @@ The captures are read back from the config, not from the seed: every packet's de
 drawn from a route prefix, its source and UDP port from an ACL permit entry, and a small model
 of the three tables (longest prefix, highest priority first) checks that every packet is
 routed, passes the ACL and is forwarded to port 1. 1024 packets per file, so the tables see
-1024 different keys. Frame sizes are without FCS: 60 B (64 B on the wire, 18 B of UDP payload)
+1024 different keys. The 64k captures (65,536 packets) are the same 1024 flows, each in 64
+variants with other source ports (and, where the ACL and route entries hit stay the same by the
+model, other host bits of the source and destination): 65,536 distinct 5-tuples that hit
+exactly the entries the 1024 flows hit, so the dpu's work per packet is the same, while a
+flow cache sized for about a thousand flows (OVS's exact-match cache) no longer holds them.
+Packet j is variant j // 1024 of flow j % 1024. Frame sizes are without FCS: 60 B (64 B on the wire, 18 B of UDP payload)
 and 1066 B (1024 B of UDP payload). UDP checksums are set (the parser verifies them).
 """
 
 import ipaddress
 import random
+import struct
 import sys
 import tomllib
 
 SEED = 2211
 PACKETS = 1024
+VARIANTS = 64  # per flow in the 64k captures: 1024 x 64 = 65,536 packets
 SIZES = (60, 1066)
 NEXT_HOPS = 16
 # Ports the parser treats specially (RoCEv2, the gradient protocol): the bench traffic avoids them.
@@ -195,11 +203,79 @@ def route_lookup(routes, dst):
     return best
 
 
+def acl_entry(acl, src, proto, port):
+    """The index (config order) of the ACL entry that decides, or None on a miss."""
+    for _, i, (sv, sm), (pv, pm), (lo, hi), _ in acl:
+        if (src & sm) == (sv & sm) and (proto & pm) == (pv & pm) and lo <= port <= hi:
+            return i
+    return None
+
+
 def acl_permits(acl, src, proto, port):
     for _, _, (sv, sm), (pv, pm), (lo, hi), permit in acl:
         if (src & sm) == (sv & sm) and (proto & pm) == (pv & pm) and lo <= port <= hi:
             return permit
     return False
+
+
+def csum16(data):
+    """The Internet checksum (RFC 1071) of `data`."""
+    if len(data) % 2:
+        data += b"\0"
+    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+def udp_frame(src, dst, sport, dport, payload, ttl=64):
+    """Ether / IPv4 (id 1, no options) / UDP / payload with valid checksums: the bytes scapy
+    builds for gen_pcaps' packets, built directly (scapy takes minutes for 2 x 65,536)."""
+    s, d = ipaddress.IPv4Address(src).packed, ipaddress.IPv4Address(dst).packed
+    ulen = 8 + len(payload)
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + ulen, 1, 0, ttl, 17, 0, s, d)
+    ip = ip[:10] + struct.pack("!H", csum16(ip)) + ip[12:]
+    udp = struct.pack("!HHHH", sport, dport, ulen, 0) + payload
+    c = csum16(s + d + struct.pack("!BBH", 0, 17, ulen) + udp) or 0xFFFF
+    udp = udp[:6] + struct.pack("!H", c) + udp[8:]
+    eth = bytes.fromhex("020000000001" "0200000000aa" "0800")
+    return eth + ip + udp
+
+
+def write_pcap(path, frames):
+    """A pcap (microsecond timestamps, Ethernet) of `frames` (bytes)."""
+    with open(path, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+        for i, fr in enumerate(frames):
+            f.write(struct.pack("<IIII", i // 1000000, i % 1000000, len(fr), len(fr)))
+            f.write(fr)
+
+
+def variants(routes, acl, flows):
+    """VARIANTS distinct 5-tuples per flow of `flows` that hit the flow's route and ACL
+    entries (by the model), as [(src, dst, sport, dport)], variant-major."""
+    rng = random.Random(SEED + 2)
+    out = [[] for _ in range(VARIANTS)]
+    seen = set(flows)
+    for src, dst, sport, dport in flows:
+        net = route_lookup(routes, ipaddress.IPv4Address(dst))[0]
+        entry = acl_entry(acl, int(ipaddress.IPv4Address(src)), 17, dport)
+        out[0].append((src, dst, sport, dport))
+        for k in range(1, VARIANTS):
+            while True:
+                s = ipaddress.IPv4Address((int(ipaddress.IPv4Address(src)) & ~0xFF) | rng.getrandbits(8))
+                hostbits = min(8, 32 - net.prefixlen)
+                d = ipaddress.IPv4Address(int(ipaddress.IPv4Address(dst)) & ~((1 << hostbits) - 1)
+                                          | rng.getrandbits(hostbits)) if hostbits else ipaddress.IPv4Address(dst)
+                sp = rng.randint(1024, 65535)
+                t = (str(s), str(d), sp, dport)
+                if (sp in SPECIAL_PORTS or t in seen or route_lookup(routes, d)[0] != net
+                        or acl_entry(acl, int(s), 17, dport) != entry):
+                    continue
+                seen.add(t)
+                out[k].append(t)
+                break
+    return [t for vs in out for t in vs]
 
 
 def gen_pcaps(conf_path, outdir):
@@ -236,6 +312,17 @@ def gen_pcaps(conf_path, outdir):
         path = f"{outdir}/udp-{size}.pcap"
         wrpcap(path, pkts)
         print(f"gen.py: {path}: {len(pkts)} UDP/IPv4 frames of {size} B, all routed and permitted")
+        # The direct builder makes the same bytes as scapy (checked on the 1024 flows).
+        assert all(udp_frame(*f, bytes(p)[42:]) == bytes(p) for f, p in zip(flows, pkts))
+    many = variants(routes, acl, flows)
+    assert len(set(many)) == PACKETS * VARIANTS
+    for size in SIZES:
+        payload = size - 14 - 20 - 8
+        path = f"{outdir}/udp64k-{size}.pcap"
+        write_pcap(path, [udp_frame(*f, bytes((i + k) & 0xFF for k in range(payload)))
+                          for i, f in enumerate(many)])
+        print(f"gen.py: {path}: {len(many)} UDP/IPv4 frames of {size} B, {len(many)} distinct "
+              "5-tuples hitting the route and ACL entries of the 1024 flows")
 
 
 def main():

@@ -3,6 +3,9 @@
 
     tools/bench/run.py [--seconds 5] [--reps 3] [--rows dpu,qos,testpmd] [--sizes 60]
 
+python3 on PATH (the standard library; tools/bench/gen.py, run once to write the inputs, needs
+scapy, which tools/install-deps.sh installs for it).
+
 Every measurement runs one program for SECONDS on the same vdevs: net_pcap with infinite_rx=1
 replaying a capture of 1024 UDP/IPv4 frames (port 0) into net_null without rx (port 1), one
 worker lcore on CPU 1 and the main lcore on CPU 0, no hugepages. Per frame size, the runs
@@ -16,6 +19,25 @@ for /dpu/stats and scrapes /metrics every 100 ms; the workers publish their coun
 reference: DPDK's own engine that parses each packet and computes its IPv4 and UDP checksums in
 software), REPS times; the table gives the median and the min-max, and the ratio of medians to
 testpmd io at the same size (for the qos row also its ratio to the pipeline row).
+
+OVS-DPDK as a peer (rows `ovs`, `ovs64k`, `dpu64k`, `testpmd64k`; tools/bench/ovs.py): Debian's
+ovs-vswitchd-dpdk, private to the run (its own ovsdb-server, temporary run/db/log directories
+and DPDK file prefix), one PMD thread on CPU 1 and its main lcore on CPU 0, no hugepages, the
+same two vdevs as DPDK ports of a netdev bridge, and conf/bench/pipeline.toml's three tables
+translated to three OpenFlow 1.3 tables (568 flows). `ovs` replays the same 1024-flow capture
+(every flow fits OVS's exact-match cache, EMC, 8192 entries); `ovs64k` a capture of 65,536
+distinct 5-tuples that hit the same table entries (tools/bench/gen.py), which do not fit it,
+with OVS's defaults (EMC insertion 1 in 100, SMC off); `dpu64k` is the dpu on that capture, for
+the ratio in the same run, and `testpmd64k` testpmd io on it (what the larger capture costs
+net_pcap's copy alone: its 65,536 preloaded frames no longer stay in the cache). OVS's rate:
+port 0's rx packets (`ovs-ofctl dump-ports`, read live) over SECONDS after a WARMUP-second
+warm-up (the megaflows installed), and the script checks port 1 sent them all;
+`dpif-netdev/pmd-stats-show` over the same window gives the EMC, SMC and megaflow hit shares,
+upcalls and cycles per packet, printed in a second table with the number of datapath flows
+(megaflows) and of the classifier's masks. Every program uses mbufs with 2176 B of data room (the
+128 B headroom and 2048 B: DPDK's, testpmd's and the dpu's default, and what OVS sizes for an
+MTU of 1500); the 64k rows hold the capture in mbufs, so the dpu's pool grows to MBUFS_64K
+there.
 
 Rates: testpmd, the mean of its per-second Rx-pps samples on port 0 (the first, partial one
 left out); the dpu, port 0's `workers.rx_packets` / `seconds` from --stats-json (every packet
@@ -31,7 +53,8 @@ AVX-512): a count that does not move with the machine's load, so two rows' costs
 even where their rates are within the noise. `make bench` passes it.
 
 `--rows` and `--sizes` run a subset (e.g. `--rows testpmd,dpu,qos --sizes 60` for the qos goal
-alone; the ratios need `testpmd` and, for qos and telemetry, `dpu` among the rows).
+alone; the ratios need `testpmd` and, for qos and telemetry, `dpu` among the rows; the dpu/OVS
+ratios need `dpu` and `ovs`, or `dpu64k` and `ovs64k`).
 """
 
 import argparse
@@ -44,6 +67,10 @@ import statistics
 import subprocess
 import sys
 import time
+import tomllib
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ovs  # noqa: E402 (tools/bench/ovs.py)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "target", "bench")
@@ -54,30 +81,40 @@ EAL = ["--no-huge", "-m", "1024", "--no-pci", "--no-shconf", "--lcores", "0@0,1@
 GOALS = {60: 0.5, 1066: 0.9}
 QOS_GOAL = 0.85  # the qos row against the pipeline row, at 60 B (64 B with FCS)
 TELEMETRY_GOAL = 0.95  # the telemetry row against the pipeline row, at 60 B
-ROWS = ("testpmd", "dpu", "qos", "telemetry", "empty", "csum")
+ROWS = ("testpmd", "dpu", "qos", "telemetry", "empty", "csum", "ovs", "dpu64k", "ovs64k",
+        "testpmd64k")
+OVS_GOAL = 1.5  # dpu / OVS on the 1024-flow mix (every packet an EMC hit), at 60 and 1066 B
+OVS64K_GOAL = 10.0  # dpu / OVS with its defaults on the 65,536-flow mix
+WARMUP = 2  # seconds OVS forwards before its window (megaflows installed, caches warm)
+MBUFS_64K = 131071  # the dpu's pool for the 64k captures (65,536 preloaded frames + rings)
 BATCH = 256  # frames per iteration of dataplane/benches/packet_core.rs
 
 
-def pcap(size):
-    return os.path.join(OUT, f"udp-{size}.pcap")
+def pcap(size, mix=""):
+    """The capture at SIZE B: 1024 flows (`mix` "") or 65,536 ("64k")."""
+    return os.path.join(OUT, f"udp{mix}-{size}.pcap")
 
 
 def ensure_inputs():
     os.makedirs(OUT, exist_ok=True)
     conf = os.path.join(ROOT, "conf", "bench", "pipeline.toml")
-    if all(os.path.exists(pcap(s)) and os.path.getmtime(pcap(s)) >= os.path.getmtime(conf)
-           for s in SIZES):
+    gen = os.path.join(ROOT, "tools", "bench", "gen.py")
+    if all(os.path.exists(pcap(s, m)) and os.path.getmtime(pcap(s, m)) >= max(
+            os.path.getmtime(conf), os.path.getmtime(gen)) for s in SIZES for m in ("", "64k")):
         return
-    subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench", "gen.py"), "pcaps",
-                    conf, OUT], check=True)
+    subprocess.run([sys.executable, gen, "pcaps", conf, OUT], check=True)
 
 
-def dpu_config(name, size):
-    """conf/bench/NAME.toml with port 0 reading the SIZE capture (written to target/bench)."""
+def dpu_config(name, size, mix=""):
+    """conf/bench/NAME.toml with port 0 reading the SIZE capture of the `mix` (written to
+    target/bench); for the 64k mix with a pool of MBUFS_64K mbufs."""
     with open(os.path.join(ROOT, "conf", "bench", f"{name}.toml")) as f:
         text = f.read()
-    text = text.replace("rx_pcap=target/bench/udp-60.pcap", f"rx_pcap={pcap(size)}")
-    path = os.path.join(OUT, f"{name}-{size}.toml")
+    text = text.replace("rx_pcap=target/bench/udp-60.pcap", f"rx_pcap={pcap(size, mix)}")
+    if mix:
+        text, n = re.subn(r"(?m)^mbufs = \d+", f"mbufs = {MBUFS_64K}", text)
+        assert n == 1, f"conf/bench/{name}.toml: no `mbufs = N` line to raise"
+    path = os.path.join(OUT, f"{name}{mix}-{size}.toml")
     with open(path, "w") as f:
         f.write(text)
     return path
@@ -94,10 +131,10 @@ def dpu_stats(dpu, conf, seconds, stats, what):
         return json.load(f)
 
 
-def run_dpu(name, size, seconds):
-    conf = dpu_config(name, size)
-    stats = os.path.join(OUT, f"stats-{name}-{size}.json")
-    s = dpu_stats(DPU, conf, seconds, stats, f"run.py: dpu {name} {size} B")
+def run_dpu(name, size, seconds, mix=""):
+    conf = dpu_config(name, size, mix)
+    stats = os.path.join(OUT, f"stats-{name}{mix}-{size}.json")
+    s = dpu_stats(DPU, conf, seconds, stats, f"run.py: dpu {name}{mix} {size} B")
     rx = s["ports"][0]["workers"]["rx_packets"]
     tx = s["ports"][1]["ethdev"]["opackets"]
     dropped = sum(s["drops"].values())
@@ -127,6 +164,35 @@ def callgrind_ipp(name, size, seconds=6):
     if not m or rx == 0:
         sys.exit(f"run.py: callgrind {name} {size} B: no count ({rx} packets)")
     return int(m.group(1)) / rx
+
+
+def run_ovs(size, seconds, mix=""):
+    """OVS-DPDK (module doc) forwarding the SIZE capture of the `mix` through the pipeline's
+    tables for `seconds` after WARMUP: (Mpps received on port 0, its PMD stats over the
+    window: `Ovs.pmd_stats` plus `flows`, the datapath flows at the end)."""
+    with open(os.path.join(ROOT, "conf", "bench", "pipeline.toml"), "rb") as f:
+        flows = ovs.translate(tomllib.load(f))
+    try:
+        with ovs.Ovs() as o:
+            o.add_flows(flows)
+            o.add_port("p1", 2, "net_null0,no-rx=1")
+            o.add_port("p0", 1, f"net_pcap0,rx_pcap={pcap(size, mix)},infinite_rx=1")
+            time.sleep(WARMUP)
+            o.appctl("dpif-netdev/pmd-stats-clear")
+            a, t0 = o.port_stats(), time.monotonic()
+            time.sleep(seconds)
+            b, t1 = o.port_stats(), time.monotonic()
+            pmd = o.pmd_stats()
+            m = re.search(r"flows: (\d+)", o.appctl("dpctl/show"))
+            pmd["flows"] = int(m.group(1)) if m else None
+            pmd["masks"] = o.subtables()
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        sys.exit(f"run.py: ovs{mix} {size} B: {e}")
+    rx, tx = b[1][0] - a[1][0], b[2][1] - a[2][1]
+    if rx == 0 or abs(rx - tx) > max(4096, rx // 1000):
+        sys.exit(f"run.py: ovs{mix} {size} B: {rx} received, {tx} sent in {seconds} s: the "
+                 "bench traffic should all be forwarded")
+    return rx / (t1 - t0) / 1e6, pmd
 
 
 def free_port():
@@ -193,14 +259,15 @@ def run_dpu_watched(size, seconds):
     return s["ports"][0]["workers"]["rx_packets"] / s["seconds"] / 1e6
 
 
-def run_testpmd(size, seconds, mode="io"):
+def run_testpmd(size, seconds, mode="io", mix=""):
     """testpmd forwarding port 0 -> 1 in `mode`: `io` (no packet access) or `csum` (parses
     each packet and, without tx checksum offload, recomputes its IPv4 and UDP checksums in
-    software)."""
+    software); on the SIZE capture of the `mix` (for "64k" with MBUFS_64K + 1 mbufs)."""
     cmd = ["dpdk-testpmd", *EAL,
-           "--vdev", f"net_pcap0,rx_pcap={pcap(size)},infinite_rx=1",
+           "--vdev", f"net_pcap0,rx_pcap={pcap(size, mix)},infinite_rx=1",
            "--vdev", "net_null0,no-rx=1",
-           "--", "--nb-cores=1", f"--forward-mode={mode}", "--total-num-mbufs=32768",
+           "--", "--nb-cores=1", f"--forward-mode={mode}",
+           f"--total-num-mbufs={MBUFS_64K + 1 if mix else 32768}",
            "--no-flush-rx", "--stats-period", "1"]
     return testpmd_mpps(cmd, seconds, "run.py")
 
@@ -291,14 +358,24 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=int, default=int(os.environ.get("BENCH_SECONDS", 5)))
     ap.add_argument("--reps", type=int, default=int(os.environ.get("BENCH_REPS", 3)))
-    ap.add_argument("--rows", default=",".join(ROWS),
-                    help=f"comma-separated subset of {','.join(ROWS)} (default: all)")
+    ap.add_argument("--rows", default=None,
+                    help=f"comma-separated subset of {','.join(ROWS)} (default: all; the OVS rows "
+                    "only where ovs-vswitchd-dpdk is installed)")
     ap.add_argument("--callgrind", action="store_true",
                     help="also count instructions per packet of the dpu rows under callgrind")
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)),
                     help="comma-separated frame sizes without FCS, of 60 and 1066 (default: both)")
     a = ap.parse_args()
-    rows = a.rows.split(",")
+    if a.rows is None:
+        rows = list(ROWS)
+        if not os.path.exists(ovs.VSWITCHD):
+            rows = [r for r in rows if r not in ("ovs", "ovs64k")]
+            print(f"run.py: {ovs.VSWITCHD} is missing (tools/install-deps.sh installs Debian's "
+                  "openvswitch-switch-dpdk): no OVS rows", file=sys.stderr)
+    else:
+        rows = a.rows.split(",")
+        if any(r in rows for r in ("ovs", "ovs64k")) and not os.path.exists(ovs.VSWITCHD):
+            sys.exit(f"run.py: the OVS rows need {ovs.VSWITCHD} (tools/install-deps.sh)")
     sizes = [int(x) for x in a.sizes.split(",")]
     if "testpmd" not in rows or any(r not in ROWS for r in rows) or any(x not in SIZES for x in sizes):
         sys.exit(f"run.py: --rows must include testpmd and name only {','.join(ROWS)}; "
@@ -307,11 +384,15 @@ def main():
         sys.exit(f"run.py: {DPU} is missing: cargo build --release first")
     ensure_inputs()
     load = os.getloadavg()[0]
-    res = {}
+    res, pmd = {}, {}
     for size in sizes:
         for rep in range(a.reps):
             for what, fn in (("testpmd", lambda: run_testpmd(size, a.seconds)),
                              ("dpu", lambda: run_dpu("pipeline", size, a.seconds)),
+                             ("ovs", lambda: run_ovs(size, a.seconds)),
+                             ("dpu64k", lambda: run_dpu("pipeline", size, a.seconds, "64k")),
+                             ("ovs64k", lambda: run_ovs(size, a.seconds, "64k")),
+                             ("testpmd64k", lambda: run_testpmd(size, a.seconds, mix="64k")),
                              ("qos", lambda: run_dpu("qos", size, a.seconds)),
                              ("telemetry", lambda: run_dpu_watched(size, a.seconds)),
                              ("empty", lambda: run_dpu("empty", size, a.seconds)),
@@ -319,9 +400,14 @@ def main():
                 if what not in rows:
                     continue
                 mpps = fn()
+                if isinstance(mpps, tuple):  # OVS: (Mpps, PMD stats)
+                    mpps, stats = mpps
+                    pmd.setdefault((what, size), []).append(stats)
                 res.setdefault((what, size), []).append(mpps)
                 print(f"run.py: {size} B run {rep + 1}/{a.reps}: {what} {mpps:.2f} Mpps",
                       file=sys.stderr, flush=True)
+    with open(os.path.join(ROOT, "conf", "bench", "pipeline.toml"), "rb") as f:
+        n_flows = len(ovs.translate(tomllib.load(f)))
     label = {
         "dpu": "dpu: parse + route (LPM, 312 prefixes) + ACL (40 ternary/range) + L2 (exact)",
         "qos": "dpu: the same pipeline + trTCM meter (police) + shaped RED queue on port 1",
@@ -329,28 +415,49 @@ def main():
         "empty": "dpu: parse + empty pipeline (one exact table, miss -> forward(1))",
         "testpmd": "dpdk-testpmd io (no parse, no tables)",
         "csum": "dpdk-testpmd csum (parse, IPv4 + UDP checksums in software, no tables)",
+        "ovs": f"OVS-DPDK 3.1: the same tables as 3 OpenFlow tables ({n_flows} flows); 1024 flows (EMC hits)",
+        "dpu64k": "dpu: the same pipeline; 65,536 flows (the same table entries)",
+        "ovs64k": "OVS-DPDK 3.1: the same OpenFlow tables; 65,536 flows (defaults: past the EMC)",
+        "testpmd64k": "dpdk-testpmd io; 65,536 flows (net_pcap copies out of 65,536 preloaded mbufs)",
     }
+    peer = {"dpu": "ovs", "ovs": "ovs", "dpu64k": "ovs64k", "ovs64k": "ovs64k"}
+    mine = {"ovs": "dpu", "ovs64k": "dpu64k", "dpu": "dpu", "dpu64k": "dpu64k"}
+    with_ovs = any(r in rows for r in ("ovs", "ovs64k"))
     lines = [
         f"Machine: {lscpu()}; {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}; "
         f"load average {load:.1f} at start.",
-        f"Input: net_pcap infinite_rx (1024 UDP/IPv4 frames, sizes without FCS) -> net_null; one "
+        f"Input: net_pcap infinite_rx (1024 UDP/IPv4 frames, sizes without FCS; the 64k rows "
+        f"65,536) -> net_null; one "
         f"worker lcore; {a.reps} x {a.seconds} s per row, alternating programs.",
         "",
-        "| what | frame | Mpps median [min-max] | ratio to testpmd |",
-        "|---|---|---|---|",
+        "| what | frame | Mpps median [min-max] | ratio to testpmd |"
+        + (" dpu / OVS, same flows |" if with_ovs else ""),
+        "|---|---|---|---|" + ("---|" if with_ovs else ""),
     ]
     verdicts = []
     for size in sizes:
         tp = statistics.median(res[("testpmd", size)])
         pipeline = statistics.median(res[("dpu", size)]) if "dpu" in rows else None
-        for what in ("dpu", "qos", "telemetry", "empty", "csum", "testpmd"):
+        med = lambda w: statistics.median(res[(w, size)]) if w in rows else None
+        for what in ("dpu", "ovs", "dpu64k", "ovs64k", "qos", "telemetry", "empty", "csum", "testpmd",
+                     "testpmd64k"):
             if what not in rows:
                 continue
             xs = res[(what, size)]
             ratio = f"{statistics.median(xs) / tp:.2f}"
             if what in ("qos", "telemetry") and pipeline:
                 ratio += f" ({statistics.median(xs) / pipeline:.2f} of the pipeline)"
-            lines.append(f"| {label[what]} | {size} B | {fmt(xs)} | {ratio} |")
+            line = f"| {label[what]} | {size} B | {fmt(xs)} | {ratio} |"
+            if with_ovs:
+                pair = what in peer and med(peer[what]) and med(mine[what])
+                line += f" {med(mine[what]) / med(peer[what]):.2f} |" if pair else " - |"
+            lines.append(line)
+        for d, o, goal, what in (("dpu", "ovs", OVS_GOAL, "1024 flows, OVS's EMC hits"),
+                                 ("dpu64k", "ovs64k", OVS64K_GOAL, "65,536 flows, OVS's defaults")):
+            if med(d) and med(o):
+                r = med(d) / med(o)
+                verdicts.append(f"Goal at {size} B: dpu/OVS >= {goal} ({what}): "
+                                f"{'met' if r >= goal else 'NOT met'} ({r:.2f}).")
         if pipeline is None:
             continue
         r = pipeline / tp
@@ -365,6 +472,27 @@ def main():
             verdicts.append(f"Goal at {size} B: telemetry/pipeline >= {TELEMETRY_GOAL}: "
                             f"{'met' if w >= TELEMETRY_GOAL else 'NOT met'} ({w:.2f}).")
     lines += ["", *verdicts]
+    if pmd:
+        lines += ["", "OVS's PMD thread over the window (`dpif-netdev/pmd-stats-show`, medians of the "
+                  "runs): shares of the packets received that hit the exact-match cache (EMC), the "
+                  "signature-match cache (SMC), the megaflow classifier (dpcls) or went up to the "
+                  "OpenFlow tables (upcall); the PMD's busy cycles per packet (rx, caches, "
+                  "classifier, actions and tx); datapath flows (megaflows) and the classifier's masks "
+                  "(subtables) at the end:", "",
+                  "| what | frame | EMC | SMC | megaflow | upcall | cycles/packet "
+                  "| subtable lookups per megaflow hit | megaflows | masks |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for size in sizes:
+            for what in ("ovs", "ovs64k"):
+                if (what, size) not in pmd:
+                    continue
+                ps = pmd[(what, size)]
+                m = lambda k: statistics.median(p.get(k) or 0 for p in ps)
+                share = lambda k: f"{100 * statistics.median((p.get(k) or 0) / p['rx'] if p.get('rx') else 0 for p in ps):.1f}%"
+                lines.append(f"| {what} | {size} B | {share('emc')} | {share('smc')} | "
+                             f"{share('megaflow')} | {share('upcall')} | {m('proc_cycles_per_packet'):.0f} | "
+                             f"{m('subtables_per_hit'):.2f} | "
+                             f"{m('flows'):.0f} | {m('masks'):.0f} |")
     if a.callgrind:
         lines += ["", "Instructions per packet of the worker's burst path (callgrind, "
                   "`Datapath::process_burst` and its callees: parse, tables, meters, egress, tx "
