@@ -9,8 +9,8 @@
 mod common;
 
 use serde_json::Value;
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const EAL: &str = "\"--no-huge\", \"-m\", \"256\", \"--no-pci\", \"--no-shconf\", \"--log-level\", \"*:error\"";
@@ -127,6 +127,36 @@ fn the_appliance_survives_its_memif_peer_leaving_mid_traffic() {
 /// appliance restarts the port every second until a server is back. pktgen is the memif server
 /// here, twice in turn; the appliance (client) must take the second one's traffic too, without
 /// being restarted itself, and count one reconnection.
+/// Starts `pktgen run` with `conf` (a memif server on `sock`) for one second, its summary into
+/// `dir/pktgenSESSION.json`; returns once its socket exists and its port had time to start.
+fn memif_server(dir: &Path, conf: &Path, sock: &Path, session: usize) -> (Child, PathBuf) {
+    let _ = std::fs::remove_file(sock);
+    let json = dir.join(format!("pktgen{session}.json"));
+    let g = Command::new(env!("CARGO_BIN_EXE_pktgen"))
+        .args(["run", "-q", "-c", conf.to_str().unwrap(), "--duration", "1"])
+        .args(["--json", json.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while !sock.exists() {
+        assert!(t.elapsed() < Duration::from_secs(20), "pktgen did not create its memif socket");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The socket appears when the vdev is probed; let pktgen start its port.
+    std::thread::sleep(Duration::from_millis(500));
+    (g, json)
+}
+
+/// Waits for a pktgen session, which must succeed; returns its stream's (tx, rx) packets.
+fn finished(g: Child, json: &Path) -> (u64, u64) {
+    let o = g.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "pktgen failed:\n{}", String::from_utf8_lossy(&o.stderr));
+    let p: Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    (u(&p["streams"][0]["tx"]["packets"]), u(&p["streams"][0]["rx"]["packets"]))
+}
+
 #[test]
 fn the_appliance_as_memif_client_reconnects_to_a_server_that_comes_back() {
     let dir = std::env::temp_dir().join(format!("pgrc-{}", std::process::id()));
@@ -138,31 +168,8 @@ fn the_appliance_as_memif_client_reconnects_to_a_server_that_comes_back() {
     let conf = dir.join("pktgen.toml");
     std::fs::write(&conf, pktgen_toml(&sock).replace("role=client", "role=server")).unwrap();
     let stats = dir.join("dpu-stats.json");
-    let server = |session: usize| {
-        let _ = std::fs::remove_file(&sock);
-        let json = dir.join(format!("pktgen{session}.json"));
-        let g = Command::new(env!("CARGO_BIN_EXE_pktgen"))
-            .args(["run", "-q", "-c", conf.to_str().unwrap(), "--duration", "1"])
-            .args(["--json", json.to_str().unwrap()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let t = Instant::now();
-        while !sock.exists() {
-            assert!(t.elapsed() < Duration::from_secs(20), "pktgen did not create its memif socket");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        // The socket appears when the vdev is probed; let pktgen start its port.
-        std::thread::sleep(Duration::from_millis(500));
-        (g, json)
-    };
-    let finish = |g: std::process::Child, json: &Path| -> u64 {
-        let o = g.wait_with_output().unwrap();
-        assert_eq!(o.status.code(), Some(0), "pktgen failed:\n{}", String::from_utf8_lossy(&o.stderr));
-        let p: Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
-        u(&p["streams"][0]["tx"]["packets"])
-    };
+    let server = |session: usize| memif_server(&dir, &conf, &sock, session);
+    let finish = |g: Child, json: &Path| finished(g, json).0;
     let (g, json) = server(0);
     let dpu = Command::new(common::dpu_bin())
         .args(["-c", app.to_str().unwrap(), "--stats-json", stats.to_str().unwrap(), "--duration", "120"])
@@ -215,30 +222,8 @@ fn the_zero_copy_appliance_takes_memif_servers_in_turn() {
     let conf = dir.join("pktgen.toml");
     std::fs::write(&conf, pktgen_toml(&sock).replace("role=client", "role=server")).unwrap();
     let stats = dir.join("dpu-stats.json");
-    let server = |session: usize| {
-        let _ = std::fs::remove_file(&sock);
-        let json = dir.join(format!("pktgen{session}.json"));
-        let g = Command::new(env!("CARGO_BIN_EXE_pktgen"))
-            .args(["run", "-q", "-c", conf.to_str().unwrap(), "--duration", "1"])
-            .args(["--json", json.to_str().unwrap()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let t = Instant::now();
-        while !sock.exists() {
-            assert!(t.elapsed() < Duration::from_secs(20), "pktgen did not create its memif socket");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        std::thread::sleep(Duration::from_millis(500));
-        (g, json)
-    };
-    let finish = |g: std::process::Child, json: &Path| -> (u64, u64) {
-        let o = g.wait_with_output().unwrap();
-        assert_eq!(o.status.code(), Some(0), "pktgen failed:\n{}", String::from_utf8_lossy(&o.stderr));
-        let p: Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
-        (u(&p["streams"][0]["tx"]["packets"]), u(&p["streams"][0]["rx"]["packets"]))
-    };
+    let server = |session: usize| memif_server(&dir, &conf, &sock, session);
+    let finish = finished;
     let (g, json) = server(0);
     let mut dpu = Command::new(common::dpu_bin())
         .args(["-c", app.to_str().unwrap(), "--stats-json", stats.to_str().unwrap(), "--duration", "120"])

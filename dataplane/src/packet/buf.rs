@@ -122,8 +122,11 @@ pub struct VecBuf {
     mem: Vec<u8>,
     start: usize,
     end: usize,
-    /// Bytes in the first segment of a modelled chain; 0 for one segment.
-    seg: usize,
+    /// The end of the first segment in `mem` (`end` for one segment: the data is then one
+    /// slice, read without a test, as an mbuf's first segment is).
+    first_end: usize,
+    /// Whether the frame is a modelled chain of two segments.
+    seg: bool,
     /// The rx timestamp (µs) that [`PacketBuf::rx_timestamp_us`] reports.
     pub timestamp_us: Option<u64>,
     /// The rx checksum verdicts that [`PacketBuf::rx_checksum`] reports (default: unknown).
@@ -137,7 +140,8 @@ impl VecBuf {
             mem: vec![0; VEC_HEADROOM + VEC_DATA_ROOM],
             start: VEC_HEADROOM,
             end: VEC_HEADROOM,
-            seg: 0,
+            first_end: VEC_HEADROOM,
+            seg: false,
             timestamp_us: None,
             rx_checksum: RxChecksum::UNKNOWN,
         }
@@ -149,6 +153,7 @@ impl VecBuf {
         let n = frame.len().min(VEC_DATA_ROOM);
         b.mem[b.start..b.start + n].copy_from_slice(&frame[..n]);
         b.end = b.start + n;
+        b.first_end = b.end;
         b
     }
 
@@ -156,8 +161,9 @@ impl VecBuf {
     /// `first` bytes (one segment when `first` is 0 or covers the whole frame).
     pub fn segmented(frame: &[u8], first: usize) -> Self {
         let mut b = Self::from_frame(frame);
-        if first < b.end - b.start {
-            b.seg = first;
+        if first > 0 && first < b.end - b.start {
+            b.seg = true;
+            b.first_end = b.start + first;
         }
         b
     }
@@ -167,14 +173,6 @@ impl VecBuf {
         &self.mem[self.start..self.end]
     }
 
-    /// The end of the first segment in `mem`.
-    fn first_end(&self) -> usize {
-        if self.seg == 0 {
-            self.end
-        } else {
-            self.start + self.seg
-        }
-    }
 }
 
 impl Default for VecBuf {
@@ -185,36 +183,29 @@ impl Default for VecBuf {
 
 impl PacketBuf for VecBuf {
     fn data(&self) -> &[u8] {
-        &self.mem[self.start..self.first_end()]
+        &self.mem[self.start..self.first_end]
     }
     fn data_mut(&mut self) -> &mut [u8] {
-        let e = self.first_end();
-        &mut self.mem[self.start..e]
+        &mut self.mem[self.start..self.first_end]
     }
     fn total_len(&self) -> usize {
         self.end - self.start
     }
     fn is_segmented(&self) -> bool {
-        self.seg != 0
+        self.seg
     }
     fn prepend(&mut self, len: usize) -> bool {
         if len > self.start {
             return false;
         }
         self.start -= len;
-        if self.seg != 0 {
-            self.seg += len;
-        }
         true
     }
     fn adj(&mut self, len: usize) -> bool {
-        if len > self.first_end() - self.start {
+        if len > self.first_end - self.start {
             return false;
         }
         self.start += len;
-        if self.seg != 0 {
-            self.seg -= len;
-        }
         true
     }
     fn append(&mut self, len: usize) -> bool {
@@ -222,13 +213,19 @@ impl PacketBuf for VecBuf {
             return false;
         }
         self.end += len;
+        if !self.seg {
+            self.first_end = self.end;
+        }
         true
     }
     fn trim(&mut self, len: usize) -> bool {
-        if len > self.end - (if self.seg == 0 { self.start } else { self.first_end() }) {
+        if len > self.end - (if self.seg { self.first_end } else { self.start }) {
             return false;
         }
         self.end -= len;
+        if !self.seg {
+            self.first_end = self.end;
+        }
         true
     }
     fn rx_timestamp_us(&self) -> Option<u64> {
