@@ -172,7 +172,6 @@ impl VecBuf {
     pub fn whole(&self) -> &[u8] {
         &self.mem[self.start..self.end]
     }
-
 }
 
 impl Default for VecBuf {

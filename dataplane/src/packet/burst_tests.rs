@@ -64,11 +64,7 @@ fn datapath() -> Datapath {
     let loaded = load_str(&format!("{}{TABLES}", null_ports(3)), Path::new("burst.toml")).unwrap();
     assert!(loaded.pipeline.can_stage_bursts());
     assert!(!loaded.pipeline.stages_bursts(), "small tables: staged only when asked");
-    let local = vec![PortAddr {
-        mac: EthernetAddress([2, 0, 0, 0, 0, 0xfe]),
-        ipv4: Some([10, 0, 0, 254]),
-        ipv6: None,
-    }];
+    let local = vec![PortAddr { mac: EthernetAddress([2, 0, 0, 0, 0, 0xfe]), ipv4: Some([10, 0, 0, 254]), ipv6: None }];
     Datapath::new(loaded.pipeline, 3, DEFAULT_UDP_PORT).with_local_addresses(local).with_staging(Staging::Always)
 }
 

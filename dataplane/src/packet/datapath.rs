@@ -872,7 +872,8 @@ impl<B: PacketBuf> Datapath<B> {
     /// the pipeline) is [`Way::Consume`]; the rest go through the tables.
     #[inline(always)]
     fn way(&self, p: &Parsed, in_port: u16) -> Way {
-        let neighbor = p.has(Layers::ARP) || (p.has(Layers::IPV6) && p.ip_proto == crate::wire::ndp::NEXT_HEADER_ICMPV6);
+        let neighbor =
+            p.has(Layers::ARP) || (p.has(Layers::IPV6) && p.ip_proto == crate::wire::ndp::NEXT_HEADER_ICMPV6);
         if (neighbor && self.local.get(in_port as usize).is_some())
             || (p.ipv6_bad_segments_left && self.for_the_appliance(p, in_port))
         {

@@ -27,6 +27,8 @@ pub mod action;
 pub mod agg;
 #[deny(unsafe_code)]
 pub mod buf;
+#[cfg(test)]
+mod burst_tests;
 #[deny(unsafe_code)]
 pub mod datapath;
 #[deny(unsafe_code)]
@@ -46,8 +48,6 @@ pub mod prefetch;
 pub mod sched;
 #[cfg(test)]
 mod segmented_tests;
-#[cfg(test)]
-mod burst_tests;
 #[deny(unsafe_code)]
 pub mod stats;
 #[deny(unsafe_code)]

@@ -675,7 +675,18 @@ impl Pipeline {
                 Some(hit) if t == 0 => hit,
                 _ => table.lookup(p, meta),
             };
-            t = self.run_table::<INLINE_METERS, B>(t, table, base[t], hit, &mut tally, buf, p, meta, &mut len, &mut egress);
+            t = self.run_table::<INLINE_METERS, B>(
+                t,
+                table,
+                base[t],
+                hit,
+                &mut tally,
+                buf,
+                p,
+                meta,
+                &mut len,
+                &mut egress,
+            );
         }
         egress
     }
@@ -724,9 +735,7 @@ impl Pipeline {
                 Action::Goto(to) => next = *to as usize,
                 Action::Exit => next = END,
                 Action::Count(c) => counts.named[*c as usize].hit(*len),
-                Action::MeterAt(m, i) if INLINE_METERS => {
-                    meter_inline(counts.meters, *m, u64::from(*i), p, meta, *len)
-                }
+                Action::MeterAt(m, i) if INLINE_METERS => meter_inline(counts.meters, *m, u64::from(*i), p, meta, *len),
                 Action::PoliceAt(m, i) if INLINE_METERS => {
                     meter_inline(counts.meters, *m, u64::from(*i), p, meta, *len);
                     if meta.color == crate::meter::Color::Red {
