@@ -76,6 +76,13 @@ impl Staging {
     }
 }
 
+/// Whether `p` is ARP or ICMPv6 (neighbour discovery among it), which
+/// [`crate::neighbor::answer`] looks at when the ingress port has addresses.
+#[inline(always)]
+fn is_neighbor_message(p: &Parsed) -> bool {
+    p.has(Layers::ARP) || (p.has(Layers::IPV6) && p.ip_proto == crate::wire::ndp::NEXT_HEADER_ICMPV6)
+}
+
 /// Which way a parsed packet of a burst goes, judged before any of them goes on
 /// ([`Datapath::way`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -686,8 +693,9 @@ impl<B: PacketBuf> Datapath<B> {
             return;
         }
 
-        // With meters. Stage 2: the first table's lookups (the packets are as parsed, so this is the lookup
-        // the pipeline would do first), after prefetching what they read first.
+        // Not staged (meters, or small tables). Stage 2: the first table's lookups (the packets
+        // are as parsed, so this is the lookup the pipeline would do first), after prefetching
+        // what they read first.
         if let Some(first) = self.pipeline.tables.first() {
             for (p, v) in parsed.iter().zip(verdict_n.iter()) {
                 if v.is_ok() {
@@ -740,7 +748,7 @@ impl<B: PacketBuf> Datapath<B> {
         now_us: u64,
     ) {
         self.tick(&pkt);
-        if p.has(Layers::ARP) || (p.has(Layers::IPV6) && p.ip_proto == crate::wire::ndp::NEXT_HEADER_ICMPV6) {
+        if is_neighbor_message(p) {
             if let Some(addr) = self.local.get(in_port as usize) {
                 if pkt.is_segmented() {
                     // The answerer reads (and answers in) the whole packet.
@@ -872,9 +880,7 @@ impl<B: PacketBuf> Datapath<B> {
     /// the pipeline) is [`Way::Consume`]; the rest go through the tables.
     #[inline(always)]
     fn way(&self, p: &Parsed, in_port: u16) -> Way {
-        let neighbor =
-            p.has(Layers::ARP) || (p.has(Layers::IPV6) && p.ip_proto == crate::wire::ndp::NEXT_HEADER_ICMPV6);
-        if (neighbor && self.local.get(in_port as usize).is_some())
+        if (is_neighbor_message(p) && self.local.get(in_port as usize).is_some())
             || (p.ipv6_bad_segments_left && self.for_the_appliance(p, in_port))
         {
             Way::Other

@@ -19,9 +19,11 @@ use crate::meta::Meta;
 use crate::parse::Parsed;
 use crate::prefetch::prefetch;
 
-/// Bytes of a table's lookup memory above which [`Pipeline::stages_bursts`] stages bursts
-/// (256 KiB: the L2 cache of many x86 cores, shared with everything else a worker touches).
-pub const STAGE_ABOVE: usize = 256 << 10;
+/// Bytes of a table's lookup memory above which [`Pipeline::stages_bursts`] stages bursts:
+/// the bound under which an exact table's slots are not prefetched either
+/// ([`super::exact::PREFETCH_ABOVE`], 256 KiB, more than the L2 cache of most x86 cores keeps
+/// beside everything else a worker touches).
+pub const STAGE_ABOVE: usize = super::exact::PREFETCH_ABOVE;
 
 /// Most packets [`Pipeline::apply_burst`] takes at once (the data path's `MAX_BURST`).
 pub const MAX_LANES: usize = 512;
@@ -69,9 +71,10 @@ impl Pipeline {
     /// True when bursts should go through [`Pipeline::apply_burst`]: they can
     /// ([`Pipeline::can_stage_bursts`]) and a table after the first (whose lookups the data
     /// path batches anyway) reads more than [`STAGE_ABOVE`] bytes of lookup memory. With
-    /// smaller tables the lookups hit L1 or L2 and the stages' extra loops cost more than the
-    /// overlapped misses save (`examples/big_table.rs`: 9% slower with a 32 KiB exact table,
-    /// even at 256 KiB, 9% faster at 512 KiB, 1.5x at 64 MiB).
+    /// smaller tables the lookups hit L1 or L2 and the stages' extra loops cost about what the
+    /// overlapped misses save (`examples/big_table.rs`, staged against per-packet: 0.98x with
+    /// a 32 KiB exact table, 1.08x at 256 KiB, 1.18x at 512 KiB, 2.06x at 4 MiB, 1.94x at
+    /// 64 MiB; the bench pipeline's small tables forced staged ran about 5% slower).
     #[inline]
     pub fn stages_bursts(&self) -> bool {
         self.can_stage_bursts() && self.tables.iter().skip(1).any(|t| t.memory_bytes() > STAGE_ABOVE)

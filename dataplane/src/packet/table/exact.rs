@@ -222,7 +222,9 @@ impl<const W: usize> Table<W> {
     /// Prefetches the slot where the probe for `k` starts.
     #[inline(always)]
     fn prefetch(&self, k: &[u64; W]) {
-        crate::prefetch::prefetch(&self.slots[hash(k) as usize & self.mask]);
+        if let Some(slot) = self.slots.get(hash(k) as usize & self.mask) {
+            crate::prefetch::prefetch(slot);
+        }
     }
 
     /// Probes for `k`. Terminates because the table is never more than half full.

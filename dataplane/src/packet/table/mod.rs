@@ -297,8 +297,7 @@ impl Table {
             return;
         }
         match (self.path, &self.matcher, &self.key[..]) {
-            (KeyPath::LpmWord(f), Matcher::Lpm(m), _) => m.prefetch_word(f.word(p, meta)),
-            (KeyPath::ExactWord(f), Matcher::Exact(m), _) => m.prefetch_word(f.word(p, meta)),
+            (KeyPath::LpmWord(f) | KeyPath::ExactWord(f), _, _) => self.prefetch_word(f.word(p, meta)),
             // Without exact fields, the LPM field is the whole key.
             (_, Matcher::Lpm(m), [kf]) => {
                 let mut bytes = [0; KEY_MAX];
