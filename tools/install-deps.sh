@@ -20,33 +20,24 @@ missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# OVS-DPDK, the peer in `make bench` (tools/bench/ovs.py) and tools/bench/test_ovs.py: Debian's
+# openvswitch-switch-dpdk (OVS 3.1 on DPDK 22.11). The bench runs its own private ovsdb-server
+# and ovs-vswitchd-dpdk, so the package's service is kept from starting at install: a
+# policy-rc.d that refuses, for the install only (removed on any exit), unless one is there.
+ovs=openvswitch-switch-dpdk
+dpkg-query -W -f='${Status}' "$ovs" 2>/dev/null | grep -q "install ok installed" || missing+=("$ovs")
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   # tshark asks whether non-root users may capture; answer no.
   echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections || true
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
-
-# OVS-DPDK, the peer in `make bench` (tools/bench/ovs.py) and tools/bench/test_ovs.py: Debian's
-# openvswitch-switch-dpdk (OVS 3.1 on DPDK 22.11), installed only when missing. The bench runs
-# its own private ovsdb-server and ovs-vswitchd-dpdk, so the package's service is kept from
-# starting at install (a policy-rc.d that refuses, for the install only, unless one is there).
-if ! dpkg-query -W -f='${Status}' openvswitch-switch-dpdk 2>/dev/null | grep -q "install ok installed"; then
-  echo "install-deps: installing openvswitch-switch-dpdk (its service not started)"
-  export DEBIAN_FRONTEND=noninteractive
-  own_policy=""
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
+  if [[ " ${missing[*]} " == *" $ovs "* ]] && [ ! -e /usr/sbin/policy-rc.d ]; then
+    trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
     printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
     $SUDO chmod 755 /usr/sbin/policy-rc.d
-    own_policy=1
   fi
-  $SUDO apt-get update -qq
-  rc=0
-  $SUDO apt-get install -y -qq --no-install-recommends openvswitch-switch-dpdk >/dev/null || rc=$?
-  if [ -n "$own_policy" ]; then $SUDO rm -f /usr/sbin/policy-rc.d; fi
-  [ "$rc" -eq 0 ] || exit "$rc"
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 # scapy and numpy for the protocol checker; ml_dtypes for the Python client's bfloat16 arrays.
@@ -80,9 +71,10 @@ fi
 
 # The native client (client/py: the Rust client as the Python module gradclient_native, PyO3),
 # built with maturin into a wheel and installed into .venv. Rebuilt only when the Rust client's
-# sources change (a hash of them is kept beside the venv), so a second `make deps` does nothing.
-native_hash=$(cat Cargo.lock client/Cargo.toml client/py/Cargo.toml client/py/pyproject.toml \
-  $(find client/src client/py/src -name '*.rs' | sort) dataplane/src/packet/wire/gradient.rs | sha256sum | cut -d' ' -f1)
+# sources or those of the dataplane crate it depends on change (a hash of them is kept beside the
+# venv), so a second `make deps` does nothing.
+native_hash=$(cat Cargo.lock client/Cargo.toml client/py/Cargo.toml client/py/pyproject.toml dataplane/Cargo.toml \
+  $(find client/src client/py/src dataplane/src -name '*.rs' | sort) | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$VENV/.gradclient-native" 2>/dev/null)" != "$native_hash" ] \
    || ! "$VENV/bin/python" -c 'import gradclient_native' 2>/dev/null; then
   if ! "$VENV/bin/python" -m maturin --version >/dev/null 2>&1; then

@@ -1,6 +1,6 @@
 """`NativeClient`: the Rust client (crate `gradclient`, built as the extension module
 `gradclient_native` from client/py by `make deps`) behind the pure-Python `Client`'s interface,
-and `select_client`, which picks one by `GRADCLIENT_IMPL` (native, python or auto).
+and `client_class`, which picks one by `GRADCLIENT_IMPL` (native, python or auto).
 
 The native client batches its system calls (sendmmsg, recvmmsg) and releases the interpreter's
 lock during a call; it sends the same datagrams as the pure-Python client, so the two produce
@@ -147,6 +147,8 @@ class NativeClient:
             raise ValueError("allreduce_into needs a writeable C-contiguous numpy array")
         if array.dtype.byteorder == ">":
             raise ValueError("allreduce_into needs an array in little-endian byte order")
+        if offset < 0:
+            raise ValueError("allreduce_into needs a non-negative offset")
         lanes = wire_view(array, c.dtype)
         try:
             self._c.allreduce_range_bytes(lanes.reshape(-1).view(np.uint8), offset)

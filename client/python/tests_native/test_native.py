@@ -79,7 +79,7 @@ class NativeAgreesBitForBit(unittest.TestCase):
         for s in stats:
             chunks = -(-length // CHUNK)
             self.assertEqual(s["results"], chunks)
-            self.assertEqual(s["datagrams"], s["sent"] + s["probes"])
+            self.assertGreaterEqual(s["sent"], chunks)  # every chunk's contribution went out
             self.assertEqual(s["probes"], TENSOR // CHUNK + 1)  # every chunk probed before the first call
             # A window's datagrams leave in one sendmmsg: 16 probes and 16 contributions in
             # windows of 8 take far fewer calls than datagrams.
