@@ -62,6 +62,8 @@ test: deps
 # same vdevs (Mpps, one worker core): prints one table, also written to target/bench/results.md.
 # BENCH_SECONDS and BENCH_REPS (default 5 and 3) set the length of the DPDK runs; the dpu rows
 # are also counted under callgrind (instructions per packet of the worker's burst path).
+# Then one collective on one worker thread beside the same collective sharded over two pinned
+# worker threads (dataplane/examples/shard_scale.rs: M contributions/s and the ratio, about 15 s).
 # Last, the two-process rows over net_memif (tools/bench/memif.py: MEMIF_SECONDS, MEMIF_REPS,
 # MEMIF_ROWS, default 2 s, 1 repetition, every row: about 5 minutes), written to
 # target/bench/memif.md.
@@ -71,6 +73,7 @@ bench: build
 	$(CARGO) bench -p dataplane --bench meter -- --noplot
 	python3 tools/bench/run.py --callgrind
 	python3 tools/bench/agg.py
+	$(CARGO) run --release -p dataplane --no-default-features --example shard_scale
 	python3 tools/bench/pktgen.py
 	python3 tools/bench/memif.py
 

@@ -52,8 +52,16 @@ fn u(v: &Value) -> u64 {
 }
 
 /// Checks a split replay by its counters: every contribution received and folded, every round
-/// completed, one result per member per round sent, nothing lost, the pool back to empty.
+/// completed, one result per member per round sent, nothing lost, the pool back to empty; half
+/// of the contributions handed between the workers.
 fn assert_lossless(run: &Run, contributions: u64, rounds: u64, members: u64) {
+    // Half of each collective's contributions arrive on the port of the worker that does not
+    // own it.
+    assert_counts(run, contributions, rounds, rounds * members, contributions / 2);
+}
+
+/// [`assert_lossless`] with `results` results sent and `handed` contributions handed off.
+fn assert_counts(run: &Run, contributions: u64, rounds: u64, results: u64, handed: u64) {
     run.assert_ok();
     let s = run.stats();
     assert_eq!(s["workers"], 2);
@@ -66,13 +74,11 @@ fn assert_lossless(run: &Run, contributions: u64, rounds: u64, members: u64) {
     let a = &s["aggregation"];
     assert_eq!(u(&a["folded"]), contributions, "every contribution folded:\n{}", run.stdout());
     assert_eq!(u(&a["completed"]), rounds, "every round completed");
-    assert_eq!(u(&a["results"]), rounds * members, "one result per member per round");
+    assert_eq!(u(&a["results"]), results, "one result per member per round");
     assert_eq!(u(&a["resends"]), 0);
-    // Half of each collective's contributions arrive on the port of the worker that does not
-    // own it.
-    assert_eq!(u(&a["handed_off"]), contributions / 2);
+    assert_eq!(u(&a["handed_off"]), handed, "handed between the workers:\n{}", run.stdout());
     let sent: u64 = (0..2).map(|i| u(&s["ports"][i]["ethdev"]["opackets"])).sum();
-    assert_eq!(sent, rounds * members, "every result left a port");
+    assert_eq!(sent, results, "every result left a port");
     assert_eq!(s["mbufs_in_use_after"], 0, "the mempool is back at its baseline");
 }
 
@@ -218,4 +224,83 @@ fn a_replay_that_loses_packets_exits_1_and_names_the_losses() {
     assert!(out.contains("losses: 5 packets not processed for lack of resources (rx_nombuf=5)\n"), "{out}");
     let e = run.stderr();
     assert!(e.contains("dpu: error: the replay lost 5 packets for lack of resources (rx_nombuf=5)"), "{e}");
+}
+
+/// `[dataplane] shard_collectives = true`: collective 1 (UDP, 16 ranks, 64 chunks) is spread
+/// over both workers by chunk (chunk k on worker k % 2), collective 2 (RoCEv2, 4 ranks) keeps
+/// one owner, worker 1 (section 6's PSN sequence). Ranks 0-11 arrive on worker 0's port, ranks
+/// 12-15 on worker 1's, so of collective 1's 1024 contributions those of odd chunks from ranks
+/// 0-11 and of even chunks from ranks 12-15 are handed over: 32 x 12 + 32 x 4 = 512, half
+/// (without sharding, ranks 12-15's 256: a quarter); of collective 2's 128 those on port 0,
+/// ranks 0-1: 64. Every result is checked by the independent checker, the RoCEv2 PSNs
+/// included.
+#[test]
+fn a_sharded_collective_is_spread_over_both_workers_and_passes_the_checker() {
+    let dir = scratch("handoff-shard");
+    let udp = pktgen(
+        &dir.join("udp"),
+        &[
+            "--workers",
+            "16",
+            "--tensor-elements",
+            &(64 * 64).to_string(),
+            "--chunk-elements",
+            "64",
+            "--collective-id",
+            "1",
+            "--seed",
+            "3",
+            "--shuffle",
+        ],
+    );
+    let roce = pktgen(
+        &dir.join("roce"),
+        &[
+            "--workers",
+            "4",
+            "--tensor-elements",
+            &(32 * 64).to_string(),
+            "--chunk-elements",
+            "64",
+            "--collective-id",
+            "2",
+            "--seed",
+            "4",
+            "--shuffle",
+            "--carriage",
+            "rocev2",
+        ],
+    );
+    let colls = format!("{}\n{}", collectives_via_ports(&udp, 12..16), collectives_via_ports(&roce, 2..4));
+    // Collective 2's ranks 2-3 (MACs ..:01:02, ..:01:03) arrive on port 1 too.
+    let (in0, in1) = split_by_rank(&dir, &[&udp, &roce], |r| usize::from(r >= 12));
+    let (in0, in1) = {
+        // split_by_rank splits by rank alone; move collective 2's ranks 2-3 over by hand.
+        let mut by_port = [read_pcap_records(&in0), read_pcap_records(&in1)];
+        let (two, rest): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut by_port[0]).into_iter().partition(|(_, f)| is_rocev2(f) && f[11] >= 2);
+        by_port[0] = rest;
+        by_port[1].extend(two);
+        by_port[1].sort_by_key(|(t, _)| *t);
+        write_pcap_at(&in0, &by_port[0]);
+        write_pcap_at(&in1, &by_port[1]);
+        (in0, in1)
+    };
+    let (o0, o1) = (dir.join("out0.pcap"), dir.join("out1.pcap"));
+    for (shard, handed) in [(true, 512 + 64), (false, 256 + 64)] {
+        let conf = write_config(
+            &dir,
+            "c.toml",
+            &format!("{TWO_WORKERS}\n[dataplane]\nshard_collectives = {shard}\n{SPLIT_PORTS}\n{colls}"),
+        );
+        let run = run_two_ports(&dir, &conf, &in0, &in1, Some((&o0, &o1)));
+        assert_counts(&run, 1024 + 128, 64 + 32, 64 * 16 + 32 * 4, handed);
+        let (ok, text) = gradcheck(&conf, &[&in0, &in1], &[&o0, &o1]);
+        assert!(ok, "shard_collectives = {shard}: {text}");
+    }
+}
+
+/// A frame to UDP port 4791 (RoCEv2), untagged IPv4.
+fn is_rocev2(f: &[u8]) -> bool {
+    f.len() > 38 && f[12..14] == [0x08, 0x00] && f[23] == 17 && f[36..38] == 4791u16.to_be_bytes()
 }

@@ -118,11 +118,16 @@ impl PacketIo for Sink {
 }
 
 pub fn conf(carriage: &str, n: usize, chunk: usize) -> String {
+    conf_sized(carriage, n, chunk, SLOTS)
+}
+
+/// [`conf`] with a tensor of `slots` chunks.
+pub fn conf_sized(carriage: &str, n: usize, chunk: usize, slots: usize) -> String {
     let mut s = format!(
         "[mempool]\ndata_room = 9344\n[[port]]\nvdev = \"net_null0\"\nmac = \"{APP_MAC}\"\nipv4 = \"10.0.0.254\"\n\
          [[collective]]\ncollective_id = 1\nop = \"sum\"\ndtype = \"f32\"\ncarriage = \"{carriage}\"\n\
          tensor_elements = {}\nchunk_elements = {chunk}\ndeterministic = true\n",
-        SLOTS * chunk
+        slots * chunk
     );
     for k in 0..n {
         s += &format!(
@@ -143,16 +148,21 @@ pub struct Case {
 
 impl Case {
     pub fn new(carriage: &str, n: usize, chunk: usize) -> Case {
-        let text = conf(carriage, n, chunk);
+        Case::sized(carriage, n, chunk, SLOTS, ROUNDS)
+    }
+
+    /// [`Case::new`] with `slots` chunks and `rounds` rounds.
+    pub fn sized(carriage: &str, n: usize, chunk: usize, slots: usize, rounds: u32) -> Case {
+        let text = conf_sized(carriage, n, chunk, slots);
         let l = load_str(&text, Path::new("bench.toml")).unwrap_or_else(|e| panic!("{e}"));
         let coll = l.collectives[0].clone();
         let roce = coll.carriage == Carriage::Rocev2;
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
         let mut frames = Vec::new();
         let mut psn = vec![0u32; n];
-        for round in 0..ROUNDS {
+        for round in 0..rounds {
             for (rank, m) in coll.members.iter().enumerate() {
-                for slot in 0..SLOTS {
+                for slot in 0..slots {
                     let payload: Vec<u8> = (0..chunk)
                         .flat_map(|_| {
                             rng ^= rng << 13;
@@ -213,6 +223,22 @@ impl Case {
         let ports = vec![PortAddr { mac: APP_MAC.parse().unwrap(), ipv4: l.port_ipv4[0], ipv6: l.port_ipv6[0] }];
         let agg = Aggregator::new(&l.collectives, ports, DEFAULT_UDP_PORT, 1);
         Datapath::new(l.pipeline, 1, DEFAULT_UDP_PORT).with_checks(checks).with_aggregator(agg)
+    }
+
+    /// Worker `me`'s datapath of a run of `workers` whose collective is sharded over them
+    /// (`[dataplane] shard_collectives`): it holds the slots of the chunks `k` with
+    /// `k % workers == me`.
+    pub fn sharded_datapath(&self, me: u16, workers: u16) -> Datapath<PoolBuf> {
+        let l = load_str(&self.text, Path::new("bench.toml")).unwrap();
+        let ctx = dataplane::agg::swap::AggContext {
+            ports: vec![PortAddr { mac: APP_MAC.parse().unwrap(), ipv4: l.port_ipv4[0], ipv6: l.port_ipv6[0] }],
+            gradient_udp_port: DEFAULT_UDP_PORT,
+            appliance_qpn: 1,
+            workers,
+            shard: true,
+        };
+        let agg = Aggregator::with_context(&ctx, &l.collectives, me);
+        Datapath::new(l.pipeline, 1, DEFAULT_UDP_PORT).with_aggregator(agg)
     }
 
     /// Feeds every frame to `dp` in rx bursts of `burst` packets (`Datapath::process_burst`, the

@@ -171,6 +171,13 @@ pub struct DataplaneConfig {
     /// appliance consumes gets every check of the spec.
     #[serde(default)]
     pub verify_transit: bool,
+    /// Spread every UDP collective's slots over the workers by chunk (chunk `k` of the `i`-th
+    /// collective on worker `(i + k) % workers`), so that one collective uses every worker's
+    /// core; packets reaching another worker are handed to the chunk's owner. Default `false`:
+    /// each collective on one worker (`i % workers`). RoCEv2 collectives always keep one
+    /// owner (spec section 6's per-member PSN sequence).
+    #[serde(default)]
+    pub shard_collectives: bool,
 }
 
 impl Default for DataplaneConfig {
@@ -184,6 +191,7 @@ impl Default for DataplaneConfig {
             memory_limit_mb: None,
             stats_interval_ms: 0,
             verify_transit: false,
+            shard_collectives: false,
         }
     }
 }

@@ -926,7 +926,7 @@ impl<B: PacketBuf> Datapath<B> {
             self.counters.drop(r);
             return;
         }
-        let owner = agg.owner(p);
+        let owner = agg.owner(pkt.data(), p);
         if owner != agg.me() {
             // Software steering: the collective's state lives on another worker.
             match io.hand_off(owner, pkt) {

@@ -14,6 +14,10 @@ use strength_reduce::StrengthReducedU64;
 pub(super) struct Contribution {
     pub(super) coll: usize,
     pub(super) rank: usize,
+    /// The chunk of the tensor (offset / chunk_elements).
+    pub(super) chunk: usize,
+    /// Its slot in this worker's share of the collective's slots ([`super::state::Share`]:
+    /// the chunk itself unless the collective is sharded over the workers).
     pub(super) slot: usize,
     pub(super) round: u32,
     /// A PROBE (section 7): answered with a STATUS, never folded.
@@ -72,7 +76,12 @@ impl Aggregator {
         let dl = g.data_length() as u64;
         let present = p.grad_payload_len as u64;
         let off = g.tensor_offset() as u64;
-        let (slot, within) = StrengthReducedU64::div_rem(off, st.chunk_div);
+        let (chunk_index, within) = StrengthReducedU64::div_rem(off, st.chunk_div);
+        // This worker's slot of the chunk: the aggregator's steering ([`Aggregator::owner`])
+        // brings a sharded collective's chunk only to the worker whose share holds it.
+        let slot = if st.share.ways <= 1 { chunk_index } else { chunk_index / st.ways_div };
+        debug_assert!(st.share.ways <= 1 || chunk_index % st.share.ways as u64 == st.share.phase as u64);
+        let chunk = chunk_index as usize;
         if g.flags() & Flags::PROBE != 0 {
             // Section 7: as long as its answer; a chunk's offset (the chunk's length follows).
             if dl != probe_len(spec.workers()) as u64 || dl > present || (carriage == Carriage::Udp && present != dl) {
@@ -81,19 +90,18 @@ impl Aggregator {
             if within != 0 || off >= spec.tensor_elements {
                 return Err((Reason::GradBadOffset, BAD));
             }
-            return Ok(Contribution { coll, rank, slot: slot as usize, round: g.round(), probe: true });
+            return Ok(Contribution { coll, rank, chunk, slot: slot as usize, round: g.round(), probe: true });
         }
         // The dtype's size is a power of two: shifts and masks, no division.
         if dl & ((1 << st.size_log2) - 1) != 0 || dl > present || (carriage == Carriage::Udp && present != dl) {
             return Err((Reason::GradBadLength, BAD));
         }
         let count = dl >> st.size_log2;
-        let chunk = spec.chunk_elements as u64;
+        let full = spec.chunk_elements as u64;
         let last = off + count >= spec.tensor_elements;
-        if count == 0 || within != 0 || off + count > spec.tensor_elements || count > chunk || (count < chunk && !last)
-        {
+        if count == 0 || within != 0 || off + count > spec.tensor_elements || count > full || (count < full && !last) {
             return Err((Reason::GradBadOffset, BAD));
         }
-        Ok(Contribution { coll, rank, slot: slot as usize, round: g.round(), probe: false })
+        Ok(Contribution { coll, rank, chunk, slot: slot as usize, round: g.round(), probe: false })
     }
 }

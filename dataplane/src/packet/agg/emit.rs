@@ -11,7 +11,8 @@ use crate::wire::build::{self, FrameSpec, Roce, ROCEV2_PORT};
 use crate::wire::gradient::{Flags, GradientRepr, RANK_NONE};
 
 impl Aggregator {
-    /// Sends slot `s`'s kept result for `round` to every member (rule 2), or to `only` (rule 3).
+    /// Sends the kept result of chunk `k` (in this worker's slot `s`) for `round` to every
+    /// member (rule 2), or to `only` (rule 3).
     /// `spare` is a frame the caller is done with (the contribution that triggered the send):
     /// the first copy is written into it, in place, when it has the room (saving an mbuf
     /// allocation and a free, and touching bytes already in cache).
@@ -21,13 +22,14 @@ impl Aggregator {
         io: &mut I,
         coll: usize,
         s: usize,
+        k: usize,
         round: u32,
         only: Option<usize>,
         mut spare: Option<I::Buf>,
         counters: &mut Counters,
     ) {
         let st = &mut self.colls[coll];
-        let lanes = st.lanes(s);
+        let lanes = st.lanes(k);
         let size = st.spec.dtype.size();
         let chunk = st.spec.chunk_elements as usize;
         let payload = &st.result[s * chunk * size..s * chunk * size + lanes * size];
@@ -54,9 +56,9 @@ impl Aggregator {
             let sent = match templates {
                 Some(t) => {
                     let patch = template::Patch {
-                        tensor_offset: (s * chunk) as u32,
+                        tensor_offset: (k * chunk) as u32,
                         round,
-                        roce: roce.then_some((result_source_port(s), psn)),
+                        roce: roce.then_some((result_source_port(k), psn)),
                     };
                     send_templated(io, &mut spare, port, t, r, &patch, payload, sums, counters)
                 }
@@ -67,7 +69,7 @@ impl Aggregator {
                         self.gradient_udp_port,
                         self.appliance_qpn,
                         r,
-                        s,
+                        k,
                         round,
                         psn,
                         lanes,
@@ -94,13 +96,13 @@ pub fn max_result_frame_len(spec: &Collective) -> usize {
         .unwrap_or(0)
 }
 
-/// The UDP source port of slot `s`'s RoCEv2 RESULT frames (spec section 6: entropy for ECMP).
+/// The UDP source port of chunk `k`'s RoCEv2 RESULT frames (spec section 6: entropy for ECMP).
 #[inline]
-fn result_source_port(s: usize) -> u16 {
-    0xc000 | (s as u16 & 0x3fff)
+fn result_source_port(k: usize) -> u16 {
+    0xc000 | (k as u16 & 0x3fff)
 }
 
-/// The headers of member `r`'s RESULT frame for slot `s` of `spec` in `round` (spec section 6):
+/// The headers of member `r`'s RESULT frame for chunk `k` of `spec` in `round` (spec section 6):
 /// from the appliance's addresses on the member's port, with `lanes` lanes of payload and, on
 /// RoCEv2, BTH PSN `psn`.
 #[allow(clippy::too_many_arguments)]
@@ -110,7 +112,7 @@ pub(super) fn result_spec(
     gradient_udp_port: u16,
     appliance_qpn: u32,
     r: usize,
-    s: usize,
+    k: usize,
     round: u32,
     psn: u32,
     lanes: usize,
@@ -135,7 +137,7 @@ pub(super) fn result_spec(
         dscp: spec.dscp,
         ecn: 2,
         ttl: 64,
-        src_port: if roce.is_some() { result_source_port(s) } else { gradient_udp_port },
+        src_port: if roce.is_some() { result_source_port(k) } else { gradient_udp_port },
         dst_port: if roce.is_some() { ROCEV2_PORT } else { m.udp_port },
         roce,
         header: GradientRepr {
@@ -146,7 +148,7 @@ pub(super) fn result_spec(
             dtype: spec.dtype.wire(),
             reason: 0,
             worker_rank: RANK_NONE,
-            tensor_offset: (s * chunk) as u32,
+            tensor_offset: (k * chunk) as u32,
             data_length: (lanes * spec.dtype.size()) as u32,
             round,
         },

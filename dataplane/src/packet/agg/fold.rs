@@ -11,7 +11,7 @@ impl Aggregator {
         // place, not copied per contribution.
         let Aggregator { kernels: k, colls, counters, .. } = self;
         let st = &mut colls[c.coll];
-        let lanes = st.lanes(c.slot);
+        let lanes = st.lanes(c.chunk);
         let chunk = st.spec.chunk_elements as usize;
         let size = st.spec.dtype.size();
         let (op, dt) = (st.spec.op, st.spec.dtype);

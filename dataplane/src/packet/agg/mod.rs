@@ -44,7 +44,7 @@ pub use emit::max_result_frame_len;
 use crate::buf::{PacketBuf, PacketIo};
 use crate::parse::{Layers, Parsed};
 use crate::stats::{Counters, Reason};
-use crate::wire::gradient::NakReason;
+use crate::wire::gradient::{GradientHeader, NakReason};
 use crate::wire::EthernetAddress;
 use collective::Collective;
 use kernels::Kernels;
@@ -52,6 +52,7 @@ use nak::member_sources;
 use serde::Serialize;
 use slot::Verdict;
 use state::CollState;
+use swap::AggContext;
 
 /// What the aggregator knows of one port: the appliance's own addresses there.
 #[derive(Debug, Clone, Copy, Default)]
@@ -210,8 +211,15 @@ pub struct Aggregator {
     me: u16,
     /// By `index` value: the worker owning that collective, `me` for 0 (no collective).
     /// Collective `i` (0-based, in config order) is owned by worker `i % workers`: its slots
-    /// and PSN counters live there only. Precomputed so that steering takes no division.
+    /// and PSN counters live there only. Precomputed so that steering takes no division. For
+    /// a collective sharded over the workers, the owner of its chunk 0 (chunk `k` is then
+    /// owned by worker `(owner + k) % workers`).
     owners: Vec<u16>,
+    /// By `index` value: whether that collective is sharded over the workers
+    /// ([`AggContext::shard`]).
+    sharded: Vec<bool>,
+    /// The workers of the run, as a divisor by multiplication (a sharded chunk's owner).
+    workers: strength_reduce::StrengthReducedU64,
     /// The aggregator's counters.
     pub counters: AggCounters,
 }
@@ -225,7 +233,8 @@ impl Aggregator {
 
     /// The aggregator of worker `me` of `workers`: it allocates the slots of the collectives it
     /// owns (collective `i` belongs to worker `i % workers`); packets of the others are handed
-    /// to their owner ([`Aggregator::owner`]).
+    /// to their owner ([`Aggregator::owner`]). No collective is sharded: see
+    /// [`Aggregator::with_context`].
     pub fn for_worker(
         collectives: &[Collective],
         ports: Vec<PortAddr>,
@@ -234,30 +243,37 @@ impl Aggregator {
         me: u16,
         workers: u16,
     ) -> Self {
+        let ctx = AggContext { ports, gradient_udp_port, appliance_qpn, workers, shard: false };
+        Self::with_context(&ctx, collectives, me)
+    }
+
+    /// The aggregator of worker `me` of `ctx.workers`, answering from `ctx`'s addresses:
+    /// collective `i` belongs to worker `i % workers`, or, when `ctx.shard` spreads it over the
+    /// workers ([`AggContext::sharded`]), its chunk `k` to worker `(i + k) % workers`. It
+    /// allocates the slots it holds now (spec section 3); packets of the others are handed to
+    /// their owner ([`Aggregator::owner`]).
+    pub fn with_context(ctx: &AggContext, collectives: &[Collective], me: u16) -> Self {
         let mut index = vec![0u16; 1 << 16];
         for (i, c) in collectives.iter().enumerate() {
             index[c.id as usize] = i as u16 + 1;
         }
-        let workers = workers.max(1);
+        let workers = ctx.workers.max(1);
+        let owners: Vec<u16> = (0..collectives.len()).map(|i| (i % workers as usize) as u16).collect();
         let naks = std::sync::Arc::new(nak::SharedNakLimiter::with_members(member_sources(collectives)));
         Aggregator {
             colls: collectives
                 .iter()
-                .enumerate()
-                .map(|(i, c)| {
-                    if i as u16 % workers == me {
-                        CollState::owned(c.clone(), &ports, gradient_udp_port, appliance_qpn)
-                    } else {
-                        CollState::unowned(c.clone())
-                    }
-                })
+                .zip(&owners)
+                .map(|(c, &owner)| CollState::for_worker(ctx, c, owner, me))
                 .collect(),
             me,
-            owners: std::iter::once(me).chain((0..collectives.len()).map(|i| (i % workers as usize) as u16)).collect(),
+            sharded: std::iter::once(false).chain(collectives.iter().map(|c| ctx.sharded(c))).collect(),
+            owners: std::iter::once(me).chain(owners).collect(),
+            workers: strength_reduce::StrengthReducedU64::new(workers as u64),
             index,
-            ports,
-            gradient_udp_port,
-            appliance_qpn,
+            ports: ctx.ports.clone(),
+            gradient_udp_port: ctx.gradient_udp_port,
+            appliance_qpn: ctx.appliance_qpn,
             kernels: Kernels::detect(),
             naks,
             counters: AggCounters::default(),
@@ -318,10 +334,27 @@ impl Aggregator {
     }
 
     /// The worker that owns `p`'s collective (this one for unknown collectives: it answers
-    /// with the NAK).
+    /// with the NAK), or for a sharded collective the worker holding the slot of the chunk
+    /// `frame`'s gradient header names (its tensor offset / `chunk_elements`; the chunk 0's
+    /// owner when the header is cut short: that worker refuses it).
     #[inline]
-    pub fn owner(&self, p: &Parsed) -> u16 {
-        self.owners[self.index[p.grad_collective_id as usize] as usize]
+    pub fn owner(&self, frame: &[u8], p: &Parsed) -> u16 {
+        let i = self.index[p.grad_collective_id as usize] as usize;
+        let owner = self.owners[i];
+        if !self.sharded[i] {
+            return owner;
+        }
+        self.chunk_owner(frame, p, i, owner)
+    }
+
+    /// [`Aggregator::owner`] for the sharded collective of `index` value `i`, whose chunk 0
+    /// `owner` holds.
+    #[inline(never)]
+    fn chunk_owner(&self, frame: &[u8], p: &Parsed, i: usize, owner: u16) -> u16 {
+        let header = frame.get(p.grad_offset as usize..).and_then(|h| GradientHeader::new_checked(h).ok());
+        let (Some(g), Some(st)) = (header, self.colls.get(i.wrapping_sub(1))) else { return owner };
+        let chunk = g.tensor_offset() as u64 / st.chunk_div;
+        ((owner as u64 + chunk) % self.workers) as u16
     }
 
     /// Handles one gradient packet (`p` is its parse, `now_us` the appliance's clock in µs:
@@ -373,7 +406,7 @@ impl Aggregator {
             Verdict::Resend => {
                 self.counters.resends += 1;
                 st.counters.resends += 1;
-                self.emit_result(io, c.coll, c.slot, c.round, Some(c.rank), Some(pkt), counters);
+                self.emit_result(io, c.coll, c.slot, c.chunk, c.round, Some(c.rank), Some(pkt), counters);
             }
             Verdict::Stale(expected) => {
                 counters.drop(Reason::GradStaleRound);
@@ -400,7 +433,7 @@ impl Aggregator {
                 self.counters.folded += 1;
                 if last {
                     self.counters.completed += 1;
-                    self.emit_result(io, c.coll, c.slot, c.round, None, Some(pkt), counters);
+                    self.emit_result(io, c.coll, c.slot, c.chunk, c.round, None, Some(pkt), counters);
                 }
             }
         }

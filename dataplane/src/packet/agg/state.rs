@@ -1,5 +1,6 @@
-//! A collective's slots and their memory, as the worker that owns the collective holds them:
-//! allocated whole when the aggregator is built (spec section 3), never per packet.
+//! A collective's slots and their memory, as the worker that owns the collective holds them
+//! (or, for a collective sharded over the workers, the worker's share of them): allocated whole
+//! when the aggregator is built (spec section 3), never per packet.
 
 use super::collective::{Carriage, Collective};
 use super::lines::Lines;
@@ -9,10 +10,40 @@ use super::template;
 use crate::wire::build;
 use strength_reduce::StrengthReducedU64;
 
+/// Which of a collective's chunks a worker holds the slots of: chunk `k` when
+/// `k % ways == phase`, in its local slot `k / ways`. One way (phase 0) holds every chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Share {
+    /// Workers the collective's chunks are spread over (1: one owner holds them all).
+    pub(super) ways: u16,
+    /// The residue of the chunks held here.
+    pub(super) phase: u16,
+}
+
+impl Share {
+    /// Every chunk.
+    pub(super) const WHOLE: Share = Share { ways: 1, phase: 0 };
+
+    /// How many of `chunks` chunks this share holds.
+    pub(super) fn slots(self, chunks: u64) -> u64 {
+        let (ways, phase) = (self.ways.max(1) as u64, self.phase as u64);
+        if phase >= chunks {
+            0
+        } else {
+            (chunks - phase).div_ceil(ways)
+        }
+    }
+}
+
 /// A collective's slots and their memory.
 #[derive(Debug, Clone)]
 pub(super) struct CollState {
     pub(super) spec: Collective,
+    /// The chunks whose slots are held here (every chunk, unless the collective is sharded).
+    pub(super) share: Share,
+    /// `share.ways` as a divisor by multiplication (chunk index -> local slot).
+    pub(super) ways_div: StrengthReducedU64,
+    /// The slots held here, by local index (chunk `k` at `k / share.ways`).
     pub(super) slots: Vec<Slot>,
     /// Rank bitmaps of the rounds in progress, `words` u64 per slot.
     pub(super) bitmaps: Vec<u64>,
@@ -53,13 +84,15 @@ pub(super) struct CollState {
 }
 
 impl CollState {
-    pub(super) fn new(spec: Collective) -> CollState {
-        let slots = spec.slots() as usize;
+    pub(super) fn new(spec: Collective, share: Share) -> CollState {
+        let slots = share.slots(spec.slots()) as usize;
         let chunk = spec.chunk_elements as usize;
         let size = spec.dtype.size();
         let n = spec.workers();
         let words = n.div_ceil(64);
         CollState {
+            share,
+            ways_div: StrengthReducedU64::new(share.ways.max(1) as u64),
             slots: vec![Slot::default(); slots],
             bitmaps: vec![0; slots * words],
             words,
@@ -80,10 +113,17 @@ impl CollState {
         }
     }
 
-    /// The state of a collective this worker owns: [`CollState::new`] with the per-member
-    /// headers of its full-chunk RESULT frames, answering from `ports`' addresses.
-    pub(super) fn owned(spec: Collective, ports: &[super::PortAddr], udp_port: u16, qpn: u32) -> CollState {
-        let mut st = CollState::new(spec);
+    /// The state of a collective this worker owns (or the `share` of one sharded over the
+    /// workers): [`CollState::new`] with the per-member headers of its full-chunk RESULT frames,
+    /// answering from `ports`' addresses.
+    pub(super) fn owned(
+        spec: Collective,
+        share: Share,
+        ports: &[super::PortAddr],
+        udp_port: u16,
+        qpn: u32,
+    ) -> CollState {
+        let mut st = CollState::new(spec, share);
         let full = st.spec.chunk_elements as usize;
         let specs: Vec<build::FrameSpec> = (0..st.spec.workers())
             .map(|r| super::emit::result_spec(&st.spec, ports, udp_port, qpn, r, 0, 0, 0, full))
@@ -92,9 +132,26 @@ impl CollState {
         st
     }
 
+    /// Worker `me`'s state of `spec`, a collective owned by worker `owner` (for a sharded one,
+    /// [`super::swap::AggContext::sharded`], the owner of its chunk 0; chunk `k` is then worker
+    /// `(owner + k) % workers`'s).
+    pub(super) fn for_worker(ctx: &super::swap::AggContext, spec: &Collective, owner: u16, me: u16) -> CollState {
+        let workers = ctx.workers.max(1);
+        let share = if ctx.sharded(spec) {
+            Share { ways: workers, phase: (me + workers - owner % workers) % workers }
+        } else if owner == me {
+            Share::WHOLE
+        } else {
+            return CollState::unowned(spec.clone());
+        };
+        CollState::owned(spec.clone(), share, &ctx.ports, ctx.gradient_udp_port, ctx.appliance_qpn)
+    }
+
     /// The state of a collective another worker owns: its spec only, no slot memory.
     pub(super) fn unowned(spec: Collective) -> CollState {
         CollState {
+            share: Share::WHOLE,
+            ways_div: StrengthReducedU64::new(1),
             slots: Vec::new(),
             bitmaps: Vec::new(),
             words: 0,
@@ -121,9 +178,9 @@ impl CollState {
         self.slots.iter().filter(|s| s.active).count() as u64
     }
 
-    /// Lanes of slot `s` (the tensor's last chunk may be shorter).
-    pub(super) fn lanes(&self, s: usize) -> usize {
+    /// Lanes of chunk `k` (the tensor's last chunk may be shorter).
+    pub(super) fn lanes(&self, k: usize) -> usize {
         let chunk = self.spec.chunk_elements as u64;
-        (self.spec.tensor_elements - s as u64 * chunk).min(chunk) as usize
+        (self.spec.tensor_elements - k as u64 * chunk).min(chunk) as usize
     }
 }

@@ -43,8 +43,17 @@ impl Aggregator {
             }
         }
         let len = probe_len(st.spec.workers());
-        let mut spec =
-            result_spec(&st.spec, &self.ports, self.gradient_udp_port, self.appliance_qpn, c.rank, c.slot, round, 0, 0);
+        let mut spec = result_spec(
+            &st.spec,
+            &self.ports,
+            self.gradient_udp_port,
+            self.appliance_qpn,
+            c.rank,
+            c.chunk,
+            round,
+            0,
+            0,
+        );
         spec.header.flags = Flags::RESULT | Flags::PROBE;
         spec.header.reason = state;
         spec.header.data_length = len as u32;

@@ -25,6 +25,20 @@ pub struct AggContext {
     pub appliance_qpn: u32,
     /// Workers in the run (at least 1).
     pub workers: u16,
+    /// Spread each UDP collective's chunks over the workers (`[dataplane] shard_collectives`):
+    /// see [`AggContext::sharded`].
+    pub shard: bool,
+}
+
+impl AggContext {
+    /// Whether `c`'s slots are spread over the workers, chunk `k` on worker
+    /// `(owner + k) % workers` (its owner holding chunk 0), so that one collective uses every
+    /// worker's core: with `shard` set, for a UDP collective of a run with two workers or more.
+    /// A RoCEv2 collective keeps one owner: section 6 numbers each member's results with one
+    /// PSN counter, a sequence that two workers' tx queues would not keep in order.
+    pub fn sharded(&self, c: &Collective) -> bool {
+        self.shard && self.workers > 1 && c.carriage == super::collective::Carriage::Udp
+    }
 }
 
 /// One worker's next collective set, for [`Aggregator::swap_collectives`]: before the swap the
@@ -36,6 +50,7 @@ pub struct CollSwap {
     colls: Vec<CollState>,
     index: Vec<u16>,
     owners: Vec<u16>,
+    sharded: Vec<bool>,
     /// Per new collective: the index in the old set of the collective whose state it keeps.
     keep: Vec<Option<usize>>,
     /// Per old collective (its index): whether the new set keeps its state.
@@ -79,16 +94,14 @@ impl CollSwap {
             .map(|(c, (&owner, keep))| match keep {
                 // A placeholder: the worker moves the kept state here.
                 Some(_) => CollState::unowned(c.clone()),
-                None if owner == me => {
-                    CollState::owned(c.clone(), &ctx.ports, ctx.gradient_udp_port, ctx.appliance_qpn)
-                }
-                None => CollState::unowned(c.clone()),
+                None => CollState::for_worker(ctx, c, owner, me),
             })
             .collect();
         CollSwap {
             colls,
             index,
             owners: std::iter::once(me).chain(owners.iter().copied()).collect(),
+            sharded: std::iter::once(false).chain(collectives.iter().map(|c| ctx.sharded(c))).collect(),
             keep: keep.to_vec(),
             kept_old,
             naks,
@@ -125,6 +138,7 @@ impl Aggregator {
         std::mem::swap(&mut self.colls, &mut s.colls);
         std::mem::swap(&mut self.index, &mut s.index);
         std::mem::swap(&mut self.owners, &mut s.owners);
+        std::mem::swap(&mut self.sharded, &mut s.sharded);
         if let Some(n) = &mut s.naks {
             std::mem::swap(&mut self.naks, n);
         }

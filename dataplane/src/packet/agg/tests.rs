@@ -824,6 +824,7 @@ fn completed_results_keep_sums_for_their_frames_pad() {
 
 mod collectives;
 mod probe;
+mod shard;
 mod swap;
 
 /// With `[port.qos]` on the members' port, results leave through its scheduler in the class the

@@ -154,6 +154,17 @@ pub(super) fn start_ports(loaded: &Loaded, plans: &[PortPlan], pool: &Mempool) -
 }
 
 /// What every worker shares.
+/// What every worker's aggregator answers from, as the configuration and the run set it.
+fn agg_context(cfg: &crate::config::Config, shared: &Shared) -> crate::agg::swap::AggContext {
+    crate::agg::swap::AggContext {
+        ports: shared.port_addrs.clone(),
+        gradient_udp_port: cfg.dataplane.gradient_udp_port,
+        appliance_qpn: cfg.dataplane.appliance_qpn,
+        workers: shared.workers as u16,
+        shard: cfg.dataplane.shard_collectives,
+    }
+}
+
 struct Shared {
     /// DPDK port id of each port index.
     port_ids: Vec<u16>,
@@ -292,12 +303,7 @@ pub(super) fn launch_workers(
         }
     }
     let agg = crate::control::AggSetup {
-        context: crate::agg::swap::AggContext {
-            ports: shared.port_addrs.clone(),
-            gradient_udp_port: cfg.dataplane.gradient_udp_port,
-            appliance_qpn: cfg.dataplane.appliance_qpn,
-            workers: shared.workers as u16,
-        },
+        context: agg_context(cfg, &shared),
         naks: shared.nak_limiter.clone(),
         hand_offs: !shared.rings.is_empty(),
     };
@@ -341,15 +347,8 @@ fn make_worker(loaded: &Loaded, shared: &Shared, wi: usize, l: &LcoreConfig) -> 
             // Every worker has an aggregator, with no collective too: collectives may be added
             // while the appliance runs ([`crate::control`]). Without one it takes no packet.
             dp.with_aggregator(
-                crate::agg::Aggregator::for_worker(
-                    &loaded.collectives,
-                    shared.port_addrs.clone(),
-                    cfg.dataplane.gradient_udp_port,
-                    cfg.dataplane.appliance_qpn,
-                    wi as u16,
-                    shared.workers as u16,
-                )
-                .with_nak_limiter(shared.nak_limiter.clone()),
+                crate::agg::Aggregator::with_context(&agg_context(cfg, shared), &loaded.collectives, wi as u16)
+                    .with_nak_limiter(shared.nak_limiter.clone()),
             )
         },
         pool: shared.pool,
