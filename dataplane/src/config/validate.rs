@@ -312,7 +312,8 @@ fn check_collectives(
         path,
     )?;
     if let Some((room, eal_mb)) = slot_room {
-        // Each collective's slots are held by the one worker that owns it.
+        // Each collective's slots are held by the one worker that owns it, or split among the
+        // workers when sharded: the sum is the same.
         let slots: u64 = collectives.iter().map(|c| c.memory_bytes()).sum();
         if slots > room {
             return Err(err(
