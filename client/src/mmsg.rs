@@ -5,20 +5,36 @@
 use std::io;
 use std::os::fd::RawFd;
 
-/// Slots of `slot` bytes each, the first `lens.len()` of them holding a datagram.
+/// Slots of `slot` bytes each, the first `lens.len()` of them holding a datagram. The iovecs and
+/// message headers of the system calls are kept too (allocated once, `slots` of each, rewritten
+/// before every call), so that a send or a receive allocates nothing.
 #[derive(Debug)]
 pub(crate) struct Batch {
     buf: Vec<u8>,
     slot: usize,
     slots: usize,
     lens: Vec<usize>,
+    iov: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
 }
+
+// SAFETY: the raw pointers in `iov` and `hdrs` point only into the batch's own `buf` and `iov`
+// (heap memory that moves with it, never shared), and are rewritten before each system call;
+// between calls nothing reads them.
+unsafe impl Send for Batch {}
 
 impl Batch {
     /// `slots` slots of `slot` bytes (the largest datagram sent or accepted).
     pub fn new(slots: usize, slot: usize) -> Batch {
         let slots = slots.max(1);
-        Batch { buf: vec![0; slots * slot], slot, slots, lens: Vec::with_capacity(slots) }
+        Batch {
+            buf: vec![0; slots * slot],
+            slot,
+            slots,
+            lens: Vec::with_capacity(slots),
+            iov: Vec::with_capacity(slots),
+            hdrs: Vec::with_capacity(slots),
+        }
     }
 
     /// Datagrams held.
@@ -61,15 +77,15 @@ impl Batch {
     /// The first send's error. Datagrams not yet sent when the error came are dropped with the
     /// batch (a transient error is like loss: the caller's retransmit timers resend them).
     pub fn send(&mut self, fd: RawFd) -> io::Result<u64> {
-        let mut iov = self.iovecs();
-        let mut hdrs = msghdrs(&mut iov);
+        self.headers();
+        let hdrs = &mut self.hdrs;
         let (mut done, mut calls) = (0usize, 0u64);
         let r = loop {
             if done == hdrs.len() {
                 break Ok(calls);
             }
-            // SAFETY: `hdrs[done..]` are valid msghdrs whose iovecs point into `self.buf`,
-            // alive and unmoved for the call.
+            // SAFETY: `hdrs[done..]` are valid msghdrs whose iovecs (`self.iov`) point into
+            // `self.buf`, alive and unmoved for the call.
             let n = unsafe { libc::sendmmsg(fd, hdrs[done..].as_mut_ptr(), (hdrs.len() - done) as libc::c_uint, 0) };
             calls += 1;
             if n < 0 {
@@ -92,8 +108,8 @@ impl Batch {
     pub fn recv(&mut self, fd: RawFd, wait: bool) -> io::Result<usize> {
         self.lens.clear();
         self.lens.resize(self.slots, self.slot);
-        let mut iov = self.iovecs();
-        let mut hdrs = msghdrs(&mut iov);
+        self.headers();
+        let hdrs = &mut self.hdrs;
         let flags = libc::MSG_WAITFORONE | if wait { 0 } else { libc::MSG_DONTWAIT };
         // SAFETY: `hdrs` are valid msghdrs whose iovecs point into `self.buf`, alive and
         // unmoved for the call; no timeout pointer (the socket's read timeout applies).
@@ -109,38 +125,32 @@ impl Batch {
             };
         }
         let n = n as usize;
-        let lens: Vec<usize> = hdrs[..n]
-            .iter()
-            .map(|h| if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 { 0 } else { h.msg_len as usize })
-            .collect();
-        self.lens.clear();
-        self.lens.extend(lens);
+        self.lens.truncate(n);
+        for (len, h) in self.lens.iter_mut().zip(&self.hdrs[..n]) {
+            *len = if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 { 0 } else { h.msg_len as usize };
+        }
         Ok(n)
     }
 
-    /// One iovec per datagram held (`lens`) over its slot.
-    fn iovecs(&mut self) -> Vec<libc::iovec> {
+    /// One iovec per datagram held (`lens`) over its slot, and one message header per iovec,
+    /// for a connected socket (no address), in the batch's own vectors: their capacity is
+    /// `slots`, so nothing is allocated and `iov` does not move while `hdrs` points into it.
+    fn headers(&mut self) {
         let base = self.buf.as_mut_ptr();
-        self.lens
-            .iter()
-            .enumerate()
+        self.iov.clear();
+        for (k, &len) in self.lens.iter().enumerate() {
             // SAFETY: slot k lies within `buf` (k < slots), so the offset stays in bounds.
-            .map(|(k, &len)| libc::iovec { iov_base: unsafe { base.add(k * self.slot) }.cast(), iov_len: len })
-            .collect()
-    }
-}
-
-/// An mmsghdr per iovec, for a connected socket (no address).
-fn msghdrs(iov: &mut [libc::iovec]) -> Vec<libc::mmsghdr> {
-    iov.iter_mut()
-        .map(|v| {
+            self.iov.push(libc::iovec { iov_base: unsafe { base.add(k * self.slot) }.cast(), iov_len: len });
+        }
+        self.hdrs.clear();
+        for v in self.iov.iter_mut() {
             // SAFETY: an all-zero msghdr is valid (no name, no control data).
             let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
             h.msg_hdr.msg_iov = v;
             h.msg_hdr.msg_iovlen = 1;
-            h
-        })
-        .collect()
+            self.hdrs.push(h);
+        }
+    }
 }
 
 #[cfg(test)]
