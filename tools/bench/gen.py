@@ -153,26 +153,34 @@ def gen_config():
 
 # --- a model of the config's tables, to check the traffic ---------------------------------------
 
-def parse_ternary(v, bits):
+def parse_ternary(v, bits, conv=None):
+    """(value, mask) of a ternary key in the dpu's text form: `*` or `_` (any: mask 0),
+    `VALUE&&&MASK`, or `VALUE` (every bit). `conv` reads a value (default: a dotted IPv4 address
+    for 32 bits, else an integer in any base)."""
     v = str(v).strip()
     full = (1 << bits) - 1
     if v in ("*", "_"):
         return 0, 0
-    conv = (lambda s: int(ipaddress.IPv4Address(s.strip()))) if bits == 32 else (lambda s: int(s.strip(), 0))
+    if conv is None:
+        conv = (lambda s: int(ipaddress.IPv4Address(s.strip()))) if bits == 32 else (lambda s: int(s.strip(), 0))
     if "&&&" in v:
         a, m = v.split("&&&")
         return conv(a), conv(m)
     return conv(v), full
 
 
-def parse_range(v):
+def parse_range(v, bits=16, conv=None):
+    """(lo, hi) of a range key in the dpu's text form: `*` or `_` (every value of `bits`),
+    `LO->HI`, or `VALUE`. `conv` reads a value (default: an integer in any base)."""
     v = str(v).strip()
     if v in ("*", "_"):
-        return 0, 65535
+        return 0, (1 << bits) - 1
+    if conv is None:
+        conv = lambda s: int(s.strip(), 0)  # noqa: E731
     if "->" in v:
         lo, hi = v.split("->")
-        return int(lo, 0), int(hi, 0)
-    return int(v, 0), int(v, 0)
+        return conv(lo), conv(hi)
+    return conv(v), conv(v)
 
 
 def load_model(conf_path):
@@ -203,19 +211,25 @@ def route_lookup(routes, dst):
     return best
 
 
-def acl_entry(acl, src, proto, port):
-    """The index (config order) of the ACL entry that decides, or None on a miss."""
-    for _, i, (sv, sm), (pv, pm), (lo, hi), _ in acl:
+def _acl_decides(acl, src, proto, port):
+    """The ACL entry (as `load_model` keeps it) that decides, or None on a miss."""
+    for e in acl:
+        _, _, (sv, sm), (pv, pm), (lo, hi), _ = e
         if (src & sm) == (sv & sm) and (proto & pm) == (pv & pm) and lo <= port <= hi:
-            return i
+            return e
     return None
 
 
+def acl_entry(acl, src, proto, port):
+    """The index (config order) of the ACL entry that decides, or None on a miss."""
+    e = _acl_decides(acl, src, proto, port)
+    return None if e is None else e[1]
+
+
 def acl_permits(acl, src, proto, port):
-    for _, _, (sv, sm), (pv, pm), (lo, hi), permit in acl:
-        if (src & sm) == (sv & sm) and (proto & pm) == (pv & pm) and lo <= port <= hi:
-            return permit
-    return False
+    """Whether the ACL lets the packet through (a miss drops it)."""
+    e = _acl_decides(acl, src, proto, port)
+    return e is not None and e[5]
 
 
 def csum16(data):

@@ -49,6 +49,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gen  # noqa: E402  (tools/bench/gen.py: the same key syntax as the bench's generator)
+
 VSWITCHD = "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk"
 SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
 
@@ -136,19 +139,13 @@ def _match_alts(field, kind, value, where):
         addr, _, ln = text.partition("/")
         ln = int(ln) if ln else bits
         return [term(_value(field, addr), full & ~((1 << (bits - ln)) - 1))]
+    def conv(s):
+        return _value(field, s)
+
     if kind == "ternary":
-        if text in ("*", "_"):
-            return [[]]
-        if "&&&" in text:
-            v, m = text.split("&&&")
-            return [term(_value(field, v), _value(field, m))]
-        return [term(_value(field, text), full)]
+        return [term(*gen.parse_ternary(text, bits, conv))]
     if kind == "range":
-        if text in ("*", "_"):
-            return [[]]
-        lo, _, hi = text.partition("->")
-        lo = _value(field, lo)
-        hi = _value(field, hi) if hi else lo
+        lo, hi = gen.parse_range(text, bits, conv)
         if lo == 0 and hi == full:
             return [[]]
         blocks = range_blocks(lo, hi, bits)
