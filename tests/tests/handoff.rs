@@ -287,7 +287,9 @@ fn a_sharded_collective_is_spread_over_both_workers_and_passes_the_checker() {
         (in0, in1)
     };
     let (o0, o1) = (dir.join("out0.pcap"), dir.join("out1.pcap"));
-    for (shard, handed) in [(true, 512 + 64), (false, 256 + 64)] {
+    // Folded per worker: sharded, collective 1's even chunks on worker 0 and its odd ones with
+    // all of collective 2 on worker 1; else collective 1 all on worker 0.
+    for (shard, handed, folded) in [(true, 512 + 64, [512, 512 + 128]), (false, 256 + 64, [1024, 128])] {
         let conf = write_config(
             &dir,
             "c.toml",
@@ -295,6 +297,8 @@ fn a_sharded_collective_is_spread_over_both_workers_and_passes_the_checker() {
         );
         let run = run_two_ports(&dir, &conf, &in0, &in1, Some((&o0, &o1)));
         assert_counts(&run, 1024 + 128, 64 + 32, 64 * 16 + 32 * 4, handed);
+        let by_worker: Vec<u64> = (0..2).map(|w| u(&run.stats()["aggregation_by_worker"][w]["folded"])).collect();
+        assert_eq!(by_worker, folded, "shard_collectives = {shard}:\n{}", run.stdout());
         let (ok, text) = gradcheck(&conf, &[&in0, &in1], &[&o0, &o1]);
         assert!(ok, "shard_collectives = {shard}: {text}");
     }

@@ -302,6 +302,9 @@ pub struct Summary {
     pub workers: usize,
     /// The aggregator's counters (all workers).
     pub aggregation: crate::agg::AggCounters,
+    /// The aggregator's counters of each worker, in worker order (`[[lcore]]` order): how the
+    /// collectives' work spreads over the cores (`shard_collectives`).
+    pub aggregation_by_worker: Vec<crate::agg::AggCounters>,
     /// Each configured collective's counters, in config order.
     pub collectives: Vec<CollectiveSummary>,
     /// The straggler view of each collective, in config order.
@@ -978,6 +981,7 @@ fn run_with_eal(
         memseg_closes_refused: dpdk::fdguard::closes_refused(),
         workers: lcores.len(),
         aggregation: totals.agg,
+        aggregation_by_worker: totals.agg_by_worker,
         stragglers: totals.stragglers,
         collectives: totals.collectives,
         neighbor_replies: totals.counters.neighbor_replies,
@@ -1113,6 +1117,13 @@ impl Summary {
                     "aggregation: {} packets handed off to the worker owning their collective",
                     a.handed_off
                 );
+                let per: Vec<String> = self
+                    .aggregation_by_worker
+                    .iter()
+                    .enumerate()
+                    .map(|(w, a)| format!("worker {w} {} folded, {} completed", a.folded, a.completed))
+                    .collect();
+                let _ = writeln!(s, "aggregation by worker: {}", per.join("; "));
             }
             for c in &self.collectives {
                 let drop = |r: &str| c.drops.get(r).copied().unwrap_or(0);
@@ -1209,6 +1220,7 @@ mod tests {
             memseg_closes_refused: 0,
             workers: 2,
             aggregation: Default::default(),
+            aggregation_by_worker: Vec::new(),
             collectives: Vec::new(),
             stragglers: Vec::new(),
             neighbor_replies: 0,

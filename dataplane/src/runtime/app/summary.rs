@@ -22,6 +22,8 @@ pub(super) struct Totals {
     pub counters: Counters,
     /// Aggregation counters.
     pub agg: AggCounters,
+    /// Aggregation counters per worker, in worker order.
+    pub agg_by_worker: Vec<AggCounters>,
     /// Each collective's counters, in config order.
     pub collectives: Vec<super::CollectiveSummary>,
     /// The straggler view of each collective.
@@ -41,6 +43,7 @@ pub(super) fn collect(results: &[ResultSlot], ports: usize) -> Totals {
     let mut total = Counters::new(ports as u16);
     let mut pipeline: Option<(Pipeline, PipelineState)> = None;
     let mut agg = AggCounters::default();
+    let mut agg_by_worker = Vec::with_capacity(results.len());
     let mut late = Late::default();
     let mut colls: Vec<(u16, CollCounters, u64)> = Vec::new();
     let mut qos = QosTotals::default();
@@ -48,6 +51,7 @@ pub(super) fn collect(results: &[ResultSlot], ports: usize) -> Totals {
         if let Some(dp) = r.lock().unwrap_or_else(|e| e.into_inner()).take() {
             total.add(&dp.counters);
             qos.add(&dp.egress);
+            agg_by_worker.push(dp.agg.as_ref().map(|a| a.counters).unwrap_or_default());
             if let Some(a) = &dp.agg {
                 agg.add(&a.counters);
                 late.add(a);
@@ -73,6 +77,7 @@ pub(super) fn collect(results: &[ResultSlot], ports: usize) -> Totals {
     Totals {
         counters: total,
         agg,
+        agg_by_worker,
         collectives,
         tables,
         named,
