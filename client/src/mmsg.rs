@@ -22,6 +22,9 @@ pub(crate) struct Batch {
 // (heap memory that moves with it, never shared), and are rewritten before each system call;
 // between calls nothing reads them.
 unsafe impl Send for Batch {}
+// SAFETY: a shared `&Batch` reads only `buf`, `lens` and the sizes; the pointers are written
+// and passed to the kernel only through `&mut self` (no interior mutability).
+unsafe impl Sync for Batch {}
 
 impl Batch {
     /// `slots` slots of `slot` bytes (the largest datagram sent or accepted).
