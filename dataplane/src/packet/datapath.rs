@@ -595,6 +595,13 @@ impl<B: PacketBuf> Datapath<B> {
             return;
         }
         p.layers.remove(Layers::L4_UNVERIFIED);
+        if self.agg.as_ref().is_some_and(|agg| agg.owner(pkt.data(), &p) != agg.me()) {
+            // Handed over by a worker whose view of the owners the change it had switched to
+            // (or not yet) made different from this one's: never handed on again, which
+            // could bounce it between the two until both have switched.
+            self.counters.drop(Reason::HandOffMoved);
+            return;
+        }
         self.aggregate(io, in_port, pkt, &p, now_us);
     }
 

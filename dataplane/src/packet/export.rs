@@ -114,7 +114,11 @@ impl AggCounters {
             ("agg_suppressed_naks", "NAKs suppressed by the per-source rate limit", self.naks_suppressed),
             ("agg_timed_out_rounds", "rounds reclaimed after slot_timeout_ms", self.slot_timeouts),
             ("agg_payload_bytes", "bytes of gradient payload folded", self.payload_bytes),
-            ("agg_handed_off_packets", "packets handed to the worker owning their collective", self.handed_off),
+            (
+                "agg_handed_off_packets",
+                "packets handed to the worker owning their collective (or sharded chunk)",
+                self.handed_off,
+            ),
             ("agg_probe_packets", "valid PROBEs received", self.probes),
             ("agg_status_packets", "STATUS packets sent in answer to PROBEs", self.statuses),
         ]
@@ -200,7 +204,7 @@ impl<B: PacketBuf> Datapath<B> {
     /// bytes; drops per reason (every reason, zeros included); neighbour replies and address
     /// conflicts; per table each entry's then the miss's packets and bytes; the aggregator's
     /// counters (zeros on a worker without one); per collective in config order its counters
-    /// ([`export_collective`]; zeros on the workers that do not own it); per collective and
+    /// ([`export_collective`]; zeros on the workers that hold none of its slots); per collective and
     /// rank the straggler view.
     pub fn export<V: Visit>(&self, v: &mut V) {
         let c = &self.counters;
@@ -236,7 +240,7 @@ impl<B: PacketBuf> Datapath<B> {
         for (family, help, value) in agg.fields() {
             v.counter(Metric { family, help, label: none }, value);
         }
-        // Per collective (zeros on workers that do not own it), then the straggler view.
+        // Per collective (zeros on workers that hold none of its slots), then the straggler view.
         if let Some(a) = &self.agg {
             export_collectives(a.collectives(), a.stragglers(), v);
         }

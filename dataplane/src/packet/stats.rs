@@ -91,6 +91,11 @@ pub enum Reason {
     TxFull,
     /// The ring to the worker owning the packet's collective was full.
     HandOffFull,
+    /// A gradient packet handed to the worker holding its chunk found, when that worker took
+    /// it from its ring, that the chunk had moved: a runtime change of a sharded collective's
+    /// `chunk_elements` that the two workers had not both switched to yet. Dropped, never
+    /// handed on again (the sender's retransmission finds the new owner).
+    HandOffMoved,
     /// An ARP request for the appliance's address whose sender hardware address is a broadcast
     /// or multicast address: never answered (the reply would go to a group).
     ArpSenderMulticast,
@@ -163,7 +168,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in counter order.
-    pub const ALL: [Reason; 48] = [
+    pub const ALL: [Reason; 49] = [
         Reason::Runt,
         Reason::VlanDepth,
         Reason::MalformedIpv4,
@@ -184,6 +189,7 @@ impl Reason {
         Reason::NoMbuf,
         Reason::TxFull,
         Reason::HandOffFull,
+        Reason::HandOffMoved,
         Reason::ArpSenderMulticast,
         Reason::ArpSenderMismatch,
         Reason::NdBadHopLimit,
@@ -239,6 +245,7 @@ impl Reason {
             Reason::NoMbuf => "no_mbuf",
             Reason::TxFull => "tx_full",
             Reason::HandOffFull => "hand_off_full",
+            Reason::HandOffMoved => "hand_off_moved",
             Reason::ArpSenderMulticast => "arp_sender_multicast",
             Reason::ArpSenderMismatch => "arp_sender_mismatch",
             Reason::NdBadHopLimit => "nd_bad_hop_limit",

@@ -84,7 +84,8 @@ pub struct AggCounters {
     pub slot_timeouts: u64,
     /// Bytes of gradient payload folded.
     pub payload_bytes: u64,
-    /// Packets handed to the worker owning their collective (software steering).
+    /// Packets handed to the worker owning their collective, or a sharded collective's chunk
+    /// (software steering).
     pub handed_off: u64,
     /// Valid PROBEs received (section 7; refused ones are counted by their drop reason).
     pub probes: u64,
@@ -314,14 +315,15 @@ impl Aggregator {
     }
 
     /// Every collective, in config order: its id, its ranks, and per rank how late its
-    /// contributions came (empty for the collectives another worker owns).
+    /// contributions came (empty for the collectives another worker owns; for a sharded
+    /// collective, this worker's chunks' contributions).
     pub fn stragglers(&self) -> impl Iterator<Item = (u16, usize, &[straggle::RankLateness])> {
         self.colls.iter().map(|c| (c.spec.id, c.spec.workers(), c.late.as_slice()))
     }
 
     /// Every collective, in config order: its id, its counters and its slots in use (with a
     /// round in progress; a timed-out round counts until it is reclaimed). Zeros for the
-    /// collectives another worker owns. The slots are counted now, a walk over them: for
+    /// collectives another worker owns; a sharded collective's are this worker's share. The slots are counted now, a walk over them: for
     /// exports, never per packet.
     pub fn collectives(&self) -> impl Iterator<Item = (u16, &CollCounters, u64)> {
         self.colls.iter().map(|c| (c.spec.id, &c.counters, c.slots_in_use()))

@@ -77,9 +77,10 @@ pub(super) struct CollState {
     /// log2 of the dtype's size (1, 2 or 4 bytes).
     pub(super) size_log2: u32,
     /// Per rank: how late its contributions come, how many rounds it completed (the straggler
-    /// view; empty for collectives another worker owns).
+    /// view; empty for collectives another worker owns; a sharded collective's share here).
     pub(super) late: Vec<RankLateness>,
-    /// The collective's counters (zeros for collectives another worker owns).
+    /// The collective's counters (zeros for collectives another worker owns; a sharded
+    /// collective's share here).
     pub(super) counters: super::CollCounters,
 }
 

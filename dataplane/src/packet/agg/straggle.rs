@@ -3,7 +3,8 @@
 //! clock: the capture time in replays), and how many rounds it completed (it came last, so the
 //! round waited for it). The rank that completes most rounds is the one the AllReduce waits for.
 //!
-//! Kept by the worker that owns the collective, beside its slots; recording is a few integer
+//! Kept by the worker that owns the collective (each worker holding a sharded collective's
+//! chunks keeps its own, summed for reports), beside its slots; recording is a few integer
 //! operations per folded contribution, no allocation.
 
 use crate::log2hist::Log2Hist;

@@ -196,7 +196,7 @@ pub struct StragglerSummary {
 }
 
 /// A collective's counters at the end of a run, summed over the workers (only its owner counts
-/// any): [`crate::agg::CollCounters`] with its NAKs and drops by reason name.
+/// any, or, for a sharded collective, the workers holding its chunks): [`crate::agg::CollCounters`] with its NAKs and drops by reason name.
 #[derive(Debug, Clone, Serialize)]
 pub struct CollectiveSummary {
     /// The collective's id.
@@ -1114,7 +1114,7 @@ impl Summary {
             if self.workers > 1 {
                 let _ = writeln!(
                     s,
-                    "aggregation: {} packets handed off to the worker owning their collective",
+                    "aggregation: {} packets handed off to the worker owning their collective (or chunk)",
                     a.handed_off
                 );
                 let per: Vec<String> = self

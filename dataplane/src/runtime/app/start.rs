@@ -153,7 +153,6 @@ pub(super) fn start_ports(loaded: &Loaded, plans: &[PortPlan], pool: &Mempool) -
     Ok(ports)
 }
 
-/// What every worker shares.
 /// What every worker's aggregator answers from, as the configuration and the run set it.
 fn agg_context(cfg: &crate::config::Config, shared: &Shared) -> crate::agg::swap::AggContext {
     crate::agg::swap::AggContext {
@@ -165,6 +164,7 @@ fn agg_context(cfg: &crate::config::Config, shared: &Shared) -> crate::agg::swap
     }
 }
 
+/// What every worker shares.
 struct Shared {
     /// DPDK port id of each port index.
     port_ids: Vec<u16>,

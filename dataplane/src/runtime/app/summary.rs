@@ -88,7 +88,7 @@ pub(super) fn collect(results: &[ResultSlot], ports: usize) -> Totals {
 }
 
 /// Per collective (in config order): its id and each rank's lateness, summed over the workers
-/// (only the owner of a collective records any).
+/// (only the owner of a collective records any, or the workers holding a sharded one's chunks).
 #[derive(Default)]
 struct Late(Vec<(u16, Vec<RankLateness>)>);
 

@@ -462,7 +462,8 @@ impl Server {
 /// changed configuration), from the sets the workers gave back (`given`): per collective its
 /// id, whether `new` has a collective of that id (`replaced`), the rounds it had in progress,
 /// discarded (`rounds_discarded`: its slots in use, summed over the workers), and its last
-/// counters ([`CollCounters`], summed: only its owner counted).
+/// counters ([`CollCounters`], summed: only its owner, or the workers holding a sharded
+/// collective's chunks, counted).
 fn removed(old: &[Collective], new: &[Collective], given: &[Box<Update>]) -> Vec<Value> {
     let mut left: Vec<(u16, CollCounters, u64)> = Vec::new();
     for (id, c, in_use) in given.iter().filter_map(|u| u.agg.as_ref()).flat_map(|s| s.left()) {

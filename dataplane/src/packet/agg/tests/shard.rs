@@ -39,8 +39,11 @@ impl Pair {
         self.rigs[w].send(&mut self.ios[w], frame, now_us);
         while let Some((to, f)) = self.ios[w].handed_off.pop() {
             assert_ne!(to as usize, w, "a worker hands off only what it does not hold");
-            self.rigs[to as usize].send(&mut self.ios[to as usize], f, now_us);
-            assert!(self.ios[to as usize].handed_off.is_empty(), "the chunk's owner holds it");
+            let to = to as usize;
+            let mut b = VecBuf::from_frame(&f);
+            b.timestamp_us = Some(now_us);
+            self.rigs[to].dp.process_handed_off(&mut self.ios[to], 0, b, 0);
+            assert!(self.ios[to].handed_off.is_empty(), "a handed-off packet is never handed on");
         }
     }
 
@@ -180,4 +183,34 @@ fn a_kept_sharded_collective_keeps_its_shares_across_a_swap() {
         pair.receive(1 - holder, f, 3);
         assert_eq!(pair.rigs[holder].agg().folded, before + 1, "collective 8, offset {off}");
     }
+}
+
+/// While two workers disagree on a sharded collective's chunks (a change of its
+/// `chunk_elements` that one has switched to and the other not yet), a contribution handed to
+/// the chunk's new owner by the one view is not handed back by the other: it is dropped,
+/// counted `hand_off_moved`, and the sender's retransmission finds the owner once both have
+/// switched.
+#[test]
+fn a_packet_handed_off_across_a_change_of_chunking_is_dropped_not_bounced() {
+    let text = conf("sum", "f32", "udp", false, "", 2, 8, 2);
+    let mut pair = Pair::new(&text);
+    let seven = pair.rigs[0].coll.clone();
+    let wider = Collective { chunk_elements: 4, ..seven.clone() };
+    // Worker 0 switches to chunks of 4; worker 1 has not yet.
+    let mut s = CollSwap::new(&ctx(2, true), 0, std::slice::from_ref(&wider), &[0], &[None], 1, None);
+    pair.rigs[0].dp.agg.as_mut().unwrap().swap_collectives(&mut s);
+    pair.rigs[0].coll = wider.clone();
+    // Offset 4: chunk 1 of 4 lanes for worker 0 (worker 1's), chunk 2 of 2 for worker 1 (worker 0's).
+    let f = pair.rigs[0].frame(0, 4, 1, &f32s(&[1.0; 4]), |_| {});
+    pair.receive(0, f, 1);
+    assert_eq!(pair.rigs[0].agg().handed_off, 1);
+    assert_eq!(pair.rigs[1].agg().handed_off, 0, "not handed back");
+    assert_eq!(pair.rigs[1].dp.counters.dropped(Reason::HandOffMoved), 1);
+    assert_eq!(pair.rigs[1].agg().folded + pair.rigs[0].agg().folded, 0);
+    // Once worker 1 has switched too, the retransmission is folded by worker 1.
+    let mut s = CollSwap::new(&ctx(2, true), 1, std::slice::from_ref(&wider), &[0], &[None], 1, None);
+    pair.rigs[1].dp.agg.as_mut().unwrap().swap_collectives(&mut s);
+    let f = pair.rigs[0].frame(0, 4, 1, &f32s(&[1.0; 4]), |s| s.header.flags = Flags::RETRANSMIT);
+    pair.receive(0, f, 2);
+    assert_eq!(pair.rigs[1].agg().folded, 1);
 }
