@@ -583,7 +583,10 @@ impl<B: PacketBuf> Datapath<B> {
     /// A gradient packet that another worker received on `in_port`, counted there, took
     /// through the pipeline when it aggregates, and handed to this one, which owns its
     /// collective (software steering, [`PacketIo::hand_off`]): straight to the aggregator,
-    /// not counted again as received, nor verified again (the worker that handed it off did).
+    /// not counted again as received. Its headers are parsed again (the router's checks);
+    /// its UDP checksum or ICRC is verified here, as the owner does for what it receives, just
+    /// before the fold (the worker that handed it off read its headers only; with
+    /// `verify_transit` it verified everything in its parse, and nothing is verified again).
     #[inline]
     pub fn process_handed_off<I: PacketIo<Buf = B>>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, now_us: u64) {
         self.live_us = now_us;
@@ -594,7 +597,11 @@ impl<B: PacketBuf> Datapath<B> {
             self.counters.drop(r);
             return;
         }
-        p.layers.remove(Layers::L4_UNVERIFIED);
+        if self.checks == Checks::All {
+            // `verify_transit`: the worker that received it verified every checksum in its
+            // parse stage, as it does every packet's.
+            p.layers.remove(Layers::L4_UNVERIFIED);
+        }
         if self.agg.as_ref().is_some_and(|agg| agg.owner(pkt.data(), &p) != agg.me()) {
             // Handed over by a worker whose view of the owners the change it had switched to
             // (or not yet) made different from this one's: never handed on again, which
@@ -929,17 +936,19 @@ impl<B: PacketBuf> Datapath<B> {
             self.counters.drop(Reason::MultiSegment);
             return;
         }
-        if let Err(r) = verify_l4(pkt.data(), p, pkt.rx_checksum()) {
-            self.counters.drop(r);
-            return;
-        }
         let owner = agg.owner(pkt.data(), p);
         if owner != agg.me() {
-            // Software steering: the collective's state lives on another worker.
+            // Software steering: the collective's state lives on another worker, which
+            // verifies the UDP checksum or ICRC just before it folds (the payload then crosses
+            // from this core's cache to that one's once, read by the owner alone).
             match io.hand_off(owner, pkt) {
                 Ok(()) => agg.counters.handed_off += 1,
                 Err(_) => self.counters.drop(Reason::HandOffFull),
             }
+            return;
+        }
+        if let Err(r) = verify_l4(pkt.data(), p, pkt.rx_checksum()) {
+            self.counters.drop(r);
             return;
         }
         let now = pkt.rx_timestamp_us().unwrap_or(now_us);

@@ -214,3 +214,25 @@ fn a_packet_handed_off_across_a_change_of_chunking_is_dropped_not_bounced() {
     pair.receive(0, f, 2);
     assert_eq!(pair.rigs[1].agg().folded, 1);
 }
+
+/// A contribution for another worker's chunk is handed over with its headers read only: its
+/// UDP checksum is verified by the worker that folds it, which drops it when bad (counted
+/// there, no NAK), and folds it when good.
+#[test]
+fn the_owner_verifies_what_it_is_handed() {
+    let text = conf("sum", "f32", "udp", false, "", 2, 8, 4);
+    let mut pair = Pair::new(&text);
+    // Offset 4 (chunk 1) is worker 1's; it arrives on worker 0 with a corrupted payload.
+    let mut f = pair.rigs[0].frame(0, 4, 1, &f32s(&[1.0; 4]), |_| {});
+    let last = f.len() - 1;
+    f[last] ^= 0x40;
+    pair.receive(0, f, 1);
+    assert_eq!(pair.rigs[0].agg().handed_off, 1, "handed over unverified");
+    assert_eq!(pair.rigs[0].dp.counters.dropped(Reason::BadUdpChecksum), 0);
+    assert_eq!(pair.rigs[1].dp.counters.dropped(Reason::BadUdpChecksum), 1, "the owner verifies");
+    assert_eq!(pair.rigs[1].agg().folded, 0);
+    assert!(pair.ios[1].sent.is_empty(), "no NAK for a bad checksum");
+    let f = pair.rigs[0].frame(0, 4, 1, &f32s(&[1.0; 4]), |_| {});
+    pair.receive(0, f, 2);
+    assert_eq!(pair.rigs[1].agg().folded, 1);
+}
