@@ -63,7 +63,9 @@ test: deps
 # BENCH_SECONDS and BENCH_REPS (default 5 and 3) set the length of the DPDK runs; the dpu rows
 # are also counted under callgrind (instructions per packet of the worker's burst path).
 # Then one collective on one worker thread beside the same collective sharded over two pinned
-# worker threads (dataplane/examples/shard_scale.rs: M contributions/s and the ratio, about 15 s).
+# worker threads (dataplane/examples/shard_scale.rs: M contributions/s and the ratio, about 15 s),
+# and the dpu replaying one collective split over two ports and workers with shard_collectives
+# off and on (tools/bench/shard.py, SHARD_REPS, default 3: about 30 s).
 # Last, the two-process rows over net_memif (tools/bench/memif.py: MEMIF_SECONDS, MEMIF_REPS,
 # MEMIF_ROWS, default 2 s, 1 repetition, every row: about 5 minutes), written to
 # target/bench/memif.md.
@@ -74,6 +76,7 @@ bench: build
 	python3 tools/bench/run.py --callgrind
 	python3 tools/bench/agg.py
 	$(CARGO) run --release -p dataplane --no-default-features --example shard_scale
+	python3 tools/bench/shard.py
 	python3 tools/bench/pktgen.py
 	python3 tools/bench/memif.py
 
