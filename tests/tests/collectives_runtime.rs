@@ -445,6 +445,8 @@ fn with_two_workers_a_collective_added_at_runtime_goes_to_its_owner_and_stays_th
     let o = dpuctl(&sock, &["collective", "add", f.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(ids_and_owners(&sock), (vec![1, 2], vec![0, 1]));
+    let v = ctl_json(&sock, &["collectives"]);
+    assert_eq!(v["sharded"], serde_json::json!([false, false]), "shard_collectives is off by default");
     round(&wire, &one, 0, 1);
     round(&wire, &two, 4, 1);
     // Collective 1 deleted: 2 moves to index 0 but stays on worker 1; 3, added at index 1, is

@@ -270,7 +270,15 @@ impl Server {
             Request::Groups {} => Ok(json!({ "groups": self.model.groups, "version": self.version })),
             Request::Meters {} => Ok(json!({ "meters": self.model.meters, "version": self.version })),
             Request::Collectives {} => {
-                Ok(json!({ "collectives": self.model.collectives, "owners": self.owners, "version": self.version }))
+                // Per collective, in order: whether its chunks are spread over the workers
+                // (chunk k on worker (owner + k) % workers) or all on its owner.
+                let sharded: Vec<bool> = self.colls.iter().map(|c| self.agg.context.sharded(c)).collect();
+                Ok(json!({
+                    "collectives": self.model.collectives,
+                    "owners": self.owners,
+                    "sharded": sharded,
+                    "version": self.version
+                }))
             }
             Request::Apply { ops } => {
                 let (model, built) = self.model.apply_request(&ops, &self.fixed).map_err(|e| e.to_string())?;
