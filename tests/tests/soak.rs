@@ -204,7 +204,9 @@ fn soak_two_workers_loss_duplicates_malformed_frames_and_a_flood() {
     assert_eq!(rx, (big.len() + small.len()) as u64, "every record received");
     let drops: u64 = s["drops"].as_object().unwrap().values().map(u).sum();
     assert_eq!(rx, folded + u(&a["resends"]) + drops, "{}", run.stdout());
-    assert_eq!(u(&a["handed_off"]), rx - d("runt") - d("bad_udp_checksum") - d("bad_icrc") - d("malformed_ipv4"));
+    // Every gradient packet whose headers parse crosses to the other worker, which owns its
+    // collective; the UDP checksum and ICRC are verified there, by the worker that folds.
+    assert_eq!(u(&a["handed_off"]), rx - d("runt") - d("malformed_ipv4"));
 
     // The flood did not starve the member: its NAK 7 went out, to it.
     let member = "fd00::2".parse::<std::net::Ipv6Addr>().unwrap().octets();

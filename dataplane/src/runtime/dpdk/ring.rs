@@ -81,3 +81,68 @@ impl Ring {
         }
     }
 }
+
+/// Mbufs gathered for one ring and enqueued together, in order, in one operation
+/// (`rte_ring_enqueue_burst`): a worker's hand-offs of one burst. Room for a fixed number,
+/// allocated once.
+#[derive(Debug)]
+pub struct RingBatch {
+    mbufs: Vec<*mut dpdk_sys::rte_mbuf>,
+}
+
+impl RingBatch {
+    /// An empty batch with room for `n` mbufs.
+    pub fn with_capacity(n: usize) -> RingBatch {
+        RingBatch { mbufs: Vec::with_capacity(n) }
+    }
+
+    /// True when the batch has no room left.
+    #[inline]
+    pub fn is_full(&self) -> bool {
+        self.mbufs.len() == self.mbufs.capacity()
+    }
+
+    /// Adds `m` (check [`RingBatch::is_full`] first: a full batch grows, allocating).
+    #[inline]
+    pub fn push(&mut self, m: Mbuf) {
+        self.mbufs.push(m.into_raw());
+    }
+
+    /// Enqueues the batch on `ring` and empties it; frees what the ring refuses (it was full)
+    /// and returns how many those were.
+    #[inline]
+    pub fn flush(&mut self, ring: &Ring) -> u64 {
+        if self.mbufs.is_empty() {
+            return 0;
+        }
+        // SAFETY: `mbufs` holds valid mbuf pointers that we own; the ring takes ownership of
+        // the first n it enqueues and reads nothing past the slice.
+        let n = unsafe {
+            dpdk_sys::shim_ring_enqueue_burst(
+                ring.raw.as_ptr(),
+                self.mbufs.as_ptr() as *const *mut std::ffi::c_void,
+                self.mbufs.len() as u32,
+            ) as usize
+        };
+        let refused = (self.mbufs.len() - n) as u64;
+        self.free_from(n);
+        refused
+    }
+
+    /// Frees `mbufs[from..]` and empties the batch.
+    fn free_from(&mut self, from: usize) {
+        for &m in &self.mbufs[from..] {
+            if let Some(p) = NonNull::new(m) {
+                // SAFETY: not enqueued: still ours, each pointer owned once.
+                drop(unsafe { Mbuf::from_raw(p) });
+            }
+        }
+        self.mbufs.clear();
+    }
+}
+
+impl Drop for RingBatch {
+    fn drop(&mut self) {
+        self.free_from(0);
+    }
+}
