@@ -7,19 +7,20 @@ spread over both), in the same run.
                          (binaries: DPU_BIN, PKTGEN_BIN, default target/release/{dpu,pktgen};
                           python3 from PATH, standard library only)
 
-Per lane count, `pktgen allreduce` writes one round of a 16-rank f32 collective (8000 chunks of
-64 or 256 lanes, 4000 of 1024: 128,000 or 64,000 contributions), split by rank over two ports as
+Per lane count, `pktgen allreduce` writes one round of a 16-rank f32 collective (24,000 chunks
+of 64 lanes, 12,000 of 256, 4,000 of 1024: 384,000, 192,000 and 64,000 contributions, 120-270
+MB of captures), split by rank over two ports as
 a NIC's RSS would spread the ranks' flows: ranks 0-7 on port 0, 8-15 on port 1, each a finite
 net_pcap replay polled by its own worker lcore (`--lcores 0@0,1@0,2@1`: worker 2 has CPU 1 to
 itself, worker 1 shares CPU 0 with the main lcore, which sleeps). Results leave on net_null
 ports. Without sharding worker 1 owns the collective and folds every contribution, worker 2
 hands it all it receives; with sharding each folds the chunks of its parity and hands the others
-over (half of all contributions either way). Runs alternate off/on, REPS each; rate = folded /
-the run's seconds. Checked per run: every contribution folded, no losses, the folds per worker
+over (half of all contributions either way). Runs alternate off/on, REPS each (default 5);
+rate = folded / the run's seconds. Checked per run: every contribution folded, no losses, the folds per worker
 as the placement says.
 
-These are short finite replays (60-130 ms) whose reading of the capture files is itself a cost;
-the in-memory `shard_scale` example measures the folding alone.
+These are finite replays of 0.1-0.3 s whose reading of the capture files is itself a cost; the
+in-memory `shard_scale` example measures the folding alone.
 
 Output: stdout, and appended to target/bench/results.md.
 """
@@ -81,14 +82,15 @@ def split_by_rank(src, outs):
 
 def workload(lanes):
     """(directory, [[collective]] tables, contributions) of the case with `lanes` lanes."""
-    d = os.path.join(OUT, f"{lanes}lanes")
-    chunks = 4000 if lanes > 256 else 8000
+    chunks = {64: 24000, 256: 12000}.get(lanes, 4000)
+    d = os.path.join(OUT, f"{lanes}lanes-{chunks}")
     pktgen = os.environ.get("PKTGEN_BIN", os.path.join(BIN, "pktgen"))
     if not os.path.exists(os.path.join(d, "in1.pcap")):
         subprocess.run([pktgen, "allreduce", "--out", os.path.join(d, "w"), "--workers", str(RANKS),
                         "--tensor-elements", str(chunks * lanes), "--chunk-elements", str(lanes),
                         "--collective-id", "1", "--seed", "3"], check=True, capture_output=True)
         split_by_rank(os.path.join(d, "w", "input.pcap"), [os.path.join(d, "in0.pcap"), os.path.join(d, "in1.pcap")])
+        os.remove(os.path.join(d, "w", "input.pcap"))  # the split copies are what runs read
     with open(os.path.join(d, "w", "appliance.toml")) as f:
         t = f.read()
     colls = t[t.index("[[collective]]"):]
@@ -121,7 +123,7 @@ def run(d, colls, shard, contributions):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=int(os.environ.get("SHARD_REPS", "3")))
+    ap.add_argument("--reps", type=int, default=int(os.environ.get("SHARD_REPS", "5")))
     ap.add_argument("--lanes", default="64,256,1024")
     args = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
