@@ -275,7 +275,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         Cmd::Tables { name } => print_tables(&reply["tables"], name.as_deref())?,
         Cmd::Groups => print_list(&reply["groups"], "multicast_group"),
         Cmd::Meters => print_list(&reply["meters"], "meter"),
-        Cmd::Collectives => print_list(&reply["collectives"], "collective"),
+        Cmd::Collectives => print_collectives(&reply),
         Cmd::Stragglers => print_stragglers(&reply["stragglers"]),
         Cmd::Reload => println!("{}", reply["message"].as_str().unwrap_or("reloaded")),
         _ => println!("applied {} operation(s): version {}", reply["applied"], reply["version"]),
@@ -510,6 +510,25 @@ fn print_list(list: &Value, name: &str) {
     }
 }
 
+/// The collectives as `[[collective]]` tables (a collective file `collective add` takes back),
+/// each after a comment saying where its slots live.
+fn print_collectives(reply: &Value) {
+    for (i, item) in reply["collectives"].as_array().into_iter().flatten().enumerate() {
+        println!("{}", placement(reply, i));
+        print_list(&Value::Array(vec![item.clone()]), "collective");
+    }
+}
+
+/// Where collective `i` of a `collectives` reply lives, as a TOML comment: its owner worker,
+/// or the worker holding its chunk 0 when its chunks are sharded over the workers.
+fn placement(reply: &Value, i: usize) -> String {
+    match (reply["owners"][i].as_u64(), reply["sharded"][i].as_bool()) {
+        (Some(w), Some(true)) => format!("# sharded: chunk k on worker ({w} + k) mod workers"),
+        (Some(w), _) => format!("# on worker {w}"),
+        (None, _) => "# placement unknown".to_string(),
+    }
+}
+
 fn strip_nulls(v: Value) -> Value {
     match v {
         Value::Object(m) => {
@@ -522,8 +541,19 @@ fn strip_nulls(v: Value) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use super::collectives_of;
+    use super::{collectives_of, placement};
     use serde_json::json;
+
+    /// Each listed collective says where it lives: one worker, or its chunks sharded.
+    #[test]
+    fn placement_names_the_worker_or_the_sharding() {
+        let reply = json!({ "collectives": [{}, {}], "owners": [0, 1], "sharded": [false, true] });
+        assert_eq!(placement(&reply, 0), "# on worker 0");
+        assert_eq!(placement(&reply, 1), "# sharded: chunk k on worker (1 + k) mod workers");
+        // An appliance from before `sharded`: the owner alone.
+        assert_eq!(placement(&json!({ "owners": [2] }), 0), "# on worker 2");
+        assert_eq!(placement(&json!({}), 0), "# placement unknown");
+    }
 
     /// A collective file is the config file's `[[collective]]` tables, or JSON.
     #[test]
