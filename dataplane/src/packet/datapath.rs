@@ -580,20 +580,6 @@ impl<B: PacketBuf> Datapath<B> {
         }
     }
 
-    /// `n` hand-offs that [`PacketIo::hand_off`] had taken were refused by the ring when the
-    /// I/O enqueued them at the end of the burst (and freed): counted `hand_off_full`, and no
-    /// longer `handed_off`.
-    #[inline]
-    pub fn hand_offs_refused(&mut self, n: u64) {
-        if n == 0 {
-            return;
-        }
-        self.counters.drop_n(Reason::HandOffFull, n);
-        if let Some(agg) = self.agg.as_mut() {
-            agg.counters.handed_off = agg.counters.handed_off.saturating_sub(n);
-        }
-    }
-
     /// A gradient packet that another worker received on `in_port`, counted there, took
     /// through the pipeline when it aggregates, and handed to this one, which owns its
     /// collective (software steering, [`PacketIo::hand_off`]): straight to the aggregator,

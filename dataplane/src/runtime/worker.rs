@@ -168,10 +168,6 @@ struct TxIo {
     /// Packets sent by TSC cycles from `rx_tsc` to the end of the tx burst that took them (the
     /// residence time; published with the loop's counters).
     residence: Log2Hist<CYCLE_BUCKETS>,
-    /// Per worker (by index): the mbufs this burst hands it, enqueued on its ring in one
-    /// operation when the burst is done ([`TxIo::flush_hand_offs`]), not one by one. Room for
-    /// [`MAX_BURST`] each, allocated once.
-    handing: Vec<dpdk::ring::RingBatch>,
 }
 
 impl TxIo {
@@ -192,14 +188,6 @@ impl TxIo {
         for &rx in &self.stamps[p][..n - refused as usize] {
             self.residence.record(t.wrapping_sub(rx));
         }
-    }
-
-    /// Enqueues the hand-offs of the burst just processed on their rings, a bulk enqueue per
-    /// ring; returns how many a ring refused (freed: a loss, which the backpressure before each
-    /// rx burst keeps from happening).
-    #[inline]
-    fn flush_hand_offs(&mut self) -> u64 {
-        self.handing.iter_mut().zip(&self.rings).map(|(b, ring)| b.flush(ring)).sum()
     }
 
     fn flush_all(&mut self) {
@@ -240,17 +228,12 @@ impl PacketIo for TxIo {
         src.copy_chain(&self.pool)
     }
 
-    /// Queued for the end of the burst ([`TxIo::flush_hand_offs`]), when the worker's rings
-    /// take the burst's hand-offs in one enqueue each.
     #[inline]
     fn hand_off(&mut self, worker: u16, buf: Mbuf) -> Result<(), Mbuf> {
-        let Some(b) = self.handing.get_mut(worker as usize) else { return Err(buf) };
-        if b.is_full() {
-            // More than a burst (never, with bursts of at most MAX_BURST): straight on.
-            return self.rings[worker as usize].push(buf);
+        match self.rings.get(worker as usize) {
+            Some(r) => r.push(buf),
+            None => Err(buf),
         }
-        b.push(buf);
-        Ok(())
     }
 
     /// The class travels in `mbuf->hash.sched` ([`Mbuf::set_sched_class`]); the ring is this
@@ -289,7 +272,6 @@ impl Worker {
             rx_tsc: rdtsc(),
             stamps: vec![[0; TX_BUFFER]; self.port_ids.len()],
             residence: Log2Hist::default(),
-            handing: self.rings.iter().map(|_| dpdk::ring::RingBatch::with_capacity(MAX_BURST)).collect(),
         };
         // DPDK port id -> port index, for packets handed over by another worker.
         let mut port_index = vec![0u16; 1 + *self.port_ids.iter().max().unwrap_or(&0) as usize];
@@ -366,7 +348,6 @@ impl Worker {
                     let t0 = rdtsc();
                     io.rx_tsc = t0;
                     self.datapath.process_burst(&mut io, *port, &mut mbufs[..n], now_us);
-                    self.datapath.hand_offs_refused(io.flush_hand_offs());
                     io.rx_tsc = now;
                     stats.burst(rdtsc().wrapping_sub(t0));
                 }
@@ -495,7 +476,6 @@ impl Worker {
         *stalled_since = None;
         let last = stamp(&mbufs[k - 1]);
         self.datapath.process_burst(ctx.io, held.port, &mut mbufs[held.pos..k], ctx.now_us);
-        self.datapath.hand_offs_refused(ctx.io.flush_hand_offs());
         held.pos = k;
         publish(if k < held.end { stamp(&mbufs[k]) } else { last });
     }
