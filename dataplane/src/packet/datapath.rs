@@ -602,14 +602,7 @@ impl<B: PacketBuf> Datapath<B> {
             // parse stage, as it does every packet's.
             p.layers.remove(Layers::L4_UNVERIFIED);
         }
-        if self.agg.as_ref().is_some_and(|agg| agg.owner(pkt.data(), &p) != agg.me()) {
-            // Handed over by a worker whose view of the owners the change it had switched to
-            // (or not yet) made different from this one's: never handed on again, which
-            // could bounce it between the two until both have switched.
-            self.counters.drop(Reason::HandOffMoved);
-            return;
-        }
-        self.aggregate(io, in_port, pkt, &p, now_us);
+        self.aggregate(io, in_port, pkt, &p, now_us, true);
     }
 
     /// Processes an rx burst from `in_port` as [`Datapath::process`] would, packet after packet
@@ -792,7 +785,7 @@ impl<B: PacketBuf> Datapath<B> {
             return;
         }
         if !self.aggregate_in_pipeline && self.agg.as_ref().is_some_and(|agg| agg.wants(p, in_port)) {
-            self.consume(io, in_port, pkt, p, now_us);
+            self.consume(io, in_port, pkt, p, now_us, false);
             return;
         }
         // Only meters read the arrival time: without them, no rx-timestamp read per packet.
@@ -854,7 +847,7 @@ impl<B: PacketBuf> Datapath<B> {
                 }
                 (Ok(()), Way::Consume) => {
                     self.tick(&pkt);
-                    self.consume(io, in_port, pkt, &parsed[i], now_us);
+                    self.consume(io, in_port, pkt, &parsed[i], now_us, false);
                 }
                 (Ok(()), Way::Other) => self.deliver::<TM, I>(io, in_port, pkt, &mut parsed[i], None, now_us),
             }
@@ -879,7 +872,7 @@ impl<B: PacketBuf> Datapath<B> {
             Egress::Port(port) => self.send::<TM, I>(io, port, pkt, class),
             Egress::Flood => self.flood::<TM, I>(io, in_port, pkt, class),
             Egress::Multicast(g) => self.multicast::<TM, I>(io, g as usize, pkt, p, class),
-            Egress::Aggregate => self.aggregate(io, in_port, pkt, p, now_us),
+            Egress::Aggregate => self.aggregate(io, in_port, pkt, p, now_us, false),
             Egress::Dropped(r) => self.counters.drop(r),
             Egress::Unset if self.agg.as_ref().is_some_and(|agg| agg.wants(p, in_port)) => {
                 self.counters.drop(Reason::GradNotAggregated)
@@ -912,21 +905,42 @@ impl<B: PacketBuf> Datapath<B> {
     /// and a failure is dropped with the parse's reason (spec section 4 rule 5: before anything
     /// else, without a NAK).
     ///
+    /// `handed`: as [`Datapath::consume`]'s.
+    ///
     /// Out of line: inlined into `process_burst` it cost the forwarding path 5 instructions
     /// per packet (callgrind, `pipeline_profile burst`) through register allocation.
     #[inline(never)]
-    fn aggregate<I: PacketIo<Buf = B>>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, p: &Parsed, now_us: u64) {
+    fn aggregate<I: PacketIo<Buf = B>>(
+        &mut self,
+        io: &mut I,
+        in_port: u16,
+        pkt: I::Buf,
+        p: &Parsed,
+        now_us: u64,
+        handed: bool,
+    ) {
         if !self.agg.as_ref().is_some_and(|agg| agg.wants(p, in_port)) {
             self.counters.drop(Reason::AggregateNotGradient);
             return;
         }
-        self.consume(io, in_port, pkt, p, now_us);
+        self.consume(io, in_port, pkt, p, now_us, handed);
     }
 
     /// [`Datapath::aggregate`] of a packet the aggregator wants ([`Aggregator::wants`] was
     /// true), without asking again.
     #[inline]
-    fn consume<I: PacketIo<Buf = B>>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, p: &Parsed, now_us: u64) {
+    ///
+    /// `handed`: another worker handed it over ([`Datapath::process_handed_off`]); it is never
+    /// handed on.
+    fn consume<I: PacketIo<Buf = B>>(
+        &mut self,
+        io: &mut I,
+        in_port: u16,
+        pkt: I::Buf,
+        p: &Parsed,
+        now_us: u64,
+        handed: bool,
+    ) {
         let Some(agg) = self.agg.as_mut() else {
             self.counters.drop(Reason::AggregateNotGradient);
             return;
@@ -938,6 +952,13 @@ impl<B: PacketBuf> Datapath<B> {
         }
         let owner = agg.owner(pkt.data(), p);
         if owner != agg.me() {
+            if handed {
+                // Handed over by a worker that had switched to a runtime change of a sharded
+                // collective's chunking this one has not (or the reverse): handing it back
+                // could bounce it between the two until both have switched.
+                self.counters.drop(Reason::HandOffMoved);
+                return;
+            }
             // Software steering: the collective's state lives on another worker, which
             // verifies the UDP checksum or ICRC just before it folds (the payload then crosses
             // from this core's cache to that one's once, read by the owner alone).

@@ -216,11 +216,6 @@ pub struct Aggregator {
     /// a collective sharded over the workers, the owner of its chunk 0 (chunk `k` is then
     /// owned by worker `(owner + k) % workers`).
     owners: Vec<u16>,
-    /// By `index` value: whether that collective is sharded over the workers
-    /// ([`AggContext::shard`]).
-    sharded: Vec<bool>,
-    /// The workers of the run, as a divisor by multiplication (a sharded chunk's owner).
-    workers: strength_reduce::StrengthReducedU64,
     /// The aggregator's counters.
     pub counters: AggCounters,
 }
@@ -268,9 +263,7 @@ impl Aggregator {
                 .map(|(c, &owner)| CollState::for_worker(ctx, c, owner, me))
                 .collect(),
             me,
-            sharded: std::iter::once(false).chain(collectives.iter().map(|c| ctx.sharded(c))).collect(),
             owners: std::iter::once(me).chain(owners).collect(),
-            workers: strength_reduce::StrengthReducedU64::new(workers as u64),
             index,
             ports: ctx.ports.clone(),
             gradient_udp_port: ctx.gradient_udp_port,
@@ -343,20 +336,10 @@ impl Aggregator {
     pub fn owner(&self, frame: &[u8], p: &Parsed) -> u16 {
         let i = self.index[p.grad_collective_id as usize] as usize;
         let owner = self.owners[i];
-        if !self.sharded[i] {
-            return owner;
+        match self.colls.get(i.wrapping_sub(1)) {
+            Some(st) if st.share.ways > 1 => chunk_owner(st, frame, p, owner),
+            _ => owner,
         }
-        self.chunk_owner(frame, p, i, owner)
-    }
-
-    /// [`Aggregator::owner`] for the sharded collective of `index` value `i`, whose chunk 0
-    /// `owner` holds.
-    #[inline(never)]
-    fn chunk_owner(&self, frame: &[u8], p: &Parsed, i: usize, owner: u16) -> u16 {
-        let header = frame.get(p.grad_offset as usize..).and_then(|h| GradientHeader::new_checked(h).ok());
-        let (Some(g), Some(st)) = (header, self.colls.get(i.wrapping_sub(1))) else { return owner };
-        let chunk = g.tensor_offset() as u64 / st.chunk_div;
-        ((owner as u64 + chunk) % self.workers) as u16
     }
 
     /// Handles one gradient packet (`p` is its parse, `now_us` the appliance's clock in µs:
@@ -440,6 +423,17 @@ impl Aggregator {
             }
         }
     }
+}
+
+/// [`Aggregator::owner`] for `st`, a collective sharded over `st.share.ways` workers (all of
+/// them), whose chunk 0 `owner` holds.
+#[inline(never)]
+fn chunk_owner(st: &CollState, frame: &[u8], p: &Parsed, owner: u16) -> u16 {
+    let Some(g) = frame.get(p.grad_offset as usize..).and_then(|h| GradientHeader::new_checked(h).ok()) else {
+        return owner;
+    };
+    let chunk = g.tensor_offset() as u64 / st.chunk_div;
+    ((owner as u64 + chunk) % st.ways_div) as u16
 }
 
 #[cfg(test)]

@@ -50,7 +50,6 @@ pub struct CollSwap {
     colls: Vec<CollState>,
     index: Vec<u16>,
     owners: Vec<u16>,
-    sharded: Vec<bool>,
     /// Per new collective: the index in the old set of the collective whose state it keeps.
     keep: Vec<Option<usize>>,
     /// Per old collective (its index): whether the new set keeps its state.
@@ -101,7 +100,6 @@ impl CollSwap {
             colls,
             index,
             owners: std::iter::once(me).chain(owners.iter().copied()).collect(),
-            sharded: std::iter::once(false).chain(collectives.iter().map(|c| ctx.sharded(c))).collect(),
             keep: keep.to_vec(),
             kept_old,
             naks,
@@ -138,7 +136,6 @@ impl Aggregator {
         std::mem::swap(&mut self.colls, &mut s.colls);
         std::mem::swap(&mut self.index, &mut s.index);
         std::mem::swap(&mut self.owners, &mut s.owners);
-        std::mem::swap(&mut self.sharded, &mut s.sharded);
         if let Some(n) = &mut s.naks {
             std::mem::swap(&mut self.naks, n);
         }
