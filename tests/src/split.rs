@@ -26,11 +26,16 @@ ipv4 = "10.0.0.254"
 /// or 1). Each port's records are sorted by capture time and written to `dir`/in0.pcap and
 /// in1.pcap, which are returned.
 pub fn split_by_rank(dir: &Path, workloads: &[&Path], port_of: impl Fn(usize) -> usize) -> (PathBuf, PathBuf) {
+    // Source MAC 02:00:00:00:01:rr.
+    split_frames(dir, workloads, |f| port_of(f[11] as usize))
+}
+
+/// [`split_by_rank`] with the port chosen from the whole frame.
+pub fn split_frames(dir: &Path, workloads: &[&Path], port_of: impl Fn(&[u8]) -> usize) -> (PathBuf, PathBuf) {
     let mut by_port: [Vec<(u64, Vec<u8>)>; 2] = [Vec::new(), Vec::new()];
     for d in workloads {
         for (us, f) in read_pcap_records(&d.join("input.pcap")) {
-            let rank = f[11] as usize; // source MAC 02:00:00:00:01:rr
-            by_port[port_of(rank)].push((us, f));
+            by_port[port_of(&f)].push((us, f));
         }
     }
     for v in by_port.iter_mut() {

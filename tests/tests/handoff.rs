@@ -272,20 +272,8 @@ fn a_sharded_collective_is_spread_over_both_workers_and_passes_the_checker() {
         ],
     );
     let colls = format!("{}\n{}", collectives_via_ports(&udp, 12..16), collectives_via_ports(&roce, 2..4));
-    // Collective 2's ranks 2-3 (MACs ..:01:02, ..:01:03) arrive on port 1 too.
-    let (in0, in1) = split_by_rank(&dir, &[&udp, &roce], |r| usize::from(r >= 12));
-    let (in0, in1) = {
-        // split_by_rank splits by rank alone; move collective 2's ranks 2-3 over by hand.
-        let mut by_port = [read_pcap_records(&in0), read_pcap_records(&in1)];
-        let (two, rest): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut by_port[0]).into_iter().partition(|(_, f)| is_rocev2(f) && f[11] >= 2);
-        by_port[0] = rest;
-        by_port[1].extend(two);
-        by_port[1].sort_by_key(|(t, _)| *t);
-        write_pcap_at(&in0, &by_port[0]);
-        write_pcap_at(&in1, &by_port[1]);
-        (in0, in1)
-    };
+    // Port 1: collective 1's ranks 12-15, collective 2's ranks 2-3 (source MAC 02:00:00:00:01:rr).
+    let (in0, in1) = split_frames(&dir, &[&udp, &roce], |f| usize::from(f[11] >= if is_rocev2(f) { 2 } else { 12 }));
     let (o0, o1) = (dir.join("out0.pcap"), dir.join("out1.pcap"));
     // Folded per worker: sharded, collective 1's even chunks on worker 0 and its odd ones with
     // all of collective 2 on worker 1; else collective 1 all on worker 0.
