@@ -12,11 +12,12 @@
 //! DMA leaves them), 32 passes per measurement, each pass on a fresh datapath built before the
 //! clock starts. The two threads are pinned to CPUs 0 and 1 and each
 //! receives the contributions of its own chunks, as a NIC steering by the gradient header's
-//! offset would deliver them (the hand-off between workers, for NICs that cannot, is exercised
-//! through the real binary by `tests/tests/handoff.rs`). A two-thread measurement's time runs
+//! offset would deliver them (the hand-off between workers, for NICs that cannot, is measured
+//! through the real binary by `tools/bench/shard.py`). A two-thread measurement's time runs
 //! from the first thread's start to the last one's end. One-thread and two-thread measurements
 //! alternate, `REPS` each (default 9); the table gives the medians and the median of the
 //! per-pair ratios. Every measurement's counts are checked (folded, completed, results sent).
+//! With `SHARD_SCALE_DEBUG` set, each measurement's per-thread times go to stderr.
 
 use dataplane::buf::PacketBuf;
 use dataplane::datapath::Datapath;
