@@ -162,8 +162,6 @@ pub struct Client {
     tx: Batch,
     /// Datagrams received by one recvmmsg.
     rx: Batch,
-    /// The datagram of `rx` being handled.
-    cur: usize,
     stats: ClientStats,
     /// The read timeout the socket has now.
     read_timeout: Option<Duration>,
@@ -177,8 +175,16 @@ pub struct Client {
     synced: bool,
     /// What the PROBEs of a stalled call learnt.
     stall: Stall,
-    /// The chunks of the current (or last) call: all of them, or a range's.
-    active: Range<usize>,
+}
+
+/// What one call works on beyond the per-chunk state: the chunks taking part and the rejoins
+/// made so far. The call owns it ([`Client::exchange`]); nothing of it outlives the call.
+#[derive(Debug)]
+struct Call {
+    /// The chunks taking part: all of them, or a range's.
+    chunks: Range<usize>,
+    /// Rejoins (NAK 7 realignments) in this call, at most [`Options::max_rejoins`].
+    rejoins: u32,
 }
 
 /// The PROBEs of the current stall of a call (no progress since `probes` were sent) and what
@@ -211,7 +217,7 @@ enum Datagram {
     /// A NAK (spec section 5).
     Nak(GradientRepr),
     /// A STATUS (section 7) about chunk `index`: the slot's `state` and the `round` field; the
-    /// rank bitmap is ``rx`'s datagram `cur` after the header.
+    /// rank bitmap follows the header in the datagram.
     Status { index: u32, state: u8, round: u32 },
     /// A RESULT for chunk `index` at `round`; its payload is `len` bytes after the header.
     Result { index: u32, round: u32, offset: u32, len: usize },
@@ -286,7 +292,6 @@ impl Client {
             tx: Batch::new(options.window.min(BATCH), datagram),
             // A datagram larger than this one is none of this collective's (it reads as empty).
             rx: Batch::new(options.window.min(BATCH), datagram.max(HEADER_LEN + 64)),
-            cur: 0,
             stats: ClientStats::default(),
             read_timeout: None,
             heard: false,
@@ -294,7 +299,6 @@ impl Client {
             rtt: RttEstimator::default(),
             synced: !options.probe,
             stall: Stall { waiting: vec![false; collective.num_workers as usize], ..Stall::default() },
-            active: 0..n,
         })
     }
 
@@ -441,7 +445,6 @@ impl Client {
         }
         let start = self.begin();
         self.stats.chunks += range.len() as u64;
-        self.active = range.clone();
         let r = self.exchange(lanes, start, range);
         self.rtt.end_call();
         for (round, c) in self.rounds.iter_mut().zip(&self.chunks) {
@@ -466,7 +469,7 @@ impl Client {
         self.stall.clear();
         let (mut next, n) = (range.start, range.end);
         let mut remaining = range.len();
-        let mut rejoins = 0u32;
+        let mut call = Call { chunks: range, rejoins: 0 };
         // Earliest timer of the chunks in flight (may be early: then nothing fires).
         let mut next_due = deadline;
         loop {
@@ -481,7 +484,7 @@ impl Client {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(self.deadline_error(remaining, self.opts.deadline));
+                return Err(self.deadline_error(&call, remaining, self.opts.deadline));
             }
             if now >= next_probe {
                 // No progress for a while: ask the stalled chunks' slots whom they wait for.
@@ -509,9 +512,8 @@ impl Client {
                 self.recv(true)?
             };
             for k in 0..got {
-                self.cur = k;
                 self.heard = true;
-                let progress = match self.on_datagram(lanes, &mut rejoins)? {
+                let progress = match self.on_datagram(k, lanes, &mut call)? {
                     Event::Nothing => false,
                     Event::Done(i) => {
                         let c = &self.chunks[i as usize];
@@ -593,9 +595,8 @@ impl Client {
                 self.recv(true)?
             };
             for k in 0..got {
-                self.cur = k;
                 self.heard = true;
-                match self.classify() {
+                match self.classify(k) {
                     Datagram::Nak(r) => {
                         self.stats.naks += 1;
                         if r.reason != NAK_STALE_ROUND {
@@ -781,9 +782,9 @@ impl Client {
         }
     }
 
-    /// What the datagram `cur` of `rx` is (spec sections 2, 5, 6, 7); counts the ignored ones.
-    fn classify(&mut self) -> Datagram {
-        let Ok(h) = GradientHeader::new_checked(self.rx.datagram(self.cur)) else {
+    /// What the datagram `k` of `rx` is (spec sections 2, 5, 6, 7); counts the ignored ones.
+    fn classify(&mut self, k: usize) -> Datagram {
+        let Ok(h) = GradientHeader::new_checked(self.rx.datagram(k)) else {
             self.stats.ignored += 1;
             return Datagram::Ignored;
         };
@@ -824,25 +825,25 @@ impl Client {
         })
     }
 
-    /// Handles one datagram from the appliance during a call.
-    fn on_datagram<L: Lanes>(&mut self, lanes: &mut L, rejoins: &mut u32) -> Result<Event, Error> {
-        match self.classify() {
+    /// Handles the datagram `k` of `rx` (one from the appliance) during `call`.
+    fn on_datagram<L: Lanes>(&mut self, k: usize, lanes: &mut L, call: &mut Call) -> Result<Event, Error> {
+        match self.classify(k) {
             Datagram::Ignored => Ok(Event::Nothing),
             Datagram::Nak(r) => {
                 self.stats.naks += 1;
-                self.on_nak(&r, rejoins)
+                self.on_nak(&r, call)
             }
             Datagram::Status { index, state, round } => {
-                self.on_status(index, state, round);
+                self.on_status(k, index, state, round);
                 Ok(Event::Nothing)
             }
             Datagram::Result { index, round, offset, len } => {
                 let i = index as usize;
-                if self.chunks[i].done || round != self.rounds[i] || !self.active.contains(&i) {
+                if self.chunks[i].done || round != self.rounds[i] || !call.chunks.contains(&i) {
                     self.stats.stale_results += 1;
                     return Ok(Event::Nothing);
                 }
-                lanes.store(offset as usize, &self.rx.datagram(self.cur)[HEADER_LEN..HEADER_LEN + len]);
+                lanes.store(offset as usize, &self.rx.datagram(k)[HEADER_LEN..HEADER_LEN + len]);
                 self.chunks[i].done = true;
                 self.stats.results += 1;
                 Ok(Event::Done(index))
@@ -850,9 +851,10 @@ impl Client {
         }
     }
 
-    /// A STATUS during a call (the answer to a stalled call's PROBE): when its slot holds the
-    /// chunk's round in progress, the ranks missing from its bitmap are waited for.
-    fn on_status(&mut self, index: u32, state: u8, round: u32) {
+    /// A STATUS during a call (the answer to a stalled call's PROBE), the datagram `k` of `rx`:
+    /// when its slot holds the chunk's round in progress, the ranks missing from its bitmap are
+    /// waited for.
+    fn on_status(&mut self, k: usize, index: u32, state: u8, round: u32) {
         self.stats.statuses += 1;
         if self.stall.probes == 0 {
             return; // the answer to a probe of an earlier stall
@@ -863,18 +865,18 @@ impl Client {
         if !in_progress || self.chunks[i].done || round != self.rounds[i] {
             return;
         }
-        let bitmap = &self.rx.datagram(self.cur)[HEADER_LEN..];
-        for (k, w) in self.stall.waiting.iter_mut().enumerate() {
-            if bitmap[k / 8] & (1 << (k % 8)) == 0 {
+        let bitmap = &self.rx.datagram(k)[HEADER_LEN..];
+        for (rank, w) in self.stall.waiting.iter_mut().enumerate() {
+            if bitmap[rank / 8] & (1 << (rank % 8)) == 0 {
                 *w = true;
             }
         }
     }
 
     /// A NAK (spec section 5): reasons other than 7 end the call; reason 7 realigns every
-    /// incomplete chunk on the appliance's expected round (one NAK suffices, as NAKs are limited
-    /// to one per source per 100 ms).
-    fn on_nak(&mut self, r: &GradientRepr, rejoins: &mut u32) -> Result<Event, Error> {
+    /// incomplete chunk of `call` on the appliance's expected round (one NAK suffices, as NAKs
+    /// are limited to one per source per 100 ms).
+    fn on_nak(&mut self, r: &GradientRepr, call: &mut Call) -> Result<Event, Error> {
         let c = &self.coll;
         if r.reason != NAK_STALE_ROUND {
             return Err(self.nak_error(r));
@@ -889,7 +891,7 @@ impl Client {
         if self.chunks[i].done || !self.chunks[i].sent || sent == r.round {
             return Ok(Event::Nothing);
         }
-        if *rejoins >= self.opts.max_rejoins {
+        if call.rejoins >= self.opts.max_rejoins {
             return Err(Error::Rejoins {
                 limit: self.opts.max_rejoins,
                 offset: r.tensor_offset,
@@ -897,10 +899,10 @@ impl Client {
                 expected: r.round,
             });
         }
-        *rejoins += 1;
+        call.rejoins += 1;
         self.stats.rejoins += 1;
         let delta = r.round.wrapping_sub(sent);
-        let active = self.active.clone();
+        let active = call.chunks.clone();
         for (round, ch) in self.rounds[active.clone()].iter_mut().zip(&mut self.chunks[active]) {
             if !ch.done {
                 *round = round.wrapping_add(delta);
@@ -934,13 +936,14 @@ impl Client {
         Error::Nak { collective: self.coll.collective_id, reason: r.reason, offset: r.tensor_offset, round: r.round }
     }
 
-    /// The error of a call that made no progress for `waited`: what the stall's PROBEs learnt.
-    fn deadline_error(&self, remaining: usize, waited: Duration) -> Error {
+    /// The error of `call`, which made no progress for `waited` with `remaining` chunks
+    /// missing: what the stall's PROBEs learnt.
+    fn deadline_error(&self, call: &Call, remaining: usize, waited: Duration) -> Error {
         let waited_ms = waited.as_millis() as u64;
         let timeout = |waiting_for| Error::Timeout {
             collective: self.coll.collective_id,
             missing: remaining,
-            chunks: self.active.len(),
+            chunks: call.chunks.len(),
             addr: self.ep.appliance,
             waited_ms,
             waiting_for,
