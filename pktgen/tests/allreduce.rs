@@ -286,8 +286,8 @@ fn loss_and_a_slow_worker_still_complete_every_round() {
 /// Emulations on worker lcores (`lcore`): two at once, each alone on an EAL worker lcore of its
 /// own (closed loop UDP f32 sum; open loop RoCEv2 bf16 max over IPv6), beside one on the main
 /// lcore: every round of every worker completes and checks bit for bit, the counters the
-/// workers hand back reach the JSON, the CSV and the table, and the appliance completed exactly
-/// those rounds.
+/// workers hand back reach the JSON, the CSV and the table, the live line at 1 s shows every
+/// emulation, and the appliance completed exactly those rounds.
 #[test]
 fn emulations_on_worker_lcores_complete_every_round() {
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -299,7 +299,8 @@ fn emulations_on_worker_lcores_complete_every_round() {
         },
         Coll {
             v6: true,
-            pktgen: format!("rounds = {rounds}\nmode = \"open\"\nrate_pps = 20000\nlcore = 2\n"),
+            // 960 contributions at 600/s: the run lasts over a second, so the live line shows.
+            pktgen: format!("rounds = {rounds}\nmode = \"open\"\nrate_pps = 600\nlcore = 2\n"),
             ..Coll::new(2, "max", "bf16", "rocev2")
         },
         Coll { pktgen: format!("rounds = {rounds}\ntimeout_us = 20000\n"), ..Coll::new(3, "min", "i32", "udp") },
@@ -322,6 +323,12 @@ fn emulations_on_worker_lcores_complete_every_round() {
     assert_eq!(u(&o.dpu["aggregation"]["completed"]), 3 * rounds * 8, "{}", o.dpu["aggregation"]);
     assert_eq!(o.csv.lines().count(), 1 + 3 * 5, "{}", o.csv);
     assert!(o.out.contains("allreduce c2: open loop, 4 workers x 8 slots of 128 bf16 lanes"), "{}", o.out);
+    // The live line at 1 s: the worker lcores answered the main lcore's request for counts.
+    for c in ["c1", "c2", "c3"] {
+        let line = o.out.lines().find(|l| l.starts_with(&format!("[   1.0 s] allreduce {c}: ")));
+        let line = line.unwrap_or_else(|| panic!("no live line of {c} at 1 s:\n{}", o.out));
+        assert!(line.contains(" wrong 0 |") && line.contains(" naks 0 "), "{line}");
+    }
 }
 
 /// Wrong answers and NAKs: pktgen expects max from a sum collective (every result is counted
