@@ -96,9 +96,10 @@ fn appliance_toml(dir: &Path, colls: &[Coll]) -> String {
     t
 }
 
-fn pktgen_toml(dir: &Path, appliance: &Path, colls: &[Coll]) -> String {
-    let mut t = String::from(
-        "[eal]\nargs = [\"--no-huge\", \"-m\", \"256\", \"--no-pci\", \"--no-shconf\", \"--lcores\", \"0@0\", \
+/// pktgen's config; `lcores` is its EAL `--lcores` (the main lcore alone: "0@0").
+fn pktgen_toml(dir: &Path, appliance: &Path, colls: &[Coll], lcores: &str) -> String {
+    let mut t = format!(
+        "[eal]\nargs = [\"--no-huge\", \"-m\", \"256\", \"--no-pci\", \"--no-shconf\", \"--lcores\", \"{lcores}\", \
          \"--log-level\", \"*:error\"]\n",
     );
     for i in 0..colls.len() {
@@ -127,14 +128,19 @@ struct Outcome {
     dpu: Value,
 }
 
-/// Starts the appliance on `colls`, waits for its memif sockets, runs pktgen (at most 30 s),
-/// stops the appliance (SIGTERM) and returns both sides' reports.
+/// Starts the appliance on `colls`, waits for its memif sockets, runs pktgen (at most 30 s) with
+/// only the main lcore, stops the appliance (SIGTERM) and returns both sides' reports.
 fn run(name: &str, colls: &[Coll]) -> Outcome {
+    run_on(name, colls, "0@0")
+}
+
+/// [`run`] with pktgen's EAL `--lcores` `lcores`.
+fn run_on(name: &str, colls: &[Coll], lcores: &str) -> Outcome {
     let dir = tmp(name);
     let app = dir.join("appliance.toml");
     std::fs::write(&app, appliance_toml(&dir, colls)).unwrap();
     let conf = dir.join("pktgen.toml");
-    std::fs::write(&conf, pktgen_toml(&dir, &app, colls)).unwrap();
+    std::fs::write(&conf, pktgen_toml(&dir, &app, colls, lcores)).unwrap();
     let stats = dir.join("dpu-stats.json");
     let socks: Vec<PathBuf> = (0..colls.len()).map(|i| dir.join(format!("m{i}.sock"))).collect();
     let dpu = common::start_dpu(&app, &stats, 60, &socks);
@@ -277,6 +283,54 @@ fn loss_and_a_slow_worker_still_complete_every_round() {
     assert_eq!(u(&agg["completed"]), 3 * rounds * 8, "{agg}");
 }
 
+/// Emulations on worker lcores (`lcore`): two at once, each alone on an EAL worker lcore of its
+/// own (closed loop UDP f32 sum; open loop RoCEv2 bf16 max over IPv6), beside one on the main
+/// lcore: every round of every worker completes and checks bit for bit, the counters the
+/// workers hand back reach the JSON, the CSV and the table, the live line at 1 s shows every
+/// emulation, and the appliance completed exactly those rounds.
+#[test]
+fn emulations_on_worker_lcores_complete_every_round() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let rounds = 30;
+    let colls = vec![
+        Coll {
+            pktgen: format!("rounds = {rounds}\nwindow = 4\ntimeout_us = 20000\nlcore = 1\n"),
+            ..Coll::new(1, "sum", "f32", "udp")
+        },
+        Coll {
+            v6: true,
+            // 960 contributions at 600/s: the run lasts over a second, so the live line shows.
+            pktgen: format!("rounds = {rounds}\nmode = \"open\"\nrate_pps = 600\nlcore = 2\n"),
+            ..Coll::new(2, "max", "bf16", "rocev2")
+        },
+        Coll { pktgen: format!("rounds = {rounds}\ntimeout_us = 20000\n"), ..Coll::new(3, "min", "i32", "udp") },
+    ];
+    let o = run_on("lcores", &colls, "0@0,1@1,2@0");
+    assert_eq!(o.code, 0, "{}", o.out);
+    for (i, c) in colls.iter().enumerate() {
+        let a = &o.pktgen["allreduce"][i];
+        assert_complete(a, c, rounds, &format!("collective {}", c.id));
+        assert!(u(&a["tx_packets"]) >= rounds * c.slots() * c.workers as u64, "{a}");
+        assert!(u(&a["rx_packets"]) >= rounds * c.slots() * c.workers as u64, "{a}");
+    }
+    let b = &o.pktgen["allreduce"][1];
+    assert_eq!(b["mode"], "open");
+    assert_eq!(u(&b["contributions"]), rounds * colls[1].slots() * 4, "{b}");
+    // A PROBE of every slot by every worker first, answered once each (closed loop).
+    let a = &o.pktgen["allreduce"][0];
+    let statuses: u64 = a["per_worker"].as_array().unwrap().iter().map(|w| u(&w["statuses"])).sum();
+    assert_eq!(statuses, colls[0].slots() * 4, "{a}");
+    assert_eq!(u(&o.dpu["aggregation"]["completed"]), 3 * rounds * 8, "{}", o.dpu["aggregation"]);
+    assert_eq!(o.csv.lines().count(), 1 + 3 * 5, "{}", o.csv);
+    assert!(o.out.contains("allreduce c2: open loop, 4 workers x 8 slots of 128 bf16 lanes"), "{}", o.out);
+    // The live line at 1 s: the worker lcores answered the main lcore's request for counts.
+    for c in ["c1", "c2", "c3"] {
+        let line = o.out.lines().find(|l| l.starts_with(&format!("[   1.0 s] allreduce {c}: ")));
+        let line = line.unwrap_or_else(|| panic!("no live line of {c} at 1 s:\n{}", o.out));
+        assert!(line.contains(" wrong 0 |") && line.contains(" naks 0 "), "{line}");
+    }
+}
+
 /// Wrong answers and NAKs: pktgen expects max from a sum collective (every result is counted
 /// wrong); sends chunks past the appliance's tensor (each refused with NAK reason 6, the rest
 /// completes); sends op max to a sum collective (NAK reason 3, every slot refused). pktgen exits
@@ -360,7 +414,7 @@ fn a_bad_allreduce_config_names_the_key() {
     std::fs::write(&app, appliance_toml(&dir, &colls)).unwrap();
     let conf = dir.join("pktgen.toml");
     let try_conf = |extra: &str| {
-        std::fs::write(&conf, pktgen_toml(&dir, &app, &colls) + extra).unwrap();
+        std::fs::write(&conf, pktgen_toml(&dir, &app, &colls, "0@0") + extra).unwrap();
         let o =
             Command::new(env!("CARGO_BIN_EXE_pktgen")).args(["run", "-c", conf.to_str().unwrap()]).output().unwrap();
         (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
@@ -368,7 +422,8 @@ fn a_bad_allreduce_config_names_the_key() {
     let (code, err) = try_conf("loss = 1.5\n");
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("pktgen.toml: key `allreduce[0].loss`: expected a fraction in 0..1, found 1.5"), "{err}");
-    std::fs::write(&conf, pktgen_toml(&dir, &app, &colls).replace("collective_id = 1", "collective_id = 9")).unwrap();
+    std::fs::write(&conf, pktgen_toml(&dir, &app, &colls, "0@0").replace("collective_id = 1", "collective_id = 9"))
+        .unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_pktgen")).args(["run", "-c", conf.to_str().unwrap()]).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
@@ -379,6 +434,12 @@ fn a_bad_allreduce_config_names_the_key() {
     let (code, err) = try_conf("slow_rank = 4\n");
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("key `allreduce[0].slow_rank`: expected a rank below 4, found 4"), "{err}");
+    let (code, err) = try_conf("lcore = 5\n");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("allreduce[0].lcore: lcore 5 is not a worker lcore of the EAL (workers: []; the main lcore 0"),
+        "{err}"
+    );
     let (code, err) = try_conf("values = \"normal\"\n");
     assert_eq!(code, Some(2), "{err}");
     assert!(

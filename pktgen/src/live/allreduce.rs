@@ -46,8 +46,13 @@
 //!   dropped before the port, at random; in closed loop the timeout resends them.
 //! - `slow_rank`, `slow_us`: that worker's sends wait `slow_us` µs after the slot is ready.
 //!
-//! The emulation runs on the main lcore, which polls the port's rx queues and sends on its tx
-//! queue 0 (no `[[stream]]` may use the port). Nothing on its per-packet path allocates.
+//! # Where it runs
+//!
+//! A [`Runner`] polls the port's rx queues and sends on its tx queue 0 (no `[[stream]]` may use
+//! the port). Without the key `lcore` the main lcore runs it, between its receive passes; with
+//! `lcore = N` EAL worker lcore `N` runs it alone, and the main lcore only reports
+//! ([`super::emulations`]). Nothing on its per-packet path allocates, locks or makes a system
+//! call.
 
 use super::config::PortRef;
 use super::pace::Pacer;
@@ -139,6 +144,9 @@ pub struct AllreduceConfig {
     pub seed: u64,
     /// `"exact"` (default) or `"normal"`: the value model's kind ([`crate::values`]).
     pub values: Option<String>,
+    /// The EAL worker lcore (id) that runs the emulation, alone (not a tx lcore, nor another
+    /// emulation's). Unset: the main lcore runs it, between its receive passes.
+    pub lcore: Option<u32>,
 }
 
 fn d_window() -> u32 {
@@ -228,6 +236,8 @@ pub struct Emulation {
     pub values: ValueKind,
     /// `values = "normal"`: the rounds of tensors computed at start (`R`, see the module docs).
     pub value_rounds: u32,
+    /// The EAL worker lcore (id) that runs it; `None`: the main lcore.
+    pub lcore: Option<u32>,
 }
 
 impl Emulation {
@@ -324,6 +334,9 @@ pub fn check(
         let port = find_port(k("port"), &a.port)?;
         if out.iter().any(|e| e.port == port) {
             return Err(err("port", "another [[allreduce]] already uses this port: give each its own".into()));
+        }
+        if let (Some(l), Some(j)) = (a.lcore, out.iter().position(|e| e.lcore.is_some() && e.lcore == a.lcore)) {
+            return Err(err("lcore", format!("allreduce[{j}] already runs on lcore {l}: give each its own lcore")));
         }
         let app = dataplane::config::load(Path::new(&a.appliance))
             .map_err(|e| err("appliance", format!("the appliance's config does not load: {e}")))?;
@@ -449,6 +462,7 @@ pub fn check(
             seed: a.seed,
             values,
             value_rounds,
+            lcore: a.lcore,
         });
     }
     Ok(out)
@@ -1843,6 +1857,53 @@ pub fn csv(list: &[AllreduceSummary]) -> String {
     out
 }
 
+/// What the live line shows of one emulation: its totals so far and the latency of the last
+/// interval. Taken by whichever lcore runs the emulation ([`LiveCounts::take`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LiveCounts {
+    /// Rounds completed, summed over workers.
+    pub rounds_completed: u64,
+    /// Payload bytes of the rounds completed.
+    pub payload_bytes: u64,
+    /// Results equal to the reference.
+    pub right: u64,
+    /// Results that were not.
+    pub wrong: u64,
+    /// Contributions resent with RETRANSMIT.
+    pub retransmissions: u64,
+    /// Timeouts.
+    pub timeouts: u64,
+    /// NAKs received, every reason.
+    pub naks: u64,
+    /// Bursts the tx queue did not take whole.
+    pub tx_full: u64,
+    /// Failed mbuf allocations.
+    pub nombuf: u64,
+    /// Latency from a round's first send to its result over the interval (µs); `None`: no result.
+    pub latency: Option<Latency>,
+}
+
+impl LiveCounts {
+    /// `r`'s counts now; resets its interval histogram (the next interval starts). Allocates
+    /// nothing.
+    pub fn take(r: &mut Runner) -> LiveCounts {
+        let e = &mut r.engine;
+        let mut c = LiveCounts { tx_full: r.tx_full, nombuf: r.nombuf, ..LiveCounts::default() };
+        for w in &e.workers {
+            c.rounds_completed += w.c.rounds_completed;
+            c.payload_bytes += w.c.payload_bytes;
+            c.right += w.c.right;
+            c.wrong += w.c.wrong;
+            c.retransmissions += w.c.retransmissions;
+            c.timeouts += w.c.timeouts;
+            c.naks += w.c.naks.iter().sum::<u64>();
+        }
+        c.latency = Latency::of(&e.interval);
+        e.interval.reset();
+        c
+    }
+}
+
 /// The live line's part for one emulation: totals so far, rates over the last interval.
 #[derive(Debug)]
 pub struct LiveState {
@@ -1856,40 +1917,27 @@ impl LiveState {
         LiveState { last_rounds: 0, last_bytes: 0 }
     }
 
-    /// The line at `t` seconds since the start, `dt` seconds after the previous one; resets the
-    /// engine's interval histogram.
-    pub fn line(&mut self, t: f64, dt: f64, r: &mut Runner) -> String {
-        let e = &mut r.engine;
-        let mut c = WorkerCounters::default();
-        let mut naks = 0;
-        for w in &e.workers {
-            c.rounds_completed += w.c.rounds_completed;
-            c.payload_bytes += w.c.payload_bytes;
-            c.right += w.c.right;
-            c.wrong += w.c.wrong;
-            c.retransmissions += w.c.retransmissions;
-            c.timeouts += w.c.timeouts;
-            naks += w.c.naks.iter().sum::<u64>();
-        }
-        let lat = Latency::of(&e.interval).map_or("-".to_string(), |l| {
+    /// The line of emulation `name` at `t` seconds since the start, `dt` seconds after the
+    /// previous one, from its counts `c`.
+    pub fn line(&mut self, t: f64, dt: f64, name: &str, c: &LiveCounts) -> String {
+        let lat = c.latency.map_or("-".to_string(), |l| {
             format!("p50 {:.1} p99 {:.1} p99.9 {:.1} max {:.1}", l.p50_us, l.p99_us, l.p999_us, l.max_us)
         });
-        e.interval.reset();
-        let rate = (c.rounds_completed - self.last_rounds) as f64 / dt;
-        let gbps = (c.payload_bytes - self.last_bytes) as f64 * 8.0 / dt / 1e9;
+        let rate = c.rounds_completed.saturating_sub(self.last_rounds) as f64 / dt;
+        let gbps = c.payload_bytes.saturating_sub(self.last_bytes) as f64 * 8.0 / dt / 1e9;
         self.last_rounds = c.rounds_completed;
         self.last_bytes = c.payload_bytes;
         format!(
-            "[{t:6.1} s] allreduce {}: {:.4} M contributions/s {gbps:.3} Gbit/s payload | rounds {} right {} wrong {} | naks {naks} retx {} timeouts {} | lat µs {lat} | tx-full {} nombuf {}",
-            e.em.name,
+            "[{t:6.1} s] allreduce {name}: {:.4} M contributions/s {gbps:.3} Gbit/s payload | rounds {} right {} wrong {} | naks {} retx {} timeouts {} | lat µs {lat} | tx-full {} nombuf {}",
             rate / 1e6,
             c.rounds_completed,
             c.right,
             c.wrong,
+            c.naks,
             c.retransmissions,
             c.timeouts,
-            r.tx_full,
-            r.nombuf
+            c.tx_full,
+            c.nombuf
         )
     }
 }
@@ -1941,6 +1989,7 @@ mod tests {
             seed: 1,
             values: ValueKind::Exact,
             value_rounds: 1,
+            lcore: None,
         }
     }
 

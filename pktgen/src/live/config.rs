@@ -622,6 +622,15 @@ fn check(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
                 format!("stream[{j}] uses this port too: an [[allreduce]] needs a port of its own"),
             ));
         }
+        if let Some(l) = a.lcore.filter(|l| run.tx_lcores.contains(l)) {
+            return Err(err(
+                format!("allreduce[{i}].lcore"),
+                format!(
+                    "lcore {l} is one of [pktgen] tx_lcores {:?}: an emulation needs a worker lcore of its own",
+                    run.tx_lcores
+                ),
+            ));
+        }
         largest = largest.max(a.max_frame_len());
     }
     let need = largest as u32 + 128;

@@ -10,11 +10,15 @@
 //!   (receive TSC minus stamp) into an HDR histogram; it prints a line per second and the final
 //!   summary ([`report`]).
 //!
+//! - `[[allreduce]]` emulations ([`allreduce`]) run on the main lcore between its receive
+//!   passes, or each alone on a worker lcore of its own (`lcore`, [`emulations`]).
+//!
 //! Nothing on the per-packet path allocates, locks or makes a system call: the tx lanes publish
 //! their counters with relaxed atomic stores that only they write.
 
 pub mod allreduce;
 pub mod config;
+pub mod emulations;
 pub mod pace;
 pub mod replay;
 pub mod report;
@@ -592,6 +596,7 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
             )));
         }
     }
+    emulations::check_lcores(&loaded.allreduce, &workers, eal.main_lcore())?;
     let hz = dpdk::tsc_hz();
     let mp = &cfg.mempool;
     let pool = Mempool::new("pktgen_pool", mp.mbufs, mp.cache, loaded.data_room, -1)?;
@@ -785,16 +790,18 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
         mult: ((1_000_000_000u128) << 32) / hz as u128,
         slots: (0..burst).map(|_| None).collect(),
     };
-    // The AllReduce emulations: on the main lcore, each on its own port.
-    let mut ars: Vec<allreduce::Runner> = loaded
-        .allreduce
-        .iter()
-        .map(|a| {
-            let (port, nq) = &ports[a.port as usize];
-            allreduce::Runner::new(a, port.id(), *nq, burst, hz, dpdk::rdtsc())
-        })
-        .collect();
-    let mut ar_live: Vec<allreduce::LiveState> = ars.iter().map(|_| allreduce::LiveState::new()).collect();
+    // The AllReduce emulations, each on its own port: on the main lcore, or alone on a worker
+    // lcore (`lcore`; dpdk::rcu readers after the tx lanes').
+    let port_ids: Vec<(u16, u16)> = ports.iter().map(|(p, nq)| (p.id(), *nq)).collect();
+    let mut ars = emulations::Emulations::start(
+        &loaded.allreduce,
+        &port_ids,
+        pool,
+        burst,
+        hz,
+        run.tx_lcores.len() as u32 + 1,
+        opts.quiet,
+    )?;
     // Go.
     let stop = Arc::new(AtomicBool::new(false));
     let finished = Arc::new(AtomicUsize::new(0));
@@ -815,6 +822,7 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
                 for h in handles {
                     let _ = h.join();
                 }
+                let _ = ars.join();
                 return Err(e.into());
             }
         }
@@ -831,13 +839,11 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
         online.quiescent();
         if has_rx {
             rx.poll();
-        } else if ars.is_empty() {
+        } else if !ars.on_main() {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         let now = dpdk::rdtsc();
-        for a in &mut ars {
-            a.poll(now, &pool);
-        }
+        ars.poll(now, &pool);
         if now >= next_line {
             let line = live.line(
                 now - t0,
@@ -848,12 +854,7 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
             if !opts.quiet && n_streams > 0 {
                 println!("{line}");
             }
-            for (a, l) in ars.iter_mut().zip(&mut ar_live) {
-                let line = l.line((now - t0) as f64 / hz as f64, 1.0, a);
-                if !opts.quiet {
-                    println!("{line}");
-                }
-            }
+            ars.tick((now - t0) as f64 / hz as f64);
             rx.interval.reset();
             next_line += hz;
         }
@@ -861,16 +862,15 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
         // replays, `--packets`) and the emulations (bounded rounds); a part without an end
         // keeps it running until --duration or ^C.
         let lanes_done = finished.load(Ordering::Acquire) == handles.len();
-        let ars_done = ars.iter().all(|a| a.engine.finished());
+        let ars_done = ars.finished();
         let bounded = !handles.is_empty() || ar_bounded;
         let all_done = bounded && lanes_done && (ars.is_empty() || (ar_bounded && ars_done));
-        if INTERRUPTED.load(Ordering::Relaxed) || end.is_some_and(|e| now >= e) || all_done {
+        if INTERRUPTED.load(Ordering::Relaxed) || end.is_some_and(|e| now >= e) || all_done || ars.failed() {
             break;
         }
     }
-    for a in &mut ars {
-        a.engine.stop();
-    }
+    // The emulations on worker lcores drain from now on, as long as the main lcore's.
+    ars.stop(dpdk::rdtsc() + run.drain_ms * hz / 1000);
     stop.store(true, Ordering::Relaxed);
     let mut panics = Vec::new();
     for h in handles {
@@ -882,27 +882,33 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
     let t_stop = dpdk::rdtsc();
     // Drain: packets still in flight, until every received stream has all it was sent.
     let drain_end = t_stop + run.drain_ms * hz / 1000;
-    if has_rx || !ars.is_empty() {
+    if has_rx || ars.on_main() {
         loop {
             online.quiescent();
             if has_rx {
                 rx.poll();
             }
             let now = dpdk::rdtsc();
-            for a in &mut ars {
-                a.poll(now, &pool);
-            }
+            ars.poll(now, &pool);
             let done = loaded.streams.iter().enumerate().filter(|(_, s)| s.rx_port.is_some()).all(|(i, _)| {
                 let tx: u64 =
                     (0..lanes as usize).map(|l| counters[i * lanes as usize + l].packets.load(Ordering::Relaxed)).sum();
                 rx.streams[i].packets >= tx
-            }) && ars.iter().all(|a| a.engine.drained());
+            }) && ars.drained();
             if done || dpdk::rdtsc() >= drain_end {
                 break;
             }
         }
     }
     drop(online);
+    // The worker lcores' emulations end once drained (or at the drain's deadline).
+    let ars = match ars.join() {
+        Ok(r) => r,
+        Err(p) => {
+            panics.extend(p);
+            Vec::new()
+        }
+    };
     for (name, h) in readers {
         match h.join() {
             Ok(Ok(())) => {}
@@ -976,9 +982,6 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
         .enumerate()
         .map(|(i, (p, _))| report::PortSummary { name: loaded.port_names[i].clone(), stats: p.stats() })
         .collect();
-    for a in &mut ars {
-        a.discard();
-    }
     let allreduce = ars.iter().map(allreduce::AllreduceSummary::new).collect();
     let summary = Summary {
         seconds,
