@@ -99,8 +99,8 @@ impl Pipeline {
         let (bufs, parsed, lanes) = (&mut bufs[..n], &mut parsed[..n], &mut lanes[..n]);
         // The lanes at each table, by index.
         let mut at = [0u16; MAX_LANES];
-        let (bases, mut tally) = counts.split();
-        for (t, (table, &base)) in self.tables.iter().zip(bases).enumerate() {
+        for (t, table) in self.tables.iter().enumerate() {
+            let base = counts.base[t];
             let mut k = 0;
             for (i, l) in lanes.iter().enumerate() {
                 at[k] = i as u16;
@@ -139,7 +139,7 @@ impl Pipeline {
                 if let Some(e) = hit.and_then(|e| table.entries.get(e)) {
                     prefetch(e);
                 }
-                if let Some(c) = tally.hits.get(base + hit.unwrap_or(table.len())) {
+                if let Some(c) = counts.hits.get(base + hit.unwrap_or(table.len())) {
                     prefetch(c);
                 }
             }
@@ -153,7 +153,7 @@ impl Pipeline {
                     table,
                     base,
                     l.hit,
-                    &mut tally,
+                    counts,
                     buf,
                     p,
                     &mut l.meta,

@@ -430,8 +430,14 @@ pub fn metered_len(p: &Parsed, frame_len: usize) -> u32 {
 /// The meter actions ([`Action::MeterAt`], [`Action::MeterBy`], [`Action::PoliceAt`]) where
 /// they are not inlined: true when the packet is to be dropped (policed). Out of line, one
 /// call for the three, so that a loop whose packets meet no meter keeps one small arm for them.
+///
+/// It takes the whole state: a call in the tables' loop that may write the state keeps the
+/// compiler from loading every slice of it (counters, their bases, named counters, meters)
+/// before the loop for each packet and spilling them to the stack, 14 instructions per packet
+/// that a one-table pipeline paid (`examples/pipeline_profile.rs`, docs/performance.md).
 #[inline(never)]
-fn meter_action(meters: &mut [MeterArray], a: &Action, p: &Parsed, meta: &mut Meta, frame_len: usize) -> bool {
+fn meter_action(state: &mut PipelineState, a: &Action, p: &Parsed, meta: &mut Meta, frame_len: usize) -> bool {
+    let meters = &mut state.meters[..];
     match a {
         Action::MeterAt(m, i) => meter_inline(meters, *m, u64::from(*i), p, meta, frame_len),
         Action::MeterBy(m, f) => {
@@ -496,21 +502,7 @@ pub struct PipelineState {
     pub meters: Vec<MeterArray>,
 }
 
-/// What actions write in a [`PipelineState`], borrowed apart from its shape (`base`), so that
-/// a loop over the tables can read the one while [`Pipeline::run_table`] writes the other.
-struct Tally<'a> {
-    hits: &'a mut [Counter],
-    named: &'a mut [Counter],
-    meters: &'a mut [MeterArray],
-}
-
 impl PipelineState {
-    /// Where each table's counters start (see `base`), and the rest to write.
-    #[inline(always)]
-    fn split(&mut self) -> (&[usize], Tally<'_>) {
-        (&self.base, Tally { hits: &mut self.hits, named: &mut self.named, meters: &mut self.meters })
-    }
-
     /// Zero counters shaped for `pipeline` (one per entry, one miss per table, one per name)
     /// and its meters with full buckets.
     pub fn new(pipeline: &Pipeline) -> Self {
@@ -661,10 +653,7 @@ impl Pipeline {
     ) -> Egress {
         let mut egress = Egress::Unset;
         let tables = &self.tables[..];
-        // A state shaped for this pipeline has a base per table (and the end): checked once
-        // here, so that indexing it by a table's index below needs no check of its own.
-        let (base, mut tally) = counts.split();
-        let base = &base[..tables.len()];
+        // `counts` is read where a table uses it, not taken apart here: see `meter_action`.
         // The frame's length, for the counters: only the VLAN actions change it.
         let mut len = buf.total_len();
         let mut t = 0;
@@ -677,9 +666,9 @@ impl Pipeline {
             t = self.run_table::<INLINE_METERS, B>(
                 t,
                 table,
-                base[t],
+                counts.base[t],
                 hit,
-                &mut tally,
+                counts,
                 buf,
                 p,
                 meta,
@@ -706,7 +695,7 @@ impl Pipeline {
         table: &Table,
         base: usize,
         hit: Option<usize>,
-        counts: &mut Tally<'_>,
+        counts: &mut PipelineState,
         buf: &mut B,
         p: &mut Parsed,
         meta: &mut Meta,
@@ -734,15 +723,17 @@ impl Pipeline {
                 Action::Goto(to) => next = *to as usize,
                 Action::Exit => next = END,
                 Action::Count(c) => counts.named[*c as usize].hit(*len),
-                Action::MeterAt(m, i) if INLINE_METERS => meter_inline(counts.meters, *m, u64::from(*i), p, meta, *len),
+                Action::MeterAt(m, i) if INLINE_METERS => {
+                    meter_inline(&mut counts.meters, *m, u64::from(*i), p, meta, *len)
+                }
                 Action::PoliceAt(m, i) if INLINE_METERS => {
-                    meter_inline(counts.meters, *m, u64::from(*i), p, meta, *len);
+                    meter_inline(&mut counts.meters, *m, u64::from(*i), p, meta, *len);
                     if meta.color == crate::meter::Color::Red {
                         return end(egress, Egress::Dropped(Reason::Policed));
                     }
                 }
                 Action::MeterAt(..) | Action::PoliceAt(..) | Action::MeterBy(..) => {
-                    if meter_action(counts.meters, a, p, meta, *len) {
+                    if meter_action(counts, a, p, meta, *len) {
                         return end(egress, Egress::Dropped(Reason::Policed));
                     }
                 }
