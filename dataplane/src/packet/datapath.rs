@@ -928,10 +928,10 @@ impl<B: PacketBuf> Datapath<B> {
 
     /// [`Datapath::aggregate`] of a packet the aggregator wants ([`Aggregator::wants`] was
     /// true), without asking again.
-    #[inline]
     ///
     /// `handed`: another worker handed it over ([`Datapath::process_handed_off`]); it is never
     /// handed on.
+    #[inline]
     fn consume<I: PacketIo<Buf = B>>(
         &mut self,
         io: &mut I,

@@ -1949,8 +1949,20 @@ impl Default for LiveState {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// The text of the example `conf/pktgen/allreduce.toml`, its appliance config's path made
+    /// absolute (tests run from the crate's folder), and that absolute path: the config tests'
+    /// starting point.
+    pub(crate) fn example_config() -> (String, std::path::PathBuf) {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let app = root.join("conf/pktgen/allreduce-appliance.toml");
+        let text = std::fs::read_to_string(root.join("conf/pktgen/allreduce.toml"))
+            .unwrap()
+            .replace("conf/pktgen/allreduce-appliance.toml", app.to_str().unwrap());
+        (text, app)
+    }
 
     fn em(op: Op, expect: Op, dtype: Dtype) -> Emulation {
         let w = |k: u16| WorkerAddr {
@@ -2206,11 +2218,7 @@ mod tests {
     /// The example configs load: pktgen's resolves the appliance's collective and addresses.
     #[test]
     fn the_example_configs_load() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-        let app = root.join("conf/pktgen/allreduce-appliance.toml");
-        let text = std::fs::read_to_string(root.join("conf/pktgen/allreduce.toml"))
-            .unwrap()
-            .replace("conf/pktgen/allreduce-appliance.toml", app.to_str().unwrap());
+        let (text, _) = example_config();
         let l = super::super::config::load_str(&text, Path::new("allreduce.toml")).unwrap();
         let a = &l.allreduce[0];
         assert_eq!((a.workers.len(), a.slots(), a.chunk_elements, a.window, a.rounds), (4, 256, 256, 16, Some(1000)));
@@ -2231,11 +2239,7 @@ mod tests {
     /// many rounds as `rounds` asks within the 64 MiB budget; an unknown kind is refused.
     #[test]
     fn the_values_key_is_checked() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-        let app = root.join("conf/pktgen/allreduce-appliance.toml");
-        let text = std::fs::read_to_string(root.join("conf/pktgen/allreduce.toml"))
-            .unwrap()
-            .replace("conf/pktgen/allreduce-appliance.toml", app.to_str().unwrap());
+        let (text, app) = example_config();
         let load = |t: &str| super::super::config::load_str(t, Path::new("ar.toml"));
         let l = load(&text).unwrap();
         assert_eq!((l.allreduce[0].values, l.allreduce[0].value_rounds), (ValueKind::Exact, 1));

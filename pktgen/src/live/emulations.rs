@@ -416,11 +416,7 @@ mod tests {
     /// expected.
     #[test]
     fn the_lcore_key_is_checked() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-        let app = root.join("conf/pktgen/allreduce-appliance.toml");
-        let text = std::fs::read_to_string(root.join("conf/pktgen/allreduce.toml"))
-            .unwrap()
-            .replace("conf/pktgen/allreduce-appliance.toml", app.to_str().unwrap());
+        let (text, app) = super::super::allreduce::tests::example_config();
         let load = |t: &str| super::super::config::load_str(t, Path::new("ar.toml"));
         assert_eq!(load(&text).unwrap().allreduce[0].lcore, None);
         let on1 = text.replace("collective_id = 1\n", "collective_id = 1\nlcore = 1\n");
