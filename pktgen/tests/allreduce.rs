@@ -8,7 +8,7 @@ mod common;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -134,8 +134,22 @@ fn run(name: &str, colls: &[Coll]) -> Outcome {
     run_on(name, colls, "0@0")
 }
 
+/// How a pktgen run ends besides finishing its rounds.
+#[derive(Clone, Copy)]
+enum End {
+    /// `--duration` this many seconds.
+    Duration(&'static str),
+    /// No `--duration`: SIGINT after this many seconds.
+    Interrupt(f64),
+}
+
 /// [`run`] with pktgen's EAL `--lcores` `lcores`.
 fn run_on(name: &str, colls: &[Coll], lcores: &str) -> Outcome {
+    run_until(name, colls, lcores, End::Duration("30"))
+}
+
+/// [`run_on`], the pktgen run ended by `end`.
+fn run_until(name: &str, colls: &[Coll], lcores: &str, end: End) -> Outcome {
     let dir = tmp(name);
     let app = dir.join("appliance.toml");
     std::fs::write(&app, appliance_toml(&dir, colls)).unwrap();
@@ -146,11 +160,22 @@ fn run_on(name: &str, colls: &[Coll], lcores: &str) -> Outcome {
     let dpu = common::start_dpu(&app, &stats, 60, &socks);
     let json = dir.join("pktgen.json");
     let csv = dir.join("pktgen.csv");
-    let out = Command::new(env!("CARGO_BIN_EXE_pktgen"))
-        .args(["run", "-c", conf.to_str().unwrap(), "--duration", "30"])
-        .args(["--json", json.to_str().unwrap(), "--csv", csv.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pktgen"));
+    cmd.args(["run", "-c", conf.to_str().unwrap()]).args([
+        "--json",
+        json.to_str().unwrap(),
+        "--csv",
+        csv.to_str().unwrap(),
+    ]);
+    let out = match end {
+        End::Duration(s) => cmd.args(["--duration", s]).output().unwrap(),
+        End::Interrupt(s) => {
+            let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+            std::thread::sleep(std::time::Duration::from_secs_f64(s));
+            common::kill(&child, "-INT");
+            child.wait_with_output().unwrap()
+        }
+    };
     common::kill(&dpu, "-TERM");
     let d = dpu.wait_with_output().unwrap();
     let text = format!(
@@ -328,6 +353,46 @@ fn emulations_on_worker_lcores_complete_every_round() {
         let line = o.out.lines().find(|l| l.starts_with(&format!("[   1.0 s] allreduce {c}: ")));
         let line = line.unwrap_or_else(|| panic!("no live line of {c} at 1 s:\n{}", o.out));
         assert!(line.contains(" wrong 0 |") && line.contains(" naks 0 "), "{line}");
+    }
+}
+
+/// Emulations without a number of rounds, on worker lcores, end when the run does: at
+/// `--duration`, and at SIGINT (^C) without one. Either way pktgen drains, exits 0 and reports
+/// every result it received as right; the worker lcores' counts reach the summary; the
+/// appliance completed at least the rounds every worker saw complete.
+#[test]
+fn endless_emulations_on_worker_lcores_stop_at_the_duration_and_at_sigint() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    for (name, end) in [("endless-dur", End::Duration("1.5")), ("endless-int", End::Interrupt(2.5))] {
+        let colls = vec![
+            Coll { pktgen: "window = 4\ntimeout_us = 20000\nlcore = 1\n".into(), ..Coll::new(1, "sum", "f32", "udp") },
+            Coll {
+                pktgen: "mode = \"open\"\nrate_pps = 2000\nlcore = 2\n".into(),
+                ..Coll::new(2, "max", "bf16", "rocev2")
+            },
+        ];
+        let t = std::time::Instant::now();
+        let o = run_until(name, &colls, "0@0,1@1,2@0", end);
+        let took = t.elapsed().as_secs_f64();
+        assert_eq!(o.code, 0, "{name}: {}", o.out);
+        assert!(took < 20.0, "{name}: the run took {took:.1} s:\n{}", o.out);
+        let mut least = 0;
+        for (i, c) in colls.iter().enumerate() {
+            let a = &o.pktgen["allreduce"][i];
+            assert_eq!(u(&a["wrong"]), 0, "{name}: {a}");
+            assert_eq!(u(&a["refused_slots"]), 0, "{name}: {a}");
+            let workers = a["per_worker"].as_array().unwrap();
+            assert_eq!(workers.len(), c.workers as usize, "{name}: {a}");
+            let right: u64 = workers.iter().map(|w| u(&w["right"])).sum();
+            assert_eq!(u(&a["right"]), right, "{name}: {a}");
+            let done = workers.iter().map(|w| u(&w["rounds_completed"])).min().unwrap();
+            // A second or more of rounds: over one per slot.
+            assert!(done > c.slots(), "{name}: collective {}: {a}", c.id);
+            least += done;
+        }
+        let completed = u(&o.dpu["aggregation"]["completed"]);
+        assert!(completed >= least, "{name}: the appliance completed {completed}, the workers saw {least}");
+        assert!(o.out.contains("allreduce c1:") && o.out.contains("allreduce c2: open loop"), "{name}: {}", o.out);
     }
 }
 
