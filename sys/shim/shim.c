@@ -29,6 +29,7 @@ uint16_t shim_pktmbuf_tailroom(const struct rte_mbuf *m) { return rte_pktmbuf_ta
 
 uint16_t shim_mbuf_refcnt_read(const struct rte_mbuf *m) { return rte_mbuf_refcnt_read(m); }
 void shim_pktmbuf_refcnt_update(struct rte_mbuf *m, int16_t v) { rte_pktmbuf_refcnt_update(m, v); }
+void shim_pktmbuf_attach(struct rte_mbuf *mi, struct rte_mbuf *m) { rte_pktmbuf_attach(mi, m); }
 
 int shim_errno(void) { return rte_errno; }
 unsigned int shim_lcore_id(void) { return rte_lcore_id(); }
@@ -44,6 +45,7 @@ unsigned int shim_ring_free_count(const struct rte_ring *r) { return rte_ring_fr
 uint64_t shim_rss_hf_ip_udp(void) { return RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP; }
 uint64_t shim_rx_offload_ipv4_udp_cksum(void)
 { return RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM; }
+uint64_t shim_tx_offload_multi_segs(void) { return RTE_ETH_TX_OFFLOAD_MULTI_SEGS; }
 
 #define SHIM_METER_LOOP(check, ...) do { \
 	if (in_colors == NULL) \

@@ -45,6 +45,9 @@ uint16_t shim_pktmbuf_tailroom(const struct rte_mbuf *m);
 /* rte_mbuf_refcnt_read() / rte_pktmbuf_refcnt_update(). */
 uint16_t shim_mbuf_refcnt_read(const struct rte_mbuf *m);
 void shim_pktmbuf_refcnt_update(struct rte_mbuf *m, int16_t v);
+/* rte_pktmbuf_attach(): make mi (a fresh mbuf) an indirect mbuf sharing m's buffer (m's data
+ * offset and length; the buffer's reference count, or its external buffer's, goes up by one). */
+void shim_pktmbuf_attach(struct rte_mbuf *mi, struct rte_mbuf *m);
 /* rte_errno (thread-local: never bind per_lcore__rte_errno directly). */
 int shim_errno(void);
 /* rte_lcore_id() (thread-local). */
@@ -63,6 +66,8 @@ uint64_t shim_rss_hf_ip_udp(void);
 /* RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM (RTE_BIT64 macros, which bindgen
  * cannot evaluate): rx checksum verification by the NIC. */
 uint64_t shim_rx_offload_ipv4_udp_cksum(void);
+/* RTE_ETH_TX_OFFLOAD_MULTI_SEGS: the port transmits chained mbufs. */
+uint64_t shim_tx_offload_multi_segs(void);
 
 /* rte_meter comparison runs: one meter, a whole trace, no per-packet call across the FFI. */
 enum shim_meter_kind { SHIM_METER_SRTCM = 0, SHIM_METER_TRTCM = 1, SHIM_METER_RFC4115 = 2 };

@@ -446,3 +446,68 @@ fn exact_values_give_the_reference_in_any_arrival_order() {
         assert!(checked >= 3 * 8 * 5);
     }
 }
+
+/// `[dataplane] zero_copy_results`: each completion's frames are one payload shared by the
+/// members' header mbufs (DPDK indirect mbufs; RoCEv2 with a third mbuf for the ICRC), sent as
+/// chains through net_pcap. The results file is frame for frame the one copy mode writes, the
+/// checker passes it, and every mbuf is back in the pool at the end (the shared payloads'
+/// references all released). UDP over IPv4, RoCEv2 over IPv6, RoCEv2 over IPv4 with a VLAN
+/// tag; shuffled, with duplicates and late copies (resends) and drops.
+#[test]
+fn zero_copy_results_are_the_frames_copy_mode_sends() {
+    for (name, carriage, family, vlan) in [
+        ("zc-udp4", "udp", "ipv4", None),
+        ("zc-roce6", "rocev2", "ipv6", None),
+        ("zc-roce4-vlan", "rocev2", "ipv4", Some("7")),
+    ] {
+        let dir = scratch(name);
+        let mut args: Vec<&str> = "--workers 4 --tensor-elements 1000 --chunk-elements 256 --rounds 3 --shuffle \
+                                   --duplicate 0.05 --late 0.05 --drop 0.02 --non-deterministic"
+            .split_whitespace()
+            .collect();
+        args.extend(["--carriage", carriage, "--family", family]);
+        if let Some(v) = vlan {
+            args.extend(["--vlan", v]);
+        }
+        pktgen(&dir, &args);
+        let copy_conf = dir.join("appliance.toml");
+        let text = std::fs::read_to_string(&copy_conf).unwrap();
+        assert!(text.contains("[dataplane]\n"), "{name}: generated config without [dataplane]");
+        let zc_conf = write_config(
+            &dir,
+            "zero-copy.toml",
+            &text.replacen("[dataplane]\n", "[dataplane]\nzero_copy_results = true\n", 1),
+        );
+        let input = dir.join("input.pcap");
+        let mut outs = Vec::new();
+        for (conf, out) in [(&copy_conf, dir.join("copy.pcap")), (&zc_conf, dir.join("zc.pcap"))] {
+            let run =
+                run_dpu(&dir, conf, &[format!("--rx=0={}", input.display()), format!("--tx=0={}", out.display())]);
+            run.assert_ok();
+            assert_eq!(
+                run.stats()["mbufs_in_use_after"],
+                0,
+                "{name}: {}: the mempool is back at its baseline",
+                conf.display()
+            );
+            assert_eq!(run.drops("no_mbuf"), 0, "{name}");
+            // Three of every four result frames of a full chunk's completion share a payload.
+            let a = &run.stats()["aggregation"];
+            let shared = a["shared_results"].as_u64().unwrap();
+            if conf == &zc_conf {
+                assert!(shared >= 3 * 3 * 3 * 9 / 10, "{name}: {a}");
+                assert!(shared < a["results"].as_u64().unwrap(), "{name}: {a}");
+            } else {
+                assert_eq!(shared, 0, "{name}: {a}");
+            }
+            let (ok, text) = gradcheck(conf, &[&input], &[&out]);
+            assert!(ok, "{name}: gradcheck failed for {}:\n{text}", conf.display());
+            outs.push(read_pcap(&out));
+        }
+        assert!(outs[0].len() >= 4 * 4 * 3 * 9 / 10, "{name}: {} frames", outs[0].len());
+        assert_eq!(outs[0].len(), outs[1].len(), "{name}");
+        for (i, (c, z)) in outs[0].iter().zip(&outs[1]).enumerate() {
+            assert!(c == z, "{name}: frame {i} differs");
+        }
+    }
+}

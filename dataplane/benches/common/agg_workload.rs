@@ -236,6 +236,7 @@ impl Case {
             appliance_qpn: 1,
             workers,
             shard: true,
+            zero_copy_results: false,
         };
         let agg = Aggregator::with_context(&ctx, &l.collectives, me);
         Datapath::new(l.pipeline, 1, DEFAULT_UDP_PORT).with_aggregator(agg)

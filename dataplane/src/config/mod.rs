@@ -178,6 +178,14 @@ pub struct DataplaneConfig {
     /// owner (spec section 6's per-member PSN sequence).
     #[serde(default)]
     pub shard_collectives: bool,
+    /// Send each completed round's result frames (spec section 6, rule 2) over one shared
+    /// payload: the last member's frame holds it and every other member's frame is a header
+    /// mbuf chained to it by reference (DPDK indirect mbufs, as the ipv4_multicast example
+    /// replicates), so a completion writes its payload once instead of once per member. Costs
+    /// two mbufs per other member (three on RoCEv2: the ICRC follows the payload) while they
+    /// wait to be sent; the mempool check counts them. Default `false`: a copy per member.
+    #[serde(default)]
+    pub zero_copy_results: bool,
 }
 
 impl Default for DataplaneConfig {
@@ -192,6 +200,7 @@ impl Default for DataplaneConfig {
             stats_interval_ms: 0,
             verify_transit: false,
             shard_collectives: false,
+            zero_copy_results: false,
         }
     }
 }

@@ -96,6 +96,27 @@ pub trait PacketIo {
         self.copy_of(src.data())
     }
 
+    /// A new frame of `head`, then the `len` bytes of `body`'s data ([`PacketBuf::data`]) from
+    /// byte `off`, then `tail`: one more copy of a frame whose payload is already written into
+    /// `body` (a RESULT frame to one more member; `[dataplane] zero_copy_results`).
+    ///
+    /// In the appliance (DPDK) `body`'s bytes are shared, not copied: a header mbuf holding
+    /// `head`, chained to an indirect mbuf attached to `body` (`rte_pktmbuf_attach`, as
+    /// `rte_pktmbuf_clone` and DPDK's ipv4_multicast example do) and trimmed to the range, and a
+    /// third mbuf holding `tail` when it is not empty (RoCEv2's pad and ICRC). `body` then must
+    /// not change until every frame sharing it is sent; its buffer returns to the pool when the
+    /// last of them is freed. The default copies into one new frame.
+    ///
+    /// `None` when the pool is exhausted, a buffer is too small, or the range is not inside
+    /// `body.data()`.
+    fn share(&mut self, head: &[u8], body: &Self::Buf, off: usize, len: usize, tail: &[u8]) -> Option<Self::Buf>
+    where
+        Self: Sized,
+    {
+        let src = body.data().get(off..off.checked_add(len)?)?;
+        concat_frame(self, head, src, tail)
+    }
+
     /// A new frame holding a copy of `src`'s bytes; `None` when the pool is exhausted.
     fn copy_of(&mut self, src: &[u8]) -> Option<Self::Buf> {
         let mut b = self.alloc()?;
@@ -105,6 +126,21 @@ pub trait PacketIo {
         b.data_mut().copy_from_slice(src);
         Some(b)
     }
+}
+
+/// A new one-segment frame holding `head`, `payload` and `tail` one after the other; `None`
+/// when the pool is exhausted or its buffers are too small.
+pub fn concat_frame<I: PacketIo>(io: &mut I, head: &[u8], payload: &[u8], tail: &[u8]) -> Option<I::Buf> {
+    let mut b = io.alloc()?;
+    if !b.append(head.len() + payload.len() + tail.len()) {
+        return None;
+    }
+    let (h, rest) = b.data_mut().split_at_mut(head.len());
+    let (p, t) = rest.split_at_mut(payload.len());
+    h.copy_from_slice(head);
+    p.copy_from_slice(payload);
+    t.copy_from_slice(tail);
+    Some(b)
 }
 
 /// Headroom of a [`VecBuf`], as DPDK's `RTE_PKTMBUF_HEADROOM` (bytes).
@@ -250,6 +286,8 @@ pub struct VecIo {
     pub to_scheduler: Vec<(u16, u8, VecBuf)>,
     /// How many more frames the scheduler rings take (`None`: unlimited), to test a full ring.
     pub scheduler_room: Option<usize>,
+    /// Frames made by [`PacketIo::share`].
+    pub shared: usize,
 }
 
 impl VecIo {
@@ -262,6 +300,7 @@ impl VecIo {
             handed_off: Vec::new(),
             to_scheduler: Vec::new(),
             scheduler_room: None,
+            shared: 0,
         }
     }
 }
@@ -287,6 +326,16 @@ impl PacketIo for VecIo {
         let mut b = self.alloc()?;
         b.clone_from(src);
         Some(b)
+    }
+    /// As the appliance's mbufs: a chain whose first segment is `head`, taking from the
+    /// allocation budget what DPDK would (a header and an indirect buffer, and one for `tail`).
+    fn share(&mut self, head: &[u8], body: &VecBuf, off: usize, len: usize, tail: &[u8]) -> Option<VecBuf> {
+        let src = body.data().get(off..off.checked_add(len)?)?;
+        for _ in 0..2 + usize::from(!tail.is_empty()) {
+            self.alloc()?;
+        }
+        self.shared += 1;
+        Some(VecBuf::segmented(&[head, src, tail].concat(), head.len()))
     }
     fn hand_off(&mut self, worker: u16, buf: VecBuf) -> Result<(), VecBuf> {
         self.handed_off.push((worker, buf.whole().to_vec()));

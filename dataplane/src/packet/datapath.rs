@@ -1164,6 +1164,10 @@ where
     fn copy_pkt(&mut self, src: &I::Buf) -> Option<I::Buf> {
         self.io.copy_pkt(src)
     }
+
+    fn share(&mut self, head: &[u8], body: &I::Buf, off: usize, len: usize, tail: &[u8]) -> Option<I::Buf> {
+        self.io.share(head, body, off, len, tail)
+    }
 }
 
 #[cfg(test)]

@@ -104,11 +104,16 @@ impl Visit for Names {
 
 impl AggCounters {
     /// The counters by family name, with their meaning (the fields' docs).
-    pub fn fields(&self) -> [(&'static str, &'static str, u64); 11] {
+    pub fn fields(&self) -> [(&'static str, &'static str, u64); 12] {
         [
             ("agg_folded_contributions", "contributions folded into a slot", self.folded),
             ("agg_completed_rounds", "rounds completed", self.completed),
             ("agg_result_packets", "RESULT packets sent to all members on completion", self.results),
+            (
+                "agg_shared_result_packets",
+                "RESULT packets sent as a header over another member's payload (zero_copy_results)",
+                self.shared_results,
+            ),
             ("agg_resent_result_packets", "RESULT packets resent to one member", self.resends),
             ("agg_nak_packets", "NAKs sent", self.naks),
             ("agg_suppressed_naks", "NAKs suppressed by the per-source rate limit", self.naks_suppressed),
@@ -326,8 +331,8 @@ mod tests {
         let mut values = Values::default();
         dp.export(&mut values);
         assert_eq!(names.0.len(), values.0.len());
-        // 2 ports x 4, every reason, 2 neighbour counters, no table, 11 aggregation counters.
-        assert_eq!(names.0.len(), 8 + Reason::COUNT + 2 + 11);
+        // 2 ports x 4, every reason, 2 neighbour counters, no table, 12 aggregation counters.
+        assert_eq!(names.0.len(), 8 + Reason::COUNT + 2 + 12);
         let find = |family: &str, label: Label| {
             let i = names.0.iter().position(|m| m.family == family && m.label == label).unwrap();
             values.0[i]

@@ -228,6 +228,38 @@ impl PacketIo for TxIo {
         src.copy_chain(&self.pool)
     }
 
+    /// A header mbuf holding `head`, chained to an indirect mbuf over `body`'s bytes
+    /// ([`Mbuf::attach_range`]) and, when `tail` is not empty, to a third holding it: two or
+    /// three mbufs from this worker's pool, no payload copied. A `body` that cannot be shared
+    /// (a chain, or itself from an external-buffer pool) is copied as the default does.
+    #[inline]
+    fn share(&mut self, head: &[u8], body: &Mbuf, off: usize, len: usize, tail: &[u8]) -> Option<Mbuf> {
+        let (Ok(o), Ok(l)) = (u16::try_from(off), u16::try_from(len)) else {
+            return None;
+        };
+        let mut h = self.pool.alloc()?;
+        if !h.append(head.len()) {
+            return None;
+        }
+        h.data_mut().copy_from_slice(head);
+        let mut payload = self.pool.alloc()?;
+        if !payload.attach_range(body, o, l) {
+            drop((h, payload));
+            let src = body.data().get(off..off + len)?;
+            return crate::buf::concat_frame(self, head, src, tail);
+        }
+        if !tail.is_empty() {
+            let mut t = self.pool.alloc()?;
+            if !t.append(tail.len()) {
+                return None;
+            }
+            t.data_mut().copy_from_slice(tail);
+            payload.chain(t).ok()?;
+        }
+        h.chain(payload).ok()?;
+        Some(h)
+    }
+
     #[inline]
     fn hand_off(&mut self, worker: u16, buf: Mbuf) -> Result<(), Mbuf> {
         match self.rings.get(worker as usize) {
@@ -491,9 +523,10 @@ pub fn ring_room_needed(workers: usize, burst: usize) -> u32 {
 
 /// The mbufs one worker may hold at once, besides its hand-off ring and the pool's per-lcore
 /// cache: the burst it is processing (received, or taken from its ring) and its tx buffers
-/// (`ports` x [`TX_BUFFER`]); copies, results and NAKs are made into the tx buffers.
-pub fn mbufs_held(burst: usize, ports: usize) -> u64 {
-    (burst.min(MAX_BURST) + ports * TX_BUFFER) as u64
+/// (`ports` x [`TX_BUFFER`] frames of up to `tx_segs` mbufs each); copies, results and NAKs are
+/// made into the tx buffers.
+pub fn mbufs_held(burst: usize, ports: usize, tx_segs: u64) -> u64 {
+    burst.min(MAX_BURST) as u64 + (ports * TX_BUFFER) as u64 * tx_segs
 }
 
 /// What one lockstep turn works with.

@@ -3,10 +3,10 @@
 //! payload fits it, else through the frame builder.
 
 use super::collective::{Carriage, Collective};
-use super::send::{send_frame, send_templated};
+use super::send::{send_frame, send_shared, send_templated, templated};
 use super::{template, Aggregator, PortAddr};
 use crate::buf::PacketIo;
-use crate::stats::Counters;
+use crate::stats::{Counters, Reason};
 use crate::wire::build::{self, FrameSpec, Roce, ROCEV2_PORT};
 use crate::wire::gradient::{Flags, GradientRepr, RANK_NONE};
 
@@ -16,6 +16,12 @@ impl Aggregator {
     /// `spare` is a frame the caller is done with (the contribution that triggered the send):
     /// the first copy is written into it, in place, when it has the room (saving an mbuf
     /// allocation and a free, and touching bytes already in cache).
+    ///
+    /// With `[dataplane] zero_copy_results`, a completion's templated frames (full chunks) are
+    /// one payload: the last member's frame is written whole, and every other member's is a
+    /// header chained to that frame's payload by reference ([`PacketIo::share`]), so the
+    /// payload is written once per completion instead of once per member. Resends to one
+    /// member (rule 3) and short last chunks copy as before.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn emit_result<I: PacketIo>(
         &mut self,
@@ -44,14 +50,43 @@ impl Aggregator {
         };
         let roce = st.spec.carriage == Carriage::Rocev2;
         let templates = st.templates.as_ref().filter(|t| t.fits(payload.len(), sums));
-        for r in members {
-            let psn = if roce {
-                let psn = st.psn[r];
-                st.psn[r] = (psn + 1) & 0xff_ffff;
-                psn
-            } else {
-                0
+        // Zero-copy (rule 2, templated frames, two members or more): the last member's frame
+        // carries the payload and the others' frames share it, a header each.
+        if let Some(t) = templates.filter(|_| self.zero_copy_results && only.is_none() && members.len() > 1) {
+            let patch = |r: usize, psn: &mut [u32]| template::Patch {
+                tensor_offset: (k * chunk) as u32,
+                round,
+                roce: roce.then(|| (result_source_port(k), next_psn(psn, r))),
             };
+            let last = members.end - 1;
+            let body_patch = patch(last, &mut st.psn);
+            let Some(body) = templated(io, &mut spare, t, last, &body_patch, payload, sums) else {
+                for r in members {
+                    if r != last {
+                        patch(r, &mut st.psn);
+                    }
+                    counters.drop(Reason::NoMbuf);
+                }
+                return;
+            };
+            let off = t.head_len(last);
+            for r in 0..last {
+                let p = patch(r, &mut st.psn);
+                if send_shared(io, &body, off, st.spec.members[r].port, t, r, &p, sums, counters) {
+                    self.counters.results += 1;
+                    self.counters.shared_results += 1;
+                    st.counters.results += 1;
+                }
+            }
+            let port = st.spec.members[last].port;
+            counters.tx(port, t.frame_len(last));
+            io.send(port, body);
+            self.counters.results += 1;
+            st.counters.results += 1;
+            return;
+        }
+        for r in members {
+            let psn = if roce { next_psn(&mut st.psn, r) } else { 0 };
             let port = st.spec.members[r].port;
             let sent = match templates {
                 Some(t) => {
@@ -83,6 +118,14 @@ impl Aggregator {
             }
         }
     }
+}
+
+/// Member `r`'s next BTH PSN (24 bits, spec section 6), counted.
+#[inline]
+fn next_psn(psn: &mut [u32], r: usize) -> u32 {
+    let p = psn[r];
+    psn[r] = (p + 1) & 0xff_ffff;
+    p
 }
 
 /// The longest RESULT frame of `spec` (a full chunk, to the member whose headers are the

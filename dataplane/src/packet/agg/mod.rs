@@ -74,6 +74,9 @@ pub struct AggCounters {
     pub completed: u64,
     /// RESULT packets sent to all members on completion.
     pub results: u64,
+    /// Of `results`, those sent as a header over another member's payload (`[dataplane]
+    /// zero_copy_results`).
+    pub shared_results: u64,
     /// RESULT packets resent to one member (rule 3).
     pub resends: u64,
     /// NAKs sent (section 5).
@@ -96,7 +99,7 @@ pub struct AggCounters {
 impl AggCounters {
     /// Adds `o`.
     pub fn add(&mut self, o: &AggCounters) {
-        add_fields!(self, o; folded, completed, results, resends, naks, naks_suppressed, slot_timeouts,
+        add_fields!(self, o; folded, completed, results, shared_results, resends, naks, naks_suppressed, slot_timeouts,
             payload_bytes, handed_off, probes, statuses);
     }
 }
@@ -216,6 +219,8 @@ pub struct Aggregator {
     /// a collective sharded over the workers, the owner of its chunk 0 (chunk `k` is then
     /// owned by worker `(owner + k) % workers`).
     owners: Vec<u16>,
+    /// Whether a completion's result frames share one payload ([`AggContext::zero_copy_results`]).
+    pub(super) zero_copy_results: bool,
     /// The aggregator's counters.
     pub counters: AggCounters,
 }
@@ -239,7 +244,8 @@ impl Aggregator {
         me: u16,
         workers: u16,
     ) -> Self {
-        let ctx = AggContext { ports, gradient_udp_port, appliance_qpn, workers, shard: false };
+        let ctx =
+            AggContext { ports, gradient_udp_port, appliance_qpn, workers, shard: false, zero_copy_results: false };
         Self::with_context(&ctx, collectives, me)
     }
 
@@ -269,6 +275,7 @@ impl Aggregator {
             gradient_udp_port: ctx.gradient_udp_port,
             appliance_qpn: ctx.appliance_qpn,
             kernels: Kernels::detect(),
+            zero_copy_results: ctx.zero_copy_results,
             naks,
             counters: AggCounters::default(),
         }

@@ -22,13 +22,57 @@ pub(super) fn send_templated<I: PacketIo>(
     sums: &build::PayloadSums,
     counters: &mut Counters,
 ) -> bool {
-    let len = t.frame_len(r);
-    let Some(mut b) = frame_buf(io, spare, len) else {
+    let Some(b) = templated(io, spare, t, r, patch, payload, sums) else {
         counters.drop(Reason::NoMbuf);
         return false;
     };
+    counters.tx(port, t.frame_len(r));
+    io.send(port, b);
+    true
+}
+
+/// Member `r`'s RESULT frame from its template, written into `spare` or a new mbuf; `None`
+/// without an mbuf large enough.
+#[inline]
+pub(super) fn templated<I: PacketIo>(
+    io: &mut I,
+    spare: &mut Option<I::Buf>,
+    t: &template::Templates,
+    r: usize,
+    patch: &template::Patch,
+    payload: &[u8],
+    sums: &build::PayloadSums,
+) -> Option<I::Buf> {
+    let mut b = frame_buf(io, spare, t.frame_len(r))?;
     t.write(r, patch, payload, sums, b.data_mut());
-    counters.tx(port, len);
+    Some(b)
+}
+
+/// Sends member `r`'s RESULT frame on `port` over the payload already in `body` (a full
+/// chunk at byte `off` of its data): the head and tail from the template, the payload shared
+/// ([`PacketIo::share`]). False (counted `no_mbuf`) when the pool runs out.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(super) fn send_shared<I: PacketIo>(
+    io: &mut I,
+    body: &I::Buf,
+    off: usize,
+    port: u16,
+    t: &template::Templates,
+    r: usize,
+    patch: &template::Patch,
+    sums: &build::PayloadSums,
+    counters: &mut Counters,
+) -> bool {
+    let mut head = [0u8; template::MAX_HEAD];
+    let mut tail = [0u8; template::MAX_TAIL];
+    let (head, tail) = (&mut head[..t.head_len(r)], &mut tail[..t.tail_len()]);
+    t.write_around(r, patch, sums, head, tail);
+    let Some(b) = io.share(head, body, off, t.payload_len(), tail) else {
+        counters.drop(Reason::NoMbuf);
+        return false;
+    };
+    counters.tx(port, t.frame_len(r));
     io.send(port, b);
     true
 }

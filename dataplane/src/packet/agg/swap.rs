@@ -28,6 +28,9 @@ pub struct AggContext {
     /// Spread each UDP collective's chunks over the workers (`[dataplane] shard_collectives`):
     /// see [`AggContext::sharded`].
     pub shard: bool,
+    /// Send a completion's result frames over one shared payload (`[dataplane]
+    /// zero_copy_results`): see [`crate::buf::PacketIo::share`].
+    pub zero_copy_results: bool,
 }
 
 impl AggContext {

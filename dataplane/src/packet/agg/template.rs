@@ -27,7 +27,10 @@ use crate::wire::{bth, udp};
 
 /// Longest head a template holds (bytes): Ethernet with an 802.1Q tag (18), IPv6 (40), UDP (8),
 /// BTH (12), DETH (8) and the gradient header (20).
-const MAX_HEAD: usize = 18 + 40 + udp::HEADER_LEN + bth::HEADER_LEN + bth::DETH_LEN + GRAD_LEN;
+pub(super) const MAX_HEAD: usize = 18 + 40 + udp::HEADER_LEN + bth::HEADER_LEN + bth::DETH_LEN + GRAD_LEN;
+
+/// Longest tail a frame has (bytes): a RoCEv2 pad (at most 3) and the ICRC.
+pub(super) const MAX_TAIL: usize = 3 + ICRC_LEN;
 
 /// Offsets in the UDP datagram of the fields a RoCEv2 result patches (bytes): the UDP source
 /// port, the BTH PSN (24 bits after the BTH's byte 8) and, in the gradient header after the
@@ -183,18 +186,51 @@ impl Templates {
         self.members[rank].frame_len
     }
 
+    /// The length of member `rank`'s head (bytes): Ethernet through the gradient header, where
+    /// the payload starts.
+    #[inline]
+    pub fn head_len(&self, rank: usize) -> usize {
+        self.members[rank].head_len
+    }
+
+    /// The length of what follows the payload (bytes): on RoCEv2 the pad and the ICRC, else 0.
+    #[inline]
+    pub fn tail_len(&self) -> usize {
+        if self.roce {
+            self.pad + ICRC_LEN
+        } else {
+            0
+        }
+    }
+
+    /// The length of the payload the templates carry (bytes): a full chunk.
+    #[inline]
+    pub fn payload_len(&self) -> usize {
+        self.payload_len
+    }
+
     /// Writes member `rank`'s RESULT frame carrying `payload` (a full chunk: [`Templates::fits`])
     /// with the fields of `patch` into `f` (exactly [`Templates::frame_len`] bytes).
     #[inline(always)]
     pub fn write(&self, rank: usize, patch: &Patch, payload: &[u8], sums: &PayloadSums, f: &mut [u8]) {
+        let (head, rest) = f.split_at_mut(self.members[rank].head_len);
+        let (pay, tail) = rest.split_at_mut(self.payload_len);
+        pay.copy_from_slice(payload);
+        self.write_around(rank, patch, sums, head, tail);
+    }
+
+    /// Writes what surrounds the payload of member `rank`'s RESULT frame with the fields of
+    /// `patch`, for a payload whose sums are `sums` (a full chunk: [`Templates::fits`]): the
+    /// head into `head` (exactly [`Templates::head_len`] bytes) and the pad and ICRC into `tail`
+    /// (exactly [`Templates::tail_len`] bytes). The payload's bytes are not read: the
+    /// checksums come from `sums`, so the payload may lie in another buffer (a zero-copy result).
+    #[inline(always)]
+    pub fn write_around(&self, rank: usize, patch: &Patch, sums: &PayloadSums, head: &mut [u8], tail: &mut [u8]) {
         let t = &self.members[rank];
-        let (head, rest) = f.split_at_mut(t.head_len);
         head.copy_from_slice(&t.head[..t.head_len]);
         let grad = t.head_len - GRAD_LEN;
         head[grad + TENSOR_OFFSET..grad + TENSOR_OFFSET + 4].copy_from_slice(&patch.tensor_offset.to_be_bytes());
         head[grad + ROUND..grad + ROUND + 4].copy_from_slice(&patch.round.to_be_bytes());
-        let (pay, tail) = rest.split_at_mut(self.payload_len);
-        pay.copy_from_slice(payload);
         tail[..self.pad].fill(0);
         // The patched fields' 16-bit words (every field starts at an even offset of the UDP
         // datagram but the PSN, whose first byte is the low byte of a word).

@@ -577,6 +577,120 @@ fn results_equal_the_builder_byte_for_byte_and_reuse_the_triggering_buffer() {
     }
 }
 
+/// With `zero_copy_results`, a completion's full-chunk frames are one payload shared by
+/// reference: each member's frame is byte for byte the one the builder makes (and the one
+/// copy mode sends, in the same order), whatever its head's length (a VLAN tag on one member),
+/// on UDP and RoCEv2, IPv4 and IPv6; the other members' frames are chains (a header and the
+/// shared payload: two buffers each, three with the RoCEv2 ICRC) and the completing
+/// contribution carries the last member's. Short last chunks and resends copy as before.
+#[test]
+fn zero_copy_results_equal_the_copied_ones_byte_for_byte() {
+    for carriage in ["udp", "rocev2"] {
+        for v6 in [false, true] {
+            let text =
+                conf("sum", "f32", carriage, v6, "", 3, 600, 256).replacen("rank = 0\n", "rank = 0\nvlan = 5\n", 1);
+            let lanes = |s: usize| if s < 2 { 256 } else { 88 };
+            let run = |zero_copy: bool| {
+                let mut rig = zero_copy_rig(&text, zero_copy);
+                let mut io = VecIo::new(1);
+                io.alloc_budget = Some(1000);
+                for s in 0..3 {
+                    for rank in 0..3 {
+                        let v: Vec<f32> =
+                            (0..lanes(s)).map(|i| ((rank + 1) * (i + s) + round_salt(s)) as f32).collect();
+                        let f = rig.frame(rank, (s * 256) as u32, 5, &f32s(&v), |_| {});
+                        rig.send(&mut io, f, 0);
+                    }
+                }
+                // A late copy from rank 1 of slot 0: resent to it alone.
+                let v: Vec<f32> = (0..256).map(|i| (2 * i + round_salt(0)) as f32).collect();
+                let f = rig.frame(1, 0, 5, &f32s(&v), |_| {});
+                rig.send(&mut io, f, 0);
+                assert_eq!(rig.dp.counters.dropped(Reason::NoMbuf), 0);
+                assert_eq!(rig.agg().results, 9);
+                (1000 - io.alloc_budget.unwrap(), io, rig.agg().shared_results)
+            };
+            let case = format!("{carriage} v6 {v6}");
+            let (copied_allocs, copied, none) = run(false);
+            let (shared_allocs, shared, counted) = run(true);
+            assert_eq!(shared.sent.len(), 10, "{case}");
+            assert_eq!(shared.sent, copied.sent, "{case}");
+            // Two full chunks shared with two members each; the short chunk and the resend copied.
+            assert_eq!((copied.shared, shared.shared), (0, 4), "{case}");
+            assert_eq!((none, counted), (0, 4), "{case}");
+            // Copy mode: 2 new buffers per completion (the contribution carries the third), none
+            // for the resend (it goes out in the late copy's buffer). Zero-copy: 2 (3 on
+            // RoCEv2) per shared frame, and 2 for the short chunk's completion.
+            let per = if carriage == "rocev2" { 3 } else { 2 };
+            assert_eq!((copied_allocs, shared_allocs), (3 * 2, 4 * per + 2), "{case}");
+            let d = decode(&shared);
+            for (i, (_, g, payload, _)) in d.iter().enumerate().take(9) {
+                let s = i / 3;
+                let sum: Vec<f32> = (0..lanes(s)).map(|j| (6 * (j + s) + 3 * round_salt(s)) as f32).collect();
+                assert_eq!(payload, &f32s(&sum), "{case} frame {i}");
+                assert_eq!(g.tensor_offset as usize, s * 256, "{case} frame {i}");
+            }
+        }
+    }
+}
+
+/// A one-worker rig with `zero_copy_results` set to `on`.
+fn zero_copy_rig(text: &str, on: bool) -> Rig {
+    Rig::with(text, |c, ports| {
+        let ctx = crate::agg::swap::AggContext {
+            ports,
+            gradient_udp_port: crate::wire::gradient::DEFAULT_UDP_PORT,
+            appliance_qpn: 1,
+            workers: 1,
+            shard: false,
+            zero_copy_results: on,
+        };
+        Aggregator::with_context(&ctx, c, 0)
+    })
+}
+
+/// A per-slot constant in the test values (so slots' payloads differ beyond their lanes).
+fn round_salt(s: usize) -> usize {
+    7 * s + 1
+}
+
+/// When the pool runs dry during a zero-copy completion, each member whose frame cannot be
+/// made is a counted `no_mbuf` drop; the rest are sent, right, and the RoCEv2 PSNs of every
+/// member still advance once per result (as in copy mode).
+#[test]
+fn zero_copy_results_count_what_the_pool_cannot_give() {
+    let text = conf("sum", "f32", "rocev2", false, "", 3, 256, 256);
+    let mut rig = zero_copy_rig(&text, true);
+    let mut io = VecIo::new(1);
+    // Three buffers: rank 0's shared frame takes them all; rank 1's finds none.
+    io.alloc_budget = Some(3);
+    for rank in 0..3 {
+        let v: Vec<f32> = (0..256).map(|i| (i * (rank + 1)) as f32).collect();
+        let f = rig.frame(rank, 0, 1, &f32s(&v), |_| {});
+        rig.send(&mut io, f, 0);
+    }
+    assert_eq!(rig.dp.counters.dropped(Reason::NoMbuf), 1);
+    assert_eq!((rig.agg().results, rig.agg().shared_results), (2, 1));
+    let d = decode(&io);
+    assert_eq!(d.len(), 2);
+    let sum = f32s(&(0..256).map(|i| (6 * i) as f32).collect::<Vec<_>>());
+    for (dst, _, payload, p) in &d {
+        assert_eq!(payload, &sum);
+        assert!(dst == &[10, 0, 0, 1] || dst == &[10, 0, 0, 3], "{dst:?}");
+        assert_eq!(p.bth_psn, 0);
+    }
+    // Round 2: every member's PSN is 1, rank 1's included (its round-1 result was lost, not its number).
+    io.alloc_budget = None;
+    io.sent.clear();
+    for rank in 0..3 {
+        let f = rig.frame(rank, 0, 2, &f32s(&[1.0; 256]), |_| {});
+        rig.send(&mut io, f, 0);
+    }
+    let d = decode(&io);
+    assert_eq!(d.len(), 3);
+    assert!(d.iter().all(|(_, _, payload, p)| payload == &f32s(&[3.0; 256]) && p.bth_psn == 1));
+}
+
 /// A mixed rx burst through `Datapath::process_burst` (whole, or cut into smaller bursts) sends
 /// the same frames in the same order and counts the same as `Datapath::process` packet after
 /// packet: contributions that complete a chunk (results to every member), a duplicate, ARP

@@ -352,6 +352,10 @@ pub struct SchedMbufs {
 /// [`SchedMbufs::default`] without), what their rings and queues can hold: a pool that runs dry
 /// makes the ports lose packets (`rx_nombuf`), and full queues must never starve the ports.
 ///
+/// `tx_segs`: mbufs per frame on the tx side, 1 but with `[dataplane] zero_copy_results`, whose
+/// result frames are chains of 2 (UDP) or 3 (RoCEv2) mbufs: the workers' tx buffers hold that
+/// many per frame (the PMDs' tx descriptors and the schedulers' queues are scaled by the caller).
+///
 /// `pmd_held`: mbufs the ports' descriptors may hold (rx rings a NIC keeps filled, tx rings it
 /// frees lazily). A hand-off ring gets an equal share of what the rest leaves, at most
 /// [`MAX_RING_SLOTS`], and at least twice [`worker::ring_room_needed`] (the room a producer
@@ -376,9 +380,10 @@ pub fn plan_pool(
     rings: bool,
     pmd_held: u64,
     sched: &SchedMbufs,
+    tx_segs: u64,
 ) -> Result<(u32, Vec<u64>), String> {
     let workers = workers.max(1);
-    let held = worker::mbufs_held(burst, ports);
+    let held = worker::mbufs_held(burst, ports, tx_segs);
     let cached = (cache as u64 * 3).div_ceil(2); // a cache holds up to 1.5 x its size (flush threshold)
     let reserved = workers as u64 * (held + cached) + pmd_held + sched.ring_mbufs;
     let min_slots = if rings { (2 * worker::ring_room_needed(workers, burst) + 1).next_power_of_two() } else { 0 };
@@ -392,11 +397,12 @@ pub fn plan_pool(
     let needed = reserved + min_rings + floors;
     let Ok(classes) = fitted.map_err(|_| ()).and_then(|c| if (mbufs as u64) < needed { Err(()) } else { Ok(c) }) else {
         let mut why = format!(
-            "{workers} worker(s) hold up to {} mbufs each (an rx burst of {}, {ports} port(s) x {} tx buffers, and \
+            "{workers} worker(s) hold up to {} mbufs each (an rx burst of {}, {ports} port(s) x {} tx buffers{}, and \
              1.5 x the cache of {cache} on their lcore)",
             held + cached,
             burst.min(worker::MAX_BURST),
-            worker::TX_BUFFER
+            worker::TX_BUFFER,
+            if tx_segs > 1 { format!(" x {tx_segs} mbufs per zero-copy result frame") } else { String::new() }
         );
         if pmd_held > 0 {
             why += &format!(", the ports' rx and tx descriptors {pmd_held}");
@@ -433,12 +439,13 @@ pub const MAX_RING_SLOTS: u32 = crate::config::memory::HAND_OFF_RING_SLOTS;
 
 /// Mbufs a port's PMD may keep in its descriptors: none for net_pcap, net_null and
 /// net_af_packet (they allocate mbufs as they receive and free them as they send), else the
-/// rx rings a NIC keeps filled and the tx rings it frees lazily.
-fn pmd_held(device: &str, rx_queues: u16, rx_desc: u16, tx_queues: u16, tx_desc: u16) -> u64 {
+/// rx rings a NIC keeps filled and the tx rings it frees lazily, `tx_segs` mbufs per tx
+/// descriptor (a NIC takes a descriptor per segment, but a software ring a frame).
+fn pmd_held(device: &str, rx_queues: u16, rx_desc: u16, tx_queues: u16, tx_desc: u16, tx_segs: u64) -> u64 {
     if ["net_pcap", "net_null", "net_af_packet"].iter().any(|d| device.starts_with(d)) {
         0
     } else {
-        rx_queues as u64 * rx_desc as u64 + tx_queues as u64 * tx_desc as u64
+        rx_queues as u64 * rx_desc as u64 + tx_queues as u64 * tx_desc as u64 * tx_segs
     }
 }
 
@@ -1309,7 +1316,7 @@ mod tests {
         // for 8191 + 8191 + 215 asked, floors 174 + 174 + 2: the 7361 beyond the floors go in
         // proportion to 8017, 8017 and 213 of 16247 asked beyond them: 3632, 3632 and 96.
         let sched = SchedMbufs { ring_mbufs: 0, demand: vec![8191, 8191, 215], floor: vec![174, 174, 2] };
-        let (slots, classes) = plan_pool(8191, 256, 32, 2, 1, false, 0, &sched).unwrap();
+        let (slots, classes) = plan_pool(8191, 256, 32, 2, 1, false, 0, &sched, 1).unwrap();
         assert_eq!(slots, 0);
         assert!(classes.iter().sum::<u64>() <= 8191 - 480, "{classes:?}");
         assert_eq!(classes, fit_class_mbufs(&sched.demand, &sched.floor, 8191 - 480).unwrap());
@@ -1317,19 +1324,35 @@ mod tests {
         // Two workers, each other's rings to the owner (1023 mbufs), hand-off rings: 2 x 480 +
         // 1023 + 2 x 127 + 350 = 2587 needed at the floors.
         let sched = SchedMbufs { ring_mbufs: 1023, ..sched };
-        let e = plan_pool(2586, 256, 32, 2, 2, true, 0, &sched).unwrap_err();
+        let e = plan_pool(2586, 256, 32, 2, 2, true, 0, &sched, 1).unwrap_err();
         assert!(e.starts_with("expected at least 2587 mbufs, found 2586"), "{e}");
         assert!(e.contains("scheduler owners 1023") && e.contains("egress queues at least 350"), "{e}");
-        let (slots, classes) = plan_pool(2587, 256, 32, 2, 2, true, 0, &sched).unwrap();
+        let (slots, classes) = plan_pool(2587, 256, 32, 2, 2, true, 0, &sched, 1).unwrap();
         assert_eq!((slots, classes), (128, vec![174, 174, 2]));
         // Without schedulers, as before.
-        assert_eq!(plan_pool(8191, 256, 32, 2, 2, true, 0, &SchedMbufs::default()), Ok((2048, vec![])));
+        assert_eq!(plan_pool(8191, 256, 32, 2, 2, true, 0, &SchedMbufs::default(), 1), Ok((2048, vec![])));
+    }
+
+    /// Zero-copy results are chains of up to 3 mbufs (RoCEv2: header, shared payload, ICRC):
+    /// a worker's tx buffers hold 3 per frame. One worker, 2 ports, burst 32, cache 256:
+    /// 32 + 2 x 32 x 3 + 384 = 608 (480 in copy mode).
+    #[test]
+    fn zero_copy_results_count_every_mbuf_of_their_chains() {
+        let plan = |m, segs| plan_pool(m, 256, 32, 2, 1, false, 0, &SchedMbufs::default(), segs);
+        assert_eq!(plan(480, 1), Ok((0, vec![])));
+        let e = plan(607, 3).unwrap_err();
+        assert!(e.starts_with("expected at least 608 mbufs, found 607"), "{e}");
+        assert!(e.contains("2 port(s) x 32 tx buffers x 3 mbufs per zero-copy result frame"), "{e}");
+        assert_eq!(plan(608, 3), Ok((0, vec![])));
+        // A NIC's tx descriptors hold a segment each.
+        assert_eq!(pmd_held("net_ice", 1, 1024, 2, 512, 3), 1024 + 2 * 512 * 3);
+        assert_eq!(pmd_held("net_pcap0", 1, 1024, 2, 512, 3), 0);
     }
 
     #[test]
     fn hand_off_rings_get_what_the_pool_leaves() {
         let size_hand_off_rings =
-            |m, c, b, p, w, r, h| plan_pool(m, c, b, p, w, r, h, &SchedMbufs::default()).map(|p| p.0);
+            |m, c, b, p, w, r, h| plan_pool(m, c, b, p, w, r, h, &SchedMbufs::default(), 1).map(|p| p.0);
         // 2 workers, 2 ports, burst 32, cache 256: each worker holds 32 + 64 + 384 = 480; the
         // default pool leaves (8191 - 960) / 2 = 3615 per ring: 2048 slots (2047 mbufs).
         assert_eq!(size_hand_off_rings(8191, 256, 32, 2, 2, true, 0), Ok(2048));
@@ -1362,10 +1385,10 @@ mod tests {
 
     #[test]
     fn only_descriptor_holding_pmds_count_their_descriptors() {
-        assert_eq!(pmd_held("net_pcap_dpu0", 1, 1024, 2, 1024), 0);
-        assert_eq!(pmd_held("net_null1", 1, 1024, 2, 1024), 0);
-        assert_eq!(pmd_held("net_af_packet0", 1, 1024, 2, 1024), 0);
-        assert_eq!(pmd_held("0000:3b:00.0", 2, 1024, 3, 512), 2 * 1024 + 3 * 512);
-        assert_eq!(pmd_held("net_memif0", 1, 256, 1, 256), 512);
+        assert_eq!(pmd_held("net_pcap_dpu0", 1, 1024, 2, 1024, 1), 0);
+        assert_eq!(pmd_held("net_null1", 1, 1024, 2, 1024, 1), 0);
+        assert_eq!(pmd_held("net_af_packet0", 1, 1024, 2, 1024, 1), 0);
+        assert_eq!(pmd_held("0000:3b:00.0", 2, 1024, 3, 512, 1), 2 * 1024 + 3 * 512);
+        assert_eq!(pmd_held("net_memif0", 1, 256, 1, 256, 1), 512);
     }
 }

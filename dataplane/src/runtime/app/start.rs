@@ -3,6 +3,7 @@
 //! launched on its lcore. All or nothing: the first failure is returned.
 
 use super::{plan_pool, pmd_held, AppError, Options, PortPlan, SchedMbufs};
+use crate::agg::collective::Carriage;
 use crate::agg::nak::SharedNakLimiter;
 use crate::agg::PortAddr;
 use crate::config::memory::class_mbufs_floor;
@@ -82,22 +83,30 @@ pub(super) fn create_pool(
     // One hand-off ring per worker when several share the collectives (software steering); the
     // rings, the workers' bursts and tx buffers, and the PMDs' descriptors must all fit the pool.
     let with_rings = lcores.len() > 1 && !loaded.collectives.is_empty();
+    // Zero-copy results are chains: a header and the shared payload, and the ICRC on RoCEv2.
+    let tx_segs = match cfg.dataplane.zero_copy_results {
+        false => 1,
+        true if loaded.collectives.iter().any(|c| c.carriage == Carriage::Rocev2) => 3,
+        true if loaded.collectives.is_empty() => 1,
+        true => 2,
+    };
     let descriptors: u64 = plans
         .iter()
         .enumerate()
         .map(|(i, p)| {
             let pc = &cfg.ports[i];
-            pmd_held(&p.device, loaded.rx_queues(i as u16), pc.rx_desc, lcores.len() as u16, pc.tx_desc)
+            pmd_held(&p.device, loaded.rx_queues(i as u16), pc.rx_desc, lcores.len() as u16, pc.tx_desc, tx_segs)
         })
         .sum();
     // One scheduler per shaped port (its owner's), and a ring to it from every other worker.
     let shaped: Vec<&PortConfig> = loaded.qos.iter().flatten().map(|(c, _)| c).collect();
     let sched = SchedMbufs {
         ring_mbufs: (shaped.len() * lcores.len().saturating_sub(1)) as u64 * u64::from(worker::QOS_RING_SLOTS - 1),
-        demand: shaped.iter().flat_map(|c| c.classes.iter().map(|k| u64::from(k.capacity_pkts))).collect(),
+        // In mbufs: a queued zero-copy result holds `tx_segs` of them.
+        demand: shaped.iter().flat_map(|c| c.classes.iter().map(|k| u64::from(k.capacity_pkts) * tx_segs)).collect(),
         floor: shaped
             .iter()
-            .flat_map(|c| c.classes.iter().map(|k| class_mbufs_floor(k.capacity_bytes, c.max_frame_bytes)))
+            .flat_map(|c| c.classes.iter().map(|k| class_mbufs_floor(k.capacity_bytes, c.max_frame_bytes) * tx_segs))
             .collect(),
     };
     let (ring_slots, fitted) = plan_pool(
@@ -109,13 +118,14 @@ pub(super) fn create_pool(
         with_rings,
         descriptors,
         &sched,
+        tx_segs,
     )
     .map_err(|e| ConfigError::new(&opts.config, "mempool.mbufs", e))?;
     let mut fitted = fitted.into_iter();
     let mut schedulers = loaded.qos.clone();
     for (c, _) in schedulers.iter_mut().flatten() {
         for k in &mut c.classes {
-            k.capacity_pkts = fitted.next().map_or(k.capacity_pkts, |n| n as u32);
+            k.capacity_pkts = fitted.next().map_or(k.capacity_pkts, |n| (n / tx_segs).max(1) as u32);
         }
     }
     let pool = Mempool::new("dpu_mbufs", cfg.mempool.mbufs, cfg.mempool.cache, cfg.mempool.data_room, -1)?;
@@ -161,6 +171,7 @@ fn agg_context(cfg: &crate::config::Config, shared: &Shared) -> crate::agg::swap
         appliance_qpn: cfg.dataplane.appliance_qpn,
         workers: shared.workers as u16,
         shard: cfg.dataplane.shard_collectives,
+        zero_copy_results: cfg.dataplane.zero_copy_results,
     }
 }
 

@@ -95,6 +95,58 @@ impl Mbuf {
         Some(unsafe { std::slice::from_raw_parts_mut((h.buf_addr as *mut u8).add(off as usize), len as usize) })
     }
 
+    /// Makes this fresh mbuf (just allocated: direct, one segment, reference count 1) an
+    /// indirect mbuf over `len` bytes of `body`'s data from byte `off` (`rte_pktmbuf_attach`,
+    /// then the data offset and lengths narrowed to the range): `body`'s buffer is shared, its
+    /// reference count one higher until this mbuf is freed. False, with nothing attached,
+    /// when `body` is a chain, the range is not inside its data, or this mbuf is not fresh.
+    #[inline]
+    pub fn attach_range(&mut self, body: &Mbuf, off: u16, len: u16) -> bool {
+        let b = body.hdr();
+        let h = self.hdr();
+        if b.nb_segs != 1
+            || u32::from(off) + u32::from(len) > u32::from(b.data_len)
+            || h.nb_segs != 1
+            || !h.next.is_null()
+            || h.ol_flags & (dpdk_sys::RTE_MBUF_F_INDIRECT | dpdk_sys::RTE_MBUF_F_EXTERNAL) != 0
+        {
+            return false;
+        }
+        // SAFETY: both are valid mbufs we own; `self` is direct with one segment (checked
+        // above) and, freshly allocated, referenced once; `body` stays valid (its reference
+        // count, or its external buffer's, is raised by the call) for as long as `self` holds it.
+        unsafe { dpdk_sys::shim_pktmbuf_attach(self.0.as_ptr(), body.0.as_ptr()) };
+        // SAFETY: we own `self`; the narrowed range lies inside the shared data (checked above).
+        let h = unsafe { self.0.as_mut() };
+        h.data_off += off;
+        h.data_len = len;
+        h.pkt_len = u32::from(len);
+        true
+    }
+
+    /// Appends the chain `tail` after this chain's last segment (`rte_pktmbuf_chain`): the
+    /// segment count and packet length grow by `tail`'s. Gives `tail` back when the chain would
+    /// exceed `RTE_MBUF_MAX_NB_SEGS` segments.
+    #[inline]
+    pub fn chain(&mut self, tail: Mbuf) -> Result<(), Mbuf> {
+        let (segs, len) = (tail.hdr().nb_segs, tail.hdr().pkt_len);
+        if u32::from(self.hdr().nb_segs) + u32::from(segs) > dpdk_sys::RTE_MBUF_MAX_NB_SEGS {
+            return Err(tail);
+        }
+        // SAFETY: we own both chains; walking `next` from our head visits only our segments.
+        unsafe {
+            let mut last = self.0.as_ptr();
+            while !(*last).next.is_null() {
+                last = (*last).next;
+            }
+            (*last).next = tail.into_raw();
+            let h = self.0.as_mut();
+            h.nb_segs += segs;
+            h.pkt_len += len;
+        }
+        Ok(())
+    }
+
     /// The port the mbuf was received on (`mbuf->port`).
     #[inline(always)]
     pub fn port(&self) -> u16 {

@@ -160,6 +160,12 @@ impl Port {
         // SAFETY: returns a constant.
         let rx_offloads = info.rx_offload_capa & unsafe { dpdk_sys::shim_rx_offload_ipv4_udp_cksum() };
         conf.rxmode.offloads |= rx_offloads;
+        // Chained mbufs on tx (RTE_ETH_TX_OFFLOAD_MULTI_SEGS) where the device offers it: jumbo
+        // transit frames received over several segments, and RESULT frames sent as a header
+        // mbuf chained to the shared payload (`[dataplane] zero_copy_results`). The software
+        // vdevs (net_pcap, net_memif, net_ring, net_null) take chains whether they list it or not.
+        // SAFETY: returns a constant.
+        conf.txmode.offloads |= info.tx_offload_capa & unsafe { dpdk_sys::shim_tx_offload_multi_segs() };
         // SAFETY: conf is fully initialised.
         let ret = unsafe { dpdk_sys::rte_eth_dev_configure(id, setup.rx_queues, setup.tx_queues, &conf) };
         if ret != 0 {

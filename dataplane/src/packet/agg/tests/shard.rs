@@ -15,6 +15,7 @@ fn ctx(workers: u16, shard: bool) -> AggContext {
         appliance_qpn: 1,
         workers,
         shard,
+        zero_copy_results: false,
     }
 }
 

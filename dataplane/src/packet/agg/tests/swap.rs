@@ -21,6 +21,7 @@ fn a_kept_round_survives_the_switch_a_new_collective_sums_and_a_deleted_one_is_u
         appliance_qpn: 1,
         workers: 1,
         shard: false,
+        zero_copy_results: false,
     };
     // Rank 0 contributes to round 1 of 7's slot 0: in progress.
     let f = rig.frame(0, 0, 1, &f32s(&[1.0, 2.0, 3.0, 4.0]), |_| {});
