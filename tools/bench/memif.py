@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`make bench`: the two-process rows, pktgen and a device under test over net_memif.
 
-    tools/bench/memif.py [--seconds 2] [--reps 1] [--rows 'fwd*,open-4w-*'] [--list]
+    tools/bench/memif.py [--seconds 2] [--reps 1] [--rows 'fwd*,open-4w-*'] [--zero-copy] [--shared-results] [--list]
     tools/bench/memif.py --plots DIR [--seconds 3]      (`make plots`)
 
 Two programs, two processes, one memif link (a filesystem socket). By default the device under
@@ -155,6 +155,10 @@ def toml_list(xs):
     return "[" + ", ".join(json.dumps(x) for x in xs) + "]"
 
 
+# --shared-results: the open-loop AllReduce rows also run the appliance with
+# `zero_copy_results = true` ("dpu-shared"), beside its default (copy) run.
+SHARED = False
+
 # --zero-copy: pktgen is the memif server and the device the zero-copy client; else the device is
 # the server and pktgen the client, both in copy mode.
 ZC = False
@@ -183,11 +187,13 @@ data_room = {data_room}
 """
 
 
-def appliance_conf(d, row):
+def appliance_conf(d, row, shared=False):
     """The appliance's config for `row`: forwarding (an exact table without entries, miss
-    forward(0)) or collective 1 of the row's workers, lanes and carriage."""
+    forward(0)) or collective 1 of the row's workers, lanes and carriage; `shared`: with
+    `zero_copy_results = true`."""
     t = eal_and_mempool(DUT_LCORES, row.data_room) + f"""[dataplane]
 burst = 32
+{'zero_copy_results = true' if shared else ''}
 [[port]]
 name = "m0"
 vdev = "{vdev(os.path.join(d, 'm0.sock'), 'device', row.data_room)}"
@@ -360,13 +366,13 @@ def start_device(d, kind, app_conf, stats, data_room):
     if not ZC:
         # testpmd creates the socket when it probes the vdev, before it configures the port:
         # a client that connects then passes no packet. Wait until it forwards.
-        wait_socket(d, kind, dev, None if kind == "dpu" else "packet forwarding - ports")
+        wait_socket(d, kind, dev, None if kind.startswith("dpu") else "packet forwarding - ports")
         time.sleep(0.3)
     return dev
 
 
 def device_cmd(sock, kind, app_conf, stats, data_room):
-    if kind == "dpu":
+    if kind.startswith("dpu"):
         return [DPU, "-c", app_conf, "--stats-json", stats]
     mode = kind.split("-", 1)[1]
     return (["dpdk-testpmd", *MEM, "--lcores", DUT_LCORES, "--vdev", vdev(sock, "device", data_room),
@@ -400,8 +406,9 @@ def measure(d, row, kind, seconds):
     open loop, contributions/s folded (the appliance's aggregation.folded) or taken (testpmd);
     closed loop, contributions/s completed (a result came back and was right). Into testpmd
     rxonly a closed-loop row sends its traffic in open loop (the generator's reach with it)."""
-    ar = appliance_conf(d, row)  # pktgen's [[allreduce]] reads the collective from it
-    open_loop = row.kind == "open" or kind != "dpu"
+    ar = appliance_conf(d, row, kind == "dpu-shared")  # pktgen's [[allreduce]] reads the collective from it
+    is_dpu = kind.startswith("dpu")
+    open_loop = row.kind == "open" or not is_dpu
     stats = os.path.join(d, "dpu-stats.json")
     if os.path.exists(stats):
         os.unlink(stats)
@@ -413,12 +420,12 @@ def measure(d, row, kind, seconds):
     p = finish_pktgen(g, js, seconds)
     time.sleep(0.3)
     alive = dev.alive()
-    code = dev.stop(signal.SIGTERM if kind == "dpu" else signal.SIGINT)
+    code = dev.stop(signal.SIGTERM if is_dpu else signal.SIGINT)
     if not alive or code != 0:
         print(f"memif.py: note: {kind} was not running after pktgen left, or exited {code}",
               file=sys.stderr)
     st = None
-    if kind == "dpu" and os.path.exists(stats):
+    if is_dpu and os.path.exists(stats):
         with open(stats) as f:
             st = json.load(f)
     if row.kind == "fwd":
@@ -443,11 +450,12 @@ def measure(d, row, kind, seconds):
             rate = a["contributions_per_s"]
             detail.update(p50=lat.get("p50_us"), p99=lat.get("p99_us"),
                           retx=a["retransmissions"], stale=a["stale_results"])
-        elif kind == "dpu" and st is None:
+        elif is_dpu and st is None:
             detail["stats_lost"] = True  # the appliance died: pktgen's tx stands in
-        elif kind == "dpu":
+        elif is_dpu:
             folded = st["aggregation"]["folded"]
             detail["folded"] = folded
+            detail["shared"] = st["aggregation"].get("shared_results", 0)
             rate = folded / secs
     detail["peer_ok"] = alive and code == 0
     return rate, tx_pps, detail
@@ -531,7 +539,7 @@ def kinds_of(row, ids):
     closed-loop row, the appliance alone, and the generator check unless its open-loop twin
     (the same traffic) runs too."""
     if row.kind != "closed":
-        return ("testpmd-rxonly", "testpmd-io", "dpu")
+        return ("testpmd-rxonly", "testpmd-io", "dpu") + (("dpu-shared",) if SHARED and row.kind == "open" else ())
     return ("dpu",) if row.traffic() in ids else ("testpmd-rxonly", "dpu")
 
 
@@ -545,14 +553,17 @@ def main():
     ap.add_argument("--list", action="store_true", help="list the rows and exit")
     ap.add_argument("--zero-copy", action="store_true",
                     help="pktgen the memif server, the device the zero-copy client")
+    ap.add_argument("--shared-results", action="store_true",
+                    help="open-loop AllReduce rows: also the appliance with zero_copy_results = true")
     ap.add_argument("--plots", metavar="DIR", help="the frame-size sweep through the appliance, and its plots, into DIR")
     a = ap.parse_args()
     if a.list:
         for r in ROWS:
             print(f"{r.id:24} {r.name()}")
         return
-    global ZC
+    global ZC, SHARED
     ZC = a.zero_copy
+    SHARED = a.shared_results
     for b in (DPU, PKTGEN):
         if not os.path.exists(b):
             sys.exit(f"memif.py: {b} is missing: cargo build --release first")
@@ -598,8 +609,9 @@ def main():
 
     runs = sum(len(v["det"]) for r in res.values() for v in r.values())
     crashes = {k: sum(not x["peer_ok"] for r in res.values() for x in r.get(k, {"det": []})["det"])
-               for k in ("testpmd-rxonly", "testpmd-io", "dpu")}
-    wrong = sum(x.get("wrong") or 0 for r in res.values() for x in r.get("dpu", {"det": []})["det"])
+               for k in ("testpmd-rxonly", "testpmd-io", "dpu", "dpu-shared")}
+    wrong = sum(x.get("wrong") or 0 for r in res.values() for k in ("dpu", "dpu-shared")
+                for x in r.get(k, {"det": []})["det"])
     lines = [
         "Two processes over net_memif ("
         + ("zero-copy: pktgen the memif server, the device the zero-copy client"
@@ -635,6 +647,22 @@ def main():
             if row.kind == "open":
                 goals.append(f"{row.id} " + ("not judged (generator-bound)" if bound else
                                              ("met" if ratio >= GOAL else "NOT met") + f" ({ratio:.2f})"))
+    shared = [r for r in rows if r.kind == "open" and "dpu-shared" in res[r.id]]
+    if shared:
+        lines += [
+            "",
+            "Zero-copy results (`[dataplane] zero_copy_results = true`: a completion's frames share one "
+            "payload) beside the default (a copy per member), same runs as above.",
+            "",
+            "| row | appliance, copies | appliance, shared payload | shared / copies | shared / testpmd io | "
+            "frames sent shared |",
+            "|---|---|---|---|---|---|",
+        ]
+        for row in shared:
+            r = res[row.id]
+            io, dpu, sh = med(r["testpmd-io"]["rate"]), med(r["dpu"]["rate"]), med(r["dpu-shared"]["rate"])
+            lines.append(f"| {row.name()} | {fmt(r['dpu']['rate'])} | {fmt(r['dpu-shared']['rate'])} | "
+                         f"{sh / dpu:.3f} | {sh / io:.2f} | {med(x.get('shared', 0) for x in r['dpu-shared']['det']):.0f} |")
     closed = [r for r in rows if r.kind == "closed"]
     if closed:
         lines += [
@@ -671,7 +699,8 @@ def main():
               f"The appliance when its memif peer goes away (two pktgen runs, one after the other): "
               f"{'survives and keeps counting' if surv_ok else 'FAILED'} ({surv})."]
     text = "\n".join(lines) + "\n"
-    with open(os.path.join(OUT, "memif-zc.md" if ZC else "memif.md"), "w") as f:
+    name = ("memif-zc" if ZC else "memif") + ("-shared" if SHARED else "")
+    with open(os.path.join(OUT, name + ".md"), "w") as f:
         f.write(text)
     print(text, end="")
     if not surv_ok:
