@@ -117,12 +117,15 @@ def main():
         subprocess.run(["git", "worktree", "remove", "--force", base_tree], cwd=ROOT, check=False)
         if a.head:
             subprocess.run(["git", "worktree", "remove", "--force", os.path.join(ROOT, "target/bench/ab/head")], cwd=ROOT, check=False)
-    print(f"| benchmark | {a.base} median (ns) | head median (ns) | head / base |")
-    print("| --- | ---: | ---: | ---: |")
+    print(f"| benchmark | {a.base} median [min-max] (ns) | head median [min-max] (ns) | head / base | rounds head faster |")
+    print("| --- | ---: | ---: | ---: | ---: |")
     for k, s in sorted(samples.items()):
         if s["base"] and s["head"]:
             b, h = statistics.median(s["base"]), statistics.median(s["head"])
-            print(f"| {k} | {b:.1f} | {h:.1f} | {h / b:.3f} |")
+            # Round by round (each round runs base, then head): how often head was the faster.
+            wins = sum(hh < bb for bb, hh in zip(s["base"], s["head"]))
+            print(f"| {k} | {b:.1f} [{min(s['base']):.1f}-{max(s['base']):.1f}] | "
+                  f"{h:.1f} [{min(s['head']):.1f}-{max(s['head']):.1f}] | {h / b:.3f} | {wins}/{len(s['head'])} |")
 
 
 if __name__ == "__main__":

@@ -230,27 +230,36 @@ impl PacketIo for TxIo {
 
     /// A header mbuf holding `head`, chained to an indirect mbuf over `body`'s bytes
     /// ([`Mbuf::attach_range`]) and, when `tail` is not empty, to a third holding it: two or
-    /// three mbufs from this worker's pool, no payload copied. A `body` that cannot be shared
-    /// (a chain, or itself from an external-buffer pool) is copied as the default does.
+    /// three mbufs from this worker's pool in one bulk allocation, no payload copied. A `body`
+    /// that cannot be shared (a chain, or itself from an external-buffer pool) is copied as the
+    /// default does.
     #[inline]
     fn share(&mut self, head: &[u8], body: &Mbuf, off: usize, len: usize, tail: &[u8]) -> Option<Mbuf> {
-        let (Ok(o), Ok(l)) = (u16::try_from(off), u16::try_from(len)) else {
+        let (Ok(o), Ok(l), Ok(hl), Ok(tl)) =
+            (u16::try_from(off), u16::try_from(len), u16::try_from(head.len()), u16::try_from(tail.len()))
+        else {
             return None;
         };
-        let mut h = self.pool.alloc()?;
-        if !h.append(head.len()) {
+        let n = if tail.is_empty() { 2 } else { 3 };
+        let mut m: [Option<Mbuf>; 3] = [None, None, None];
+        if !self.pool.alloc_bulk(&mut m[..n]) {
             return None;
         }
-        h.data_mut().copy_from_slice(head);
-        let mut payload = self.pool.alloc()?;
+        let [Some(mut h), Some(mut payload), t] = m else {
+            return None;
+        };
         if !payload.attach_range(body, o, l) {
-            drop((h, payload));
+            drop((h, payload, t));
             let src = body.data().get(off..off + len)?;
             return crate::buf::concat_frame(self, head, src, tail);
         }
-        if !tail.is_empty() {
-            let mut t = self.pool.alloc()?;
-            if !t.append(tail.len()) {
+        // Fresh from the pool: one segment, default headroom, length 0.
+        if !h.set_len(hl) {
+            return None;
+        }
+        h.data_mut().copy_from_slice(head);
+        if let Some(mut t) = t {
+            if !t.set_len(tl) {
                 return None;
             }
             t.data_mut().copy_from_slice(tail);
