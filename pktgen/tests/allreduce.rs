@@ -60,11 +60,14 @@ impl Coll {
     }
 }
 
-fn appliance_toml(dir: &Path, colls: &[Coll]) -> String {
+/// The appliance's config: a memif server port per collective; `dataplane`, the keys of its
+/// `[dataplane]` table.
+fn appliance_toml(dir: &Path, colls: &[Coll], dataplane: &str) -> String {
     let mut t = String::from(
         "[eal]\nargs = [\"--no-huge\", \"-m\", \"256\", \"--no-pci\", \"--no-shconf\", \"--lcores\", \"0@0,1@1\", \
          \"--log-level\", \"*:error\"]\n[mempool]\nmbufs = 16383\n",
     );
+    t += &format!("[dataplane]\n{dataplane}");
     for i in 0..colls.len() {
         t += &format!(
             "[[port]]\nname = \"m{i}\"\nrx_desc = 256\ntx_desc = 256\nvdev = \"net_memif{i},role=server,socket={},socket-abstract=no\"\n\
@@ -150,9 +153,14 @@ fn run_on(name: &str, colls: &[Coll], lcores: &str) -> Outcome {
 
 /// [`run_on`], the pktgen run ended by `end`.
 fn run_until(name: &str, colls: &[Coll], lcores: &str, end: End) -> Outcome {
+    run_with(name, colls, lcores, end, "")
+}
+
+/// [`run_until`] with `dataplane`'s keys in the appliance's `[dataplane]`.
+fn run_with(name: &str, colls: &[Coll], lcores: &str, end: End, dataplane: &str) -> Outcome {
     let dir = tmp(name);
     let app = dir.join("appliance.toml");
-    std::fs::write(&app, appliance_toml(&dir, colls)).unwrap();
+    std::fs::write(&app, appliance_toml(&dir, colls, dataplane)).unwrap();
     let conf = dir.join("pktgen.toml");
     std::fs::write(&conf, pktgen_toml(&dir, &app, colls, lcores)).unwrap();
     let stats = dir.join("dpu-stats.json");
@@ -185,7 +193,9 @@ fn run_until(name: &str, colls: &[Coll], lcores: &str, end: End) -> Outcome {
     while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    common::kill(&child, "-KILL");
+    if child.try_wait().unwrap().is_none() {
+        common::kill(&child, "-KILL");
+    }
     let out = child.wait_with_output().unwrap();
     common::kill(&dpu, "-TERM");
     let d = dpu.wait_with_output().unwrap();
@@ -271,6 +281,36 @@ fn closed_loop_every_round_of_every_worker_checks() {
     assert_eq!(o.csv.lines().count(), 1 + 4 * 5, "{}", o.csv);
     assert!(o.csv.lines().nth(1).unwrap().starts_with("c1,,closed,udp,f32,sum,sum,4,8,128,"), "{}", o.csv);
     assert!(o.out.contains("allreduce c1: closed loop, 4 workers x 8 slots of 128 f32 lanes"), "{}", o.out);
+}
+
+/// With `zero_copy_results` the appliance's result frames are chains (a header mbuf over the
+/// shared payload, and the ICRC's on RoCEv2) that net_memif copies segment by segment: every
+/// round of every worker still completes and checks bit for bit, both carriages, both
+/// families, a VLAN tag; every member's frame but the last of each completion went out shared.
+#[test]
+fn zero_copy_results_over_memif_check_every_round() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let rounds = 20;
+    let mut colls = vec![
+        Coll { chunk: 256, ..Coll::new(1, "sum", "f32", "udp") },
+        Coll { v6: true, chunk: 256, ..Coll::new(2, "sum", "bf16", "rocev2") },
+        Coll { vlan: Some(30), chunk: 200, ..Coll::new(3, "max", "f32", "rocev2") },
+    ];
+    for c in colls.iter_mut() {
+        c.pktgen = format!("rounds = {rounds}\nwindow = 4\ntimeout_us = 20000\n");
+    }
+    let o = run_with("zero-copy", &colls, "0@0", End::Duration("30"), "zero_copy_results = true\n");
+    assert_eq!(o.code, 0, "{}", o.out);
+    for (i, c) in colls.iter().enumerate() {
+        assert_complete(&o.pktgen["allreduce"][i], c, rounds, &format!("collective {}", c.id));
+    }
+    let agg = &o.dpu["aggregation"];
+    let due: u64 = colls.iter().map(|c| rounds * c.slots()).sum();
+    assert_eq!(u(&agg["completed"]), due, "{agg}");
+    // Full chunks only: 1000 = 3 x 256 + 232 and 5 x 200, so 3 + 3 + 5 of 4 + 4 + 5 slots.
+    let full: u64 = [3, 3, 5].iter().sum::<u64>() * rounds;
+    assert_eq!(u(&agg["shared_results"]), full * 3, "{agg}");
+    assert_eq!(u(&o.dpu["drops"]["no_mbuf"]), 0, "{}", o.dpu["drops"]);
 }
 
 /// Injected loss (10% of pktgen's own sends dropped, UDP) and a slow worker (rank 2's sends 3 ms
@@ -494,7 +534,7 @@ fn a_bad_allreduce_config_names_the_key() {
     let dir = tmp("bad");
     let app = dir.join("appliance.toml");
     let colls = [Coll::new(1, "sum", "f32", "udp")];
-    std::fs::write(&app, appliance_toml(&dir, &colls)).unwrap();
+    std::fs::write(&app, appliance_toml(&dir, &colls, "")).unwrap();
     let conf = dir.join("pktgen.toml");
     let try_conf = |extra: &str| {
         std::fs::write(&conf, pktgen_toml(&dir, &app, &colls, "0@0") + extra).unwrap();
