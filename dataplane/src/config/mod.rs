@@ -183,7 +183,9 @@ pub struct DataplaneConfig {
     /// mbuf chained to it by reference (DPDK indirect mbufs, as the ipv4_multicast example
     /// replicates), so a completion writes its payload once instead of once per member. Costs
     /// two mbufs per other member (three on RoCEv2: the ICRC follows the payload) while they
-    /// wait to be sent; the mempool check counts them. Default `false`: a copy per member.
+    /// wait to be sent; the mempool check counts them. A port whose device does not offer
+    /// `RTE_ETH_TX_OFFLOAD_MULTI_SEGS` (software vdevs excepted) is refused at start. Default
+    /// `false`: a copy per member.
     #[serde(default)]
     pub zero_copy_results: bool,
 }

@@ -107,14 +107,14 @@ pub trait PacketIo {
     /// not change until every frame sharing it is sent; its buffer returns to the pool when the
     /// last of them is freed. The default copies into one new frame.
     ///
-    /// `None` when the pool is exhausted, a buffer is too small, or the range is not inside
-    /// `body.data()`.
-    fn share(&mut self, head: &[u8], body: &Self::Buf, off: usize, len: usize, tail: &[u8]) -> Option<Self::Buf>
+    /// The frame, and whether it shares `body`'s bytes (false: a copy). `None` when the pool is
+    /// exhausted, a buffer is too small, or the range is not inside `body.data()`.
+    fn share(&mut self, head: &[u8], body: &Self::Buf, off: usize, len: usize, tail: &[u8]) -> Option<(Self::Buf, bool)>
     where
         Self: Sized,
     {
         let src = body.data().get(off..off.checked_add(len)?)?;
-        concat_frame(self, head, src, tail)
+        Some((concat_frame(self, head, src, tail)?, false))
     }
 
     /// A new frame holding a copy of `src`'s bytes; `None` when the pool is exhausted.
@@ -328,14 +328,16 @@ impl PacketIo for VecIo {
         Some(b)
     }
     /// As the appliance's mbufs: a chain whose first segment is `head`, taking from the
-    /// allocation budget what DPDK would (a header and an indirect buffer, and one for `tail`).
-    fn share(&mut self, head: &[u8], body: &VecBuf, off: usize, len: usize, tail: &[u8]) -> Option<VecBuf> {
+    /// allocation budget what DPDK would (a header and an indirect buffer, and one for `tail`),
+    /// all or none (as `rte_pktmbuf_alloc_bulk`).
+    fn share(&mut self, head: &[u8], body: &VecBuf, off: usize, len: usize, tail: &[u8]) -> Option<(VecBuf, bool)> {
         let src = body.data().get(off..off.checked_add(len)?)?;
-        for _ in 0..2 + usize::from(!tail.is_empty()) {
-            self.alloc()?;
+        let n = 2 + usize::from(!tail.is_empty());
+        if let Some(budget) = self.alloc_budget.as_mut() {
+            *budget = budget.checked_sub(n)?;
         }
         self.shared += 1;
-        Some(VecBuf::segmented(&[head, src, tail].concat(), head.len()))
+        Some((VecBuf::segmented(&[head, src, tail].concat(), head.len()), true))
     }
     fn hand_off(&mut self, worker: u16, buf: VecBuf) -> Result<(), VecBuf> {
         self.handed_off.push((worker, buf.whole().to_vec()));

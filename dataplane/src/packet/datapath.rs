@@ -1165,7 +1165,7 @@ where
         self.io.copy_pkt(src)
     }
 
-    fn share(&mut self, head: &[u8], body: &I::Buf, off: usize, len: usize, tail: &[u8]) -> Option<I::Buf> {
+    fn share(&mut self, head: &[u8], body: &I::Buf, off: usize, len: usize, tail: &[u8]) -> Option<(I::Buf, bool)> {
         self.io.share(head, body, off, len, tail)
     }
 }

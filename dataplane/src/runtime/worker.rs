@@ -234,7 +234,7 @@ impl PacketIo for TxIo {
     /// that cannot be shared (a chain, or itself from an external-buffer pool) is copied as the
     /// default does.
     #[inline]
-    fn share(&mut self, head: &[u8], body: &Mbuf, off: usize, len: usize, tail: &[u8]) -> Option<Mbuf> {
+    fn share(&mut self, head: &[u8], body: &Mbuf, off: usize, len: usize, tail: &[u8]) -> Option<(Mbuf, bool)> {
         let (Ok(o), Ok(l), Ok(hl), Ok(tl)) =
             (u16::try_from(off), u16::try_from(len), u16::try_from(head.len()), u16::try_from(tail.len()))
         else {
@@ -251,22 +251,22 @@ impl PacketIo for TxIo {
         if !payload.attach_range(body, o, l) {
             drop((h, payload, t));
             let src = body.data().get(off..off + len)?;
-            return crate::buf::concat_frame(self, head, src, tail);
+            return Some((crate::buf::concat_frame(self, head, src, tail)?, false));
         }
         // Fresh from the pool: one segment, default headroom, length 0.
         if !h.set_len(hl) {
             return None;
         }
         h.data_mut().copy_from_slice(head);
+        h.chain(payload).ok()?;
         if let Some(mut t) = t {
             if !t.set_len(tl) {
                 return None;
             }
             t.data_mut().copy_from_slice(tail);
-            payload.chain(t).ok()?;
+            h.chain(t).ok()?;
         }
-        h.chain(payload).ok()?;
-        Some(h)
+        Some((h, true))
     }
 
     #[inline]

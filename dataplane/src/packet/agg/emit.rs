@@ -72,9 +72,9 @@ impl Aggregator {
             let off = t.head_len(last);
             for r in 0..last {
                 let p = patch(r, &mut st.psn);
-                if send_shared(io, &body, off, st.spec.members[r].port, t, r, &p, sums, counters) {
+                if let Some(shared) = send_shared(io, &body, off, st.spec.members[r].port, t, r, &p, sums, counters) {
                     self.counters.results += 1;
-                    self.counters.shared_results += 1;
+                    self.counters.shared_results += u64::from(shared);
                     st.counters.results += 1;
                 }
             }

@@ -50,7 +50,8 @@ pub(super) fn templated<I: PacketIo>(
 
 /// Sends member `r`'s RESULT frame on `port` over the payload already in `body` (a full
 /// chunk at byte `off` of its data): the head and tail from the template, the payload shared
-/// ([`PacketIo::share`]). False (counted `no_mbuf`) when the pool runs out.
+/// ([`PacketIo::share`]). `Some(shared)` when sent, `shared` false when the io copied the
+/// payload instead; `None` (counted `no_mbuf`) when the pool runs out.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub(super) fn send_shared<I: PacketIo>(
@@ -63,18 +64,18 @@ pub(super) fn send_shared<I: PacketIo>(
     patch: &template::Patch,
     sums: &build::PayloadSums,
     counters: &mut Counters,
-) -> bool {
+) -> Option<bool> {
     let mut head = [0u8; template::MAX_HEAD];
     let mut tail = [0u8; template::MAX_TAIL];
     let (head, tail) = (&mut head[..t.head_len(r)], &mut tail[..t.tail_len()]);
     t.write_around(r, patch, sums, head, tail);
-    let Some(b) = io.share(head, body, off, t.payload_len(), tail) else {
+    let Some((b, shared)) = io.share(head, body, off, t.payload_len(), tail) else {
         counters.drop(Reason::NoMbuf);
-        return false;
+        return None;
     };
     counters.tx(port, t.frame_len(r));
     io.send(port, b);
-    true
+    Some(shared)
 }
 
 /// A frame of exactly `len` bytes (content unspecified) for a packet to send: `spare`, taken,

@@ -352,9 +352,11 @@ pub struct SchedMbufs {
 /// [`SchedMbufs::default`] without), what their rings and queues can hold: a pool that runs dry
 /// makes the ports lose packets (`rx_nombuf`), and full queues must never starve the ports.
 ///
-/// `tx_segs`: mbufs per frame on the tx side, 1 but with `[dataplane] zero_copy_results`, whose
-/// result frames are chains of 2 (UDP) or 3 (RoCEv2) mbufs: the workers' tx buffers hold that
-/// many per frame (the PMDs' tx descriptors and the schedulers' queues are scaled by the caller).
+/// `tx_segs`: mbufs a frame on the tx side may hold out of the pool, 1 but with `[dataplane]
+/// zero_copy_results` (4: a result frame's chain of up to 3, and the frame whose payload it
+/// shares, which stays out of the pool until the last frame sharing it is freed): the workers'
+/// tx buffers hold that many per frame (the PMDs' tx descriptors and the schedulers' queues are
+/// scaled by the caller).
 ///
 /// `pmd_held`: mbufs the ports' descriptors may hold (rx rings a NIC keeps filled, tx rings it
 /// frees lazily). A hand-off ring gets an equal share of what the rest leaves, at most
@@ -439,13 +441,16 @@ pub const MAX_RING_SLOTS: u32 = crate::config::memory::HAND_OFF_RING_SLOTS;
 
 /// Mbufs a port's PMD may keep in its descriptors: none for net_pcap, net_null and
 /// net_af_packet (they allocate mbufs as they receive and free them as they send), else the
-/// rx rings a NIC keeps filled and the tx rings it frees lazily, `tx_segs` mbufs per tx
-/// descriptor (a NIC takes a descriptor per segment, but a software ring a frame).
-fn pmd_held(device: &str, rx_queues: u16, rx_desc: u16, tx_queues: u16, tx_desc: u16, tx_segs: u64) -> u64 {
+/// rx rings a NIC keeps filled and the tx rings it frees lazily. A tx descriptor holds one
+/// mbuf; with zero-copy results (`chain`: 3, the longest result chain; else 1) every chain in
+/// the ring may also keep the frame whose payload it shares out of the pool, one more mbuf per
+/// `chain` descriptors at most.
+fn pmd_held(device: &str, rx_queues: u16, rx_desc: u16, tx_queues: u16, tx_desc: u16, chain: u64) -> u64 {
     if ["net_pcap", "net_null", "net_af_packet"].iter().any(|d| device.starts_with(d)) {
         0
     } else {
-        rx_queues as u64 * rx_desc as u64 + tx_queues as u64 * tx_desc as u64 * tx_segs
+        let tx = tx_desc as u64 + if chain > 1 { (tx_desc as u64).div_ceil(chain) } else { 0 };
+        rx_queues as u64 * rx_desc as u64 + tx_queues as u64 * tx
     }
 }
 
@@ -867,7 +872,7 @@ fn run_with_eal(
     let lcores = loaded.lcores();
     start::check_lcores(eal, loaded, opts)?;
     let (pool, ring_slots, schedulers) = start::create_pool(loaded, opts, plans)?;
-    let mut ports = start::start_ports(loaded, plans, &pool)?;
+    let mut ports = start::start_ports(loaded, opts, plans, &pool)?;
     stop_requested()?;
     let telemetry = crate::live::register_telemetry();
     // Dropped (the listener stopped) when the run returns.
@@ -1333,19 +1338,21 @@ mod tests {
         assert_eq!(plan_pool(8191, 256, 32, 2, 2, true, 0, &SchedMbufs::default(), 1), Ok((2048, vec![])));
     }
 
-    /// Zero-copy results are chains of up to 3 mbufs (RoCEv2: header, shared payload, ICRC):
-    /// a worker's tx buffers hold 3 per frame. One worker, 2 ports, burst 32, cache 256:
-    /// 32 + 2 x 32 x 3 + 384 = 608 (480 in copy mode).
+    /// Zero-copy results are chains of up to 3 mbufs (RoCEv2: header, shared payload, ICRC),
+    /// each keeping the frame it shares out of the pool too: a worker's tx buffers hold 4 per
+    /// frame. One worker, 2 ports, burst 32, cache 256: 32 + 2 x 32 x 4 + 384 = 672 (480 in
+    /// copy mode).
     #[test]
     fn zero_copy_results_count_every_mbuf_of_their_chains() {
         let plan = |m, segs| plan_pool(m, 256, 32, 2, 1, false, 0, &SchedMbufs::default(), segs);
         assert_eq!(plan(480, 1), Ok((0, vec![])));
-        let e = plan(607, 3).unwrap_err();
-        assert!(e.starts_with("expected at least 608 mbufs, found 607"), "{e}");
-        assert!(e.contains("2 port(s) x 32 tx buffers x 3 mbufs per zero-copy result frame"), "{e}");
-        assert_eq!(plan(608, 3), Ok((0, vec![])));
-        // A NIC's tx descriptors hold a segment each.
-        assert_eq!(pmd_held("net_ice", 1, 1024, 2, 512, 3), 1024 + 2 * 512 * 3);
+        let e = plan(671, 4).unwrap_err();
+        assert!(e.starts_with("expected at least 672 mbufs, found 671"), "{e}");
+        assert!(e.contains("2 port(s) x 32 tx buffers x 4 mbufs per zero-copy result frame"), "{e}");
+        assert_eq!(plan(672, 4), Ok((0, vec![])));
+        // A NIC's tx descriptor holds one mbuf; with chains of 3, one shared frame more per 3.
+        assert_eq!(pmd_held("net_ice", 1, 1024, 2, 512, 3), 1024 + 2 * (512 + 171));
+        assert_eq!(pmd_held("net_ice", 1, 1024, 2, 512, 1), 1024 + 2 * 512);
         assert_eq!(pmd_held("net_pcap0", 1, 1024, 2, 512, 3), 0);
     }
 

@@ -3,7 +3,6 @@
 //! launched on its lcore. All or nothing: the first failure is returned.
 
 use super::{plan_pool, pmd_held, AppError, Options, PortPlan, SchedMbufs};
-use crate::agg::collective::Carriage;
 use crate::agg::nak::SharedNakLimiter;
 use crate::agg::PortAddr;
 use crate::config::memory::class_mbufs_floor;
@@ -83,26 +82,25 @@ pub(super) fn create_pool(
     // One hand-off ring per worker when several share the collectives (software steering); the
     // rings, the workers' bursts and tx buffers, and the PMDs' descriptors must all fit the pool.
     let with_rings = lcores.len() > 1 && !loaded.collectives.is_empty();
-    // Zero-copy results are chains: a header and the shared payload, and the ICRC on RoCEv2.
-    let tx_segs = match cfg.dataplane.zero_copy_results {
-        false => 1,
-        true if loaded.collectives.iter().any(|c| c.carriage == Carriage::Rocev2) => 3,
-        true if loaded.collectives.is_empty() => 1,
-        true => 2,
-    };
+    // Zero-copy results are chains of up to 3 mbufs (a header, the shared payload, the RoCEv2
+    // ICRC; whatever the collectives at start: RoCEv2 ones may be added at runtime), each
+    // keeping its body's mbuf out of the pool too until it is freed.
+    let (tx_segs, chain) = if cfg.dataplane.zero_copy_results { (4, 3) } else { (1, 1) };
     let descriptors: u64 = plans
         .iter()
         .enumerate()
         .map(|(i, p)| {
             let pc = &cfg.ports[i];
-            pmd_held(&p.device, loaded.rx_queues(i as u16), pc.rx_desc, lcores.len() as u16, pc.tx_desc, tx_segs)
+            pmd_held(&p.device, loaded.rx_queues(i as u16), pc.rx_desc, lcores.len() as u16, pc.tx_desc, chain)
         })
         .sum();
     // One scheduler per shaped port (its owner's), and a ring to it from every other worker.
     let shaped: Vec<&PortConfig> = loaded.qos.iter().flatten().map(|(c, _)| c).collect();
     let sched = SchedMbufs {
-        ring_mbufs: (shaped.len() * lcores.len().saturating_sub(1)) as u64 * u64::from(worker::QOS_RING_SLOTS - 1),
-        // In mbufs: a queued zero-copy result holds `tx_segs` of them.
+        ring_mbufs: (shaped.len() * lcores.len().saturating_sub(1)) as u64
+            * u64::from(worker::QOS_RING_SLOTS - 1)
+            * tx_segs,
+        // In mbufs: a queued zero-copy result holds up to `tx_segs` of them.
         demand: shaped.iter().flat_map(|c| c.classes.iter().map(|k| u64::from(k.capacity_pkts) * tx_segs)).collect(),
         floor: shaped
             .iter()
@@ -133,7 +131,12 @@ pub(super) fn create_pool(
 }
 
 /// Configures and starts every planned port on `pool` (one tx queue per worker), in port order.
-pub(super) fn start_ports(loaded: &Loaded, plans: &[PortPlan], pool: &Mempool) -> Result<Vec<Port>, AppError> {
+pub(super) fn start_ports(
+    loaded: &Loaded,
+    opts: &Options,
+    plans: &[PortPlan],
+    pool: &Mempool,
+) -> Result<Vec<Port>, AppError> {
     let cfg = &loaded.config;
     let lcores = loaded.lcores();
     let mut ports = Vec::new();
@@ -158,10 +161,31 @@ pub(super) fn start_ports(loaded: &Loaded, plans: &[PortPlan], pool: &Mempool) -
             }
             e
         })?;
+        // Zero-copy results are chains: a device whose tx path may send only the first segment
+        // (a NIC's simple or vector tx path without MULTI_SEGS) would truncate them.
+        if cfg.dataplane.zero_copy_results
+            && !port.tx_multi_segs()
+            && !CHAIN_VDEVS.iter().any(|d| p.device.starts_with(d))
+        {
+            return Err(ConfigError::new(
+                &opts.config,
+                "dataplane.zero_copy_results",
+                format!(
+                    "port {i} ({}): device {} does not offer chained mbufs on tx (RTE_ETH_TX_OFFLOAD_MULTI_SEGS), \
+                     which zero-copy results are: set dataplane.zero_copy_results = false",
+                    p.name, p.device
+                ),
+            )
+            .into());
+        }
         ports.push(port);
     }
     Ok(ports)
 }
+
+/// Software vdevs whose tx takes mbuf chains whatever they list in `tx_offload_capa`: they copy
+/// (net_pcap, net_memif, net_af_packet), pass (net_ring) or free (net_null) every segment.
+const CHAIN_VDEVS: [&str; 5] = ["net_pcap", "net_memif", "net_af_packet", "net_ring", "net_null"];
 
 /// What every worker's aggregator answers from, as the configuration and the run set it.
 fn agg_context(cfg: &crate::config::Config, shared: &Shared) -> crate::agg::swap::AggContext {

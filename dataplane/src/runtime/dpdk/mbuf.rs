@@ -125,8 +125,9 @@ impl Mbuf {
     }
 
     /// Appends the chain `tail` after this chain's last segment (`rte_pktmbuf_chain`): the
-    /// segment count and packet length grow by `tail`'s. Gives `tail` back when the chain would
-    /// exceed `RTE_MBUF_MAX_NB_SEGS` segments.
+    /// segment count and packet length grow by `tail`'s, and `tail`'s first segment, no longer a
+    /// chain's head, keeps its own data length as packet length (as DPDK leaves it). Gives
+    /// `tail` back when the chain would exceed `RTE_MBUF_MAX_NB_SEGS` segments.
     #[inline]
     pub fn chain(&mut self, tail: Mbuf) -> Result<(), Mbuf> {
         let (segs, len) = (tail.hdr().nb_segs, tail.hdr().pkt_len);
@@ -139,7 +140,9 @@ impl Mbuf {
             while !(*last).next.is_null() {
                 last = (*last).next;
             }
-            (*last).next = tail.into_raw();
+            let t = tail.into_raw();
+            (*last).next = t;
+            (*t).pkt_len = u32::from((*t).data_len);
             let h = self.0.as_mut();
             h.nb_segs += segs;
             h.pkt_len += len;

@@ -44,6 +44,8 @@ pub struct Port {
     name: String,
     started: bool,
     rx_offloads: u64,
+    /// Whether RTE_ETH_TX_OFFLOAD_MULTI_SEGS was offered and enabled.
+    tx_multi_segs: bool,
 }
 
 /// The basic counters of a port (`struct rte_eth_stats`): packets and bytes.
@@ -165,7 +167,8 @@ impl Port {
         // mbuf chained to the shared payload (`[dataplane] zero_copy_results`). The software
         // vdevs (net_pcap, net_memif, net_ring, net_null) take chains whether they list it or not.
         // SAFETY: returns a constant.
-        conf.txmode.offloads |= info.tx_offload_capa & unsafe { dpdk_sys::shim_tx_offload_multi_segs() };
+        let multi_segs = info.tx_offload_capa & unsafe { dpdk_sys::shim_tx_offload_multi_segs() };
+        conf.txmode.offloads |= multi_segs;
         // SAFETY: conf is fully initialised.
         let ret = unsafe { dpdk_sys::rte_eth_dev_configure(id, setup.rx_queues, setup.tx_queues, &conf) };
         if ret != 0 {
@@ -215,7 +218,7 @@ impl Port {
         // Promiscuous mode is best effort: some PMDs (net_null) do not support it.
         // SAFETY: a started port.
         unsafe { dpdk_sys::rte_eth_promiscuous_enable(id) };
-        Ok(Port { id, name: name.to_string(), started: true, rx_offloads })
+        Ok(Port { id, name: name.to_string(), started: true, rx_offloads, tx_multi_segs: multi_segs != 0 })
     }
 
     /// The DPDK port id.
@@ -236,6 +239,12 @@ impl Port {
     /// The device name (vdev name or PCI address).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Whether the device offered, and the port enabled, chained mbufs on tx
+    /// (`RTE_ETH_TX_OFFLOAD_MULTI_SEGS`).
+    pub fn tx_multi_segs(&self) -> bool {
+        self.tx_multi_segs
     }
 
     /// The rx checksum offloads enabled on the port (`RTE_ETH_RX_OFFLOAD_IPV4_CKSUM` and
