@@ -183,7 +183,8 @@ pub struct DataplaneConfig {
     /// mbuf chained to it by reference (DPDK indirect mbufs, as the ipv4_multicast example
     /// replicates), so a completion writes its payload once instead of once per member. Costs
     /// two mbufs per other member (three on RoCEv2: the ICRC follows the payload) while they
-    /// wait to be sent; the mempool check counts them. A port whose device does not offer
+    /// wait to be sent, and keeps the shared frame out of the pool until the last is freed; the
+    /// mempool check counts 4 per frame. A port whose device does not offer
     /// `RTE_ETH_TX_OFFLOAD_MULTI_SEGS` (software vdevs excepted) is refused at start. Default
     /// `false`: a copy per member.
     #[serde(default)]

@@ -61,9 +61,10 @@ impl Aggregator {
             let last = members.end - 1;
             let body_patch = patch(last, &mut st.psn);
             let Some(body) = templated(io, &mut spare, t, last, &body_patch, payload, sums) else {
+                // Every member's PSN still advances once, as in the copy path.
                 for r in members {
-                    if r != last {
-                        patch(r, &mut st.psn);
+                    if roce && r != last {
+                        next_psn(&mut st.psn, r);
                     }
                     counters.drop(Reason::NoMbuf);
                 }

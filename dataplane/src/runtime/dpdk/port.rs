@@ -165,7 +165,7 @@ impl Port {
         // Chained mbufs on tx (RTE_ETH_TX_OFFLOAD_MULTI_SEGS) where the device offers it: jumbo
         // transit frames received over several segments, and RESULT frames sent as a header
         // mbuf chained to the shared payload (`[dataplane] zero_copy_results`). The software
-        // vdevs (net_pcap, net_memif, net_ring, net_null) take chains whether they list it or not.
+        // vdevs take chains whether they list it or not (`app/start.rs: CHAIN_VDEVS`).
         // SAFETY: returns a constant.
         let multi_segs = info.tx_offload_capa & unsafe { dpdk_sys::shim_tx_offload_multi_segs() };
         conf.txmode.offloads |= multi_segs;
