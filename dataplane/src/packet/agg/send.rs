@@ -22,11 +22,13 @@ pub(super) fn send_templated<I: PacketIo>(
     sums: &build::PayloadSums,
     counters: &mut Counters,
 ) -> bool {
-    let Some(b) = templated(io, spare, t, r, patch, payload, sums) else {
+    let len = t.frame_len(r);
+    let Some(mut b) = frame_buf(io, spare, len) else {
         counters.drop(Reason::NoMbuf);
         return false;
     };
-    counters.tx(port, t.frame_len(r));
+    t.write(r, patch, payload, sums, b.data_mut());
+    counters.tx(port, len);
     io.send(port, b);
     true
 }
