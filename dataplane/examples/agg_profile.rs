@@ -10,9 +10,11 @@
 //! ```
 //!
 //! Instructions per contribution = the `run` total / (`REPS` * N * `SLOTS` * `ROUNDS`); the
-//! example prints the divisor. The pattern must match [`run`] alone: `*agg_profile*run*` also
-//! matches the workload's `Case::run`, and callgrind toggles collection on every entry and exit
-//! of a matching function, so nested matches count the warm-up and skip the counted part.
+//! example prints the divisor, and on a `TIME` line the wall-clock ns per contribution spent in
+//! [`run`] (what `tools/bench/agg_revs.py` compares across revisions). The pattern must match
+//! [`run`] alone: `*agg_profile*run*` also matches the workload's `Case::run`, and callgrind
+//! toggles collection on every entry and exit of a matching function, so nested matches count
+//! the warm-up and skip the counted part.
 
 use dataplane::datapath::Datapath;
 
@@ -33,14 +35,18 @@ fn main() {
     let mut io = Sink::default();
     case.run(&mut dp, &mut io);
     let mut sent = 0;
+    let mut t = std::time::Duration::ZERO;
     for _ in 0..reps {
         let mut dp = case.datapath();
         let mut io = Sink::default();
+        let st = std::time::Instant::now();
         run(&case, &mut dp, &mut io);
+        t += st.elapsed();
         sent += io.sent;
         assert_eq!(dp.agg.as_ref().unwrap().counters.folded, (n * SLOTS) as u64 * ROUNDS as u64);
     }
     let contributions = reps * n * SLOTS * ROUNDS as usize;
+    println!("TIME {:.2} ns/contribution", t.as_nanos() as f64 / contributions as f64);
     println!("{carriage} {n} workers x {chunk} lanes: {contributions} contributions, {sent} results sent");
 }
 
