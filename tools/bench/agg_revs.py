@@ -5,14 +5,15 @@ Builds `dataplane/examples/agg_profile` (the `aggregation` bench's workload: 16 
 fresh rounds per repetition, every contribution copied into a pooled buffer, parsed,
 validated, folded, every completion replicated to the N members) at each revision in a
 detached worktree under target/bench/revs/, every function and jump target 64-byte aligned
-(as `ab.py --align`), then runs the binaries in turn, ROUNDS times each, and prints per
+(as `ab.py --align`), then runs the binaries in turn, --rounds times each, and prints per
 revision the median of the example's `TIME` line (ns per contribution in the counted part,
 the first revision's ratio beside it) and, unless --no-callgrind, the instructions per
 contribution in `agg_profile::run` (valgrind --tool=callgrind). Alternating spreads a shared
 machine's noise over every side; the instruction counts do not move with it.
 
 A revision whose example predates the `TIME` line gets it added in its worktree (the same
-three statements); nothing else of it is changed.
+four lines); nothing else of it is changed. Revisions before the example existed (576b17e and
+older) cannot be measured.
 
 Usage: tools/bench/agg_revs.py REV [REV ...] [--case udp 4 256] [--reps 3000] [--rounds 6] [--no-callgrind]
 Runs with the first `python3` on PATH (standard library only).
@@ -21,6 +22,7 @@ Runs with the first `python3` on PATH (standard library only).
 import argparse
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -30,21 +32,32 @@ ALIGN_FLAGS = "-C llvm-args=-align-all-functions=6 -C llvm-args=-align-all-nofal
 SLOTS, ROUNDS = 16, 8  # dataplane/benches/common/agg_workload.rs
 
 
+# The lines that give agg_profile.rs its TIME line: (the line each follows, the line added).
+TIME_LINES = [
+    ("    let mut sent = 0;\n", "    let mut t = std::time::Duration::ZERO;\n"),
+    ("    for _ in 0..reps {\n        let mut dp = case.datapath();\n        let mut io = Sink::default();\n",
+     "        let st = std::time::Instant::now();\n"),
+    ("        run(&case, &mut dp, &mut io);\n", "        t += st.elapsed();\n"),
+    ("    let contributions = reps * n * SLOTS * ROUNDS as usize;\n",
+     '    println!("TIME {:.2} ns/contribution", t.as_nanos() as f64 / contributions as f64);\n'),
+]
+
+
 def add_time_line(path):
-    """Adds the TIME line to an agg_profile.rs that predates it."""
-    s = open(path).read()
-    if "TIME " in s:
+    """Adds the TIME line to an agg_profile.rs that predates it (exits naming the file if the
+    example's shape is not the one expected; leaves it as it is if it prints TIME already)."""
+    if not os.path.exists(path):
+        sys.exit(f"agg_revs.py: {path} does not exist at this revision")
+    with open(path) as f:
+        s = f.read()
+    if TIME_LINES[-1][1] in s:
         return
-    s = s.replace("    let mut sent = 0;\n", "    let mut sent = 0;\n    let mut t = std::time::Duration::ZERO;\n", 1)
-    s = s.replace("        run(&case, &mut dp, &mut io);\n",
-                  "        let st = std::time::Instant::now();\n        run(&case, &mut dp, &mut io);\n"
-                  "        t += st.elapsed();\n", 1)
-    s = s.replace('    println!("{carriage} {n}',
-                  '    println!("TIME {:.2} ns/contribution", t.as_nanos() as f64 / contributions as f64);\n'
-                  '    println!("{carriage} {n}', 1)
-    if "TIME " not in s:
-        sys.exit(f"agg_revs.py: cannot add the TIME line to {path}")
-    open(path, "w").write(s)
+    for after, line in TIME_LINES:
+        if s.count(after) != 1 or line in s:
+            sys.exit(f"agg_revs.py: cannot add the TIME line to {path}: expected {after.strip()!r} once")
+        s = s.replace(after, after + line)
+    with open(path, "w") as f:
+        f.write(s)
 
 
 def build(rev, i):
@@ -52,8 +65,12 @@ def build(rev, i):
     tree = os.path.join(ROOT, "target/bench/revs/tree")
     if os.path.exists(tree):
         subprocess.run(["git", "worktree", "remove", "--force", tree], cwd=ROOT, check=False)
-    subprocess.run(["git", "worktree", "add", "--detach", tree, rev], cwd=ROOT, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        shutil.rmtree(tree, ignore_errors=True)
+    subprocess.run(["git", "worktree", "prune"], cwd=ROOT, check=True)
+    r = subprocess.run(["git", "worktree", "add", "--detach", tree, rev], cwd=ROOT,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        sys.exit(f"agg_revs.py: no worktree at {rev!r}: {r.stderr.strip()}")
     try:
         add_time_line(os.path.join(tree, "dataplane/examples/agg_profile.rs"))
         target = os.path.join(ROOT, "target/bench/revs/target")
@@ -82,6 +99,8 @@ def instructions(exe, case, reps=10):
                         f"--callgrind-out-file={out}", exe, *case, str(reps)],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     m = re.search(r"Collected : (\d+)", r.stderr)
+    if not m:
+        sys.exit(f"agg_revs.py: callgrind counted nothing in agg_profile::run of {exe}")
     n = int(case[1])
     return int(m.group(1)) / (reps * n * SLOTS * ROUNDS)
 
