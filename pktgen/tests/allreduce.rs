@@ -158,6 +158,12 @@ fn run_until(name: &str, colls: &[Coll], lcores: &str, end: End) -> Outcome {
 
 /// [`run_until`] with `dataplane`'s keys in the appliance's `[dataplane]`.
 fn run_with(name: &str, colls: &[Coll], lcores: &str, end: End, dataplane: &str) -> Outcome {
+    run_env(name, colls, lcores, end, dataplane, &[])
+}
+
+/// [`run_with`], pktgen run with the environment variables `env` set. A pktgen run that writes
+/// no JSON report has `Value::Null` for it.
+fn run_env(name: &str, colls: &[Coll], lcores: &str, end: End, dataplane: &str, env: &[(&str, &str)]) -> Outcome {
     let dir = tmp(name);
     let app = dir.join("appliance.toml");
     std::fs::write(&app, appliance_toml(&dir, colls, dataplane)).unwrap();
@@ -169,6 +175,7 @@ fn run_with(name: &str, colls: &[Coll], lcores: &str, end: End, dataplane: &str)
     let json = dir.join("pktgen.json");
     let csv = dir.join("pktgen.csv");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_pktgen"));
+    cmd.envs(env.iter().copied());
     cmd.args(["run", "-c", conf.to_str().unwrap()]).args([
         "--json",
         json.to_str().unwrap(),
@@ -213,7 +220,7 @@ fn run_with(name: &str, colls: &[Coll], lcores: &str, end: End, dataplane: &str)
     };
     Outcome {
         code: out.status.code().unwrap_or(-1),
-        pktgen: read(&json),
+        pktgen: if json.exists() { read(&json) } else { Value::Null },
         dpu: read(&stats),
         csv: std::fs::read_to_string(&csv).unwrap_or_default(),
         out: text,
@@ -454,6 +461,44 @@ fn endless_emulations_on_worker_lcores_stop_at_the_duration_and_at_sigint() {
     }
 }
 
+/// A panic on a worker lcore (injected: `PKTGEN_INJECT_PANIC_AFTER_RX`, the path a bug would
+/// take) ends the run at once, not at its `--duration`: the emulation on the main lcore stops
+/// and drains, pktgen exits with status 1 naming the emulation, its lcore and the panic's
+/// message, and writes no report. The appliance, its memif peers gone, runs on and exits 0 at
+/// SIGTERM with the rounds it completed before counted.
+#[test]
+fn a_panic_on_a_worker_lcore_ends_the_run_naming_it() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let colls = vec![
+        Coll { pktgen: "window = 4\ntimeout_us = 20000\nlcore = 1\n".into(), ..Coll::new(1, "sum", "f32", "udp") },
+        Coll { pktgen: "window = 4\ntimeout_us = 20000\n".into(), ..Coll::new(2, "max", "bf16", "rocev2") },
+    ];
+    let start = std::time::Instant::now();
+    let env = [("PKTGEN_INJECT_PANIC_AFTER_RX", "2000")];
+    let o = run_env("panic", &colls, "0@0,1@1", End::Duration("20"), "", &env);
+    let took = start.elapsed().as_secs_f64();
+    assert_eq!(o.code, 1, "{}", o.out);
+    let why = "pktgen: allreduce c1: lcore 1 panicked: injected fault (PKTGEN_INJECT_PANIC_AFTER_RX=2000): ";
+    let line = o.out.lines().find(|l| l.starts_with(why)).unwrap_or_else(|| panic!("no {why:?}:\n{}", o.out));
+    // It panicked at its 2000th frame or within the burst that brought it.
+    let frames: u64 = line[why.len()..].trim_end_matches(" frames received").parse().unwrap();
+    assert!((2000..2000 + 64).contains(&frames), "{line}");
+    assert!(took < 15.0, "the run took {took:.1} s: it waited for its 20 s duration:\n{}", o.out);
+    assert!(o.pktgen.is_null(), "a report was written: {}", o.pktgen);
+    // Collective 1's workers received those frames: a STATUS per slot and worker (8 x 4), the
+    // rest results, 4 per round the appliance completed; collective 2's ran beside it.
+    let colls_out = o.dpu["collectives"].as_array().unwrap_or_else(|| panic!("{}", o.dpu));
+    let coll = |id: u64| {
+        colls_out.iter().find(|c| c["collective"] == id).unwrap_or_else(|| panic!("no collective {id}: {}", o.dpu))
+    };
+    let c1 = coll(1);
+    assert_eq!(u(&c1["statuses"]), 32, "{c1}");
+    assert_eq!(u(&c1["results"]), 4 * u(&c1["completed"]), "{c1}");
+    assert!(u(&c1["results"]) + 32 >= frames, "the appliance sent fewer than the {frames} received: {c1}");
+    assert!(u(&c1["completed"]) >= (2000 - 32) / 4, "{c1}");
+    assert!(u(&coll(2)["completed"]) > 0, "{}", o.dpu);
+}
+
 /// Wrong answers and NAKs: pktgen expects max from a sum collective (every result is counted
 /// wrong); sends chunks past the appliance's tensor (each refused with NAK reason 6, the rest
 /// completes); sends op max to a sum collective (NAK reason 3, every slot refused). pktgen exits
@@ -536,12 +581,13 @@ fn a_bad_allreduce_config_names_the_key() {
     let colls = [Coll::new(1, "sum", "f32", "udp")];
     std::fs::write(&app, appliance_toml(&dir, &colls, "")).unwrap();
     let conf = dir.join("pktgen.toml");
-    let try_conf = |extra: &str| {
+    let try_env = |extra: &str, env: &[(&str, &str)]| {
         std::fs::write(&conf, pktgen_toml(&dir, &app, &colls, "0@0") + extra).unwrap();
-        let o =
-            Command::new(env!("CARGO_BIN_EXE_pktgen")).args(["run", "-c", conf.to_str().unwrap()]).output().unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pktgen"));
+        let o = cmd.envs(env.iter().copied()).args(["run", "-c", conf.to_str().unwrap()]).output().unwrap();
         (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
     };
+    let try_conf = |extra: &str| try_env(extra, &[]);
     let (code, err) = try_conf("loss = 1.5\n");
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("pktgen.toml: key `allreduce[0].loss`: expected a fraction in 0..1, found 1.5"), "{err}");
@@ -563,6 +609,9 @@ fn a_bad_allreduce_config_names_the_key() {
         err.contains("allreduce[0].lcore: lcore 5 is not a worker lcore of the EAL (workers: []; the main lcore 0"),
         "{err}"
     );
+    let (code, err) = try_env("", &[("PKTGEN_INJECT_PANIC_AFTER_RX", "lots")]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("PKTGEN_INJECT_PANIC_AFTER_RX: expected a count of frames, got \"lots\""), "{err}");
     let (code, err) = try_conf("values = \"normal\"\n");
     assert_eq!(code, Some(2), "{err}");
     assert!(

@@ -119,15 +119,46 @@ fn from_words(w: &[u64; WORDS]) -> LiveCounts {
     }
 }
 
+/// A fault-injection hook for tests of the panic path (it is what a bug on a worker lcore
+/// would take): when this environment variable is set to `N`, every emulation on a worker lcore
+/// panics once it has received `N` frames. The lcore's panic is caught
+/// ([`dataplane::dpdk::lcore::launch`]), the run ends, the other emulations drain and pktgen
+/// exits with status 1 naming the emulation, the lcore and the message. Read once at start; a
+/// value that is not a count is a config error naming the variable, before any port starts.
+pub const PANIC_AFTER_RX_ENV: &str = "PKTGEN_INJECT_PANIC_AFTER_RX";
+
+/// [`PANIC_AFTER_RX_ENV`]'s count, if set.
+///
+/// # Errors
+/// [`RunError::Config`] naming the variable when its value is not a count.
+pub(super) fn panic_after_rx() -> Result<Option<u64>, RunError> {
+    match std::env::var(PANIC_AFTER_RX_ENV) {
+        Err(_) => Ok(None),
+        Ok(v) => v
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| RunError::Config(format!("{PANIC_AFTER_RX_ENV}: expected a count of frames, got {v:?}"))),
+    }
+}
+
 /// How often (s) a worker lcore asks its engine whether it has finished (a walk over every
 /// slot of every worker, so not on every pass).
 const FINISHED_CHECK_S: f64 = 0.001;
 
 /// A worker lcore's whole work: polls `r` until the main lcore says stop, then until it is
 /// drained or the drain's deadline passes; answers the main lcore's requests for the live
-/// counts; says when it has finished; hands `r` back in `back` at the end.
+/// counts; says when it has finished; hands `r` back in `back` at the end. Panics once `r` has
+/// received `panic_after_rx` frames, when given ([`PANIC_AFTER_RX_ENV`]).
 #[inline(never)]
-fn emulation_loop(mut r: Runner, pool: Mempool, shared: Arc<Shared>, back: Arc<Mutex<Option<Runner>>>, reader: u32) {
+fn emulation_loop(
+    mut r: Runner,
+    pool: Mempool,
+    shared: Arc<Shared>,
+    back: Arc<Mutex<Option<Runner>>>,
+    reader: u32,
+    panic_after_rx: Option<u64>,
+) {
     // A reader of `dpdk::rcu` while it polls: a memif peer's departure unmaps the rings only
     // after this loop's next turn.
     let online = dpdk::rcu::workers().enter(reader).expect("reader ids are below RTE_MAX_LCORE");
@@ -141,6 +172,11 @@ fn emulation_loop(mut r: Runner, pool: Mempool, shared: Arc<Shared>, back: Arc<M
         online.quiescent();
         let now = dpdk::rdtsc();
         r.poll(now, &pool);
+        if let Some(n) = panic_after_rx {
+            if r.rx_packets >= n {
+                panic!("injected fault ({PANIC_AFTER_RX_ENV}={n}): {} frames received", r.rx_packets);
+            }
+        }
         let req = ctl.request.load(Ordering::Acquire);
         if req != answered {
             for (a, w) in rep.counts.iter().zip(to_words(&LiveCounts::take(&mut r))) {
@@ -213,10 +249,12 @@ impl Emulations {
     /// Builds the runners of `list` (emulation `i` on DPDK port `ports[list[i].port]`: (port id,
     /// rx queues); `burst` frames per pass; a TSC of `hz` Hz) and launches those with an `lcore`
     /// there, with `dpdk::rcu` reader ids from `first_reader` on. `quiet`: print no live lines.
+    /// `fault`: [`PANIC_AFTER_RX_ENV`]'s count, for the emulations on worker lcores.
     ///
     /// # Errors
     /// [`RunError::Runtime`] when an lcore cannot be launched (those already launched are
     /// stopped and joined).
+    #[allow(clippy::too_many_arguments)] // the run's parts each emulation needs, taken once
     pub fn start(
         list: &[Emulation],
         ports: &[(u16, u16)],
@@ -225,6 +263,7 @@ impl Emulations {
         hz: u64,
         first_reader: u32,
         quiet: bool,
+        fault: Option<u64>,
     ) -> Result<Emulations, RunError> {
         let mut out = Emulations {
             list: Vec::new(),
@@ -246,7 +285,7 @@ impl Emulations {
             let s3 = shared.clone();
             let on_panic: Arc<dyn Fn() + Send + Sync> =
                 Arc::new(move || s3.report.panicked.store(true, Ordering::Release));
-            let job = move || emulation_loop(r, pool, s2, b2, reader);
+            let job = move || emulation_loop(r, pool, s2, b2, reader, fault);
             reader += 1;
             let handle = lcore::launch(lc, job, Some(on_panic))
                 .map_err(|e| RunError::Runtime(format!("allreduce {}: {e}", em.name)))?;

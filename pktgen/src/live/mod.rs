@@ -597,6 +597,7 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
         }
     }
     emulations::check_lcores(&loaded.allreduce, &workers, eal.main_lcore())?;
+    let fault = emulations::panic_after_rx()?;
     let hz = dpdk::tsc_hz();
     let mp = &cfg.mempool;
     let pool = Mempool::new("pktgen_pool", mp.mbufs, mp.cache, loaded.data_room, -1)?;
@@ -801,6 +802,7 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
         hz,
         run.tx_lcores.len() as u32 + 1,
         opts.quiet,
+        fault,
     )?;
     // Go.
     let stop = Arc::new(AtomicBool::new(false));
