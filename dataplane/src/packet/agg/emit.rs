@@ -40,8 +40,8 @@ impl Aggregator {
         let chunk = st.spec.chunk_elements as usize;
         let payload = &st.result[s * chunk * size..s * chunk * size + lanes * size];
         if only.is_none() {
-            let pad = if st.spec.carriage == Carriage::Rocev2 { (4 - (20 + payload.len()) % 4) % 4 } else { 0 };
-            st.sums[s] = build::PayloadSums::only(payload, pad, st.need_sum, st.need_crc);
+            let pad = if st.spec.carriage == Carriage::Rocev2 { build::roce_pad(payload.len()) } else { 0 };
+            st.sums[s] = st.result_sums(k, payload, pad);
         }
         let sums = &st.sums[s];
         let members = match only {

@@ -68,6 +68,10 @@ pub(super) struct CollState {
     /// UDP carriage, or RoCEv2 to an IPv6 member: spec section 1) and its CRC (RoCEv2).
     pub(super) need_sum: bool,
     pub(super) need_crc: bool,
+    /// [`build::PayloadSums::crc_factor`] of a full chunk's result payload and of the last
+    /// chunk's (with their RoCEv2 pads), computed once here rather than per completion; zeros
+    /// when no frame needs the CRC.
+    pub(super) crc_factors: [u32; 2],
     /// Per-member headers of full-chunk RESULT frames (none for collectives another worker
     /// owns, or when the builder refused a member's frame: those go through the builder).
     pub(super) templates: Option<template::Templates>,
@@ -105,6 +109,7 @@ impl CollState {
             sums: vec![build::PayloadSums::EMPTY; slots],
             need_sum: spec.carriage == Carriage::Udp || spec.members.iter().any(|m| m.ip.is_v6()),
             need_crc: spec.carriage == Carriage::Rocev2,
+            crc_factors: crc_factors(&spec),
             templates: None,
             chunk_div: StrengthReducedU64::new((spec.chunk_elements as u64).max(1)),
             size_log2: size.trailing_zeros(),
@@ -164,6 +169,7 @@ impl CollState {
             sums: Vec::new(),
             need_sum: false,
             need_crc: false,
+            crc_factors: [0; 2],
             templates: None,
             chunk_div: StrengthReducedU64::new((spec.chunk_elements as u64).max(1)),
             size_log2: spec.dtype.size().trailing_zeros(),
@@ -179,9 +185,32 @@ impl CollState {
         self.slots.iter().filter(|s| s.active).count() as u64
     }
 
+    /// [`build::PayloadSums`] of slot `s`'s result `payload` (chunk `k`'s lanes), followed by
+    /// `pad` zero bytes in the CRC: only the parts its frames need, the CRC's factor from
+    /// [`CollState::crc_factors`].
+    #[inline]
+    pub(super) fn result_sums(&self, k: usize, payload: &[u8], pad: usize) -> build::PayloadSums {
+        let last = self.lanes(k) != self.spec.chunk_elements as usize;
+        build::PayloadSums::with_factor(payload, pad, self.need_sum, self.need_crc, self.crc_factors[last as usize])
+    }
+
     /// Lanes of chunk `k` (the tensor's last chunk may be shorter).
     pub(super) fn lanes(&self, k: usize) -> usize {
         let chunk = self.spec.chunk_elements as u64;
         (self.spec.tensor_elements - k as u64 * chunk).min(chunk) as usize
     }
+}
+
+/// [`CollState::crc_factors`] of `spec`: a full chunk's and the last chunk's.
+fn crc_factors(spec: &Collective) -> [u32; 2] {
+    if spec.carriage != Carriage::Rocev2 {
+        return [0; 2];
+    }
+    let size = spec.dtype.size();
+    let chunk = spec.chunk_elements as u64;
+    let last = spec.tensor_elements - (spec.slots() - 1) * chunk;
+    [chunk, last].map(|lanes| {
+        let len = lanes as usize * size;
+        build::PayloadSums::crc_factor(len, build::roce_pad(len))
+    })
 }

@@ -122,7 +122,7 @@ impl FrameSpec {
     /// The pad after the gradient header and payload (RoCEv2: to a multiple of 4 bytes).
     pub fn pad(&self, payload_len: usize) -> usize {
         if self.roce.is_some() {
-            (4 - (GRAD_LEN + payload_len) % 4) % 4
+            roce_pad(payload_len)
         } else {
             0
         }
@@ -146,6 +146,13 @@ impl FrameSpec {
 /// [`WireError::BadLength`] if the address families differ or the datagram exceeds 65535 bytes.
 pub fn build(spec: &FrameSpec, payload: &[u8], buf: &mut [u8]) -> Result<usize, WireError> {
     build_with(spec, payload, None, buf)
+}
+
+/// The RoCEv2 pad after the gradient header and a payload of `payload_len` bytes: zero bytes
+/// to a multiple of 4 (the BTH's pad count; spec section 1), 0 to 3.
+#[inline]
+pub const fn roce_pad(payload_len: usize) -> usize {
+    (4 - (GRAD_LEN + payload_len) % 4) % 4
 }
 
 /// What one payload contributes to the checksums of every frame that carries it: computed once
@@ -175,14 +182,36 @@ impl PayloadSums {
     /// As [`PayloadSums::of`], computing the ones'-complement sum only if `sum` and the CRC only
     /// if `crc` (frames that need a part left out compute it over their own copy).
     pub fn only(payload: &[u8], pad: usize, sum: bool, crc: bool) -> PayloadSums {
+        let factor = if crc { Self::crc_factor(payload.len(), pad) } else { 0 };
+        Self::with_factor(payload, pad, sum, crc, factor)
+    }
+
+    /// As [`PayloadSums::only`], with [`PayloadSums::factor`] given: `factor` must be
+    /// [`PayloadSums::crc_factor`] of the payload's length and `pad` when `crc` is true. For
+    /// callers that sum many payloads of a few lengths (the aggregator: a collective's full
+    /// chunk and its last one), which compute the factor once per length (it costs a few
+    /// hundred instructions: a carry-less multiplication done bit by bit).
+    #[inline]
+    pub fn with_factor(payload: &[u8], pad: usize, sum: bool, crc: bool, factor: u32) -> PayloadSums {
+        debug_assert!(!crc || factor == Self::crc_factor(payload.len(), pad));
         let crc = crc.then(|| {
             let mut h = icrc::hasher();
             h.update(payload);
             h.update(&[0u8; 3][..pad.min(3)]);
             h.finalize()
         });
-        let factor = if crc.is_some() { icrc::shift_factor((payload.len() + pad.min(3)) as u64) } else { 0 };
-        PayloadSums { sum: sum.then(|| checksum::sum(payload)), crc, factor, pad }
+        PayloadSums {
+            sum: sum.then(|| checksum::sum(payload)),
+            crc,
+            factor: if crc.is_some() { factor } else { 0 },
+            pad,
+        }
+    }
+
+    /// [`PayloadSums::factor`] of a payload of `len` bytes followed by `pad` zero bytes (at
+    /// most 3 count, as in the CRC): [`icrc::shift_factor`] of their length.
+    pub fn crc_factor(len: usize, pad: usize) -> u32 {
+        icrc::shift_factor((len + pad.min(3)) as u64)
     }
 
     /// Sums of an empty payload (placeholders for slots that have no result yet).
