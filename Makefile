@@ -58,6 +58,7 @@ test: deps
 	.venv/bin/python -m unittest discover -s client/python/tests_torch
 	DPU_BIN_DIR=$(TEST_BIN_DIR) python3 -m unittest discover -s tools/bench -p 'test_ovs.py'
 	python3 -m unittest discover -s tools/bench -p 'test_agg_revs.py'
+	python3 -m unittest discover -s tools -p 'test_check_layers.py'
 
 # The packet core alone (criterion, ns per packet), then the dpu beside dpdk-testpmd and OVS-DPDK
 # (the pipeline's tables as OpenFlow tables, 1024 and 65,536 flows; tools/bench/ovs.py) on the

@@ -19,6 +19,7 @@
 //!                     └ counters and drops by reason (stats)
 //! ```
 #![warn(missing_docs, missing_debug_implementations, clippy::undocumented_unsafe_blocks)]
+#![deny(unsafe_code)]
 
 // The crate under its own name too, so that what `port_config!` expands to names the same paths
 // here as in the crates that call it (serde's `default = "..."` takes a path, not `$crate`).
@@ -34,7 +35,8 @@ pub mod testing;
 // The packet core's modules at the crate root, so that paths stay short
 // (`dataplane::wire::ipv4`, `crate::agg::Aggregator`).
 pub use packet::{
-    action, agg, buf, datapath, export, log2hist, meta, meter, neighbor, parse, prefetch, sched, stats, table, wire,
+    action, agg, buf, datapath, export, field, log2hist, meta, meter, neighbor, parse, prefetch, sched, stats, table,
+    wire,
 };
 #[cfg(feature = "dpdk")]
-pub use runtime::{app, control, dpdk, live, metrics, outputs, pcapfile, worker};
+pub use runtime::{app, control, dpdk, live, metrics, outputs, pcapfile, stop, worker};

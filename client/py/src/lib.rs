@@ -24,22 +24,17 @@ struct PyClient {
 }
 
 fn op_of(name: &str) -> PyResult<Op> {
-    match name {
-        "sum" => Ok(Op::Sum),
-        "max" => Ok(Op::Max),
-        "min" => Ok(Op::Min),
-        _ => Err(PyValueError::new_err(format!("op {name:?}: expected sum, max or min"))),
-    }
+    Op::from_name(name).ok_or_else(|| {
+        let names: Vec<_> = Op::ALL.iter().map(|o| o.name()).collect();
+        PyValueError::new_err(format!("op {name:?}: expected one of {}", names.join(", ")))
+    })
 }
 
 fn dtype_of(name: &str) -> PyResult<Dtype> {
-    match name {
-        "f32" => Ok(Dtype::F32),
-        "f16" => Ok(Dtype::F16),
-        "bf16" => Ok(Dtype::Bf16),
-        "i32" => Ok(Dtype::I32),
-        _ => Err(PyValueError::new_err(format!("dtype {name:?}: expected f32, f16, bf16 or i32"))),
-    }
+    Dtype::from_name(name).ok_or_else(|| {
+        let names: Vec<_> = Dtype::ALL.iter().map(|d| d.name()).collect();
+        PyValueError::new_err(format!("dtype {name:?}: expected one of {}", names.join(", ")))
+    })
 }
 
 fn addr_of(ip: &str, port: u16) -> PyResult<SocketAddr> {

@@ -2,7 +2,7 @@
 //! (`[[table]]`, `[[multicast_group]]`, `[[meter]]`, `[[collective]]`): the control plane's
 //! requests and SIGHUP's reload, validated by the same builders as the file.
 //!
-//! A [`Model`] is that part of a configuration. A batch of [`Op`]s is applied to a copy of the
+//! A [`Model`] is that part of a configuration. A batch of [`Change`]s is applied to a copy of the
 //! running model ([`Model::apply`]) and the result built into a new [`Pipeline`] and collective
 //! set by [`Model::build`] against what does not change ([`Fixed`]: ports, addresses, memory),
 //! all or nothing: the first fault is reported with the operation's key
@@ -75,7 +75,7 @@ pub struct Built {
 /// configuration file's tables (README, "Runtime control").
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
-pub enum Op {
+pub enum Change {
     /// Adds `entry` to table `table` (its key must be new in the table).
     AddEntry {
         /// The table's name.
@@ -208,7 +208,7 @@ impl Model {
     /// are keyed by operation (`ops[K]...`) in file [`REQUEST`]; one found only when the whole
     /// new model is built names the operation that put the faulty part there, or else the part's
     /// place in the new model (e.g. a deleted group that an entry still names).
-    pub fn apply(&self, ops: &[Op], fixed: &Fixed) -> Result<(Model, Built), ConfigError> {
+    pub fn apply(&self, ops: &[Change], fixed: &Fixed) -> Result<(Model, Built), ConfigError> {
         let path = Path::new(REQUEST);
         let err = |k: usize, key: &str, msg: String| ConfigError::new(path, format!("ops[{k}]{key}"), msg);
         let mut m = self.clone();
@@ -224,21 +224,21 @@ impl Model {
         let mut touched = Vec::new();
         for (k, op) in ops.iter().enumerate() {
             let t = match op {
-                Op::AddEntry { table, entry } | Op::ModifyEntry { table, entry } => {
+                Change::AddEntry { table, entry } | Change::ModifyEntry { table, entry } => {
                     let ti = m.table(table).map_err(|e| err(k, ".table", e))?;
                     priority_check(&m.tables[ti], entry.priority).map_err(|e| err(k, ".entry.priority", e))?;
                     let id = entry_id(&m.tables[ti], &entry.key, entry.priority)
                         .map_err(|(i, e)| err(k, &key_path(".entry.key", i), e))?;
                     let found = m.find_entry(ti, &id);
                     match (op, found) {
-                        (Op::AddEntry { .. }, Some(e)) => {
+                        (Change::AddEntry { .. }, Some(e)) => {
                             return Err(err(
                                 k,
                                 ".entry.key",
                                 format!("table {table:?} has this entry already (entry {e}): use modify_entry"),
                             ))
                         }
-                        (Op::AddEntry { .. }, None) => m.tables[ti].entries.push(entry.clone()),
+                        (Change::AddEntry { .. }, None) => m.tables[ti].entries.push(entry.clone()),
                         (_, Some(e)) => m.tables[ti].entries[e].action = entry.action.clone(),
                         (_, None) => {
                             return Err(err(k, ".entry.key", format!("table {table:?} has no entry with this key")))
@@ -246,7 +246,7 @@ impl Model {
                     }
                     Touched::Entry(table.clone(), id)
                 }
-                Op::DeleteEntry { table, key, priority } => {
+                Change::DeleteEntry { table, key, priority } => {
                     let ti = m.table(table).map_err(|e| err(k, ".table", e))?;
                     priority_check(&m.tables[ti], *priority).map_err(|e| err(k, ".priority", e))?;
                     let id =
@@ -257,22 +257,22 @@ impl Model {
                     m.tables[ti].entries.remove(e);
                     Touched::Nothing
                 }
-                Op::SetDefaultAction { table, action } => {
+                Change::SetDefaultAction { table, action } => {
                     let ti = m.table(table).map_err(|e| err(k, ".table", e))?;
                     m.tables[ti].default_action = action.clone();
                     Touched::Default(table.clone())
                 }
-                Op::AddGroup { group } | Op::ModifyGroup { group } => {
+                Change::AddGroup { group } | Change::ModifyGroup { group } => {
                     let found = m.groups.iter().position(|g| g.id == group.id);
                     match (op, found) {
-                        (Op::AddGroup { .. }, Some(_)) => {
+                        (Change::AddGroup { .. }, Some(_)) => {
                             return Err(err(
                                 k,
                                 ".group.id",
                                 format!("multicast group {} exists already: use modify_group", group.id),
                             ))
                         }
-                        (Op::AddGroup { .. }, None) => m.groups.push(group.clone()),
+                        (Change::AddGroup { .. }, None) => m.groups.push(group.clone()),
                         (_, Some(g)) => m.groups[g] = group.clone(),
                         (_, None) => {
                             return Err(err(
@@ -284,7 +284,7 @@ impl Model {
                     }
                     Touched::Group(group.id)
                 }
-                Op::DeleteGroup { id } => {
+                Change::DeleteGroup { id } => {
                     let g = m
                         .groups
                         .iter()
@@ -293,17 +293,17 @@ impl Model {
                     m.groups.remove(g);
                     Touched::Nothing
                 }
-                Op::AddMeter { meter } | Op::ModifyMeter { meter } => {
+                Change::AddMeter { meter } | Change::ModifyMeter { meter } => {
                     let found = m.meters.iter().position(|x| x.name == meter.name);
                     match (op, found) {
-                        (Op::AddMeter { .. }, Some(_)) => {
+                        (Change::AddMeter { .. }, Some(_)) => {
                             return Err(err(
                                 k,
                                 ".meter.name",
                                 format!("meter {:?} exists already: use modify_meter", meter.name),
                             ))
                         }
-                        (Op::AddMeter { .. }, None) => m.meters.push(meter.clone()),
+                        (Change::AddMeter { .. }, None) => m.meters.push(meter.clone()),
                         (_, Some(i)) => m.meters[i] = meter.clone(),
                         (_, None) => {
                             return Err(err(k, ".meter.name", format!("no meter {:?}{}", meter.name, m.meter_names())))
@@ -311,7 +311,7 @@ impl Model {
                     }
                     Touched::Meter(meter.name.clone())
                 }
-                Op::DeleteMeter { name } => {
+                Change::DeleteMeter { name } => {
                     let i = m
                         .meters
                         .iter()
@@ -320,18 +320,18 @@ impl Model {
                     m.meters.remove(i);
                     Touched::Nothing
                 }
-                Op::AddCollective { collective } | Op::ModifyCollective { collective } => {
+                Change::AddCollective { collective } | Change::ModifyCollective { collective } => {
                     let id = collective.collective_id;
                     let found = m.collectives.iter().position(|c| c.collective_id == id);
                     match (op, found) {
-                        (Op::AddCollective { .. }, Some(_)) => {
+                        (Change::AddCollective { .. }, Some(_)) => {
                             return Err(err(
                                 k,
                                 ".collective.collective_id",
                                 format!("collective {id} exists already: use modify_collective"),
                             ))
                         }
-                        (Op::AddCollective { .. }, None) => m.collectives.push(collective.clone()),
+                        (Change::AddCollective { .. }, None) => m.collectives.push(collective.clone()),
                         (_, Some(i)) => m.collectives[i] = collective.clone(),
                         (_, None) => {
                             return Err(err(
@@ -343,7 +343,7 @@ impl Model {
                     }
                     Touched::Collective(id)
                 }
-                Op::DeleteCollective { id } => {
+                Change::DeleteCollective { id } => {
                     let i = m
                         .collectives
                         .iter()
@@ -387,7 +387,7 @@ impl Model {
     }
 
     /// [`Model::apply`], its errors one line each ([`one_line`]): what a request is answered.
-    pub fn apply_request(&self, ops: &[Op], fixed: &Fixed) -> Result<(Model, Built), ConfigError> {
+    pub fn apply_request(&self, ops: &[Change], fixed: &Fixed) -> Result<(Model, Built), ConfigError> {
         self.apply(ops, fixed).map_err(|mut e| {
             e.key = one_line(&e.key);
             e.message = one_line(&e.message);
@@ -628,7 +628,7 @@ pub enum Request {
     /// Applies `ops` in order, all or nothing ([`Model::apply`]).
     Apply {
         /// The operations.
-        ops: Vec<Op>,
+        ops: Vec<Change>,
     },
     /// Reloads the configuration file, as SIGHUP does ([`reload`]).
     Reload {},

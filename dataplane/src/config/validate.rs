@@ -7,6 +7,7 @@ use super::{
 };
 use super::{PortConfig, RxQueueConfig, DEFAULT_MEMORY_LIMIT_MB, MBUF_HEADROOM};
 use crate::agg::collective::Collective;
+use crate::datapath::MAX_BURST;
 use crate::wire::EthernetAddress;
 use std::path::Path;
 
@@ -88,8 +89,8 @@ fn check_mempool(mp: &MempoolConfig, path: &Path) -> Result<(), ConfigError> {
 /// `[dataplane]`: burst, gradient UDP port, replay idle time.
 fn check_dataplane(dp: &DataplaneConfig, path: &Path) -> Result<(), ConfigError> {
     let err = |key: String, msg: String| ConfigError::new(path, key, msg);
-    if dp.burst == 0 || dp.burst > 512 {
-        return Err(err("dataplane.burst".into(), format!("expected 1..=512 packets, found {}", dp.burst)));
+    if dp.burst == 0 || dp.burst as usize > MAX_BURST {
+        return Err(err("dataplane.burst".into(), format!("expected 1..={MAX_BURST} packets, found {}", dp.burst)));
     }
     if dp.gradient_udp_port == crate::wire::bth::ROCEV2_UDP_PORT {
         // Datagrams to 4791 are parsed as RoCEv2 (IANA; spec section 1): a UDP-carriage

@@ -5,6 +5,10 @@
 
 use crate::meter::Color;
 
+/// Most traffic classes per port (IEEE 802.1Q: 8): [`Meta::class`] is below it or
+/// [`CLASS_UNSET`].
+pub const MAX_CLASSES: usize = 8;
+
 /// [`Meta::class`] when no action chose a class: the egress port's class map decides.
 pub const CLASS_UNSET: u8 = u8::MAX;
 

@@ -9,9 +9,11 @@
 //! loads of [`wire::checksum`] and [`prefetch`]; each of their unsafe blocks carries a
 //! `SAFETY:` comment.
 //!
-//! Dependencies point one way, down this list: `wire` (bytes on the wire, views and setters)
-//! ← `parse` (one pass over the headers) ← `table`, `action` ← `agg` (aggregation) ←
-//! `datapath` (one worker's packet walk), with `buf`, `stats` and `neighbor` beside them.
+//! Dependencies point one way: `wire` (bytes on the wire, views and setters) ← `parse` (one
+//! pass over the headers) ← `field` (key fields) ← `action` ← `table`, `sched` (egress
+//! scheduling) ← `datapath` (one worker's packet walk); `agg` (aggregation) takes `wire`,
+//! `parse` and `buf` alone; `meter` and `meta` sit below `table` and `sched`. docs/design.md
+//! gives every edge.
 
 /// `$to.f += $from.f` for each field `f` named: the `add` of a counter struct that sums
 /// workers' counters field by field. Defined before the modules that use it.
@@ -34,6 +36,8 @@ pub mod datapath;
 #[deny(unsafe_code)]
 pub mod export;
 #[deny(unsafe_code)]
+pub mod field;
+#[deny(unsafe_code)]
 pub mod log2hist;
 #[deny(unsafe_code)]
 pub mod meta;
@@ -43,6 +47,7 @@ pub mod meter;
 pub mod neighbor;
 #[deny(unsafe_code)]
 pub mod parse;
+#[allow(unsafe_code)] // the prefetch intrinsic
 pub mod prefetch;
 #[deny(unsafe_code)]
 pub mod sched;

@@ -10,7 +10,8 @@ use crate::dpdk::{self, rdtsc, Mbuf, Mempool, TxBuffer, TxQueue};
 use crate::live::CYCLE_BUCKETS;
 use crate::log2hist::Log2Hist;
 use crate::stats::Reason;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::stop::quitting;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Largest rx burst (packets).
@@ -19,10 +20,6 @@ pub const MAX_BURST: usize = crate::datapath::MAX_BURST;
 pub const TX_BUFFER: usize = 32;
 /// Tx bursts retried before the rest of a full tx queue's packets are dropped (`tx_full`).
 const TX_RETRIES: u32 = 8;
-
-/// Set to make every worker stop: by the main lcore (after SIGINT/SIGTERM, the end of a replay
-/// or of `--duration`, once the control plane has stopped) or by a worker's panic.
-pub static QUIT: AtomicBool = AtomicBool::new(false);
 
 /// Workers that have stopped polling their rx queues (the second phase of a stop: then no more
 /// hand-offs can happen, and each worker drains its ring once more).
@@ -56,31 +53,6 @@ pub fn scheduler_owners<T>(qos: &[Option<T>], workers: usize) -> Vec<Option<usiz
             })
         })
         .collect()
-}
-
-/// Set by SIGINT and SIGTERM: the main lcore stops the control plane, then the workers
-/// ([`request_quit`]), so that no pipeline update is left half done.
-pub static STOP_ASKED: AtomicBool = AtomicBool::new(false);
-
-/// True once a signal asked for a stop (the workers go on until [`QUIT`]).
-pub fn stop_asked() -> bool {
-    STOP_ASKED.load(Ordering::Relaxed)
-}
-
-/// Asks for a stop (async-signal-safe: one atomic store).
-pub fn ask_stop() {
-    STOP_ASKED.store(true, Ordering::Relaxed);
-}
-
-/// True once a stop was requested.
-#[inline(always)]
-pub fn quitting() -> bool {
-    QUIT.load(Ordering::Relaxed)
-}
-
-/// Requests every worker to stop.
-pub fn request_quit() {
-    QUIT.store(true, Ordering::Relaxed);
 }
 
 /// One rx queue a worker polls.
@@ -292,7 +264,7 @@ impl PacketIo for TxIo {
 }
 
 impl Worker {
-    /// The poll loop: runs until [`QUIT`] is set, then sends what the egress schedulers still
+    /// The poll loop: runs until [`crate::stop::QUIT`] is set, then sends what the egress schedulers still
     /// hold, flushes every tx buffer and returns the datapath (its counters and tables'
     /// counters).
     ///

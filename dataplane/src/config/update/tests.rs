@@ -18,7 +18,7 @@ fn fixed() -> Fixed {
     Fixed::of(&crate::config::load_str(BASE, Path::new("base.toml")).unwrap())
 }
 
-fn ops(json: &str) -> Vec<Op> {
+fn ops(json: &str) -> Vec<Change> {
     match parse_request(format!(r#"{{"cmd":"apply","ops":{json}}}"#).as_bytes()).unwrap() {
         Request::Apply { ops } => ops,
         r => panic!("{r:?}"),

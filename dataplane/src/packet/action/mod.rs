@@ -49,7 +49,7 @@ pub enum Action {
     MeterAt(u16, u32),
     /// Colour the packet with meter `.0`'s instance picked by a field's value (its first 8
     /// bytes, big-endian) modulo the meter's size: an indexed meter.
-    MeterBy(u16, crate::table::Field),
+    MeterBy(u16, crate::field::Field),
     /// Set `meta.color` (the input colour of a colour-aware meter).
     SetColor(crate::meter::Color),
     /// Set `meta.class`: the egress traffic class (0..=7) on a port with a scheduler, in place

@@ -2,8 +2,8 @@
 //! `"set_dscp(46); forward(1)"`. `police(NAME, yellow=LIST, red=LIST)` nests lists.
 
 use super::{Action, ActionList};
+use crate::field::Field;
 use crate::meter::Color;
-use crate::table::Field;
 use crate::wire::EthernetAddress;
 
 /// Why an action list's text is not valid.
@@ -166,7 +166,7 @@ pub fn parse_action_list(text: &str, ctx: &mut ActionContext<'_>) -> Result<Acti
                     ActionParseError(format!("set_color: expected green, yellow or red, found {a:?}"))
                 })?)
             }
-            "set_class" => Action::SetClass(int("a traffic class", crate::sched::MAX_CLASSES as u64 - 1)? as u8),
+            "set_class" => Action::SetClass(int("a traffic class", crate::meta::MAX_CLASSES as u64 - 1)? as u8),
             "meter" => meter_action(need("a meter name")?, ctx)?,
             "police" => {
                 if ctx.rewrites_only {

@@ -49,8 +49,7 @@ use queue::{ClassQueue, Entry};
 use red::{EcnRng, Red};
 use shaper::Shaper;
 
-/// Most traffic classes per port (IEEE 802.1Q: 8).
-pub const MAX_CLASSES: usize = 8;
+pub use crate::meta::MAX_CLASSES;
 /// Bytes a frame occupies on the wire beyond its length without FCS: FCS 4, preamble and SFD
 /// 8, inter-frame gap 12 (IEEE 802.3; `rte_sched`'s default `frame_overhead`).
 pub const FRAME_OVERHEAD: u32 = 24;

@@ -1,7 +1,6 @@
 //! Table keys: the concatenation of a table's key fields, each big-endian at a fixed offset.
 
-/// Largest key of any table (bytes): room for an IPv6 5-tuple plus a few more fields.
-pub const KEY_MAX: usize = 64;
+pub use crate::field::KEY_MAX;
 
 /// A key built from one packet: `bytes[..len]` are significant, the rest is zero.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

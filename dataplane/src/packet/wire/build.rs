@@ -16,8 +16,9 @@ use super::udp::{self, UdpPacket, UdpRepr};
 use super::vlan::{self, VlanTag};
 use super::{ethernet, EtherType, EthernetAddress, EthernetFrame};
 
-/// The UDP destination port of RoCEv2 (IANA).
-pub const ROCEV2_PORT: u16 = 4791;
+/// The UDP destination port of RoCEv2: [`bth::ROCEV2_UDP_PORT`], under the name the builders'
+/// callers use.
+pub use super::bth::ROCEV2_UDP_PORT as ROCEV2_PORT;
 /// BTH opcode UD SEND Only (IBTA table 38), the RoCEv2 carriage's opcode.
 pub const UD_SEND_ONLY: u8 = 0x64;
 

@@ -29,6 +29,7 @@ use crate::dpdk::{self, DpdkError, Eal, PortStats};
 use crate::outputs::{self, Identity, Named, Staged};
 use crate::pcapfile;
 use crate::stats::Counters;
+use crate::stop;
 use crate::table::Counter;
 use crate::worker;
 use serde::Serialize;
@@ -851,9 +852,9 @@ pub fn run(opts: &Options) -> Result<Summary, AppError> {
 }
 
 /// Refuses to start the ports after SIGINT or SIGTERM arrived during start-up (the signal
-/// handler only records that a stop was asked, [`worker::ask_stop`]).
+/// handler only records that a stop was asked, [`stop::ask_stop`]).
 fn stop_requested() -> Result<(), AppError> {
-    if worker::quitting() || worker::stop_asked() {
+    if stop::quitting() || stop::stop_asked() {
         return Err(AppError::Other("stopped by SIGINT or SIGTERM before the ports started: nothing written".into()));
     }
     Ok(())
@@ -950,7 +951,7 @@ fn run_with_eal(
     if let Some(c) = control {
         c.stop();
     }
-    worker::request_quit();
+    stop::request_quit();
     let seconds = running.started.elapsed().as_secs_f64();
     let panics = summary::join_workers(running.handles);
     crate::live::set_current(None);

@@ -5,7 +5,7 @@
 use crate::dpdk::{Port, PortStats};
 use crate::live::{self, Board};
 use crate::pcapfile;
-use crate::worker;
+use crate::stop;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,7 +36,7 @@ struct Outage {
 }
 
 /// Waits on the main lcore until a stop is due (a stop asked by a signal included, see
-/// [`worker::stop_asked`]). With `stats` = an interval, prints the periodic stats line of the
+/// [`stop::stop_asked`]). With `stats` = an interval, prints the periodic stats line of the
 /// current board on stderr every interval ([`live::stats_line`]; after a runtime change of the
 /// tables, the next line starts from the new board). Ports with `reconnect[i]` set (net_memif
 /// clients: they connect only when started) are restarted every [`RECONNECT_INTERVAL`] while
@@ -80,7 +80,7 @@ pub(super) fn monitor(
                 *at = Instant::now();
             }
         }
-        if worker::quitting() || worker::stop_asked() {
+        if stop::quitting() || stop::stop_asked() {
             return done(false, reconnects, ethdev_seen);
         }
         if duration.is_some_and(|d| start.elapsed() >= d) {

@@ -12,6 +12,7 @@ use crate::dpdk::lcore::{self, LcoreHandle};
 use crate::dpdk::ring::Ring;
 use crate::dpdk::{self, port::PortSetup, DpdkError, Eal, Mempool, Port};
 use crate::sched::{ClassMap, PortConfig};
+use crate::stop;
 use crate::worker::{self, RxQueue, Worker};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
@@ -297,7 +298,7 @@ pub(super) fn launch_workers(
         nak_limiter: crate::agg::nak::shared(),
         replay,
     };
-    let on_panic: Arc<dyn Fn() + Send + Sync> = Arc::new(worker::request_quit);
+    let on_panic: Arc<dyn Fn() + Send + Sync> = Arc::new(stop::request_quit);
     let mut handles = Vec::new();
     let mut workers: Vec<Worker> =
         lcores.iter().enumerate().map(|(wi, l)| make_worker(loaded, &shared, wi, l)).collect();
@@ -329,7 +330,7 @@ pub(super) fn launch_workers(
         match h {
             Ok(h) => handles.push(h),
             Err(e) => {
-                worker::request_quit();
+                stop::request_quit();
                 for h in handles {
                     let _ = h.join();
                 }

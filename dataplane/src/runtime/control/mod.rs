@@ -539,13 +539,13 @@ fn stragglers() -> Value {
 }
 
 /// Installs the appliance's signal handlers: SIGINT and SIGTERM ask for a stop
-/// ([`crate::worker::ask_stop`]), SIGHUP for a reload of the configuration file ([`RELOAD`]).
+/// ([`crate::stop::ask_stop`]), SIGHUP for a reload of the configuration file ([`RELOAD`]).
 /// Each handler is one atomic store.
 pub fn install_signal_handlers() -> Result<(), String> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     for sig in [SIGINT, SIGTERM] {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-        unsafe { signal_hook::low_level::register(sig, crate::worker::ask_stop) }
+        unsafe { signal_hook::low_level::register(sig, crate::stop::ask_stop) }
             .map_err(|e| format!("cannot install the handler of signal {sig}: {e}"))?;
     }
     // SAFETY: as above.

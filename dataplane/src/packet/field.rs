@@ -4,9 +4,11 @@
 //! A field of a header the packet does not have reads as zeros; match on the header's validity
 //! bit (`ipv4.valid`, ...) to tell the two apart, as P4 programs use `isValid()`.
 
-use super::key::KEY_MAX;
 use crate::meta::Meta;
 use crate::parse::{Layers, Parsed};
+
+/// Largest key of any table (bytes): room for an IPv6 5-tuple plus a few more fields.
+pub const KEY_MAX: usize = 64;
 
 /// How a field's values are written in configs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

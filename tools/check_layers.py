@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Checks the dataplane crate's layering (docs/design.md, "Layers"): exits 1 naming each fault.
+
+- The packet core's modules (dataplane/src/packet/*) import one another without a cycle.
+- The runtime's modules (dataplane/src/runtime/*) import one another without a cycle.
+- Nothing in the packet core imports `config`, the runtime or `dpdk_sys`.
+- `config` imports nothing of the runtime, and only `runtime/dpdk/` names `dpdk_sys`.
+
+Test code is left out: files named tests.rs or *_tests.rs, folders named tests, and everything
+after a `#[cfg(test)]` line (test modules stand at the end of a file). An import is a path
+`crate::m` or `crate::packet::m` / `crate::runtime::m` (also inside `use crate::{a, b::c}`),
+or `super::m` in a file that sits directly in packet/ or runtime/. Comments are skipped.
+
+Usage: tools/check_layers.py [ROOT]   (ROOT: the repository, by default this file's parent's)
+Runs with the first `python3` on PATH (standard library only).
+"""
+
+import os
+import re
+import sys
+
+
+def modules(src, layer):
+    """The top-level modules of `src/layer`: file stems and folder names."""
+    out = set()
+    for e in os.listdir(os.path.join(src, layer)):
+        if e == "mod.rs":
+            continue
+        if e.endswith(".rs"):
+            out.add(e[:-3])
+        elif os.path.isdir(os.path.join(src, layer, e)):
+            out.add(e)
+    return out
+
+
+def is_test_file(path):
+    base = os.path.basename(path)
+    return base == "tests.rs" or base.endswith("_tests.rs") or "/tests/" in path
+
+
+def code_of(path):
+    """The file's text before its first `#[cfg(test)]`, without comments."""
+    lines = []
+    with open(path) as f:
+        for line in f:
+            if line.strip().startswith("#[cfg(test)]"):
+                break
+            line = re.sub(r"//.*", "", line)
+            lines.append(line)
+    return "".join(lines)
+
+
+def imported(text, direct):
+    """Top-level names that `text` imports through `crate::` (and `super::` when `direct`)."""
+    names = set()
+    for m in re.finditer(r"crate::(?:(packet|runtime)::)?\{([^;]*?)\}", text, re.S):
+        for part in m.group(2).split(","):
+            head = part.strip().split("::")[0].strip()
+            if head:
+                names.add(head)
+    for m in re.finditer(r"crate::(?:(?:packet|runtime)::)?([a-z_][a-z0-9_]*)", text):
+        names.add(m.group(1))
+    if direct:
+        for m in re.finditer(r"(?<![:\w])super::([a-z_][a-z0-9_]*)", text):
+            names.add(m.group(1))
+    return names
+
+
+def owner(src, path, layer_mods):
+    """(layer, module) of `path`, or (layer, None) for a file directly in the layer's folder."""
+    rel = os.path.relpath(path, src).split(os.sep)
+    if rel[0] in layer_mods and len(rel) >= 2:
+        stem = rel[1][:-3] if rel[1].endswith(".rs") else rel[1]
+        return rel[0], (None if stem == "mod" else stem)
+    return rel[0] if len(rel) > 1 else None, None
+
+
+def cycles(graph):
+    """Every cycle's nodes, one list per strongly connected component of two or more."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def check(root):
+    src = os.path.join(root, "dataplane", "src")
+    mods = {"packet": modules(src, "packet"), "runtime": modules(src, "runtime")}
+    graph = {"packet": {}, "runtime": {}}
+    faults = []
+    for d, _, files in os.walk(src):
+        for f in files:
+            path = os.path.join(d, f)
+            if not f.endswith(".rs") or is_test_file(path):
+                continue
+            text = code_of(path)
+            rel = os.path.relpath(path, src)
+            layer, mod = owner(src, path, mods)
+            names = imported(text, direct=mod is not None and os.path.dirname(rel) == layer)
+            if "dpdk_sys" in text and not rel.startswith(os.path.join("runtime", "dpdk") + os.sep):
+                faults.append(f"{rel}: names dpdk_sys (only runtime/dpdk/ may)")
+            if layer == "packet":
+                for bad in sorted(names & ({"config", "runtime"} | mods["runtime"])):
+                    faults.append(f"{rel}: the packet core imports the runtime or config (crate::{bad})")
+            if layer == "config":
+                for bad in sorted(names & ({"runtime"} | mods["runtime"])):
+                    faults.append(f"{rel}: config imports the runtime (crate::{bad})")
+            if layer in graph and mod is not None:
+                deps = graph[layer].setdefault(mod, set())
+                deps.update(n for n in names & mods[layer] if n != mod)
+    for layer, g in graph.items():
+        for c in cycles(g):
+            edges = [f"{a} -> {b}" for a in c for b in sorted(g.get(a, ())) if b in c]
+            faults.append(f"{layer}: an import cycle among {', '.join(c)} ({'; '.join(edges)})")
+    return faults, graph
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    faults, graph = check(root)
+    for f in faults:
+        print(f"check_layers: {f}", file=sys.stderr)
+    if faults:
+        sys.exit(1)
+    n = sum(len(g) for g in graph.values())
+    print(f"check_layers: {n} modules of packet/ and runtime/, no cycle; the core imports no runtime")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""tools/check_layers.py on small synthetic trees: it names a cycle, an import of the runtime
+from the packet core, a stray `dpdk_sys`, and passes a tree without them (test code left out).
+Runs with the first `python3` on PATH (standard library only)."""
+
+import os
+import tempfile
+import unittest
+
+import check_layers
+
+
+def tree(files):
+    root = tempfile.mkdtemp()
+    for path, text in files.items():
+        p = os.path.join(root, "dataplane", "src", path)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, "w") as f:
+            f.write(text)
+    return root
+
+
+GOOD = {
+    "packet/mod.rs": "pub mod wire;\npub mod parse;\npub mod table;\n",
+    "packet/wire/mod.rs": "pub fn x() {}\n",
+    "packet/parse/mod.rs": "use crate::wire::x;\n",
+    "packet/table/mod.rs": "use crate::{parse, wire::x};\n// use crate::runtime::worker;\n"
+    "#[cfg(test)]\nmod tests { use crate::config::load; use crate::table; }\n",
+    "packet/table/tests.rs": "use crate::worker::Worker;\n",
+    "runtime/mod.rs": "pub mod worker;\npub mod control;\npub mod dpdk;\n",
+    "runtime/worker.rs": "use crate::control::Mailbox;\nuse crate::dpdk::Mbuf;\n",
+    "runtime/control/mod.rs": "use crate::packet::table;\n",
+    "runtime/dpdk/mod.rs": "use dpdk_sys::rte_mbuf;\n",
+    "config/mod.rs": "use crate::table::Table;\n",
+}
+
+
+class CheckLayers(unittest.TestCase):
+    def test_a_layered_tree_passes_and_test_code_is_left_out(self):
+        faults, graph = check_layers.check(tree(GOOD))
+        self.assertEqual(faults, [])
+        self.assertEqual(graph["packet"]["table"], {"parse", "wire"})
+        self.assertEqual(graph["runtime"]["worker"], {"control", "dpdk"})
+
+    def test_cycles_in_either_layer_are_named_with_their_edges(self):
+        files = dict(GOOD)
+        files["packet/wire/mod.rs"] = "use crate::table::Key;\n"
+        files["runtime/control/mod.rs"] = "use crate::worker::ask_stop;\n"
+        faults, _ = check_layers.check(tree(files))
+        self.assertIn(
+            "packet: an import cycle among parse, table, wire (parse -> wire; table -> parse; table -> wire; "
+            "wire -> table)",
+            faults,
+        )
+        self.assertIn("runtime: an import cycle among control, worker (control -> worker; worker -> control)", faults)
+        self.assertEqual(len(faults), 2, faults)
+
+    def test_the_core_importing_the_runtime_or_config_or_dpdk_sys_is_named(self):
+        files = dict(GOOD)
+        files["packet/parse/mod.rs"] = "use crate::{wire::x, runtime::worker};\nuse crate::config::C;\n"
+        files["packet/wire/mod.rs"] = "fn f() { dpdk_sys::rte_pktmbuf_free(); }\n"
+        files["config/mod.rs"] = "use crate::dpdk::Eal;\n"
+        faults, _ = check_layers.check(tree(files))
+        self.assertEqual(
+            sorted(faults),
+            [
+                "config/mod.rs: config imports the runtime (crate::dpdk)",
+                "packet/parse/mod.rs: the packet core imports the runtime or config (crate::config)",
+                "packet/parse/mod.rs: the packet core imports the runtime or config (crate::runtime)",
+                "packet/wire/mod.rs: names dpdk_sys (only runtime/dpdk/ may)",
+            ],
+        )
+
+    def test_this_repository_is_layered(self):
+        faults, graph = check_layers.check(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        self.assertEqual(faults, [])
+        self.assertNotIn("table", graph["packet"]["action"])
+        self.assertNotIn("worker", graph["runtime"]["control"])
+
+
+if __name__ == "__main__":
+    unittest.main()
