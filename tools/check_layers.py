@@ -3,11 +3,13 @@
 
 - The packet core's modules (dataplane/src/packet/*) import one another without a cycle.
 - The runtime's modules (dataplane/src/runtime/*) import one another without a cycle.
+- Inside each module's folder, the files import one another without a cycle (a folder's
+  mod.rs, which declares the others and holds what they share, is left out).
 - Nothing in the packet core imports `config`, the runtime or `dpdk_sys`.
 - `config` imports nothing of the runtime, and only `runtime/dpdk/` names `dpdk_sys`.
 
-Test code is left out: files named tests.rs or *_tests.rs, folders named tests, and everything
-after a `#[cfg(test)]` line (test modules stand at the end of a file). An import is a path
+Test code is left out: files named tests.rs or *_tests.rs, folders named tests, and every
+`#[cfg(test)]` item (a `mod tests;` line, or a block to its closing brace). An import is a path
 `crate::m` or `crate::packet::m` / `crate::runtime::m` (also inside `use crate::{a, b::c}`),
 or `super::m` in a file that sits directly in packet/ or runtime/. Comments are skipped.
 
@@ -39,15 +41,29 @@ def is_test_file(path):
 
 
 def code_of(path):
-    """The file's text before its first `#[cfg(test)]`, without comments."""
+    """The file's text without comments and without its test items: each `#[cfg(test)]` item
+    (a `mod tests;` line, or a block to its closing brace), wherever it stands."""
     lines = []
     with open(path) as f:
         for line in f:
-            if line.strip().startswith("#[cfg(test)]"):
-                break
-            line = re.sub(r"//.*", "", line)
-            lines.append(line)
-    return "".join(lines)
+            lines.append(re.sub(r"//.*", "", line))
+    out, i = [], 0
+    while i < len(lines):
+        if lines[i].strip().startswith("#[cfg(test)]"):
+            j = i + 1
+            while j < len(lines) and lines[j].strip().startswith("#["):
+                j += 1
+            depth, k = 0, j
+            while k < len(lines):
+                depth += lines[k].count("{") - lines[k].count("}")
+                if depth <= 0 and ("}" in lines[k] or lines[k].rstrip().endswith(";")):
+                    break
+                k += 1
+            i = k + 1
+            continue
+        out.append(lines[i])
+        i += 1
+    return "".join(out)
 
 
 def imported(text, direct):
@@ -106,35 +122,63 @@ def cycles(graph):
     return out
 
 
+def sibling_edges(src, path, text):
+    """The sibling files (or folders) of `path`, in its own module folder, that it imports:
+    `super::x`, or `crate::[packet::|runtime::]a::b::x` naming its folder's module path."""
+    folder = os.path.dirname(path)
+    if os.path.basename(path) == "mod.rs":
+        return set()
+    siblings = {e[:-3] if e.endswith(".rs") else e for e in os.listdir(folder)} - {"mod", "tests"}
+    rel = os.path.relpath(folder, src).split(os.sep)
+    if rel[0] not in ("packet", "runtime") or len(rel) < 2:
+        return set()
+    modpath = "::".join(rel[1:])
+    names = {m.group(1) for m in re.finditer(r"(?<![:\w])super::([a-z_][a-z0-9_]*)", text)}
+    pat = r"crate::(?:(?:packet|runtime)::)?" + re.escape(modpath) + r"::([a-z_][a-z0-9_]*)"
+    names |= {m.group(1) for m in re.finditer(pat, text)}
+    for m in re.finditer(r"(?<![:\w])super::\{([^;]*?)\}", text, re.S):
+        names |= {p.strip().split("::")[0].strip() for p in m.group(1).split(",")}
+    stem = os.path.basename(path)[:-3]
+    return (names & siblings) - {stem}
+
+
 def check(root):
     src = os.path.join(root, "dataplane", "src")
     mods = {"packet": modules(src, "packet"), "runtime": modules(src, "runtime")}
     graph = {"packet": {}, "runtime": {}}
+    files = {}  # folder -> {file stem -> sibling stems it imports}
     faults = []
-    for d, _, files in os.walk(src):
-        for f in files:
+    for d, _, names in os.walk(src):
+        for f in names:
             path = os.path.join(d, f)
             if not f.endswith(".rs") or is_test_file(path):
                 continue
             text = code_of(path)
             rel = os.path.relpath(path, src)
             layer, mod = owner(src, path, mods)
-            names = imported(text, direct=mod is not None and os.path.dirname(rel) == layer)
+            names_ = imported(text, direct=mod is not None and os.path.dirname(rel) == layer)
             if "dpdk_sys" in text and not rel.startswith(os.path.join("runtime", "dpdk") + os.sep):
                 faults.append(f"{rel}: names dpdk_sys (only runtime/dpdk/ may)")
             if layer == "packet":
-                for bad in sorted(names & ({"config", "runtime"} | mods["runtime"])):
+                for bad in sorted(names_ & ({"config", "runtime"} | mods["runtime"])):
                     faults.append(f"{rel}: the packet core imports the runtime or config (crate::{bad})")
             if layer == "config":
-                for bad in sorted(names & ({"runtime"} | mods["runtime"])):
+                for bad in sorted(names_ & ({"runtime"} | mods["runtime"])):
                     faults.append(f"{rel}: config imports the runtime (crate::{bad})")
             if layer in graph and mod is not None:
                 deps = graph[layer].setdefault(mod, set())
-                deps.update(n for n in names & mods[layer] if n != mod)
+                deps.update(n for n in names_ & mods[layer] if n != mod)
+            if layer in graph:
+                folder = os.path.relpath(d, src)
+                files.setdefault(folder, {})[f[:-3]] = sibling_edges(src, path, text)
     for layer, g in graph.items():
         for c in cycles(g):
             edges = [f"{a} -> {b}" for a in c for b in sorted(g.get(a, ())) if b in c]
             faults.append(f"{layer}: an import cycle among {', '.join(c)} ({'; '.join(edges)})")
+    for folder, g in sorted(files.items()):
+        for c in cycles(g):
+            edges = [f"{a} -> {b}" for a in c for b in sorted(g.get(a, ())) if b in c]
+            faults.append(f"{folder}/: an import cycle among the files {', '.join(c)} ({'; '.join(edges)})")
     return faults, graph
 
 

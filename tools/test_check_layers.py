@@ -70,11 +70,30 @@ class CheckLayers(unittest.TestCase):
             ],
         )
 
+    def test_a_cycle_between_sibling_files_is_named_and_mod_rs_is_left_out(self):
+        files = dict(GOOD)
+        files["packet/agg/mod.rs"] = "mod state;\nmod swap;\npub struct Ctx;\nuse state::S;\n"
+        files["packet/agg/state.rs"] = "use super::swap::Ctx;\nuse super::Ctx as C;\n"
+        files["packet/agg/swap.rs"] = "use crate::agg::state::S;\n"
+        faults, _ = check_layers.check(tree(files))
+        self.assertEqual(
+            faults, ["packet/agg/: an import cycle among the files state, swap (state -> swap; swap -> state)"]
+        )
+
+    def test_imports_after_a_test_module_declared_early_are_read(self):
+        files = dict(GOOD)
+        files["packet/wire/mod.rs"] = "#[cfg(test)]\nmod tests;\n    #[cfg(test)]\n    fn t() {\n    }\nuse crate::table::K;\n"
+        faults, graph = check_layers.check(tree(files))
+        self.assertEqual(graph["packet"]["wire"], {"table"})
+        self.assertEqual(len(faults), 1, faults)
+
     def test_this_repository_is_layered(self):
         faults, graph = check_layers.check(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         self.assertEqual(faults, [])
         self.assertNotIn("table", graph["packet"]["action"])
         self.assertNotIn("worker", graph["runtime"]["control"])
+        # Read past `mod tests;` near the top of table/mod.rs: its imports below it count.
+        self.assertIn("meter", graph["packet"]["table"])
 
 
 if __name__ == "__main__":

@@ -995,6 +995,7 @@ fn is_transient(e: &io::Error) -> bool {
 }
 
 /// Asks for a receive buffer of `bytes` (best effort: errors are ignored, the kernel caps it).
+#[allow(unsafe_code)] // one setsockopt through libc
 fn set_recv_buffer(sock: &UdpSocket, bytes: usize) {
     use std::os::fd::AsRawFd;
     let v: libc::c_int = bytes.min(libc::c_int::MAX as usize) as libc::c_int;

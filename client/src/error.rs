@@ -2,6 +2,7 @@
 //! script's log says what to fix.
 
 use crate::Dtype;
+use dataplane::wire::gradient::NakReason;
 use std::net::SocketAddr;
 
 /// Why an allreduce or a client set-up failed.
@@ -157,13 +158,13 @@ fn waiting_text(ranks: &Option<Vec<u16>>) -> String {
 /// The meaning of a NAK reason code (spec section 5).
 pub fn nak_reason_text(reason: u8) -> &'static str {
     match reason {
-        1 => "unknown collective",
-        2 => "bad version",
-        3 => "op/dtype/carriage mismatch",
-        4 => "bad rank",
-        5 => "not the rank's member",
-        6 => "bad length or offset",
-        7 => "stale or premature round",
+        NakReason::UNKNOWN_COLLECTIVE => "unknown collective",
+        NakReason::BAD_VERSION => "bad version",
+        NakReason::MISMATCH => "op/dtype/carriage mismatch",
+        NakReason::BAD_RANK => "bad rank",
+        NakReason::NOT_MEMBER => "not the rank's member",
+        NakReason::BAD_LENGTH_OR_OFFSET => "bad length or offset",
+        NakReason::STALE_ROUND => "stale or premature round",
         _ => "unknown reason",
     }
 }

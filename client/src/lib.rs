@@ -30,11 +30,13 @@
 //! # Ok::<(), gradclient::Error>(())
 //! ```
 #![warn(missing_docs, missing_debug_implementations)]
+#![deny(unsafe_code)]
 
 mod client;
 mod collective;
 mod element;
 mod error;
+#[allow(unsafe_code)] // sendmmsg/recvmmsg through libc, with their SAFETY lines
 mod mmsg;
 
 pub use client::{Client, ClientStats};

@@ -45,8 +45,9 @@ struct Port {
     ipv6: String,
 }
 
+/// The appliance's config file, as written for the run.
 #[derive(Serialize)]
-struct File {
+struct ConfigFile {
     eal: Eal,
     #[serde(skip_serializing_if = "Option::is_none")]
     mempool: Option<Mempool>,
@@ -93,7 +94,7 @@ pub fn collective_config(w: &Workload) -> CollectiveConfig {
 /// addresses, and the `[[collective]]` of [`collective_config`].
 pub fn appliance_toml(w: &Workload) -> String {
     let p = &w.params;
-    let file = File {
+    let file = ConfigFile {
         eal: Eal { args: EAL_ARGS.iter().map(|s| s.to_string()).collect() },
         mempool: (frame::max_frame_len(p) > DEFAULT_MAX_FRAME).then_some(Mempool { data_room: JUMBO_DATA_ROOM }),
         dataplane: Dataplane { gradient_udp_port: plan::GRADIENT_UDP_PORT, appliance_qpn: plan::APPLIANCE_QPN },

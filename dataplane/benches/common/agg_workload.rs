@@ -230,7 +230,7 @@ impl Case {
     /// `k % workers == me`.
     pub fn sharded_datapath(&self, me: u16, workers: u16) -> Datapath<PoolBuf> {
         let l = load_str(&self.text, Path::new("bench.toml")).unwrap();
-        let ctx = dataplane::agg::swap::AggContext {
+        let ctx = dataplane::agg::context::AggContext {
             ports: vec![PortAddr { mac: APP_MAC.parse().unwrap(), ipv4: l.port_ipv4[0], ipv6: l.port_ipv6[0] }],
             gradient_udp_port: DEFAULT_UDP_PORT,
             appliance_qpn: 1,

@@ -22,7 +22,7 @@ use crate::meta::{Meta, CLASS_UNSET};
 use crate::neighbor::Verdict;
 use crate::parse::{parse_checks_into, parse_segmented_into, verify_l4, Checks, Layers, Parsed};
 use crate::prefetch::prefetch;
-use crate::sched::{ClassMap, Dequeued, DropReason, Offer, PortConfig, Scheduler};
+use crate::sched::{ClassMap, Dequeued, Offer, PortConfig, Scheduler};
 use crate::stats::{Counters, Reason};
 use crate::table::{Carry, Lane, Pipeline, PipelineState};
 
@@ -199,7 +199,7 @@ impl<B: PacketBuf> PortEgress<B> {
                 (None, 0)
             }
             Ok(Offer::Queued) => (None, self.advance(io, port, now)),
-            Err(r) => (Some(sched_reason(r.reason)), self.advance(io, port, now)),
+            Err(r) => (Some(r.reason), self.advance(io, port, now)),
         }
     }
 
@@ -219,7 +219,7 @@ impl<B: PacketBuf> PortEgress<B> {
             }
             Err(r) => {
                 dropped += self.advance(io, port, now);
-                (Some(sched_reason(r.reason)), dropped)
+                (Some(r.reason), dropped)
             }
         }
     }
@@ -244,17 +244,6 @@ impl<B: PacketBuf> PortEgress<B> {
             drop(b)
         });
         dropped + left
-    }
-}
-
-/// The drop reason of a scheduler's refusal.
-#[inline]
-fn sched_reason(r: DropReason) -> Reason {
-    match r {
-        DropReason::TailDrop => Reason::TailDrop,
-        DropReason::RedDrop => Reason::RedDrop,
-        DropReason::Oversize => Reason::EgressOversize,
-        DropReason::UnknownClass => Reason::UnknownClass,
     }
 }
 

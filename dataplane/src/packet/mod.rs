@@ -4,10 +4,10 @@
 //! It is tested without DPDK (`cargo test -p dataplane --no-default-features`), fuzzed, and
 //! benchmarked with criterion. The runtime ([`crate::runtime`]) moves mbufs through it.
 //!
-//! Unsafe code is denied in every module except the two that need it for speed: the SIMD
-//! aggregation kernels ([`agg`]'s `kernels`, runtime CPU-feature dispatch) and the checksum
-//! loads of [`wire::checksum`] and [`prefetch`]; each of their unsafe blocks carries a
-//! `SAFETY:` comment.
+//! Unsafe code is denied (the crate's `#![deny(unsafe_code)]`) in every module but three that
+//! need it for speed: the SIMD aggregation kernels ([`agg`]'s `kernels`, runtime CPU-feature
+//! dispatch), the checksum loads of [`wire::checksum`] and the prefetch hint of [`prefetch`];
+//! each of their unsafe blocks carries a `SAFETY:` comment.
 //!
 //! Dependencies point one way: `wire` (bytes on the wire, views and setters) ← `parse` (one
 //! pass over the headers) ← `field` (key fields) ← `action` ← `table`, `sched` (egress
@@ -23,39 +23,24 @@ macro_rules! add_fields {
     };
 }
 
-#[deny(unsafe_code)]
 pub mod action;
-#[deny(unsafe_code)]
 pub mod agg;
-#[deny(unsafe_code)]
 pub mod buf;
 #[cfg(test)]
 mod burst_tests;
-#[deny(unsafe_code)]
 pub mod datapath;
-#[deny(unsafe_code)]
 pub mod export;
-#[deny(unsafe_code)]
 pub mod field;
-#[deny(unsafe_code)]
 pub mod log2hist;
-#[deny(unsafe_code)]
 pub mod meta;
-#[deny(unsafe_code)]
 pub mod meter;
-#[deny(unsafe_code)]
 pub mod neighbor;
-#[deny(unsafe_code)]
 pub mod parse;
 #[allow(unsafe_code)] // the prefetch intrinsic
 pub mod prefetch;
-#[deny(unsafe_code)]
 pub mod sched;
 #[cfg(test)]
 mod segmented_tests;
-#[deny(unsafe_code)]
 pub mod stats;
-#[deny(unsafe_code)]
 pub mod table;
-#[deny(unsafe_code)]
 pub mod wire;

@@ -694,7 +694,7 @@ pub fn parse_reply(f: &[u8], grad_port: u16, carriage: Carriage) -> Result<Reply
 
 /// One send the engine asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Send {
+pub struct SendOrder {
     /// Worker (index = rank).
     pub rank: u16,
     /// Slot.
@@ -960,7 +960,7 @@ impl Engine {
 
     /// Appends at most `max` sends due at `now` to `out` (sends dropped by `loss` are counted
     /// and not appended).
-    pub fn sends(&mut self, now: u64, max: usize, out: &mut Vec<Send>) {
+    pub fn sends(&mut self, now: u64, max: usize, out: &mut Vec<SendOrder>) {
         let n = self.workers.len();
         let mut room = max;
         // Timeouts first: resends of contributions and probes.
@@ -994,7 +994,7 @@ impl Engine {
                 if self.lose() {
                     self.workers[w].c.injected_drops += 1;
                 } else {
-                    out.push(Send { rank: w as u16, slot: s, round: slot.round, flags });
+                    out.push(SendOrder { rank: w as u16, slot: s, round: slot.round, flags });
                     room -= 1;
                 }
             }
@@ -1041,7 +1041,7 @@ impl Engine {
                         wk.c.contributions += 1;
                         0
                     };
-                    let send = Send { rank: w as u16, slot: s, round: slot.round, flags };
+                    let send = SendOrder { rank: w as u16, slot: s, round: slot.round, flags };
                     wk.timers.push_back((s, now + self.timeout, slot.gen));
                     if self.first_tsc == 0 && !probe {
                         self.first_tsc = now;
@@ -1064,7 +1064,7 @@ impl Engine {
         self.open_sends(now, room, out);
     }
 
-    fn open_sends(&mut self, now: u64, mut room: usize, out: &mut Vec<Send>) {
+    fn open_sends(&mut self, now: u64, mut room: usize, out: &mut Vec<SendOrder>) {
         self.open.started = true;
         let n = self.workers.len() as u16;
         let slots = self.em.slots();
@@ -1078,7 +1078,7 @@ impl Engine {
             if self.lose() {
                 self.workers[r as usize].c.injected_drops += 1;
             } else {
-                out.push(Send { rank: r, slot: s, round, flags: 0 });
+                out.push(SendOrder { rank: r, slot: s, round, flags: 0 });
                 room -= 1;
             }
             if r + 1 == n {
@@ -1127,7 +1127,8 @@ impl Engine {
         let s = h.tensor_offset / chunk;
         let slot_ok = h.tensor_offset % chunk == 0 && s < self.em.slots();
         if h.flags & Flags::NAK != 0 {
-            let reason = if (1..=7).contains(&h.reason) { h.reason as usize } else { 0 };
+            let known = (NakReason::UNKNOWN_COLLECTIVE..=NakReason::STALE_ROUND).contains(&h.reason);
+            let reason = if known { h.reason as usize } else { 0 };
             self.workers[w].c.naks[reason] += 1;
             if !slot_ok {
                 return;
@@ -1318,14 +1319,14 @@ impl Builder {
     }
 
     /// Frame length of `s`.
-    pub fn frame_len(&self, e: &Engine, s: &Send) -> usize {
+    pub fn frame_len(&self, e: &Engine, s: &SendOrder) -> usize {
         let len =
             if s.flags & Flags::PROBE != 0 { self.probe.len() } else { e.em.chunk(s.slot).1 as usize * e.values.lane };
         self.specs[s.rank as usize].frame_len(len)
     }
 
     /// Writes `s`'s frame into `buf` (at least [`Builder::frame_len`] bytes); returns its length.
-    pub fn build(&mut self, e: &Engine, s: &Send, buf: &mut [u8]) -> usize {
+    pub fn build(&mut self, e: &Engine, s: &SendOrder, buf: &mut [u8]) -> usize {
         let r = s.rank as usize;
         let (off, count) = e.em.chunk(s.slot);
         let spec = &mut self.specs[r];
@@ -1359,7 +1360,7 @@ pub struct Runner {
     builder: Builder,
     txq: TxQueue,
     rxqs: Vec<RxQueue>,
-    sends: Vec<Send>,
+    sends: Vec<SendOrder>,
     pend: Vec<Option<Mbuf>>,
     pend_at: usize,
     pend_n: usize,
@@ -1502,16 +1503,18 @@ pub struct NakCounts {
 }
 
 impl NakCounts {
+    /// From counts by reason code (index 0: any other code).
     fn of(n: &[u64; 8]) -> NakCounts {
+        let c = |r: u8| n[r as usize];
         NakCounts {
             other: n[0],
-            unknown_collective: n[1],
-            bad_version: n[2],
-            mismatch: n[3],
-            bad_rank: n[4],
-            not_member: n[5],
-            bad_length_or_offset: n[6],
-            stale_round: n[7],
+            unknown_collective: c(NakReason::UNKNOWN_COLLECTIVE),
+            bad_version: c(NakReason::BAD_VERSION),
+            mismatch: c(NakReason::MISMATCH),
+            bad_rank: c(NakReason::BAD_RANK),
+            not_member: c(NakReason::NOT_MEMBER),
+            bad_length_or_offset: c(NakReason::BAD_LENGTH_OR_OFFSET),
+            stale_round: c(NakReason::STALE_ROUND),
         }
     }
 
@@ -2068,7 +2071,7 @@ pub(crate) mod tests {
                 for slot in 0..e.slots() {
                     for rank in 0..3u16 {
                         for flags in [0, Flags::RETRANSMIT] {
-                            let s = Send { rank, slot, round, flags };
+                            let s = SendOrder { rank, slot, round, flags };
                             let n = b.build(&eng, &s, &mut live);
                             let (offset, count) = e.chunk(slot);
                             let r = rank as usize;
@@ -2140,7 +2143,7 @@ pub(crate) mod tests {
                     let mut b = Builder::new(&eng);
                     let mut live = vec![0u8; 4096];
                     for ev in &w.events {
-                        let s = Send { rank: ev.rank, slot: ev.offset / 64, round: ev.round, flags: ev.flags };
+                        let s = SendOrder { rank: ev.rank, slot: ev.offset / 64, round: ev.round, flags: ev.flags };
                         let n = b.build(&eng, &s, &mut live);
                         let rec = rd.next_packet().unwrap().unwrap();
                         assert_eq!(&live[..n], &rec.data[..], "{ctx}: {ev:?}");
@@ -2194,7 +2197,7 @@ pub(crate) mod tests {
                         for slot in 0..e.slots() {
                             for rank in 0..3u16 {
                                 for flags in [0, Flags::RETRANSMIT, Flags::PROBE] {
-                                    let s = Send { rank, slot, round, flags };
+                                    let s = SendOrder { rank, slot, round, flags };
                                     let n = b.build(&eng, &s, &mut buf);
                                     assert_eq!(n, b.frame_len(&eng, &s));
                                     let ctx = format!("{carriage:?} v6 {v6} {dtype:?} {s:?}");
@@ -2346,7 +2349,7 @@ pub(crate) mod tests {
         // Worker 0's slot 0 goes on to round 1.
         out.clear();
         eng.sends(12, 100, &mut out);
-        assert!(out.contains(&Send { rank: 0, slot: 0, round: 1, flags: 0 }), "{out:?}");
+        assert!(out.contains(&SendOrder { rank: 0, slot: 0, round: 1, flags: 0 }), "{out:?}");
         // NAK 7 for worker 2 slot 1: round 9 next; NAK 6 for worker 2 slot 0: refused.
         eng.on_frame(13, &result(2, 1, 9, &[], Flags::NAK, 7));
         eng.on_frame(13, &result(2, 0, 0, &[], Flags::NAK, 6));
@@ -2354,7 +2357,7 @@ pub(crate) mod tests {
         assert_eq!(eng.counters(2).refused_slots, 1);
         out.clear();
         eng.sends(14, 100, &mut out);
-        assert!(out.contains(&Send { rank: 2, slot: 1, round: 9, flags: 0 }), "{out:?}");
+        assert!(out.contains(&SendOrder { rank: 2, slot: 1, round: 9, flags: 0 }), "{out:?}");
         // After the timeout, what is still out is resent with RETRANSMIT.
         out.clear();
         eng.sends(14 + 1_000_000, 100, &mut out);

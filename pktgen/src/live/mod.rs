@@ -1007,6 +1007,7 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
 /// bits/s at its layer; suffixes k, M, G), for the template streams with a set rate. Each
 /// command is answered on stderr. The thread ends with stdin. A terminal is read only by a
 /// pktgen in the foreground: one started in the background (`&`) would be stopped by SIGTTIN.
+#[allow(unsafe_code)] // two libc queries of process groups
 fn spawn_commands(loaded: &Loaded, rates: Arc<[RateCell]>) {
     use std::io::IsTerminal;
     // SAFETY: plain queries of the process group and the terminal's foreground group.

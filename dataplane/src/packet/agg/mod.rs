@@ -16,6 +16,7 @@
 //! - `status.rs`: the STATUS answers to PROBEs (section 7);
 //! - `send.rs`: writing a frame into the refused or answered packet's mbuf, or a new one.
 //!
+//! - [`context`]: what every worker's aggregator is built with besides its collectives;
 //! - [`swap`]: a collective set changed at runtime, built off the fast path and switched to at
 //!   a burst boundary, the kept collectives' states moved over.
 //!
@@ -25,6 +26,7 @@
 
 mod check;
 pub mod collective;
+pub mod context;
 mod emit;
 mod fold;
 #[allow(unsafe_code)] // SIMD intrinsics behind runtime CPU-feature dispatch; every block has its SAFETY line.
@@ -47,12 +49,12 @@ use crate::stats::{Counters, Reason};
 use crate::wire::gradient::{GradientHeader, NakReason};
 use crate::wire::EthernetAddress;
 use collective::Collective;
+use context::AggContext;
 use kernels::Kernels;
 use nak::member_sources;
 use serde::Serialize;
 use slot::Verdict;
 use state::CollState;
-use swap::AggContext;
 
 /// What the aggregator knows of one port: the appliance's own addresses there.
 #[derive(Debug, Clone, Copy, Default)]

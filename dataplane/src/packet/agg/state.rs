@@ -3,6 +3,7 @@
 //! when the aggregator is built (spec section 3), never per packet.
 
 use super::collective::{Carriage, Collective};
+use super::context::AggContext;
 use super::lines::Lines;
 use super::slot::Slot;
 use super::straggle::RankLateness;
@@ -139,9 +140,9 @@ impl CollState {
     }
 
     /// Worker `me`'s state of `spec`, a collective owned by worker `owner` (for a sharded one,
-    /// [`super::swap::AggContext::sharded`], the owner of its chunk 0; chunk `k` is then worker
+    /// [`AggContext::sharded`], the owner of its chunk 0; chunk `k` is then worker
     /// `(owner + k) % workers`'s).
-    pub(super) fn for_worker(ctx: &super::swap::AggContext, spec: &Collective, owner: u16, me: u16) -> CollState {
+    pub(super) fn for_worker(ctx: &AggContext, spec: &Collective, owner: u16, me: u16) -> CollState {
         let workers = ctx.workers.max(1);
         let share = if ctx.sharded(spec) {
             Share { ways: workers, phase: (me + workers - owner % workers) % workers }

@@ -23,7 +23,7 @@ use crate::wire::checksum;
 use crate::wire::error::WireError;
 use crate::wire::gradient::HEADER_LEN as GRAD_LEN;
 use crate::wire::icrc::{self, ICRC_LEN};
-use crate::wire::{bth, udp};
+use crate::wire::{bth, gradient, ipv4, ipv6, udp};
 
 /// Longest head a template holds (bytes): Ethernet with an 802.1Q tag (18), IPv6 (40), UDP (8),
 /// BTH (12), DETH (8) and the gradient header (20).
@@ -36,11 +36,11 @@ pub(super) const MAX_TAIL: usize = 3 + ICRC_LEN;
 /// port, the BTH PSN (24 bits after the BTH's byte 8) and, in the gradient header after the
 /// DETH, the tensor offset and the round.
 const ROCE_SPORT: usize = 0;
-const ROCE_PSN: usize = udp::HEADER_LEN + 9;
+const ROCE_PSN: usize = udp::HEADER_LEN + bth::field::PSN.start + 1;
 const ROCE_GRAD: usize = udp::HEADER_LEN + bth::HEADER_LEN + bth::DETH_LEN;
 /// Offsets of the tensor offset and round in the gradient header (spec section 2).
-const TENSOR_OFFSET: usize = 8;
-const ROUND: usize = 16;
+const TENSOR_OFFSET: usize = gradient::field::TENSOR_OFFSET.start;
+const ROUND: usize = gradient::field::ROUND.start;
 /// The bytes a RoCEv2 result patches, as offsets in the UDP datagram, in the order of
 /// [`Templates::tables`].
 const ROCE_PATCHED: [usize; 13] = [
@@ -133,16 +133,16 @@ impl Templates {
             }
             let udp = head_len - GRAD_LEN - if roce { bth::HEADER_LEN + bth::DETH_LEN } else { 0 } - udp::HEADER_LEN;
             // The IP header, before the UDP one (after however many VLAN tags the spec has).
-            let l3 = udp - if s.src_ip.is_v6() { 40 } else { 20 };
+            let l3 = udp - if s.src_ip.is_v6() { ipv6::HEADER_LEN } else { ipv4::MIN_HEADER_LEN };
             let udp_len = frame_len - udp;
-            f[udp + 6..udp + 8].fill(0);
+            f[udp + udp::field::CHECKSUM.start..udp + udp::field::CHECKSUM.end].fill(0);
             let udp_sum = (!roce || s.src_ip.is_v6()).then(|| {
                 let pseudo = match (s.src_ip, s.dst_ip) {
                     (build::IpAddrBytes::V4(a), build::IpAddrBytes::V4(b)) => {
-                        checksum::pseudo_header_v4(a, b, 17, udp_len as u16)
+                        checksum::pseudo_header_v4(a, b, udp::PROTOCOL, udp_len as u16)
                     }
                     (build::IpAddrBytes::V6(a), build::IpAddrBytes::V6(b)) => {
-                        checksum::pseudo_header_v6(&a, &b, 17, udp_len as u32)
+                        checksum::pseudo_header_v6(&a, &b, udp::PROTOCOL, udp_len as u32)
                     }
                     _ => 0, // refused by the builder above
                 };
@@ -264,7 +264,8 @@ impl Templates {
                 0 => 0xffff,
                 ck => ck,
             };
-            head[t.udp + 6..t.udp + 8].copy_from_slice(&ck.to_be_bytes());
+            head[t.udp + udp::field::CHECKSUM.start..t.udp + udp::field::CHECKSUM.end]
+                .copy_from_slice(&ck.to_be_bytes());
         }
     }
 }

@@ -637,7 +637,7 @@ fn zero_copy_results_equal_the_copied_ones_byte_for_byte() {
 /// A one-worker rig with `zero_copy_results` set to `on`.
 fn zero_copy_rig(text: &str, on: bool) -> Rig {
     Rig::with(text, |c, ports| {
-        let ctx = crate::agg::swap::AggContext {
+        let ctx = crate::agg::context::AggContext {
             ports,
             gradient_udp_port: crate::wire::gradient::DEFAULT_UDP_PORT,
             appliance_qpn: 1,

@@ -44,6 +44,7 @@ pub use ecn::{mark_frame_ce, mark_frame_ce_in, CeOutcome};
 pub use red::{RedConfig, RedVerdict, P_ONE};
 
 use crate::buf::PacketBuf;
+use crate::stats::Reason;
 use dwrr::Dwrr;
 use queue::{ClassQueue, Entry};
 use red::{EcnRng, Red};
@@ -196,38 +197,14 @@ impl PortConfig {
     }
 }
 
-/// Why an item was given back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DropReason {
-    /// The class's byte or packet capacity was reached.
-    TailDrop,
-    /// RED selected a Not-ECT (or non-IP) packet.
-    RedDrop,
-    /// Longer than the port's `max_frame_bytes`.
-    Oversize,
-    /// No such class on this port.
-    UnknownClass,
-}
-
-impl DropReason {
-    /// The counter name (`tail_drop`, `red_drop`, `oversize`, `unknown_class`).
-    pub fn name(self) -> &'static str {
-        match self {
-            DropReason::TailDrop => "tail_drop",
-            DropReason::RedDrop => "red_drop",
-            DropReason::Oversize => "oversize",
-            DropReason::UnknownClass => "unknown_class",
-        }
-    }
-}
-
 /// An item refused at enqueue, given back to be counted and freed.
 #[derive(Debug)]
 pub struct Rejected<T> {
     /// The item.
     pub item: T,
-    /// Why.
-    pub reason: DropReason,
+    /// Why: [`Reason::UnknownClass`], [`Reason::EgressOversize`], [`Reason::TailDrop`] or
+    /// [`Reason::RedDrop`], the drop reason it is counted under.
+    pub reason: Reason,
 }
 
 /// What [`Scheduler::offer`] did with an item it accepted.
@@ -244,9 +221,9 @@ pub enum Offer<T> {
 pub enum Dequeued<T> {
     /// Transmit this item.
     Send(T),
-    /// Free this item: dropped at dequeue (only [`DropReason::RedDrop`], with
+    /// Free this item: dropped at dequeue (only [`Reason::RedDrop`], with
     /// [`MarkPoint::Dequeue`]).
-    Drop(T, DropReason),
+    Drop(T, Reason),
 }
 
 /// One traffic class: its queue and everything kept per class, side by side so that a packet
@@ -291,10 +268,10 @@ pub struct Scheduler<T> {
     slot_ticks: Option<u64>,
 }
 
-/// The checks every arrival meets first, in order: its class exists ([`DropReason::UnknownClass`],
+/// The checks every arrival meets first, in order: its class exists ([`Reason::UnknownClass`],
 /// counted on the port), the frame is no longer than the port's largest
-/// ([`DropReason::Oversize`], counted on the port) and fits in the class's queue
-/// ([`DropReason::TailDrop`], counted on the class). Ok: the class.
+/// ([`Reason::EgressOversize`], counted on the port) and fits in the class's queue
+/// ([`Reason::TailDrop`], counted on the class). Ok: the class.
 #[inline(always)]
 fn fits<'a, T>(
     classes: &'a mut [Class<T>],
@@ -302,32 +279,32 @@ fn fits<'a, T>(
     max_frame: u32,
     class: usize,
     len: u32,
-) -> Result<&'a mut Class<T>, DropReason> {
+) -> Result<&'a mut Class<T>, Reason> {
     let Some(c) = classes.get_mut(class) else {
         port.unknown_class.add(len);
-        return Err(DropReason::UnknownClass);
+        return Err(Reason::UnknownClass);
     };
     if len > max_frame {
         port.oversize.add(len);
-        return Err(DropReason::Oversize);
+        return Err(Reason::EgressOversize);
     }
     if !c.queue.fits(len) {
         c.counters.tail_drop.add(len);
-        return Err(DropReason::TailDrop);
+        return Err(Reason::TailDrop);
     }
     Ok(c)
 }
 
 /// RED selected `item` (of `len` bytes): an ECN-capable packet is marked CE (counted
-/// `ecn_marked`), a Not-ECT one refused ([`DropReason::RedDrop`], counted `red_drop`).
+/// `ecn_marked`), a Not-ECT one refused ([`Reason::RedDrop`], counted `red_drop`).
 #[inline(always)]
-fn mark<T: SchedItem>(item: &mut T, counters: &mut ClassCounters, len: u32) -> Result<(), DropReason> {
+fn mark<T: SchedItem>(item: &mut T, counters: &mut ClassCounters, len: u32) -> Result<(), Reason> {
     if item.mark_ce().is_ce() {
         counters.ecn_marked.add(len);
         Ok(())
     } else {
         counters.red_drop.add(len);
-        Err(DropReason::RedDrop)
+        Err(Reason::RedDrop)
     }
 }
 
@@ -385,9 +362,9 @@ impl<T: SchedItem> Scheduler<T> {
     /// (counted `ecn_marked`) or refuse it.
     ///
     /// # Errors
-    /// The item back, with [`DropReason::UnknownClass`], [`DropReason::Oversize`],
-    /// [`DropReason::TailDrop`] (capacity reached; checked before RED, which samples only
-    /// packets that fit) or [`DropReason::RedDrop`] (selected and Not-ECT); each is counted.
+    /// The item back, with [`Reason::UnknownClass`], [`Reason::EgressOversize`],
+    /// [`Reason::TailDrop`] (capacity reached; checked before RED, which samples only
+    /// packets that fit) or [`Reason::RedDrop`] (selected and Not-ECT); each is counted.
     #[inline]
     pub fn enqueue(&mut self, class: usize, item: T, now: u64) -> Result<(), Rejected<T>> {
         let (item, len) = self.admit(class, item, now)?;
@@ -536,7 +513,7 @@ impl<T: SchedItem> Scheduler<T> {
                 let e = self.take_head(c, 0);
                 self.note_if_empty(c, now);
                 self.classes[c].counters.red_drop.add(e.len);
-                out(Dequeued::Drop(e.item, DropReason::RedDrop));
+                out(Dequeued::Drop(e.item, Reason::RedDrop));
                 handed += 1;
                 continue;
             }

@@ -195,32 +195,26 @@ fn tail_drop_at_the_byte_and_packet_capacity() {
         s.enqueue(0, Pkt { id, class: 0, len: 1000, ecn: None }, 0).unwrap();
     }
     let r = s.enqueue(0, Pkt { id: 10, class: 0, len: 1, ecn: None }, 0).unwrap_err();
-    assert_eq!((r.item.id, r.reason), (10, DropReason::TailDrop));
+    assert_eq!((r.item.id, r.reason), (10, Reason::TailDrop));
     assert_eq!(s.depth(0), PktBytes { pkts: 10, bytes: 10_000 });
     assert_eq!(s.counters(0).tail_drop, PktBytes { pkts: 1, bytes: 1 });
     assert_eq!(s.counters(0).enqueued, PktBytes { pkts: 10, bytes: 10_000 });
     assert_eq!(s.counters(0).max_depth_bytes, 10_000);
     // One out, one 1000-byte frame fits again, a 1001-byte one does not.
     assert_eq!(s.dequeue(0, 1, |_| {}), 1);
-    assert_eq!(
-        s.enqueue(0, Pkt { id: 11, class: 0, len: 1001, ecn: None }, 0).unwrap_err().reason,
-        DropReason::TailDrop
-    );
+    assert_eq!(s.enqueue(0, Pkt { id: 11, class: 0, len: 1001, ecn: None }, 0).unwrap_err().reason, Reason::TailDrop);
     s.enqueue(0, Pkt { id: 12, class: 0, len: 1000, ecn: None }, 0).unwrap();
     for id in 0..4 {
         s.enqueue(1, Pkt { id, class: 1, len: 64, ecn: None }, 0).unwrap();
     }
-    assert_eq!(s.enqueue(1, Pkt { id: 4, class: 1, len: 64, ecn: None }, 0).unwrap_err().reason, DropReason::TailDrop);
+    assert_eq!(s.enqueue(1, Pkt { id: 4, class: 1, len: 64, ecn: None }, 0).unwrap_err().reason, Reason::TailDrop);
     assert_eq!(s.classes[0].queue.ring_capacity(), ring);
     assert!(ring >= 64);
     // Unknown class and oversize are counted per port.
-    assert_eq!(
-        s.enqueue(2, Pkt { id: 5, class: 2, len: 64, ecn: None }, 0).unwrap_err().reason,
-        DropReason::UnknownClass
-    );
+    assert_eq!(s.enqueue(2, Pkt { id: 5, class: 2, len: 64, ecn: None }, 0).unwrap_err().reason, Reason::UnknownClass);
     assert_eq!(
         s.enqueue(1, Pkt { id: 6, class: 1, len: 1515, ecn: None }, 0).unwrap_err().reason,
-        DropReason::Oversize
+        Reason::EgressOversize
     );
     assert_eq!(s.port_counters().unknown_class, PktBytes { pkts: 1, bytes: 64 });
     assert_eq!(s.port_counters().oversize, PktBytes { pkts: 1, bytes: 1515 });
@@ -323,7 +317,7 @@ fn red_at_dequeue_marks_on_the_depth_behind() {
         match d {
             // At or above Kmax behind: every one is selected.
             Dequeued::Send(p) if behind >= 60_000 => assert_eq!(p.ecn, Some(3), "{i}"),
-            Dequeued::Drop(p, DropReason::RedDrop) => {
+            Dequeued::Drop(p, Reason::RedDrop) => {
                 assert!(behind >= 20_000, "{i}: dropped below Kmin");
                 assert_eq!(p.ecn, Some(0))
             }
@@ -410,7 +404,7 @@ fn packet_buffers_are_marked_in_their_bytes() {
         match s.enqueue(0, VecBuf::from_frame(f), 0) {
             Ok(()) => {}
             Err(r) => {
-                assert_eq!(r.reason, DropReason::RedDrop);
+                assert_eq!(r.reason, Reason::RedDrop);
                 assert_eq!(r.item.data()[15] & 3, 0);
                 dropped += 1;
             }

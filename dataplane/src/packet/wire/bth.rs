@@ -19,7 +19,7 @@
 use super::error::WireError;
 use super::{be16, be32, put_be16, put_be32, Field};
 
-mod field {
+pub(crate) mod field {
     use super::Field;
     pub const OPCODE: usize = 0;
     pub const FLAGS: usize = 1;

@@ -21,7 +21,7 @@
 use super::error::WireError;
 use super::{be16, be32, put_be16, put_be32, Field};
 
-mod field {
+pub(crate) mod field {
     use super::Field;
     pub const VER_FLAGS: usize = 0;
     pub const OP_TYPE: usize = 1;

@@ -12,7 +12,7 @@ use super::checksum;
 use super::error::WireError;
 use super::{be16, put_be16, Field};
 
-mod field {
+pub(crate) mod field {
     use super::Field;
     pub const SRC_PORT: Field = 0..2;
     pub const DST_PORT: Field = 2..4;

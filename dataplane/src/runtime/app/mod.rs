@@ -860,6 +860,50 @@ fn stop_requested() -> Result<(), AppError> {
     Ok(())
 }
 
+/// Prints where a live run can be reached (telemetry socket, metrics, control socket) and the
+/// line that says the ports are forwarding, which scripts wait for.
+fn announce(
+    eal: &Eal,
+    telemetry: &Result<(), DpdkError>,
+    metrics: Option<&crate::metrics::MetricsServer>,
+    control: Option<&crate::control::Control>,
+    ports: &[dpdk::Port],
+    workers: usize,
+) {
+    // The runtime directory is named after the file prefix, however EAL was given it.
+    let dir = PathBuf::from(eal.runtime_dir());
+    let socket = dir.join("dpdk_telemetry.v2");
+    match telemetry {
+        Ok(()) if !eal.args().iter().any(|a| a == "--no-telemetry") => {
+            let prefix = dir.file_name().map_or_else(|| "rte".into(), |n| n.to_string_lossy());
+            println!(
+                "dpu: telemetry: {} (dpdk-telemetry.py -f {prefix}: /dpu/stats, /dpu/collectives, /dpu/table,NAME)",
+                socket.display()
+            );
+        }
+        Ok(()) => {}
+        Err(e) => eprintln!("dpu: telemetry commands not registered: {e}"),
+    }
+    if let Some(m) = metrics {
+        println!("dpu: metrics: http://{}/metrics", m.addr);
+    }
+    if let Some(c) = control {
+        println!(
+            "dpu: control: {} (dpuctl -s {} tables; SIGHUP reloads the config)",
+            c.socket.display(),
+            c.socket.display()
+        );
+    }
+    // Live or endless input: say when the ports are forwarding (scripts wait for this line).
+    let names: Vec<&str> = ports.iter().map(|p| p.name()).collect();
+    println!(
+        "dpu: running on {} worker lcore(s), ports [{}]; stop with Ctrl-C (SIGINT) or SIGTERM",
+        workers,
+        names.join(", ")
+    );
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+}
+
 fn run_with_eal(
     eal: &Eal,
     loaded: &Loaded,
@@ -901,38 +945,7 @@ fn run_with_eal(
         }
     };
     if !opts.quiet && expected.is_none() {
-        // The runtime directory is named after the file prefix, however EAL was given it.
-        let dir = PathBuf::from(eal.runtime_dir());
-        let socket = dir.join("dpdk_telemetry.v2");
-        match &telemetry {
-            Ok(()) if !eal.args().iter().any(|a| a == "--no-telemetry") => {
-                let prefix = dir.file_name().map_or_else(|| "rte".into(), |n| n.to_string_lossy());
-                println!(
-                    "dpu: telemetry: {} (dpdk-telemetry.py -f {prefix}: /dpu/stats, /dpu/collectives, /dpu/table,NAME)",
-                    socket.display()
-                );
-            }
-            Ok(()) => {}
-            Err(e) => eprintln!("dpu: telemetry commands not registered: {e}"),
-        }
-        if let Some(m) = &metrics {
-            println!("dpu: metrics: http://{}/metrics", m.addr);
-        }
-        if let Some(c) = &control {
-            println!(
-                "dpu: control: {} (dpuctl -s {} tables; SIGHUP reloads the config)",
-                c.socket.display(),
-                c.socket.display()
-            );
-        }
-        // Live or endless input: say when the ports are forwarding (scripts wait for this line).
-        let names: Vec<&str> = ports.iter().map(|p| p.name()).collect();
-        println!(
-            "dpu: running on {} worker lcore(s), ports [{}]; stop with Ctrl-C (SIGINT) or SIGTERM",
-            lcores.len(),
-            names.join(", ")
-        );
-        let _ = std::io::Write::flush(&mut std::io::stdout());
+        announce(eal, &telemetry, metrics.as_ref(), control.as_ref(), &ports, lcores.len());
     }
     let reconnect: Vec<bool> = plans.iter().map(PortPlan::is_memif_client).collect();
     let stats_every = (cfg.dataplane.stats_interval_ms > 0 && expected.is_none())

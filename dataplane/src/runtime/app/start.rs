@@ -189,8 +189,8 @@ pub(super) fn start_ports(
 const CHAIN_VDEVS: [&str; 5] = ["net_pcap", "net_memif", "net_af_packet", "net_ring", "net_null"];
 
 /// What every worker's aggregator answers from, as the configuration and the run set it.
-fn agg_context(cfg: &crate::config::Config, shared: &Shared) -> crate::agg::swap::AggContext {
-    crate::agg::swap::AggContext {
+fn agg_context(cfg: &crate::config::Config, shared: &Shared) -> crate::agg::context::AggContext {
+    crate::agg::context::AggContext {
         ports: shared.port_addrs.clone(),
         gradient_udp_port: cfg.dataplane.gradient_udp_port,
         appliance_qpn: cfg.dataplane.appliance_qpn,

@@ -15,8 +15,9 @@
 pub mod mailbox;
 
 use crate::agg::collective::Collective;
+use crate::agg::context::AggContext;
 use crate::agg::nak::SharedNakLimiter;
-use crate::agg::swap::{AggContext, CollSwap};
+use crate::agg::swap::CollSwap;
 use crate::agg::CollCounters;
 use crate::config::update::{self, parse_request, Built, Fixed, Model, Request, MAX_REQUEST};
 use crate::config::{ConfigError, Loaded};

@@ -5,7 +5,8 @@
 //! collectives keep one owner (section 6's per-member PSN sequence).
 
 use super::*;
-use crate::agg::swap::{AggContext, CollSwap};
+use crate::agg::context::AggContext;
+use crate::agg::swap::CollSwap;
 use crate::wire::gradient::SlotState;
 
 fn ctx(workers: u16, shard: bool) -> AggContext {

@@ -4,7 +4,8 @@
 //! its packets are then an unknown collective's (NAK reason 1, rule 5).
 
 use super::*;
-use crate::agg::swap::{AggContext, CollSwap};
+use crate::agg::context::AggContext;
+use crate::agg::swap::CollSwap;
 use crate::stats::Reason;
 use crate::wire::gradient::NakReason;
 
