@@ -34,6 +34,11 @@ GOOD = {
 }
 
 
+def faults_with(changes):
+    """check_layers' faults on GOOD with `changes` (path -> text) made."""
+    return check_layers.check(tree({**GOOD, **changes}))[0]
+
+
 class CheckLayers(unittest.TestCase):
     def test_a_layered_tree_passes_and_test_code_is_left_out(self):
         faults, graph = check_layers.check(tree(GOOD))
@@ -42,10 +47,10 @@ class CheckLayers(unittest.TestCase):
         self.assertEqual(graph["runtime"]["worker"], {"control", "dpdk"})
 
     def test_cycles_in_either_layer_are_named_with_their_edges(self):
-        files = dict(GOOD)
-        files["packet/wire/mod.rs"] = "use crate::table::Key;\n"
-        files["runtime/control/mod.rs"] = "use crate::worker::ask_stop;\n"
-        faults, _ = check_layers.check(tree(files))
+        faults = faults_with({
+            "packet/wire/mod.rs": "use crate::table::Key;\n",
+            "runtime/control/mod.rs": "use crate::worker::ask_stop;\n",
+        })
         self.assertIn(
             "packet: an import cycle among parse, table, wire (parse -> wire; table -> parse; table -> wire; "
             "wire -> table)",
@@ -55,11 +60,11 @@ class CheckLayers(unittest.TestCase):
         self.assertEqual(len(faults), 2, faults)
 
     def test_the_core_importing_the_runtime_or_config_or_dpdk_sys_is_named(self):
-        files = dict(GOOD)
-        files["packet/parse/mod.rs"] = "use crate::{wire::x, runtime::worker};\nuse crate::config::C;\n"
-        files["packet/wire/mod.rs"] = "fn f() { dpdk_sys::rte_pktmbuf_free(); }\n"
-        files["config/mod.rs"] = "use crate::dpdk::Eal;\n"
-        faults, _ = check_layers.check(tree(files))
+        faults = faults_with({
+            "packet/parse/mod.rs": "use crate::{wire::x, runtime::worker};\nuse crate::config::C;\n",
+            "packet/wire/mod.rs": "fn f() { dpdk_sys::rte_pktmbuf_free(); }\n",
+            "config/mod.rs": "use crate::dpdk::Eal;\n",
+        })
         self.assertEqual(
             sorted(faults),
             [
@@ -71,14 +76,12 @@ class CheckLayers(unittest.TestCase):
         )
 
     def test_a_cycle_between_sibling_files_is_named_and_mod_rs_is_left_out(self):
-        files = dict(GOOD)
-        files["packet/agg/mod.rs"] = "mod state;\nmod swap;\npub struct Ctx;\nuse state::S;\n"
-        files["packet/agg/state.rs"] = "use super::swap::Ctx;\nuse super::Ctx as C;\n"
-        files["packet/agg/swap.rs"] = "use crate::agg::state::S;\n"
-        faults, _ = check_layers.check(tree(files))
-        self.assertEqual(
-            faults, ["packet/agg/: an import cycle among the files state, swap (state -> swap; swap -> state)"]
-        )
+        faults = faults_with({
+            "packet/agg/mod.rs": "mod state;\nmod swap;\npub struct Ctx;\nuse state::S;\n",
+            "packet/agg/state.rs": "use super::swap::Ctx;\nuse super::Ctx as C;\n",
+            "packet/agg/swap.rs": "use crate::agg::state::S;\n",
+        })
+        self.assertEqual(faults, ["packet/agg/: an import cycle among the files state, swap (state -> swap; swap -> state)"])
 
     def test_imports_after_a_test_module_declared_early_are_read(self):
         files = dict(GOOD)
