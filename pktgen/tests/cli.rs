@@ -133,12 +133,10 @@ fn allreduce_writes_exact_values_on_request() {
         assert_eq!((results[i]["offset"].as_u64(), results[i]["payload"].as_str()), (Some(off as u64), Some(&hex[..])));
     }
     // Every lane of the pcap's payloads is an integer of at most 2048 / 4 = 512 in magnitude.
-    let file = std::fs::read(d.join("input.pcap")).unwrap();
-    let mut r = pcap_file::pcap::PcapReader::new(&file[..]).unwrap();
     let mut frames = 0;
-    while let Some(p) = r.next_packet() {
+    for f in functional_tests::read_pcap(&d.join("input.pcap")) {
         frames += 1;
-        for c in p.unwrap().data[62..].chunks(2) {
+        for c in f[62..].chunks(2) {
             let v = half::f16::from_le_bytes([c[0], c[1]]).to_f32();
             assert!(v == v.trunc() && v.abs() <= 512.0, "{v}");
         }

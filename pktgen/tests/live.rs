@@ -6,7 +6,7 @@
 
 use dataplane::parse::{parse, Layers};
 use dataplane::wire::icrc;
-use pcap_file::pcap::PcapReader;
+use functional_tests::{read_pcap, write_pcap_at};
 use pktgen::stream::find_stamp;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -231,11 +231,9 @@ fn frames_on_the_wire_are_valid_for_every_kind() {
     );
     let (rc, out, err, v) = run(&d, &conf, "1");
     assert_eq!(rc, 0, "{out}\n{err}");
-    let mut r = PcapReader::new(std::fs::File::open(&pcap).unwrap()).unwrap();
     let mut next = [0u32; 4];
     let mut lens: Vec<Vec<usize>> = vec![Vec::new(); 4];
-    while let Some(p) = r.next_packet() {
-        let fr = p.unwrap().data.into_owned();
+    for fr in read_pcap(&pcap) {
         let st = find_stamp(&fr).expect("a stamp");
         let i = st.stream as usize;
         assert_eq!(st.seq, next[i], "stream {i}");
@@ -317,8 +315,6 @@ fn link_wait_ms_waits_for_the_link_and_names_a_port_still_down() {
 /// A capture of `n` UDP/IPv4 frames of 60 to 187 bytes (frame `i`: `60 + i % 128`), frame `i`
 /// at `i * gap_us` µs: payload bytes `0x11 + i`, never the stamp's magic where a stamp would be.
 fn capture(path: &Path, n: usize, gap_us: u64) -> Vec<Vec<u8>> {
-    use pcap_file::pcap::{PcapPacket, PcapWriter};
-    let mut w = PcapWriter::new(std::fs::File::create(path).unwrap()).unwrap();
     let mut frames = Vec::new();
     for i in 0..n {
         let len = 60 + i % 128;
@@ -349,10 +345,11 @@ fn capture(path: &Path, n: usize, gap_us: u64) -> Vec<Vec<u8>> {
         ]);
         f[34..42].copy_from_slice(&[0x30, 0x39, 0, 7, 0, (len - 34) as u8, 0, 0]);
         assert_ne!(f[42], 0xA5);
-        let ts = std::time::Duration::from_micros(1_000_000 + i as u64 * gap_us);
-        w.write_packet(&PcapPacket::new(ts, len as u32, &f)).unwrap();
         frames.push(f);
     }
+    let at: Vec<(u64, Vec<u8>)> =
+        frames.iter().enumerate().map(|(i, f)| (1_000_000 + i as u64 * gap_us, f.clone())).collect();
+    write_pcap_at(path, &at);
     frames
 }
 
@@ -434,13 +431,11 @@ fn pcap_replay_sends_frames_as_captured() {
     let (rc, out, err, v) = run(&d, &conf, "30");
     assert_eq!(rc, 0, "{out}\n{err}");
     assert_eq!(u(&v["streams"][0]["tx"]["packets"]), 600);
-    let mut r = PcapReader::new(std::fs::File::open(&out_pcap).unwrap()).unwrap();
-    let mut i = 0;
-    while let Some(p) = r.next_packet() {
-        assert_eq!(p.unwrap().data.as_ref(), &frames[i % 300][..], "frame {i}");
-        i += 1;
+    let got = read_pcap(&out_pcap);
+    for (i, f) in got.iter().enumerate() {
+        assert_eq!(&f[..], &frames[i % 300][..], "frame {i}");
     }
-    assert_eq!(i, 600);
+    assert_eq!(got.len(), 600);
 }
 
 /// `--packets N` stops a stream after N packets and ends the run.
@@ -473,11 +468,10 @@ fn packets_limits_a_stream_and_ends_the_run() {
 /// stream's CNPs, not as unknown frames.
 #[test]
 fn ce_marks_and_cnps_are_counted_per_stream() {
-    use pcap_file::pcap::{PcapPacket, PcapWriter};
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let d = tmp("congestion");
     let file = d.join("cnp.pcap");
-    let mut w = PcapWriter::new(std::fs::File::create(&file).unwrap()).unwrap();
+    let mut cnps = Vec::new();
     for i in 0..50u32 {
         // Ethernet, IPv4 (checksum left 0: pktgen sends captures as they are), UDP to 4791,
         // BTH CNP to QP 0x100 + i % 4 (the first stream's flows), 16 reserved bytes, ICRC.
@@ -493,10 +487,9 @@ fn ce_marks_and_cnps_are_counted_per_stream() {
         f[38..40].copy_from_slice(&((len - 34) as u16).to_be_bytes());
         f[42] = 0x81;
         f[47..50].copy_from_slice(&(0x100 + i % 4).to_be_bytes()[1..]);
-        let ts = std::time::Duration::from_micros(1_000_000 + u64::from(i) * 100);
-        w.write_packet(&PcapPacket::new(ts, f.len() as u32, &f)).unwrap();
+        cnps.push((1_000_000 + u64::from(i) * 100, f));
     }
-    drop(w);
+    write_pcap_at(&file, &cnps);
     let conf = format!(
         "[eal]\n{EAL}\n[pktgen]\ntx_lcores = [1]\n[[port]]\nvdev = \"net_ring0\"\n\
          [[stream]]\nname = \"marked\"\nkind = \"rocev2\"\nport = 0\nrx_port = 0\nsize = 128\nflows = 4\necn = 3\nrate_pps = 2000\n\

@@ -181,6 +181,13 @@ id = 2
 rx = [{ port = 1, queue = 0 }]
 "#;
 
+/// A config of two `net_null` ports, `a` (port 0) and `b` (port 1), after `eal` (the EAL
+/// section, and lcores if any: [`EAL`], [`TWO_WORKERS`]) and before `rest` (tables,
+/// collectives). Replays replace the null devices with their files (`--rx`, `--tx`).
+pub fn two_null_ports(eal: &str, rest: &str) -> String {
+    format!("{eal}\n[[port]]\nname = \"a\"\nvdev = \"net_null0\"\n[[port]]\nname = \"b\"\nvdev = \"net_null1\"\n{rest}")
+}
+
 /// A one-table pipeline that forwards every frame to port 1 (an exact `eth.dst` table with no
 /// entries whose default action is `forward(1)`).
 pub const TO_PORT1: &str = r#"

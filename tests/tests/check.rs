@@ -1,17 +1,13 @@
 //! `dpu --check -c CONF`: the configuration is validated as a run would validate it, without
 //! starting DPDK, and the exit status says whether it is valid.
 
-use functional_tests::{dpu_bin, scratch, write_config, EAL, TO_PORT1};
+use functional_tests::{dpu_bin, scratch, two_null_ports, write_config, EAL, TO_PORT1};
 use std::process::Command;
 
 #[test]
 fn check_accepts_a_valid_config_and_names_the_key_of_a_bad_one() {
     let dir = scratch("check");
-    let good = write_config(
-        &dir,
-        "good.toml",
-        &format!("{EAL}\n[[port]]\nname = \"a\"\nvdev = \"net_null0\"\n[[port]]\nname = \"b\"\nvdev = \"net_null1\"\n{TO_PORT1}"),
-    );
+    let good = write_config(&dir, "good.toml", &two_null_ports(EAL, TO_PORT1));
     let o = Command::new(dpu_bin()).args(["--check", "-c", good.to_str().unwrap()]).output().unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "{out}{}", String::from_utf8_lossy(&o.stderr));

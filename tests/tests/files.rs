@@ -10,17 +10,13 @@ use std::time::Duration;
 
 /// Two ports (replays turn them into net_pcap vdevs), everything forwarded to port 1.
 fn two_ports() -> String {
-    format!(
-        "{EAL}\n[[port]]\nname = \"a\"\nvdev = \"net_null0\"\n[[port]]\nname = \"b\"\nvdev = \"net_null1\"\n{TO_PORT1}"
-    )
+    two_null_ports(EAL, TO_PORT1)
 }
 
 /// The same with two worker lcores, each polling one port: every port has two tx queues, so a
 /// replay writes one file per tx queue and merges them.
 fn two_ports_two_workers() -> String {
-    format!(
-        "{TWO_WORKERS}\n[[port]]\nname = \"a\"\nvdev = \"net_null0\"\n[[port]]\nname = \"b\"\nvdev = \"net_null1\"\n{TO_PORT1}"
-    )
+    two_null_ports(TWO_WORKERS, TO_PORT1)
 }
 
 /// A `len`-byte Ethernet frame of a local experimental EtherType (0x88b5), its payload marked

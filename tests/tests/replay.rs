@@ -3,9 +3,7 @@
 use functional_tests::*;
 
 fn two_ports(table: &str) -> String {
-    format!(
-        "{EAL}\n[[port]]\nname = \"a\"\nvdev = \"net_null0\"\n[[port]]\nname = \"b\"\nvdev = \"net_null1\"\n{table}"
-    )
+    two_null_ports(EAL, table)
 }
 
 #[test]

@@ -4,18 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-/// `$DPU_BIN`, else `dpu` in `$DPU_BIN_DIR`, else `target/release/dpu`.
-pub fn dpu_bin() -> PathBuf {
-    let p = std::env::var_os("DPU_BIN").map(PathBuf::from).unwrap_or_else(|| {
-        std::env::var_os("DPU_BIN_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target/release")).join("dpu")
-    });
-    assert!(p.exists(), "{} does not exist: build it first (cargo build --release -p dataplane --bins)", p.display());
-    p
-}
+pub use functional_tests::dpu_bin;
 
 /// Sends `sig` (e.g. "-TERM") to `child`.
 pub fn kill(child: &Child, sig: &str) {

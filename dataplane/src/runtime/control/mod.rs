@@ -129,12 +129,19 @@ pub fn start(
     let text = std::fs::read_to_string(config_path)
         .map_err(|e| format!("control: cannot read {}: {e}", config_path.display()))?;
     let running: toml::Table = text.parse().map_err(|e| format!("control: {}: {e}", config_path.display()))?;
+    // Bound, given its mode and listening under a temporary name, then renamed into place: the
+    // socket appears ready, so a client that connects as soon as the file exists (a script, a
+    // test) is never refused in the moment between bind(2) and listen(2).
+    let name = socket.file_name().map_or_else(|| "control".into(), |n| n.to_string_lossy());
+    let tmp = socket.with_file_name(format!(".{name}.tmp"));
     let _ = std::fs::remove_file(socket);
-    let listener =
-        UnixListener::bind(socket).map_err(|e| format!("control: cannot listen on {}: {e}", socket.display()))?;
+    let _ = std::fs::remove_file(&tmp);
+    let listener = UnixListener::bind(&tmp).map_err(|e| format!("control: cannot listen on {}: {e}", tmp.display()))?;
     // Only the appliance's user may connect (its owner, from bind).
-    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| format!("control: cannot set the mode of {}: {e}", socket.display()))?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("control: cannot set the mode of {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, socket)
+        .map_err(|e| format!("control: cannot move {} to {}: {e}", tmp.display(), socket.display()))?;
     listener.set_nonblocking(true).map_err(|e| format!("control: {e}"))?;
     let mut server = Server {
         model: Model::of(loaded),
