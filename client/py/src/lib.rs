@@ -175,9 +175,58 @@ impl PyClient {
     }
 }
 
+/// The wire's constants as the Rust code defines them (spec sections 2, 5 and 7), so that the
+/// pure-Python client's own copies (gradclient/wire.py) can be checked against them: a dict of
+/// `header_len`, `version`, `default_udp_port`, `rank_none`, `flags` {name: bit}, `ops`
+/// {name: code}, `dtypes` {name: (code, bytes per lane)}, `nak_reasons` {code: text} and
+/// `states` {name: code} (a STATUS's reason byte).
+#[pyfunction]
+fn wire_constants(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    use dataplane::wire::gradient::{self as g, Flags, NakReason, SlotState};
+    let d = PyDict::new(py);
+    d.set_item("header_len", g::HEADER_LEN)?;
+    d.set_item("version", g::VERSION)?;
+    d.set_item("default_udp_port", g::DEFAULT_UDP_PORT)?;
+    d.set_item("rank_none", g::RANK_NONE)?;
+    let flags = PyDict::new(py);
+    for (k, v) in
+        [("result", Flags::RESULT), ("retransmit", Flags::RETRANSMIT), ("nak", Flags::NAK), ("probe", Flags::PROBE)]
+    {
+        flags.set_item(k, v)?;
+    }
+    d.set_item("flags", flags)?;
+    let ops = PyDict::new(py);
+    for o in Op::ALL {
+        ops.set_item(o.name(), o.wire())?;
+    }
+    d.set_item("ops", ops)?;
+    let dtypes = PyDict::new(py);
+    for t in Dtype::ALL {
+        dtypes.set_item(t.name(), (t.wire(), t.size()))?;
+    }
+    d.set_item("dtypes", dtypes)?;
+    let naks = PyDict::new(py);
+    for c in NakReason::UNKNOWN_COLLECTIVE..=NakReason::STALE_ROUND {
+        naks.set_item(c, gradclient::nak_reason_text(c))?;
+    }
+    d.set_item("nak_reasons", naks)?;
+    let states = PyDict::new(py);
+    for (k, v) in [
+        ("no_history", SlotState::NO_HISTORY),
+        ("in_progress_without_rank", SlotState::IN_PROGRESS_WITHOUT_RANK),
+        ("in_progress_with_rank", SlotState::IN_PROGRESS_WITH_RANK),
+        ("completed", SlotState::COMPLETED),
+    ] {
+        states.set_item(k, v)?;
+    }
+    d.set_item("states", states)?;
+    Ok(d)
+}
+
 #[pymodule]
 fn gradclient_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyClient>()?;
+    m.add_function(wrap_pyfunction!(wire_constants, m)?)?;
     m.add("NativeError", m.py().get_type::<errors::NativeError>())?;
     Ok(())
 }

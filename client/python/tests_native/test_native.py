@@ -138,6 +138,30 @@ class NativeErrors(unittest.TestCase):
             self.assertEqual(cm.exception.missing, 16)
 
 
+class WireConstantsAgree(unittest.TestCase):
+    """The pure-Python client's copies of the wire's constants (gradclient/wire.py) are the
+    Rust definitions (dataplane's wire/gradient.rs, the Rust client's NAK texts), as the native
+    module reports them."""
+
+    def test_every_constant_of_wire_py_is_the_rust_one(self):
+        import gradclient_native
+        from gradclient import wire
+
+        r = gradclient_native.wire_constants()
+        self.assertEqual((wire.HEADER_LEN, wire.VERSION), (r["header_len"], r["version"]))
+        self.assertEqual((wire.DEFAULT_UDP_PORT, wire.RANK_APPLIANCE), (r["default_udp_port"], r["rank_none"]))
+        flags = {"result": wire.FLAG_RESULT, "retransmit": wire.FLAG_RETRANSMIT, "nak": wire.FLAG_NAK,
+                 "probe": wire.FLAG_PROBE}  # fmt: skip
+        self.assertEqual(flags, r["flags"])
+        self.assertEqual(wire.OPS, r["ops"])
+        self.assertEqual({k: (code, size) for k, (code, size, _) in wire.DTYPES.items()}, r["dtypes"])
+        self.assertEqual(wire.NAK_REASONS, r["nak_reasons"])
+        self.assertEqual(r["nak_reasons"][wire.NAK_STALE_ROUND], "stale or premature round")
+        states = {"no_history": wire.STATE_NO_HISTORY, "in_progress_without_rank": wire.STATE_WITHOUT_RANK,
+                  "in_progress_with_rank": wire.STATE_WITH_RANK, "completed": wire.STATE_COMPLETED}  # fmt: skip
+        self.assertEqual(states, r["states"])
+
+
 class Selection(unittest.TestCase):
     def test_gradclient_impl_picks_the_client(self):
         self.assertIs(client_class("python"), Client)
