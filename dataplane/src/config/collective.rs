@@ -104,46 +104,7 @@ pub fn validate(
                 format!("collective {} is configured twice", c.collective_id),
             ));
         }
-        let op = Op::from_name(&c.op)
-            .ok_or_else(|| err(format!("{k}.op"), format!("expected \"sum\", \"max\" or \"min\", found {:?}", c.op)))?;
-        let dtype = Dtype::from_name(&c.dtype).ok_or_else(|| {
-            err(format!("{k}.dtype"), format!("expected \"f32\", \"f16\", \"bf16\" or \"i32\", found {:?}", c.dtype))
-        })?;
-        let carriage = match c.carriage.as_str() {
-            "udp" => Carriage::Udp,
-            "rocev2" => Carriage::Rocev2,
-            o => return Err(err(format!("{k}.carriage"), format!("expected \"udp\" or \"rocev2\", found {o:?}"))),
-        };
-        if c.tensor_elements == 0 {
-            return Err(err(format!("{k}.tensor_elements"), "expected at least 1 element".into()));
-        }
-        if c.chunk_elements == 0 {
-            return Err(err(format!("{k}.chunk_elements"), "expected at least 1 element".into()));
-        }
-        let chunk_bytes = c.chunk_elements as u64 * dtype.size() as u64;
-        if chunk_bytes > 9000 - 100 {
-            return Err(err(
-                format!("{k}.chunk_elements"),
-                format!("a chunk of {} {} lanes is {chunk_bytes} bytes: expected at most 8900 bytes (a 9000-byte jumbo frame with headers)", c.chunk_elements, c.dtype),
-            ));
-        }
-        if c.slot_timeout_ms == 0 {
-            // Rule 8 reclaims a round untouched for longer than this: 0 would reclaim every
-            // round at its next contribution, so no round of two or more workers could complete.
-            return Err(err(format!("{k}.slot_timeout_ms"), "expected at least 1 ms, found 0".into()));
-        }
-        if c.dscp > 63 {
-            return Err(err(format!("{k}.dscp"), format!("expected 0..=63, found {}", c.dscp)));
-        }
-        if c.members.is_empty() {
-            return Err(err(format!("{k}.member"), "expected at least one [[collective.member]]".into()));
-        }
-        if c.members.len() > MAX_WORKERS {
-            return Err(err(
-                format!("{k}.member"),
-                format!("expected at most {MAX_WORKERS} members, found {}", c.members.len()),
-            ));
-        }
+        let (op, dtype, carriage) = shape(c, &k, path)?;
         let n = c.members.len();
         let mut members: Vec<Option<Member>> = vec![None; n];
         for (mi, m) in c.members.iter().enumerate() {
@@ -160,99 +121,19 @@ pub fn validate(
             if members[m.rank as usize].is_some() {
                 return Err(err(format!("{mk}.rank"), format!("rank {} appears twice", m.rank)));
             }
-            let std_ip = m
-                .ip
-                .parse::<std::net::IpAddr>()
-                .map_err(|_| err(format!("{mk}.ip"), format!("expected an IPv4 or IPv6 address, found {:?}", m.ip)))?;
-            // A worker's address is the source of its contributions (the anti-spoofing check) and
-            // the destination of its results: it must be one host's.
-            let broadcast = matches!(std_ip, std::net::IpAddr::V4(v4) if v4.is_broadcast());
-            if std_ip.is_unspecified() || std_ip.is_multicast() || broadcast {
-                return Err(err(
-                    format!("{mk}.ip"),
-                    format!("expected a unicast address (a worker's own), found {:?}", m.ip),
-                ));
-            }
-            let ip = IpAddrBytes::from_std(std_ip);
-            let mac: EthernetAddress =
-                m.mac.parse().map_err(|e| err(format!("{mk}.mac"), format!("{e}, found {:?}", m.mac)))?;
-            if mac.is_multicast() {
-                // Results are unicast to the worker's NIC (spec section 6).
-                return Err(err(
-                    format!("{mk}.mac"),
-                    format!("expected a unicast MAC address (first octet even), found {:?}", m.mac),
-                ));
-            }
-            let port = m.port.unwrap_or(0);
-            if port as usize >= ports.ipv4.len() {
-                return Err(err(
-                    format!("{mk}.port"),
-                    format!(
-                        "expected a port index below {} (the number of [[port]] tables), found {port}",
-                        ports.ipv4.len()
-                    ),
-                ));
-            }
-            let has_addr = match ip {
-                IpAddrBytes::V4(_) => ports.ipv4[port as usize].is_some(),
-                IpAddrBytes::V6(_) => ports.ipv6[port as usize].is_some(),
-            };
-            if !has_addr {
-                return Err(err(
-                    format!("{mk}.ip"),
-                    format!(
-                        "port[{port}] has no {} address: set `{}` on it (results come from the appliance's address on the member's port)",
-                        if ip.is_v6() { "IPv6" } else { "IPv4" },
-                        if ip.is_v6() { "ipv6" } else { "ipv4" }
-                    ),
-                ));
-            }
-            if let Some(v) = m.vlan {
-                if v == 0 || v > 4094 {
-                    return Err(err(format!("{mk}.vlan"), format!("expected a VLAN ID in 1..=4094, found {v}")));
-                }
-            }
-            let (udp_port, qpn, qkey) = match carriage {
-                Carriage::Udp => {
-                    let p = m.udp_port.ok_or_else(|| {
-                        err(
-                            format!("{mk}.udp_port"),
-                            "expected the worker's UDP port (the UDP carriage needs it)".into(),
-                        )
-                    })?;
-                    if p == 0 {
-                        return Err(err(format!("{mk}.udp_port"), "expected a UDP port in 1..=65535, found 0".into()));
-                    }
-                    (p, 0, 0)
-                }
-                Carriage::Rocev2 => {
-                    let q = m.qpn.ok_or_else(|| {
-                        err(
-                            format!("{mk}.qpn"),
-                            "expected the worker's QP number (the RoCEv2 carriage needs it)".into(),
-                        )
-                    })?;
-                    if q > 0xff_ffff {
-                        return Err(err(format!("{mk}.qpn"), format!("expected a 24-bit QP number, found {q}")));
-                    }
-                    let key = m.qkey.ok_or_else(|| {
-                        err(format!("{mk}.qkey"), "expected the worker's Q_Key (the RoCEv2 carriage needs it)".into())
-                    })?;
-                    (m.udp_port.unwrap_or(0), q, key)
-                }
-            };
+            let me = member(m, &mk, carriage, ports, path)?;
             // Anti-spoofing tells ranks apart by (source IP, UDP source port), or (source IP,
             // source QP) on RoCEv2 (spec section 4, rule 5): two ranks with the same pair could
             // each contribute as the other, and their results would reach one worker twice.
             let id = |m: &Member| (m.ip, if carriage == Carriage::Rocev2 { m.qpn } else { m.udp_port as u32 });
-            let me = Member { rank: m.rank, ip, udp_port, mac, vlan: m.vlan, port, qpn, qkey };
             if let Some(other) = members.iter().flatten().find(|o| id(o) == id(&me)) {
                 return Err(err(
                     mk,
                     format!(
-                        "rank {} has the same address as rank {} ({ip}, {} {}): each rank needs its own",
+                        "rank {} has the same address as rank {} ({}, {} {}): each rank needs its own",
                         m.rank,
                         other.rank,
+                        me.ip,
                         if carriage == Carriage::Rocev2 { "qpn" } else { "udp_port" },
                         id(&me).1
                     ),
@@ -292,4 +173,133 @@ pub fn validate(
         out.push(coll);
     }
     Ok(out)
+}
+
+/// A `[[collective]]`'s own keys (`k`: its key, `collective[0]`): op, dtype and carriage, and
+/// the sizes, timeout, DSCP and member count they must keep.
+fn shape(c: &CollectiveConfig, k: &str, path: &Path) -> Result<(Op, Dtype, Carriage), ConfigError> {
+    let err = |key: String, msg: String| ConfigError::new(path, key, msg);
+    let op = Op::from_name(&c.op)
+        .ok_or_else(|| err(format!("{k}.op"), format!("expected \"sum\", \"max\" or \"min\", found {:?}", c.op)))?;
+    let dtype = Dtype::from_name(&c.dtype).ok_or_else(|| {
+        err(format!("{k}.dtype"), format!("expected \"f32\", \"f16\", \"bf16\" or \"i32\", found {:?}", c.dtype))
+    })?;
+    let carriage = match c.carriage.as_str() {
+        "udp" => Carriage::Udp,
+        "rocev2" => Carriage::Rocev2,
+        o => return Err(err(format!("{k}.carriage"), format!("expected \"udp\" or \"rocev2\", found {o:?}"))),
+    };
+    if c.tensor_elements == 0 {
+        return Err(err(format!("{k}.tensor_elements"), "expected at least 1 element".into()));
+    }
+    if c.chunk_elements == 0 {
+        return Err(err(format!("{k}.chunk_elements"), "expected at least 1 element".into()));
+    }
+    let chunk_bytes = c.chunk_elements as u64 * dtype.size() as u64;
+    if chunk_bytes > 9000 - 100 {
+        return Err(err(
+            format!("{k}.chunk_elements"),
+            format!("a chunk of {} {} lanes is {chunk_bytes} bytes: expected at most 8900 bytes (a 9000-byte jumbo frame with headers)", c.chunk_elements, c.dtype),
+        ));
+    }
+    if c.slot_timeout_ms == 0 {
+        // Rule 8 reclaims a round untouched for longer than this: 0 would reclaim every
+        // round at its next contribution, so no round of two or more workers could complete.
+        return Err(err(format!("{k}.slot_timeout_ms"), "expected at least 1 ms, found 0".into()));
+    }
+    if c.dscp > 63 {
+        return Err(err(format!("{k}.dscp"), format!("expected 0..=63, found {}", c.dscp)));
+    }
+    if c.members.is_empty() {
+        return Err(err(format!("{k}.member"), "expected at least one [[collective.member]]".into()));
+    }
+    if c.members.len() > MAX_WORKERS {
+        return Err(err(
+            format!("{k}.member"),
+            format!("expected at most {MAX_WORKERS} members, found {}", c.members.len()),
+        ));
+    }
+    Ok((op, dtype, carriage))
+}
+
+/// One `[[collective.member]]` (`mk`: its key, `collective[0].member[2]`) of a collective on
+/// `carriage`, its rank already checked: its address, MAC, port, VLAN and carriage keys. The
+/// checks that compare it with the other members are the caller's.
+fn member(
+    m: &MemberConfig,
+    mk: &str,
+    carriage: Carriage,
+    ports: PortAddrs<'_>,
+    path: &Path,
+) -> Result<Member, ConfigError> {
+    let err = |key: String, msg: String| ConfigError::new(path, key, msg);
+    let std_ip =
+        m.ip.parse::<std::net::IpAddr>()
+            .map_err(|_| err(format!("{mk}.ip"), format!("expected an IPv4 or IPv6 address, found {:?}", m.ip)))?;
+    // A worker's address is the source of its contributions (the anti-spoofing check) and
+    // the destination of its results: it must be one host's.
+    let broadcast = matches!(std_ip, std::net::IpAddr::V4(v4) if v4.is_broadcast());
+    if std_ip.is_unspecified() || std_ip.is_multicast() || broadcast {
+        return Err(err(format!("{mk}.ip"), format!("expected a unicast address (a worker's own), found {:?}", m.ip)));
+    }
+    let ip = IpAddrBytes::from_std(std_ip);
+    let mac: EthernetAddress =
+        m.mac.parse().map_err(|e| err(format!("{mk}.mac"), format!("{e}, found {:?}", m.mac)))?;
+    if mac.is_multicast() {
+        // Results are unicast to the worker's NIC (spec section 6).
+        return Err(err(
+            format!("{mk}.mac"),
+            format!("expected a unicast MAC address (first octet even), found {:?}", m.mac),
+        ));
+    }
+    let port = m.port.unwrap_or(0);
+    if port as usize >= ports.ipv4.len() {
+        return Err(err(
+            format!("{mk}.port"),
+            format!("expected a port index below {} (the number of [[port]] tables), found {port}", ports.ipv4.len()),
+        ));
+    }
+    let has_addr = match ip {
+        IpAddrBytes::V4(_) => ports.ipv4[port as usize].is_some(),
+        IpAddrBytes::V6(_) => ports.ipv6[port as usize].is_some(),
+    };
+    if !has_addr {
+        return Err(err(
+                format!("{mk}.ip"),
+                format!(
+                    "port[{port}] has no {} address: set `{}` on it (results come from the appliance's address on the member's port)",
+                    if ip.is_v6() { "IPv6" } else { "IPv4" },
+                    if ip.is_v6() { "ipv6" } else { "ipv4" }
+                ),
+            ));
+    }
+    if let Some(v) = m.vlan {
+        if v == 0 || v > 4094 {
+            return Err(err(format!("{mk}.vlan"), format!("expected a VLAN ID in 1..=4094, found {v}")));
+        }
+    }
+    let (udp_port, qpn, qkey) = match carriage {
+        Carriage::Udp => {
+            let p = m.udp_port.ok_or_else(|| {
+                err(format!("{mk}.udp_port"), "expected the worker's UDP port (the UDP carriage needs it)".into())
+            })?;
+            if p == 0 {
+                return Err(err(format!("{mk}.udp_port"), "expected a UDP port in 1..=65535, found 0".into()));
+            }
+            (p, 0, 0)
+        }
+        Carriage::Rocev2 => {
+            let q = m.qpn.ok_or_else(|| {
+                err(format!("{mk}.qpn"), "expected the worker's QP number (the RoCEv2 carriage needs it)".into())
+            })?;
+            if q > 0xff_ffff {
+                return Err(err(format!("{mk}.qpn"), format!("expected a 24-bit QP number, found {q}")));
+            }
+            let key = m.qkey.ok_or_else(|| {
+                err(format!("{mk}.qkey"), "expected the worker's Q_Key (the RoCEv2 carriage needs it)".into())
+            })?;
+            (m.udp_port.unwrap_or(0), q, key)
+        }
+    };
+    Ok(Member { rank: m.rank, ip, udp_port, mac, vlan: m.vlan, port, qpn, qkey })
 }
