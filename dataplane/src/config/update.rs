@@ -71,6 +71,17 @@ pub struct Built {
     pub collectives: Vec<Collective>,
 }
 
+/// What an operation of a request touched, found again by identity once every operation has
+/// run ([`Model::apply`]).
+enum Touched {
+    Entry(String, String),
+    Default(String),
+    Group(u16),
+    Meter(String),
+    Collective(u16),
+    Nothing,
+}
+
 /// One change. Requests carry them as JSON objects tagged by `op`, with the fields of the
 /// configuration file's tables (README, "Runtime control").
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -210,180 +221,178 @@ impl Model {
     /// place in the new model (e.g. a deleted group that an entry still names).
     pub fn apply(&self, ops: &[Change], fixed: &Fixed) -> Result<(Model, Built), ConfigError> {
         let path = Path::new(REQUEST);
-        let err = |k: usize, key: &str, msg: String| ConfigError::new(path, format!("ops[{k}]{key}"), msg);
         let mut m = self.clone();
-        // What each operation touched, found again by identity once every operation has run.
-        enum Touched {
-            Entry(String, String),
-            Default(String),
-            Group(u16),
-            Meter(String),
-            Collective(u16),
-            Nothing,
-        }
         let mut touched = Vec::new();
         for (k, op) in ops.iter().enumerate() {
-            let t = match op {
-                Change::AddEntry { table, entry } | Change::ModifyEntry { table, entry } => {
-                    let ti = m.table(table).map_err(|e| err(k, ".table", e))?;
-                    priority_check(&m.tables[ti], entry.priority).map_err(|e| err(k, ".entry.priority", e))?;
-                    let id = entry_id(&m.tables[ti], &entry.key, entry.priority)
-                        .map_err(|(i, e)| err(k, &key_path(".entry.key", i), e))?;
-                    let found = m.find_entry(ti, &id);
-                    match (op, found) {
-                        (Change::AddEntry { .. }, Some(e)) => {
-                            return Err(err(
-                                k,
-                                ".entry.key",
-                                format!("table {table:?} has this entry already (entry {e}): use modify_entry"),
-                            ))
-                        }
-                        (Change::AddEntry { .. }, None) => m.tables[ti].entries.push(entry.clone()),
-                        (_, Some(e)) => m.tables[ti].entries[e].action = entry.action.clone(),
-                        (_, None) => {
-                            return Err(err(k, ".entry.key", format!("table {table:?} has no entry with this key")))
-                        }
-                    }
-                    Touched::Entry(table.clone(), id)
-                }
-                Change::DeleteEntry { table, key, priority } => {
-                    let ti = m.table(table).map_err(|e| err(k, ".table", e))?;
-                    priority_check(&m.tables[ti], *priority).map_err(|e| err(k, ".priority", e))?;
-                    let id =
-                        entry_id(&m.tables[ti], key, *priority).map_err(|(i, e)| err(k, &key_path(".key", i), e))?;
-                    let e = m
-                        .find_entry(ti, &id)
-                        .ok_or_else(|| err(k, ".key", format!("table {table:?} has no entry with this key")))?;
-                    m.tables[ti].entries.remove(e);
-                    Touched::Nothing
-                }
-                Change::SetDefaultAction { table, action } => {
-                    let ti = m.table(table).map_err(|e| err(k, ".table", e))?;
-                    m.tables[ti].default_action = action.clone();
-                    Touched::Default(table.clone())
-                }
-                Change::AddGroup { group } | Change::ModifyGroup { group } => {
-                    let found = m.groups.iter().position(|g| g.id == group.id);
-                    match (op, found) {
-                        (Change::AddGroup { .. }, Some(_)) => {
-                            return Err(err(
-                                k,
-                                ".group.id",
-                                format!("multicast group {} exists already: use modify_group", group.id),
-                            ))
-                        }
-                        (Change::AddGroup { .. }, None) => m.groups.push(group.clone()),
-                        (_, Some(g)) => m.groups[g] = group.clone(),
-                        (_, None) => {
-                            return Err(err(
-                                k,
-                                ".group.id",
-                                format!("no multicast group {}{}", group.id, m.group_ids()),
-                            ))
-                        }
-                    }
-                    Touched::Group(group.id)
-                }
-                Change::DeleteGroup { id } => {
-                    let g = m
-                        .groups
-                        .iter()
-                        .position(|g| g.id == *id)
-                        .ok_or_else(|| err(k, ".id", format!("no multicast group {id}{}", m.group_ids())))?;
-                    m.groups.remove(g);
-                    Touched::Nothing
-                }
-                Change::AddMeter { meter } | Change::ModifyMeter { meter } => {
-                    let found = m.meters.iter().position(|x| x.name == meter.name);
-                    match (op, found) {
-                        (Change::AddMeter { .. }, Some(_)) => {
-                            return Err(err(
-                                k,
-                                ".meter.name",
-                                format!("meter {:?} exists already: use modify_meter", meter.name),
-                            ))
-                        }
-                        (Change::AddMeter { .. }, None) => m.meters.push(meter.clone()),
-                        (_, Some(i)) => m.meters[i] = meter.clone(),
-                        (_, None) => {
-                            return Err(err(k, ".meter.name", format!("no meter {:?}{}", meter.name, m.meter_names())))
-                        }
-                    }
-                    Touched::Meter(meter.name.clone())
-                }
-                Change::DeleteMeter { name } => {
-                    let i = m
-                        .meters
-                        .iter()
-                        .position(|x| x.name == *name)
-                        .ok_or_else(|| err(k, ".name", format!("no meter {name:?}{}", m.meter_names())))?;
-                    m.meters.remove(i);
-                    Touched::Nothing
-                }
-                Change::AddCollective { collective } | Change::ModifyCollective { collective } => {
-                    let id = collective.collective_id;
-                    let found = m.collectives.iter().position(|c| c.collective_id == id);
-                    match (op, found) {
-                        (Change::AddCollective { .. }, Some(_)) => {
-                            return Err(err(
-                                k,
-                                ".collective.collective_id",
-                                format!("collective {id} exists already: use modify_collective"),
-                            ))
-                        }
-                        (Change::AddCollective { .. }, None) => m.collectives.push(collective.clone()),
-                        (_, Some(i)) => m.collectives[i] = collective.clone(),
-                        (_, None) => {
-                            return Err(err(
-                                k,
-                                ".collective.collective_id",
-                                format!("no collective {id}{}", m.collective_ids()),
-                            ))
-                        }
-                    }
-                    Touched::Collective(id)
-                }
-                Change::DeleteCollective { id } => {
-                    let i = m
-                        .collectives
-                        .iter()
-                        .position(|c| c.collective_id == *id)
-                        .ok_or_else(|| err(k, ".id", format!("no collective {id}{}", m.collective_ids())))?;
-                    m.collectives.remove(i);
-                    Touched::Nothing
-                }
-            };
-            touched.push(t);
+            touched.push(m.change(k, op)?);
         }
         let mut origins = Vec::new();
         for (op, t) in touched.into_iter().enumerate() {
-            let found = match t {
-                Touched::Entry(table, id) => m
-                    .table(&table)
-                    .ok()
-                    .and_then(|ti| m.find_entry(ti, &id).map(|e| (format!("table[{ti}].entry[{e}]"), "entry"))),
-                Touched::Default(table) => {
-                    m.table(&table).ok().map(|ti| (format!("table[{ti}].default_action"), "action"))
-                }
-                Touched::Group(id) => {
-                    m.groups.iter().position(|g| g.id == id).map(|g| (format!("multicast_group[{g}]"), "group"))
-                }
-                Touched::Meter(name) => {
-                    m.meters.iter().position(|x| x.name == name).map(|i| (format!("meter[{i}]"), "meter"))
-                }
-                Touched::Collective(id) => m
-                    .collectives
-                    .iter()
-                    .position(|c| c.collective_id == id)
-                    .map(|i| (format!("collective[{i}]"), "collective")),
-                Touched::Nothing => None,
-            };
-            if let Some((at, field)) = found {
+            if let Some((at, field)) = m.place(t) {
                 origins.push(Origin { op, at, field });
             }
         }
         let built = m.build(fixed, path).map_err(|e| at_origin(e, &origins))?;
         Ok((m, built))
+    }
+
+    /// Operation `k` of a request, `op`, applied to this model: what it touched (found again
+    /// in the new model once every operation has run, to name the operation a fault comes
+    /// from). Errors are keyed `ops[K]...` in file [`REQUEST`].
+    fn change(&mut self, k: usize, op: &Change) -> Result<Touched, ConfigError> {
+        let path = Path::new(REQUEST);
+        let err = |k: usize, key: &str, msg: String| ConfigError::new(path, format!("ops[{k}]{key}"), msg);
+        let m = self;
+        Ok(match op {
+            Change::AddEntry { table, entry } | Change::ModifyEntry { table, entry } => {
+                let ti = m.table(table).map_err(|e| err(k, ".table", e))?;
+                priority_check(&m.tables[ti], entry.priority).map_err(|e| err(k, ".entry.priority", e))?;
+                let id = entry_id(&m.tables[ti], &entry.key, entry.priority)
+                    .map_err(|(i, e)| err(k, &key_path(".entry.key", i), e))?;
+                let found = m.find_entry(ti, &id);
+                match (op, found) {
+                    (Change::AddEntry { .. }, Some(e)) => {
+                        return Err(err(
+                            k,
+                            ".entry.key",
+                            format!("table {table:?} has this entry already (entry {e}): use modify_entry"),
+                        ))
+                    }
+                    (Change::AddEntry { .. }, None) => m.tables[ti].entries.push(entry.clone()),
+                    (_, Some(e)) => m.tables[ti].entries[e].action = entry.action.clone(),
+                    (_, None) => {
+                        return Err(err(k, ".entry.key", format!("table {table:?} has no entry with this key")))
+                    }
+                }
+                Touched::Entry(table.clone(), id)
+            }
+            Change::DeleteEntry { table, key, priority } => {
+                let ti = m.table(table).map_err(|e| err(k, ".table", e))?;
+                priority_check(&m.tables[ti], *priority).map_err(|e| err(k, ".priority", e))?;
+                let id = entry_id(&m.tables[ti], key, *priority).map_err(|(i, e)| err(k, &key_path(".key", i), e))?;
+                let e = m
+                    .find_entry(ti, &id)
+                    .ok_or_else(|| err(k, ".key", format!("table {table:?} has no entry with this key")))?;
+                m.tables[ti].entries.remove(e);
+                Touched::Nothing
+            }
+            Change::SetDefaultAction { table, action } => {
+                let ti = m.table(table).map_err(|e| err(k, ".table", e))?;
+                m.tables[ti].default_action = action.clone();
+                Touched::Default(table.clone())
+            }
+            Change::AddGroup { group } | Change::ModifyGroup { group } => {
+                let found = m.groups.iter().position(|g| g.id == group.id);
+                match (op, found) {
+                    (Change::AddGroup { .. }, Some(_)) => {
+                        return Err(err(
+                            k,
+                            ".group.id",
+                            format!("multicast group {} exists already: use modify_group", group.id),
+                        ))
+                    }
+                    (Change::AddGroup { .. }, None) => m.groups.push(group.clone()),
+                    (_, Some(g)) => m.groups[g] = group.clone(),
+                    (_, None) => {
+                        return Err(err(k, ".group.id", format!("no multicast group {}{}", group.id, m.group_ids())))
+                    }
+                }
+                Touched::Group(group.id)
+            }
+            Change::DeleteGroup { id } => {
+                let g = m
+                    .groups
+                    .iter()
+                    .position(|g| g.id == *id)
+                    .ok_or_else(|| err(k, ".id", format!("no multicast group {id}{}", m.group_ids())))?;
+                m.groups.remove(g);
+                Touched::Nothing
+            }
+            Change::AddMeter { meter } | Change::ModifyMeter { meter } => {
+                let found = m.meters.iter().position(|x| x.name == meter.name);
+                match (op, found) {
+                    (Change::AddMeter { .. }, Some(_)) => {
+                        return Err(err(
+                            k,
+                            ".meter.name",
+                            format!("meter {:?} exists already: use modify_meter", meter.name),
+                        ))
+                    }
+                    (Change::AddMeter { .. }, None) => m.meters.push(meter.clone()),
+                    (_, Some(i)) => m.meters[i] = meter.clone(),
+                    (_, None) => {
+                        return Err(err(k, ".meter.name", format!("no meter {:?}{}", meter.name, m.meter_names())))
+                    }
+                }
+                Touched::Meter(meter.name.clone())
+            }
+            Change::DeleteMeter { name } => {
+                let i = m
+                    .meters
+                    .iter()
+                    .position(|x| x.name == *name)
+                    .ok_or_else(|| err(k, ".name", format!("no meter {name:?}{}", m.meter_names())))?;
+                m.meters.remove(i);
+                Touched::Nothing
+            }
+            Change::AddCollective { collective } | Change::ModifyCollective { collective } => {
+                let id = collective.collective_id;
+                let found = m.collectives.iter().position(|c| c.collective_id == id);
+                match (op, found) {
+                    (Change::AddCollective { .. }, Some(_)) => {
+                        return Err(err(
+                            k,
+                            ".collective.collective_id",
+                            format!("collective {id} exists already: use modify_collective"),
+                        ))
+                    }
+                    (Change::AddCollective { .. }, None) => m.collectives.push(collective.clone()),
+                    (_, Some(i)) => m.collectives[i] = collective.clone(),
+                    (_, None) => {
+                        return Err(err(
+                            k,
+                            ".collective.collective_id",
+                            format!("no collective {id}{}", m.collective_ids()),
+                        ))
+                    }
+                }
+                Touched::Collective(id)
+            }
+            Change::DeleteCollective { id } => {
+                let i = m
+                    .collectives
+                    .iter()
+                    .position(|c| c.collective_id == *id)
+                    .ok_or_else(|| err(k, ".id", format!("no collective {id}{}", m.collective_ids())))?;
+                m.collectives.remove(i);
+                Touched::Nothing
+            }
+        })
+    }
+
+    /// Where `t` stands in this model (its key, e.g. `table[0].entry[3]`, and the field an
+    /// error there names), if it is still there.
+    fn place(&self, t: Touched) -> Option<(String, &'static str)> {
+        let m = self;
+        match t {
+            Touched::Entry(table, id) => m
+                .table(&table)
+                .ok()
+                .and_then(|ti| m.find_entry(ti, &id).map(|e| (format!("table[{ti}].entry[{e}]"), "entry"))),
+            Touched::Default(table) => m.table(&table).ok().map(|ti| (format!("table[{ti}].default_action"), "action")),
+            Touched::Group(id) => {
+                m.groups.iter().position(|g| g.id == id).map(|g| (format!("multicast_group[{g}]"), "group"))
+            }
+            Touched::Meter(name) => {
+                m.meters.iter().position(|x| x.name == name).map(|i| (format!("meter[{i}]"), "meter"))
+            }
+            Touched::Collective(id) => m
+                .collectives
+                .iter()
+                .position(|c| c.collective_id == id)
+                .map(|i| (format!("collective[{i}]"), "collective")),
+            Touched::Nothing => None,
+        }
     }
 
     /// [`Model::apply`], its errors one line each ([`one_line`]): what a request is answered.
