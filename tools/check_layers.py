@@ -156,30 +156,35 @@ def check(root):
             text = code_of(path)
             rel = os.path.relpath(path, src)
             layer, mod = owner(src, path, mods)
-            names_ = imported(text, direct=mod is not None and os.path.dirname(rel) == layer)
+            uses = imported(text, direct=mod is not None and os.path.dirname(rel) == layer)
             if "dpdk_sys" in text and not rel.startswith(os.path.join("runtime", "dpdk") + os.sep):
                 faults.append(f"{rel}: names dpdk_sys (only runtime/dpdk/ may)")
             if layer == "packet":
-                for bad in sorted(names_ & ({"config", "runtime"} | mods["runtime"])):
+                for bad in sorted(uses & ({"config", "runtime"} | mods["runtime"])):
                     faults.append(f"{rel}: the packet core imports the runtime or config (crate::{bad})")
             if layer == "config":
-                for bad in sorted(names_ & ({"runtime"} | mods["runtime"])):
+                for bad in sorted(uses & ({"runtime"} | mods["runtime"])):
                     faults.append(f"{rel}: config imports the runtime (crate::{bad})")
             if layer in graph and mod is not None:
                 deps = graph[layer].setdefault(mod, set())
-                deps.update(n for n in names_ & mods[layer] if n != mod)
+                deps.update(n for n in uses & mods[layer] if n != mod)
             if layer in graph:
                 folder = os.path.relpath(d, src)
                 files.setdefault(folder, {})[f[:-3]] = sibling_edges(src, path, text)
     for layer, g in graph.items():
-        for c in cycles(g):
-            edges = [f"{a} -> {b}" for a in c for b in sorted(g.get(a, ())) if b in c]
-            faults.append(f"{layer}: an import cycle among {', '.join(c)} ({'; '.join(edges)})")
+        faults += cycle_faults(g, f"{layer}: an import cycle among")
     for folder, g in sorted(files.items()):
-        for c in cycles(g):
-            edges = [f"{a} -> {b}" for a in c for b in sorted(g.get(a, ())) if b in c]
-            faults.append(f"{folder}/: an import cycle among the files {', '.join(c)} ({'; '.join(edges)})")
+        faults += cycle_faults(g, f"{folder}/: an import cycle among the files")
     return faults, graph
+
+
+def cycle_faults(graph, what):
+    """One message per cycle of `graph`: `what`, its nodes, and the edges between them."""
+    out = []
+    for c in cycles(graph):
+        edges = [f"{a} -> {b}" for a in c for b in sorted(graph.get(a, ())) if b in c]
+        out.append(f"{what} {', '.join(c)} ({'; '.join(edges)})")
+    return out
 
 
 def main():

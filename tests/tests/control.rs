@@ -185,6 +185,13 @@ fn a_bad_batch_changes_nothing_and_sighup_reloads_only_a_good_file() {
     let (dpu, sock) = start(&conf, &stats, 120);
     let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "the control socket is its user's alone");
+    // It was bound under a temporary name and renamed into place once listening: none is left.
+    let names: Vec<_> = std::fs::read_dir(sock.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("dpu_control"))
+        .collect();
+    assert_eq!(names, ["dpu_control.sock"], "the runtime directory's control files");
     let before = entries(&sock);
     assert_eq!(before, [("02:00:00:00:00:01".to_string(), "forward(0)".to_string())]);
 

@@ -7,7 +7,7 @@ use super::send::{send_frame, send_shared, send_templated, templated};
 use super::{template, Aggregator, PortAddr};
 use crate::buf::PacketIo;
 use crate::stats::{Counters, Reason};
-use crate::wire::build::{self, FrameSpec, Roce, ROCEV2_PORT};
+use crate::wire::build::{FrameSpec, Roce, ROCEV2_PORT};
 use crate::wire::gradient::{Flags, GradientRepr, RANK_NONE};
 
 impl Aggregator {
@@ -40,8 +40,7 @@ impl Aggregator {
         let chunk = st.spec.chunk_elements as usize;
         let payload = &st.result[s * chunk * size..s * chunk * size + lanes * size];
         if only.is_none() {
-            let pad = if st.spec.carriage == Carriage::Rocev2 { build::roce_pad(payload.len()) } else { 0 };
-            st.sums[s] = st.result_sums(k, payload, pad);
+            st.sums[s] = st.result_sums(payload);
         }
         let sums = &st.sums[s];
         let members = match only {

@@ -186,13 +186,14 @@ impl CollState {
         self.slots.iter().filter(|s| s.active).count() as u64
     }
 
-    /// [`build::PayloadSums`] of slot `s`'s result `payload` (chunk `k`'s lanes), followed by
-    /// `pad` zero bytes in the CRC: only the parts its frames need, the CRC's factor from
-    /// [`CollState::crc_factors`].
+    /// [`build::PayloadSums`] of a result `payload` of this collective (a full chunk's or the
+    /// last chunk's lanes): only the parts its frames need, the RoCEv2 pad in the CRC, the CRC's
+    /// factor from [`CollState::crc_factors`].
     #[inline]
-    pub(super) fn result_sums(&self, k: usize, payload: &[u8], pad: usize) -> build::PayloadSums {
-        let last = self.lanes(k) != self.spec.chunk_elements as usize;
-        build::PayloadSums::with_factor(payload, pad, self.need_sum, self.need_crc, self.crc_factors[last as usize])
+    pub(super) fn result_sums(&self, payload: &[u8]) -> build::PayloadSums {
+        let pad = if self.spec.carriage == Carriage::Rocev2 { build::roce_pad(payload.len()) } else { 0 };
+        let short = payload.len() != self.spec.chunk_elements as usize * self.spec.dtype.size();
+        build::PayloadSums::with_factor(payload, pad, self.need_sum, self.need_crc, self.crc_factors[short as usize])
     }
 
     /// Lanes of chunk `k` (the tensor's last chunk may be shorter).
