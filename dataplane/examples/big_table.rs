@@ -18,7 +18,6 @@ use dataplane::config::load_str;
 use dataplane::datapath::{Datapath, Staging};
 use dataplane::table::value::MatchValue;
 use dataplane::wire::build::{build, FrameSpec, IpAddrBytes};
-use dataplane::wire::gradient::GradientRepr;
 use std::path::Path;
 use std::time::Instant;
 
@@ -68,17 +67,11 @@ fn udp_frame(dst: [u8; 6]) -> Vec<u8> {
     let spec = FrameSpec {
         src_mac: "02:00:00:00:00:09".parse().unwrap(),
         dst_mac: dataplane::wire::ethernet::EthernetAddress(dst),
-        vlan: None,
-        outer_tag: None,
         src_ip: IpAddrBytes::V4([192, 168, 0, 1]),
         dst_ip: IpAddrBytes::V4([10, 0, 0, 9]),
-        dscp: 0,
-        ecn: 0,
-        ttl: 64,
         src_port: 4000,
         dst_port: 53,
-        roce: None,
-        header: GradientRepr::default(),
+        ..FrameSpec::default()
     };
     let payload = [0u8; 18];
     let mut f = vec![0u8; spec.frame_len(payload.len())];

@@ -7,13 +7,15 @@
 //! NAK); the counters add up.
 #![no_main]
 
+use dataplane::agg::collective::Collective;
 use dataplane::agg::{Aggregator, PortAddr};
 use dataplane::buf::{VecBuf, VecIo};
 use dataplane::config::load_str;
 use dataplane::datapath::Datapath;
 use dataplane::parse::{parse, Layers};
-use dataplane::wire::build::{build, FrameSpec, IpAddrBytes, Roce};
-use dataplane::wire::gradient::{Flags, GradientHeader, GradientRepr, DEFAULT_UDP_PORT};
+use dataplane::testing::{contribution_spec, APPLIANCE_MAC};
+use dataplane::wire::build::{build, IpAddrBytes};
+use dataplane::wire::gradient::{Flags, GradientHeader, DEFAULT_UDP_PORT};
 use libfuzzer_sys::fuzz_target;
 use std::cell::RefCell;
 use std::path::Path;
@@ -70,11 +72,12 @@ qkey = 17
 "#;
 
 thread_local! {
-    static DP: RefCell<(Datapath, u64)> = RefCell::new({
+    /// The data path, the clock (µs) and the collectives it was built with.
+    static DP: RefCell<(Datapath, u64, Vec<Collective>)> = RefCell::new({
         let l = load_str(CONF, Path::new("fuzz.toml")).expect("the fuzz config loads");
-        let port = PortAddr { mac: "02:00:00:00:00:fe".parse().unwrap(), ipv4: l.port_ipv4[0], ipv6: l.port_ipv6[0] };
+        let port = PortAddr { mac: APPLIANCE_MAC, ipv4: l.port_ipv4[0], ipv6: l.port_ipv6[0] };
         let agg = Aggregator::new(&l.collectives, vec![port], DEFAULT_UDP_PORT, 1);
-        (Datapath::new(l.pipeline, 1, DEFAULT_UDP_PORT).with_aggregator(agg), 0)
+        (Datapath::new(l.pipeline, 1, DEFAULT_UDP_PORT).with_aggregator(agg), 0, l.collectives)
     });
 }
 
@@ -83,64 +86,50 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let b = |i: usize| data[i];
+    // Collective 1 (UDP, IPv4) or 2 (RoCEv2, IPv6); a member's frame, then fuzzer-chosen
+    // changes: its rank, address, port or QP off by one, header fields, a VLAN tag.
     let roce = b(0) & 1 == 1;
     let rank = (b(1) % 4) as u16;
-    let v6 = roce;
-    let k = (rank as usize).min(2);
-    let src_ip = if v6 {
-        let mut a = [0u8; 16];
-        a[0] = 0xfd;
-        a[15] = k as u8 + 1 + (b(2) & 1);
-        IpAddrBytes::V6(a)
-    } else {
-        IpAddrBytes::V4([10, 0, 0, k as u8 + 1 + (b(2) & 1)])
-    };
-    let dst_ip = if v6 {
-        let mut a = [0u8; 16];
-        a[0] = 0xfd;
-        a[15] = 0xfe;
-        IpAddrBytes::V6(a)
-    } else {
-        IpAddrBytes::V4([10, 0, 0, 254])
-    };
     let payload = &data[16..];
-    let mut header = GradientRepr {
-        version: if b(3) & 0x80 != 0 { b(3) & 0xf } else { 1 },
-        flags: if b(3) & 0x40 != 0 { b(3) & 0xf } else { 0 },
-        op_type: if b(4) & 0x80 != 0 { b(4) & 3 } else if roce { 2 } else { 1 },
-        collective_id: if b(5) & 0x80 != 0 { b(5) as u16 } else if roce { 2 } else { 1 },
-        dtype: if b(6) & 0x80 != 0 { b(6) & 7 } else if roce { 3 } else { 1 },
-        reason: 0,
-        worker_rank: rank,
-        tensor_offset: (b(7) % 12) as u32,
-        data_length: payload.len() as u32,
-        round: (b(8) % 4) as u32,
-    };
-    if b(9) & 0x80 != 0 {
-        header.data_length = b(9) as u32 & 0x3f;
-    }
-    let spec = FrameSpec {
-        src_mac: "02:00:00:00:01:00".parse().unwrap(),
-        dst_mac: "02:00:00:00:00:fe".parse().unwrap(),
-        vlan: (b(10) & 1 == 1).then_some(b(10) as u16),
-        outer_tag: None,
-        src_ip,
-        dst_ip,
-        dscp: 0,
-        ecn: 2,
-        ttl: 64,
-        src_port: 50000 + k as u16 + (b(11) & 1) as u16,
-        dst_port: if roce { 4791 } else { DEFAULT_UDP_PORT },
-        roce: roce.then_some(Roce { dest_qp: 1, psn: 0, pkey: 0xffff, qkey: 17, src_qp: 256 + k as u32 + (b(12) & 1) as u32 }),
-        header,
-    };
-    let mut frame = vec![0u8; spec.frame_len(payload.len())];
-    if build(&spec, payload, &mut frame).is_err() {
-        return;
-    }
     let dt = u16::from_be_bytes([b(13), b(14)]) as u64;
     DP.with(|cell| {
-        let (dp, now) = &mut *cell.borrow_mut();
+        let (dp, now, colls) = &mut *cell.borrow_mut();
+        let c = &colls[roce as usize];
+        let k = (rank as usize).min(c.members.len() - 1);
+        let mut spec = contribution_spec(c, k, (b(7) % 12) as u32, (b(8) % 4) as u32, payload.len());
+        let h = &mut spec.header;
+        h.worker_rank = rank;
+        if b(3) & 0x80 != 0 {
+            h.version = b(3) & 0xf;
+        }
+        if b(3) & 0x40 != 0 {
+            h.flags = b(3) & 0xf;
+        }
+        if b(4) & 0x80 != 0 {
+            h.op_type = b(4) & 3;
+        }
+        if b(5) & 0x80 != 0 {
+            h.collective_id = b(5) as u16;
+        }
+        if b(6) & 0x80 != 0 {
+            h.dtype = b(6) & 7;
+        }
+        if b(9) & 0x80 != 0 {
+            h.data_length = b(9) as u32 & 0x3f;
+        }
+        spec.vlan = (b(10) & 1 == 1).then_some(b(10) as u16);
+        match &mut spec.src_ip {
+            IpAddrBytes::V4(a) => a[3] += b(2) & 1,
+            IpAddrBytes::V6(a) => a[15] += b(2) & 1,
+        }
+        spec.src_port += (b(11) & 1) as u16;
+        if let Some(r) = &mut spec.roce {
+            r.src_qp += (b(12) & 1) as u32;
+        }
+        let mut frame = vec![0u8; spec.frame_len(payload.len())];
+        if build(&spec, payload, &mut frame).is_err() {
+            return;
+        }
         *now += dt * 10; // µs: sometimes past the 5 ms slot timeout and the 100 ms NAK interval
         let before_drops = dp.counters.total_drops();
         let mut io = VecIo::new(1);

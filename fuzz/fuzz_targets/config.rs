@@ -69,16 +69,13 @@ fn plain_frames(udp_port: u16) -> Vec<Vec<u8>> {
                 src_mac: "02:00:00:00:00:01".parse().unwrap(),
                 dst_mac: "02:00:00:00:00:02".parse().unwrap(),
                 vlan,
-                outer_tag: None,
                 src_ip: host_ip(v6, 1),
                 dst_ip: host_ip(v6, 2),
                 dscp: 26,
                 ecn: 2,
-                ttl: 64,
                 src_port: 49152,
                 dst_port,
-                roce: None,
-                header: GradientRepr::default(),
+                ..FrameSpec::default()
             };
             let mut f = vec![0u8; spec.frame_len(16)];
             if build(&spec, &[1; 16], &mut f).is_ok() {
@@ -116,12 +113,9 @@ fn contributions(c: &dataplane::agg::collective::Collective, addrs: &[PortAddr],
             src_mac: m.mac,
             dst_mac: a.mac,
             vlan: m.vlan,
-            outer_tag: None,
             src_ip: m.ip,
             dst_ip: appliance_ip(m.ip, a),
-            dscp: 0,
             ecn: 2,
-            ttl: 64,
             src_port: if roce { 49152 } else { m.udp_port },
             dst_port: if roce { 4791 } else { udp_port },
             roce: roce.then_some(Roce { dest_qp: qpn, psn: 0, pkey: 0xffff, qkey: m.qkey, src_qp: m.qpn }),
@@ -134,6 +128,7 @@ fn contributions(c: &dataplane::agg::collective::Collective, addrs: &[PortAddr],
                 data_length: len as u32,
                 ..Default::default()
             },
+            ..FrameSpec::default()
         };
         let mut f = vec![0u8; spec.frame_len(len)];
         if build(&spec, &payload, &mut f).is_ok() {

@@ -28,7 +28,6 @@ use dataplane::datapath::Datapath;
 use dataplane::parse::parse;
 use dataplane::testing::load_fuzzed;
 use dataplane::wire::build::{build, FrameSpec, IpAddrBytes, Roce};
-use dataplane::wire::gradient::GradientRepr;
 use dataplane::wire::EthernetAddress;
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
@@ -187,18 +186,15 @@ fn trace(u: &mut Unstructured) -> Result<Vec<Frame>> {
         let spec = FrameSpec {
             src_mac: "02:00:00:00:00:01".parse().unwrap(),
             dst_mac: EthernetAddress(if u.arbitrary()? { CLASS_DST } else { OTHER_DST }),
-            vlan: None,
-            outer_tag: None,
             src_ip,
             dst_ip,
             dscp: pick(u, &[0, 10, 26, 46, 63])?,
             ecn: u.int_in_range(0..=3)?,
-            ttl: 64,
             // The frame's index, to match what leaves with what came.
             src_port: 10_000 + i as u16,
             dst_port: if roce { 4791 } else { 9000 },
             roce: roce.then_some(Roce { dest_qp: 2, psn: i as u32, pkey: 0xffff, qkey: 0x1111_1111, src_qp: 1 }),
-            header: GradientRepr::default(),
+            ..FrameSpec::default()
         };
         let payload = vec![0x5a; pick(u, &[0usize, 4, 100, 1000, 1400])?];
         let mut bytes = vec![0u8; spec.frame_len(payload.len())];

@@ -2,9 +2,10 @@
 //! contributions for the rules it does not exercise, and the independent checker.
 
 use crate::{root, run_with_timeout};
-use dataplane::testing::build_frame;
-use dataplane::wire::build::{FrameSpec, IpAddrBytes, Roce};
-use dataplane::wire::gradient::{Dtype, GradientRepr, Op, DEFAULT_UDP_PORT};
+use dataplane::agg::collective::{Carriage, Collective, Member};
+use dataplane::testing::contribution;
+use dataplane::wire::build::{FrameSpec, IpAddrBytes};
+use dataplane::wire::gradient::{Dtype, Op};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -119,49 +120,39 @@ impl Coll {
         s
     }
 
-    /// A contribution from rank `k`; `tweak` may change anything (spoofing, bad fields).
-    pub fn frame(&self, k: usize, offset: u32, round: u32, payload: &[u8], tweak: impl Fn(&mut FrameSpec)) -> Vec<u8> {
-        let dst = if self.v6 {
-            IpAddrBytes::V6("fd00::fe".parse::<std::net::Ipv6Addr>().unwrap().octets())
-        } else {
-            IpAddrBytes::V4([10, 0, 0, 254])
-        };
-        let op = Op::from_name(self.op).unwrap_or(Op::Min).wire();
-        let dtype = Dtype::from_name(self.dtype).unwrap_or(Dtype::I32).wire();
-        let mut spec = FrameSpec {
-            src_mac: format!("02:00:00:00:01:{k:02x}").parse().unwrap(),
-            dst_mac: "02:00:00:00:00:fe".parse().unwrap(),
-            vlan: None,
-            outer_tag: None,
-            src_ip: self.ip(k),
-            dst_ip: dst,
-            dscp: 0,
-            ecn: 2,
-            ttl: 64,
-            src_port: 50000 + k as u16,
-            dst_port: if self.roce { 4791 } else { DEFAULT_UDP_PORT },
-            roce: self.roce.then_some(Roce {
-                dest_qp: 1,
-                psn: 0,
-                pkey: 0xffff,
+    /// The collective as the appliance loads it from [`Coll::toml`] (its members by the
+    /// address plan; an unknown op or dtype name, for tests of refusals, as min or i32).
+    pub fn collective(&self) -> Collective {
+        let members = (0..self.n)
+            .map(|k| Member {
+                rank: k as u16,
+                ip: self.ip(k),
+                udp_port: 50000 + k as u16,
+                mac: format!("02:00:00:00:01:{k:02x}").parse().unwrap(),
+                vlan: None,
+                port: 0,
+                qpn: 0x100 + k as u32,
                 qkey: 0x1111_1111,
-                src_qp: 0x100 + k as u32,
-            }),
-            header: GradientRepr {
-                version: 1,
-                flags: 0,
-                op_type: op,
-                collective_id: self.id,
-                dtype,
-                reason: 0,
-                worker_rank: k as u16,
-                tensor_offset: offset,
-                data_length: payload.len() as u32,
-                round,
-            },
-        };
-        tweak(&mut spec);
-        build_frame(&spec, payload)
+            })
+            .collect();
+        Collective {
+            id: self.id,
+            op: Op::from_name(self.op).unwrap_or(Op::Min),
+            dtype: Dtype::from_name(self.dtype).unwrap_or(Dtype::I32),
+            carriage: if self.roce { Carriage::Rocev2 } else { Carriage::Udp },
+            tensor_elements: self.tensor,
+            chunk_elements: self.chunk,
+            deterministic: false,
+            slot_timeout_us: 0,
+            dscp: 0,
+            members,
+        }
+    }
+
+    /// A contribution from rank `k` ([`dataplane::testing::contribution`]); `tweak` may change
+    /// anything (spoofing, bad fields).
+    pub fn frame(&self, k: usize, offset: u32, round: u32, payload: &[u8], tweak: impl Fn(&mut FrameSpec)) -> Vec<u8> {
+        contribution(&self.collective(), k, offset, round, payload, tweak)
     }
 }
 

@@ -171,15 +171,12 @@ args = ["--no-huge", "-m", "256", "--no-pci", "--no-shconf", "--lcores", "0@0,1@
 /// lcore 2 port 1 (lcores 0 and 1 share CPU 0, lcore 2 runs on CPU 1). Collectives belong to the
 /// workers in config order (the first to lcore 1), so traffic for one arriving on the other's port
 /// is handed over.
-pub const TWO_WORKERS: &str = r#"[eal]
+pub const TWO_WORKERS: &str = concat!(
+    r#"[eal]
 args = ["--no-huge", "-m", "512", "--no-pci", "--no-shconf", "--lcores", "0@0,1@0,2@1", "--log-level", "*:error"]
-[[lcore]]
-id = 1
-rx = [{ port = 0, queue = 0 }]
-[[lcore]]
-id = 2
-rx = [{ port = 1, queue = 0 }]
-"#;
+"#,
+    include_str!("../fixtures/two-worker-lcores.toml")
+);
 
 /// A config of two `net_null` ports, `a` (port 0) and `b` (port 1), after `eal` (the EAL
 /// section, and lcores if any: [`EAL`], [`TWO_WORKERS`]) and before `rest` (tables,

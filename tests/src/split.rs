@@ -9,17 +9,7 @@ use std::path::{Path, PathBuf};
 /// The two ports of split configs, each with its own MAC and the appliance's IPv4 address;
 /// members are reached through port 0 unless their `[[collective]]` entry says `port = 1`
 /// ([`collectives_via_ports`]).
-pub const SPLIT_PORTS: &str = r#"[[port]]
-name = "p0"
-vdev = "net_null0"
-mac = "02:00:00:00:00:fe"
-ipv4 = "10.0.0.254"
-[[port]]
-name = "p1"
-vdev = "net_null1"
-mac = "02:00:00:00:00:fd"
-ipv4 = "10.0.0.254"
-"#;
+pub const SPLIT_PORTS: &str = include_str!("../fixtures/split-ports.toml");
 
 /// The contributions of pktgen's `input.pcap` in each of `workloads`, split between two ports
 /// by the sender's rank (source MAC 02:00:00:00:01:rr): rank r arrives on port `port_of(r)` (0

@@ -16,13 +16,10 @@ fn jumbo(i: usize) -> Vec<u8> {
     let spec = FrameSpec {
         src_mac: "02:00:00:00:00:09".parse().unwrap(),
         dst_mac: "02:00:00:00:00:01".parse().unwrap(),
-        vlan: None,
-        outer_tag: None,
         src_ip: IpAddrBytes::V4([10, 0, 0, 1]),
         dst_ip: IpAddrBytes::V4([10, 0, 0, 2]),
         dscp: 26,
         ecn: 2,
-        ttl: 64,
         src_port: 0xc000 + i as u16,
         dst_port: if roce { 4791 } else { DEFAULT_UDP_PORT },
         roce: roce.then_some(Roce { dest_qp: 0x42, psn: i as u32, pkey: 0xffff, qkey: 0x1111_1111, src_qp: 0x101 }),
@@ -36,6 +33,7 @@ fn jumbo(i: usize) -> Vec<u8> {
             round: 1,
             ..Default::default()
         },
+        ..FrameSpec::default()
     };
     build_frame(&spec, &payload)
 }

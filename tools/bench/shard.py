@@ -39,28 +39,23 @@ OUT = os.path.join(ROOT, "target", "bench", "shard")
 BIN = os.path.join(ROOT, "target", "release")
 RANKS = 16
 
-EAL = """[eal]
-args = ["--no-huge", "-m", "2048", "--no-pci", "--no-shconf", "--lcores", "0@0,1@0,2@1", "--log-level", "*:error"]
-[[lcore]]
-id = 1
-rx = [{ port = 0, queue = 0 }]
-[[lcore]]
-id = 2
-rx = [{ port = 1, queue = 0 }]
-[mempool]
-mbufs = 16383
-data_room = 9344
-[[port]]
-name = "p0"
-vdev = "net_null0"
-mac = "02:00:00:00:00:fe"
-ipv4 = "10.0.0.254"
-[[port]]
-name = "p1"
-vdev = "net_null1"
-mac = "02:00:00:00:00:fd"
-ipv4 = "10.0.0.254"
-"""
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+
+
+def fixture(name):
+    """The text of tests/fixtures/NAME, a config fragment the functional tests use too."""
+    with open(os.path.join(FIXTURES, name)) as f:
+        return f.read()
+
+
+# Worker lcore 1 polls port 0, lcore 2 port 1; two net_null ports (replaced by the captures).
+EAL = (
+    '[eal]\nargs = ["--no-huge", "-m", "2048", "--no-pci", "--no-shconf", "--lcores", "0@0,1@0,2@1", '
+    '"--log-level", "*:error"]\n'
+    + fixture("two-worker-lcores.toml")
+    + "[mempool]\nmbufs = 16383\ndata_room = 9344\n"
+    + fixture("split-ports.toml")
+)
 
 
 def split_by_rank(src, outs):

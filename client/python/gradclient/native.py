@@ -10,6 +10,7 @@ messages.
 
 from __future__ import annotations
 
+import inspect
 import os
 
 import numpy as np
@@ -23,6 +24,9 @@ try:
     import gradclient_native as _native
 except ImportError:  # not built: `make deps` builds and installs it into .venv
     _native = None
+
+
+_CLIENT_PARAMS = inspect.signature(Client.__init__)
 
 
 def native_available() -> bool:
@@ -62,19 +66,12 @@ class NativeClient:
     fewer calls than datagrams). Raises ImportError when `gradclient_native` is not installed.
     """
 
-    def __init__(
-        self,
-        collective: Collective,
-        bind: tuple,
-        appliance: tuple = ("127.0.0.1", DEFAULT_UDP_PORT),
-        window: int = 64,
-        rto: float = 0.02,
-        rto_max: float = 0.5,
-        deadline: float = 10.0,
-        start_round: int = 0,
-        rto_min: float = 0.01,
-        probe: bool = True,
-    ):
+    def __init__(self, collective: Collective, bind: tuple, *args, **kwargs):
+        # `Client.__init__`'s parameters and defaults, bound from its signature: one copy of them.
+        opts = _CLIENT_PARAMS.bind(self, collective, bind, *args, **kwargs)
+        opts.apply_defaults()
+        o = opts.arguments
+        appliance, deadline = o["appliance"], o["deadline"]
         if _native is None:
             raise ImportError("gradclient_native is not installed (make deps builds it into .venv)")
         c = collective
@@ -84,8 +81,8 @@ class NativeClient:
             self._c = _native.Client(
                 c.collective_id, c.op, c.dtype, c.tensor_elements, c.chunk_elements, c.num_workers, c.rank,
                 (bind[0], bind[1]), (appliance[0], appliance[1]),
-                window=window, rto=rto, rto_max=rto_max, deadline=deadline,
-                start_round=start_round, rto_min=rto_min, probe=probe,
+                window=o["window"], rto=o["rto"], rto_max=o["rto_max"], deadline=deadline,
+                start_round=o["start_round"], rto_min=o["rto_min"], probe=o["probe"],
             )  # fmt: skip
         except _native.NativeError as e:
             raise _error(e) from None
@@ -156,6 +153,9 @@ class NativeClient:
             raise _error(e) from None
         return array
 
+
+# help(NativeClient) shows the parameters it takes: `Client.__init__`'s.
+NativeClient.__init__.__signature__ = _CLIENT_PARAMS
 
 def client_class(impl: str | None = None):
     """The client class `GRADCLIENT_IMPL` (or `impl`) names: `native` (NativeClient; ImportError

@@ -6,7 +6,7 @@
 
 use dataplane::agg::collective::{Carriage, Collective};
 use dataplane::agg::{Aggregator, PortAddr};
-use dataplane::buf::{PacketBuf, PacketIo};
+use dataplane::buf::{PacketBuf, PacketIo, VecBuf};
 use dataplane::config::load_str;
 use dataplane::datapath::Datapath;
 use dataplane::wire::build::{self, FrameSpec, IpAddrBytes, Roce};
@@ -20,75 +20,59 @@ pub const SLOTS: usize = 16;
 /// Rounds per iteration (each a fresh round for every slot).
 pub const ROUNDS: u32 = 8;
 pub const APP_MAC: &str = "02:00:00:00:00:fe";
-/// Bytes of a pooled buffer: 128 B headroom + a 9 KiB data room, as a jumbo mbuf.
-pub const HEADROOM: usize = 128;
-pub const ROOM: usize = 9216;
-
 thread_local! {
-    static POOL: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
+    static POOL: RefCell<Vec<VecBuf>> = const { RefCell::new(Vec::new()) };
 }
 
-/// A frame buffer from a per-thread free list (an mbuf pool without DPDK): no zeroing, no
+/// A frame buffer from a per-thread free list (an mbuf pool without DPDK): a [`VecBuf`]
+/// (128 B headroom, 9 KiB data room, as a jumbo mbuf) emptied, not zeroed, on reuse; no
 /// allocation once warm.
 pub struct PoolBuf {
-    mem: Option<Box<[u8]>>,
-    start: usize,
-    end: usize,
+    buf: Option<VecBuf>,
 }
 
 impl PoolBuf {
     pub fn get() -> PoolBuf {
-        let mem = POOL.with(|p| p.borrow_mut().pop()).unwrap_or_else(|| vec![0u8; HEADROOM + ROOM].into_boxed_slice());
-        PoolBuf { mem: Some(mem), start: HEADROOM, end: HEADROOM }
+        let buf = POOL.with(|p| p.borrow_mut().pop()).map_or_else(VecBuf::new, |mut b| {
+            b.clear();
+            b
+        });
+        PoolBuf { buf: Some(buf) }
     }
-    pub fn mem(&self) -> &[u8] {
-        self.mem.as_deref().unwrap()
+    fn buf(&self) -> &VecBuf {
+        self.buf.as_ref().unwrap()
+    }
+    fn buf_mut(&mut self) -> &mut VecBuf {
+        self.buf.as_mut().unwrap()
     }
 }
 
 impl Drop for PoolBuf {
     fn drop(&mut self) {
-        if let Some(m) = self.mem.take() {
-            POOL.with(|p| p.borrow_mut().push(m));
+        if let Some(b) = self.buf.take() {
+            POOL.with(|p| p.borrow_mut().push(b));
         }
     }
 }
 
 impl PacketBuf for PoolBuf {
     fn data(&self) -> &[u8] {
-        &self.mem()[self.start..self.end]
+        self.buf().data()
     }
     fn data_mut(&mut self) -> &mut [u8] {
-        let (s, e) = (self.start, self.end);
-        &mut self.mem.as_deref_mut().unwrap()[s..e]
+        self.buf_mut().data_mut()
     }
     fn prepend(&mut self, len: usize) -> bool {
-        if len > self.start {
-            return false;
-        }
-        self.start -= len;
-        true
+        self.buf_mut().prepend(len)
     }
     fn adj(&mut self, len: usize) -> bool {
-        if len > self.end - self.start {
-            return false;
-        }
-        self.start += len;
-        true
+        self.buf_mut().adj(len)
     }
     fn append(&mut self, len: usize) -> bool {
-        if len > self.mem().len() - self.end {
-            return false;
-        }
-        self.end += len;
-        true
+        self.buf_mut().append(len)
     }
     fn trim(&mut self, len: usize) -> bool {
-        if len > self.end - self.start {
-            return false;
-        }
-        self.end -= len;
-        true
+        self.buf_mut().trim(len)
     }
     fn rx_timestamp_us(&self) -> Option<u64> {
         None
@@ -174,13 +158,9 @@ impl Case {
                     let spec = FrameSpec {
                         src_mac: m.mac,
                         dst_mac: APP_MAC.parse().unwrap(),
-                        vlan: None,
-                        outer_tag: None,
                         src_ip: m.ip,
                         dst_ip: IpAddrBytes::V4([10, 0, 0, 254]),
-                        dscp: 0,
                         ecn: 2,
-                        ttl: 64,
                         src_port: if roce { 50000 + rank as u16 } else { m.udp_port },
                         dst_port: if roce { 4791 } else { DEFAULT_UDP_PORT },
                         roce: roce.then_some(Roce {
@@ -202,6 +182,7 @@ impl Case {
                             data_length: payload.len() as u32,
                             round,
                         },
+                        ..FrameSpec::default()
                     };
                     psn[rank] = (psn[rank] + 1) & 0xff_ffff;
                     let mut buf = vec![0u8; spec.frame_len(payload.len())];

@@ -12,7 +12,7 @@ use crate::neighbor::tests::arp_request;
 use crate::testing::{build_frame, null_ports};
 use crate::wire::build::{FrameSpec, IpAddrBytes};
 use crate::wire::ethernet::EthernetAddress;
-use crate::wire::gradient::{GradientRepr, DEFAULT_UDP_PORT};
+use crate::wire::gradient::DEFAULT_UDP_PORT;
 use proptest::prelude::*;
 use std::path::Path;
 
@@ -82,16 +82,13 @@ fn frame(net: u8, vlan: bool, ttl: u8, dport: u16) -> Vec<u8> {
         src_mac: "02:00:00:00:00:09".parse().unwrap(),
         dst_mac: "02:00:00:00:00:01".parse().unwrap(),
         vlan: vlan.then_some(100),
-        outer_tag: None,
         src_ip: IpAddrBytes::V4([192, 168, 0, 1]),
         dst_ip: IpAddrBytes::V4([if net == 7 { 11 } else { 10 }, net, 0, 9]),
-        dscp: 0,
         ecn: 2,
         ttl,
         src_port: 4000,
         dst_port: dport,
-        roce: None,
-        header: GradientRepr::default(),
+        ..FrameSpec::default()
     };
     build_frame(&spec, &[0x5a; 40])
 }

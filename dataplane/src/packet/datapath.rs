@@ -591,7 +591,11 @@ impl<B: PacketBuf> Datapath<B> {
             // parse stage, as it does every packet's.
             p.layers.remove(Layers::L4_UNVERIFIED);
         }
-        self.aggregate(io, in_port, pkt, &p, now_us, true);
+        if !self.wanted(&p, in_port) {
+            self.counters.drop(Reason::AggregateNotGradient);
+            return;
+        }
+        self.consume::<true, I>(io, in_port, pkt, &p, now_us);
     }
 
     /// Processes an rx burst from `in_port` as [`Datapath::process`] would, packet after packet
@@ -773,8 +777,8 @@ impl<B: PacketBuf> Datapath<B> {
             self.counters.drop(Reason::Ipv6BadSegmentsLeft);
             return;
         }
-        if !self.aggregate_in_pipeline && self.agg.as_ref().is_some_and(|agg| agg.wants(p, in_port)) {
-            self.consume(io, in_port, pkt, p, now_us, false);
+        if !self.aggregate_in_pipeline && self.wanted(p, in_port) {
+            self.consume::<false, I>(io, in_port, pkt, p, now_us);
             return;
         }
         // Only meters read the arrival time: without them, no rx-timestamp read per packet.
@@ -836,7 +840,7 @@ impl<B: PacketBuf> Datapath<B> {
                 }
                 (Ok(()), Way::Consume) => {
                     self.tick(&pkt);
-                    self.consume(io, in_port, pkt, &parsed[i], now_us, false);
+                    self.consume::<false, I>(io, in_port, pkt, &parsed[i], now_us);
                 }
                 (Ok(()), Way::Other) => self.deliver::<TM, I>(io, in_port, pkt, &mut parsed[i], None, now_us),
             }
@@ -861,11 +865,9 @@ impl<B: PacketBuf> Datapath<B> {
             Egress::Port(port) => self.send::<TM, I>(io, port, pkt, class),
             Egress::Flood => self.flood::<TM, I>(io, in_port, pkt, class),
             Egress::Multicast(g) => self.multicast::<TM, I>(io, g as usize, pkt, p, class),
-            Egress::Aggregate => self.aggregate(io, in_port, pkt, p, now_us, false),
+            Egress::Aggregate => self.aggregate(io, in_port, pkt, p, now_us),
             Egress::Dropped(r) => self.counters.drop(r),
-            Egress::Unset if self.agg.as_ref().is_some_and(|agg| agg.wants(p, in_port)) => {
-                self.counters.drop(Reason::GradNotAggregated)
-            }
+            Egress::Unset if self.wanted(p, in_port) => self.counters.drop(Reason::GradNotAggregated),
             Egress::Unset => self.counters.drop(Reason::NoEgress),
         }
     }
@@ -880,55 +882,50 @@ impl<B: PacketBuf> Datapath<B> {
             || (p.ipv6_bad_segments_left && self.for_the_appliance(p, in_port))
         {
             Way::Other
-        } else if !self.aggregate_in_pipeline && self.agg.as_ref().is_some_and(|agg| agg.wants(p, in_port)) {
+        } else if !self.aggregate_in_pipeline && self.wanted(p, in_port) {
             Way::Consume
         } else {
             Way::Tables
         }
     }
 
-    /// Sums a gradient packet into its collective, on the worker that owns the collective: this
-    /// one, or another reached over its hand-off ring. A packet that is not a gradient packet
-    /// addressed to the appliance is dropped (`aggregate_not_gradient`). The appliance consumes
-    /// it: what a router parse left unverified (its UDP checksum, its ICRC) is verified first,
-    /// and a failure is dropped with the parse's reason (spec section 4 rule 5: before anything
-    /// else, without a NAK).
-    ///
-    /// `handed`: as [`Datapath::consume`]'s.
+    /// Sums a gradient packet that a table's `aggregate` action sent here into its collective,
+    /// on the worker that owns the collective: this one, or another reached over its hand-off
+    /// ring. A packet that is not a gradient packet addressed to the appliance is dropped
+    /// (`aggregate_not_gradient`). The appliance consumes it: what a router parse left
+    /// unverified (its UDP checksum, its ICRC) is verified first, and a failure is dropped with
+    /// the parse's reason (spec section 4 rule 5: before anything else, without a NAK).
     ///
     /// Out of line: inlined into `process_burst` it cost the forwarding path 5 instructions
     /// per packet (callgrind, `pipeline_profile burst`) through register allocation.
     #[inline(never)]
-    fn aggregate<I: PacketIo<Buf = B>>(
-        &mut self,
-        io: &mut I,
-        in_port: u16,
-        pkt: I::Buf,
-        p: &Parsed,
-        now_us: u64,
-        handed: bool,
-    ) {
-        if !self.agg.as_ref().is_some_and(|agg| agg.wants(p, in_port)) {
+    fn aggregate<I: PacketIo<Buf = B>>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, p: &Parsed, now_us: u64) {
+        if !self.wanted(p, in_port) {
             self.counters.drop(Reason::AggregateNotGradient);
             return;
         }
-        self.consume(io, in_port, pkt, p, now_us, handed);
+        self.consume::<false, I>(io, in_port, pkt, p, now_us);
     }
 
-    /// [`Datapath::aggregate`] of a packet the aggregator wants ([`Aggregator::wants`] was
-    /// true), without asking again.
+    /// True when the aggregator takes `p`, received on `in_port` ([`Aggregator::wants`]).
+    #[inline]
+    fn wanted(&self, p: &Parsed, in_port: u16) -> bool {
+        self.agg.as_ref().is_some_and(|agg| agg.wants(p, in_port))
+    }
+
+    /// Sums a gradient packet the aggregator wants ([`Aggregator::wants`] was true) into its
+    /// collective, here or on its owner, as [`Datapath::aggregate`] does, without asking again.
     ///
-    /// `handed`: another worker handed it over ([`Datapath::process_handed_off`]); it is never
+    /// `HANDED`: another worker handed it over ([`Datapath::process_handed_off`]); it is never
     /// handed on.
     #[inline]
-    fn consume<I: PacketIo<Buf = B>>(
+    fn consume<const HANDED: bool, I: PacketIo<Buf = B>>(
         &mut self,
         io: &mut I,
         in_port: u16,
         pkt: I::Buf,
         p: &Parsed,
         now_us: u64,
-        handed: bool,
     ) {
         let Some(agg) = self.agg.as_mut() else {
             self.counters.drop(Reason::AggregateNotGradient);
@@ -941,7 +938,7 @@ impl<B: PacketBuf> Datapath<B> {
         }
         let owner = agg.owner(pkt.data(), p);
         if owner != agg.me() {
-            if handed {
+            if HANDED {
                 // Handed over by a worker that had switched to a runtime change of a sharded
                 // collective's chunking this one has not (or the reverse): handing it back
                 // could bounce it between the two until both have switched.
@@ -963,14 +960,14 @@ impl<B: PacketBuf> Datapath<B> {
         }
         let now = pkt.rx_timestamp_us().unwrap_or(now_us);
         if self.egress.is_empty() {
-            agg.process(io, in_port, pkt, p, now, &mut self.counters);
+            agg.process(io, &mut self.counters, in_port, pkt, p, now);
             return;
         }
         // Results, resends and NAKs leave through the ports' schedulers, classified by their
         // DSCP (the collective's) through the port's map.
         let clock = self.rx_clock_us.unwrap_or(self.live_us);
         let mut eio = EgressIo { io, egress: &mut self.egress, remote: &self.remote_egress, now: clock, drops: [0; 5] };
-        agg.process(&mut eio, in_port, pkt, p, now, &mut self.counters);
+        agg.process(&mut eio, &mut self.counters, in_port, pkt, p, now);
         let drops = eio.drops;
         for (r, n) in
             [Reason::TailDrop, Reason::RedDrop, Reason::EgressOversize, Reason::UnknownClass, Reason::QosRingFull]
@@ -985,8 +982,7 @@ impl<B: PacketBuf> Datapath<B> {
     /// destination is one of the appliance's IPv6 addresses, or the aggregator takes it.
     #[cold]
     fn for_the_appliance(&self, p: &Parsed, in_port: u16) -> bool {
-        self.local.iter().any(|a| a.ipv6 == Some(p.ip_dst_bytes))
-            || self.agg.as_ref().is_some_and(|agg| agg.wants(p, in_port))
+        self.local.iter().any(|a| a.ipv6 == Some(p.ip_dst_bytes)) || self.wanted(p, in_port)
     }
 
     /// Hands `pkt` to port `port`: counted `tx`, then queued in the port's scheduler in `class`

@@ -26,12 +26,10 @@ fn jumbo(v6: bool, roce: bool, vlan: Option<u16>, payload: usize) -> Vec<u8> {
         src_mac: "02:00:00:00:00:09".parse().unwrap(),
         dst_mac: "02:00:00:00:00:01".parse().unwrap(),
         vlan,
-        outer_tag: None,
         src_ip: host_ip(v6, 1),
         dst_ip: host_ip(v6, 2),
         dscp: 10,
         ecn: 2,
-        ttl: 64,
         src_port: 0xc123,
         dst_port: if roce { 4791 } else { PORT },
         roce: roce.then_some(Roce { dest_qp: 0x12, psn: 5, pkey: 0xffff, qkey: 0x1111_1111, src_qp: 0x101 }),
@@ -44,6 +42,7 @@ fn jumbo(v6: bool, roce: bool, vlan: Option<u16>, payload: usize) -> Vec<u8> {
             round: 1,
             ..Default::default()
         },
+        ..FrameSpec::default()
     };
     let data: Vec<u8> = (0..payload).map(|i| (i * 7 + 3) as u8).collect();
     build_frame(&spec, &data)

@@ -1,9 +1,17 @@
 //! Fixtures shared by the unit tests, the functional tests and the fuzz targets: pcap files read
-//! and written, the shipped capture cases, and the `[[port]]` tables of test configs. One copy
+//! and written, the shipped capture cases, gradient contributions as members send them, and the
+//! `[[port]]` tables of test configs. One copy
 //! of each, so that a fixture changes in one place.
 //!
 //! Built for the crate's own tests and, with the `testing` feature, for the functional-test
 //! crate and the fuzz targets. Test code: it panics on any I/O error, naming the file.
+
+mod grad;
+
+pub use grad::{
+    contribution, contribution_spec, APPLIANCE_IPV4, APPLIANCE_IPV6, APPLIANCE_MAC, APPLIANCE_QPN,
+    ROCEV2_SOURCE_PORT_BASE,
+};
 
 use crate::wire::build::{FrameSpec, IpAddrBytes};
 use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};

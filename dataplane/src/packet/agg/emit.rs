@@ -2,6 +2,7 @@
 //! kept result again to one member (rule 3), from the member's header template when the
 //! payload fits it, else through the frame builder.
 
+use super::check::Contribution;
 use super::collective::{Carriage, Collective};
 use super::send::{send_frame, send_shared, send_templated, templated};
 use super::{template, Aggregator, PortAddr};
@@ -11,8 +12,8 @@ use crate::wire::build::{FrameSpec, Roce, ROCEV2_PORT};
 use crate::wire::gradient::{Flags, GradientRepr, RANK_NONE};
 
 impl Aggregator {
-    /// Sends the kept result of chunk `k` (in this worker's slot `s`) for `round` to every
-    /// member (rule 2), or to `only` (rule 3).
+    /// Sends the kept result of `c`'s chunk (in this worker's slot `c.slot`) for `c.round` to
+    /// every member (rule 2), or, when `resend`, to `c.rank` alone (rule 3).
     /// `spare` is a frame the caller is done with (the contribution that triggered the send):
     /// the first copy is written into it, in place, when it has the room (saving an mbuf
     /// allocation and a free, and touching bytes already in cache).
@@ -22,18 +23,16 @@ impl Aggregator {
     /// header chained to that frame's payload by reference ([`PacketIo::share`]), so the
     /// payload is written once per completion instead of once per member. Resends to one
     /// member (rule 3) and short last chunks copy as before.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn emit_result<I: PacketIo>(
         &mut self,
         io: &mut I,
-        coll: usize,
-        s: usize,
-        k: usize,
-        round: u32,
-        only: Option<usize>,
+        c: Contribution,
+        resend: bool,
         mut spare: Option<I::Buf>,
         counters: &mut Counters,
     ) {
+        let (coll, s, k, round) = (c.coll, c.slot, c.chunk, c.round);
+        let only = resend.then_some(c.rank);
         let st = &mut self.colls[coll];
         let lanes = st.lanes(k);
         let size = st.spec.dtype.size();
@@ -54,7 +53,7 @@ impl Aggregator {
         // instructions per result frame in spills and moves: callgrind, `agg_profile udp 4
         // 256`).
         if self.zero_copy_results && only.is_none() && members.len() > 1 && templates.is_some() {
-            self.emit_shared(io, coll, s, k, round, spare, counters);
+            self.emit_shared(io, c, spare, counters);
             return;
         }
         for r in members {
@@ -96,18 +95,15 @@ impl Aggregator {
     /// frame is written whole from its template (into `spare` when it has the room), and every
     /// other member's is its template's head and tail around that payload by reference
     /// ([`PacketIo::share`]).
-    #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     fn emit_shared<I: PacketIo>(
         &mut self,
         io: &mut I,
-        coll: usize,
-        s: usize,
-        k: usize,
-        round: u32,
+        c: Contribution,
         mut spare: Option<I::Buf>,
         counters: &mut Counters,
     ) {
+        let (coll, s, k, round) = (c.coll, c.slot, c.chunk, c.round);
         let st = &mut self.colls[coll];
         let size = st.spec.dtype.size();
         let chunk = st.spec.chunk_elements as usize;

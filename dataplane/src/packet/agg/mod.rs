@@ -357,11 +357,11 @@ impl Aggregator {
     pub fn process<I: PacketIo>(
         &mut self,
         io: &mut I,
+        counters: &mut Counters,
         in_port: u16,
         pkt: I::Buf,
         p: &Parsed,
         now_us: u64,
-        counters: &mut Counters,
     ) {
         let frame = pkt.data();
         let c = match self.validate(frame, p) {
@@ -400,7 +400,7 @@ impl Aggregator {
             Verdict::Resend => {
                 self.counters.resends += 1;
                 st.counters.resends += 1;
-                self.emit_result(io, c.coll, c.slot, c.chunk, c.round, Some(c.rank), Some(pkt), counters);
+                self.emit_result(io, c, true, Some(pkt), counters);
             }
             Verdict::Stale(expected) => {
                 counters.drop(Reason::GradStaleRound);
@@ -427,7 +427,7 @@ impl Aggregator {
                 self.counters.folded += 1;
                 if last {
                     self.counters.completed += 1;
-                    self.emit_result(io, c.coll, c.slot, c.chunk, c.round, None, Some(pkt), counters);
+                    self.emit_result(io, c, false, Some(pkt), counters);
                 }
             }
         }

@@ -7,8 +7,7 @@ use super::*;
 use crate::buf::{VecBuf, VecIo};
 use crate::config::load_str;
 use crate::parse::parse;
-use crate::testing::build_frame;
-use crate::wire::build::{self, FrameSpec, IpAddrBytes, Roce, UD_SEND_ONLY};
+use crate::wire::build::{self, FrameSpec, IpAddrBytes, UD_SEND_ONLY};
 use crate::wire::gradient::{Flags, GradientHeader, GradientRepr};
 use std::path::Path;
 
@@ -54,43 +53,9 @@ impl Rig {
         }
     }
 
-    /// A contribution frame from `rank`.
+    /// A contribution frame from `rank` ([`crate::testing::contribution`]).
     fn frame(&self, rank: usize, offset: u32, round: u32, payload: &[u8], tweak: impl Fn(&mut FrameSpec)) -> Vec<u8> {
-        let m = self.coll.members[rank];
-        let roce = self.coll.carriage == Carriage::Rocev2;
-        let dst_ip = if m.ip.is_v6() {
-            IpAddrBytes::V6("fd00::fe".parse::<std::net::Ipv6Addr>().unwrap().octets())
-        } else {
-            IpAddrBytes::V4([10, 0, 0, 254])
-        };
-        let mut spec = FrameSpec {
-            src_mac: m.mac,
-            dst_mac: APP_MAC.parse().unwrap(),
-            vlan: None,
-            outer_tag: None,
-            src_ip: m.ip,
-            dst_ip,
-            dscp: 0,
-            ecn: 2,
-            ttl: 64,
-            src_port: if roce { 0xc123 } else { m.udp_port },
-            dst_port: if roce { 4791 } else { crate::wire::gradient::DEFAULT_UDP_PORT },
-            roce: roce.then_some(Roce { dest_qp: 1, psn: 0, pkey: 0xffff, qkey: m.qkey, src_qp: m.qpn }),
-            header: GradientRepr {
-                version: 1,
-                flags: 0,
-                op_type: self.coll.op.wire(),
-                collective_id: self.coll.id,
-                dtype: self.coll.dtype.wire(),
-                reason: 0,
-                worker_rank: rank as u16,
-                tensor_offset: offset,
-                data_length: payload.len() as u32,
-                round,
-            },
-        };
-        tweak(&mut spec);
-        build_frame(&spec, payload)
+        crate::testing::contribution(&self.coll, rank, offset, round, payload, tweak)
     }
 
     fn send(&mut self, io: &mut VecIo, frame: Vec<u8>, now_us: u64) {

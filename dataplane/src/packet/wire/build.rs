@@ -105,6 +105,29 @@ pub struct FrameSpec {
     pub header: GradientRepr,
 }
 
+impl Default for FrameSpec {
+    /// All zeros (addresses 00:00:00:00:00:00 and 0.0.0.0, ports 0, DSCP and ECN 0, a zero
+    /// gradient header) but TTL 64, untagged, UDP: a base for a struct literal that sets what
+    /// it needs (`FrameSpec { src_ip, dst_ip, ..FrameSpec::default() }`).
+    fn default() -> FrameSpec {
+        FrameSpec {
+            src_mac: EthernetAddress::default(),
+            dst_mac: EthernetAddress::default(),
+            vlan: None,
+            outer_tag: None,
+            src_ip: IpAddrBytes::V4([0; 4]),
+            dst_ip: IpAddrBytes::V4([0; 4]),
+            dscp: 0,
+            ecn: 0,
+            ttl: 64,
+            src_port: 0,
+            dst_port: 0,
+            roce: None,
+            header: GradientRepr::default(),
+        }
+    }
+}
+
 impl FrameSpec {
     /// Bytes of the L2 header.
     fn l2_len(&self) -> usize {
