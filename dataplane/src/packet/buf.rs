@@ -183,17 +183,6 @@ impl VecBuf {
         }
     }
 
-    /// Empties the buffer, keeping its memory unzeroed (as a freed mbuf back in its pool): one
-    /// segment, headroom [`VEC_HEADROOM`], no timestamp, checksum verdicts unknown.
-    pub fn clear(&mut self) {
-        self.start = VEC_HEADROOM;
-        self.end = VEC_HEADROOM;
-        self.first_end = VEC_HEADROOM;
-        self.seg = false;
-        self.timestamp_us = None;
-        self.rx_checksum = RxChecksum::UNKNOWN;
-    }
-
     /// A buffer holding a copy of `frame` (at most [`VEC_DATA_ROOM`] bytes are kept).
     pub fn from_frame(frame: &[u8]) -> Self {
         let mut b = Self::new();
@@ -384,24 +373,6 @@ mod tests {
         assert!(!b.prepend(VEC_HEADROOM + 10));
         assert!(b.set_len(5));
         assert_eq!(b.data().len(), 5);
-    }
-
-    #[test]
-    fn a_cleared_vecbuf_is_empty_with_its_headroom_back() {
-        let mut b = VecBuf::segmented(&[1, 2, 3, 4, 5, 6], 2);
-        b.timestamp_us = Some(7);
-        assert!(b.prepend(4));
-        b.clear();
-        assert_eq!(b.data(), &[] as &[u8]);
-        assert_eq!(b.total_len(), 0);
-        assert!(!b.is_segmented());
-        assert_eq!(b.rx_timestamp_us(), None);
-        assert!(b.prepend(VEC_HEADROOM));
-        assert!(!b.prepend(1));
-        b.clear();
-        assert!(b.append(3));
-        assert_eq!(b.data().len(), 3, "one segment again: appended bytes are in data()");
-        assert_eq!(&b.data()[..2], &[1, 2], "memory kept, not zeroed");
     }
 
     #[test]
