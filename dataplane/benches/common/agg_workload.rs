@@ -33,8 +33,8 @@ thread_local! {
 ///
 /// Its window arithmetic repeats `VecBuf`'s on purpose: this is the buffer the bench had at
 /// 3303d62, the base of the A/B runs (`tools/bench/ab.py`), kept as it was so that they
-/// compare the packet core, not the harness (a boxed `VecBuf` here, pointer-sized, costs 74
-/// instructions less per contribution in `agg_profile udp 4 256`; an unboxed one 109 more).
+/// compare the packet core, not the harness (a boxed `VecBuf` here, pointer-sized, costs 61
+/// instructions less per contribution in `agg_profile udp 4 256`; an unboxed one 122 more).
 pub struct PoolBuf {
     mem: Option<Box<[u8]>>,
     start: usize,
