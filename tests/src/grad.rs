@@ -120,8 +120,10 @@ impl Coll {
         s
     }
 
-    /// The collective as the appliance loads it from [`Coll::toml`] (its members by the
-    /// address plan; an unknown op or dtype name, for tests of refusals, as min or i32).
+    /// The collective's identity, shape and members as [`Coll::toml`] writes them (the address
+    /// plan): what a contribution's headers need. Not the whole loaded collective: `extra` keys
+    /// are not read (slot timeout 0, no result VLANs, not deterministic); an unknown op or dtype
+    /// name, for tests of refusals, becomes min or i32.
     pub fn collective(&self) -> Collective {
         let members = (0..self.n)
             .map(|k| Member {
@@ -150,7 +152,8 @@ impl Coll {
     }
 
     /// A contribution from rank `k` ([`dataplane::testing::contribution`]); `tweak` may change
-    /// anything (spoofing, bad fields).
+    /// anything (spoofing, bad fields, another rank in the header). Panics when `k` is not a
+    /// member (`k >= n`).
     pub fn frame(&self, k: usize, offset: u32, round: u32, payload: &[u8], tweak: impl Fn(&mut FrameSpec)) -> Vec<u8> {
         contribution(&self.collective(), k, offset, round, payload, tweak)
     }

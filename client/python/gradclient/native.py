@@ -18,7 +18,6 @@ import numpy as np
 from .client import AllreduceTimeout, Client, GradientError, NakError, SocketError, UnreachableError
 from .config import Collective, ConfigError, load_endpoint
 from .lanes import wire_view
-from .wire import DEFAULT_UDP_PORT
 
 try:
     import gradclient_native as _native
@@ -27,6 +26,13 @@ except ImportError:  # not built: `make deps` builds and installs it into .venv
 
 
 _CLIENT_PARAMS = inspect.signature(Client.__init__)
+# The keyword options `NativeClient` forwards to the Rust client: every parameter of
+# `Client.__init__` but the positional ones. A parameter added there fails this import until it
+# is forwarded too, rather than being accepted and dropped.
+_FORWARDED = ("window", "rto", "rto_max", "deadline", "start_round", "rto_min", "probe")
+assert set(_CLIENT_PARAMS.parameters) == {"self", "collective", "bind", "appliance", *_FORWARDED}, (
+    "gradclient.native: Client.__init__'s parameters changed; forward the new ones"
+)
 
 
 def native_available() -> bool:
@@ -68,7 +74,10 @@ class NativeClient:
 
     def __init__(self, collective: Collective, bind: tuple, *args, **kwargs):
         # `Client.__init__`'s parameters and defaults, bound from its signature: one copy of them.
-        opts = _CLIENT_PARAMS.bind(self, collective, bind, *args, **kwargs)
+        try:
+            opts = _CLIENT_PARAMS.bind(self, collective, bind, *args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"NativeClient(): {e}") from None
         opts.apply_defaults()
         o = opts.arguments
         appliance, deadline = o["appliance"], o["deadline"]
@@ -81,8 +90,7 @@ class NativeClient:
             self._c = _native.Client(
                 c.collective_id, c.op, c.dtype, c.tensor_elements, c.chunk_elements, c.num_workers, c.rank,
                 (bind[0], bind[1]), (appliance[0], appliance[1]),
-                window=o["window"], rto=o["rto"], rto_max=o["rto_max"], deadline=deadline,
-                start_round=o["start_round"], rto_min=o["rto_min"], probe=o["probe"],
+                **{k: o[k] for k in _FORWARDED},
             )  # fmt: skip
         except _native.NativeError as e:
             raise _error(e) from None
@@ -156,6 +164,7 @@ class NativeClient:
 
 # help(NativeClient) shows the parameters it takes: `Client.__init__`'s.
 NativeClient.__init__.__signature__ = _CLIENT_PARAMS
+
 
 def client_class(impl: str | None = None):
     """The client class `GRADCLIENT_IMPL` (or `impl`) names: `native` (NativeClient; ImportError

@@ -591,11 +591,20 @@ impl<B: PacketBuf> Datapath<B> {
             // parse stage, as it does every packet's.
             p.layers.remove(Layers::L4_UNVERIFIED);
         }
-        if !self.wanted(&p, in_port) {
+        self.aggregate_handed(io, in_port, pkt, &p, now_us);
+    }
+
+    /// [`Datapath::aggregate`] of a packet another worker handed over: dropped
+    /// (`aggregate_not_gradient`) unless the aggregator wants it, then consumed here and never
+    /// handed on. Out of line, as `aggregate` (the hand-off path's code as before the two were
+    /// told apart by a const parameter).
+    #[inline(never)]
+    fn aggregate_handed<I: PacketIo<Buf = B>>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, p: &Parsed, now: u64) {
+        if !self.wanted(p, in_port) {
             self.counters.drop(Reason::AggregateNotGradient);
             return;
         }
-        self.consume::<true, I>(io, in_port, pkt, &p, now_us);
+        self.consume::<true, I>(io, in_port, pkt, p, now);
     }
 
     /// Processes an rx burst from `in_port` as [`Datapath::process`] would, packet after packet

@@ -7,7 +7,8 @@ use crate::wire::build::{FrameSpec, IpAddrBytes, Roce, ROCEV2_PORT};
 use crate::wire::ethernet::EthernetAddress;
 use crate::wire::gradient::{GradientRepr, DEFAULT_UDP_PORT, VERSION};
 
-/// The appliance's MAC in the tests' address plan (pktgen's): 02:00:00:00:00:fe.
+/// The appliance's MAC in the tests' address plan (the values of pktgen's, `pktgen/src/plan.rs`,
+/// which is product code and cannot take them from here): 02:00:00:00:00:fe.
 pub const APPLIANCE_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0xfe]);
 /// The appliance's IPv4 address in the tests' address plan: 10.0.0.254.
 pub const APPLIANCE_IPV4: [u8; 4] = [10, 0, 0, 254];
@@ -15,8 +16,9 @@ pub const APPLIANCE_IPV4: [u8; 4] = [10, 0, 0, 254];
 pub const APPLIANCE_IPV6: [u8; 16] = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xfe];
 /// The appliance's QP (BTH destination QP of RoCEv2 contributions) in the tests' configs.
 pub const APPLIANCE_QPN: u32 = 1;
-/// The UDP source port of rank r's RoCEv2 contributions is this + r (entropy, spec section 1).
-pub const ROCEV2_SOURCE_PORT_BASE: u16 = 0xc100;
+/// The UDP source port of rank r's RoCEv2 contributions is this + r (entropy, spec section 1;
+/// pktgen's plan sends from 50000 + r on both carriages).
+pub const ROCEV2_SOURCE_PORT_BASE: u16 = 50000;
 
 /// The headers of a contribution from member `rank` of `c` to the appliance of the tests'
 /// address plan ([`APPLIANCE_MAC`], [`APPLIANCE_IPV4`] or [`APPLIANCE_IPV6`] as the member's

@@ -18,7 +18,8 @@
 //! input) is only the fallback, for inputs that end short.
 //!
 //! A run inside EAL goes through `start` (pool, ports, rings, workers), `monitor` (the wait), then
-//! `summary` (the workers' counters summed, the ports' stats read and the ports closed).
+//! `summary` (the workers' counters summed, the ports' stats read and the ports closed); `report`
+//! holds the final stats and prints them.
 
 mod monitor;
 mod report;
