@@ -55,7 +55,7 @@ test: deps
 	DPU_BIN_DIR=$(TEST_BIN_DIR) $(CARGO) test --profile test-release --workspace
 	DPU_BIN_DIR=$(TEST_BIN_DIR) .venv/bin/python -m unittest discover -s client/python/tests
 	.venv/bin/python -m unittest discover -s client/python/tests_native
-	.venv/bin/python -m unittest discover -s client/python/tests_torch
+	DPU_BIN_DIR=$(TEST_BIN_DIR) .venv/bin/python -m unittest discover -s client/python/tests_torch
 	DPU_BIN_DIR=$(TEST_BIN_DIR) python3 -m unittest discover -s tools/bench -p 'test_ovs.py'
 	python3 -m unittest discover -s tools/bench -p 'test_agg_revs.py'
 	python3 -m unittest discover -s tools -p 'test_check_layers.py'

@@ -42,6 +42,7 @@ import torch.distributed as dist
 from .client import Client
 from .native import client_class
 from .config import load_endpoint
+from .control import Control, ControlError
 
 #: torch dtype -> the collective dtype that carries it natively.
 TORCH_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
@@ -266,3 +267,99 @@ def init_appliance(config: str, collective_ids, rank: int, timeout: float = 60.0
     impl = client_class()
     clients = [impl.from_appliance_config(config, cid, rank, **client_opts) for cid in ids]
     return ApplianceState(clients)
+
+
+def _mac_of(ip: str) -> str | None:
+    """The MAC of the interface that holds IPv4 address `ip` here (sysfs), or None."""
+    iface = _iface_of(ip)
+    if not iface:
+        return None
+    try:
+        with open(f"/sys/class/net/{iface}/address") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def register_collective(client, *, mac: str | None = None, port: int = 0, control=None, replace: bool = True) -> dict:
+    """Registers the job's collective with the appliance through its control socket, instead of
+    a `[[collective]]` table written into its TOML beforehand. Every rank calls it, after
+    `torch.distributed.init_process_group` (gloo) and with its client made (bound: its address
+    and UDP port are what the appliance will answer), before the first step.
+
+    Each rank's member entry (its rank, its client's IP and UDP port, `mac`: the MAC the
+    appliance sends its results to, by default that of the interface holding its IP; `port`: the
+    appliance port index it is reached through) is gathered over gloo; rank 0 adds the
+    collective (`collective_id`, op, dtype and sizes of its client's `Collective`, which every
+    rank must share) through `Control(control)` (a socket path, a `Control`, or None: the only
+    running appliance); when the id is in use and `replace`, it replaces it (a new job starts the
+    collective afresh). Every rank then gets rank 0's outcome: the registered table (a dict), or
+    ControlError with the appliance's message, naming the faulty key (nothing changed). A rank
+    whose collective differs from rank 0's raises ValueError on every rank. The UDP carriage
+    only (the clients speak UDP).
+    """
+    if not dist.is_initialized():
+        raise RuntimeError("register_collective: torch.distributed is not initialized (init_process_group first)")
+    c = client.collective
+    ip, udp_port = client.bind[0], client.bind[1]
+    mac = mac or _mac_of(ip)
+    if not mac:
+        raise ValueError(f"register_collective: no interface here holds {ip}: give this rank's MAC (mac=...)")
+    me = {
+        "shape": (c.collective_id, c.op, c.dtype, c.tensor_elements, c.chunk_elements, c.num_workers),
+        "member": {"rank": c.rank, "ip": ip, "udp_port": udp_port, "mac": mac, "port": port},
+    }
+    world = dist.get_world_size()
+    everyone = [None] * world
+    dist.all_gather_object(everyone, me)
+    outcome = [None]
+    if dist.get_rank() == 0:
+        outcome[0] = _register(everyone, control, replace)
+    dist.broadcast_object_list(outcome, src=0)
+    kind, value = outcome[0]
+    if kind == "mismatch":
+        raise ValueError(value)
+    if kind == "refused":
+        raise ControlError(value)
+    return value
+
+
+def _register(everyone: list[dict], control, replace: bool) -> tuple[str, object]:
+    """Rank 0's part of `register_collective`: ("ok", table), ("mismatch", why) or ("refused",
+    the appliance's or the socket's message)."""
+    shape = everyone[0]["shape"]
+    for r, e in enumerate(everyone):
+        if e["shape"] != shape:
+            return "mismatch", f"rank {r}'s collective {e['shape']} differs from rank 0's {shape}"
+    cid, op, dtype, tensor, chunk, workers = shape
+    if workers != len(everyone):
+        return "mismatch", f"the collective has {workers} members, the process group {len(everyone)} ranks"
+    table = {
+        "collective_id": cid,
+        "op": op,
+        "dtype": dtype,
+        "tensor_elements": tensor,
+        "chunk_elements": chunk,
+        "member": sorted((e["member"] for e in everyone), key=lambda m: m["rank"]),
+    }
+    try:
+        ctl = control if isinstance(control, Control) else Control(control)
+        try:
+            ctl.add_collective(table)
+        except ControlError as e:
+            if not (replace and "exists already" in str(e)):
+                raise
+            ctl.modify_collective(table)
+    except ControlError as e:
+        return "refused", str(e)
+    return "ok", table
+
+
+def unregister_collective(collective_id: int, control=None) -> None:
+    """The end of a job that registered its collective: every rank calls it once its last step
+    is done; after a barrier rank 0 deletes the collective (its slot memory is freed). Raises
+    ControlError on rank 0 when the appliance refuses."""
+    dist.barrier()
+    if dist.get_rank() == 0:
+        ctl = control if isinstance(control, Control) else Control(control)
+        ctl.delete_collective(collective_id)
