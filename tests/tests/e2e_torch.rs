@@ -39,7 +39,7 @@ fn ddp_ranks_train_through_the_appliance_exactly() {
     let phases: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     let phases = phases.as_array().unwrap();
     let names: Vec<&str> = phases.iter().map(|p| p["phase"].as_str().unwrap()).collect();
-    assert_eq!(names, ["clean", "loss", "mixed", "gloo", "peer", "absent"], "{text}");
+    assert_eq!(names, ["clean", "loss", "mixed", "gloo", "peer", "absent", "registered"], "{text}");
     for ph in &phases[..3] {
         // Every step: the parameters bit-identical on every rank and to the reference.
         assert_eq!(ph["exact_steps"], STEPS, "{ph}");
@@ -84,4 +84,13 @@ fn ddp_ranks_train_through_the_appliance_exactly() {
         let e = absent["errors"][k.to_string()].as_str().unwrap_or("");
         assert!(e.contains("step 0 failed: UnreachableError: appliance unreachable"), "{absent}");
     }
+    // The appliance started without collectives; the job added its own through the control
+    // socket, trained exactly, and deleted it at its end.
+    let reg = &phases[6];
+    assert_eq!(reg["exact_steps"], STEPS, "{reg}");
+    assert_eq!(reg["ranks"], 4, "{reg}");
+    assert_eq!(reg["naks"], 0, "{reg}");
+    assert_eq!(reg["rebuilds"], serde_json::json!([1, 1, 1, 1]), "{reg}");
+    assert!(reg["appliance"]["completed"].as_u64().unwrap() >= STEPS, "{reg}");
+    assert_eq!(reg["collectives_left"], serde_json::json!([]), "{reg}");
 }

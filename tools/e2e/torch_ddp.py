@@ -19,6 +19,9 @@ Phases:
             step, within float tolerance (another summation order)
   peer      rank 3 leaves before step 3: the others' step 3 fails naming rank 3, within the deadline
   absent    no appliance: every rank's first step fails with the client's "appliance unreachable"
+  registered  the appliance starts without collectives; the ranks add collective 1 through its
+            control socket (train_ddp.py --register: gradclient.ddp.register_collective), train
+            exactly as in clean, and delete it at the end
 
 A JSON report (--report) holds each phase's findings; the namespaces are removed whatever happens.
 """
@@ -34,6 +37,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import netns  # noqa: E402
 import run as e2e  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "client/python"))
+from gradclient.control import Control  # noqa: E402
 
 ROOT = e2e.ROOT
 EXAMPLE = ROOT / "client/python/examples/train_ddp.py"
@@ -148,6 +154,37 @@ def appliance_phase(topo, work, name, dtype, ids, steps, loss):
     }
 
 
+def control_socket(log):
+    """The control socket the appliance named in its log ("dpu: control: PATH (dpuctl ...")."""
+    for line in Path(log).read_text().splitlines():
+        if line.startswith("dpu: control: "):
+            return line[len("dpu: control: "):].split(" (")[0].strip()
+    raise RuntimeError(f"the appliance named no control socket: {Path(log).read_text()[-500:]}")
+
+
+def registered_phase(topo, work, steps):
+    """The appliance starts without collectives; the ranks (their addresses from the usual TOML)
+    register collective 1 through its control socket, train, and delete it at the end."""
+    d = work / "registered"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "appliance.toml").write_text((work / "appliance.toml").read_text())
+    (d / "bare.toml").write_text(e2e.appliance_config(WORKERS, 0, topo.mtu, []))
+    app = e2e.Appliance(topo, d / "bare.toml", d / "dpu-stats.json", d / "dpu.log")
+    try:
+        sock = control_socket(d / "dpu.log")
+        per_rank, finals = train_phase(topo, d, "registered", ["--collective", "1", "--register", sock], steps)
+        left = [c["collective_id"] for c in Control(sock).collectives()]
+    finally:
+        stats = app.stop()
+    ref = reference(d, "registered", "f32", steps)
+    clients = [c for f in finals for c in f.get("client", [])]
+    return {
+        "phase": "registered", "steps": steps, "exact_steps": check_exact("registered", per_rank, ref, steps),
+        "ranks": WORKERS, "rebuilds": [f.get("rebuilds") for f in finals],
+        "naks": sum(c["naks"] for c in clients), "collectives_left": left, "appliance": stats["aggregation"],
+    }
+
+
 def gloo_phase(topo, work, steps, clean):
     d = work / "gloo"
     d.mkdir(parents=True, exist_ok=True)
@@ -231,10 +268,15 @@ def main():
         for k, e in sorted(r["errors"].items()):
             print(f"   {e}")
         results.append(r)
+        r = registered_phase(topo, work, args.steps)
+        print(f"== registered: the appliance started without collectives, the ranks added collective 1 through its "
+              f"control socket: {r['exact_steps']} steps bit-identical to the reference; collectives left after "
+              f"the job: {r['collectives_left']}", flush=True)
+        results.append(r)
     if args.report:
         Path(args.report).write_text(json.dumps(results, indent=1))
     # The failure phases' verdicts (the test checks the report too).
-    peer, absent = results[-2], results[-1]
+    peer, absent = results[4], results[5]
     if peer["exit_codes"][:3] != [1, 1, 1] or not all("waiting for rank 3" in peer["errors"].get(k, "") for k in range(3)):
         sys.exit(f"e2e-torch: the vanished rank was not named: {peer}")
     if absent["exit_codes"] != [1] * WORKERS or not all("appliance unreachable" in absent["errors"].get(k, "") for k in range(WORKERS)):

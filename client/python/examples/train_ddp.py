@@ -158,12 +158,18 @@ def train(args) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from gradclient import GradientError
-    from gradclient.ddp import appliance_hook, init_appliance, init_process_group
+    from gradclient.ddp import appliance_hook, init_appliance, init_process_group, register_collective
+    from gradclient.ddp import unregister_collective
 
     ids = [int(x) for x in args.collective.split(",")]
     if args.backend == "appliance":
         state = init_appliance(args.config, ids, args.rank, deadline=args.deadline)
         world = state.world_size
+        if args.register:
+            # The appliance runs without these collectives: each is added now through its
+            # control socket (deterministic: bit-identical training), and deleted at the end.
+            for c in state.by_dtype.values():
+                register_collective(c, control=args.register, deterministic=True, slot_timeout_ms=1000)
     else:
         world = init_process_group(args.config, ids[0], args.rank)
     model = MLP(args.dtype, args.seed, args.hidden)
@@ -207,6 +213,9 @@ def train(args) -> None:
             line["buckets"] = [[s.index, s.collective_id, s.offset, s.elements] for s in state.layout]
         report(line, log)
     dist.barrier()
+    if args.backend == "appliance" and args.register:
+        for cid in ids:
+            unregister_collective(cid, control=args.register)
     report({"rank": args.rank, "done": args.steps, "backend": args.backend,
             **({"client": [c.stats for c in state.by_dtype.values()], "rebuilds": state.rebuilds}
                if args.backend == "appliance" else {})}, log)
@@ -241,6 +250,9 @@ def main():
     ap.add_argument("--config", help="the appliance's TOML (members, addresses)")
     ap.add_argument("--collective", default="1", help="collective id(s), comma-separated: f32[,f16,bf16] for --dtype mixed")
     ap.add_argument("--rank", type=int, default=0)
+    ap.add_argument("--register", metavar="SOCKET",
+                    help="add the collective(s) to the running appliance through its control socket "
+                         "(members from --config's addresses) and delete them at the end")
     ap.add_argument("--dtype", choices=sorted(LAYER_DTYPES), default="f32")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--hidden", type=int, default=HIDDEN,

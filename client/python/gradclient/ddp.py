@@ -281,7 +281,9 @@ def _mac_of(ip: str) -> str | None:
         return None
 
 
-def register_collective(client, *, mac: str | None = None, port: int = 0, control=None, replace: bool = True) -> dict:
+def register_collective(
+    client, *, mac: str | None = None, port: int = 0, control=None, replace: bool = True, **keys
+) -> dict:
     """Registers the job's collective with the appliance through its control socket, instead of
     a `[[collective]]` table written into its TOML beforehand. Every rank calls it, after
     `torch.distributed.init_process_group` (gloo) and with its client made (bound: its address
@@ -295,8 +297,9 @@ def register_collective(client, *, mac: str | None = None, port: int = 0, contro
     running appliance); when the id is in use and `replace`, it replaces it (a new job starts the
     collective afresh). Every rank then gets rank 0's outcome: the registered table (a dict), or
     ControlError with the appliance's message, naming the faulty key (nothing changed). A rank
-    whose collective differs from rank 0's raises ValueError on every rank. The UDP carriage
-    only (the clients speak UDP).
+    whose collective differs from rank 0's raises ValueError on every rank. `keys`: more keys of
+    the `[[collective]]` table, the same on every rank (`deterministic=True` for bit-identical
+    training, `slot_timeout_ms`, `dscp`). The UDP carriage only (the clients speak UDP).
     """
     if not dist.is_initialized():
         raise RuntimeError("register_collective: torch.distributed is not initialized (init_process_group first)")
@@ -306,7 +309,8 @@ def register_collective(client, *, mac: str | None = None, port: int = 0, contro
     if not mac:
         raise ValueError(f"register_collective: no interface here holds {ip}: give this rank's MAC (mac=...)")
     me = {
-        "shape": (c.collective_id, c.op, c.dtype, c.tensor_elements, c.chunk_elements, c.num_workers),
+        "shape": (c.collective_id, c.op, c.dtype, c.tensor_elements, c.chunk_elements, c.num_workers,
+                  sorted(keys.items())),
         "member": {"rank": c.rank, "ip": ip, "udp_port": udp_port, "mac": mac, "port": port},
     }
     world = dist.get_world_size()
@@ -331,7 +335,7 @@ def _register(everyone: list[dict], control, replace: bool) -> tuple[str, object
     for r, e in enumerate(everyone):
         if e["shape"] != shape:
             return "mismatch", f"rank {r}'s collective {e['shape']} differs from rank 0's {shape}"
-    cid, op, dtype, tensor, chunk, workers = shape
+    cid, op, dtype, tensor, chunk, workers, keys = shape
     if workers != len(everyone):
         return "mismatch", f"the collective has {workers} members, the process group {len(everyone)} ranks"
     table = {
@@ -340,6 +344,7 @@ def _register(everyone: list[dict], control, replace: bool) -> tuple[str, object
         "dtype": dtype,
         "tensor_elements": tensor,
         "chunk_elements": chunk,
+        **dict(keys),
         "member": sorted((e["member"] for e in everyone), key=lambda m: m["rank"]),
     }
     try:

@@ -62,7 +62,7 @@ def rank_main(rank: int, world: int, master_port: int, path: str, tensor: int, o
         coll = Collective(7, "sum", "f32", tensor, 256, world, rank)
         client = Client(coll, bind=("127.0.0.1", 0), appliance=("127.0.0.254", 49374))
         try:
-            table = register_collective(client, mac=f"02:00:00:00:01:{rank:02x}", control=path)
+            table = register_collective(client, mac=f"02:00:00:00:01:{rank:02x}", control=path, deterministic=True)
             out.put((rank, "ok", table, client.bind[1]))
             if tensor == 1024:
                 unregister_collective(7, control=path)
@@ -152,6 +152,7 @@ class RegisterTest(unittest.TestCase):
         table = got[0][1]
         self.assertEqual(got[1][1], table, "every rank gets rank 0's outcome")
         self.assertEqual((table["collective_id"], table["tensor_elements"], table["chunk_elements"]), (7, 1024, 256))
+        self.assertIs(table["deterministic"], True)
         self.assertEqual([(m["rank"], m["ip"], m["udp_port"], m["mac"]) for m in table["member"]],
                          [(r, "127.0.0.1", got[r][2], f"02:00:00:00:01:{r:02x}") for r in range(2)])
         # Unregistered at the job's end.
