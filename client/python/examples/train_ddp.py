@@ -167,9 +167,10 @@ def train(args) -> None:
         world = state.world_size
         if args.register:
             # The appliance runs without these collectives: each is added now through its
-            # control socket (deterministic: bit-identical training), and deleted at the end.
+            # control socket (deterministic: bit-identical training; replacing what a crashed
+            # earlier run of this job left), and deleted at the end.
             for c in state.by_dtype.values():
-                register_collective(c, control=args.register, deterministic=True, slot_timeout_ms=1000)
+                register_collective(c, control=args.register, replace=True, deterministic=True, slot_timeout_ms=1000)
     else:
         world = init_process_group(args.config, ids[0], args.rank)
     model = MLP(args.dtype, args.seed, args.hidden)

@@ -19,7 +19,6 @@ Standard library only (any python3).
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import socket
@@ -42,13 +41,14 @@ def _bases() -> list[str]:
     return bases
 
 
-def find_socket(path: str | None = None, prefix: str | None = None) -> str:
-    """The control socket: `path` if given, else `$DPU_CONTROL_SOCKET`, else the socket of the
-    instance whose EAL file prefix is `prefix`, else the only running appliance's (as `dpuctl`
-    finds it). Raises ControlError when there is none, or several and none is named."""
+def find_socket(path=None, prefix: str | None = None) -> str:
+    """The control socket: `path` (a str or path-like) if given, else `$DPU_CONTROL_SOCKET`, else
+    the socket of the instance whose EAL file prefix is `prefix`, else the only running
+    appliance's (the last three as `dpuctl` finds it, which reads no environment variable).
+    Raises ControlError when there is none, or several and none is named."""
     path = path or os.environ.get("DPU_CONTROL_SOCKET")
     if path:
-        return path
+        return os.fspath(path)
     bases = _bases()
     if prefix:
         for b in bases:
@@ -56,7 +56,8 @@ def find_socket(path: str | None = None, prefix: str | None = None) -> str:
             if os.path.exists(s):
                 return s
         raise ControlError(f"no appliance with prefix {prefix!r} is running (no {SOCKET_NAME} under {', '.join(bases)})")
-    found = sorted({s for b in bases for s in glob.glob(os.path.join(b, "*", SOCKET_NAME))})
+    found = sorted({os.path.join(b, d, SOCKET_NAME) for b in bases if os.path.isdir(b) for d in os.listdir(b)
+                    if os.path.exists(os.path.join(b, d, SOCKET_NAME))})
     if len(found) == 1:
         return found[0]
     if not found:
@@ -67,17 +68,22 @@ def find_socket(path: str | None = None, prefix: str | None = None) -> str:
 class Control:
     """A client of one appliance's control socket (`find_socket(path, prefix)`). Each request
     is a connection of its own; `timeout` (s) bounds each (the appliance answers a change once
-    every worker has switched to it, within 5 s)."""
+    every worker has switched to it, within 5 s, after a request ahead of it has been served: the
+    default allows 30 s, as `dpuctl` does)."""
 
-    def __init__(self, path: str | None = None, prefix: str | None = None, timeout: float = 10.0):
+    def __init__(self, path=None, prefix: str | None = None, timeout: float = 30.0):
         self.path = find_socket(path, prefix)
         self.timeout = timeout
 
     def request(self, req: dict) -> dict:
         """Sends `req` (a dict with `cmd`) and returns the reply (a dict, `ok` true). Raises
         ControlError with the appliance's message when it refuses the request, or when the
-        socket cannot be reached or answers nothing readable."""
-        data = json.dumps(req).encode()
+        socket cannot be reached or answers nothing readable. After a timeout the appliance may
+        still apply the request: the message says so."""
+        try:
+            data = json.dumps(req).encode()
+        except (TypeError, ValueError) as e:
+            raise ControlError(f"control request not expressible in JSON: {e}") from None
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                 s.settimeout(self.timeout)
@@ -90,12 +96,19 @@ class Control:
                     if not chunk:
                         break
                     reply += chunk
+        except socket.timeout:
+            raise ControlError(
+                f"control socket {self.path}: no answer within {self.timeout} s (the appliance may still apply it: "
+                "check with collectives())"
+            ) from None
         except OSError as e:
             raise ControlError(f"control socket {self.path}: {e}") from None
         try:
             v = json.loads(reply)
         except ValueError:
             raise ControlError(f"control socket {self.path}: unreadable reply {reply[:200]!r}") from None
+        if not isinstance(v, dict):
+            raise ControlError(f"control socket {self.path}: unexpected reply {reply[:200]!r}")
         if not v.get("ok"):
             raise ControlError(v.get("error", f"refused: {v}"))
         return v

@@ -270,19 +270,25 @@ def init_appliance(config: str, collective_ids, rank: int, timeout: float = 60.0
 
 
 def _mac_of(ip: str) -> str | None:
-    """The MAC of the interface that holds IPv4 address `ip` here (sysfs), or None."""
+    """The MAC of the interface that holds IPv4 address `ip` as its primary address, in this
+    network namespace (SIOCGIFHWADDR), or None (IPv6, a secondary address, no such interface)."""
     iface = _iface_of(ip)
     if not iface:
         return None
-    try:
-        with open(f"/sys/class/net/{iface}/address") as f:
-            return f.read().strip()
-    except OSError:
-        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            res = fcntl.ioctl(s.fileno(), 0x8927, struct.pack("256s", iface.encode()[:15]))
+        except OSError:
+            return None
+    return ":".join(f"{b:02x}" for b in res[18:24])
+
+
+#: The `[[collective]]` keys `register_collective` takes besides those it computes.
+REGISTER_KEYS = ("deterministic", "slot_timeout_ms", "dscp")
 
 
 def register_collective(
-    client, *, mac: str | None = None, port: int = 0, control=None, replace: bool = True, **keys
+    client, *, mac: str | None = None, port: int = 0, control=None, replace: bool = False, **keys
 ) -> dict:
     """Registers the job's collective with the appliance through its control socket, instead of
     a `[[collective]]` table written into its TOML beforehand. Every rank calls it, after
@@ -290,47 +296,62 @@ def register_collective(
     and UDP port are what the appliance will answer), before the first step.
 
     Each rank's member entry (its rank, its client's IP and UDP port, `mac`: the MAC the
-    appliance sends its results to, by default that of the interface holding its IP; `port`: the
-    appliance port index it is reached through) is gathered over gloo; rank 0 adds the
+    appliance sends its results to, by default that of the interface holding its IPv4 address,
+    right when the rank and the appliance share an L2 segment; IPv6 ranks give `mac=`; `port`:
+    the appliance port index it is reached through) is gathered over gloo; rank 0 adds the
     collective (`collective_id`, op, dtype and sizes of its client's `Collective`, which every
-    rank must share) through `Control(control)` (a socket path, a `Control`, or None: the only
-    running appliance); when the id is in use and `replace`, it replaces it (a new job starts the
-    collective afresh). Every rank then gets rank 0's outcome: the registered table (a dict), or
-    ControlError with the appliance's message, naming the faulty key (nothing changed). A rank
-    whose collective differs from rank 0's raises ValueError on every rank. `keys`: more keys of
-    the `[[collective]]` table, the same on every rank (`deterministic=True` for bit-identical
-    training, `slot_timeout_ms`, `dscp`). The UDP carriage only (the clients speak UDP).
+    rank must share) through `Control(control)` (a socket path, a `Control`, or None: see
+    `find_socket`). With `replace`, a collective of that id already running is replaced
+    (`modify_collective`: it starts afresh, unless the table equals the running one, which then
+    keeps its state); without it (the default) that is an error. `keys`: more keys of the
+    `[[collective]]` table, the same on every rank (`REGISTER_KEYS`: `deterministic=True` for
+    bit-identical training, `slot_timeout_ms`, `dscp`). UDP carriage only (the clients speak UDP).
+
+    Every rank returns the registered table (a dict) or raises the same error: ControlError with
+    the appliance's message naming the faulty key (nothing changed; after a timeout the outcome
+    is unknown and the message says so), ValueError for a rank's bad arguments (named), or
+    RuntimeError for anything else rank 0 met. No path leaves a rank waiting in a collective call.
     """
     if not dist.is_initialized():
         raise RuntimeError("register_collective: torch.distributed is not initialized (init_process_group first)")
     c = client.collective
     ip, udp_port = client.bind[0], client.bind[1]
     mac = mac or _mac_of(ip)
-    if not mac:
-        raise ValueError(f"register_collective: no interface here holds {ip}: give this rank's MAC (mac=...)")
+    bad = sorted(set(keys) - set(REGISTER_KEYS))
+    # A rank's own fault travels with its entry: every rank gathers, then all raise together.
+    error = None
+    if bad:
+        error = f"keys {bad}: register_collective takes {', '.join(REGISTER_KEYS)} besides what it computes"
+    elif not mac:
+        error = (f"no MAC for {ip}: " + ("IPv6: " if ":" in ip else "no interface here has it as its address: ")
+                 + "give this rank's MAC (mac=...)")
     me = {
+        "error": error,
         "shape": (c.collective_id, c.op, c.dtype, c.tensor_elements, c.chunk_elements, c.num_workers,
                   sorted(keys.items())),
         "member": {"rank": c.rank, "ip": ip, "udp_port": udp_port, "mac": mac, "port": port},
     }
-    world = dist.get_world_size()
-    everyone = [None] * world
+    everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, me)
     outcome = [None]
     if dist.get_rank() == 0:
-        outcome[0] = _register(everyone, control, replace)
+        try:
+            outcome[0] = _register(everyone, control, replace)
+        except Exception as e:  # anything else: every rank must still get an outcome
+            outcome[0] = ("error", f"{type(e).__name__}: {e}")
     dist.broadcast_object_list(outcome, src=0)
     kind, value = outcome[0]
-    if kind == "mismatch":
-        raise ValueError(value)
-    if kind == "refused":
-        raise ControlError(value)
-    return value
+    if kind == "ok":
+        return value
+    raise {"mismatch": ValueError, "refused": ControlError}.get(kind, RuntimeError)(value)
 
 
 def _register(everyone: list[dict], control, replace: bool) -> tuple[str, object]:
     """Rank 0's part of `register_collective`: ("ok", table), ("mismatch", why) or ("refused",
     the appliance's or the socket's message)."""
+    for r, e in enumerate(everyone):
+        if e["error"]:
+            return "mismatch", f"rank {r}: {e['error']}"
     shape = everyone[0]["shape"]
     for r, e in enumerate(everyone):
         if e["shape"] != shape:
@@ -362,9 +383,20 @@ def _register(everyone: list[dict], control, replace: bool) -> tuple[str, object
 
 def unregister_collective(collective_id: int, control=None) -> None:
     """The end of a job that registered its collective: every rank calls it once its last step
-    is done; after a barrier rank 0 deletes the collective (its slot memory is freed). Raises
-    ControlError on rank 0 when the appliance refuses."""
+    is done; after a barrier rank 0 deletes the collective (its slot memory is freed) and every
+    rank returns, or raises the same error (ControlError with the appliance's message,
+    RuntimeError for anything else), together."""
     dist.barrier()
+    outcome = [None]
     if dist.get_rank() == 0:
-        ctl = control if isinstance(control, Control) else Control(control)
-        ctl.delete_collective(collective_id)
+        try:
+            ctl = control if isinstance(control, Control) else Control(control)
+            ctl.delete_collective(collective_id)
+        except ControlError as e:
+            outcome[0] = ("refused", str(e))
+        except Exception as e:  # every rank must still get an outcome
+            outcome[0] = ("error", f"{type(e).__name__}: {e}")
+    dist.broadcast_object_list(outcome, src=0)
+    if outcome[0] is not None:
+        kind, msg = outcome[0]
+        raise (ControlError if kind == "refused" else RuntimeError)(msg)

@@ -16,6 +16,7 @@ import tempfile
 import threading
 import time
 import unittest
+from datetime import timedelta
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -54,15 +55,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def rank_main(rank: int, world: int, master_port: int, path: str, tensor: int, out) -> None:
-    """One rank: gloo, a client bound to an ephemeral loopback port, the registration; puts
-    (rank, outcome) on `out`, the outcome being the table, or the error's class and text."""
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{master_port}", rank=rank, world_size=world)
+def rank_main(rank: int, world: int, master_port: int, path: str, tensor: int, keys: dict, out) -> None:
+    """One rank: gloo, a client bound to an ephemeral loopback port, the registration (with
+    `keys`); puts (rank, outcome) on `out`, the outcome being the table, or the error's class and
+    text."""
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{master_port}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=60))
     try:
         coll = Collective(7, "sum", "f32", tensor, 256, world, rank)
         client = Client(coll, bind=("127.0.0.1", 0), appliance=("127.0.0.254", 49374))
         try:
-            table = register_collective(client, mac=f"02:00:00:00:01:{rank:02x}", control=path, deterministic=True)
+            table = register_collective(client, mac=f"02:00:00:00:01:{rank:02x}", control=path, **keys)
             out.put((rank, "ok", table, client.bind[1]))
             if tensor == 1024:
                 unregister_collective(7, control=path)
@@ -81,7 +84,8 @@ class RegisterTest(unittest.TestCase):
         conf = os.path.join(cls.dir.name, "c.toml")
         with open(conf, "w") as f:
             f.write(CONFIG)
-        cls.dpu = subprocess.Popen([dpu_bin(), "-c", conf, "--duration", "120"], stdout=subprocess.PIPE,
+        # --duration: a bound, should a teardown never come (tearDownClass stops it at once).
+        cls.dpu = subprocess.Popen([dpu_bin(), "-c", conf, "--duration", "600"], stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True)
         # The appliance names its control socket: "dpu: control: PATH (dpuctl ...".
         cls.path = None
@@ -97,6 +101,8 @@ class RegisterTest(unittest.TestCase):
                 break
         if cls.path is None:
             cls.dpu.kill()
+            cls.dpu.wait()
+            cls.dir.cleanup()
             raise AssertionError(f"the appliance named no control socket: {''.join(lines)}")
         # Drain its output so that the appliance never blocks on it.
         threading.Thread(target=cls.dpu.stdout.read, daemon=True).start()
@@ -110,21 +116,30 @@ class RegisterTest(unittest.TestCase):
             cls.dpu.kill()
         cls.dir.cleanup()
 
-    def ranks(self, tensor: int) -> dict:
+    def ranks(self, tensor: int, **keys) -> dict:
+        """Two ranks registering collective 7 of `tensor` elements with `keys`: per rank (kind,
+        value, its client's UDP port). Ranks left running are killed."""
+        self.assertIsNone(self.dpu.poll(), "the appliance is running")
         ctx = mp.get_context("spawn")
         out = ctx.Queue()
         port = free_port()
-        procs = [ctx.Process(target=rank_main, args=(r, 2, port, self.path, tensor, out)) for r in range(2)]
-        for p in procs:
-            p.start()
-        got = {}
-        for _ in procs:
-            rank, kind, value, udp_port = out.get(timeout=120)
-            got[rank] = (kind, value, udp_port)
-        for p in procs:
-            p.join(timeout=60)
-            self.assertEqual(p.exitcode, 0)
-        return got
+        procs = [ctx.Process(target=rank_main, args=(r, 2, port, self.path, tensor, keys, out)) for r in range(2)]
+        try:
+            for p in procs:
+                p.start()
+            got = {}
+            for _ in procs:
+                rank, kind, value, udp_port = out.get(timeout=120)
+                got[rank] = (kind, value, udp_port)
+            for p in procs:
+                p.join(timeout=60)
+                self.assertEqual(p.exitcode, 0)
+            return got
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+                    p.join()
 
     def test_the_control_client_adds_lists_and_deletes_a_collective(self):
         ctl = Control(self.path)
@@ -147,7 +162,7 @@ class RegisterTest(unittest.TestCase):
         self.assertIn("/nonexistent/dpu_control.sock", str(e.exception))
 
     def test_a_job_registers_its_collective_and_removes_it_at_its_end(self):
-        got = self.ranks(1024)
+        got = self.ranks(1024, deterministic=True)
         self.assertEqual({k for k, _, _ in got.values()}, {"ok"})
         table = got[0][1]
         self.assertEqual(got[1][1], table, "every rank gets rank 0's outcome")
@@ -165,6 +180,13 @@ class RegisterTest(unittest.TestCase):
         self.assertIn("ops[0].collective", got[0][1])
         self.assertIn("slot memory", got[0][1])
         self.assertNotIn(7, [c["collective_id"] for c in Control(self.path).collectives()])
+
+    def test_a_key_it_does_not_take_fails_every_rank_before_anything_changes(self):
+        got = self.ranks(1024, collective_id=5)  # computed from the client: not a key to give
+        self.assertEqual({k for k, _, _ in got.values()}, {"ValueError"})
+        self.assertIn("rank 0: keys ['collective_id']", got[0][1])
+        self.assertEqual(got[0][1], got[1][1])
+        self.assertNotIn(5, [c["collective_id"] for c in Control(self.path).collectives()])
 
 
 if __name__ == "__main__":
