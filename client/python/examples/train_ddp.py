@@ -169,8 +169,12 @@ def train(args) -> None:
             # The appliance runs without these collectives: each is added now through its
             # control socket (deterministic: bit-identical training; replacing what a crashed
             # earlier run of this job left), and deleted at the end.
-            for c in state.by_dtype.values():
-                register_collective(c, control=args.register, replace=True, deterministic=True, slot_timeout_ms=1000)
+            registered = {
+                c.collective.collective_id: register_collective(
+                    c, control=args.register, replace=True, deterministic=True, slot_timeout_ms=1000
+                )
+                for c in state.by_dtype.values()
+            }
     else:
         world = init_process_group(args.config, ids[0], args.rank)
     model = MLP(args.dtype, args.seed, args.hidden)
@@ -215,8 +219,8 @@ def train(args) -> None:
         report(line, log)
     dist.barrier()
     if args.backend == "appliance" and args.register:
-        for cid in ids:
-            unregister_collective(cid, control=args.register)
+        for cid, table in registered.items():
+            unregister_collective(cid, control=args.register, table=table)
     report({"rank": args.rank, "done": args.steps, "backend": args.backend,
             **({"client": [c.stats for c in state.by_dtype.values()], "rebuilds": state.rebuilds}
                if args.backend == "appliance" else {})}, log)

@@ -381,16 +381,24 @@ def _register(everyone: list[dict], control, replace: bool) -> tuple[str, object
     return "ok", table
 
 
-def unregister_collective(collective_id: int, control=None) -> None:
+def unregister_collective(collective_id: int, control=None, table: dict | None = None) -> None:
     """The end of a job that registered its collective: every rank calls it once its last step
     is done; after a barrier rank 0 deletes the collective (its slot memory is freed) and every
     rank returns, or raises the same error (ControlError with the appliance's message,
-    RuntimeError for anything else), together."""
+    RuntimeError for anything else), together. With `table` (what `register_collective`
+    returned), the collective is deleted only if it is still this job's: the same members at the
+    same addresses and ports; one another job has since registered under that id is left alone
+    (ControlError saying so)."""
     dist.barrier()
     outcome = [None]
     if dist.get_rank() == 0:
         try:
             ctl = control if isinstance(control, Control) else Control(control)
+            if table is not None:
+                running = {c["collective_id"]: c for c in ctl.collectives()}.get(collective_id)
+                if running is not None and _members(running) != _members(table):
+                    raise ControlError(f"collective {collective_id} is no longer this job's (another job registered "
+                                       "other members under its id): left running")
             ctl.delete_collective(collective_id)
         except ControlError as e:
             outcome[0] = ("refused", str(e))
@@ -400,3 +408,8 @@ def unregister_collective(collective_id: int, control=None) -> None:
     if outcome[0] is not None:
         kind, msg = outcome[0]
         raise (ControlError if kind == "refused" else RuntimeError)(msg)
+
+
+def _members(table: dict) -> list[tuple]:
+    """A `[[collective]]` table's members as (rank, ip, udp_port, mac), by rank."""
+    return sorted((m["rank"], m["ip"], m.get("udp_port"), str(m.get("mac", "")).lower()) for m in table["member"])

@@ -65,12 +65,20 @@ def rank_main(rank: int, world: int, master_port: int, path: str, tensor: int, k
         coll = Collective(7, "sum", "f32", tensor, 256, world, rank)
         client = Client(coll, bind=("127.0.0.1", 0), appliance=("127.0.0.254", 49374))
         try:
-            table = register_collective(client, mac=f"02:00:00:00:01:{rank:02x}", control=path, **keys)
-            out.put((rank, "ok", table, client.bind[1]))
-            if tensor == 1024:
-                unregister_collective(7, control=path)
-        except (ControlError, ValueError) as e:
-            out.put((rank, type(e).__name__, str(e), client.bind[1]))
+            try:
+                table = register_collective(client, mac=f"02:00:00:00:01:{rank:02x}", control=path, **keys)
+                result = ("ok", table)
+                if tensor == 1024 and keys.get("dscp") == 8:
+                    # Another job takes the id meanwhile: this one's end must leave it alone.
+                    if rank == 0:
+                        other = {**table, "member": [{**m, "udp_port": m["udp_port"] + 1} for m in table["member"]]}
+                        Control(path).modify_collective(other)
+                    unregister_collective(7, control=path, table=table)
+                elif tensor == 1024:
+                    unregister_collective(7, control=path, table=table)
+            except (ControlError, ValueError) as e:
+                result = (type(e).__name__, str(e))
+            out.put((rank, *result, client.bind[1]))
         finally:
             client.close()
     finally:
@@ -180,6 +188,16 @@ class RegisterTest(unittest.TestCase):
         self.assertIn("ops[0].collective", got[0][1])
         self.assertIn("slot memory", got[0][1])
         self.assertNotIn(7, [c["collective_id"] for c in Control(self.path).collectives()])
+
+    def test_a_job_does_not_delete_a_collective_another_job_registered_since(self):
+        got = self.ranks(1024, dscp=8)
+        # Each rank put its registration, then the unregistration's refusal.
+        self.assertEqual({k for k, _, _ in got.values()}, {"ControlError"})
+        self.assertIn("collective 7 is no longer this job's", got[0][1])
+        self.assertEqual(got[0][1], got[1][1])
+        running = {c["collective_id"]: c for c in Control(self.path).collectives()}
+        self.assertIn(7, running)
+        Control(self.path).delete_collective(7)
 
     def test_a_key_it_does_not_take_fails_every_rank_before_anything_changes(self):
         got = self.ranks(1024, collective_id=5)  # computed from the client: not a key to give
