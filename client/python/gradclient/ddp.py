@@ -269,10 +269,26 @@ def init_appliance(config: str, collective_ids, rank: int, timeout: float = 60.0
     return ApplianceState(clients)
 
 
+def _iface_of6(ip: str) -> str | None:
+    """The name of the interface that holds IPv6 address `ip` in this network namespace
+    (/proc/net/if_inet6, which follows the namespace), or None."""
+    try:
+        want = ipaddress.IPv6Address(ip.split("%")[0])
+        with open("/proc/net/if_inet6") as f:
+            for line in f:
+                cols = line.split()
+                if len(cols) >= 6 and ipaddress.IPv6Address(int(cols[0], 16)) == want:
+                    return cols[5]
+    except (ValueError, OSError):
+        return None
+    return None
+
+
 def _mac_of(ip: str) -> str | None:
-    """The MAC of the interface that holds IPv4 address `ip` as its primary address, in this
-    network namespace (SIOCGIFHWADDR), or None (IPv6, a secondary address, no such interface)."""
-    iface = _iface_of(ip)
+    """The MAC of the interface that holds address `ip` in this network namespace
+    (SIOCGIFHWADDR): for IPv4 its primary address, for IPv6 any of its addresses; None when no
+    interface holds it."""
+    iface = _iface_of6(ip) if ":" in ip else _iface_of(ip)
     if not iface:
         return None
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -296,8 +312,8 @@ def register_collective(
     and UDP port are what the appliance will answer), before the first step.
 
     Each rank's member entry (its rank, its client's IP and UDP port, `mac`: the MAC the
-    appliance sends its results to, by default that of the interface holding its IPv4 address,
-    right when the rank and the appliance share an L2 segment; IPv6 ranks give `mac=`; `port`:
+    appliance sends its results to, by default that of the interface holding its address,
+    right when the rank and the appliance share an L2 segment; `port`:
     the appliance port index it is reached through) is gathered over gloo; rank 0 adds the
     collective (`collective_id`, op, dtype and sizes of its client's `Collective`, which every
     rank must share) through `Control(control)` (a socket path, a `Control`, or None: see
@@ -323,8 +339,7 @@ def register_collective(
     if bad:
         error = f"keys {bad}: register_collective takes {', '.join(REGISTER_KEYS)} besides what it computes"
     elif not mac:
-        error = (f"no MAC for {ip}: " + ("IPv6: " if ":" in ip else "no interface here has it as its address: ")
-                 + "give this rank's MAC (mac=...)")
+        error = f"no MAC for {ip}: no interface here has it as its address: give this rank's MAC (mac=...)"
     me = {
         "error": error,
         "shape": (c.collective_id, c.op, c.dtype, c.tensor_elements, c.chunk_elements, c.num_workers,

@@ -46,6 +46,19 @@ class Bucket:
         return self._last
 
 
+class DefaultMacTest(unittest.TestCase):
+    def test_the_default_mac_is_that_of_the_interface_holding_the_address(self):
+        from gradclient.ddp import _mac_of
+
+        with open("/sys/class/net/lo/address") as f:
+            lo = f.read().strip()
+        self.assertEqual(_mac_of("127.0.0.1"), lo)
+        self.assertEqual(_mac_of("::1"), lo)
+        # Documentation ranges (RFC 5737, RFC 3849): no interface holds them.
+        self.assertIsNone(_mac_of("198.51.100.77"))
+        self.assertIsNone(_mac_of("2001:db8::77"))
+
+
 class MappingTest(unittest.TestCase):
     def test_buckets_follow_each_other_at_whole_chunks(self):
         st = ApplianceState(stub(tensor=64, chunk=8))
