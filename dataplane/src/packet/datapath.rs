@@ -591,20 +591,7 @@ impl<B: PacketBuf> Datapath<B> {
             // parse stage, as it does every packet's.
             p.layers.remove(Layers::L4_UNVERIFIED);
         }
-        self.aggregate_handed(io, in_port, pkt, &p, now_us);
-    }
-
-    /// [`Datapath::aggregate`] of a packet another worker handed over: dropped
-    /// (`aggregate_not_gradient`) unless the aggregator wants it, then consumed here and never
-    /// handed on. Out of line, as `aggregate` (the hand-off path's code as before the two were
-    /// told apart by a const parameter).
-    #[inline(never)]
-    fn aggregate_handed<I: PacketIo<Buf = B>>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, p: &Parsed, now: u64) {
-        if !self.wanted(p, in_port) {
-            self.counters.drop(Reason::AggregateNotGradient);
-            return;
-        }
-        self.consume::<true, I>(io, in_port, pkt, p, now);
+        self.aggregate::<true, I>(io, in_port, pkt, &p, now_us);
     }
 
     /// Processes an rx burst from `in_port` as [`Datapath::process`] would, packet after packet
@@ -874,7 +861,7 @@ impl<B: PacketBuf> Datapath<B> {
             Egress::Port(port) => self.send::<TM, I>(io, port, pkt, class),
             Egress::Flood => self.flood::<TM, I>(io, in_port, pkt, class),
             Egress::Multicast(g) => self.multicast::<TM, I>(io, g as usize, pkt, p, class),
-            Egress::Aggregate => self.aggregate(io, in_port, pkt, p, now_us),
+            Egress::Aggregate => self.aggregate::<false, I>(io, in_port, pkt, p, now_us),
             Egress::Dropped(r) => self.counters.drop(r),
             Egress::Unset if self.wanted(p, in_port) => self.counters.drop(Reason::GradNotAggregated),
             Egress::Unset => self.counters.drop(Reason::NoEgress),
@@ -898,8 +885,9 @@ impl<B: PacketBuf> Datapath<B> {
         }
     }
 
-    /// Sums a gradient packet that a table's `aggregate` action sent here into its collective,
-    /// on the worker that owns the collective: this one, or another reached over its hand-off
+    /// Sums a gradient packet that a table's `aggregate` action sent here (or, `HANDED`,
+    /// another worker handed over: [`Datapath::process_handed_off`]) into its collective, on
+    /// the worker that owns the collective: this one, or another reached over its hand-off
     /// ring. A packet that is not a gradient packet addressed to the appliance is dropped
     /// (`aggregate_not_gradient`). The appliance consumes it: what a router parse left
     /// unverified (its UDP checksum, its ICRC) is verified first, and a failure is dropped with
@@ -908,12 +896,19 @@ impl<B: PacketBuf> Datapath<B> {
     /// Out of line: inlined into `process_burst` it cost the forwarding path 5 instructions
     /// per packet (callgrind, `pipeline_profile burst`) through register allocation.
     #[inline(never)]
-    fn aggregate<I: PacketIo<Buf = B>>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, p: &Parsed, now_us: u64) {
+    fn aggregate<const HANDED: bool, I: PacketIo<Buf = B>>(
+        &mut self,
+        io: &mut I,
+        in_port: u16,
+        pkt: I::Buf,
+        p: &Parsed,
+        now_us: u64,
+    ) {
         if !self.wanted(p, in_port) {
             self.counters.drop(Reason::AggregateNotGradient);
             return;
         }
-        self.consume::<false, I>(io, in_port, pkt, p, now_us);
+        self.consume::<HANDED, I>(io, in_port, pkt, p, now_us);
     }
 
     /// True when the aggregator takes `p`, received on `in_port` ([`Aggregator::wants`]).
