@@ -283,20 +283,14 @@ impl Model {
             }
             Change::AddGroup { group } | Change::ModifyGroup { group } => {
                 let found = m.groups.iter().position(|g| g.id == group.id);
-                match (op, found) {
-                    (Change::AddGroup { .. }, Some(_)) => {
-                        return Err(err(
-                            k,
-                            ".group.id",
-                            format!("multicast group {} exists already: use modify_group", group.id),
-                        ))
-                    }
-                    (Change::AddGroup { .. }, None) => m.groups.push(group.clone()),
-                    (_, Some(g)) => m.groups[g] = group.clone(),
-                    (_, None) => {
-                        return Err(err(k, ".group.id", format!("no multicast group {}{}", group.id, m.group_ids())))
-                    }
-                }
+                upsert(&mut m.groups, found, matches!(op, Change::AddGroup { .. }), group).map_err(|exists| {
+                    let why = if exists {
+                        format!("multicast group {} exists already: use modify_group", group.id)
+                    } else {
+                        format!("no multicast group {}{}", group.id, m.group_ids())
+                    };
+                    err(k, ".group.id", why)
+                })?;
                 Touched::Group(group.id)
             }
             Change::DeleteGroup { id } => {
@@ -310,20 +304,14 @@ impl Model {
             }
             Change::AddMeter { meter } | Change::ModifyMeter { meter } => {
                 let found = m.meters.iter().position(|x| x.name == meter.name);
-                match (op, found) {
-                    (Change::AddMeter { .. }, Some(_)) => {
-                        return Err(err(
-                            k,
-                            ".meter.name",
-                            format!("meter {:?} exists already: use modify_meter", meter.name),
-                        ))
-                    }
-                    (Change::AddMeter { .. }, None) => m.meters.push(meter.clone()),
-                    (_, Some(i)) => m.meters[i] = meter.clone(),
-                    (_, None) => {
-                        return Err(err(k, ".meter.name", format!("no meter {:?}{}", meter.name, m.meter_names())))
-                    }
-                }
+                upsert(&mut m.meters, found, matches!(op, Change::AddMeter { .. }), meter).map_err(|exists| {
+                    let why = if exists {
+                        format!("meter {:?} exists already: use modify_meter", meter.name)
+                    } else {
+                        format!("no meter {:?}{}", meter.name, m.meter_names())
+                    };
+                    err(k, ".meter.name", why)
+                })?;
                 Touched::Meter(meter.name.clone())
             }
             Change::DeleteMeter { name } => {
@@ -338,24 +326,15 @@ impl Model {
             Change::AddCollective { collective } | Change::ModifyCollective { collective } => {
                 let id = collective.collective_id;
                 let found = m.collectives.iter().position(|c| c.collective_id == id);
-                match (op, found) {
-                    (Change::AddCollective { .. }, Some(_)) => {
-                        return Err(err(
-                            k,
-                            ".collective.collective_id",
-                            format!("collective {id} exists already: use modify_collective"),
-                        ))
-                    }
-                    (Change::AddCollective { .. }, None) => m.collectives.push(collective.clone()),
-                    (_, Some(i)) => m.collectives[i] = collective.clone(),
-                    (_, None) => {
-                        return Err(err(
-                            k,
-                            ".collective.collective_id",
-                            format!("no collective {id}{}", m.collective_ids()),
-                        ))
-                    }
-                }
+                let add = matches!(op, Change::AddCollective { .. });
+                upsert(&mut m.collectives, found, add, collective).map_err(|exists| {
+                    let why = if exists {
+                        format!("collective {id} exists already: use modify_collective")
+                    } else {
+                        format!("no collective {id}{}", m.collective_ids())
+                    };
+                    err(k, ".collective.collective_id", why)
+                })?;
                 Touched::Collective(id)
             }
             Change::DeleteCollective { id } => {
@@ -610,6 +589,23 @@ pub fn owners(old: &[Collective], old_owners: &[u16], new: &[Collective], worker
             None => (k % workers as usize) as u16,
         })
         .collect()
+}
+
+/// Puts `item` into `list`, whose item with the same key is at `found`: appended when `add`
+/// (`Err(true)` when one exists already), else in its place (`Err(false)` when none does).
+fn upsert<T: Clone>(list: &mut Vec<T>, found: Option<usize>, add: bool, item: &T) -> Result<(), bool> {
+    match (add, found) {
+        (true, Some(_)) => Err(true),
+        (true, None) => {
+            list.push(item.clone());
+            Ok(())
+        }
+        (false, Some(i)) => {
+            list[i] = item.clone();
+            Ok(())
+        }
+        (false, None) => Err(false),
+    }
 }
 
 /// The largest control request accepted (bytes): a batch of some thousands of entries.
