@@ -21,7 +21,7 @@ use crate::buf::{PacketBuf, PacketIo, VecBuf};
 use crate::meta::{Meta, CLASS_UNSET};
 use crate::neighbor::Verdict;
 use crate::parse::{parse_checks_into, parse_segmented_into, verify_l4, Checks, Layers, Parsed};
-use crate::prefetch::prefetch;
+use crate::prefetch::{prefetch, prefetch_all};
 use crate::sched::{ClassMap, Dequeued, Offer, PortConfig, Scheduler};
 use crate::stats::{Counters, Reason};
 use crate::table::{Carry, Lane, Pipeline, PipelineState};
@@ -35,6 +35,11 @@ const _: () = assert!(MAX_BURST <= crate::table::burst::MAX_LANES);
 
 /// Packets ahead whose frame data a burst's parse loop prefetches (as DPDK's l3fwd).
 const PREFETCH_AHEAD: usize = 3;
+
+/// Packets ahead whose whole frame a burst's last stage prefetches when it is a gradient
+/// packet: its consumption reads every byte (the checksum or ICRC pass, then the fold), and a
+/// frame another core wrote (a memif peer, a NIC's DMA) misses every line.
+const PAYLOAD_AHEAD: usize = 2;
 
 /// A burst's parses: one slot per packet, reused burst after burst (no allocation per burst).
 #[derive(Clone, Default)]
@@ -705,8 +710,20 @@ impl<B: PacketBuf> Datapath<B> {
             }
         }
 
-        // Stage 3: each packet's path, in order.
+        // Stage 3: each packet's path, in order, the whole frames of gradient packets
+        // prefetched PAYLOAD_AHEAD packets ahead.
+        let gradient_ahead = |pkts: &[Option<I::Buf>], parsed: &[Parsed], verdict: &[Result<(), Reason>], j: usize| {
+            if let (Some(Some(pkt)), Some(Ok(()))) = (pkts.get(j), verdict.get(j)) {
+                if parsed[j].has(Layers::GRADIENT) {
+                    prefetch_all(pkt.data());
+                }
+            }
+        };
+        for j in 0..PAYLOAD_AHEAD {
+            gradient_ahead(pkts, parsed, verdict_n, j);
+        }
         for i in 0..n {
+            gradient_ahead(pkts, parsed, verdict_n, i + PAYLOAD_AHEAD);
             let Some(pkt) = pkts[i].take() else { continue };
             self.counters.rx(in_port, pkt.total_len());
             match verdict_n[i] {
