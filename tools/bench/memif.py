@@ -78,6 +78,7 @@ import atexit
 import fnmatch
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -97,6 +98,7 @@ DUT_LCORES = "0@0,1@1"
 DATA_ROOM = 2176
 MBUFS = 16383
 RING = 1024
+BURST = 32  # every program's burst, pktgen's tx bursts included
 GEN_MARGIN = 1.2
 GOAL = 0.8
 SIZES = (60, 1020)
@@ -192,7 +194,7 @@ def appliance_conf(d, row, shared=False):
     forward(0)) or collective 1 of the row's workers, lanes and carriage; `shared`: with
     `zero_copy_results = true`."""
     t = eal_and_mempool(DUT_LCORES, row.data_room) + f"""[dataplane]
-burst = 32
+burst = {BURST}
 {'zero_copy_results = true' if shared else ''}
 [[port]]
 name = "m0"
@@ -238,8 +240,8 @@ def pktgen_conf(d, row, app_conf, open_loop):
     (unpaced, no probes: testpmd can echo it) or closed loop (probes first, WINDOW chunks
     outstanding per worker)."""
     lcores = "0@0,1@0" if row.kind == "fwd" else "0@0"
-    t = eal_and_mempool(lcores, row.data_room) + """[pktgen]
-burst = 32
+    t = eal_and_mempool(lcores, row.data_room) + f"""[pktgen]
+burst = {BURST}
 link_wait_ms = 20000
 """
     if row.kind == "fwd":
@@ -378,7 +380,8 @@ def device_cmd(sock, kind, app_conf, stats, data_room):
     return (["dpdk-testpmd", *MEM, "--lcores", DUT_LCORES, "--vdev", vdev(sock, "device", data_room),
                  "--", "--nb-cores=1", f"--forward-mode={mode}", "--port-topology=loop",
                  f"--mbuf-size={data_room}", f"--total-num-mbufs={MBUFS}", "--mbcache=256",
-                 "--burst=32", f"--rxd={RING}", f"--txd={RING}", "--stats-period", "10"])
+                 f"--burst={BURST}", f"--rxd={RING}", f"--txd={RING}", "--stats-period", "10",
+                 "--record-core-cycles"])
 
 
 def start_pair(d, kind, app, stats, conf, seconds, js, data_room):
@@ -458,6 +461,26 @@ def measure(d, row, kind, seconds):
             detail["shared"] = st["aggregation"].get("shared_results", 0)
             rate = folded / secs
     detail["peer_ok"] = alive and code == 0
+    sent = p["streams"][0]["tx"]["packets"] if row.kind == "fwd" else p["allreduce"][0]["tx_packets"]
+    # The device's busy TSC cycles per packet it received (testpmd: --record-core-cycles, its
+    # non-empty bursts; the appliance: its workers' bursts, the rx call included alike).
+    if st is not None:
+        loops = st.get("loops") or []
+        pk = sum(x["rx_packets"] for x in loops)
+        if pk and all(x["bursts"] for x in loops):
+            detail["cycles"] = sum(x["burst_cycles"] for x in loops) / pk
+    elif not is_dpu:
+        # testpmd's own cycles/packet divides by its port's rx count, which a zero-copy memif
+        # client's reconnection can leave negative; it took what pktgen sent (nothing is lost
+        # inbound), so divide by that.
+        m = [re.search(r"total cycles=([0-9]+)", x) for x in dev.log]
+        m = [x for x in m if x]
+        if m:
+            detail["cycles"] = int(m[-1].group(1)) / max(1, sent)
+    # Who held the rate: pktgen counts the polls in which the ring refused part of a burst. A
+    # device that is the bound refuses again and again (several times per burst sent); one
+    # that is not leaves pktgen's own work the bound.
+    detail["refusals_per_burst"] = detail["tx_full"] / max(1.0, sent / BURST)
     return rate, tx_pps, detail
 
 

@@ -465,8 +465,9 @@ pub fn names_of<B: crate::buf::PacketBuf>(dp: &crate::datapath::Datapath<B>, wor
 pub const CYCLE_BUCKETS: usize = 32;
 
 /// What a worker's poll loop counts about itself: how often it found work, and how many TSC
-/// cycles each burst took (from the end of its rx to the end of its processing: parse, tables,
-/// aggregation, handing to the tx buffers and the tx bursts that filled them), as a log2
+/// cycles each burst took (from the start of the rx call that brought it to the end of its
+/// processing: the rx call, parse, tables, aggregation, handing to the tx buffers and the tx
+/// bursts that filled them; what testpmd's `--record-core-cycles` counts as busy), as a log2
 /// histogram. Plain integers, the worker's own. The lockstep replay path (several workers
 /// sending to one shaped port in a replay) does not count them.
 #[derive(Debug, Clone, Copy, Default)]

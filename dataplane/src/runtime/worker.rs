@@ -274,7 +274,7 @@ impl Worker {
     /// rings into its schedulers every iteration. At the stop, every ring is drained, then the
     /// schedulers' clock advances from departure to departure until every queue is empty
     /// ([`Datapath::finish_egress`]), so a run never ends with packets queued.
-    pub fn run(mut self) -> Datapath<Mbuf> {
+    pub fn run(mut self) -> (Datapath<Mbuf>, crate::live::LoopStats) {
         let mut io = TxIo {
             bufs: self.port_ids.iter().map(|_| TxBuffer::default()).collect(),
             queues: self.port_ids.iter().map(|&id| TxQueue::new(id, self.tx_queue)).collect(),
@@ -340,6 +340,9 @@ impl Worker {
                 self.lockstep(clocks, ctx, &mut mbufs[..burst], &mut scratch[..burst], &mut held, &mut stalled_since);
             } else {
                 let mut busy = false;
+                // When this rx call began (an earlier queue's empty poll included): a burst's
+                // cycles count its rx call too, as testpmd's `--record-core-cycles` does.
+                let mut t_rx = now;
                 for (rxq, port) in &rx {
                     if hand_offs && !self.rings_have_room(room_needed) {
                         // Backpressure: another worker's ring could not take this burst's
@@ -362,7 +365,9 @@ impl Worker {
                     io.rx_tsc = t0;
                     self.datapath.process_burst(&mut io, *port, &mut mbufs[..n], now_us);
                     io.rx_tsc = now;
-                    stats.burst(rdtsc().wrapping_sub(t0));
+                    let t1 = rdtsc();
+                    stats.burst(t1.wrapping_sub(t_rx));
+                    t_rx = t1;
                 }
                 if busy {
                     stats.busy_polls += 1;
@@ -411,11 +416,11 @@ impl Worker {
         io.flush_all();
         drop(online);
         self.datapath.counters.drop_n(Reason::TxFull, io.tx_full);
+        stats.residence = io.residence;
         if let Some(p) = &mut live {
-            stats.residence = io.residence;
             p.publish(&self.datapath, &stats);
         }
-        self.datapath
+        (self.datapath, stats)
     }
 
     /// One poll-loop turn of a replay in lockstep, when several workers send to a shaped port

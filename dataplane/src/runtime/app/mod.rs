@@ -28,8 +28,8 @@ mod summary;
 
 use report::drops_and_losses;
 pub use report::{
-    CollectiveSummary, CounterSummary, EntrySummary, MeterSummary, Percentiles, PortSummary, QosClassSummary,
-    RankSummary, StragglerSummary, Summary, LOSS_REASONS,
+    CollectiveSummary, CounterSummary, EntrySummary, LoopSummary, MeterSummary, Percentiles, PortSummary,
+    QosClassSummary, RankSummary, StragglerSummary, Summary, LOSS_REASONS,
 };
 
 use crate::config::{self, ConfigError, Loaded};
@@ -751,6 +751,8 @@ fn run_with_eal(
         grace_timeouts: dpdk::rcu::grace_timeouts(),
         memseg_closes_refused: dpdk::fdguard::closes_refused(),
         workers: lcores.len(),
+        loops: totals.loops,
+        tsc_hz: dpdk::tsc_hz(),
         aggregation: totals.agg,
         aggregation_by_worker: totals.agg_by_worker,
         stragglers: totals.stragglers,

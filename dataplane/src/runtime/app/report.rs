@@ -190,6 +190,43 @@ impl CollectiveSummary {
     }
 }
 
+/// A worker's poll loop over the run ([`crate::live::LoopStats`]): how busy it was and what a
+/// burst cost it in TSC cycles, the rx call included (what testpmd's `--record-core-cycles`
+/// counts, so the two compare packet for packet).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct LoopSummary {
+    /// Loop turns in which some rx queue gave packets.
+    pub busy_polls: u64,
+    /// Loop turns in which none did.
+    pub idle_polls: u64,
+    /// Rx bursts processed.
+    pub bursts: u64,
+    /// Packets those bursts brought.
+    pub rx_packets: u64,
+    /// TSC cycles spent on those bursts, from the start of each rx call to the end of its
+    /// processing (tx bursts on the way included).
+    pub burst_cycles: u64,
+}
+
+impl LoopSummary {
+    /// From a worker's loop counters and the packets its bursts brought.
+    pub fn new(s: &crate::live::LoopStats, rx_packets: u64) -> Self {
+        LoopSummary {
+            busy_polls: s.busy_polls,
+            idle_polls: s.idle_polls,
+            bursts: s.bursts,
+            rx_packets,
+            burst_cycles: s.burst_cycles,
+        }
+    }
+
+    /// TSC cycles per received packet (`None` before the first, or when the loop did not count
+    /// its bursts: the lockstep replay of several workers to one shaped port).
+    pub fn cycles_per_packet(&self) -> Option<f64> {
+        (self.rx_packets > 0 && self.bursts > 0).then(|| self.burst_cycles as f64 / self.rx_packets as f64)
+    }
+}
+
 /// The run's final stats.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
@@ -234,6 +271,10 @@ pub struct Summary {
     pub memseg_closes_refused: u64,
     /// Worker lcores.
     pub workers: usize,
+    /// Each worker's poll loop, in worker order (`[[lcore]]` order).
+    pub loops: Vec<LoopSummary>,
+    /// The TSC's frequency (`rte_get_tsc_hz`), cycles per second: the unit of `loops`' cycles.
+    pub tsc_hz: u64,
     /// The aggregator's counters (all workers).
     pub aggregation: crate::agg::AggCounters,
     /// The aggregator's counters of each worker, in worker order (`[[lcore]]` order): how the
@@ -495,6 +536,17 @@ impl Summary {
         if self.memseg_closes_refused > 0 {
             let _ = writeln!(s, "memory-segment fd closes kept open: {}", self.memseg_closes_refused);
         }
+        for (w, l) in self.loops.iter().enumerate() {
+            let per = l.cycles_per_packet().map_or("-".to_string(), |c| format!("{c:.1}"));
+            let _ = writeln!(
+                s,
+                "worker {w}: {} of {} poll turns busy, {} bursts of {} packets, {per} TSC cycles per packet",
+                l.busy_polls,
+                l.busy_polls + l.idle_polls,
+                l.bursts,
+                l.rx_packets,
+            );
+        }
         let _ = writeln!(s, "mbufs in use after shutdown: {}", self.mbufs_in_use_after);
     }
 }
@@ -525,6 +577,8 @@ mod tests {
             grace_timeouts: 0,
             memseg_closes_refused: 0,
             workers: 2,
+            loops: Vec::new(),
+            tsc_hz: 0,
             aggregation: Default::default(),
             aggregation_by_worker: Vec::new(),
             collectives: Vec::new(),
@@ -532,6 +586,33 @@ mod tests {
             neighbor_replies: 0,
             address_conflicts: 0,
         }
+    }
+
+    #[test]
+    fn each_worker_loop_has_a_line_with_its_cycles_per_packet() {
+        let mut s = summary(&Counters::new(1), &[]);
+        let busy = crate::live::LoopStats {
+            busy_polls: 3,
+            idle_polls: 7,
+            bursts: 4,
+            burst_cycles: 5000,
+            ..Default::default()
+        };
+        s.loops = vec![LoopSummary::new(&busy, 40), LoopSummary::new(&crate::live::LoopStats::default(), 9)];
+        assert_eq!(s.loops[0].cycles_per_packet(), Some(125.0));
+        assert_eq!(s.loops[1].cycles_per_packet(), None, "no bursts counted (a lockstep replay)");
+        let r = s.report();
+        assert!(
+            r.contains("worker 0: 3 of 10 poll turns busy, 4 bursts of 40 packets, 125.0 TSC cycles per packet\n"),
+            "{r}"
+        );
+        assert!(
+            r.contains("worker 1: 0 of 0 poll turns busy, 0 bursts of 9 packets, - TSC cycles per packet\n"),
+            "{r}"
+        );
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["loops"][0]["burst_cycles"], 5000);
+        assert_eq!(json["loops"][0]["rx_packets"], 40);
     }
 
     #[test]

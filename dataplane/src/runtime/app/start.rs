@@ -18,8 +18,9 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-/// Where a worker leaves its datapath (counters and tables) when it stops.
-pub(super) type ResultSlot = Arc<Mutex<Option<Datapath<crate::dpdk::Mbuf>>>>;
+/// Where a worker leaves its datapath (counters and tables) and its poll loop's counters when
+/// it stops.
+pub(super) type ResultSlot = Arc<Mutex<Option<(Datapath<crate::dpdk::Mbuf>, crate::live::LoopStats)>>>;
 
 /// The launched workers.
 pub(super) struct Running {
@@ -322,8 +323,8 @@ pub(super) fn launch_workers(
         let h = lcore::launch(
             l.id,
             move || {
-                let dp = w.run();
-                *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(dp);
+                let done = w.run();
+                *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(done);
             },
             Some(on_panic.clone()),
         );

@@ -36,6 +36,8 @@ pub(super) struct Totals {
     pub meters: Vec<MeterSummary>,
     /// Each egress scheduler class's counters and distributions.
     pub qos: Vec<QosClassSummary>,
+    /// Each worker's poll loop, in worker order.
+    pub loops: Vec<super::LoopSummary>,
 }
 
 /// Sums the datapaths the workers left in `results` (`ports` ports).
@@ -47,8 +49,11 @@ pub(super) fn collect(results: &[ResultSlot], ports: usize) -> Totals {
     let mut late = Late::default();
     let mut colls: Vec<(u16, CollCounters, u64)> = Vec::new();
     let mut qos = QosTotals::default();
+    let mut loops = Vec::with_capacity(results.len());
     for r in results {
-        if let Some(dp) = r.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some((dp, stats)) = r.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let rx = dp.counters.ports.iter().map(|p| p.rx_packets).sum();
+            loops.push(super::LoopSummary::new(&stats, rx));
             total.add(&dp.counters);
             qos.add(&dp.egress);
             agg_by_worker.push(dp.agg.as_ref().map(|a| a.counters).unwrap_or_default());
@@ -84,6 +89,7 @@ pub(super) fn collect(results: &[ResultSlot], ports: usize) -> Totals {
         meters,
         qos: qos.summaries(),
         stragglers: late.summaries(),
+        loops,
     }
 }
 
