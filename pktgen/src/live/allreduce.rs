@@ -69,7 +69,7 @@ use dataplane::wire::gradient::{self, Dtype, Flags, GradientRepr, NakReason, Op,
 use dataplane::wire::{checksum, icrc, EthernetAddress};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::path::Path;
 
 /// The most bytes of tensors and references `values = "normal"` computes at start (64 MiB).
@@ -816,7 +816,8 @@ pub struct Engine {
     timeout: u64,
     slow: Option<(u16, u64)>,
     workers: Vec<Worker>,
-    by_addr: HashMap<([u8; 16], u32), u16>,
+    /// Rank by (address, UDP port or QP): FxHash, looked up for every frame received.
+    by_addr: rustc_hash::FxHashMap<([u8; 16], u32), u16>,
     next_worker: usize,
     rng: u64,
     loss_threshold: u64,
@@ -846,7 +847,7 @@ impl Engine {
         let n_slots = em.slots();
         let start = if em.probe { S_PROBE } else { S_READY };
         let mut workers = Vec::new();
-        let mut by_addr = HashMap::new();
+        let mut by_addr = rustc_hash::FxHashMap::default();
         for w in &em.workers {
             let ip = match w.ip {
                 IpAddrBytes::V4(a) => key_of(&a),
