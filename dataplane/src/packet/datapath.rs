@@ -36,11 +36,6 @@ const _: () = assert!(MAX_BURST <= crate::table::burst::MAX_LANES);
 /// Packets ahead whose frame data a burst's parse loop prefetches (as DPDK's l3fwd).
 const PREFETCH_AHEAD: usize = 3;
 
-/// Packets ahead whose whole frame a burst's last stage prefetches when it is a gradient
-/// packet: its consumption reads every byte (the checksum or ICRC pass, then the fold), and a
-/// frame another core wrote (a memif peer, a NIC's DMA) misses every line.
-const PAYLOAD_AHEAD: usize = 2;
-
 /// A burst's parses: one slot per packet, reused burst after burst (no allocation per burst).
 #[derive(Clone, Default)]
 struct BurstScratch {
@@ -678,13 +673,23 @@ impl<B: PacketBuf> Datapath<B> {
             verdict_n[i] = match &pkts[i] {
                 None => Ok(()),
                 Some(pkt) if pkt.is_segmented() => self.parse_segmented(pkt, &mut parsed[i]),
-                Some(pkt) => parse_checks_into(
-                    pkt.data(),
-                    self.gradient_udp_port,
-                    pkt.rx_checksum(),
-                    self.checks,
-                    &mut parsed[i],
-                ),
+                Some(pkt) => {
+                    let v = parse_checks_into(
+                        pkt.data(),
+                        self.gradient_udp_port,
+                        pkt.rx_checksum(),
+                        self.checks,
+                        &mut parsed[i],
+                    );
+                    if v.is_ok() && parsed[i].has(Layers::GRADIENT) && parsed[i].has(Layers::L4_UNVERIFIED) {
+                        // Its consumption reads every byte (the checksum or ICRC pass, then
+                        // the fold), and a frame another core wrote (a memif peer, a NIC's
+                        // DMA) misses every line: ask for them all now, while the rest of the
+                        // burst is parsed.
+                        prefetch_all(pkt.data());
+                    }
+                    v
+                }
             };
         }
 
@@ -710,20 +715,8 @@ impl<B: PacketBuf> Datapath<B> {
             }
         }
 
-        // Stage 3: each packet's path, in order, the whole frames of gradient packets
-        // prefetched PAYLOAD_AHEAD packets ahead.
-        let gradient_ahead = |pkts: &[Option<I::Buf>], parsed: &[Parsed], verdict: &[Result<(), Reason>], j: usize| {
-            if let (Some(Some(pkt)), Some(Ok(()))) = (pkts.get(j), verdict.get(j)) {
-                if parsed[j].has(Layers::GRADIENT) {
-                    prefetch_all(pkt.data());
-                }
-            }
-        };
-        for j in 0..PAYLOAD_AHEAD {
-            gradient_ahead(pkts, parsed, verdict_n, j);
-        }
+        // Stage 3: each packet's path, in order.
         for i in 0..n {
-            gradient_ahead(pkts, parsed, verdict_n, i + PAYLOAD_AHEAD);
             let Some(pkt) = pkts[i].take() else { continue };
             self.counters.rx(in_port, pkt.total_len());
             match verdict_n[i] {

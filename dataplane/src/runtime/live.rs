@@ -468,7 +468,8 @@ pub const CYCLE_BUCKETS: usize = 32;
 /// cycles each burst took (from the start of the rx call that brought it to the end of its
 /// processing: the rx call, parse, tables, aggregation, handing to the tx buffers and the tx
 /// bursts that filled them; what testpmd's `--record-core-cycles` counts as busy), as a log2
-/// histogram. Plain integers, the worker's own. The lockstep replay path (several workers
+/// histogram. Not in them: the periodic flush of partly filled tx buffers, and the packets
+/// other workers hand over (processed from the ring between bursts). Plain integers, the worker's own. The lockstep replay path (several workers
 /// sending to one shaped port in a replay) does not count them.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LoopStats {
@@ -478,7 +479,8 @@ pub struct LoopStats {
     pub idle_polls: u64,
     /// Rx bursts processed.
     pub bursts: u64,
-    /// TSC cycles spent processing them.
+    /// TSC cycles spent on them, each from the start of its rx call to the end of its
+    /// processing.
     pub burst_cycles: u64,
     /// Bursts by cycles.
     pub cycles: Log2Hist<CYCLE_BUCKETS>,
@@ -510,7 +512,11 @@ impl LoopStats {
                 ("worker_busy_polls", "poll-loop turns in which an rx queue gave packets", s.busy_polls),
                 ("worker_idle_polls", "poll-loop turns in which no rx queue gave packets", s.idle_polls),
                 ("worker_bursts", "rx bursts processed", s.bursts),
-                ("worker_burst_cycles", "TSC cycles spent processing rx bursts", s.burst_cycles),
+                (
+                    "worker_burst_cycles",
+                    "TSC cycles spent on rx bursts, from each rx call to the end of its processing",
+                    s.burst_cycles,
+                ),
             ] {
                 v.counter(Metric { family, help, label }, value);
             }

@@ -321,6 +321,7 @@ impl Worker {
             online.quiescent();
             self.switch_if_asked(&mut io, &mut live, &stats);
             let now = rdtsc();
+            let mut turn_start = now;
             if now.wrapping_sub(last_drain) > self.drain_tsc {
                 io.flush_all();
                 last_drain = now;
@@ -332,6 +333,8 @@ impl Worker {
                         p.publish(&self.datapath, &stats);
                     }
                 }
+                // The periodic flush and publication are not a burst's work.
+                turn_start = rdtsc();
             }
             let now_us = now / self.tsc_per_us;
             io.rx_tsc = now;
@@ -340,9 +343,10 @@ impl Worker {
                 self.lockstep(clocks, ctx, &mut mbufs[..burst], &mut scratch[..burst], &mut held, &mut stalled_since);
             } else {
                 let mut busy = false;
-                // When this rx call began (an earlier queue's empty poll included): a burst's
-                // cycles count its rx call too, as testpmd's `--record-core-cycles` does.
-                let mut t_rx = now;
+                // When this rx call began (an earlier queue's empty poll of this turn
+                // included): a burst's cycles count its rx call too, as testpmd's
+                // `--record-core-cycles` does.
+                let mut t_rx = turn_start;
                 for (rxq, port) in &rx {
                     if hand_offs && !self.rings_have_room(room_needed) {
                         // Backpressure: another worker's ring could not take this burst's

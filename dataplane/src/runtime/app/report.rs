@@ -192,7 +192,9 @@ impl CollectiveSummary {
 
 /// A worker's poll loop over the run ([`crate::live::LoopStats`]): how busy it was and what a
 /// burst cost it in TSC cycles, the rx call included (what testpmd's `--record-core-cycles`
-/// counts, so the two compare packet for packet).
+/// counts, so the two compare packet for packet). Packets other workers hand over (hand-offs
+/// to a collective's owner) are processed between bursts, outside these counts: with several
+/// workers and hand-offs, a worker's cycles per packet are those of its own rx bursts only.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct LoopSummary {
     /// Loop turns in which some rx queue gave packets.
