@@ -59,8 +59,10 @@ measured rates are not all below 1/1.2 of it says "generator-bound" instead of c
 receiving costs pktgen: the appliance's results (written by another core, parsed, checksummed
 and compared with the expected sums) cost it more than testpmd's echoes (its own frames, which
 it only counts). So each run also says who held it: pktgen counts the polls in which the ring
-refused part of a burst; a run with fewer refusals than one per burst sent was held by pktgen,
-and an open-loop row most of whose appliance runs pktgen held says "generator-bound" too.
+refused part of a burst; a run with fewer refusals than one per burst sent was held by pktgen
+(it seldom waited for the device), and an open-loop row most of whose appliance runs pktgen
+held says "generator-bound" too. The appliance's busy share of the run (its busy cycles over
+pktgen's sending time) is shown beside it.
 
 Cycles per packet, every device run: the device's busy TSC cycles (its non-empty polls, the rx
 call included) over the packets it received: testpmd's from `--record-core-cycles` (its total
@@ -484,6 +486,10 @@ def measure(d, row, kind, seconds):
         pk = sum(x["rx_packets"] for x in loops)
         if pk and all(x["bursts"] for x in loops):
             detail["cycles"] = sum(x["burst_cycles"] for x in loops) / pk
+            # Its busy share of pktgen's sending time (it runs a little longer: before and
+            # after pktgen's traffic it only idles).
+            if st.get("tsc_hz"):
+                detail["busy"] = sum(x["burst_cycles"] for x in loops) / (st["tsc_hz"] * max(p["seconds"], 1e-9))
     elif not is_dpu:
         # testpmd's own cycles/packet divides by its port's rx count, which a zero-copy memif
         # client's reconnection can leave negative; it took what pktgen sent (nothing is lost
@@ -649,6 +655,10 @@ def main():
         xs = [x["cycles"] for x in r["det"] if x.get("cycles")]
         return f"{med(xs):.0f}" if xs else "-"
 
+    def busy(r):
+        xs = [x["busy"] for x in r["det"] if x.get("busy")]
+        return f"{100 * med(xs):.0f}%" if xs else "-"
+
     def held(r):
         """How many of a device's runs it held the rate itself: pktgen found its ring full
         at least once per burst it sent (REFUSALS_HELD); in the others pktgen's own work (its
@@ -680,9 +690,9 @@ def main():
             "AllReduce, contributions/s folded (appliance) or echoed (testpmd).",
             "",
             "| row | pktgen alone (tx into testpmd rxonly) | testpmd io | back | appliance | back | "
-            "appliance payload Gbit/s | runs the appliance held | cycles/pkt testpmd io | cycles/pkt appliance | "
-            "appliance / testpmd io |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
+            "appliance payload Gbit/s | runs the appliance held | appliance busy | cycles/pkt testpmd io | "
+            "cycles/pkt appliance | appliance / testpmd io |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for row in opened:
             r = res[row.id]
@@ -696,7 +706,8 @@ def main():
             gbps = "-" if row.kind == "fwd" else fmt([x * row.lanes * 4 * 8 for x in r["dpu"]["rate"]], 1e9, 2)
             lines.append(f"| {row.name()} | {fmt(r['testpmd-rxonly']['tx'])} | {fmt(r['testpmd-io']['rate'])} | "
                          f"{back(r['testpmd-io'])} | {fmt(r['dpu']['rate'])} | {back(r['dpu'])} | {gbps} | "
-                         f"{n_held} of {n_runs} | {cycles(r['testpmd-io'])} | {cycles(r['dpu'])} | {claim} |")
+                         f"{n_held} of {n_runs} | {busy(r['dpu'])} | {cycles(r['testpmd-io'])} | {cycles(r['dpu'])} | "
+                         f"{claim} |")
             if row.kind == "open":
                 goals.append(f"{row.id} " + (f"not judged (generator-bound; {ratio:.2f})" if bound else
                                              ("met" if ratio >= GOAL else "NOT met") + f" ({ratio:.2f})"))
@@ -746,9 +757,10 @@ def main():
     lines += [f"Generator-bound: pktgen's reach (its highest median tx rate with the row's traffic) is "
               f"below {GEN_MARGIN}x a rate measured in the row, or pktgen itself held most of the appliance's "
               f"runs ('runs the appliance held': runs in which pktgen found the ring full at least "
-              f"{REFUSALS_HELD:g} times per burst it sent; in the others it never waited for the appliance, "
+              f"{REFUSALS_HELD:g} times per burst it sent; in the others it seldom waited for the appliance, "
               "whose results cost it more to receive and check than testpmd's echoes); such a row's "
-              "ratio, in brackets, is not a claim. Cycles/pkt: the device's busy TSC cycles per "
+              "ratio, in brackets, is not a claim. Appliance busy: its busy cycles over pktgen's "
+              "sending time (the rest it polled empty rings). Cycles/pkt: the device's busy TSC cycles per "
               "packet it received (testpmd --record-core-cycles; the appliance's final stats, the rx "
               "call included alike), a measure of its own work whoever held the rate. "
               "'back': the fraction of what pktgen sent that came back to it (its receiving shares "
