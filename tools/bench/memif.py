@@ -411,13 +411,20 @@ def start_pair(d, kind, app, stats, conf, seconds, js, data_room):
 
 
 def finish_pktgen(g, js, seconds, must=True):
+    """pktgen's summary (its JSON, with its exit status as `_exit`). pktgen writes the JSON
+    before it closes its ports: a run whose pktgen then died by a signal (in a PMD's teardown)
+    is kept, and counted among the programs that did not stop cleanly."""
     code = g.wait(seconds + 60)
-    if code not in (0, 3) or not os.path.exists(js):
+    if not os.path.exists(js) or (code not in (0, 3) and code >= 0):
         if not must:
             return None
         sys.exit(f"memif.py: pktgen failed ({code}):\n" + "".join(g.log[-30:]))
+    if code < 0:
+        print(f"memif.py: note: pktgen died by signal {-code} after writing its summary", file=sys.stderr)
     with open(js) as f:
-        return json.load(f)
+        p = json.load(f)
+    p["_exit"] = code
+    return p
 
 
 def measure(d, row, kind, seconds):
@@ -478,6 +485,7 @@ def measure(d, row, kind, seconds):
             detail["shared"] = st["aggregation"].get("shared_results", 0)
             rate = folded / secs
     detail["peer_ok"] = alive and code == 0
+    detail["pktgen_ok"] = p["_exit"] in (0, 3)
     sent = p["streams"][0]["tx"]["packets"] if row.kind == "fwd" else p["allreduce"][0]["tx_packets"]
     # The device's busy TSC cycles per packet it received (testpmd: --record-core-cycles, its
     # non-empty bursts; the appliance: its workers' bursts, the rx call included alike).
@@ -668,6 +676,7 @@ def main():
     runs = sum(len(v["det"]) for r in res.values() for v in r.values())
     crashes = {k: sum(not x["peer_ok"] for r in res.values() for x in r.get(k, {"det": []})["det"])
                for k in ("testpmd-rxonly", "testpmd-io", "dpu", "dpu-shared")}
+    crashes["pktgen"] = sum(not x["pktgen_ok"] for r in res.values() for v in r.values() for x in v["det"])
     wrong = sum(x.get("wrong") or 0 for r in res.values() for k in ("dpu", "dpu-shared")
                 for x in r.get(k, {"det": []})["det"])
     lines = [
@@ -765,8 +774,8 @@ def main():
               "call included alike), a measure of its own work whoever held the rate. "
               "'back': the fraction of what pktgen sent that came back to it (its receiving shares "
               f"CPU 0 with its sending). Results checked wrong by pktgen in the appliance's runs: {wrong}. "
-              "Peers that failed to stop cleanly (not running once pktgen had stopped and left, or "
-              "a non-zero exit): " + ", ".join(f"{k} {v}" for k, v in crashes.items()) + f" of {runs} runs.",
+              "Programs that failed to stop cleanly (a device not running once pktgen had stopped and "
+              "left, or a non-zero exit; pktgen dying by a signal after it wrote its summary): " + ", ".join(f"{k} {v}" for k, v in crashes.items()) + f" of {runs} runs.",
               f"The appliance when its memif peer goes away (two pktgen runs, one after the other): "
               f"{'survives and keeps counting' if surv_ok else 'FAILED'} ({surv})."]
     text = "\n".join(lines) + "\n"

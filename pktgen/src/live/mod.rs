@@ -552,7 +552,11 @@ pub fn run(conf: &Path, opts: &RunOptions) -> Result<Summary, RunError> {
     let eal = Eal::init(&args)?;
     let r = run_on(&eal, &loaded, duration, opts);
     drop(eal);
-    let summary = r?;
+    r
+}
+
+/// Writes the summary's JSON and CSV files, as `opts` asks.
+fn write_outputs(summary: &Summary, opts: &RunOptions) -> Result<(), RunError> {
     if let Some(p) = &opts.json {
         let text = serde_json::to_string_pretty(&summary).expect("serialisable") + "\n";
         write_file(p, &text)?;
@@ -561,13 +565,13 @@ pub fn run(conf: &Path, opts: &RunOptions) -> Result<Summary, RunError> {
         if summary.streams.is_empty() {
             write_file(p, &allreduce::csv(&summary.allreduce))?;
         } else {
-            write_file(p, &report::csv(&summary))?;
+            write_file(p, &report::csv(summary))?;
             if !summary.allreduce.is_empty() {
                 write_file(&allreduce_csv_path(p), &allreduce::csv(&summary.allreduce))?;
             }
         }
     }
-    Ok(summary)
+    Ok(())
 }
 
 /// Where the AllReduce rows go when the CSV file holds streams: `NAME-allreduce.csv` beside it.
@@ -998,8 +1002,11 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
         allreduce,
     };
     println!("{}", report::table(&summary));
+    // The results are on disk before the ports are stopped and closed: what goes wrong in a
+    // PMD's teardown (a memif peer leaving at that moment) cannot take them along.
+    let written = write_outputs(&summary, opts);
     drop(ports);
-    Ok(summary)
+    written.map(|()| summary)
 }
 
 /// Reads commands from stdin on a thread of its own while the run goes: `rate NAME VALUE` sets
