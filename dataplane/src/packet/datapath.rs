@@ -36,6 +36,10 @@ const _: () = assert!(MAX_BURST <= crate::table::burst::MAX_LANES);
 /// Packets ahead whose frame data a burst's parse loop prefetches (as DPDK's l3fwd).
 const PREFETCH_AHEAD: usize = 3;
 
+/// A gradient packet whose L4 pass (checksum or ICRC) is still to come: its consumption reads
+/// the whole frame.
+const GRADIENT_UNVERIFIED: Layers = Layers::GRADIENT.union(Layers::L4_UNVERIFIED);
+
 /// A burst's parses: one slot per packet, reused burst after burst (no allocation per burst).
 #[derive(Clone, Default)]
 struct BurstScratch {
@@ -681,7 +685,7 @@ impl<B: PacketBuf> Datapath<B> {
                         self.checks,
                         &mut parsed[i],
                     );
-                    if v.is_ok() && parsed[i].has(Layers::GRADIENT) && parsed[i].has(Layers::L4_UNVERIFIED) {
+                    if v.is_ok() && parsed[i].has(GRADIENT_UNVERIFIED) {
                         // Its consumption reads every byte (the checksum or ICRC pass, then
                         // the fold), and a frame another core wrote (a memif peer, a NIC's
                         // DMA) misses every line: ask for them all now, while the rest of the
