@@ -191,15 +191,25 @@ def _iface_of(ip: str) -> str | None:
             return None
     except ValueError:
         return None
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        for _, name in socket.if_nameindex():
-            try:
-                res = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
-            except OSError:
-                continue
-            if socket.inet_ntoa(res[20:24]) == ip:
-                return name
+    for _, name in socket.if_nameindex():
+        res = _ifreq(SIOCGIFADDR, name)
+        if res is not None and socket.inet_ntoa(res[20:24]) == ip:
+            return name
     return None
+
+
+#: Linux's interface ioctls (<linux/sockios.h>): an interface's IPv4 address, its hardware address.
+SIOCGIFADDR, SIOCGIFHWADDR = 0x8915, 0x8927
+
+
+def _ifreq(request: int, iface: str) -> bytes | None:
+    """The `struct ifreq` the interface ioctl `request` fills for `iface`, or None when it
+    fails (no such interface, or no IPv4 address for SIOCGIFADDR)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            return fcntl.ioctl(s.fileno(), request, struct.pack("256s", iface.encode()[:15]))
+        except OSError:
+            return None
 
 
 def _sync_module_states(module, process_group, broadcast_bucket_size, src, params_and_buffers_to_ignore):
@@ -289,13 +299,9 @@ def _mac_of(ip: str) -> str | None:
     (SIOCGIFHWADDR): for IPv4 its primary address, for IPv6 any of its addresses; None when no
     interface holds it."""
     iface = _iface_of6(ip) if ":" in ip else _iface_of(ip)
-    if not iface:
+    res = _ifreq(SIOCGIFHWADDR, iface) if iface else None
+    if res is None:
         return None
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            res = fcntl.ioctl(s.fileno(), 0x8927, struct.pack("256s", iface.encode()[:15]))
-        except OSError:
-            return None
     return ":".join(f"{b:02x}" for b in res[18:24])
 
 
