@@ -708,7 +708,7 @@ def main():
             gen, io, dpu = reach(row), med(r["testpmd-io"]["rate"]), med(r["dpu"]["rate"])
             n_held, n_runs = held(r["dpu"])
             # Generator-bound: pktgen's reach is within GEN_MARGIN of a measured rate, or pktgen
-            # itself held most of the appliance's runs (it never waited for the appliance).
+            # itself held most of the appliance's runs (it seldom waited for the appliance).
             bound = max(io, dpu) * GEN_MARGIN > gen or 2 * n_held < n_runs
             ratio = dpu / io if io else float("nan")
             claim = f"generator-bound ({ratio:.2f})" if bound else f"{ratio:.2f}"
@@ -775,7 +775,8 @@ def main():
               "'back': the fraction of what pktgen sent that came back to it (its receiving shares "
               f"CPU 0 with its sending). Results checked wrong by pktgen in the appliance's runs: {wrong}. "
               "Programs that failed to stop cleanly (a device not running once pktgen had stopped and "
-              "left, or a non-zero exit; pktgen dying by a signal after it wrote its summary): " + ", ".join(f"{k} {v}" for k, v in crashes.items()) + f" of {runs} runs.",
+              "left, or a non-zero exit; pktgen dying by a signal after it wrote its summary): "
+              + ", ".join(f"{k} {v}" for k, v in crashes.items()) + f" of {runs} runs.",
               f"The appliance when its memif peer goes away (two pktgen runs, one after the other): "
               f"{'survives and keeps counting' if surv_ok else 'FAILED'} ({surv})."]
     text = "\n".join(lines) + "\n"

@@ -600,7 +600,8 @@ impl<B: PacketBuf> Datapath<B> {
 
     /// Processes an rx burst from `in_port` as [`Datapath::process`] would, packet after packet
     /// (same outputs in the same order, same counters), but in stages as DPDK's l3fwd: first
-    /// every packet is parsed (into per-worker slots, prefetching frames a few packets ahead),
+    /// every packet is parsed (into per-worker slots, prefetching frames a few packets ahead,
+    /// and the whole frame of a gradient packet whose checksum or ICRC is still to verify),
     /// then what the first table's lookup reads is prefetched for every packet, then each
     /// packet goes its way in order. The cache misses of one stage overlap across the burst
     /// instead of stalling each packet in turn.

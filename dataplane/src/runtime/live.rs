@@ -469,8 +469,9 @@ pub const CYCLE_BUCKETS: usize = 32;
 /// processing: the rx call, parse, tables, aggregation, handing to the tx buffers and the tx
 /// bursts that filled them; what testpmd's `--record-core-cycles` counts as busy), as a log2
 /// histogram. Not in them: the periodic flush of partly filled tx buffers, and the packets
-/// other workers hand over (processed from the ring between bursts). Plain integers, the worker's own. The lockstep replay path (several workers
-/// sending to one shaped port in a replay) does not count them.
+/// other workers hand over (processed from the ring between bursts). Plain integers, the
+/// worker's own. The lockstep replay path (several workers sending to one shaped port in a
+/// replay) does not count them.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LoopStats {
     /// Loop turns in which some rx queue gave packets.
