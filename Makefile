@@ -71,7 +71,9 @@ test: deps
 # off and on (tools/bench/shard.py, SHARD_REPS, default 3: about 30 s).
 # Last, the two-process rows over net_memif (tools/bench/memif.py: MEMIF_SECONDS, MEMIF_REPS,
 # MEMIF_ROWS, default 2 s, 1 repetition, every row: about 5 minutes), written to
-# target/bench/memif.md.
+# target/bench/memif.md, each run with a probe of what reading 1 KiB the other CPU wrote costs;
+# then the floor under a contribution's cost over two cores (dataplane/examples/cross_core.rs:
+# echo, checksum and fold of frames the other CPU wrote, TSC cycles per frame, about 5 s).
 bench: build
 	$(CARGO) bench -p dataplane --no-default-features --bench packet_core -- --noplot
 	$(CARGO) bench -p dataplane --no-default-features --bench aggregation -- --noplot
@@ -81,7 +83,9 @@ bench: build
 	$(CARGO) run --release -p dataplane --no-default-features --example shard_scale
 	python3 tools/bench/shard.py
 	python3 tools/bench/pktgen.py
+	$(CARGO) build --release -p dataplane --no-default-features --example cross_core
 	python3 tools/bench/memif.py
+	$(CARGO) run --release -p dataplane --no-default-features --example cross_core
 
 # Fuzzing (fuzz/, a cargo-fuzz crate outside the workspace): every target for FUZZ_SECONDS
 # each, starting from the committed seeds (fuzz/seeds/<target>/) plus whatever earlier runs
