@@ -66,7 +66,7 @@ use dataplane::config::ConfigError;
 use dataplane::dpdk::{self as dpdk, Mbuf, Mempool, RxQueue, TxQueue};
 use dataplane::wire::build::{self, FrameSpec, IpAddrBytes, PayloadSums, ROCEV2_PORT, UD_SEND_ONLY};
 use dataplane::wire::gradient::{self, Dtype, Flags, GradientRepr, NakReason, Op, SlotState, VERSION};
-use dataplane::wire::{checksum, icrc, EthernetAddress};
+use dataplane::wire::{checksum, icrc, template, EthernetAddress};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -588,6 +588,53 @@ fn key_of(ip: &[u8]) -> [u8; 16] {
 /// `grad_port` (UDP carriage), or UDP to 4791 / BTH UD SEND Only / DETH (RoCEv2) / gradient
 /// header / payload; verifies the UDP checksum (when not 0 over IPv4) and the ICRC.
 pub fn parse_reply(f: &[u8], grad_port: u16, carriage: Carriage) -> Result<Reply, NotReply> {
+    let (r, udp) = parse_reply_unsummed(f, grad_port, carriage)?;
+    match udp {
+        Some(u) if !u.verify(f, None) => Err(NotReply::Bad),
+        _ => Ok(r),
+    }
+}
+
+/// What verifying a reply's UDP checksum takes: the pseudo header's sum and where the UDP
+/// datagram lies in the frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpCheck {
+    /// The pseudo header's ones'-complement sum (RFC 768, RFC 8200 section 8.1).
+    pub pseudo: u16,
+    /// The datagram's first byte and its end (frame offsets).
+    pub l4: usize,
+    /// See `l4`.
+    pub end: usize,
+}
+
+impl UdpCheck {
+    /// True when the checksum verifies. `payload`: the sum of the bytes at frame offsets
+    /// `start..end` when the caller knows it (a result equal to the expected one, whose sum
+    /// was computed at start), so that only the rest is read; ignored unless `start - l4` is
+    /// even (the sum's words then align with the datagram's).
+    pub fn verify(&self, f: &[u8], payload: Option<(usize, usize, u16)>) -> bool {
+        let sum = match payload {
+            Some((a, b, psum)) if self.l4 <= a && a <= b && b <= self.end && (a - self.l4).is_multiple_of(2) => {
+                let head = checksum::sum(&f[self.l4..a]);
+                // Whatever follows the payload starts at an odd offset when the payload's
+                // length is odd: its sum is then byte-swapped (RFC 1071 2.(B)).
+                let tail = checksum::sum(&f[b..self.end]);
+                let tail = if (b - a) % 2 == 1 { tail.swap_bytes() } else { tail };
+                checksum::combine(checksum::combine(head, psum), tail)
+            }
+            _ => checksum::sum(&f[self.l4..self.end]),
+        };
+        checksum::combine(self.pseudo, sum) == 0xffff
+    }
+}
+
+/// [`parse_reply`] without the UDP checksum pass: the reply and, when its UDP checksum is to be
+/// verified (not 0 over IPv4), what that takes ([`UdpCheck::verify`]). The ICRC is verified.
+pub fn parse_reply_unsummed(
+    f: &[u8],
+    grad_port: u16,
+    carriage: Carriage,
+) -> Result<(Reply, Option<UdpCheck>), NotReply> {
     let be16 = |a: usize| u16::from_be_bytes([f[a], f[a + 1]]);
     if f.len() < 14 {
         return Err(NotReply::Other);
@@ -645,6 +692,7 @@ pub fn parse_reply(f: &[u8], grad_port: u16, carriage: Carriage) -> Result<Reply
     if ulen != ip_end - l4 {
         return Err(NotReply::Bad);
     }
+    let mut check = None;
     if udp_ck != 0 || v6 {
         let pseudo = if v6 {
             checksum::pseudo_header_v6(
@@ -661,9 +709,7 @@ pub fn parse_reply(f: &[u8], grad_port: u16, carriage: Carriage) -> Result<Reply
                 ulen as u16,
             )
         };
-        if checksum::combine(pseudo, checksum::sum(&f[l4..ip_end])) != 0xffff {
-            return Err(NotReply::Bad);
-        }
+        check = Some(UdpCheck { pseudo, l4, end: ip_end });
     }
     if end < grad + gradient::HEADER_LEN {
         return Err(NotReply::Bad);
@@ -686,7 +732,7 @@ pub fn parse_reply(f: &[u8], grad_port: u16, carriage: Carriage) -> Result<Reply
     if p0 + header.data_length as usize > end {
         return Err(NotReply::Bad);
     }
-    Ok(Reply { to, header, payload: (p0, p0 + header.data_length as usize) })
+    Ok((Reply { to, header, payload: (p0, p0 + header.data_length as usize) }, check))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -818,6 +864,10 @@ pub struct Engine {
     workers: Vec<Worker>,
     /// Rank by (address, UDP port or QP): FxHash, looked up for every frame received.
     by_addr: rustc_hash::FxHashMap<([u8; 16], u32), u16>,
+    /// The ones'-complement sum of every expected result payload, by [`sums_index`]: a result
+    /// equal to the expected one has its UDP checksum verified without a second pass over the
+    /// payload (the comparison is the one pass).
+    result_sums: Vec<u16>,
     next_worker: usize,
     rng: u64,
     loss_threshold: u64,
@@ -868,8 +918,27 @@ impl Engine {
             });
         }
         let cyc = |us: u64| us.saturating_mul(hz) / 1_000_000;
+        let values = Values::new(em);
+        let result_sums = match &values.source {
+            Source::Exact(t) => [em.chunk(0).1, em.chunk(n_slots - 1).1]
+                .iter()
+                .flat_map(|&count| {
+                    (0..PERIOD).map(move |j| checksum::sum(&t.expected[j * t.lane..(j + count as usize) * t.lane]))
+                })
+                .collect(),
+            Source::Normal(n) => (0..n.rounds)
+                .flat_map(|i| {
+                    let values = &values;
+                    (0..n_slots).map(move |slot| {
+                        let (off, count) = em.chunk(slot);
+                        checksum::sum(values.result(off, count, n.first.wrapping_add(i)))
+                    })
+                })
+                .collect(),
+        };
         Engine {
-            values: Values::new(em),
+            values,
+            result_sums,
             hz,
             timeout: cyc(em.timeout_us).max(1),
             slow: em.slow.map(|(r, us)| (r, cyc(us))),
@@ -1103,7 +1172,7 @@ impl Engine {
 
     /// Takes one received frame at `now`.
     pub fn on_frame(&mut self, now: u64, f: &[u8]) {
-        let r = match parse_reply(f, self.em.gradient_udp_port, self.em.carriage) {
+        let (r, udp) = match parse_reply_unsummed(f, self.em.gradient_udp_port, self.em.carriage) {
             Ok(r) => r,
             Err(NotReply::Other) => {
                 self.rx_other += 1;
@@ -1115,6 +1184,26 @@ impl Engine {
             }
         };
         let h = r.header;
+        // A result of one of this collective's chunks: is its payload the right one? If so, the
+        // UDP checksum is verified from the expected payload's sum (one pass over the payload,
+        // the comparison, instead of two).
+        let chunk = self.em.chunk_elements;
+        let s = h.tensor_offset / chunk;
+        let slot_ok = h.tensor_offset % chunk == 0 && s < self.em.slots();
+        let result = h.flags & (Flags::RESULT | Flags::NAK | Flags::PROBE) == Flags::RESULT && slot_ok;
+        let payload_right = result.then(|| {
+            let (off, count) = self.em.chunk(s);
+            h.data_length as usize == count as usize * self.values.lane
+                && &f[r.payload.0..r.payload.1] == self.values.result(off, count, h.round)
+        });
+        if let Some(u) = udp {
+            let known = (payload_right == Some(true))
+                .then(|| (r.payload.0, r.payload.1, self.result_sums[sums_index(&self.em, &self.values, s, h.round)]));
+            if !u.verify(f, known) {
+                self.rx_bad += 1;
+                return;
+            }
+        }
         let Some(&rank) = self.by_addr.get(&r.to) else {
             self.rx_other += 1;
             return;
@@ -1124,9 +1213,6 @@ impl Engine {
             return;
         }
         let w = rank as usize;
-        let chunk = self.em.chunk_elements;
-        let s = h.tensor_offset / chunk;
-        let slot_ok = h.tensor_offset % chunk == 0 && s < self.em.slots();
         if h.flags & Flags::NAK != 0 {
             let known = (NakReason::UNKNOWN_COLLECTIVE..=NakReason::STALE_ROUND).contains(&h.reason);
             let reason = if known { h.reason as usize } else { 0 };
@@ -1159,11 +1245,8 @@ impl Engine {
             self.on_status(now, w, s, &h);
             return;
         }
-        let (off, count) = self.em.chunk(s);
-        let right = h.data_length as usize == count as usize * self.values.lane
-            && h.op_type == self.em.op.wire()
-            && h.dtype == self.em.dtype.wire()
-            && &f[r.payload.0..r.payload.1] == self.values.result(off, count, h.round);
+        let count = self.em.chunk(s).1;
+        let right = payload_right == Some(true) && h.op_type == self.em.op.wire() && h.dtype == self.em.dtype.wire();
         let lat = match self.em.mode {
             Mode::Closed => {
                 let slot = self.workers[w].slots[s as usize];
@@ -1259,10 +1342,16 @@ impl Engine {
 
 /// Builds the frames of sends: per worker a header spec, the payload slice and its precomputed
 /// checksum contributions (exact values: one per table position and chunk length; normal values:
-/// one per round held and slot), the RoCEv2 PSN counter.
+/// one per round held and slot), the RoCEv2 PSN counter. A full chunk's contribution is copied
+/// from its worker's header template with the offset, round and PSN patched and its checksums
+/// derived from the template's ([`template::Templates`], as the appliance writes its results);
+/// probes and a short last chunk take the general builder.
 #[derive(Debug)]
 pub struct Builder {
     specs: Vec<FrameSpec>,
+    /// Every worker's full-chunk contribution; `None` if the builder refused the specs (it then
+    /// refuses every frame alike).
+    templates: Option<template::Templates>,
     /// [rank][sums_index].
     sums: Vec<Vec<PayloadSums>>,
     probe: Vec<u8>,
@@ -1316,7 +1405,17 @@ impl Builder {
             .collect();
         let probe = vec![0u8; gradient::probe_len(em.workers.len())];
         let probe_sums = PayloadSums::of(&probe, specs[0].pad(probe.len()));
-        Builder { psn: vec![0; specs.len()], specs, sums, probe, probe_sums }
+        let full = em.chunk(0).1 as usize * v.lane;
+        let contribution_specs: Vec<FrameSpec> = specs
+            .iter()
+            .map(|s| {
+                let mut s = *s;
+                s.header.data_length = full as u32;
+                s
+            })
+            .collect();
+        let templates = template::Templates::new(&contribution_specs, full).ok();
+        Builder { psn: vec![0; specs.len()], specs, templates, sums, probe, probe_sums }
     }
 
     /// Frame length of `s`.
@@ -1334,6 +1433,22 @@ impl Builder {
         if let Some(roce) = &mut spec.roce {
             roce.psn = self.psn[r] & 0xff_ffff;
             self.psn[r] = self.psn[r].wrapping_add(1);
+        }
+        if s.flags == 0 {
+            if let Some(t) = &self.templates {
+                let i = sums_index(&e.em, &e.values, s.slot, s.round);
+                let (payload, sums) = (e.values.payload(r, off, count, s.round), &self.sums[r][i]);
+                if t.fits(payload.len(), sums) {
+                    let len = t.frame_len(r);
+                    let patch = template::Patch {
+                        tensor_offset: off,
+                        round: s.round,
+                        roce: spec.roce.as_ref().map(|roce| (spec.src_port, roce.psn)),
+                    };
+                    t.write(r, &patch, payload, sums, &mut buf[..len]);
+                    return len;
+                }
+            }
         }
         spec.header.flags = s.flags;
         spec.header.tensor_offset = off;
@@ -2174,7 +2289,8 @@ pub(crate) mod tests {
     /// Every frame the builder makes (both carriages and families, a VLAN, every dtype, every
     /// table position, full and short chunks, probes, PSNs across the 24-bit wrap) passes the
     /// appliance's parser, which verifies the UDP checksum and the ICRC, with the header asked
-    /// for.
+    /// for; and is byte for byte the general builder's frame (a full chunk's contribution comes
+    /// from its worker's template, everything else from the builder).
     #[test]
     fn built_frames_pass_the_appliance_parser() {
         for carriage in [Carriage::Udp, Carriage::Rocev2] {
@@ -2193,15 +2309,22 @@ pub(crate) mod tests {
                     let eng = Engine::new(&e, 1_000_000_000, 1);
                     let mut b = Builder::new(&eng);
                     b.psn = vec![0xff_fff0; 3];
-                    let mut buf = vec![0u8; 4096];
+                    assert!(b.templates.is_some());
+                    let mut plain = Builder::new(&eng);
+                    plain.psn = b.psn.clone();
+                    plain.templates = None;
+                    let (mut buf, mut want) = (vec![0u8; 4096], vec![0u8; 4096]);
                     for round in 0..PERIOD as u32 + 2 {
                         for slot in 0..e.slots() {
                             for rank in 0..3u16 {
                                 for flags in [0, Flags::RETRANSMIT, Flags::PROBE] {
                                     let s = SendOrder { rank, slot, round, flags };
+                                    buf.fill(0xee);
                                     let n = b.build(&eng, &s, &mut buf);
                                     assert_eq!(n, b.frame_len(&eng, &s));
                                     let ctx = format!("{carriage:?} v6 {v6} {dtype:?} {s:?}");
+                                    let m = plain.build(&eng, &s, &mut want);
+                                    assert_eq!(&buf[..n], &want[..m], "{ctx}: templated against built");
                                     let p = dataplane::parse::parse(&buf[..n], 49374)
                                         .unwrap_or_else(|r| panic!("{ctx}: {r:?}"));
                                     let (off, count) = e.chunk(slot);
@@ -2277,6 +2400,52 @@ pub(crate) mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A UDP checksum verified with the payload's sum given is verified exactly as by a pass
+    /// over the whole datagram: payloads of odd and even lengths, bytes after the payload, a
+    /// damaged byte anywhere, a wrong sum given.
+    #[test]
+    fn udp_check_with_the_payload_sum_given_agrees_with_the_full_pass() {
+        let mut rng = 0x1234_5678_9abc_def0u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let pseudo = 0x1d2c;
+        let mut checked = 0;
+        for pay_len in 0..40usize {
+            for tail_len in 0..4usize {
+                let len = 28 + pay_len + tail_len;
+                let mut d: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+                d[6..8].fill(0);
+                let ck = !checksum::combine(pseudo, checksum::sum(&d));
+                d[6..8].copy_from_slice(&ck.to_be_bytes());
+                let u = UdpCheck { pseudo, l4: 0, end: len };
+                let (a, b) = (28, 28 + pay_len);
+                let psum = checksum::sum(&d[a..b]);
+                assert!(u.verify(&d, None), "{pay_len} {tail_len}");
+                assert!(u.verify(&d, Some((a, b, psum))), "{pay_len} {tail_len}");
+                // A wrong sum given for the payload fails (unless it is the same value).
+                let wrong = psum.wrapping_add(1) | 1;
+                assert_eq!(
+                    u.verify(&d, Some((a, b, wrong))),
+                    checksum::combine(wrong, 0) == checksum::combine(psum, 0)
+                );
+                for at in [0, 7, 27, len - 1] {
+                    let mut e = d.clone();
+                    e[at] ^= 0x40;
+                    // Outside the payload, both ways of verifying see the damage.
+                    if at < a || at >= b {
+                        assert!(!u.verify(&e, None) && !u.verify(&e, Some((a, b, psum))), "{pay_len} {tail_len} {at}");
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 400, "{checked}");
+    }
+
     /// A closed-loop engine against a model appliance in memory: every contribution frame it
     /// builds parses as a reply would (own parser), results complete rounds, and a wrong payload
     /// counts as wrong; a timeout resends with RETRANSMIT; NAK 7 moves the round, NAK 6 refuses.
@@ -2347,6 +2516,14 @@ pub(crate) mod tests {
         bad[l - 1] ^= 0xff;
         eng.on_frame(11, &bad);
         assert_eq!(eng.rx_bad, 1);
+        // So is a right payload under a damaged header (its checksum comes from the expected
+        // payload's sum, not from a pass over the frame), and a damaged checksum field.
+        for at in [14 + 20 + 8 + 16, 14 + 20 + 6] {
+            let mut bad = result(2, 0, 0, &right, Flags::RESULT, 0);
+            bad[at] ^= 0x10;
+            eng.on_frame(11, &bad);
+        }
+        assert_eq!((eng.rx_bad, eng.counters(2).right, eng.counters(2).wrong), (3, 0, 0));
         // Worker 0's slot 0 goes on to round 1.
         out.clear();
         eng.sends(12, 100, &mut out);

@@ -5,11 +5,12 @@
 use super::check::Contribution;
 use super::collective::{Carriage, Collective};
 use super::send::{send_frame, send_shared, send_templated, templated};
-use super::{template, Aggregator, PortAddr};
+use super::{Aggregator, PortAddr};
 use crate::buf::PacketIo;
 use crate::stats::{Counters, Reason};
-use crate::wire::build::{FrameSpec, Roce, ROCEV2_PORT};
+use crate::wire::build::{self, FrameSpec, Roce, ROCEV2_PORT};
 use crate::wire::gradient::{Flags, GradientRepr, RANK_NONE};
+use crate::wire::template;
 
 impl Aggregator {
     /// Sends the kept result of `c`'s chunk (in this worker's slot `c.slot`) for `c.round` to
@@ -205,7 +206,7 @@ pub(super) fn result_spec(
         dst_mac: m.mac,
         vlan: m.vlan,
         outer_tag: None,
-        src_ip: template::source_ip(&port, &m.ip),
+        src_ip: source_ip(&port, &m.ip),
         dst_ip: m.ip,
         dscp: spec.dscp,
         ecn: 2,
@@ -225,5 +226,14 @@ pub(super) fn result_spec(
             data_length: (lanes * spec.dtype.size()) as u32,
             round,
         },
+    }
+}
+
+/// The appliance's source address on `port` for a member of `ip`'s family (the unspecified
+/// address when the port has none).
+fn source_ip(port: &PortAddr, ip: &build::IpAddrBytes) -> build::IpAddrBytes {
+    match ip {
+        build::IpAddrBytes::V4(_) => build::IpAddrBytes::V4(port.ipv4.unwrap_or_default()),
+        build::IpAddrBytes::V6(_) => build::IpAddrBytes::V6(port.ipv6.unwrap_or_default()),
     }
 }

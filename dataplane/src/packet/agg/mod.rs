@@ -11,7 +11,7 @@
 //! - `fold.rs` and [`kernels`]: folding (the arithmetic of rule 6, SIMD with runtime dispatch),
 //!   in rank order for a deterministic collective (rule 7);
 //! - `emit.rs`: completion and replication of results (rule 2, section 6) and resends (rule 3),
-//!   from per-member header [`template`]s;
+//!   from per-member header templates ([`crate::wire::template`]);
 //! - [`nak`]: NAKs (section 5) and their per-source rate limit;
 //! - `status.rs`: the STATUS answers to PROBEs (section 7);
 //! - `send.rs`: writing a frame into the refused or answered packet's mbuf, or a new one.
@@ -39,7 +39,6 @@ mod state;
 mod status;
 pub mod straggle;
 pub mod swap;
-pub mod template;
 
 pub use emit::max_result_frame_len;
 

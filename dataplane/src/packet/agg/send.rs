@@ -1,10 +1,10 @@
 //! Writing a frame into an mbuf and sending it: the contribution the frame answers when it has
 //! the room (in place, saving an allocation), else a new mbuf from the pool.
 
-use super::template;
 use crate::buf::{PacketBuf, PacketIo};
 use crate::stats::{Counters, Reason};
 use crate::wire::build::{self, FrameSpec};
+use crate::wire::template;
 
 /// Writes member `r`'s RESULT frame from its template into `spare` or a new mbuf and sends it
 /// on `port`.

@@ -7,8 +7,8 @@ use super::context::AggContext;
 use super::lines::Lines;
 use super::slot::Slot;
 use super::straggle::RankLateness;
-use super::template;
 use crate::wire::build;
+use crate::wire::template;
 use strength_reduce::StrengthReducedU64;
 
 /// Which of a collective's chunks a worker holds the slots of: chunk `k` when

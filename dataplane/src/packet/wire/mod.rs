@@ -40,6 +40,7 @@ pub mod icrc;
 pub mod ipv4;
 pub mod ipv6;
 pub mod ndp;
+pub mod template;
 pub mod udp;
 pub mod vlan;
 

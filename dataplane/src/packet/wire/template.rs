@@ -1,8 +1,9 @@
-//! Result-frame templates (spec section 6): the headers of one member's RESULT frames, built
-//! once when the collective is configured, so that sending a result copies them and patches the
-//! few fields that change from frame to frame (tensor offset and round; on RoCEv2 also the UDP
-//! source port and the PSN) instead of building every header and reading it back for the
-//! checksums.
+//! Gradient-frame templates: the headers of one peer's frames of a collective (the appliance's
+//! RESULT frames to a member, spec section 6; a generator's contributions from a worker),
+//! built once, so that sending a frame copies them and patches the few fields that change from
+//! frame to frame (tensor offset and round; on RoCEv2 also the UDP source port and the PSN)
+//! instead of building every header and reading it back for the checksums. Everything else
+//! (flags, rank, data length, addresses) is the spec's the templates were built from.
 //!
 //! A template covers the frames whose payload is a full chunk (every slot but, when the tensor
 //! does not divide evenly, the last one); the others take the general builder
@@ -17,20 +18,19 @@
 //! - ICRC: the template's CRC advanced past a full payload, XOR one table entry per patched byte
 //!   ([`icrc::byte_table`]: a CRC is affine in the message's bits), XOR the payload's CRC.
 
-use super::PortAddr;
-use crate::wire::build::{self, FrameSpec, PayloadSums};
-use crate::wire::checksum;
-use crate::wire::error::WireError;
-use crate::wire::gradient::HEADER_LEN as GRAD_LEN;
-use crate::wire::icrc::{self, ICRC_LEN};
-use crate::wire::{bth, gradient, ipv4, ipv6, udp};
+use super::build::{self, FrameSpec, PayloadSums};
+use super::checksum;
+use super::error::WireError;
+use super::gradient::HEADER_LEN as GRAD_LEN;
+use super::icrc::{self, ICRC_LEN};
+use super::{bth, gradient, ipv4, ipv6, udp};
 
 /// Longest head a template holds (bytes): Ethernet with an 802.1Q tag (18), IPv6 (40), UDP (8),
 /// BTH (12), DETH (8) and the gradient header (20).
-pub(super) const MAX_HEAD: usize = 18 + 40 + udp::HEADER_LEN + bth::HEADER_LEN + bth::DETH_LEN + GRAD_LEN;
+pub const MAX_HEAD: usize = 18 + 40 + udp::HEADER_LEN + bth::HEADER_LEN + bth::DETH_LEN + GRAD_LEN;
 
 /// Longest tail a frame has (bytes): a RoCEv2 pad (at most 3) and the ICRC.
-pub(super) const MAX_TAIL: usize = 3 + ICRC_LEN;
+pub const MAX_TAIL: usize = 3 + ICRC_LEN;
 
 /// Offsets in the UDP datagram of the fields a RoCEv2 result patches (bytes): the UDP source
 /// port, the BTH PSN (24 bits after the BTH's byte 8) and, in the gradient header after the
@@ -76,7 +76,7 @@ struct MemberTemplate {
     icrc: u32,
 }
 
-/// The templates of one collective's RESULT frames, one per member (by rank).
+/// The templates of one collective's frames to or from its members, one per member (by rank).
 #[derive(Debug, Clone)]
 pub struct Templates {
     members: Vec<MemberTemplate>,
@@ -90,7 +90,7 @@ pub struct Templates {
     tables: Vec<[u32; 256]>,
 }
 
-/// The fields of one RESULT frame that its template leaves open.
+/// The fields of one frame that its template leaves open.
 #[derive(Debug, Clone, Copy)]
 pub struct Patch {
     /// The chunk's first element (gradient header `tensor_offset`).
@@ -102,7 +102,7 @@ pub struct Patch {
 }
 
 impl Templates {
-    /// Builds the templates from `specs`, each member's full-chunk RESULT frame as the general
+    /// Builds the templates from `specs`, each member's full-chunk frame as the general
     /// builder makes it (any tensor offset, round, PSN and RoCEv2 source port: they are zeroed),
     /// for payloads of `payload_len` bytes.
     ///
@@ -209,7 +209,7 @@ impl Templates {
         self.payload_len
     }
 
-    /// Writes member `rank`'s RESULT frame carrying `payload` (a full chunk: [`Templates::fits`])
+    /// Writes member `rank`'s frame carrying `payload` (a full chunk: [`Templates::fits`])
     /// with the fields of `patch` into `f` (exactly [`Templates::frame_len`] bytes).
     #[inline(always)]
     pub fn write(&self, rank: usize, patch: &Patch, payload: &[u8], sums: &PayloadSums, f: &mut [u8]) {
@@ -219,7 +219,7 @@ impl Templates {
         self.write_around(rank, patch, sums, head, tail);
     }
 
-    /// Writes what surrounds the payload of member `rank`'s RESULT frame with the fields of
+    /// Writes what surrounds the payload of member `rank`'s frame with the fields of
     /// `patch`, for a payload whose sums are `sums` (a full chunk: [`Templates::fits`]): the
     /// head into `head` (exactly [`Templates::head_len`] bytes) and the pad and ICRC into `tail`
     /// (exactly [`Templates::tail_len`] bytes). The payload's bytes are not read: the
@@ -267,15 +267,6 @@ impl Templates {
             head[t.udp + udp::field::CHECKSUM.start..t.udp + udp::field::CHECKSUM.end]
                 .copy_from_slice(&ck.to_be_bytes());
         }
-    }
-}
-
-/// The appliance's source address on `port` for a member of `ip`'s family (the unspecified
-/// address when the port has none).
-pub(super) fn source_ip(port: &PortAddr, ip: &build::IpAddrBytes) -> build::IpAddrBytes {
-    match ip {
-        build::IpAddrBytes::V4(_) => build::IpAddrBytes::V4(port.ipv4.unwrap_or_default()),
-        build::IpAddrBytes::V6(_) => build::IpAddrBytes::V6(port.ipv6.unwrap_or_default()),
     }
 }
 
