@@ -22,17 +22,22 @@
 //! - `checksum`: prefetches every line of the burst's frames, then computes each frame's
 //!   Internet checksum (the appliance's first pass over a contribution) and hands it back;
 //! - `fold`: the checksum, then the payload folded into a 256-lane f32 accumulator (the
-//!   slot), and every 4th frame (4 workers) the accumulator written as the result into the
-//!   payloads of the round's 4 frames, which go back; the producer reads every result it
-//!   gets (its checksum pass), as a generator checks them. A contribution so costs one
-//!   1 KiB read of a payload written on the other core and one 1 KiB result write into a
-//!   line the other core will read: the least the aggregation moves between the cores;
+//!   slot; a round of 4 workers' first member loads it) and the accumulator written back into
+//!   the frame's payload (the running sum; the round's result in its last frame), which goes
+//!   back; the producer reads every frame it gets back (its checksum pass), as a generator
+//!   checks results. A contribution so costs one 1 KiB read of a payload written on the other
+//!   core and one 1 KiB write into lines the other core reads next: what replicating each
+//!   round's result to its 4 members moves between the cores in copy mode;
 //! - `checksum, hot` and `fold, hot`: the same work on frames this core wrote itself (in its
 //!   cache): the computation alone.
 //!
 //! Cycles per frame, median of `REPS` (default 7) measurements of 2^20 frames each, rows
-//! alternating; `[min-max]`. The difference between `fold` and `echo` is the least a
-//! contribution can cost beyond forwarding on these two cores, whatever the software.
+//! alternating; `[min-max]`. What moving the lines between the cores costs is a row less its
+//! hot twin: `checksum` less `checksum, hot` for reading a contribution, `fold` less `fold,
+//! hot` for reading it and writing a result back; no software avoids those. The hot rows are
+//! the kernels' own computation. The producer keeps up to 1024 frames in flight (a memif
+//! ring's descriptors): when the consumer is the slower side, the frames it reads were written
+//! a while before, and some may have left the producer's caches for the shared last level.
 //!
 //! `probe` measures the `checksum` row alone over 2^16 frames (a few ms) and prints its
 //! cycles per frame: `tools/bench/memif.py` records it beside each run, since a guest's two
@@ -87,11 +92,18 @@ impl Mode {
     }
 }
 
-/// The shared buffers: each owned by one side at a time, handed over through a [`Ring`].
+/// The shared buffers, 64-byte aligned as an mbuf's data is (so a 1086-byte frame spans 17
+/// lines, as in the appliance): each owned by one side at a time, handed over through a
+/// [`Ring`].
 struct Pool {
-    _mem: Vec<u8>,
     base: *mut u8,
 }
+
+const POOL_LAYOUT: std::alloc::Layout = match std::alloc::Layout::from_size_align(POOL * ROOM, 64) {
+    Ok(l) => l,
+    Err(_) => panic!("the pool's layout"),
+};
+
 // Safety: a buffer is written only by the side holding its index; the rings' release/acquire
 // order every hand-over.
 unsafe impl Sync for Pool {}
@@ -100,14 +112,29 @@ unsafe impl Send for Pool {}
 
 impl Pool {
     fn new() -> Pool {
-        let mut mem = vec![0u8; POOL * ROOM];
-        let base = mem.as_mut_ptr();
-        Pool { _mem: mem, base }
+        // Safety: the layout's size is not zero.
+        let base = unsafe { std::alloc::alloc_zeroed(POOL_LAYOUT) };
+        assert!(!base.is_null(), "the pool's {} bytes", POOL * ROOM);
+        Pool { base }
     }
+
+    /// Buffer `i` (below `POOL`).
+    ///
+    /// # Safety
+    /// The caller holds index `i` (it took it from a ring or its free list) and makes no other
+    /// reference to the same buffer meanwhile.
     #[allow(clippy::mut_from_ref)]
-    fn buf(&self, i: u32) -> &mut [u8] {
-        // Safety: see the `Sync` impl; index below POOL.
+    unsafe fn buf(&self, i: u32) -> &mut [u8] {
+        assert!((i as usize) < POOL);
+        // Safety: in bounds (above); exclusive by the caller's contract.
         unsafe { std::slice::from_raw_parts_mut(self.base.add(i as usize * ROOM), ROOM) }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // Safety: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.base, POOL_LAYOUT) }
     }
 }
 
@@ -159,7 +186,8 @@ fn rdtsc() -> u64 {
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        std::time::Instant::now().elapsed().as_nanos() as u64
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        START.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
     }
 }
 
@@ -176,7 +204,7 @@ fn measure(mode: Mode, frames_wanted: usize, cpus: &[core_affinity::CoreId], ker
             (pool.clone(), to_consumer.clone(), back.clone(), done.clone(), start.clone(), cpus[0]);
         let template = template.clone();
         std::thread::spawn(move || {
-            core_affinity::set_for_current(cpu);
+            assert!(core_affinity::set_for_current(cpu), "cross_core: cannot pin the producer to {cpu:?}");
             let mut free: Vec<u32> = (0..POOL as u32).collect();
             let mut got = [0u32; BURST];
             let mut seq = 0u32;
@@ -187,7 +215,8 @@ fn measure(mode: Mode, frames_wanted: usize, cpus: &[core_affinity::CoreId], ker
                 for &i in &got[..n] {
                     if mode == Mode::Fold {
                         // A generator checks each result: one pass over it.
-                        sink += checksum::sum(&pool.buf(i)[..FRAME]) as u64;
+                        // Safety: the producer holds `i` (it came back on `back`).
+                        sink += checksum::sum(unsafe { &pool.buf(i)[..FRAME] }) as u64;
                     }
                     free.push(i);
                 }
@@ -196,7 +225,8 @@ fn measure(mode: Mode, frames_wanted: usize, cpus: &[core_affinity::CoreId], ker
                 }
                 let burst = &free[free.len() - BURST..];
                 for &i in burst {
-                    let b = &mut pool.buf(i)[..FRAME];
+                    // Safety: `i` is on the producer's free list.
+                    let b = unsafe { &mut pool.buf(i)[..FRAME] };
                     b.copy_from_slice(&template);
                     b[PAYLOAD - 4..PAYLOAD].copy_from_slice(&seq.to_le_bytes());
                     seq = seq.wrapping_add(1);
@@ -207,7 +237,7 @@ fn measure(mode: Mode, frames_wanted: usize, cpus: &[core_affinity::CoreId], ker
             std::hint::black_box(sink);
         })
     };
-    core_affinity::set_for_current(cpus[1]);
+    assert!(core_affinity::set_for_current(cpus[1]), "cross_core: cannot pin the consumer to {:?}", cpus[1]);
     let mut got = [0u32; BURST];
     let mut acc = vec![0u32; 256];
     let mut hot_frames: Vec<Vec<u8>> = (0..BURST).map(|_| template.clone()).collect();
@@ -232,10 +262,12 @@ fn measure(mode: Mode, frames_wanted: usize, cpus: &[core_affinity::CoreId], ker
         let t0 = rdtsc();
         if mode != Mode::Echo {
             for &i in &got {
-                prefetch_all(&pool.buf(i)[..FRAME]);
+                // Safety: the consumer holds the burst's indexes until it pushes them back.
+                prefetch_all(unsafe { &pool.buf(i)[..FRAME] });
             }
             for &i in &got {
-                let f = &mut pool.buf(i)[..FRAME];
+                // Safety: as above.
+                let f = unsafe { &mut pool.buf(i)[..FRAME] };
                 sink += checksum::sum(f) as u64;
                 if mode == Mode::Fold {
                     fold(kernels, &mut acc, f, &mut member);
@@ -280,6 +312,7 @@ fn main() {
         return;
     }
     let reps: usize = arg.map_or(7, |s| s.parse().expect("REPS: a count, or probe"));
+    assert!(reps > 0, "cross_core: REPS must be at least 1");
     let modes = [Mode::Echo, Mode::Checksum, Mode::Fold, Mode::ChecksumHot, Mode::FoldHot];
     let mut res: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
     for _ in 0..reps {
@@ -301,6 +334,13 @@ fn main() {
         let med = median(&res[k]);
         println!("| {} | {med:.0} [{lo:.0}-{hi:.0}] | {:.0} |", m.name(), med - echo);
     }
+    let m = |k: usize| median(&res[k]);
+    println!();
+    println!(
+        "Moving the lines between the cores: {:.0} cycles per frame to read a contribution (checksum less checksum, hot), {:.0} to read it and write a result back (fold less fold, hot).",
+        m(1) - m(3),
+        m(2) - m(4)
+    );
 }
 
 fn median(xs: &[f64]) -> f64 {

@@ -614,7 +614,7 @@ impl UdpCheck {
     /// even (the sum's words then align with the datagram's).
     pub fn verify(&self, f: &[u8], payload: Option<(usize, usize, u16)>) -> bool {
         let sum = match payload {
-            Some((a, b, psum)) if self.l4 <= a && a <= b && b <= self.end && (a - self.l4).is_multiple_of(2) => {
+            Some((a, b, psum)) if self.l4 <= a && a <= b && b <= self.end && (a - self.l4) & 1 == 0 => {
                 let head = checksum::sum(&f[self.l4..a]);
                 // Whatever follows the payload starts at an odd offset when the payload's
                 // length is odd: its sum is then byte-swapped (RFC 1071 2.(B)).
@@ -1184,9 +1184,10 @@ impl Engine {
             }
         };
         let h = r.header;
-        // A result of one of this collective's chunks: is its payload the right one? If so, the
-        // UDP checksum is verified from the expected payload's sum (one pass over the payload,
-        // the comparison, instead of two).
+        // A result of one of this collective's chunks: is its payload the right one? If so, its
+        // UDP checksum (UDP carriage; RoCEv2 over IPv6) is verified from the expected payload's
+        // sum: the comparison is then the one pass over the payload, not the comparison and a
+        // checksum pass. (RoCEv2's ICRC, verified by the parse, is a pass of its own.)
         let chunk = self.em.chunk_elements;
         let s = h.tensor_offset / chunk;
         let slot_ok = h.tensor_offset % chunk == 0 && s < self.em.slots();
@@ -2516,9 +2517,10 @@ pub(crate) mod tests {
         bad[l - 1] ^= 0xff;
         eng.on_frame(11, &bad);
         assert_eq!(eng.rx_bad, 1);
-        // So is a right payload under a damaged header (its checksum comes from the expected
-        // payload's sum, not from a pass over the frame), and a damaged checksum field.
-        for at in [14 + 20 + 8 + 16, 14 + 20 + 6] {
+        // So is a right payload under a damaged header byte its comparison does not read (the
+        // gradient header's reason: the checksum then comes from the expected payload's sum,
+        // not from a pass over the frame), and a damaged checksum field.
+        for at in [14 + 20 + 8 + 5, 14 + 20 + 6] {
             let mut bad = result(2, 0, 0, &right, Flags::RESULT, 0);
             bad[at] ^= 0x10;
             eng.on_frame(11, &bad);

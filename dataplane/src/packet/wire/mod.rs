@@ -1,8 +1,11 @@
 //! Wire formats: one header per file, each a zero-copy checked view over bytes (`new_checked`,
-//! after which no accessor panics) plus typed constants for its layout.
+//! after which no accessor panics) plus typed constants for its layout; beside them the frame
+//! builder ([`build`]), the Internet checksum ([`checksum`]), the RoCEv2 ICRC ([`icrc`]) and
+//! gradient-frame templates ([`template`]: built once, then copied and patched per frame).
 //!
-//! Nothing here allocates or touches DPDK. Offsets are written once per header, as named byte
-//! ranges in a private `field` module.
+//! Nothing here touches DPDK, and nothing allocates per frame (a template set allocates when it
+//! is built). Offsets are written once per header, as named byte ranges in a private `field`
+//! module.
 
 /// The two constructors of a checked view `$view { buffer }` over `T: AsRef<[u8]>`, whose
 /// `check_len(&self) -> Result<(), WireError>` is written beside it: `new_unchecked` wraps the
