@@ -24,7 +24,8 @@ run: build
 # Real workers on kernel sockets (root: network namespaces): 4 worker processes all-reduce
 # 1M-element f32 and bf16 tensors through the appliance on a veth (net_af_packet), without and
 # with 1% loss, beside a ring AllReduce over TCP on the same veths; prints per-worker algbw.
-# Twice: jumbo frames (MTU 9000, 8 KiB chunks) and standard ones (MTU 1500, 1 KiB chunks).
+# Twice: jumbo frames (MTU 9000, 8896-byte chunks) and standard ones (MTU 1500, 1408-byte
+# chunks: the largest multiple of 64 bytes whose frame fits the MTU, tools/e2e/run.py).
 # DEMO_ARGS adds options to tools/e2e/run.py (e.g. --clients python, --repeat 10).
 DEMO_ARGS ?= --clients rust
 demo: build

@@ -10,8 +10,19 @@ use functional_tests::{root, scratch};
 use std::process::Command;
 
 /// Tensor elements: an eighth of `make demo`'s million keeps every check (at 1% loss per link
-/// direction, about 60 lost datagrams expected per phase) at a fraction of the checker's time.
+/// direction, about 45 lost datagrams expected per phase: 560 chunks, each a contribution and a
+/// result per worker) at a fraction of the checker's time.
 const ELEMENTS: u64 = 1 << 17;
+
+/// Payload bytes per chunk at the default MTU of 1500 (tools/e2e/run.py's `chunk_bytes`: the
+/// largest multiple of 64 whose frame fits with every header): 352 f32 or 704 bf16 lanes, so
+/// each tensor ends with a short chunk (128 f32 or 128 bf16 lanes).
+const CHUNK_BYTES: u64 = 1408;
+
+/// Chunks of a tensor of `ELEMENTS` lanes of `lane` bytes.
+fn chunks_of(lane: u64) -> u64 {
+    ELEMENTS.div_ceil(CHUNK_BYTES / lane)
+}
 
 #[test]
 fn four_workers_allreduce_over_veths_with_and_without_loss() {
@@ -41,8 +52,7 @@ fn four_workers_allreduce_over_veths_with_and_without_loss() {
         let mut retransmits = 0;
         for c in colls {
             assert_eq!(c["elements"], ELEMENTS);
-            // 1 KiB of payload per chunk: 256 f32 or 512 bf16 lanes.
-            let chunks = if c["dtype"] == "f32" { ELEMENTS / 256 } else { ELEMENTS / 512 };
+            let chunks = if c["dtype"] == "f32" { chunks_of(4) } else { chunks_of(2) };
             let workers = c["workers"].as_array().unwrap();
             assert_eq!(workers.len(), 4);
             let impls: Vec<&str> = workers.iter().map(|w| w["impl"].as_str().unwrap()).collect();
@@ -55,9 +65,10 @@ fn four_workers_allreduce_over_veths_with_and_without_loss() {
             }
         }
         let agg = &ph["appliance"]["aggregation"];
-        // Both tensors complete every chunk once: 512 + 256 rounds (the clean phase adds the
-        // two restart runs' 512 each of collective 1).
-        let (f32_chunks, bf16_chunks) = (ELEMENTS / 256, ELEMENTS / 512);
+        // Both tensors complete every chunk once: 373 + 187 rounds (the clean phase adds the
+        // two restart runs' 373 each of collective 1).
+        let (f32_chunks, bf16_chunks) = (chunks_of(4), chunks_of(2));
+        assert_eq!((f32_chunks, bf16_chunks), (373, 187));
         let rounds = if loss == 0 { 3 * f32_chunks + bf16_chunks } else { f32_chunks + bf16_chunks };
         assert_eq!(agg["completed"], rounds, "{agg}");
         // Rule 1: each worker's contribution is folded once, unless a slot timed out under loss

@@ -8,7 +8,12 @@ in their own network namespaces, joined by veth pairs to a Linux bridge in a nam
 
 Only namespaces this module creates are touched. Transmit checksum offload is turned off on every
 veth (`ethtool -K IF tx off`): otherwise the kernel hands DPDK UDP packets whose checksum is left
-for a NIC to finish, and the appliance rightly drops them as bad checksums.
+for a NIC to finish, and the appliance rightly drops them as bad checksums. The bridge is a
+switch, not a firewall: where the host has `br_netfilter` loaded (container hosts do), its
+namespace's `net.bridge.bridge-nf-call-{iptables,ip6tables,arptables}` are set to 0 (they are
+per namespace, 1 by default), so that bridged frames do not go through the IP stack's
+netfilter hooks and a route lookup on their way across (about 5% of the hosts' CPU in the
+training demo's profile at MTU 1500).
 """
 
 import os
@@ -92,6 +97,10 @@ class Topology:
     def up(self):
         sweep_stale()
         self._netns(self.bridge_ns)
+        for table in ("iptables", "ip6tables", "arptables"):
+            # Absent without br_netfilter: nothing to turn off.
+            _run("ip", "netns", "exec", self.bridge_ns, "sysctl", "-q", "-w",
+                 f"net.bridge.bridge-nf-call-{table}=0", check=False)
         _run("ip", "-n", self.bridge_ns, "link", "add", "br0", "type", "bridge")
         _run("ip", "-n", self.bridge_ns, "link", "set", "br0", "mtu", str(self.mtu))
         _run("ip", "-n", self.bridge_ns, "link", "set", "br0", "up")

@@ -4,8 +4,9 @@
 Runs with the project's torch environment (`.venv/bin/python tools/e2e/torch_demo.py`, root:
 network namespaces). The network of tools/e2e/netns.py, 4 ranks of
 client/python/examples/train_ddp.py (f32 MLP, one per worker namespace), for each MTU (9000 with
-8 KiB chunks, 1500 with 1 KiB chunks, as tools/e2e/run.py --mtu) and each model size (--hidden
-1000: about 1 M parameters; 5000: about 25 M), trained twice on the same veths in the same run:
+8896-byte chunks, 1500 with 1408-byte chunks: tools/e2e/run.py's chunk_bytes, the largest that
+fit) and each model size (--hidden 1000: about 1 M parameters; 5000: about 25 M), trained twice
+on the same veths in the same run:
 
   native     gradients through the appliance (net_af_packet, its worker lcore polling CPU 1),
              the hook's client the native one (GRADCLIENT_IMPL=native: the Rust client, PyO3)
@@ -139,7 +140,7 @@ def main():
     e2e.raise_on_sigterm()
     rows = []
     for mtu in [int(m) for m in args.mtus.split(",")]:
-        e2e.CHUNK_BYTES = 1024 if mtu <= 1500 else 8192
+        e2e.CHUNK_BYTES = e2e.chunk_bytes(mtu)
         chunk = e2e.CHUNK_BYTES // 4
         d = work / f"mtu{mtu}"
         d.mkdir(parents=True, exist_ok=True)
