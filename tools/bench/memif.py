@@ -604,7 +604,7 @@ def probe_line(res):
             f"wrote, `cross_core probe`): median {med(xs):.0f} [{min(xs):.0f}-{max(xs):.0f}]; runs in the "
             f"fast mode (both probes under {PROBE_SLOW}) {n['fast']}, in the slow mode {n['slow']}, "
             f"changing modes {n['mixed']}, of {len(dets)}. The guest's vCPUs move lines between them "
-            "about 3.5x slower in the slow mode (consistent with two core complexes instead of one), "
+            "3-6x slower in the slow mode (consistent with two core complexes instead of one), "
             "and every rate with it: runs compare within a mode (the table by mode).")
 
 
