@@ -44,8 +44,9 @@ demo-torch: build
 # end-to-end run in network namespaces, and the Python client's tests with .venv (the interpreter
 # that has Debian's torch and the native client that `make deps` builds: tests_native compares it
 # with the pure-Python one); last, with python3 on PATH, the bench's OpenFlow translation against
-# the dpu through a private OVS-DPDK (tools/bench/test_ovs.py, about 5 s), and agg_revs.py's
-# patch of old agg_profile examples (tools/bench/test_agg_revs.py).
+# the dpu through a private OVS-DPDK (tools/bench/test_ovs.py, about 5 s), agg_revs.py's
+# patch of old agg_profile examples (tools/bench/test_agg_revs.py) and memif.py's reading of the
+# cross-core probes (tools/bench/test_memif_modes.py).
 # Everything builds once, with the test-release profile (Cargo.toml: release optimisation
 # without the whole-program LTO of `make build`, which would double the build time and changes no
 # behaviour): the test binaries and the binaries they run (dpu, dpuctl, pktgen, gradclient in
@@ -59,6 +60,7 @@ test: deps
 	DPU_BIN_DIR=$(TEST_BIN_DIR) .venv/bin/python -m unittest discover -s client/python/tests_torch
 	DPU_BIN_DIR=$(TEST_BIN_DIR) python3 -m unittest discover -s tools/bench -p 'test_ovs.py'
 	python3 -m unittest discover -s tools/bench -p 'test_agg_revs.py'
+	python3 -m unittest discover -s tools/bench -p 'test_memif_modes.py'
 	python3 -m unittest discover -s tools -p 'test_check_layers.py'
 
 # The packet core alone (criterion, ns per packet), then the dpu beside dpdk-testpmd and OVS-DPDK
