@@ -58,6 +58,9 @@ pub struct ClientStats {
     /// System calls that sent datagrams (contributions and PROBEs): fewer than `sent + probes`
     /// when several went in one batch (sendmmsg).
     pub send_calls: u64,
+    /// Messages that carried several datagrams with UDP segmentation offload
+    /// ([`Options::gso`]); 0 when it is off or the kernel refused it.
+    pub gso_sends: u64,
     /// System calls that received datagrams or waited for one (recvmmsg, recv).
     pub recv_calls: u64,
     /// Duration of the last call (seconds).
@@ -289,7 +292,7 @@ impl Client {
             rounds: vec![options.start_round; n],
             chunks: vec![idle; n],
             inflight: Vec::with_capacity(options.window.min(n)),
-            tx: Batch::new(options.window.min(BATCH), datagram),
+            tx: Batch::with_gso(options.window.min(BATCH), datagram, options.gso),
             // A datagram larger than this one is none of this collective's (it reads as empty).
             rx: Batch::new(options.window.min(BATCH), datagram.max(HEADER_LEN + 64)),
             stats: ClientStats::default(),
@@ -644,7 +647,10 @@ impl Client {
         if self.tx.len() == 0 {
             return Ok(());
         }
-        match self.tx.send(self.sock.as_raw_fd()) {
+        let gso_before = self.tx.gso_sends;
+        let r = self.tx.send(self.sock.as_raw_fd());
+        self.stats.gso_sends += self.tx.gso_sends - gso_before;
+        match r {
             Ok(calls) => {
                 self.stats.send_calls += calls;
                 Ok(())

@@ -113,6 +113,14 @@ pub struct Options {
     pub probe: bool,
     /// Rejoins (NAK 7 realignments) allowed per call (default 8).
     pub max_rejoins: u32,
+    /// Sends a window's full chunks with UDP segmentation offload (`UDP_SEGMENT`, Linux 4.18):
+    /// one message per run of up to 64 datagrams, cut into the same datagrams by the device or
+    /// by the kernel before a device that cannot, which spares the kernel's UDP and IP layers
+    /// (and the hops that pass offload on) their per-datagram work. On by default; the
+    /// environment variable `GRADCLIENT_GSO=0` turns the default off. A kernel or route that
+    /// refuses it (a device without checksum offload, a chunk above the path MTU) turns it off
+    /// for the client at the first refusal, losing nothing.
+    pub gso: bool,
 }
 
 impl Default for Options {
@@ -126,6 +134,7 @@ impl Default for Options {
             start_round: 0,
             probe: true,
             max_rejoins: 8,
+            gso: std::env::var("GRADCLIENT_GSO").map_or(true, |v| v.trim() != "0"),
         }
     }
 }

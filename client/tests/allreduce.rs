@@ -97,6 +97,32 @@ fn f32_two_workers_exact() {
     }
 }
 
+/// UDP segmentation offload on (runs of full chunks as `UDP_SEGMENT` messages, cut back into
+/// the same datagrams before the appliance reads them) and off give the same bits, the same
+/// datagrams at the appliance, and fewer messages than datagrams only when on.
+#[test]
+fn segmentation_offload_on_and_off_give_the_same_results() {
+    let [a, b] = f32_inputs();
+    let mut outs = Vec::new();
+    for gso in [true, false] {
+        let fake = Fake::start(ID, 2, Dtype::F32, Faults::default());
+        let out = run2(&fake, Dtype::F32, [&a, &b], Options { gso, ..fast() }, 3);
+        for (_, stats) in &out {
+            assert_eq!(stats.results, 3 * 16, "{stats:?}");
+            if gso {
+                assert!(stats.gso_sends > 0, "{stats:?}");
+            } else {
+                assert_eq!(stats.gso_sends, 0, "{stats:?}");
+            }
+        }
+        // Every contribution reached the appliance as its own datagram, full chunks 256 bytes.
+        assert!(fake.seen().iter().all(|x| x.data_length == if x.offset == 960 { 160 } else { 256 }));
+        assert!(fake.seen().len() >= 2 * 3 * 16);
+        outs.push(out.into_iter().map(|(d, _)| d.iter().map(|x| x.to_bits()).collect::<Vec<_>>()).collect::<Vec<_>>());
+    }
+    assert_eq!(outs[0], outs[1]);
+}
+
 #[test]
 fn a_range_reduces_only_its_chunks_padded_and_batched() {
     let fake = Fake::start(ID, 2, Dtype::F32, Faults::default());

@@ -6,9 +6,15 @@ in their own network namespaces, joined by veth pairs to a Linux bridge in a nam
                              net_af_packet, and answers ARP for it itself)
     ns <prefix>br:           br0 with the other ends of every veth
 
-Only namespaces this module creates are touched. Transmit checksum offload is turned off on every
-veth (`ethtool -K IF tx off`): otherwise the kernel hands DPDK UDP packets whose checksum is left
-for a NIC to finish, and the appliance rightly drops them as bad checksums. The bridge is a
+Only namespaces this module creates are touched. The workers' ends of their links keep the
+offloads a host NIC has (transmit checksums, TCP and UDP segmentation: the kernel leaves
+checksums and segmentation to the device); every bridge port has them off (`ethtool -K IF tx
+off`, which takes the segmentation offloads with it), so that the bridge, sending on any port,
+finishes every checksum and cuts every segmented super-packet (a worker's UDP GSO send, a TCP
+TSO segment of the ring or gloo) into MTU-sized frames in software, as the workers' NICs would
+in hardware: every receiver reads frames as a wire delivers them. The appliance's own end has
+them off too (its packet socket would otherwise see UDP checksums left for a NIC to finish,
+which it rightly drops as bad, and GSO super-packets whole). The bridge is a
 switch, not a firewall: where the host has `br_netfilter` loaded (container hosts do), its
 namespace's `net.bridge.bridge-nf-call-{iptables,ip6tables,arptables}` are set to 0 (they are
 per namespace, 1 by default), so that bridged frames do not go through the IP stack's
@@ -83,13 +89,19 @@ class Topology:
         self.created.append(name)
         _run("ip", "-n", name, "link", "set", "lo", "up")
 
-    def _attach(self, ns, iface, mac, bridge_end):
+    def _attach(self, ns, iface, mac, bridge_end, offloads=True):
+        """A veth from `iface` in `ns` to `bridge_end` on the bridge; without `offloads`, transmit
+        checksumming (and with it segmentation) off at both ends."""
         _run("ip", "link", "add", iface, "netns", ns, "type", "veth", "peer", "name", bridge_end, "netns", self.bridge_ns)
         _run("ip", "-n", ns, "link", "set", iface, "address", mac, "mtu", str(self.mtu))
         _run("ip", "-n", self.bridge_ns, "link", "set", bridge_end, "mtu", str(self.mtu))
         # IPv6 off on the hosts' links: no router solicitations or DAD chatter to count as drops.
         _run("ip", "netns", "exec", ns, "sysctl", "-q", "-w", f"net.ipv6.conf.{iface}.disable_ipv6=1")
-        _run("ip", "netns", "exec", ns, "ethtool", "-K", iface, "tx", "off")
+        if not offloads:
+            _run("ip", "netns", "exec", ns, "ethtool", "-K", iface, "tx", "off")
+        # The bridge puts frames on the wire as a host's NIC would: checksums finished, segments
+        # cut to the MTU (for TCP and UDP alike, whoever receives them).
+        _run("ip", "netns", "exec", self.bridge_ns, "ethtool", "-K", bridge_end, "tx", "off")
         _run("ip", "-n", ns, "link", "set", iface, "up")
         _run("ip", "-n", self.bridge_ns, "link", "set", bridge_end, "master", "br0")
         _run("ip", "-n", self.bridge_ns, "link", "set", bridge_end, "up")
@@ -109,7 +121,7 @@ class Topology:
             self._attach(ns, "eth0", worker_mac(k), f"w{k}")
             _run("ip", "-n", ns, "addr", "add", f"{worker_ip(k)}/24", "dev", "eth0")
         self._netns(self.appliance_ns)
-        self._attach(self.appliance_ns, APPLIANCE_IFACE, APPLIANCE_MAC, "ap")
+        self._attach(self.appliance_ns, APPLIANCE_IFACE, APPLIANCE_MAC, "ap", offloads=False)
 
     def down(self):
         for name in reversed(self.created):
@@ -120,18 +132,22 @@ class Topology:
         return ["ip", "netns", "exec", ns, *argv]
 
     def set_loss(self, percent):
-        """Drops `percent` % of UDP packets at random in each direction on every worker's link
-        (nftables `numgen random`; this kernel has no netem). 0 removes the rules."""
-        for ns in self.worker_ns:
-            _run("ip", "netns", "exec", ns, "nft", "delete", "table", "inet", "loss", check=False)
+        """Drops `percent` % of UDP datagrams at random in each direction between the workers and
+        the appliance (nftables `numgen random`; this kernel has no netem): on the way in, at
+        each worker's input; on the way out, at the appliance link's ingress, where a worker's
+        segmented sends have been cut into their datagrams (a worker's output hook sees a GSO
+        super-packet whole). 0 removes the rules."""
+        rule = f"numgen random mod 100 lt {percent} drop"
+        tables = [(ns, "inet", f"chain in {{ type filter hook input priority 0; meta l4proto udp {rule}; }}")
+                  for ns in self.worker_ns]
+        tables.append((self.appliance_ns, "netdev",
+                       f"chain in {{ type filter hook ingress device {APPLIANCE_IFACE} priority 0; "
+                       f"ip protocol udp {rule}; }}"))
+        for ns, family, chain in tables:
+            _run("ip", "netns", "exec", ns, "nft", "delete", "table", family, "loss", check=False)
             if percent <= 0:
                 continue
-            rules = f"""
-table inet loss {{
-  chain in  {{ type filter hook input priority 0; meta l4proto udp numgen random mod 100 lt {percent} drop; }}
-  chain out {{ type filter hook output priority 0; meta l4proto udp numgen random mod 100 lt {percent} drop; }}
-}}
-"""
+            rules = f"table {family} loss {{\n  {chain}\n}}\n"
             r = subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=rules, capture_output=True, text=True)
             if r.returncode != 0:
                 raise RuntimeError(f"nft in {ns} failed: {r.stderr.strip()}")

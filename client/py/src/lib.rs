@@ -152,7 +152,8 @@ impl PyClient {
     /// The counters, as the pure-Python client's `stats` (`chunks`, `sent`, `retransmits`,
     /// `results`, `stale_results`, `naks`, `rejoins`, `probes`, `statuses`, `ignored`,
     /// `seconds` of the last call) plus the system calls: `datagrams` (every datagram sent),
-    /// `send_calls` and `recv_calls` (a batched call moves several).
+    /// `send_calls` and `recv_calls` (a batched call moves several), and `gso_sends` (messages
+    /// that carried several datagrams with UDP segmentation offload).
     #[getter]
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.inner.stats();
@@ -169,6 +170,7 @@ impl PyClient {
         d.set_item("ignored", s.ignored)?;
         d.set_item("datagrams", s.sent + s.probes)?;
         d.set_item("send_calls", s.send_calls)?;
+        d.set_item("gso_sends", s.gso_sends)?;
         d.set_item("recv_calls", s.recv_calls)?;
         d.set_item("seconds", s.seconds)?;
         Ok(d)

@@ -134,6 +134,7 @@ fn run(a: &Args) -> Result<(), Failure> {
             "probes": s.probes,
             "statuses": s.statuses,
             "send_calls": s.send_calls,
+            "gso_sends": s.gso_sends,
             "recv_calls": s.recv_calls,
         });
         let text = serde_json::to_string_pretty(&json).expect("a JSON value serializes");
