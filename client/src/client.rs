@@ -4,7 +4,7 @@
 //! appliance before the first call, and the slots of a stalled call asked whom they wait for.
 
 use crate::element::{Element, Lanes, Raw, RawRange, Typed};
-use crate::mmsg::Batch;
+use crate::mmsg::{gso_supported, Batch};
 use crate::{Collective, Endpoint, Error, Options};
 use dataplane::wire::gradient::{
     probe_len, Flags, GradientHeader, GradientRepr, NakReason, SlotState, HEADER_LEN, RANK_NONE, VERSION,
@@ -284,6 +284,7 @@ impl Client {
             sent_at: now,
             due: now,
         };
+        let gso = options.gso && gso_supported(sock.as_raw_fd());
         Ok(Client {
             coll: collective,
             ep: endpoint,
@@ -292,7 +293,7 @@ impl Client {
             rounds: vec![options.start_round; n],
             chunks: vec![idle; n],
             inflight: Vec::with_capacity(options.window.min(n)),
-            tx: Batch::with_gso(options.window.min(BATCH), datagram, options.gso),
+            tx: Batch::with_gso(options.window.min(BATCH), datagram, gso),
             // A datagram larger than this one is none of this collective's (it reads as empty).
             rx: Batch::new(options.window.min(BATCH), datagram.max(HEADER_LEN + 64)),
             stats: ClientStats::default(),

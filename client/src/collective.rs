@@ -114,12 +114,14 @@ pub struct Options {
     /// Rejoins (NAK 7 realignments) allowed per call (default 8).
     pub max_rejoins: u32,
     /// Sends a window's full chunks with UDP segmentation offload (`UDP_SEGMENT`, Linux 4.18):
-    /// one message per run of up to 64 datagrams, cut into the same datagrams by the device or
-    /// by the kernel before a device that cannot, which spares the kernel's UDP and IP layers
-    /// (and the hops that pass offload on) their per-datagram work. On by default; the
-    /// environment variable `GRADCLIENT_GSO=0` turns the default off. A kernel or route that
-    /// refuses it (a device without checksum offload, a chunk above the path MTU) turns it off
-    /// for the client at the first refusal, losing nothing.
+    /// one message per run of datagrams (at most 64, and at most 65,000 bytes: 45 chunks of 1408
+    /// bytes, 7 of 8896), cut into the same datagrams by the device or by the kernel before a
+    /// device that cannot, which spares the kernel's UDP and IP layers (and the hops that pass
+    /// offload on) their per-datagram work. On by default ([`gso_from_env`] gives the command
+    /// line and Python clients' default). A kernel without it (the socket option is probed when
+    /// the client starts) leaves it off; one that refuses it on a send (a device without
+    /// checksum offload, a chunk above the path MTU) turns it off for the client, and that
+    /// message and every later one go one datagram per message, losing nothing.
     pub gso: bool,
 }
 
@@ -134,9 +136,18 @@ impl Default for Options {
             start_round: 0,
             probe: true,
             max_rejoins: 8,
-            gso: std::env::var("GRADCLIENT_GSO").map_or(true, |v| v.trim() != "0"),
+            gso: true,
         }
     }
+}
+
+/// [`Options::gso`] as the environment asks: false when `GRADCLIENT_GSO` is `0`, `false`, `off`
+/// or `no` (any case), true otherwise. The command-line client and the Python binding take
+/// their default from it, so that a run can be compared with and without segmentation offload
+/// without changing code.
+pub fn gso_from_env() -> bool {
+    std::env::var("GRADCLIENT_GSO")
+        .map_or(true, |v| !matches!(v.trim().to_ascii_lowercase().as_str(), "0" | "false" | "off" | "no"))
 }
 
 /// Reads the appliance's TOML configuration at `path` (with the appliance's own loader, so a

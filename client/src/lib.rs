@@ -40,7 +40,9 @@ mod error;
 mod mmsg;
 
 pub use client::{Client, ClientStats};
-pub use collective::{from_appliance_config, Collective, Endpoint, Options, DEFAULT_GRADIENT_UDP_PORT, MAX_PAYLOAD};
+pub use collective::{
+    from_appliance_config, gso_from_env, Collective, Endpoint, Options, DEFAULT_GRADIENT_UDP_PORT, MAX_PAYLOAD,
+};
 pub use dataplane::wire::gradient::{Dtype, Op};
 pub use element::Element;
 pub use error::{nak_reason_text, Error};

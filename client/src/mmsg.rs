@@ -8,9 +8,11 @@
 //! passes segmentation offload on, handle the run once instead of once per datagram, and the
 //! device (or the kernel, before a device that cannot) cuts it into the same datagrams. The run
 //! may end with one shorter datagram (a tensor's last chunk, a PROBE). A kernel or route that
-//! refuses (no checksum offload on the device: `EIO`; no `UDP_SEGMENT` or a segment above the
-//! path MTU: `EINVAL`, `ENOPROTOOPT`) turns it off for the batch's life, and what was not sent
-//! goes again one datagram per message.
+//! refuses a segmented message (no checksum offload on the device: `EIO`; a segment above the
+//! path MTU, a socket without UDP checksums: `EINVAL`; `ENOPROTOOPT`, `EOPNOTSUPP`) turns it off
+//! for the batch's life, and that message and every later one go one datagram per message. A
+//! kernel without `UDP_SEGMENT` at all (before 4.18) would ignore the control message, so the
+//! client probes for it first ([`gso_supported`]).
 
 use std::io;
 use std::os::fd::RawFd;
@@ -44,13 +46,23 @@ const GSO_MAX_BYTES: usize = 65_000;
 /// `UDP_SEGMENT` (`include/uapi/linux/udp.h`), a `SOL_UDP` option and control message.
 const UDP_SEGMENT: libc::c_int = 103;
 
-// SAFETY: the raw pointers in `iov` and `hdrs` point only into the batch's own `buf` and `iov`
-// (heap memory that moves with it, never shared), and are rewritten before each system call;
-// between calls nothing reads them.
+// SAFETY: the raw pointers in `iov` and `hdrs` point only into the batch's own `buf`, `iov` and
+// `ctrl` (heap memory that moves with it, never shared), and are rewritten before each system
+// call; between calls nothing reads them.
 unsafe impl Send for Batch {}
 // SAFETY: a shared `&Batch` reads only `buf`, `lens` and the sizes; the pointers are written
 // and passed to the kernel only through `&mut self` (no interior mutability).
 unsafe impl Sync for Batch {}
+
+/// True when the kernel knows `UDP_SEGMENT` on socket `fd` (a `getsockopt` of it succeeds):
+/// Linux 4.18 and later. An older kernel would ignore the control message and send a run as one
+/// oversized datagram, so segmentation is not asked of it at all.
+pub(crate) fn gso_supported(fd: RawFd) -> bool {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: a valid fd; `v` and `len` are live and sized for the option's int value.
+    unsafe { libc::getsockopt(fd, libc::SOL_UDP, UDP_SEGMENT, (&mut v as *mut libc::c_int).cast(), &mut len) == 0 }
+}
 
 impl Batch {
     /// `slots` slots of `slot` bytes (the largest datagram sent or accepted).
@@ -333,6 +345,7 @@ mod tests {
         let mut lens = vec![slot; 50];
         lens.push(100);
         lens.push(slot);
+        assert!(gso_supported(a.as_raw_fd()), "this kernel has UDP_SEGMENT (Linux 4.18)");
         let (got, sends, on) = gso_round_trip(&a, &b, &lens, slot);
         assert!(on);
         assert_eq!(sends, 2, "two UDP_SEGMENT messages");

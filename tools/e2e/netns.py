@@ -6,15 +6,15 @@ in their own network namespaces, joined by veth pairs to a Linux bridge in a nam
                              net_af_packet, and answers ARP for it itself)
     ns <prefix>br:           br0 with the other ends of every veth
 
-Only namespaces this module creates are touched. The workers' ends of their links keep the
-offloads a host NIC has (transmit checksums, TCP and UDP segmentation: the kernel leaves
-checksums and segmentation to the device); every bridge port has them off (`ethtool -K IF tx
-off`, which takes the segmentation offloads with it), so that the bridge, sending on any port,
-finishes every checksum and cuts every segmented super-packet (a worker's UDP GSO send, a TCP
-TSO segment of the ring or gloo) into MTU-sized frames in software, as the workers' NICs would
-in hardware: every receiver reads frames as a wire delivers them. The appliance's own end has
-them off too (its packet socket would otherwise see UDP checksums left for a NIC to finish,
-which it rightly drops as bad, and GSO super-packets whole). The bridge is a
+Only namespaces this module creates are touched. The workers' ends of their links leave
+checksums to the device (transmit checksum offload on) and segment in their own kernel at the
+device (TCP and UDP segmentation offload off: a super-packet from TCP or a UDP_SEGMENT send is
+cut into MTU-sized frames as it leaves the host, as for a NIC that checksums but does not
+segment), so every frame on a link is one a wire would carry. Every bridge port has transmit
+checksumming off (`ethtool -K IF tx off`), so the bridge finishes the checksums the hosts left
+open before any receiver sees them; the appliance's packet socket would otherwise read UDP
+checksums left for a NIC to finish, which it rightly drops as bad. (The appliance's own end has
+it off too, for what the appliance sends.) The bridge is a
 switch, not a firewall: where the host has `br_netfilter` loaded (container hosts do), its
 namespace's `net.bridge.bridge-nf-call-{iptables,ip6tables,arptables}` are set to 0 (they are
 per namespace, 1 by default), so that bridged frames do not go through the IP stack's
@@ -97,10 +97,16 @@ class Topology:
         _run("ip", "-n", self.bridge_ns, "link", "set", bridge_end, "mtu", str(self.mtu))
         # IPv6 off on the hosts' links: no router solicitations or DAD chatter to count as drops.
         _run("ip", "netns", "exec", ns, "sysctl", "-q", "-w", f"net.ipv6.conf.{iface}.disable_ipv6=1")
-        if not offloads:
+        if offloads:
+            # Checksums left to the device; segmentation (TCP's TSO, UDP's GSO) done by this
+            # host's kernel at its device (as for a NIC that checksums but does not segment):
+            # every frame leaves the host at the MTU, so the bridge can drop single datagrams.
+            _run("ip", "netns", "exec", ns, "ethtool", "-K", iface, "tx-tcp-segmentation", "off",
+                 "tx-tcp6-segmentation", "off", "tx-udp-segmentation", "off")
+        else:
             _run("ip", "netns", "exec", ns, "ethtool", "-K", iface, "tx", "off")
-        # The bridge puts frames on the wire as a host's NIC would: checksums finished, segments
-        # cut to the MTU (for TCP and UDP alike, whoever receives them).
+        # The bridge puts frames on the wire as a host's NIC would: checksums finished (for TCP
+        # and UDP alike, whoever receives them).
         _run("ip", "netns", "exec", self.bridge_ns, "ethtool", "-K", bridge_end, "tx", "off")
         _run("ip", "-n", ns, "link", "set", iface, "up")
         _run("ip", "-n", self.bridge_ns, "link", "set", bridge_end, "master", "br0")
@@ -134,15 +140,14 @@ class Topology:
     def set_loss(self, percent):
         """Drops `percent` % of UDP datagrams at random in each direction between the workers and
         the appliance (nftables `numgen random`; this kernel has no netem): on the way in, at
-        each worker's input; on the way out, at the appliance link's ingress, where a worker's
-        segmented sends have been cut into their datagrams (a worker's output hook sees a GSO
-        super-packet whole). 0 removes the rules."""
+        each worker's input; on the way out, where the bridge forwards to the appliance's port
+        (the appliance's packet socket reads its link before any hook there could drop). 0
+        removes the rules."""
         rule = f"numgen random mod 100 lt {percent} drop"
         tables = [(ns, "inet", f"chain in {{ type filter hook input priority 0; meta l4proto udp {rule}; }}")
                   for ns in self.worker_ns]
-        tables.append((self.appliance_ns, "netdev",
-                       f"chain in {{ type filter hook ingress device {APPLIANCE_IFACE} priority 0; "
-                       f"ip protocol udp {rule}; }}"))
+        tables.append((self.bridge_ns, "bridge",
+                       f"chain toappliance {{ type filter hook forward priority 0; oifname \"ap\" ip protocol udp {rule}; }}"))
         for ns, family, chain in tables:
             _run("ip", "netns", "exec", ns, "nft", "delete", "table", family, "loss", check=False)
             if percent <= 0:

@@ -50,7 +50,8 @@ fn seconds(what: &str, s: f64) -> PyResult<Duration> {
 impl PyClient {
     /// Binds `bind` = (ip, port) and connects to `appliance` = (ip, port). Times in seconds:
     /// `rto` the first retransmit timeout, `rto_min`/`rto_max` its bounds, `deadline` how long
-    /// a call may go without progress. Raises ValueError for a bad argument and the native
+    /// a call may go without progress. UDP segmentation offload is on unless the environment has
+    /// `GRADCLIENT_GSO=0` ([`gradclient::gso_from_env`]). Raises ValueError for a bad argument and the native
     /// error (`gradclient_native.NativeError`, kind "socket" or "invalid") when the socket
     /// cannot be set up or the collective is inconsistent.
     #[new]
@@ -94,6 +95,7 @@ impl PyClient {
             deadline: seconds("deadline", deadline)?,
             start_round,
             probe,
+            gso: gradclient::gso_from_env(),
             ..Options::default()
         };
         let inner = Client::new(c, ep, opts).map_err(errors::to_py)?;

@@ -41,6 +41,10 @@ struct Args {
     /// rejoin; a guess equal to the last completed round gets that round's old result).
     #[arg(long)]
     no_probe: bool,
+    /// Send one datagram per message, without UDP segmentation offload (also the default when
+    /// the environment has GRADCLIENT_GSO=0).
+    #[arg(long)]
+    no_gso: bool,
     /// Chunks in flight.
     #[arg(long, value_name = "W", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     window: u32,
@@ -80,6 +84,7 @@ fn run(a: &Args) -> Result<(), Failure> {
         deadline: Duration::from_millis(a.timeout_ms),
         start_round: a.start_round,
         probe: !a.no_probe,
+        gso: !a.no_gso && gradclient::gso_from_env(),
         ..Options::default()
     };
     let config_error = |e: Error| match e {
