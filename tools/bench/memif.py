@@ -123,6 +123,9 @@ GEN_MARGIN = 1.2
 # A device run in which pktgen found the ring full at least this often per burst it sent was held
 # by the device (or the link), not by pktgen.
 REFUSALS_HELD = 1.0
+# ... or the device was this busy over pktgen's sending time (the appliance's busy share): near
+# saturation pktgen's ring may be refused less than once per burst, yet the device sets the rate.
+BUSY_HELD = 0.9
 GOAL = 0.8
 SIZES = (60, 1020)
 # Frame lengths without the FCS of the --plots sweep: 64 to 1518 bytes on the wire (net_memif's
@@ -519,6 +522,14 @@ def measure(d, row, kind, seconds):
     return rate, tx_pps, detail
 
 
+def held_by_device(det):
+    """Whether the device, not pktgen, set a run's rate: pktgen found its ring full at least
+    REFUSALS_HELD times per burst it sent, or the device (the appliance, which reports its busy
+    cycles) was busy at least BUSY_HELD of pktgen's sending time. In the other runs pktgen's own
+    work (its sending, and receiving what comes back) was the bound."""
+    return det["refusals_per_burst"] >= REFUSALS_HELD or (det.get("busy") or 0) >= BUSY_HELD
+
+
 def mode_of(probes):
     """A run's mode from the probes before and after it: "fast" or "slow" when both agree,
     "mixed" when the guest changed modes during the run, None without probes."""
@@ -713,10 +724,8 @@ def main():
         return f"{100 * med(xs):.0f}%" if xs else "-"
 
     def held(r):
-        """How many of a device's runs it held the rate itself: pktgen found its ring full
-        at least once per burst it sent (REFUSALS_HELD); in the others pktgen's own work (its
-        sending, and receiving what comes back) was the bound."""
-        return sum(x["refusals_per_burst"] >= REFUSALS_HELD for x in r["det"]), len(r["det"])
+        """How many of a device's runs it held the rate itself ([`held_by_device`])."""
+        return sum(held_by_device(x) for x in r["det"]), len(r["det"])
 
     runs = sum(len(v["det"]) for r in res.values() for v in r.values())
     crashes = {k: sum(not x["peer_ok"] for r in res.values() for x in r.get(k, {"det": []})["det"])
@@ -848,7 +857,8 @@ def main():
     lines += [f"Generator-bound: pktgen's reach (its highest median tx rate with the row's traffic) is "
               f"below {GEN_MARGIN}x a rate measured in the row, or pktgen itself held most of the appliance's "
               f"runs ('runs the appliance held': runs in which pktgen found the ring full at least "
-              f"{REFUSALS_HELD:g} times per burst it sent; in the others it seldom waited for the appliance, "
+              f"{REFUSALS_HELD:g} times per burst it sent, or the appliance was busy at least {100 * BUSY_HELD:.0f}% of "
+              "pktgen's sending time; in the others it seldom waited for the appliance, "
               "whose results cost it more to receive and check than testpmd's echoes); such a row's "
               "ratio, in brackets, is not a claim. Appliance busy: its busy cycles over pktgen's "
               "sending time (the rest it polled empty rings). Cycles/pkt: the device's busy TSC cycles per "

@@ -1,5 +1,6 @@
-"""memif.py's reading of the cross-core probes (python3 on PATH; no DPDK, nothing run): a run's
-mode from the probes before and after it, and the footer that counts the runs per mode."""
+"""memif.py's reading of its runs (python3 on PATH; no DPDK, nothing run): a run's mode from the
+cross-core probes before and after it, the footer that counts the runs per mode, and who held a
+run's rate."""
 
 import unittest
 
@@ -28,6 +29,16 @@ class ModeTest(unittest.TestCase):
         self.assertIn("median 82 [79-300]", line)
         self.assertIn("fast mode (both probes under 150) 2, in the slow mode 1, changing modes 1, of 4", line)
         self.assertIsNone(memif.probe_line({"fwd64": {"dpu": {"det": [{"xfer": [None, None], "mode": None}]}}}))
+
+
+class HeldTest(unittest.TestCase):
+    def test_a_run_is_the_devices_when_the_ring_refused_or_the_device_was_nearly_saturated(self):
+        self.assertTrue(memif.held_by_device({"refusals_per_burst": 1.0}))
+        self.assertFalse(memif.held_by_device({"refusals_per_burst": 0.7}))
+        # The goal row of 2026-12-07 04:24: the appliance 94% busy, pktgen refused 0.7 per burst.
+        self.assertTrue(memif.held_by_device({"refusals_per_burst": 0.7, "busy": 0.94}))
+        self.assertFalse(memif.held_by_device({"refusals_per_burst": 0.7, "busy": 0.5}))
+        self.assertFalse(memif.held_by_device({"refusals_per_burst": 0.2, "busy": None}))
 
 
 if __name__ == "__main__":
