@@ -919,23 +919,11 @@ impl Engine {
         }
         let cyc = |us: u64| us.saturating_mul(hz) / 1_000_000;
         let values = Values::new(em);
-        let result_sums = match &values.source {
-            Source::Exact(t) => [em.chunk(0).1, em.chunk(n_slots - 1).1]
-                .iter()
-                .flat_map(|&count| {
-                    (0..PERIOD).map(move |j| checksum::sum(&t.expected[j * t.lane..(j + count as usize) * t.lane]))
-                })
-                .collect(),
-            Source::Normal(n) => (0..n.rounds)
-                .flat_map(|i| {
-                    let values = &values;
-                    (0..n_slots).map(move |slot| {
-                        let (off, count) = em.chunk(slot);
-                        checksum::sum(values.result(off, count, n.first.wrapping_add(i)))
-                    })
-                })
-                .collect(),
-        };
+        let result_sums =
+            by_sums_index(em, &values, |t| &t.expected, |off, count, round| values.result(off, count, round))
+                .into_iter()
+                .map(checksum::sum)
+                .collect();
         Engine {
             values,
             result_sums,
@@ -1371,6 +1359,33 @@ fn sums_index(em: &Emulation, v: &Values, slot: u32, round: u32) -> usize {
     }
 }
 
+/// The chunks [`sums_index`] numbers, in its order: exact values, a full chunk then a last one
+/// at every table position of `table` (a rank's lanes or the reference's); normal values,
+/// `chunk(offset, count, round)` of every round held, slot after slot.
+fn by_sums_index<'a>(
+    em: &Emulation,
+    v: &'a Values,
+    table: impl Fn(&'a ExactTables) -> &'a [u8],
+    chunk: impl Fn(u32, u32, u32) -> &'a [u8],
+) -> Vec<&'a [u8]> {
+    match &v.source {
+        Source::Exact(t) => {
+            let lanes = table(t);
+            [em.chunk(0).1, em.chunk(em.slots() - 1).1]
+                .iter()
+                .flat_map(|&count| (0..PERIOD).map(move |j| &lanes[j * t.lane..(j + count as usize) * t.lane]))
+                .collect()
+        }
+        Source::Normal(n) => (0..n.rounds)
+            .flat_map(|i| (0..em.slots()).map(move |slot| (slot, n.first.wrapping_add(i))))
+            .map(|(slot, round)| {
+                let (off, count) = em.chunk(slot);
+                chunk(off, count, round)
+            })
+            .collect(),
+    }
+}
+
 impl Builder {
     /// For `e`'s emulation.
     pub fn new(e: &Engine) -> Builder {
@@ -1379,29 +1394,10 @@ impl Builder {
         let specs: Vec<FrameSpec> = em.workers.iter().map(|w| em.spec(w)).collect();
         let sums = (0..em.workers.len())
             .map(|r| {
-                let sums_of = |p: &[u8]| PayloadSums::of(p, specs[r].pad(p.len()));
-                match &v.source {
-                    Source::Exact(t) => {
-                        let full = em.chunk(0).1;
-                        let last = em.chunk(em.slots() - 1).1;
-                        [full, last]
-                            .iter()
-                            .flat_map(|&count| {
-                                (0..PERIOD).map(move |j| &t.workers[r][j * t.lane..(j + count as usize) * t.lane])
-                            })
-                            .map(sums_of)
-                            .collect()
-                    }
-                    Source::Normal(n) => (0..n.rounds)
-                        .flat_map(|i| {
-                            (0..em.slots()).map(move |slot| {
-                                let (off, count) = em.chunk(slot);
-                                v.payload(r, off, count, n.first.wrapping_add(i))
-                            })
-                        })
-                        .map(sums_of)
-                        .collect(),
-                }
+                by_sums_index(em, v, |t| &t.workers[r], |off, count, round| v.payload(r, off, count, round))
+                    .into_iter()
+                    .map(|p| PayloadSums::of(p, specs[r].pad(p.len())))
+                    .collect()
             })
             .collect();
         let probe = vec![0u8; gradient::probe_len(em.workers.len())];
