@@ -4,7 +4,7 @@
 //! appliance before the first call, and the slots of a stalled call asked whom they wait for.
 
 use crate::element::{Element, Lanes, Raw, RawRange, Typed};
-use crate::mmsg::{gso_supported, Batch};
+use crate::mmsg::{enable_gro, gso_supported, Batch};
 use crate::{Collective, Endpoint, Error, Options};
 use dataplane::wire::gradient::{
     probe_len, Flags, GradientHeader, GradientRepr, NakReason, SlotState, HEADER_LEN, RANK_NONE, VERSION,
@@ -61,6 +61,9 @@ pub struct ClientStats {
     /// Messages that carried several datagrams with UDP segmentation offload
     /// ([`Options::gso`]); 0 when it is off or the kernel refused it.
     pub gso_sends: u64,
+    /// Messages received that carried several results coalesced by the receiving device's GRO
+    /// ([`Options::gro`]); 0 when it is off, the kernel refused it or nothing coalesced.
+    pub gro_recvs: u64,
     /// System calls that received datagrams or waited for one (recvmmsg, recv).
     pub recv_calls: u64,
     /// Duration of the last call (seconds).
@@ -285,6 +288,7 @@ impl Client {
             due: now,
         };
         let gso = options.gso && gso_supported(sock.as_raw_fd());
+        let gro = options.gro && enable_gro(sock.as_raw_fd());
         Ok(Client {
             coll: collective,
             ep: endpoint,
@@ -295,7 +299,7 @@ impl Client {
             inflight: Vec::with_capacity(options.window.min(n)),
             tx: Batch::with_gso(options.window.min(BATCH), datagram, gso),
             // A datagram larger than this one is none of this collective's (it reads as empty).
-            rx: Batch::new(options.window.min(BATCH), datagram.max(HEADER_LEN + 64)),
+            rx: Batch::receiving(options.window.min(BATCH), datagram.max(HEADER_LEN + 64), gro),
             stats: ClientStats::default(),
             read_timeout: None,
             heard: false,
@@ -639,7 +643,10 @@ impl Client {
     /// timeout when `wait`, else takes only what is queued. Returns how many came.
     fn recv(&mut self, wait: bool) -> Result<usize, Error> {
         self.stats.recv_calls += 1;
-        self.rx.recv(self.sock.as_raw_fd(), wait).map_err(|e| self.socket_error(e, "receiving"))
+        let gro_before = self.rx.gro_recvs;
+        let r = self.rx.recv(self.sock.as_raw_fd(), wait).map_err(|e| self.socket_error(e, "receiving"));
+        self.stats.gro_recvs += self.rx.gro_recvs - gro_before;
+        r
     }
 
     /// Sends the datagrams queued in `tx` (sendmmsg). A transient error drops them like loss on

@@ -123,6 +123,15 @@ pub struct Options {
     /// checksum offload, a chunk above the path MTU) turns it off for the client, and that
     /// message and every later one go one datagram per message, losing nothing.
     pub gso: bool,
+    /// Receives results with UDP receive offload (`UDP_GRO`, Linux 5.0): where the receiving
+    /// device coalesces datagrams (GRO: a NIC, a veth with GRO on), several results of the same
+    /// size come in one message and are split again by size, so the kernel's IP and UDP layers
+    /// and the receive call handle a run of results once instead of once per datagram. Each
+    /// receive slot is then 64 KiB (64 of them: 4 MiB per client). On by default
+    /// ([`gro_from_env`] gives the command line and Python clients' default); a kernel without
+    /// it (the socket option is refused when the client starts) leaves it off. Where the device
+    /// does not coalesce, every result comes alone, as without it.
+    pub gro: bool,
 }
 
 impl Default for Options {
@@ -137,6 +146,7 @@ impl Default for Options {
             probe: true,
             max_rejoins: 8,
             gso: true,
+            gro: true,
         }
     }
 }
@@ -146,7 +156,18 @@ impl Default for Options {
 /// their default from it, so that a run can be compared with and without segmentation offload
 /// without changing code.
 pub fn gso_from_env() -> bool {
-    std::env::var("GRADCLIENT_GSO")
+    env_flag("GRADCLIENT_GSO")
+}
+
+/// [`Options::gro`] as the environment asks: false when `GRADCLIENT_GRO` is `0`, `false`, `off`
+/// or `no` (any case), true otherwise (as [`gso_from_env`]).
+pub fn gro_from_env() -> bool {
+    env_flag("GRADCLIENT_GRO")
+}
+
+/// An on/off environment variable that defaults to on.
+fn env_flag(name: &str) -> bool {
+    std::env::var(name)
         .map_or(true, |v| !matches!(v.trim().to_ascii_lowercase().as_str(), "0" | "false" | "off" | "no"))
 }
 

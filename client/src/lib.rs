@@ -41,7 +41,8 @@ mod mmsg;
 
 pub use client::{Client, ClientStats};
 pub use collective::{
-    from_appliance_config, gso_from_env, Collective, Endpoint, Options, DEFAULT_GRADIENT_UDP_PORT, MAX_PAYLOAD,
+    from_appliance_config, gro_from_env, gso_from_env, Collective, Endpoint, Options, DEFAULT_GRADIENT_UDP_PORT,
+    MAX_PAYLOAD,
 };
 pub use dataplane::wire::gradient::{Dtype, Op};
 pub use element::Element;

@@ -13,6 +13,14 @@
 //! for the batch's life, and that message and every later one go one datagram per message. A
 //! kernel without `UDP_SEGMENT` at all (before 4.18) would ignore the control message, so the
 //! client probes for it first ([`gso_supported`]).
+//!
+//! With receive offload (`gro`, `UDP_GRO`, Linux 5.0), the kernel may hand several datagrams of
+//! one flow and one size, coalesced by the receiving device's GRO, to one message: their
+//! payloads back to back, the size of each in a `UDP_GRO` control message (the last may be
+//! shorter). The receive then splits the message into the same datagrams again, so the caller
+//! sees datagrams either way; a message is up to 64 KiB, so each receive slot is 64 KiB then.
+//! Coalescing happens only where the device does GRO (a veth with GRO on; a NIC); elsewhere
+//! every datagram comes alone, as without the option.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -37,6 +45,14 @@ pub(crate) struct Batch {
     ctrl: Vec<[u64; 4]>,
     /// Messages sent with `UDP_SEGMENT` (each several datagrams), since the batch was made.
     pub gso_sends: u64,
+    /// Whether receives take coalesced messages (`UDP_GRO` is on for the socket).
+    gro: bool,
+    /// Bytes of one receive message: `slot`, or 64 KiB with `gro`.
+    msg_bytes: usize,
+    /// The datagrams of the last receive: (offset in `buf`, length; 0 when truncated).
+    spans: Vec<(usize, usize)>,
+    /// Messages received that carried several datagrams, since the batch was made.
+    pub gro_recvs: u64,
 }
 
 /// Most datagrams in one `UDP_SEGMENT` message (the kernel's `UDP_MAX_SEGMENTS`, 64 since
@@ -45,6 +61,11 @@ const GSO_MAX_SEGMENTS: usize = 64;
 const GSO_MAX_BYTES: usize = 65_000;
 /// `UDP_SEGMENT` (`include/uapi/linux/udp.h`), a `SOL_UDP` option and control message.
 const UDP_SEGMENT: libc::c_int = 103;
+/// `UDP_GRO` (`include/uapi/linux/udp.h`), a `SOL_UDP` option and control message (its data an
+/// `int`: the size of each coalesced datagram).
+const UDP_GRO: libc::c_int = 104;
+/// Bytes of a receive message with `UDP_GRO`: the largest UDP payload (a 16-bit length) fits.
+const GRO_MSG_BYTES: usize = 65_536;
 
 // SAFETY: the raw pointers in `iov` and `hdrs` point only into the batch's own `buf`, `iov` and
 // `ctrl` (heap memory that moves with it, never shared), and are rewritten before each system
@@ -64,10 +85,40 @@ pub(crate) fn gso_supported(fd: RawFd) -> bool {
     unsafe { libc::getsockopt(fd, libc::SOL_UDP, UDP_SEGMENT, (&mut v as *mut libc::c_int).cast(), &mut len) == 0 }
 }
 
+/// Asks the kernel to coalesce datagrams for socket `fd` (`UDP_GRO`, Linux 5.0): true when it
+/// took the option. Only a batch made by [`Batch::receiving`] with `gro` can read such a
+/// socket's messages (a plain one would see a coalesced message as one oversized datagram).
+pub(crate) fn enable_gro(fd: RawFd) -> bool {
+    let one: libc::c_int = 1;
+    // SAFETY: a valid fd; `one` is a live int of the option's size.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_UDP,
+            UDP_GRO,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    }
+}
+
 impl Batch {
     /// `slots` slots of `slot` bytes (the largest datagram sent or accepted).
+    #[cfg(test)]
     pub fn new(slots: usize, slot: usize) -> Batch {
         Batch::with_gso(slots, slot, false)
+    }
+
+    /// A batch to receive into: `slots` messages, each one datagram of at most `slot` bytes, or
+    /// with `gro` (the socket has `UDP_GRO`, [`enable_gro`]) up to 64 KiB of coalesced ones.
+    pub fn receiving(slots: usize, slot: usize, gro: bool) -> Batch {
+        let mut b = Batch::with_gso(slots, slot, false);
+        if gro {
+            b.gro = true;
+            b.msg_bytes = GRO_MSG_BYTES.max(slot);
+            b.buf = vec![0; b.slots * b.msg_bytes];
+        }
+        b
     }
 
     /// As [`Batch::new`], sending runs of full slots with `UDP_SEGMENT` when `gso` (and a slot
@@ -85,6 +136,10 @@ impl Batch {
             groups: Vec::with_capacity(slots),
             ctrl: vec![[0; 4]; slots],
             gso_sends: 0,
+            gro: false,
+            msg_bytes: slot,
+            spans: Vec::new(),
+            gro_recvs: 0,
         }
     }
 
@@ -121,10 +176,10 @@ impl Batch {
         self.lens.push(len);
     }
 
-    /// Datagram `k` (empty when it arrived truncated: larger than a slot).
+    /// Datagram `k` of the last receive (empty when it was larger than a slot).
     pub fn datagram(&self, k: usize) -> &[u8] {
-        let at = k * self.slot;
-        &self.buf[at..at + self.lens[k]]
+        let (at, len) = self.spans[k];
+        &self.buf[at..at + len]
     }
 
     /// Sends every datagram held on the connected socket `fd` with `sendmmsg` (runs of full
@@ -175,39 +230,79 @@ impl Batch {
         r
     }
 
-    /// Receives up to a batch of datagrams from the connected socket `fd` with `recvmmsg`:
+    /// Receives up to a batch of messages from the connected socket `fd` with `recvmmsg`:
     /// waits for the first (for the socket's read timeout, or not at all when `wait` is false),
-    /// then takes what is already queued. Returns the datagrams received (0 when the wait
-    /// ended without one); [`Batch::datagram`] reads them.
+    /// then takes what is already queued. Returns the datagrams received (0 when the wait ended
+    /// without one; with `gro`, a coalesced message counts each of its datagrams);
+    /// [`Batch::datagram`] reads them.
     ///
     /// # Errors
     /// The socket's error (an ICMP error reported on the socket, ...); a timeout, a signal or
     /// an empty socket is `Ok(0)`.
     pub fn recv(&mut self, fd: RawFd, wait: bool) -> io::Result<usize> {
         self.lens.clear();
-        self.lens.resize(self.slots, self.slot);
-        self.headers();
+        self.spans.clear();
+        self.recv_headers();
         let hdrs = &mut self.hdrs;
         let flags = libc::MSG_WAITFORONE | if wait { 0 } else { libc::MSG_DONTWAIT };
-        // SAFETY: `hdrs` are valid msghdrs whose iovecs point into `self.buf`, alive and
-        // unmoved for the call; no timeout pointer (the socket's read timeout applies).
+        // SAFETY: `hdrs` are valid msghdrs whose iovecs point into `self.buf` and whose control
+        // buffers (with `gro`) into `self.ctrl`, alive and unmoved for the call; no timeout
+        // pointer (the socket's read timeout applies).
         let n = unsafe {
             libc::recvmmsg(fd, hdrs.as_mut_ptr(), hdrs.len() as libc::c_uint, flags as _, std::ptr::null_mut())
         };
         if n < 0 {
-            self.lens.clear();
             let e = io::Error::last_os_error();
             return match e.kind() {
                 io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted => Ok(0),
                 _ => Err(e),
             };
         }
-        let n = n as usize;
-        self.lens.truncate(n);
-        for (len, h) in self.lens.iter_mut().zip(&self.hdrs[..n]) {
-            *len = if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 { 0 } else { h.msg_len as usize };
+        for (m, h) in self.hdrs[..n as usize].iter().enumerate() {
+            let at = m * self.msg_bytes;
+            let len = h.msg_len as usize;
+            if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                self.spans.push((at, 0));
+                continue;
+            }
+            let seg = if self.gro { gro_size(&h.msg_hdr) } else { 0 };
+            if seg == 0 || seg >= len {
+                self.spans.push((at, if len > self.slot { 0 } else { len }));
+                continue;
+            }
+            self.gro_recvs += 1;
+            let mut off = 0;
+            while off < len {
+                let l = seg.min(len - off);
+                self.spans.push((at + off, if l > self.slot { 0 } else { l }));
+                off += l;
+            }
         }
-        Ok(n)
+        Ok(self.spans.len())
+    }
+
+    /// One message per receive slot (`msg_bytes` each), with room for a `UDP_GRO` control
+    /// message when `gro`; in the batch's own vectors (no allocation).
+    fn recv_headers(&mut self) {
+        let base = self.buf.as_mut_ptr();
+        self.iov.clear();
+        for m in 0..self.slots {
+            // SAFETY: message `m` lies within `buf` (`slots * msg_bytes` bytes).
+            let at = unsafe { base.add(m * self.msg_bytes) };
+            self.iov.push(libc::iovec { iov_base: at.cast(), iov_len: self.msg_bytes });
+        }
+        self.hdrs.clear();
+        for (v, c) in self.iov.iter_mut().zip(self.ctrl.iter_mut()) {
+            // SAFETY: an all-zero msghdr is valid (no name, no control data).
+            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            h.msg_hdr.msg_iov = v;
+            h.msg_hdr.msg_iovlen = 1;
+            if self.gro {
+                h.msg_hdr.msg_control = c.as_mut_ptr().cast();
+                h.msg_hdr.msg_controllen = std::mem::size_of_val(c) as _;
+            }
+            self.hdrs.push(h);
+        }
     }
 
     /// The messages for the datagrams held from `first` on (`lens`): one iovec per message,
@@ -263,13 +358,24 @@ impl Batch {
             self.hdrs.push(h);
         }
     }
+}
 
-    /// One iovec per slot for a receive (every slot, `lens` its size), one header each.
-    fn headers(&mut self) {
-        let gso = std::mem::replace(&mut self.gso, false);
-        self.headers_from(0);
-        self.gso = gso;
+/// The size of each datagram coalesced into a received message: its `UDP_GRO` control
+/// message's value, 0 without one (a lone datagram).
+fn gro_size(h: &libc::msghdr) -> usize {
+    // SAFETY: `h` is a header the kernel filled: its control buffer holds `msg_controllen`
+    // bytes of well-formed control messages, walked with the libc macros only.
+    unsafe {
+        let mut cm = libc::CMSG_FIRSTHDR(h);
+        while !cm.is_null() {
+            if (*cm).cmsg_level == libc::SOL_UDP && (*cm).cmsg_type == UDP_GRO {
+                let v = std::ptr::read_unaligned(libc::CMSG_DATA(cm).cast::<libc::c_int>());
+                return v.max(0) as usize;
+            }
+            cm = libc::CMSG_NXTHDR(h, cm);
+        }
     }
+    0
 }
 
 #[cfg(test)]
@@ -382,6 +488,61 @@ mod tests {
             assert_eq!(d.len(), 600);
             assert!(d.iter().enumerate().all(|(i, &x)| x == (k * 7 + i) as u8), "datagram {k}'s bytes");
         }
+    }
+
+    /// A receiver with `UDP_GRO` takes a segmented send over loopback (which hands the run to a
+    /// socket that accepts coalesced messages without cutting it) as coalesced messages and
+    /// splits them into the same datagrams, in order; the short datagram ending a run comes in
+    /// the same message; a lone datagram comes alone.
+    #[test]
+    fn coalesced_datagrams_are_split_into_the_same_datagrams() {
+        let (a, b) = pair();
+        assert!(enable_gro(b.as_raw_fd()), "this kernel has UDP_GRO (Linux 5.0)");
+        let slot = 1428;
+        let mut lens = vec![slot; 50];
+        lens.push(100);
+        lens.push(slot);
+        let mut tx = Batch::with_gso(lens.len(), slot, true);
+        for (k, &len) in lens.iter().enumerate() {
+            queue(&mut tx, k, len);
+        }
+        tx.send(a.as_raw_fd()).unwrap();
+        assert_eq!(tx.gso_sends, 2);
+        let mut rx = Batch::receiving(8, slot, true);
+        let mut got = Vec::new();
+        while got.len() < lens.len() {
+            let n = rx.recv(b.as_raw_fd(), true).unwrap();
+            assert!(n > 0, "only {} of {} datagrams came", got.len(), lens.len());
+            got.extend((0..n).map(|k| rx.datagram(k).to_vec()));
+        }
+        assert_eq!(rx.gro_recvs, 2, "the two segmented runs came coalesced");
+        assert_eq!(got.len(), lens.len());
+        for (k, (d, &len)) in got.iter().zip(&lens).enumerate() {
+            assert_eq!(d.len(), len, "datagram {k}");
+            assert!(d.iter().enumerate().all(|(i, &x)| x == (k * 7 + i) as u8), "datagram {k}'s bytes");
+        }
+    }
+
+    /// Coalesced datagrams larger than the receiver's slot read as empty, each (as a lone one
+    /// does), and the ones after them are still read.
+    #[test]
+    fn coalesced_datagrams_larger_than_a_slot_read_as_empty() {
+        let (a, b) = pair();
+        assert!(enable_gro(b.as_raw_fd()));
+        let mut tx = Batch::with_gso(4, 600, true);
+        for k in 0..3 {
+            queue(&mut tx, k, 600);
+        }
+        tx.send(a.as_raw_fd()).unwrap();
+        a.send(&[5u8; 7]).unwrap();
+        let mut rx = Batch::receiving(4, 100, true);
+        let mut got = Vec::new();
+        while got.len() < 4 {
+            let n = rx.recv(b.as_raw_fd(), true).unwrap();
+            assert!(n > 0);
+            got.extend((0..n).map(|k| rx.datagram(k).to_vec()));
+        }
+        assert_eq!(got, vec![vec![], vec![], vec![], vec![5u8; 7]]);
     }
 
     #[test]

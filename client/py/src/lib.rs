@@ -51,7 +51,8 @@ impl PyClient {
     /// Binds `bind` = (ip, port) and connects to `appliance` = (ip, port). Times in seconds:
     /// `rto` the first retransmit timeout, `rto_min`/`rto_max` its bounds, `deadline` how long
     /// a call may go without progress. UDP segmentation offload is on unless the environment has
-    /// `GRADCLIENT_GSO=0` ([`gradclient::gso_from_env`]). Raises ValueError for a bad argument and the native
+    /// `GRADCLIENT_GSO=0` ([`gradclient::gso_from_env`]), receive offload unless it has
+    /// `GRADCLIENT_GRO=0` ([`gradclient::gro_from_env`]). Raises ValueError for a bad argument and the native
     /// error (`gradclient_native.NativeError`, kind "socket" or "invalid") when the socket
     /// cannot be set up or the collective is inconsistent.
     #[new]
@@ -96,6 +97,7 @@ impl PyClient {
             start_round,
             probe,
             gso: gradclient::gso_from_env(),
+            gro: gradclient::gro_from_env(),
             ..Options::default()
         };
         let inner = Client::new(c, ep, opts).map_err(errors::to_py)?;
@@ -154,8 +156,9 @@ impl PyClient {
     /// The counters, as the pure-Python client's `stats` (`chunks`, `sent`, `retransmits`,
     /// `results`, `stale_results`, `naks`, `rejoins`, `probes`, `statuses`, `ignored`,
     /// `seconds` of the last call) plus the system calls: `datagrams` (every datagram sent),
-    /// `send_calls` and `recv_calls` (a batched call moves several), and `gso_sends` (messages
-    /// that carried several datagrams with UDP segmentation offload).
+    /// `send_calls` and `recv_calls` (a batched call moves several), `gso_sends` (messages
+    /// that carried several datagrams with UDP segmentation offload) and `gro_recvs` (messages
+    /// received that carried several, coalesced by the receiving device).
     #[getter]
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.inner.stats();
@@ -173,6 +176,7 @@ impl PyClient {
         d.set_item("datagrams", s.sent + s.probes)?;
         d.set_item("send_calls", s.send_calls)?;
         d.set_item("gso_sends", s.gso_sends)?;
+        d.set_item("gro_recvs", s.gro_recvs)?;
         d.set_item("recv_calls", s.recv_calls)?;
         d.set_item("seconds", s.seconds)?;
         Ok(d)

@@ -45,6 +45,10 @@ struct Args {
     /// the environment has GRADCLIENT_GSO=0).
     #[arg(long)]
     no_gso: bool,
+    /// Receive one datagram per message, without UDP receive offload (also the default when
+    /// the environment has GRADCLIENT_GRO=0).
+    #[arg(long)]
+    no_gro: bool,
     /// Chunks in flight.
     #[arg(long, value_name = "W", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     window: u32,
@@ -85,6 +89,7 @@ fn run(a: &Args) -> Result<(), Failure> {
         start_round: a.start_round,
         probe: !a.no_probe,
         gso: !a.no_gso && gradclient::gso_from_env(),
+        gro: !a.no_gro && gradclient::gro_from_env(),
         ..Options::default()
     };
     let config_error = |e: Error| match e {
@@ -140,6 +145,7 @@ fn run(a: &Args) -> Result<(), Failure> {
             "statuses": s.statuses,
             "send_calls": s.send_calls,
             "gso_sends": s.gso_sends,
+            "gro_recvs": s.gro_recvs,
             "recv_calls": s.recv_calls,
         });
         let text = serde_json::to_string_pretty(&json).expect("a JSON value serializes");
