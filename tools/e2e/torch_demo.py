@@ -95,6 +95,7 @@ def measure(topo, work, backend, label, hidden, steps):
             row["datagrams"] = sum(c["datagrams"] for c in clients)
             row["send_calls"] = sum(c["send_calls"] for c in clients)
             row["gso_sends"] = sum(c.get("gso_sends", 0) for c in clients)
+            row["gro_recvs"] = sum(c.get("gro_recvs", 0) for c in clients)
             row["recv_calls"] = sum(c["recv_calls"] for c in clients)
     return row
 

@@ -68,8 +68,9 @@ def _error(e: Exception) -> Exception:
 
 class NativeClient:
     """The Rust client with `Client`'s constructor, `allreduce`, `allreduce_into`, `sync`,
-    `rounds` and `stats` (plus `datagrams`, `send_calls`, `recv_calls`, `gso_sends`: batching
-    shows as fewer calls than datagrams, segmentation offload as messages carrying several).
+    `rounds` and `stats` (plus `datagrams`, `send_calls`, `recv_calls`, `gso_sends`,
+    `gro_recvs`: batching shows as fewer calls than datagrams, segmentation and receive offload
+    as messages carrying several).
     Raises ImportError when `gradclient_native` is not installed.
     """
 
@@ -120,7 +121,7 @@ class NativeClient:
     @property
     def stats(self) -> dict:
         """The counters (as `Client.stats`, plus `datagrams`, `send_calls`, `recv_calls`,
-        `gso_sends`)."""
+        `gso_sends`, `gro_recvs`)."""
         return self._c.stats if self._c is not None else self._closed[0]
 
     @property
