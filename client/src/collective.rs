@@ -124,10 +124,11 @@ pub struct Options {
     /// message and every later one go one datagram per message, losing nothing.
     pub gso: bool,
     /// Receives results with UDP receive offload (`UDP_GRO`, Linux 5.0): where the receiving
-    /// device coalesces datagrams (GRO: a NIC, a veth with GRO on), several results of the same
-    /// size come in one message and are split again by size, so the kernel's IP and UDP layers
-    /// and the receive call handle a run of results once instead of once per datagram. Each
-    /// receive slot is then 64 KiB (64 of them: 4 MiB per client). On by default
+    /// device coalesces datagrams (GRO over a batch of frames: a NIC's NAPI poll; a veth is
+    /// polled per frame and coalesces nothing), several results of the same size come in one
+    /// message and are split again by size, so the kernel's IP and UDP layers and the receive
+    /// call handle a run of results once instead of once per datagram. Each receive slot (as
+    /// many as the window, at most 64) is then 64 KiB (up to 4 MiB per client). On by default
     /// ([`gro_from_env`] gives the command line and Python clients' default); a kernel without
     /// it (the socket option is refused when the client starts) leaves it off. Where the device
     /// does not coalesce, every result comes alone, as without it.

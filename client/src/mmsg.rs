@@ -19,15 +19,19 @@
 //! payloads back to back, the size of each in a `UDP_GRO` control message (the last may be
 //! shorter). The receive then splits the message into the same datagrams again, so the caller
 //! sees datagrams either way; a message is up to 64 KiB, so each receive slot is 64 KiB then.
-//! Coalescing happens only where the device does GRO (a veth with GRO on; a NIC); elsewhere
-//! every datagram comes alone, as without the option.
+//! Coalescing happens only where the device's GRO sees several of the flow's datagrams in one
+//! poll (a NIC's NAPI poll takes a batch; a veth, even with GRO on, is polled per frame as its
+//! peer sends, so nothing coalesces there); elsewhere every datagram comes alone, as without
+//! the option.
 
 use std::io;
 use std::os::fd::RawFd;
 
-/// Slots of `slot` bytes each, the first `lens.len()` of them holding a datagram. The iovecs and
-/// message headers of the system calls are kept too (allocated once, `slots` of each, rewritten
-/// before every call), so that a send or a receive allocates nothing.
+/// A send batch: slots of `slot` bytes each, the first `lens.len()` of them holding a datagram.
+/// A receive batch: `slots` messages of `msg_bytes` each (`slot`, or 64 KiB with `gro`), and
+/// after a receive the datagrams found in them (`spans`). The iovecs, message headers, control
+/// buffers and spans are kept too (allocated once, rewritten before every call), so that a
+/// send or a receive allocates nothing.
 #[derive(Debug)]
 pub(crate) struct Batch {
     buf: Vec<u8>,
@@ -40,14 +44,14 @@ pub(crate) struct Batch {
     gso: bool,
     /// Per message of the last send: its first datagram and how many it carries.
     groups: Vec<(usize, usize)>,
-    /// Per message, room for one `UDP_SEGMENT` control message (a `cmsghdr` and a `u16`,
-    /// 8-byte aligned).
+    /// Per message, room for one `UDP_SEGMENT` control message on a send (a `cmsghdr` and a
+    /// `u16`) or one `UDP_GRO` message on a receive (a `cmsghdr` and an `int`), 8-byte aligned.
     ctrl: Vec<[u64; 4]>,
     /// Messages sent with `UDP_SEGMENT` (each several datagrams), since the batch was made.
     pub gso_sends: u64,
     /// Whether receives take coalesced messages (`UDP_GRO` is on for the socket).
     gro: bool,
-    /// Bytes of one receive message: `slot`, or 64 KiB with `gro`.
+    /// Bytes of one receive message: `slot`, or with `gro` 64 KiB (or `slot`, if larger).
     msg_bytes: usize,
     /// The datagrams of the last receive: (offset in `buf`, length; 0 when truncated).
     spans: Vec<(usize, usize)>,
@@ -71,7 +75,7 @@ const GRO_MSG_BYTES: usize = 65_536;
 // `ctrl` (heap memory that moves with it, never shared), and are rewritten before each system
 // call; between calls nothing reads them.
 unsafe impl Send for Batch {}
-// SAFETY: a shared `&Batch` reads only `buf`, `lens` and the sizes; the pointers are written
+// SAFETY: a shared `&Batch` reads only `buf`, `lens`, `spans` and the sizes; the pointers are written
 // and passed to the kernel only through `&mut self` (no interior mutability).
 unsafe impl Sync for Batch {}
 
@@ -117,12 +121,15 @@ impl Batch {
             b.gro = true;
             b.msg_bytes = GRO_MSG_BYTES.max(slot);
             b.buf = vec![0; b.slots * b.msg_bytes];
+            // A message carries at most the kernel's 64 segments.
+            b.spans = Vec::with_capacity(b.slots * GSO_MAX_SEGMENTS);
         }
         b
     }
 
-    /// As [`Batch::new`], sending runs of full slots with `UDP_SEGMENT` when `gso` (and a slot
-    /// leaves room for two segments in a message).
+    /// A send batch of `slots` slots of `slot` bytes (the largest datagram sent), sending runs
+    /// of full slots with `UDP_SEGMENT` when `gso` (and a slot leaves room for two segments in
+    /// a message).
     pub fn with_gso(slots: usize, slot: usize, gso: bool) -> Batch {
         let slots = slots.max(1);
         Batch {
@@ -138,7 +145,7 @@ impl Batch {
             gso_sends: 0,
             gro: false,
             msg_bytes: slot,
-            spans: Vec::new(),
+            spans: Vec::with_capacity(slots),
             gro_recvs: 0,
         }
     }
@@ -149,7 +156,7 @@ impl Batch {
         self.gso
     }
 
-    /// Datagrams held.
+    /// Datagrams held (a send batch's; a receive returns its count instead).
     pub fn len(&self) -> usize {
         self.lens.len()
     }
@@ -261,7 +268,9 @@ impl Batch {
         for (m, h) in self.hdrs[..n as usize].iter().enumerate() {
             let at = m * self.msg_bytes;
             let len = h.msg_len as usize;
-            if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+            // Truncated data, or a control message cut short (its segment size lost): one empty
+            // datagram, as a truncated lone one reads.
+            if h.msg_hdr.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0 {
                 self.spans.push((at, 0));
                 continue;
             }
@@ -298,6 +307,9 @@ impl Batch {
             h.msg_hdr.msg_iov = v;
             h.msg_hdr.msg_iovlen = 1;
             if self.gro {
+                // SAFETY: CMSG_SPACE only computes a size.
+                let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as usize;
+                debug_assert!(space <= std::mem::size_of_val(c));
                 h.msg_hdr.msg_control = c.as_mut_ptr().cast();
                 h.msg_hdr.msg_controllen = std::mem::size_of_val(c) as _;
             }
@@ -360,8 +372,8 @@ impl Batch {
     }
 }
 
-/// The size of each datagram coalesced into a received message: its `UDP_GRO` control
-/// message's value, 0 without one (a lone datagram).
+/// The size in bytes of each datagram coalesced into a received message: its `UDP_GRO`
+/// control message's value, 0 without one (a lone datagram).
 fn gro_size(h: &libc::msghdr) -> usize {
     // SAFETY: `h` is a header the kernel filled: its control buffer holds `msg_controllen`
     // bytes of well-formed control messages, walked with the libc macros only.
@@ -534,6 +546,7 @@ mod tests {
             queue(&mut tx, k, 600);
         }
         tx.send(a.as_raw_fd()).unwrap();
+        assert_eq!(tx.gso_sends, 1);
         a.send(&[5u8; 7]).unwrap();
         let mut rx = Batch::receiving(4, 100, true);
         let mut got = Vec::new();
@@ -542,7 +555,23 @@ mod tests {
             assert!(n > 0);
             got.extend((0..n).map(|k| rx.datagram(k).to_vec()));
         }
+        assert_eq!(rx.gro_recvs, 1, "the three came coalesced");
         assert_eq!(got, vec![vec![], vec![], vec![], vec![5u8; 7]]);
+    }
+
+    /// With `UDP_GRO` on, a lone datagram larger than a slot (but within the 64 KiB message)
+    /// still reads as empty, and a lone one that fits reads whole.
+    #[test]
+    fn a_lone_datagram_larger_than_a_slot_reads_as_empty_with_gro() {
+        let (a, b) = pair();
+        assert!(enable_gro(b.as_raw_fd()));
+        a.send(&[7u8; 40]).unwrap();
+        a.send(&[9u8; 4]).unwrap();
+        let mut rx = Batch::receiving(4, 16, true);
+        assert_eq!(rx.recv(b.as_raw_fd(), true).unwrap(), 2);
+        assert_eq!(rx.datagram(0), &[] as &[u8]);
+        assert_eq!(rx.datagram(1), &[9, 9, 9, 9]);
+        assert_eq!(rx.gro_recvs, 0);
     }
 
     #[test]

@@ -123,6 +123,31 @@ fn segmentation_offload_on_and_off_give_the_same_results() {
     assert_eq!(outs[0], outs[1]);
 }
 
+/// UDP receive offload: results sent in runs (as a device's GRO would hand them over) reach a
+/// client with `gro` as coalesced messages and one without it as single datagrams; the bits are
+/// the same either way.
+#[test]
+fn receive_offload_on_and_off_give_the_same_results() {
+    let [a, b] = f32_inputs();
+    let mut outs = Vec::new();
+    for gro in [true, false] {
+        let fake = Fake::start(ID, 2, Dtype::F32, Faults { coalesce_results: true, ..Faults::default() });
+        let out = run2(&fake, Dtype::F32, [&a, &b], Options { gro, ..fast() }, 3);
+        for (_, stats) in &out {
+            assert_eq!(stats.results, 3 * 16, "{stats:?}");
+            if gro {
+                assert!(stats.gro_recvs > 0, "{stats:?}");
+            } else {
+                assert_eq!(stats.gro_recvs, 0, "{stats:?}");
+            }
+        }
+        outs.push(out.into_iter().map(|(d, _)| d.iter().map(|x| x.to_bits()).collect::<Vec<_>>()).collect::<Vec<_>>());
+    }
+    let want: Vec<u32> = a.iter().zip(&b).map(|(x, y)| (x + y).to_bits()).collect();
+    assert_eq!(outs[0], vec![want.clone(), want]);
+    assert_eq!(outs[0], outs[1]);
+}
+
 #[test]
 fn a_range_reduces_only_its_chunks_padded_and_batched() {
     let fake = Fake::start(ID, 2, Dtype::F32, Faults::default());

@@ -25,6 +25,7 @@ training demo's profile at MTU 1500).
 
 import os
 import subprocess
+import sys
 
 SUBNET = "10.77.0"
 APPLIANCE_IP = f"{SUBNET}.100"
@@ -104,6 +105,9 @@ class Topology:
             # every frame leaves the host at the MTU, so the bridge can drop single datagrams.
             _run("ip", "netns", "exec", ns, "ethtool", "-K", iface, "tx-tcp-segmentation", "off",
                  "tx-tcp6-segmentation", "off", "tx-udp-segmentation", "off")
+            # No GRO (the veth default since Linux 5.13, said here): with it a veth polls each
+            # frame alone as its peer sends, so nothing coalesces and every frame pays for the poll.
+            _run("ip", "netns", "exec", ns, "ethtool", "-K", iface, "gro", "off")
         else:
             _run("ip", "netns", "exec", ns, "ethtool", "-K", iface, "tx", "off")
         # The bridge puts frames on the wire as a host's NIC would: checksums finished (for TCP
@@ -139,7 +143,9 @@ class Topology:
         r = subprocess.run(["ip", "netns", "exec", self.appliance_ns, "nft", "-f", "-"], input=rules,
                            capture_output=True, text=True)
         if r.returncode != 0:
-            raise RuntimeError(f"nft in {self.appliance_ns} failed: {r.stderr.strip()}")
+            # Only CPU is at stake (the namespace's stack drops what it cannot route): go on.
+            print(f"netns.py: warning: no ingress drop on {APPLIANCE_IFACE} ({r.stderr.strip()}); the "
+                  f"appliance namespace's kernel will route and drop every frame too", file=sys.stderr)
 
     def down(self):
         for name in reversed(self.created):

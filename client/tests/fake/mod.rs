@@ -28,6 +28,11 @@ pub struct Faults {
     pub history: Option<u32>,
     /// Never answer a PROBE (an appliance older than revision 1.1, or probes lost).
     pub ignore_probes: bool,
+    /// Send each member's results in runs (up to 4, a shorter one ending a run) as one
+    /// `UDP_SEGMENT` message, as a receiving device's GRO hands a client several results at
+    /// once: over loopback a socket with `UDP_GRO` gets the run whole, one without it gets the
+    /// datagrams. A run waits for more results until the fake's read times out.
+    pub coalesce_results: bool,
 }
 
 /// A contribution the fake received.
@@ -103,8 +108,15 @@ fn serve(
     let mut last_nak: HashMap<SocketAddr, Instant> = HashMap::new();
     let mut dropped_contrib: HashSet<u32> = HashSet::new();
     let mut buf = vec![0u8; 65536];
+    // Per member: the results of a run not yet sent (back to back) and the size of each.
+    let mut runs: HashMap<u16, (Vec<u8>, usize, usize)> = HashMap::new();
     while !stop.load(Ordering::Relaxed) {
-        let Ok((len, src)) = sock.recv_from(&mut buf) else { continue };
+        let Ok((len, src)) = sock.recv_from(&mut buf) else {
+            for (rank, run) in runs.iter_mut() {
+                send_run(&sock, members[rank], run);
+            }
+            continue;
+        };
         let Ok(h) = GradientHeader::new_checked(&buf[..len]) else { continue };
         let r = GradientRepr::parse(&h);
         let payload = h.rest()[..r.data_length as usize].to_vec();
@@ -215,10 +227,64 @@ fn serve(
                 continue;
             }
             for rank in 0..workers as u16 {
-                sock.send_to(&out, members[&rank]).unwrap();
+                if !faults.coalesce_results {
+                    sock.send_to(&out, members[&rank]).unwrap();
+                    continue;
+                }
+                let run = runs.entry(rank).or_default();
+                if run.2 > 0 && out.len() > run.1 {
+                    send_run(&sock, members[&rank], run);
+                }
+                run.0.extend_from_slice(&out);
+                run.1 = run.1.max(out.len());
+                run.2 += 1;
+                if run.2 == 4 || out.len() < run.1 {
+                    send_run(&sock, members[&rank], run);
+                }
             }
         }
     }
+}
+
+/// Sends a member's run of results (`(bytes, segment size, count)`) as one `UDP_SEGMENT`
+/// message to `to` (IPv4), and empties it.
+fn send_run(sock: &UdpSocket, to: SocketAddr, run: &mut (Vec<u8>, usize, usize)) {
+    use std::os::fd::AsRawFd;
+    if run.2 == 0 {
+        return;
+    }
+    let SocketAddr::V4(v4) = to else { panic!("the fake serves IPv4 members") };
+    let addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: v4.port().to_be(),
+        sin_addr: libc::in_addr { s_addr: u32::from(*v4.ip()).to_be() },
+        sin_zero: [0; 8],
+    };
+    let mut iov = libc::iovec { iov_base: run.0.as_mut_ptr().cast(), iov_len: run.0.len() };
+    let mut ctrl = [0u64; 4];
+    // SAFETY: every pointer in the header points at a live local (`addr`, `iov` over `run.0`,
+    // `ctrl`, 32 bytes, 8-byte aligned: room for one cmsghdr and a u16) for the call.
+    let n = unsafe {
+        let mut h: libc::msghdr = std::mem::zeroed();
+        h.msg_name = (&addr as *const libc::sockaddr_in).cast_mut().cast();
+        h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        h.msg_iov = &mut iov;
+        h.msg_iovlen = 1;
+        if run.2 > 1 {
+            h.msg_control = ctrl.as_mut_ptr().cast();
+            h.msg_controllen = libc::CMSG_SPACE(2) as _;
+            let cm = libc::CMSG_FIRSTHDR(&h);
+            (*cm).cmsg_level = libc::SOL_UDP;
+            (*cm).cmsg_type = 103; // UDP_SEGMENT
+            (*cm).cmsg_len = libc::CMSG_LEN(2) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cm).cast::<u16>(), run.1 as u16);
+        }
+        libc::sendmsg(sock.as_raw_fd(), &h, 0)
+    };
+    assert_eq!(n, run.0.len() as isize, "sendmsg: {}", std::io::Error::last_os_error());
+    run.0.clear();
+    run.1 = 0;
+    run.2 = 0;
 }
 
 /// Sums the contributions in rank order (spec section 4 rule 6: halves accumulate in f32).
