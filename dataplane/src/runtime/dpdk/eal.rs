@@ -1,9 +1,18 @@
-//! The Environment Abstraction Layer: `rte_eal_init` once per process, `rte_eal_cleanup` at the end.
+//! The Environment Abstraction Layer: `rte_eal_init` once per process; at the end, the process's
+//! own runtime directory removed, but no `rte_eal_cleanup` (see [`Eal`]'s drop).
 
 use super::DpdkError;
 use std::ffi::{c_char, CString};
 
-/// The initialised EAL. Dropping it calls `rte_eal_cleanup`.
+/// The initialised EAL. Dropping it (at the end of the process: every port closed, every lcore
+/// returned) removes this process's own runtime directory but does not call `rte_eal_cleanup`:
+/// in DPDK 22.11 a memif port in the server role leaves its listener's callback registered with
+/// the interrupt thread when it closes (`memif_socket_remove_device` frees the socket without
+/// `rte_intr_callback_unregister`), the port's stop wakes that thread, and when it rebuilds its
+/// wait list after `rte_eal_cleanup` has unmapped EAL memory, it reads the handle's copy there:
+/// a SIGSEGV after every output was written (seen twice in about 250 two-process runs). At
+/// process exit the kernel releases what the cleanup would (mappings, descriptors, threads);
+/// hugepage files, when hugepages are used, stay or go by the same EAL options either way.
 ///
 /// EAL keeps pointers into the argv it was given, so the argument strings are leaked: they live
 /// as long as the process.
@@ -94,27 +103,33 @@ fn owns_prefix(args: &[String], pid: u32) -> bool {
     file_prefix(args).is_some_and(|p| p.ends_with(&format!("-{pid}")))
 }
 
+/// True for the names EAL 22.11 creates in a runtime directory: the shared configuration
+/// (`config`, `fbarray_*`, only without `--no-shconf`), the multi-process sockets (`mp_socket`,
+/// `mp_socket_<pid>_<n>`) and the telemetry sockets (`dpdk_telemetry.v2`, legacy `telemetry`).
+fn is_eal_file(name: &str) -> bool {
+    matches!(name, "config" | "dpdk_telemetry.v2" | "telemetry")
+        || name.starts_with("fbarray_")
+        || name.starts_with("mp_socket")
+}
+
 impl Drop for Eal {
     fn drop(&mut self) {
         let dir = self.runtime_dir();
-        // SAFETY: called once, after every port is closed and every worker lcore has returned.
-        unsafe {
-            dpdk_sys::rte_eal_cleanup();
-        }
-        // The runtime directory goes too when it is this process's own (its file prefix ends in
-        // `-<pid>`, as the appliance's and pktgen's defaults do): first the telemetry sockets
-        // (DPDK 22.11 unlinks them only at process exit), then the directory if nothing else is
-        // left in it. A shared prefix (`rte` without --file-prefix, or one given to several
-        // processes) is left alone: removing it under another process starting with the same
-        // prefix fails that process's EAL init (its telemetry socket has no directory).
+        // The runtime directory goes when it is this process's own (its file prefix ends in
+        // `-<pid>`, as the appliance's and pktgen's defaults do): EAL's files in it first (without
+        // `rte_eal_cleanup` nothing unlinks them, and with the shared configuration the memseg
+        // array alone is megabytes of tmpfs), then the directory if nothing else is left in it.
+        // A shared prefix (`rte` without --file-prefix, or one given to several processes) is
+        // left alone: removing it under another process starting with the same prefix fails that
+        // process's EAL init (its telemetry socket has no directory).
         if !dir.is_empty() && owns_prefix(&self.args, std::process::id()) {
             let dir = std::path::Path::new(&dir);
-            for sock in ["dpdk_telemetry.v2", "telemetry"] {
-                let p = dir.join(sock);
-                if std::fs::symlink_metadata(&p)
-                    .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
-                {
-                    let _ = std::fs::remove_file(&p);
+            if let Ok(entries) = std::fs::read_dir(dir) {
+                for e in entries.flatten() {
+                    let is_file = e.file_type().is_ok_and(|t| !t.is_dir());
+                    if is_file && is_eal_file(&e.file_name().to_string_lossy()) {
+                        let _ = std::fs::remove_file(e.path());
+                    }
                 }
             }
             let _ = std::fs::remove_dir(dir);
@@ -141,5 +156,23 @@ mod tests {
         assert!(!owns_prefix(&args(&["x", "--no-shconf"]), 42));
         assert!(!owns_prefix(&args(&["x", "--file-prefix=pktgen-421"]), 42));
         assert!(!owns_prefix(&args(&["x", "--file-prefix", "shared"]), 42));
+    }
+
+    #[test]
+    fn only_eal_files_are_removed_from_the_runtime_directory() {
+        for n in [
+            "config",
+            "fbarray_memzone",
+            "fbarray_nohugemem",
+            "mp_socket",
+            "mp_socket_77_1a2b",
+            "dpdk_telemetry.v2",
+            "telemetry",
+        ] {
+            assert!(is_eal_file(n), "{n}");
+        }
+        for n in ["dpu_control.sock", "configs", "stats.json", "telemetry.v3"] {
+            assert!(!is_eal_file(n), "{n}");
+        }
     }
 }
