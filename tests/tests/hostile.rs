@@ -1,7 +1,8 @@
 //! Hostile neighbours through the real binary: each case is its own replay, checked for its
 //! exact output (no reply, the frame forwarded unchanged, or a reply to one MAC) and its named
 //! drop counter. ARP (RFC 826, RFC 5227), neighbour solicitations (RFC 4861 section 7.1.1),
-//! Routing headers (RFC 8200 section 4.4); and configurations whose memory cannot fit `-m`.
+//! Routing headers (RFC 8200 section 4.4) and IPv4 source routes (RFC 791 section 3.1, RFC 1812
+//! section 5.2.4.1) addressed to the appliance; and configurations whose memory cannot fit `-m`.
 
 use functional_tests::*;
 use std::process::Command;
@@ -182,6 +183,48 @@ fn cases() -> Vec<Case> {
             "Ether(src=PEER, dst=ME_MAC) / IPv6(src='fd00::2', dst=ME6) / IPv6ExtHdrRouting(addresses=['fd00::9'], segleft=2) / UDP(sport=5, dport=49374) / Raw(bytes(24))",
             Out::Nothing,
             Some("ipv6_bad_segments_left"),
+            0,
+        ),
+        c(
+            "routing_segment_left_to_us_is_no_contribution",
+            "Ether(src=PEER, dst=ME_MAC) / IPv6(src='fd00::2', dst=ME6) / IPv6ExtHdrRouting(addresses=['fd00::9'], segleft=1) / UDP(sport=50000, dport=49374) / Raw(bytes([0x10, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0]) + bytes(16))",
+            Out::Nothing,
+            Some("source_routed"),
+            0,
+        ),
+        c(
+            "routing_no_segment_left_to_us_goes_to_the_tables",
+            "Ether(src=PEER, dst=ME_MAC) / IPv6(src='fd00::2', dst=ME6) / IPv6ExtHdrRouting(addresses=['fd00::9'], segleft=0) / UDP(sport=5, dport=9000) / Raw(bytes(24))",
+            Out::Forwarded,
+            None,
+            0,
+        ),
+        c(
+            "ipv4_loose_source_route_to_us",
+            "Ether(src=PEER, dst=ME_MAC) / IP(src='10.0.0.2', dst=ME4, options=[IPOption_LSRR(routers=['10.0.0.9'], pointer=4)]) / UDP(sport=50000, dport=49374) / Raw(bytes([0x10, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0]) + bytes(16))",
+            Out::Nothing,
+            Some("source_routed"),
+            0,
+        ),
+        c(
+            "ipv4_strict_source_route_to_us",
+            "Ether(src=PEER, dst=ME_MAC) / IP(src='10.0.0.2', dst=ME4, options=[IPOption_SSRR(routers=['10.0.0.9'], pointer=4)]) / UDP(sport=5, dport=9000) / Raw(bytes(8))",
+            Out::Nothing,
+            Some("source_routed"),
+            0,
+        ),
+        c(
+            "ipv4_finished_source_route_to_us_goes_to_the_tables",
+            "Ether(src=PEER, dst=ME_MAC) / IP(src='10.0.0.2', dst=ME4, options=[IPOption_LSRR(routers=['10.0.0.9'], pointer=8)]) / UDP(sport=5, dport=9000) / Raw(bytes(8))",
+            Out::Forwarded,
+            None,
+            0,
+        ),
+        c(
+            "ipv4_source_route_in_transit",
+            "Ether(src=PEER, dst='02:00:00:00:00:09') / IP(src='10.0.0.2', dst='10.0.0.9', options=[IPOption_LSRR(routers=['10.0.0.7'], pointer=4)]) / UDP(sport=5, dport=9000) / Raw(bytes(8))",
+            Out::Forwarded,
+            None,
             0,
         ),
         c(

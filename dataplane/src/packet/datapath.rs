@@ -782,10 +782,12 @@ impl<B: PacketBuf> Datapath<B> {
                 }
             }
         }
-        if p.ipv6_bad_segments_left && self.for_the_appliance(p, in_port) {
+        if p.source_routed && self.for_the_appliance(p, in_port) {
             // RFC 8200 section 4.4: the appliance is the node that would process the Routing
-            // header. Transit packets are forwarded as any other.
-            self.counters.drop(Reason::Ipv6BadSegmentsLeft);
+            // header (or the IPv4 source route), and it processes none; the upper layer is not
+            // its own. Transit packets are forwarded as any other.
+            let r = if p.ipv6_bad_segments_left { Reason::Ipv6BadSegmentsLeft } else { Reason::SourceRouted };
+            self.counters.drop(r);
             return;
         }
         if !self.aggregate_in_pipeline && self.wanted(p, in_port) {
@@ -884,13 +886,13 @@ impl<B: PacketBuf> Datapath<B> {
     }
 
     /// Which way [`Datapath::deliver`] would send the parsed packet `p` from `in_port`, asked
-    /// in the same order: a neighbour message on a port with addresses, or an IPv6 packet for
-    /// the appliance with segments left, is [`Way::Other`]; one the aggregator wants (outside
+    /// in the same order: a neighbour message on a port with addresses, or a source-routed
+    /// packet for the appliance, is [`Way::Other`]; one the aggregator wants (outside
     /// the pipeline) is [`Way::Consume`]; the rest go through the tables.
     #[inline(always)]
     fn way(&self, p: &Parsed, in_port: u16) -> Way {
         if (is_neighbor_message(p) && self.local.get(in_port as usize).is_some())
-            || (p.ipv6_bad_segments_left && self.for_the_appliance(p, in_port))
+            || (p.source_routed && self.for_the_appliance(p, in_port))
         {
             Way::Other
         } else if !self.aggregate_in_pipeline && self.wanted(p, in_port) {
@@ -997,11 +999,16 @@ impl<B: PacketBuf> Datapath<B> {
         }
     }
 
-    /// True if the IPv6 packet `p`, received on `in_port`, is addressed to the appliance: its
-    /// destination is one of the appliance's IPv6 addresses, or the aggregator takes it.
+    /// True if the IP packet `p`, received on `in_port`, is addressed to the appliance: its
+    /// destination is one of the appliance's addresses, or the aggregator takes it.
     #[cold]
     fn for_the_appliance(&self, p: &Parsed, in_port: u16) -> bool {
-        self.local.iter().any(|a| a.ipv6 == Some(p.ip_dst_bytes)) || self.wanted(p, in_port)
+        let mine = if p.has(Layers::IPV4) {
+            self.local.iter().any(|a| a.ipv4.is_some_and(|v4| v4[..] == p.ip_dst_bytes[..4]))
+        } else {
+            self.local.iter().any(|a| a.ipv6 == Some(p.ip_dst_bytes))
+        };
+        mine || self.wanted(p, in_port)
     }
 
     /// Hands `pkt` to port `port`: counted `tx`, then queued in the port's scheduler in `class`
@@ -1311,10 +1318,10 @@ mod tests {
     }
 
     #[test]
-    fn routing_header_beyond_its_addresses_is_dropped_only_when_addressed_to_the_appliance() {
+    fn source_routed_packets_are_dropped_only_when_addressed_to_the_appliance() {
         let me = crate::agg::PortAddr {
             mac: "02:00:00:00:00:fe".parse().unwrap(),
-            ipv4: None,
+            ipv4: Some([10, 0, 0, 254]),
             ipv6: Some([0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xfe]),
         };
         let mut dp = datapath().with_local_addresses(vec![me; 3]);
@@ -1323,13 +1330,53 @@ mod tests {
         other[15] = 9;
         dp.process(&mut io, 0, VecBuf::from_frame(&routed_v6(me.ipv6.unwrap(), 2)), 0);
         assert_eq!((io.sent.len(), dp.counters.dropped(Reason::Ipv6BadSegmentsLeft)), (0, 1));
-        // One segment left of one address: a valid header, to the tables as before.
+        // One segment left of one address: a valid header, but the appliance is only a hop of
+        // the route, and it processes no Routing header.
         dp.process(&mut io, 0, VecBuf::from_frame(&routed_v6(me.ipv6.unwrap(), 1)), 0);
+        assert_eq!((io.sent.len(), dp.counters.dropped(Reason::SourceRouted)), (0, 1));
+        // No segment left: the appliance is the final destination, to the tables as any other.
+        dp.process(&mut io, 0, VecBuf::from_frame(&routed_v6(me.ipv6.unwrap(), 0)), 0);
         // Transit: not the appliance's to judge, forwarded as any other packet.
         dp.process(&mut io, 0, VecBuf::from_frame(&routed_v6(other, 2)), 0);
-        assert_eq!(io.sent.iter().map(|(p, _)| *p).collect::<Vec<_>>(), vec![1, 1]);
+        dp.process(&mut io, 0, VecBuf::from_frame(&routed_v6(other, 1)), 0);
+        assert_eq!(io.sent.iter().map(|(p, _)| *p).collect::<Vec<_>>(), vec![1, 1, 1]);
         assert_eq!(io.sent[1].1, routed_v6(other, 2));
-        assert_eq!(dp.counters.total_drops(), 1);
+        assert_eq!(dp.counters.total_drops(), 2);
+
+        // IPv4: an unfinished Loose or Strict Source and Record Route to the appliance is
+        // dropped; a finished one (pointer past the length) or one in transit is forwarded.
+        let mut io = VecIo::new(3);
+        for (ty, pointer, dst, dropped) in [
+            (131, 4, [10, 0, 0, 254], true),
+            (137, 4, [10, 0, 0, 254], true),
+            (131, 8, [10, 0, 0, 254], false),
+            (131, 4, [10, 0, 0, 9], false),
+        ] {
+            let before = dp.counters.dropped(Reason::SourceRouted);
+            dp.process(&mut io, 0, VecBuf::from_frame(&routed_v4(dst, ty, pointer)), 0);
+            assert_eq!(dp.counters.dropped(Reason::SourceRouted) - before, dropped as u64, "{ty} {pointer} {dst:?}");
+        }
+        assert_eq!(io.sent.len(), 2);
+    }
+
+    /// An IPv4 frame from 10.0.0.1 to `dst` (Ethernet destination 02:00:00:00:00:01,
+    /// forwarded to port 1 by the table) with a NOP and a source route option of type `ty`
+    /// (131 loose, 137 strict) holding one address (10.9.9.9) at `pointer`, then an empty UDP
+    /// datagram without checksum.
+    fn routed_v4(dst: [u8; 4], ty: u8, pointer: u8) -> Vec<u8> {
+        let mut f = frame([2, 0, 0, 0, 0, 1])[..14].to_vec();
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        let mut ip = vec![0x47, 0, 0, 36, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1];
+        ip.extend_from_slice(&dst);
+        ip.extend_from_slice(&[1, ty, 7, pointer, 10, 9, 9, 9]);
+        let mut sum: u32 = ip.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        f.extend_from_slice(&ip);
+        f.extend_from_slice(&[0, 5, 0x23, 0x28, 0, 8, 0, 0]);
+        f
     }
 
     /// The neighbour answerer reads and answers in the whole packet: an ARP request in a chain

@@ -126,6 +126,12 @@ pub enum Reason {
     /// holds addresses (RFC 8200 section 4.4), or segments left on a Routing type the appliance
     /// does not know (which RFC 8200 section 4.4 also discards).
     Ipv6BadSegmentsLeft,
+    /// A packet for the appliance whose destination is only the next hop of a source route:
+    /// an unfinished IPv4 Loose or Strict Source and Record Route (RFC 791 section 3.1), an
+    /// IPv6 Routing header with segments left. The appliance processes no source route, and
+    /// the upper layer is not its own until the route ends (RFC 8200 section 4.4, RFC 1812
+    /// section 5.2.4.1: a node that does not forward source-routed datagrams discards them).
+    SourceRouted,
     /// A gradient packet with the RESULT or NAK flag on input (spec rule 5; no NAK).
     GradFlags,
     /// Gradient: unknown collective (NAK reason 1).
@@ -168,7 +174,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in counter order.
-    pub const ALL: [Reason; 49] = [
+    pub const ALL: [Reason; 50] = [
         Reason::Runt,
         Reason::VlanDepth,
         Reason::MalformedIpv4,
@@ -201,6 +207,7 @@ impl Reason {
         Reason::NdOwnSource,
         Reason::NdBadUnspecifiedSource,
         Reason::Ipv6BadSegmentsLeft,
+        Reason::SourceRouted,
         Reason::GradFlags,
         Reason::GradUnknownCollective,
         Reason::GradBadVersion,
@@ -257,6 +264,7 @@ impl Reason {
             Reason::NdOwnSource => "nd_own_source",
             Reason::NdBadUnspecifiedSource => "nd_bad_unspecified_source",
             Reason::Ipv6BadSegmentsLeft => "ipv6_bad_segments_left",
+            Reason::SourceRouted => "source_routed",
             Reason::GradFlags => "grad_result_or_nak_input",
             Reason::GradUnknownCollective => "grad_unknown_collective",
             Reason::GradBadVersion => "grad_bad_version",

@@ -19,12 +19,16 @@
 //!   [`Reason::VlanDepth`], never parsed as something else (spec section 1).
 //! - IPv4: IHL >= 5, header and total length within the frame, header checksum verified
 //!   (RFC 791). The total length bounds the datagram; Ethernet padding after it is ignored.
+//!   An unfinished Loose or Strict Source and Record Route option is recorded
+//!   ([`Parsed::source_routed`]) and its last address is the UDP pseudo-header's destination
+//!   (the one the datagram will arrive with).
 //! - IPv6: payload length within the frame; at most 8 extension headers, each inside the payload
 //!   (RFC 8200 section 4; AH and the generic-format headers walked too). The UDP checksum's
 //!   pseudo-header takes the final destination of a Routing header (RFC 8200 section 8.1). A
 //!   Routing header with more segments left than addresses is recorded
 //!   ([`Parsed::ipv6_bad_segments_left`]), not dropped here: only the node it is addressed to
-//!   judges it (RFC 8200 section 4.4).
+//!   judges it (RFC 8200 section 4.4). So is any Routing header with segments left
+//!   ([`Parsed::source_routed`]).
 //! - Fragments (IPv4 MF or offset, IPv6 Fragment header with M or offset): L3 only
 //!   ([`Layers::IP_FRAGMENT`]); their upper layer is never parsed as UDP.
 //! - UDP: 8 <= length <= IP payload; the length bounds the datagram. Checksum: over IPv4, 0 means
@@ -185,6 +189,14 @@ pub struct Parsed {
     /// ([`ipv6::ExtensionChain::bad_segments_left`]): a drop if the packet is addressed to the
     /// appliance (RFC 8200 section 4.4), nothing for a transit packet.
     pub ipv6_bad_segments_left: bool,
+    /// The header's destination is only the next hop of a source route: IPv4 with an
+    /// unfinished Loose or Strict Source and Record Route option
+    /// ([`ipv4::Ipv4Packet::unfinished_source_route`]), IPv6 with a Routing header with
+    /// segments left ([`ipv6::ExtensionChain::segments_left`]). The appliance processes no
+    /// source route: such a packet addressed to it is a drop (`source_routed`; RFC 8200 section
+    /// 4.4, RFC 1812 section 5.2.4.1), never a contribution; a transit packet is forwarded as any
+    /// other.
+    pub source_routed: bool,
 
     /// UDP source port.
     pub udp_src: u16,
@@ -532,6 +544,14 @@ fn parse_ipv4(
     p.l4_offset = (l3 + hl) as u32;
     let end = l3 + ip.total_len() as usize;
     p.ip_end = end as u32;
+    // With options, a source route's final destination is the pseudo-header's.
+    let mut csum_dst = dst;
+    if hl > ipv4::MIN_HEADER_LEN {
+        if let Some(d) = ip.unfinished_source_route() {
+            p.source_routed = true;
+            csum_dst = d;
+        }
+    }
     if ip.is_fragment() {
         p.layers.insert(Layers::IP_FRAGMENT);
         return Ok(());
@@ -543,7 +563,7 @@ fn parse_ipv4(
     let u = udp_at(frame, l4, end)?;
     if checks == Checks::Router {
         p.layers.insert(Layers::L4_UNVERIFIED);
-    } else if !udp_ok_v4(&u, src, dst, rx.l4) {
+    } else if !udp_ok_v4(&u, src, csum_dst, rx.l4) {
         return Err(Reason::BadUdpChecksum);
     }
     parse_udp(frame, &u, port, p)
@@ -610,6 +630,7 @@ fn parse_ipv6(
     p.ip_proto = chain.upper_protocol;
     p.ttl = ip.hop_limit();
     p.ipv6_bad_segments_left = chain.bad_segments_left;
+    p.source_routed = chain.segments_left;
     p.ip_header_len = chain.header_len as u32;
     let l4 = l3 + chain.header_len;
     p.l4_offset = l4 as u32;
@@ -723,6 +744,11 @@ pub fn verify_l4(frame: &[u8], p: &Parsed, rx: RxChecksum) -> Result<(), Reason>
         let (mut src, mut dst) = ([0u8; 4], [0u8; 4]);
         src.copy_from_slice(&p.ip_src_bytes[..4]);
         dst.copy_from_slice(&p.ip_dst_bytes[..4]);
+        if p.source_routed {
+            // The route's final destination, read again (the parse found it).
+            let ip = ipv4::Ipv4Packet::new_unchecked(&frame[l3..]);
+            dst = ip.unfinished_source_route().unwrap_or(dst);
+        }
         udp_ok_v4(&u, src, dst, rx.l4)
     } else {
         // The final destination of a Routing header, walked again (the parse succeeded, so

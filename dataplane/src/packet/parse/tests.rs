@@ -987,6 +987,47 @@ fn router_then_verify_agrees(f: &[u8], rx: RxChecksum) -> Result<(), TestCaseErr
 }
 
 /// c04 and c10's checksum rules, and the NIC's verdicts, hold for what the appliance consumes:
+/// An IPv4 frame 10.0.0.1:49152 -> `dst`:9000 (payload 01 02 03 04) with a NOP and a Loose
+/// Source and Record Route holding 10.9.9.9 at `pointer` (4: unfinished; 8: finished), its UDP
+/// checksum computed over `csum_dst`.
+fn lsrr_frame(dst: [u8; 4], pointer: u8, csum_dst: [u8; 4]) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 8, 0];
+    let mut ip = vec![0x47, 0, 0, 40, 0, 1, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1];
+    ip.extend_from_slice(&dst);
+    ip.extend_from_slice(&[1, 131, 7, pointer, 10, 9, 9, 9]);
+    ipv4::Ipv4Packet::new_unchecked(&mut ip[..]).fill_checksum();
+    let mut u = vec![0xc0, 0, 0x23, 0x28, 0, 12, 0, 0, 1, 2, 3, 4];
+    udp::UdpPacket::new_unchecked(&mut u[..]).fill_checksum_v4([10, 0, 0, 1], csum_dst);
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&u);
+    f
+}
+
+/// The UDP checksum of a datagram on an unfinished IPv4 source route is over the route's last
+/// address (the destination it will arrive with), in the full parse and in `verify_l4`; on a
+/// finished route, over the header's destination. Either way the route is recorded only while
+/// unfinished.
+#[test]
+fn a_source_routed_datagram_is_checked_against_its_final_destination() {
+    let router = |f: &[u8]| parse_checked(f, GRAD_PORT, RxChecksum::UNKNOWN, Checks::Router).unwrap();
+    let (hop, last) = ([10, 0, 0, 2], [10, 9, 9, 9]);
+    let good = lsrr_frame(hop, 4, last);
+    let p = ok(&good);
+    assert!(p.source_routed && p.has(Layers::UDP));
+    assert_eq!((p.ip_dst(), &good[p.udp_payload()]), (&hop[..], &[1, 2, 3, 4][..]));
+    assert_eq!(verify_l4(&good, &router(&good), RxChecksum::UNKNOWN), Ok(()));
+    let wrong = lsrr_frame(hop, 4, hop);
+    assert_eq!(parse(&wrong, GRAD_PORT), Err(Reason::BadUdpChecksum));
+    assert!(router(&wrong).source_routed);
+    assert_eq!(verify_l4(&wrong, &router(&wrong), RxChecksum::UNKNOWN), Err(Reason::BadUdpChecksum));
+    // Finished: the header's destination is the final one.
+    let done = lsrr_frame(last, 8, last);
+    assert!(!ok(&done).source_routed);
+    assert_eq!(parse(&lsrr_frame(last, 8, hop), GRAD_PORT), Err(Reason::BadUdpChecksum));
+    // IPv6: a Routing header with segments left is recorded; with none left it is not.
+    assert!(!ok(&case_frames("c08_ipv6_ext_headers.pcap")[0]).source_routed);
+}
+
 /// a router parse (transit) takes a frame whose UDP checksum or ICRC is wrong, and `verify_l4`
 /// (before the aggregator) refuses it with the full parse's reason.
 #[test]

@@ -33,6 +33,15 @@ pub const MIN_HEADER_LEN: usize = 20;
 /// Length of a header with the most options (IHL 15) (bytes).
 pub const MAX_HEADER_LEN: usize = 60;
 
+/// Option types (RFC 791 section 3.1; the copied flag included): End of Option List.
+pub const OPT_END: u8 = 0;
+/// No Operation (one byte, no length).
+pub const OPT_NOP: u8 = 1;
+/// Loose Source and Record Route.
+pub const OPT_LSRR: u8 = 131;
+/// Strict Source and Record Route.
+pub const OPT_SSRR: u8 = 137;
+
 /// IP protocol numbers the appliance looks at.
 #[derive(Debug, Clone, Copy)]
 pub struct Protocol;
@@ -222,6 +231,49 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     #[inline]
     pub fn options(&self) -> &[u8] {
         &self.buffer.as_ref()[MIN_HEADER_LEN..self.header_len()]
+    }
+
+    /// The final destination of an unfinished source route: `Some` when the options hold a
+    /// Loose or Strict Source and Record Route (RFC 791 section 3.1: type 131 or 137) whose
+    /// pointer is not past its length, that is addresses are left to visit and the header's
+    /// destination is only the next hop. The address is the route's last (RFC 791: each hop
+    /// replaces the slot it takes with its own address, so the slots from the pointer on are
+    /// still the route, the last one the final destination; it is what the upper layer's
+    /// pseudo-header holds, the destination the datagram will carry when it arrives). A route
+    /// without a whole address gives the header's destination. `None` without such an option,
+    /// with a finished one, or when the options end first (End of Option List, or an option
+    /// whose length is below 2 or runs past the header: the walk stops there).
+    #[inline]
+    pub fn unfinished_source_route(&self) -> Option<[u8; 4]> {
+        let o = self.options();
+        let mut i = 0;
+        while i < o.len() {
+            match o[i] {
+                OPT_END => return None,
+                OPT_NOP => i += 1,
+                t => {
+                    let len = *o.get(i + 1)? as usize;
+                    if len < 2 || i + len > o.len() {
+                        return None;
+                    }
+                    if t == OPT_LSRR || t == OPT_SSRR {
+                        // A route without its pointer byte is no route.
+                        if len < 3 || o[i + 2] as usize > len {
+                            return None;
+                        }
+                        return Some(match len {
+                            7.. => {
+                                let a = &o[i + len - 4..i + len];
+                                [a[0], a[1], a[2], a[3]]
+                            }
+                            _ => self.dst_addr(),
+                        });
+                    }
+                    i += len;
+                }
+            }
+        }
+        None
     }
 
     /// The payload: from the end of the header to `total_len` (padding after it excluded).
@@ -456,6 +508,43 @@ mod tests {
         0x00, 0x02, 0xc0, 0x00, 0x23, 0x28, 0x00, 0x0c, 0x00, 0x00, 0x01, 0x02, 0x03, 0x04, 0xaa, 0xaa, 0xaa, 0xaa,
         0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa,
     ];
+
+    /// C02's header with `opts` (a multiple of 4 bytes) as its options.
+    fn with_options(opts: &[u8]) -> Vec<u8> {
+        let mut h = C02[..20].to_vec();
+        h[0] = 0x45 + (opts.len() / 4) as u8;
+        h.extend_from_slice(opts);
+        h.extend_from_slice(&C02[24..]);
+        h
+    }
+
+    #[test]
+    fn unfinished_source_routes_name_their_final_destination() {
+        let route = |opts: &[u8]| Ipv4Packet::new_unchecked(with_options(opts)).unfinished_source_route();
+        let (a, b) = ([10, 9, 9, 1], [10, 9, 9, 2]);
+        // Loose and strict, two addresses: unfinished while the pointer is at an address (4 or
+        // 8), finished past the length (12); the final destination is the last address.
+        let two = |ty: u8, ptr: u8| [&[1, ty, 11, ptr][..], &a, &b].concat();
+        for ty in [OPT_LSRR, OPT_SSRR] {
+            assert_eq!(route(&two(ty, 4)), Some(b));
+            assert_eq!(route(&two(ty, 8)), Some(b));
+            assert_eq!(route(&two(ty, 12)), None);
+        }
+        // Record Route (7) and Timestamp (68) are no source route; the walk steps over them.
+        assert_eq!(route(&[7, 7, 4, 0, 0, 0, 0, 1]), None);
+        assert_eq!(route(&[&[7, 7, 4, 0, 0, 0, 0][..], &[131, 7, 4], &a, &[0, 0]].concat()), Some(a));
+        // After End of Option List nothing is read; a length below 2 or past the header ends
+        // the walk too.
+        assert_eq!(route(&[&[0, 131, 7, 4][..], &a].concat()), None);
+        assert_eq!(route(&[&[68, 1, 0, 0][..], &[131, 7, 4], &a, &[1]].concat()), None);
+        assert_eq!(route(&[1, 1, 131, 9, 4, 10, 9, 9]), None);
+        // A route without its pointer is none; one without a whole address leaves the header's
+        // destination as the final one.
+        assert_eq!(route(&[131, 2, 0, 0]), None);
+        assert_eq!(route(&[131, 4, 4, 0]), Some([10, 0, 0, 2]));
+        // Without options: none, whatever follows the header.
+        assert_eq!(Ipv4Packet::new_unchecked(&C05[..]).unfinished_source_route(), None);
+    }
 
     #[test]
     fn parse_with_options() {

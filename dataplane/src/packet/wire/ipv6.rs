@@ -121,6 +121,10 @@ pub struct ExtensionChain {
     /// known). The node the packet is addressed to must discard it; a transit node does not
     /// judge it.
     pub bad_segments_left: bool,
+    /// A Routing header has segments left (any type, any count but 0): the header's
+    /// destination is not the final one, only the node that processes that header (RFC 8200
+    /// section 4.4).
+    pub segments_left: bool,
 }
 
 /// Where the last address of an RPL Source Route Header (`rh`: the whole header, its length
@@ -342,6 +346,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
             chain.upper_protocol = b[off + field::EXT_NEXT_HEADER];
             if nh == NextHeader::ROUTING {
                 let left = b[off + field::RT_SEGMENTS_LEFT] as usize;
+                chain.segments_left |= left > 0;
                 if left > 0 && routing_addresses(&b[off..off + len]).is_none_or(|n| left > n) {
                     chain.bad_segments_left = true;
                 }
