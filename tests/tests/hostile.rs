@@ -1,8 +1,9 @@
 //! Hostile neighbours through the real binary: each case is its own replay, checked for its
 //! exact output (no reply, the frame forwarded unchanged, or a reply to one MAC) and its named
 //! drop counter. ARP (RFC 826, RFC 5227), neighbour solicitations (RFC 4861 section 7.1.1),
-//! Routing headers (RFC 8200 section 4.4) and IPv4 source routes (RFC 791 section 3.1, RFC 1812
-//! section 5.2.4.1) addressed to the appliance; and configurations whose memory cannot fit `-m`.
+//! Routing headers (RFC 8200 section 4.4), IPv4 source routes (RFC 791 section 3.1, RFC 1812
+//! section 5.2.4.1) and IPv6 options that say discard (RFC 8200 section 4.2) addressed to the
+//! appliance; and configurations whose memory cannot fit `-m`.
 
 use functional_tests::*;
 use std::process::Command;
@@ -223,6 +224,27 @@ fn cases() -> Vec<Case> {
         c(
             "ipv4_source_route_in_transit",
             "Ether(src=PEER, dst='02:00:00:00:00:09') / IP(src='10.0.0.2', dst='10.0.0.9', options=[IPOption_LSRR(routers=['10.0.0.7'], pointer=4)]) / UDP(sport=5, dport=9000) / Raw(bytes(8))",
+            Out::Forwarded,
+            None,
+            0,
+        ),
+        c(
+            "destination_option_that_says_discard_to_us",
+            "Ether(src=PEER, dst=ME_MAC) / IPv6(src='fd00::2', dst=ME6) / IPv6ExtHdrDestOpt(options=[HBHOptUnknown(otype=0x80, optdata=bytes(4))]) / UDP(sport=50000, dport=49374) / Raw(bytes([0x10, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0]) + bytes(16))",
+            Out::Nothing,
+            Some("ipv6_unrecognized_option"),
+            0,
+        ),
+        c(
+            "destination_option_that_says_skip_to_us_goes_to_the_tables",
+            "Ether(src=PEER, dst=ME_MAC) / IPv6(src='fd00::2', dst=ME6) / IPv6ExtHdrDestOpt(options=[HBHOptUnknown(otype=0x1e, optdata=bytes(4))]) / UDP(sport=5, dport=9000) / Raw(bytes(8))",
+            Out::Forwarded,
+            None,
+            0,
+        ),
+        c(
+            "hop_by_hop_option_that_says_discard_in_transit",
+            "Ether(src=PEER, dst='02:00:00:00:00:09') / IPv6(src='fd00::2', dst='fd00::9') / IPv6ExtHdrHopByHop(options=[HBHOptUnknown(otype=0xc2, optdata=bytes(4))]) / UDP(sport=5, dport=9000) / Raw(bytes(8))",
             Out::Forwarded,
             None,
             0,

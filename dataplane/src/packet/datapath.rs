@@ -80,6 +80,20 @@ impl Staging {
     }
 }
 
+/// Why the appliance, as the destination of `p`, refuses it (`p` is source-routed or carries a
+/// discarding IPv6 option): the Routing header's fault first, then the source route, then the
+/// option.
+#[cold]
+fn refusal(p: &Parsed) -> Reason {
+    if p.ipv6_bad_segments_left {
+        Reason::Ipv6BadSegmentsLeft
+    } else if p.source_routed {
+        Reason::SourceRouted
+    } else {
+        Reason::Ipv6UnrecognizedOption
+    }
+}
+
 /// Whether `p` is ARP or ICMPv6 (neighbour discovery among it), which
 /// [`crate::neighbor::answer`] looks at when the ingress port has addresses.
 #[inline(always)]
@@ -782,12 +796,12 @@ impl<B: PacketBuf> Datapath<B> {
                 }
             }
         }
-        if p.source_routed && self.for_the_appliance(p, in_port) {
+        if (p.source_routed || p.ipv6_discard_option) && self.for_the_appliance(p, in_port) {
             // RFC 8200 section 4.4: the appliance is the node that would process the Routing
             // header (or the IPv4 source route), and it processes none; the upper layer is not
-            // its own. Transit packets are forwarded as any other.
-            let r = if p.ipv6_bad_segments_left { Reason::Ipv6BadSegmentsLeft } else { Reason::SourceRouted };
-            self.counters.drop(r);
+            // its own. Section 4.2: as the destination it must discard a packet with an option
+            // it does not know whose type says so. Transit packets are forwarded as any other.
+            self.counters.drop(refusal(p));
             return;
         }
         if !self.aggregate_in_pipeline && self.wanted(p, in_port) {
@@ -886,13 +900,13 @@ impl<B: PacketBuf> Datapath<B> {
     }
 
     /// Which way [`Datapath::deliver`] would send the parsed packet `p` from `in_port`, asked
-    /// in the same order: a neighbour message on a port with addresses, or a source-routed
-    /// packet for the appliance, is [`Way::Other`]; one the aggregator wants (outside
+    /// in the same order: a neighbour message on a port with addresses, or a packet for the
+    /// appliance that its destination must refuse ([`refusal`]), is [`Way::Other`]; one the aggregator wants (outside
     /// the pipeline) is [`Way::Consume`]; the rest go through the tables.
     #[inline(always)]
     fn way(&self, p: &Parsed, in_port: u16) -> Way {
         if (is_neighbor_message(p) && self.local.get(in_port as usize).is_some())
-            || (p.source_routed && self.for_the_appliance(p, in_port))
+            || ((p.source_routed || p.ipv6_discard_option) && self.for_the_appliance(p, in_port))
         {
             Way::Other
         } else if !self.aggregate_in_pipeline && self.wanted(p, in_port) {
@@ -1357,6 +1371,35 @@ mod tests {
             assert_eq!(dp.counters.dropped(Reason::SourceRouted) - before, dropped as u64, "{ty} {pointer} {dst:?}");
         }
         assert_eq!(io.sent.len(), 2);
+    }
+
+    /// A packet for the appliance whose Destination Options hold an option it does not know is
+    /// dropped when the option's type says to discard (high-order bits not 00), taken when it
+    /// says to skip; in transit it is forwarded either way.
+    #[test]
+    fn discarding_ipv6_options_are_judged_only_when_addressed_to_the_appliance() {
+        let me6 = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xfe];
+        let me = crate::agg::PortAddr { mac: "02:00:00:00:00:fe".parse().unwrap(), ipv4: None, ipv6: Some(me6) };
+        let mut dp = datapath().with_local_addresses(vec![me; 3]);
+        let mut io = VecIo::new(3);
+        let mut other = me6;
+        other[15] = 9;
+        // A type 2 Routing header with no segment left becomes a Destination Options header
+        // holding one option of type `t` (6 bytes of data).
+        let with_option = |dst, t: u8| {
+            let mut f = routed_v6(dst, 0);
+            f[20] = 60;
+            f[54..62].copy_from_slice(&[59, 2, t, 20, 0, 0, 0, 0]);
+            f[62..78].fill(0);
+            f
+        };
+        for (dst, t, dropped) in [(me6, 0x80, 1), (me6, 0x41, 1), (me6, 0xc9, 1), (me6, 0x1e, 0), (other, 0x80, 0)] {
+            let before = (io.sent.len(), dp.counters.dropped(Reason::Ipv6UnrecognizedOption));
+            dp.process(&mut io, 0, VecBuf::from_frame(&with_option(dst, t)), 0);
+            let after = (io.sent.len(), dp.counters.dropped(Reason::Ipv6UnrecognizedOption));
+            assert_eq!((after.0 - before.0, after.1 - before.1), (1 - dropped as usize, dropped), "{t:#x}");
+        }
+        assert_eq!(dp.counters.total_drops(), 3);
     }
 
     /// An IPv4 frame from 10.0.0.1 to `dst` (Ethernet destination 02:00:00:00:00:01,

@@ -132,6 +132,10 @@ pub enum Reason {
     /// the upper layer is not its own until the route ends (RFC 8200 section 4.4, RFC 1812
     /// section 5.2.4.1: a node that does not forward source-routed datagrams discards them).
     SourceRouted,
+    /// An IPv6 packet for the appliance with a Hop-by-Hop or Destination Options option it does
+    /// not know whose type says to discard the packet (RFC 8200 section 4.2: high-order bits
+    /// 01, 10 or 11), or options running past their header.
+    Ipv6UnrecognizedOption,
     /// A gradient packet with the RESULT or NAK flag on input (spec rule 5; no NAK).
     GradFlags,
     /// Gradient: unknown collective (NAK reason 1).
@@ -174,7 +178,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in counter order.
-    pub const ALL: [Reason; 50] = [
+    pub const ALL: [Reason; 51] = [
         Reason::Runt,
         Reason::VlanDepth,
         Reason::MalformedIpv4,
@@ -208,6 +212,7 @@ impl Reason {
         Reason::NdBadUnspecifiedSource,
         Reason::Ipv6BadSegmentsLeft,
         Reason::SourceRouted,
+        Reason::Ipv6UnrecognizedOption,
         Reason::GradFlags,
         Reason::GradUnknownCollective,
         Reason::GradBadVersion,
@@ -265,6 +270,7 @@ impl Reason {
             Reason::NdBadUnspecifiedSource => "nd_bad_unspecified_source",
             Reason::Ipv6BadSegmentsLeft => "ipv6_bad_segments_left",
             Reason::SourceRouted => "source_routed",
+            Reason::Ipv6UnrecognizedOption => "ipv6_unrecognized_option",
             Reason::GradFlags => "grad_result_or_nak_input",
             Reason::GradUnknownCollective => "grad_unknown_collective",
             Reason::GradBadVersion => "grad_bad_version",

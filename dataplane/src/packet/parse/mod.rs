@@ -28,7 +28,8 @@
 //!   Routing header with more segments left than addresses is recorded
 //!   ([`Parsed::ipv6_bad_segments_left`]), not dropped here: only the node it is addressed to
 //!   judges it (RFC 8200 section 4.4). So is any Routing header with segments left
-//!   ([`Parsed::source_routed`]).
+//!   ([`Parsed::source_routed`]), and an option whose unrecognised type says to discard
+//!   ([`Parsed::ipv6_discard_option`], RFC 8200 section 4.2).
 //! - Fragments (IPv4 MF or offset, IPv6 Fragment header with M or offset): L3 only
 //!   ([`Layers::IP_FRAGMENT`]); their upper layer is never parsed as UDP.
 //! - UDP: 8 <= length <= IP payload; the length bounds the datagram. Checksum: over IPv4, 0 means
@@ -197,6 +198,11 @@ pub struct Parsed {
     /// 4.4, RFC 1812 section 5.2.4.1), never a contribution; a transit packet is forwarded as any
     /// other.
     pub source_routed: bool,
+    /// IPv6: a Hop-by-Hop or Destination Options header holds an option the appliance does not
+    /// know whose type says to discard the packet ([`ipv6::ExtensionChain::discard_option`]):
+    /// a drop if the packet is addressed to the appliance (`ipv6_unrecognized_option`; RFC 8200
+    /// section 4.2), nothing for a transit packet.
+    pub ipv6_discard_option: bool,
 
     /// UDP source port.
     pub udp_src: u16,
@@ -631,6 +637,7 @@ fn parse_ipv6(
     p.ttl = ip.hop_limit();
     p.ipv6_bad_segments_left = chain.bad_segments_left;
     p.source_routed = chain.segments_left;
+    p.ipv6_discard_option = chain.discard_option;
     p.ip_header_len = chain.header_len as u32;
     let l4 = l3 + chain.header_len;
     p.l4_offset = l4 as u32;

@@ -125,6 +125,33 @@ pub struct ExtensionChain {
     /// destination is not the final one, only the node that processes that header (RFC 8200
     /// section 4.4).
     pub segments_left: bool,
+    /// A Hop-by-Hop or Destination Options header holds an option this walk does not know
+    /// (anything but Pad1 and PadN) whose type's two high-order bits ask a node that does not
+    /// recognise it to discard the packet (01, 10, 11: RFC 8200 section 4.2), or options whose
+    /// lengths run past their header. The packet's destination, or a node that processes its
+    /// Hop-by-Hop options, must discard it; a transit node does not judge it.
+    pub discard_option: bool,
+}
+
+/// True when the options area `opts` of a Hop-by-Hop or Destination Options header (its bytes
+/// after Next Header and Hdr Ext Len) holds an option whose unrecognised type says to discard
+/// the packet (RFC 8200 section 4.2: the type's two high-order bits not 00; Pad1 (0) and PadN
+/// (1) are the only types known here), or an option running past the area.
+fn options_say_discard(opts: &[u8]) -> bool {
+    let mut i = 0;
+    while i < opts.len() {
+        let t = opts[i];
+        if t == 0 {
+            i += 1;
+            continue;
+        }
+        let Some(&len) = opts.get(i + 1) else { return true };
+        if t != 1 && t & 0xc0 != 0 {
+            return true;
+        }
+        i += 2 + len as usize;
+    }
+    i > opts.len()
 }
 
 /// Where the last address of an RPL Source Route Header (`rh`: the whole header, its length
@@ -344,6 +371,9 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
             }
             chain.count += 1;
             chain.upper_protocol = b[off + field::EXT_NEXT_HEADER];
+            if nh == NextHeader::HOP_BY_HOP || nh == NextHeader::DEST_OPTS {
+                chain.discard_option |= options_say_discard(&b[off + 2..off + len]);
+            }
             if nh == NextHeader::ROUTING {
                 let left = b[off + field::RT_SEGMENTS_LEFT] as usize;
                 chain.segments_left |= left > 0;
@@ -517,6 +547,31 @@ impl Ipv6Repr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unrecognised_options_that_say_discard_are_found() {
+        // Pad1, PadN, and types whose high-order bits are 00 (Router Alert 5, an unknown 0x1e):
+        // skipped.
+        assert!(!options_say_discard(&[0, 0, 1, 2, 0, 0]));
+        assert!(!options_say_discard(&[5, 2, 0, 0, 0x1e, 0]));
+        assert!(!options_say_discard(&[]));
+        // 01, 10, 11 (0x63 RPL, 0x80, 0xc2 Jumbo Payload, 0xc9 Home Address): discard.
+        for t in [0x63, 0x80, 0xc2, 0xc9] {
+            assert!(options_say_discard(&[1, 0, t, 2, 0, 0]), "{t:#x}");
+        }
+        // An option past the area, or a type without its length byte: discard.
+        assert!(options_say_discard(&[1, 5, 0, 0]));
+        assert!(options_say_discard(&[0, 0, 0, 5]));
+        // Through the walk: a Destination Options header of one 0x80 option, then UDP.
+        let mut f = vec![0x60, 0, 0, 0, 0, 16, 60, 64];
+        f.extend_from_slice(&[0xfd; 32]);
+        f.extend_from_slice(&[17, 0, 0x80, 4, 0, 0, 0, 0]);
+        f.extend_from_slice(&[0, 1, 0, 2, 0, 8, 0, 0]);
+        let chain = Ipv6Packet::new_checked(&f[..]).unwrap().walk_extensions().unwrap();
+        assert!(chain.discard_option && chain.upper_protocol == 17);
+        f[42] = 0x1e;
+        assert!(!Ipv6Packet::new_checked(&f[..]).unwrap().walk_extensions().unwrap().discard_option);
+    }
     use crate::testing::case_frames;
     use proptest::prelude::*;
     use std::sync::LazyLock;
