@@ -129,3 +129,47 @@ fn verify_transit_drops_chains_and_forwards_frames_that_fit() {
     assert_eq!(run.drops("multi_segment"), 0);
     assert_eq!(read_pcap(&out).len(), 8);
 }
+
+/// A shaped port takes frames up to its MTU's (with two VLAN tags), not only what one mbuf
+/// holds: with `mtu = 9000` every 4 KiB frame goes through the scheduler; without an MTU the
+/// port's largest frame is one mbuf's (2048 bytes) and each is an `egress_oversize` drop.
+#[test]
+fn a_shaped_port_sends_frames_up_to_its_mtu() {
+    let dir = scratch("jumbo-shaped");
+    let frames: Vec<Vec<u8>> = (0..8).map(jumbo).collect();
+    let input = dir.join("in.pcap");
+    write_pcap(&input, &frames.iter().map(|f| (f.clone(), None)).collect::<Vec<_>>());
+    let out = dir.join("out.pcap");
+    let args = [format!("--rx=0={}", input.display()), format!("--tx=1={}", out.display())];
+    for (mtu, sent) in [("mtu = 9000\n", 8), ("", 0)] {
+        let text = format!(
+            "{EAL}\n[[port]]\nvdev = \"net_null0\"\n[[port]]\nvdev = \"net_null1\"\n{mtu}\
+             [port.qos]\nrate = 1250000000\n[[port.qos.class]]\n{ROUTE}"
+        );
+        let conf = write_config(&dir, "shaped.toml", &text);
+        let run = run_dpu(&dir, &conf, &args);
+        run.assert_ok();
+        assert_eq!(
+            read_pcap(&out),
+            frames[..sent].iter().map(Vec::as_slice).map(rewritten).collect::<Vec<_>>(),
+            "{mtu:?}"
+        );
+        assert_eq!(run.drops("egress_oversize"), 8 - sent as u64, "{mtu:?}");
+        assert_eq!(run.stats()["mbufs_in_use_after"], 0);
+    }
+}
+
+/// `f` as [`ROUTE`] rewrites it: MACs, TTL 63, CE, the IPv4 checksum recomputed.
+fn rewritten(f: &[u8]) -> Vec<u8> {
+    let mut g = f.to_vec();
+    g[..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+    g[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 0xfe]);
+    g[15] |= 3;
+    g[22] -= 1;
+    g[24..26].fill(0);
+    let sum: u32 = g[14..34].chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+    let sum = (sum & 0xffff) + (sum >> 16);
+    let sum = (sum & 0xffff) + (sum >> 16);
+    g[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    g
+}

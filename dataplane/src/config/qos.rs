@@ -73,9 +73,20 @@ pub struct QosClassConfig {
     pub ewma_log2: Option<u8>,
 }
 
+/// What a frame adds to its port's MTU (bytes, without FCS): the Ethernet header and two VLAN
+/// tags (an 802.1ad and an 802.1Q, which the appliance's actions may push).
+pub const MTU_FRAME_OVERHEAD: u32 = 14 + 2 * 4;
+
+/// The largest frame a port's scheduler takes (bytes, without FCS): what one mbuf holds
+/// (`mbuf_frame`: the data room less the headroom), or, when the port's `mtu` allows more (a
+/// jumbo frame travels as a chain of mbufs), that MTU's frame with two VLAN tags.
+pub fn port_max_frame(mbuf_frame: u32, mtu: Option<u16>) -> u32 {
+    mbuf_frame.max(mtu.map_or(0, |m| u32::from(m) + MTU_FRAME_OVERHEAD))
+}
+
 /// Validates port `port`'s `[port.qos]` into a scheduler configuration at [`QOS_HZ`] and its
-/// class map. `max_frame` is the largest frame an mbuf holds (bytes); `mbufs` bounds a queue's
-/// packets.
+/// class map. `max_frame` is the largest frame the port sends ([`port_max_frame`], bytes);
+/// `mbufs` bounds a queue's packets.
 ///
 /// # Errors
 /// The first fault, naming `port[i].qos.KEY` (or `port[i].qos.class[j].KEY`) and what was

@@ -45,12 +45,13 @@ pub(super) fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigErro
         ));
     }
     let collectives = collectives(&config, &addrs.ipv4, &addrs.ipv6, path)?;
-    let max_frame = u32::from(config.mempool.data_room).saturating_sub(MBUF_HEADROOM as u32);
+    let mbuf_frame = u32::from(config.mempool.data_room).saturating_sub(MBUF_HEADROOM as u32);
     let qos = config
         .ports
         .iter()
         .enumerate()
         .map(|(i, p)| {
+            let max_frame = super::qos::port_max_frame(mbuf_frame, p.mtu);
             p.qos.as_ref().map(|q| super::qos::check(q, i, max_frame, config.mempool.mbufs, path)).transpose()
         })
         .collect::<Result<Vec<_>, _>>()?;

@@ -440,10 +440,17 @@ impl<T: SchedItem> Scheduler<T> {
             }
         }
         if let Some(red) = &mut c.red {
-            if depth == 0 {
-                red.wake(now, self.slot_ticks);
-            }
-            if self.mark_point == MarkPoint::Enqueue && red.decide(depth, &mut self.rng) == RedVerdict::Mark {
+            let verdict = match (self.mark_point, depth) {
+                // An empty queue: the idle branch of the average, not an EWMA step as well.
+                (MarkPoint::Enqueue, 0) => red.arrive_empty(now, self.slot_ticks, &mut self.rng),
+                (MarkPoint::Enqueue, _) => red.decide(depth, &mut self.rng),
+                (MarkPoint::Dequeue, 0) => {
+                    red.wake(now, self.slot_ticks);
+                    RedVerdict::Pass
+                }
+                (MarkPoint::Dequeue, _) => RedVerdict::Pass,
+            };
+            if verdict == RedVerdict::Mark {
                 if let Err(reason) = mark(&mut item, &mut c.counters, len) {
                     return Err(Rejected { item, reason });
                 }

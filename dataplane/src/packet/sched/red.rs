@@ -152,10 +152,12 @@ impl Red {
         self.avg_fp
     }
 
-    /// A packet arrives at an empty queue at `now` (ticks): [`Red::wake`], then
-    /// [`Red::decide`] at depth 0. With the average at 0 (an idle port's packets, and always
-    /// with `ewma_log2` 0) and no marking at depth 0, that is known without the arithmetic:
-    /// nothing decays, a sample of 0 leaves the average at 0, and the packet passes.
+    /// A packet arrives at an empty queue at `now` (ticks): [`Red::wake`], then the decision on
+    /// the decayed average as it stands (with `ewma_log2` 0, on depth 0). That is Floyd and
+    /// Jacobson's idle branch, `avg ← (1 − w)^m · avg` in place of the EWMA step, not both
+    /// (DPDK's `rte_red_enqueue_empty` applies the same decay): an arrival less than one slot
+    /// after the queue emptied finds the average unchanged. With the average at 0 (an idle
+    /// port's packets) and no marking at depth 0, the packet passes without the arithmetic.
     #[inline(always)]
     pub fn arrive_empty(&mut self, now: u64, slot_ticks: Option<u64>, rng: &mut EcnRng) -> RedVerdict {
         if self.avg_fp == 0 && self.zero_passes {
@@ -163,7 +165,8 @@ impl Red {
             return RedVerdict::Pass;
         }
         self.wake(now, slot_ticks);
-        self.decide(0, rng)
+        let depth = if self.cfg.ewma_log2 == 0 { 0 } else { self.avg_fp >> AVG_FRAC_BITS };
+        self.judge(depth, rng)
     }
 
     /// Samples depth `q` bytes and returns the depth the decision uses (bytes): `q` itself with
@@ -187,6 +190,13 @@ impl Red {
     #[inline(always)]
     pub fn decide(&mut self, q: u64, rng: &mut EcnRng) -> RedVerdict {
         let depth = self.sample(q);
+        self.judge(depth, rng)
+    }
+
+    /// The decision at the depth `depth` (bytes) the ramp reads: a random draw only between
+    /// kmin and kmax.
+    #[inline(always)]
+    fn judge(&self, depth: u64, rng: &mut EcnRng) -> RedVerdict {
         match self.cfg.probability(depth) {
             0 => RedVerdict::Pass,
             P_ONE => RedVerdict::Mark,
@@ -272,6 +282,28 @@ mod tests {
         held.wake(210_000, None);
         assert!(held.avg_fixed() >> AVG_FRAC_BITS > 79_000);
         assert_eq!(held.decide(0, &mut rng), RedVerdict::Mark, "one sample at 0 leaves 15/16 of 80 kB");
+    }
+
+    /// A packet at an empty queue takes one branch of the average: the idle decay over the
+    /// slots since the queue emptied, not that and an EWMA step of 0 too. Less than a slot
+    /// after, the average is as it was; two slots after, `(1 − 2^−w)^2` of it.
+    #[test]
+    fn an_arrival_at_an_empty_queue_decays_the_average_once() {
+        let mut rng = EcnRng::new(1);
+        for (w, idle, left) in [(1u8, 500u64, 1.0), (1, 2_000, 0.25), (2, 1_999, 0.75), (4, 0, 1.0)] {
+            let mut red = Red::new(RedConfig { kmin_bytes: 1_000, kmax_bytes: 1_000, pmax: P_ONE, ewma_log2: w });
+            for _ in 0..200 {
+                red.sample(2_000);
+            }
+            let before = red.avg_fixed() as f64;
+            red.went_empty(10_000);
+            let v = red.arrive_empty(10_000 + idle, Some(1_000), &mut rng);
+            let got = red.avg_fixed() as f64;
+            assert!((got - before * left).abs() <= 2.0, "w={w} idle={idle}: {got} vs {}", before * left);
+            // At or above kmax (1000 bytes) the packet is marked.
+            let marked = (before * left) as u64 >> AVG_FRAC_BITS >= 1_000;
+            assert_eq!(v == RedVerdict::Mark, marked, "w={w} idle={idle}");
+        }
     }
 
     fn cfg(ewma_log2: u8) -> RedConfig {

@@ -96,7 +96,9 @@ pub(super) fn create_pool(
             pmd_held(&p.device, loaded.rx_queues(i as u16), pc.rx_desc, lcores.len() as u16, pc.tx_desc, chain)
         })
         .sum();
-    // One scheduler per shaped port (its owner's), and a ring to it from every other worker.
+    // One scheduler per shaped port (its owner's), and a ring to it from every other worker. A
+    // queue's floor counts frames of one mbuf (a jumbo port's longer frames are chains).
+    let mbuf_frame = u32::from(cfg.mempool.data_room).saturating_sub(crate::config::MBUF_HEADROOM as u32);
     let shaped: Vec<&PortConfig> = loaded.qos.iter().flatten().map(|(c, _)| c).collect();
     let sched = SchedMbufs {
         ring_mbufs: (shaped.len() * lcores.len().saturating_sub(1)) as u64
@@ -106,7 +108,7 @@ pub(super) fn create_pool(
         demand: shaped.iter().flat_map(|c| c.classes.iter().map(|k| u64::from(k.capacity_pkts) * tx_segs)).collect(),
         floor: shaped
             .iter()
-            .flat_map(|c| c.classes.iter().map(|k| class_mbufs_floor(k.capacity_bytes, c.max_frame_bytes) * tx_segs))
+            .flat_map(|c| c.classes.iter().map(|k| class_mbufs_floor(k.capacity_bytes, mbuf_frame) * tx_segs))
             .collect(),
     };
     let (ring_slots, fitted) = plan_pool(
