@@ -42,6 +42,16 @@ pub fn max_value(field: Field) -> u128 {
     }
 }
 
+/// The width in bits of a field's values, as P4 declares the header field (`bit<12>` for a VLAN
+/// ID, `bit<6>` for DSCP): the bits of [`max_value`], right-aligned in the field's key bytes. An
+/// `lpm` prefix length counts these (a VID's /4 is its top 4 of 12 bits).
+pub fn value_bits(field: Field) -> u32 {
+    match field.bits() {
+        128.. => field.bits(),
+        _ => 128 - max_value(field).leading_zeros(),
+    }
+}
+
 fn to_bytes(n: u128, width: usize) -> Vec<u8> {
     n.to_be_bytes()[16 - width..].to_vec()
 }
@@ -105,19 +115,25 @@ pub fn parse_match_value(field: Field, kind: MatchKind, v: &toml::Value) -> Resu
                         l.trim().parse().map_err(|_| format!("expected a prefix length after '/', found {l:?}"))?;
                     (a, l)
                 }
-                None => (t, field.bits()),
+                None => (t, value_bits(field)),
             };
-            if len > field.bits() {
-                return Err(format!("prefix length {len} is longer than {} ({} bits)", field.name(), field.bits()));
+            // The length counts the field's own bits (P4: a VID is bit<12>), which sit at the
+            // low end of its key bytes: the bits above them are always 0 and always in the
+            // prefix.
+            let vb = value_bits(field);
+            if len > vb {
+                return Err(format!("prefix length {len} is longer than {} ({vb} bits)", field.name()));
             }
+            // At most `max_value`: the bits above the field's are 0.
             let mut b = parse_value(field, addr)?;
+            let key_len = len + (field.bits() - vb);
             // Bits past the prefix must be zero: a route like 10.0.0.1/8 is a typo.
-            let mask = prefix_mask(len, w);
+            let mask = prefix_mask(key_len, w);
             if b.iter().zip(&mask).any(|(x, m)| x & !m != 0) {
                 return Err(format!("{t:?} has bits set past its /{len} prefix"));
             }
             b.iter_mut().zip(&mask).for_each(|(x, m)| *x &= m);
-            Ok(MatchValue::Lpm(b, len as u8))
+            Ok(MatchValue::Lpm(b, key_len as u8))
         }
         MatchKind::Ternary => {
             if t == "*" || t == "_" {
@@ -222,6 +238,30 @@ mod tests {
         );
         assert_eq!(parse_match_value(Field::Ipv4Dscp, MatchKind::Range, &s("*")).unwrap(), MatchValue::Range(0, 63));
         assert_eq!(prefix_mask(12, 3), vec![0xff, 0xf0, 0]);
+    }
+
+    /// An `lpm` prefix counts the field's own bits, as P4's `bit<12>` VID and `bit<6>` DSCP:
+    /// /12 is a whole VID, /4 its top 4 bits (in the key, the 4 bits above the VID are in the
+    /// prefix too, always 0).
+    #[test]
+    fn prefix_lengths_count_the_fields_own_bits() {
+        let lpm = |f, v: &str| parse_match_value(f, MatchKind::Lpm, &s(v));
+        assert_eq!(lpm(Field::VlanOuterVid, "4095/12"), Ok(MatchValue::Lpm(vec![0x0f, 0xff], 16)));
+        assert_eq!(lpm(Field::VlanOuterVid, "4095"), Ok(MatchValue::Lpm(vec![0x0f, 0xff], 16)));
+        assert_eq!(lpm(Field::VlanOuterVid, "0/4"), Ok(MatchValue::Lpm(vec![0, 0], 8)));
+        assert_eq!(lpm(Field::VlanInnerVid, "0/0"), Ok(MatchValue::Lpm(vec![0, 0], 4)));
+        assert_eq!(lpm(Field::Ipv4Dscp, "46/6"), Ok(MatchValue::Lpm(vec![46], 8)));
+        assert_eq!(lpm(Field::Ipv4Dscp, "32/1"), Ok(MatchValue::Lpm(vec![32], 3)));
+        assert!(lpm(Field::VlanOuterVid, "4095/13").unwrap_err().contains("longer than vlan.outer_vid (12 bits)"));
+        assert!(lpm(Field::VlanOuterVid, "4095/4").unwrap_err().contains("past its /4 prefix"));
+        assert!(lpm(Field::VlanOuterVid, "4096/12").unwrap_err().contains("at most 4095"));
+        assert!(lpm(Field::Ipv4Dscp, "46/8").unwrap_err().contains("longer than"));
+        // Fields whose values fill their bytes are unchanged.
+        assert_eq!(value_bits(Field::Ipv4Dst), 32);
+        assert_eq!(value_bits(Field::UdpDstPort), 16);
+        assert_eq!(value_bits(Field::BthDestQp), 24);
+        assert_eq!(value_bits(Field::Ipv4Valid), 1);
+        assert_eq!(value_bits(Field::Ipv6Src), 128);
     }
 
     #[test]
