@@ -808,7 +808,10 @@ impl Client {
             self.stats.ignored += 1;
             return Datagram::Ignored;
         }
-        if r.flags & Flags::NAK != 0 {
+        // Spec section 5: a NAK's flags are NAK (0x4) alone; section 6: a RESULT's are RESULT;
+        // section 7: a STATUS's RESULT | PROBE. Any other mix (RESULT | NAK, ...) is none of
+        // them, and ignored.
+        if r.flags == Flags::NAK && r.version == VERSION {
             return Datagram::Nak(r);
         }
         let chunk = c.chunk_elements;
@@ -826,7 +829,7 @@ impl Client {
                     r.data_length as usize == probe_len(c.num_workers as usize) && r.reason <= SlotState::COMPLETED;
                 ok.then_some(Datagram::Status { index: i, state: r.reason, round: r.round })
             }
-            Some(i) if r.flags & status == Flags::RESULT => {
+            Some(i) if r.flags == Flags::RESULT => {
                 let ok = r.data_length as usize == c.chunk_len(i as u64) as usize * c.dtype.size();
                 let (round, offset, len) = (r.round, r.tensor_offset, r.data_length as usize);
                 ok.then_some(Datagram::Result { index: i, round, offset, len })
@@ -853,7 +856,14 @@ impl Client {
             }
             Datagram::Result { index, round, offset, len } => {
                 let i = index as usize;
-                if self.chunks[i].done || round != self.rounds[i] || !call.chunks.contains(&i) {
+                // A chunk not in flight has nothing of this rank's in the round as far as this
+                // call knows (a restarted rank may see its peers' round end before it sends):
+                // stale, as the Python client counts it; its own send gets the kept result.
+                if self.chunks[i].done
+                    || self.chunks[i].pos == NOT_IN_FLIGHT
+                    || round != self.rounds[i]
+                    || !call.chunks.contains(&i)
+                {
                     self.stats.stale_results += 1;
                     return Ok(Event::Nothing);
                 }

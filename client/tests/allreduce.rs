@@ -254,6 +254,35 @@ fn lost_contributions_and_results_are_retransmitted() {
     }
 }
 
+/// A RESULT for a chunk of the call that the client has not sent yet (its window holds 2 of
+/// 16) is stale, as the Python client counts it: the call goes on and ends exact.
+#[test]
+fn a_result_for_a_chunk_not_yet_sent_is_stale() {
+    let fake = Fake::start(ID, 1, Dtype::F32, Faults { early_result_for: Some(10 * CHUNK), ..Faults::default() });
+    let opts = Options { window: 2, ..fast() };
+    let mut c = client(fake.addr, collective(Dtype::F32, 1, 0), opts);
+    let input: Vec<f32> = (0..TENSOR).map(|i| i as f32).collect();
+    let mut data = input.clone();
+    c.allreduce(&mut data).unwrap();
+    assert_eq!(data, input);
+    let s = c.stats();
+    assert_eq!((s.results, s.stale_results), (16, 1));
+}
+
+/// A datagram whose flags mix RESULT and NAK is neither (spec sections 5 and 6): ignored, the
+/// call ends exact on the real results.
+#[test]
+fn result_and_nak_flags_together_are_ignored() {
+    let fake = Fake::start(ID, 1, Dtype::F32, Faults { mixed_flags_first: true, ..Faults::default() });
+    let mut c = client(fake.addr, collective(Dtype::F32, 1, 0), fast());
+    let input: Vec<f32> = (0..TENSOR).map(|i| i as f32 * 0.5).collect();
+    let mut data = input.clone();
+    c.allreduce(&mut data).unwrap();
+    assert_eq!(data, input);
+    let s = c.stats();
+    assert_eq!((s.results, s.naks, s.ignored), (16, 0, 16));
+}
+
 #[test]
 fn nak_reason_3_fails_at_once() {
     let fake = Fake::start(ID, 1, Dtype::F32, Faults { nak_all: Some(3), ..Faults::default() });

@@ -130,7 +130,8 @@ def _answer(view: memoryview, size: int, cid: int, st: dict) -> tuple | None:
     if vf >> 4 != VERSION or r_cid != cid:
         return None
     flags = vf & 0xF
-    if flags & FLAG_NAK:
+    # Spec section 5: a NAK's flags are NAK alone; RESULT | NAK and other mixes are not one.
+    if flags == FLAG_NAK:
         st["naks"] += 1
         if reason != NAK_STALE_ROUND:
             raise NakError(reason, off, cid)
@@ -380,7 +381,7 @@ class Client:
             if answer is None:
                 continue
             flags, r_op, r_dt, reason, r_rank, off, dl, rnd = answer
-            if flags & FLAG_NAK:
+            if flags == FLAG_NAK:
                 continue
             if flags != _STATUS_FLAGS or r_rank != RANK_APPLIANCE or r_op != op or r_dt != dt:
                 continue  # results of an earlier call, anything else
@@ -535,9 +536,10 @@ class Client:
                 self._fail(n - completed, n, answered, stall_probes, stall_statuses, waiting)
             next_probe = last_progress + probe_every * (1 + stall_rounds)
             if probing and now >= next_probe and inflight:
-                # No progress for a while: ask the stalled chunks' slots whom they wait for.
+                # No progress for a while: ask the stalled chunks' slots whom they wait for
+                # (`idx` counts from the range's first chunk; the probe names the tensor's).
                 for idx in inflight:
-                    self._send_probe(idx)
+                    self._send_probe(first + idx)
                 stall_probes += len(inflight)
                 stall_rounds += 1
                 continue
@@ -561,7 +563,7 @@ class Client:
             if answer is None:
                 continue
             flags, r_op, r_dt, reason, r_rank, off, dl, rnd = answer
-            if flags & FLAG_NAK:
+            if flags == FLAG_NAK:
                 if off % ce or off >= c.tensor_elements:
                     continue
                 idx = off // ce - first
@@ -611,7 +613,7 @@ class Client:
                         if not recvview[HEADER_LEN + k // 8] >> (k % 8) & 1:
                             waiting[k] = 1
                 continue
-            if flags & (FLAG_RESULT | FLAG_PROBE) != FLAG_RESULT:
+            if flags != FLAG_RESULT:
                 continue
             if off % ce or off >= c.tensor_elements:
                 continue

@@ -399,6 +399,17 @@ class ClientTest(unittest.TestCase):
         # 3 at each of a quarter, half and three quarters of the deadline.
         self.assertEqual(c.stats["probes"] - start_probes, 3 * 3)
 
+    def test_absent_peer_in_a_range_past_the_first_chunk_says_so(self):
+        # The stalled range's PROBEs name its own chunks (tensor offsets 8: chunk 2), so their
+        # STATUS answers count and the error names the peer, as for a whole tensor.
+        with FakeAppliance("f32") as fake:
+            c = Client(coll(), bind=(fake.addr[0], 0), appliance=fake.addr, deadline=0.8)
+            c.sync()
+            with self.assertRaisesRegex(AllreduceTimeout, r"1 of 1 chunks .*: the appliance is waiting for rank 1$") as cm:
+                c.allreduce_into(np.ones(2, np.float32), offset=8)
+            c.close()
+        self.assertEqual((cm.exception.missing, cm.exception.waiting_for), (1, [1]))
+
     def test_a_silent_appliance_mid_call_is_unreachable_not_a_peer(self):
         # It answered the start's probes, then says nothing more (as if it stopped).
         with FakeAppliance("f32") as fake:

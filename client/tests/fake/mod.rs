@@ -33,6 +33,13 @@ pub struct Faults {
     /// once: over loopback a socket with `UDP_GRO` gets the run whole, one without it gets the
     /// datagrams. A run waits for more results until the fake's read times out.
     pub coalesce_results: bool,
+    /// Answer the first contribution at another offset also with a RESULT for this offset
+    /// (elements) at that contribution's round, zeros of its length, before anyone sent it: what
+    /// a restarted member sees when its peers' round of a chunk it has not sent yet ends.
+    pub early_result_for: Option<u32>,
+    /// Send every result first with flags RESULT | NAK and reason 3 (neither a RESULT nor a NAK
+    /// by the spec), then as it is.
+    pub mixed_flags_first: bool,
 }
 
 /// A contribution the fake received.
@@ -183,6 +190,13 @@ fn serve(
             sock.send_to(&out, src).unwrap();
             continue;
         }
+        if let Some(o) = faults.early_result_for.filter(|o| *o != r.tensor_offset) {
+            faults.early_result_for = None;
+            let early = GradientRepr { flags: Flags::RESULT, worker_rank: RANK_NONE, tensor_offset: o, ..r };
+            let mut out = vec![0u8; HEADER_LEN + payload.len()];
+            early.emit(&mut out).unwrap();
+            sock.send_to(&out, src).unwrap();
+        }
         let slot = slots.entry(r.tensor_offset).or_insert_with(new_slot);
         let result = |payload: &[u8], round: u32| {
             let res = GradientRepr { flags: Flags::RESULT, worker_rank: RANK_NONE, round, ..r };
@@ -227,6 +241,12 @@ fn serve(
                 continue;
             }
             for rank in 0..workers as u16 {
+                if faults.mixed_flags_first {
+                    let mut odd = out.clone();
+                    odd[0] |= Flags::NAK;
+                    odd[5] = 3;
+                    sock.send_to(&odd, members[&rank]).unwrap();
+                }
                 if !faults.coalesce_results {
                     sock.send_to(&out, members[&rank]).unwrap();
                     continue;
