@@ -366,6 +366,61 @@ fn loss_and_a_slow_worker_still_complete_every_round() {
     assert_eq!(u(&agg["completed"]), 3 * rounds * 8, "{agg}");
 }
 
+/// More slots than the window: with 10% loss every round of every worker still completes
+/// (windows filled in different orders once waited on each other for good), and the slow
+/// worker's every contribution waits `slow_us` after it could go, so the others' p50 latency is
+/// at least that.
+#[test]
+fn more_slots_than_the_window_complete_under_loss_and_a_slow_worker_slows_every_round() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let rounds = 3;
+    let colls = vec![
+        Coll {
+            tensor: 256 * 64,
+            chunk: 64,
+            pktgen: format!("rounds = {rounds}\nwindow = 4\ntimeout_us = 3000\nloss = 0.1\nseed = 7\n"),
+            ..Coll::new(1, "sum", "f32", "udp")
+        },
+        Coll {
+            tensor: 64 * 64,
+            chunk: 64,
+            pktgen: format!("rounds = {rounds}\nwindow = 8\ntimeout_us = 200000\nslow_rank = 2\nslow_us = 2000\n"),
+            ..Coll::new(2, "sum", "f32", "udp")
+        },
+    ];
+    let o = run("window-loss", &colls);
+    assert_eq!(o.code, 0, "{}", o.out);
+    let a = &o.pktgen["allreduce"][0];
+    assert_complete(a, &colls[0], rounds, "256 slots, window 4, 10% loss");
+    assert!(u(&a["injected_drops"]) > 0, "{a}");
+    let b = &o.pktgen["allreduce"][1];
+    assert_complete(b, &colls[1], rounds, "64 slots, window 8, slow rank 2");
+    for w in b["per_worker"].as_array().unwrap() {
+        if w["rank"] != 2 {
+            assert!(f(&w["latency"]["p50_us"]) >= 1900.0, "the others wait for rank 2: {w}");
+        }
+    }
+}
+
+/// Open loop resends nothing: with 10% loss some rounds never complete, and the run says so
+/// (incomplete results, exit status 3) instead of reporting success.
+#[test]
+fn open_loop_rounds_lost_to_loss_are_reported_incomplete() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let rounds = 5;
+    let colls = vec![Coll {
+        pktgen: format!("rounds = {rounds}\nmode = \"open\"\nrate_pps = 20000\nloss = 0.1\nseed = 3\n"),
+        ..Coll::new(1, "sum", "f32", "udp")
+    }];
+    let o = run("open-loss", &colls);
+    assert_eq!(o.code, 3, "{}", o.out);
+    let a = &o.pktgen["allreduce"][0];
+    let due = rounds * colls[0].slots() * 4;
+    assert!(u(&a["incomplete"]) > 0 && u(&a["incomplete"]) + u(&a["rounds_completed"]) == due, "{a}");
+    assert_eq!(u(&a["retransmissions"]), 0, "{a}");
+    assert!(o.out.contains("results did not come back (open loop: nothing is resent)"), "{}", o.out);
+}
+
 /// Emulations on worker lcores (`lcore`): two at once, each alone on an EAL worker lcore of its
 /// own (closed loop UDP f32 sum; open loop RoCEv2 bf16 max over IPv6), beside one on the main
 /// lcore: every round of every worker completes and checks bit for bit, the counters the

@@ -8,18 +8,21 @@
 //! # Modes
 //!
 //! - **Closed loop** (`mode = "closed"`, as real workers behave): each worker keeps at most
-//!   `window` chunks outstanding; a slot's next round is sent once its result came back; a
+//!   `window` chunks outstanding, sent in the one sequence every worker walks (round k of every
+//!   slot, then round k + 1), waiting at a contribution not ready yet rather than passing it;
+//!   a slot's next round is sent once its result came back; a
 //!   contribution without a result after `timeout_us` is resent with flag RETRANSMIT (section 2).
 //!   A NAK with reason 7 (stale or premature round) moves the slot to the round the NAK names; a
 //!   NAK with another reason (1 to 6) refuses the slot: it is counted and not sent again.
 //! - **Open loop** (`mode = "open"`): every worker's contributions for successive rounds, round
 //!   by round (all slots of round k, every worker's, before round k + 1 of any slot), at
 //!   `rate_pps` or as fast as the port takes them, without waiting for results; results are
-//!   counted and checked as they return.
+//!   counted and checked as they return. Nothing is resent: with `rounds`, results that never
+//!   came back are incomplete.
 //!
 //! Both start with a PROBE (section 7) of every slot by every worker, resent every `timeout_us`
-//! until the appliance answers with a STATUS (so pktgen may start before the appliance or its
-//! link): a slot without history starts at `first_round`, one in progress at its round, a
+//! until the appliance answers with a STATUS (so pktgen may start before the appliance, or
+//! before its link comes up when it is the memif server): a slot without history starts at `first_round`, one in progress at its round, a
 //! completed one at the next (with `probe = false`, every slot starts at `first_round`).
 //!
 //! # Values
@@ -821,8 +824,15 @@ struct Slot {
 #[derive(Debug)]
 struct Worker {
     slots: Vec<Slot>,
-    /// (slot, not before TSC).
+    /// Slots whose PROBE is still to be sent (slot, not before TSC).
     ready: VecDeque<(u32, u64)>,
+    /// Closed loop: the next contribution in the sequence every worker walks, round `k` of slot
+    /// `s` at `k * slots + s`.
+    cursor: u64,
+    /// Closed loop: slots a NAK 7 moved to another round, to send again there.
+    rejoin: VecDeque<u32>,
+    /// Closed loop, the slow worker: the TSC its next contribution waits for.
+    hold: Option<u64>,
     /// (slot, deadline TSC, generation).
     timers: VecDeque<(u32, u64, u32)>,
     /// Slots in S_PROBE or S_OUT with a send in flight.
@@ -907,10 +917,15 @@ impl Engine {
             by_addr.insert((ip, port), w.rank);
             let slot = Slot { state: start, round: em.first_round, gen: 0, first_tsc: 0, completed: 0 };
             let mut ready = VecDeque::with_capacity(n_slots as usize + 1);
-            ready.extend((0..n_slots).map(|s| (s, now)));
+            if em.probe {
+                ready.extend((0..n_slots).map(|s| (s, now)));
+            }
             workers.push(Worker {
                 slots: vec![slot; n_slots as usize],
                 ready,
+                cursor: 0,
+                rejoin: VecDeque::new(),
+                hold: None,
                 timers: VecDeque::with_capacity(2 * (n_slots as usize + em.window as usize)),
                 outstanding: 0,
                 c: WorkerCounters::default(),
@@ -1009,13 +1024,6 @@ impl Engine {
         self.rng < self.loss_threshold
     }
 
-    fn not_before(&self, rank: usize, now: u64) -> u64 {
-        match self.slow {
-            Some((r, d)) if r as usize == rank => now + d,
-            _ => now,
-        }
-    }
-
     /// Appends at most `max` sends due at `now` to `out` (sends dropped by `loss` are counted
     /// and not appended).
     pub fn sends(&mut self, now: u64, max: usize, out: &mut Vec<SendOrder>) {
@@ -1063,7 +1071,7 @@ impl Engine {
         }
         let probing = self.em.probe && !self.open.started && self.em.mode == Mode::Open;
         if self.em.mode == Mode::Closed || probing {
-            // Probes, then (closed loop) contributions, a window per worker.
+            // Probes, a window per worker; then (closed loop) contributions.
             let window = if probing { u32::MAX } else { self.em.window };
             let mut progress = true;
             while room > 0 && progress {
@@ -1081,29 +1089,17 @@ impl Engine {
                     if nb > now {
                         continue;
                     }
+                    wk.ready.pop_front();
                     let slot = &mut wk.slots[s as usize];
-                    let probe = slot.state == S_PROBE;
-                    if !probe && (self.stopping || probing) {
+                    if slot.state != S_PROBE {
                         continue;
                     }
-                    wk.ready.pop_front();
                     progress = true;
                     wk.outstanding += 1;
                     slot.gen = slot.gen.wrapping_add(1);
-                    let flags = if probe {
-                        wk.c.probes += 1;
-                        Flags::PROBE
-                    } else {
-                        slot.state = S_OUT;
-                        slot.first_tsc = now;
-                        wk.c.contributions += 1;
-                        0
-                    };
-                    let send = SendOrder { rank: w as u16, slot: s, round: slot.round, flags };
+                    wk.c.probes += 1;
+                    let send = SendOrder { rank: w as u16, slot: s, round: slot.round, flags: Flags::PROBE };
                     wk.timers.push_back((s, now + self.timeout, slot.gen));
-                    if self.first_tsc == 0 && !probe {
-                        self.first_tsc = now;
-                    }
                     if self.lose() {
                         self.workers[w].c.injected_drops += 1;
                     } else {
@@ -1111,6 +1107,9 @@ impl Engine {
                         room -= 1;
                     }
                 }
+            }
+            if self.em.mode == Mode::Closed && !self.stopping {
+                self.closed_sends(now, room, out);
             }
             self.next_worker = (self.next_worker + 1) % n;
             if probing && self.workers.iter().all(|w| w.outstanding == 0 && w.ready.is_empty()) {
@@ -1120,6 +1119,88 @@ impl Engine {
             return;
         }
         self.open_sends(now, room, out);
+    }
+
+    /// Closed-loop contributions, at most `room`, one per worker in turn: first the slots a NAK
+    /// 7 moved, then each worker's next contribution in the sequence they all walk (round `k`
+    /// of every slot in slot order, then round `k + 1`), while its window has room. A worker
+    /// waits at a contribution that is not ready (its slot's probe or previous round still out)
+    /// rather than pass it: so the lowest contribution not yet complete is in every worker's
+    /// window or next, and no two windows can wait on each other (with `window` below the
+    /// slots and loss, windows filled in different orders did). The slow worker's contributions
+    /// each wait `slow_us` after they could go.
+    fn closed_sends(&mut self, now: u64, mut room: usize, out: &mut Vec<SendOrder>) {
+        let n = self.workers.len();
+        let slots = u64::from(self.em.slots());
+        let rounds = self.em.rounds.map(u64::from);
+        let mut progress = true;
+        while room > 0 && progress {
+            progress = false;
+            for i in 0..n {
+                if room == 0 {
+                    break;
+                }
+                let w = (self.next_worker + i) % n;
+                let wk = &mut self.workers[w];
+                let s = if let Some(s) = wk.rejoin.pop_front() {
+                    if wk.slots[s as usize].state != S_READY {
+                        progress = true;
+                        continue;
+                    }
+                    s
+                } else {
+                    let mut next = None;
+                    while wk.outstanding < self.em.window {
+                        let (k, s) = (wk.cursor / slots, (wk.cursor % slots) as u32);
+                        if rounds.is_some_and(|r| k >= r) {
+                            break;
+                        }
+                        let slot = wk.slots[s as usize];
+                        let at_k = u64::from(slot.completed) == k;
+                        match slot.state {
+                            S_DONE | S_REFUSED => wk.cursor += 1,
+                            // Ours is in already (a probe found the round in progress with it).
+                            S_OUT if at_k => wk.cursor += 1,
+                            S_READY if at_k => {
+                                next = Some(s);
+                                break;
+                            }
+                            _ => break,
+                        }
+                    }
+                    let Some(s) = next else { continue };
+                    if let Some((r, d)) = self.slow {
+                        if r as usize == w {
+                            let until = *wk.hold.get_or_insert(now + d);
+                            if until > now {
+                                continue;
+                            }
+                            wk.hold = None;
+                        }
+                    }
+                    wk.cursor += 1;
+                    s
+                };
+                progress = true;
+                wk.outstanding += 1;
+                let slot = &mut wk.slots[s as usize];
+                slot.gen = slot.gen.wrapping_add(1);
+                slot.state = S_OUT;
+                slot.first_tsc = now;
+                wk.c.contributions += 1;
+                let send = SendOrder { rank: w as u16, slot: s, round: slot.round, flags: 0 };
+                wk.timers.push_back((s, now + self.timeout, slot.gen));
+                if self.first_tsc == 0 {
+                    self.first_tsc = now;
+                }
+                if self.lose() {
+                    self.workers[w].c.injected_drops += 1;
+                } else {
+                    out.push(send);
+                    room -= 1;
+                }
+            }
+        }
     }
 
     fn open_sends(&mut self, now: u64, mut room: usize, out: &mut Vec<SendOrder>) {
@@ -1219,7 +1300,9 @@ impl Engine {
             if reason == NakReason::STALE_ROUND as usize {
                 slot.round = h.round;
                 slot.state = S_READY;
-                wk.ready.push_back((s, now));
+                if self.em.mode == Mode::Closed && slot.completed < self.em.rounds.unwrap_or(u32::MAX) {
+                    wk.rejoin.push_back(s);
+                }
             } else {
                 slot.state = S_REFUSED;
                 wk.c.refused_slots += 1;
@@ -1243,7 +1326,6 @@ impl Engine {
                     self.workers[w].c.stale_results += 1;
                     return;
                 }
-                let nb = self.not_before(w, now);
                 let done = self.em.rounds.is_some_and(|x| slot.completed + 1 >= x);
                 let wk = &mut self.workers[w];
                 let sl = &mut wk.slots[s as usize];
@@ -1251,12 +1333,7 @@ impl Engine {
                 sl.completed += 1;
                 sl.round = sl.round.wrapping_add(1);
                 wk.outstanding -= 1;
-                if done {
-                    sl.state = S_DONE;
-                } else {
-                    sl.state = S_READY;
-                    wk.ready.push_back((s, nb));
-                }
+                sl.state = if done { S_DONE } else { S_READY };
                 now.saturating_sub(slot.first_tsc)
             }
             Mode::Open => {
@@ -1285,7 +1362,6 @@ impl Engine {
     }
 
     fn on_status(&mut self, now: u64, w: usize, s: u32, h: &GradientRepr) {
-        let nb = self.not_before(w, now);
         let first = self.em.first_round;
         let open = self.em.mode == Mode::Open;
         let wk = &mut self.workers[w];
@@ -1316,7 +1392,6 @@ impl Engine {
         } else {
             slot.state = S_READY;
             wk.outstanding -= 1;
-            wk.ready.push_back((s, nb));
         }
     }
 
@@ -1720,7 +1795,8 @@ pub struct AllreduceSummary {
     pub stale_results: u64,
     /// Slots refused by a NAK.
     pub refused_slots: u64,
-    /// (worker, slot) pairs that did not complete their rounds (closed loop with `rounds`).
+    /// (worker, slot) pairs that did not complete their rounds (closed loop with `rounds`), or
+    /// results that never came back (open loop with `rounds`).
     pub incomplete: u64,
     /// NAKs by reason.
     pub naks: NakCounts,
@@ -1782,6 +1858,11 @@ impl AllreduceSummary {
                 latency: Latency::of(&w.hist),
             });
         }
+        if em.mode == Mode::Open && em.rounds.is_some() {
+            // Open loop: the results due (every worker's, for each round fully sent) that never
+            // came back: a lost contribution is not resent there, so its round never completes.
+            incomplete = e.open.due;
+        }
         let seconds =
             if e.last_tsc > e.first_tsc && e.first_tsc != 0 { e.seconds(e.last_tsc - e.first_tsc) } else { 0.0 };
         let per_s = |x: u64| if seconds > 0.0 { x as f64 / seconds } else { 0.0 };
@@ -1832,7 +1913,9 @@ impl AllreduceSummary {
         if self.refused_slots > 0 {
             v.push(format!("{} slots refused by NAKs ({})", self.refused_slots, self.naks.text()));
         }
-        if self.incomplete > self.refused_slots {
+        if self.mode == Mode::Open && self.incomplete > 0 {
+            v.push(format!("{} results did not come back (open loop: nothing is resent)", self.incomplete));
+        } else if self.incomplete > self.refused_slots {
             v.push(format!(
                 "{} (worker, slot) pairs did not complete their rounds",
                 self.incomplete - self.refused_slots
