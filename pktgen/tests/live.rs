@@ -446,7 +446,10 @@ fn packets_limits_a_stream_and_ends_the_run() {
     let c = d.join("conf.toml");
     std::fs::write(
         &c,
-        format!("[eal]\n{EAL}\n[pktgen]\ntx_lcores = [1]\n[[port]]\nvdev = \"net_ring0\"\n[[stream]]\nport = 0\nrx_port = 0\nsize = 64\nrate_pps = 20000\n"),
+        format!(
+            "[eal]\n{EAL}\n[pktgen]\ntx_lcores = [1]\n[[port]]\nvdev = \"net_ring0\"\n[[stream]]\nport = 0\nrx_port = 0\nsize = 64\nrate_pps = 20000\n\
+             [[stream]]\nport = 0\nrx_port = 0\nsize = 64\nrate_pps = 2000\n"
+        ),
     )
     .unwrap();
     let json = d.join("s.json");
@@ -459,6 +462,12 @@ fn packets_limits_a_stream_and_ends_the_run() {
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let s = &v["streams"][0];
     assert_eq!((u(&s["tx"]["packets"]), u(&s["rx"]["packets"])), (5000, 5000), "{s}");
+    // Each stream's rate is over its own sending time: the fast one, done in a quarter of a
+    // second on the lane the slow one keeps for 2.5 s, reached its target too.
+    for s in v["streams"].as_array().unwrap() {
+        let r = f(&s["tx_vs_target"]);
+        assert!((0.9..=1.1).contains(&r), "{s}");
+    }
     assert!(f(&v["seconds"]) < 5.0, "{}", v["seconds"]);
 }
 

@@ -88,7 +88,8 @@ pub struct TxCounters {
     pub nombuf: AtomicU64,
     /// pcap streams: captured frames too long for the mbufs, not sent.
     pub skipped: AtomicU64,
-    /// The lane's TSC when it started and when it stopped sending (0: not yet).
+    /// The lane's TSC when it started sending this stream, and when it stopped (its last
+    /// packet with `--packets`, else the lane's end; 0: not yet).
     pub start_tsc: AtomicU64,
     /// See `start_tsc`.
     pub end_tsc: AtomicU64,
@@ -356,6 +357,11 @@ fn lane_loop(
         let now = dpdk::rdtsc();
         for s in &mut streams {
             s.step(now, &pool, burst, stamp_back);
+            // A stream that sent its last packet (`--packets`) ends there, not when the lane
+            // does: its rate is over its own sending time.
+            if s.finished() && s.counters[s.slot].end_tsc.load(Ordering::Relaxed) == 0 {
+                s.counters[s.slot].end_tsc.store(now, Ordering::Relaxed);
+            }
         }
         for r in &mut replays {
             r.step(now, &pool, burst);
@@ -367,7 +373,9 @@ fn lane_loop(
     let t1 = dpdk::rdtsc();
     for s in &mut streams {
         s.discard();
-        s.counters[s.slot].end_tsc.store(t1, Ordering::Relaxed);
+        if s.counters[s.slot].end_tsc.load(Ordering::Relaxed) == 0 {
+            s.counters[s.slot].end_tsc.store(t1, Ordering::Relaxed);
+        }
     }
     for r in &mut replays {
         r.discard();
