@@ -511,14 +511,16 @@ impl Rx {
     }
 }
 
-/// `h` (ns) as CDF points `[µs, fraction at or below]`, ascending, ending at the maximum.
+/// `h` (ns) as CDF points `[µs, fraction at or below]`, ascending, ending at the maximum: at
+/// each step of the quantile iteration, the fraction of samples at or below the step's value
+/// (not the step's target, which lags it: the first point's would read 0 with samples there).
 fn latency_cdf(h: &Histogram<u64>) -> Vec<[f64; 2]> {
     let mut out: Vec<[f64; 2]> = Vec::new();
     if h.is_empty() {
         return out;
     }
     for v in h.iter_quantiles(8) {
-        let point = [h.highest_equivalent(v.value_iterated_to()) as f64 / 1e3, v.quantile_iterated_to()];
+        let point = [h.highest_equivalent(v.value_iterated_to()) as f64 / 1e3, v.quantile()];
         match out.last_mut() {
             // One point per value: the highest fraction reached at it.
             Some(last) if last[0] == point[0] => last[1] = point[1],
@@ -1098,4 +1100,27 @@ fn rx_totals(rx: &Rx) -> report::Totals {
         t.reordered += s.reordered;
     }
     t
+}
+
+#[cfg(test)]
+mod cdf_tests {
+    use super::*;
+
+    /// Every point's fraction is the share of samples at or below its value: 46 samples 10 ms
+    /// apart give k/46 at the k-th, and the first is 1/46, not 0.
+    #[test]
+    fn cdf_points_are_fractions_at_or_below() {
+        let mut h = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).unwrap();
+        let samples: Vec<u64> = (0..46).map(|k| 780_000_000 + k * 10_000_000).collect();
+        for &s in &samples {
+            h.record(s).unwrap();
+        }
+        let cdf = latency_cdf(&h);
+        assert_eq!(cdf.last().unwrap()[1], 1.0);
+        for p in &cdf {
+            let at_or_below = samples.iter().filter(|&&s| (h.lowest_equivalent(s) as f64) / 1e3 <= p[0]).count();
+            assert!((p[1] - at_or_below as f64 / 46.0).abs() < 1e-9, "{p:?}: {at_or_below} of 46");
+        }
+        assert!(cdf[0][1] > 0.0, "{:?}", cdf[0]);
+    }
 }
