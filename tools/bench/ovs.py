@@ -69,7 +69,7 @@ FIELDS = {
     "ipv4.src": ("nw_src", 32, "ip", True),
     "ipv4.dst": ("nw_dst", 32, "ip", True),
     "ipv4.proto": ("nw_proto", 8, "ip", False),
-    "ipv4.dscp": ("ip_dscp", 8, "ip", False),
+    "ipv4.dscp": ("ip_dscp", 6, "ip", False),
     "ipv4.ttl": ("nw_ttl", 8, "ip", False),
     "udp.src_port": ("tp_src", 16, "udp", True),
     "udp.dst_port": ("tp_dst", 16, "udp", True),

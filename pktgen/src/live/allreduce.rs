@@ -831,8 +831,9 @@ struct Worker {
     cursor: u64,
     /// Closed loop: slots a NAK 7 moved to another round, to send again there.
     rejoin: VecDeque<u32>,
-    /// Closed loop, the slow worker: the TSC its next contribution waits for.
-    hold: Option<u64>,
+    /// Closed loop, the slow worker: contributions that took their window's room and leave at
+    /// the TSC given (`slow_us` after they could), in order.
+    held: VecDeque<(u32, u64)>,
     /// (slot, deadline TSC, generation).
     timers: VecDeque<(u32, u64, u32)>,
     /// Slots in S_PROBE or S_OUT with a send in flight.
@@ -925,7 +926,7 @@ impl Engine {
                 ready,
                 cursor: 0,
                 rejoin: VecDeque::new(),
-                hold: None,
+                held: VecDeque::new(),
                 timers: VecDeque::with_capacity(2 * (n_slots as usize + em.window as usize)),
                 outstanding: 0,
                 c: WorkerCounters::default(),
@@ -1108,8 +1109,12 @@ impl Engine {
                     }
                 }
             }
-            if self.em.mode == Mode::Closed && !self.stopping {
-                self.closed_sends(now, room, out);
+            if self.em.mode == Mode::Closed {
+                if self.stopping {
+                    self.release_held();
+                } else {
+                    self.closed_sends(now, room, out);
+                }
             }
             self.next_worker = (self.next_worker + 1) % n;
             if probing && self.workers.iter().all(|w| w.outstanding == 0 && w.ready.is_empty()) {
@@ -1121,14 +1126,17 @@ impl Engine {
         self.open_sends(now, room, out);
     }
 
-    /// Closed-loop contributions, at most `room`, one per worker in turn: first the slots a NAK
-    /// 7 moved, then each worker's next contribution in the sequence they all walk (round `k`
-    /// of every slot in slot order, then round `k + 1`), while its window has room. A worker
-    /// waits at a contribution that is not ready (its slot's probe or previous round still out)
-    /// rather than pass it: so the lowest contribution not yet complete is in every worker's
-    /// window or next, and no two windows can wait on each other (with `window` below the
-    /// slots and loss, windows filled in different orders did). The slow worker's contributions
-    /// each wait `slow_us` after they could go.
+    /// Closed-loop contributions, at most `room`, one per worker in turn: first the slow
+    /// worker's held contributions that are due, then the slots a NAK 7 moved, then each
+    /// worker's next contribution in the sequence they all walk (round `k` of every slot in slot
+    /// order, then round `k + 1`), while its window has room. A worker waits at a contribution
+    /// that is not ready (its slot's probe or previous round still out) rather than pass it:
+    /// so the lowest contribution not yet complete is in every worker's window or next, and no
+    /// two windows can wait on each other (with `window` below the slots and loss, windows
+    /// filled in different orders did). Contributions already in (a probe found the round in
+    /// progress with ours), already complete, or of a refused slot are passed. The slow worker
+    /// takes its window's room as the others do, but each contribution leaves `slow_us` after
+    /// it could (held meanwhile).
     fn closed_sends(&mut self, now: u64, mut room: usize, out: &mut Vec<SendOrder>) {
         let n = self.workers.len();
         let slots = u64::from(self.em.slots());
@@ -1141,48 +1149,58 @@ impl Engine {
                     break;
                 }
                 let w = (self.next_worker + i) % n;
+                let slow = self.slow.filter(|(r, _)| *r as usize == w).map(|(_, d)| d);
                 let wk = &mut self.workers[w];
-                let s = if let Some(s) = wk.rejoin.pop_front() {
+                let s = if let Some(&(s, _)) = wk.held.front().filter(|(_, at)| *at <= now) {
+                    wk.held.pop_front();
+                    s
+                } else if let Some(s) = wk.rejoin.pop_front() {
                     if wk.slots[s as usize].state != S_READY {
                         progress = true;
                         continue;
                     }
+                    wk.outstanding += 1;
                     s
                 } else {
                     let mut next = None;
-                    while wk.outstanding < self.em.window {
+                    // At most one pass over the slots per call: a worker whose every slot is
+                    // refused (or done) without `rounds` has nothing to find.
+                    let mut passed = 0;
+                    while wk.outstanding < self.em.window && passed <= slots {
                         let (k, s) = (wk.cursor / slots, (wk.cursor % slots) as u32);
                         if rounds.is_some_and(|r| k >= r) {
                             break;
                         }
                         let slot = wk.slots[s as usize];
-                        let at_k = u64::from(slot.completed) == k;
+                        let done = u64::from(slot.completed);
                         match slot.state {
-                            S_DONE | S_REFUSED => wk.cursor += 1,
+                            S_DONE | S_REFUSED => {}
+                            // Complete already (a probe or a rejoin sent it ahead of the cursor).
+                            _ if done > k => {}
                             // Ours is in already (a probe found the round in progress with it).
-                            S_OUT if at_k => wk.cursor += 1,
-                            S_READY if at_k => {
+                            S_OUT if done == k => {}
+                            S_READY if done == k => {
                                 next = Some(s);
                                 break;
                             }
                             _ => break,
                         }
+                        wk.cursor += 1;
+                        passed += 1;
                     }
                     let Some(s) = next else { continue };
-                    if let Some((r, d)) = self.slow {
-                        if r as usize == w {
-                            let until = *wk.hold.get_or_insert(now + d);
-                            if until > now {
-                                continue;
-                            }
-                            wk.hold = None;
-                        }
-                    }
                     wk.cursor += 1;
+                    wk.outstanding += 1;
+                    if let Some(d) = slow {
+                        // Its room taken now, sent when due.
+                        wk.slots[s as usize].state = S_OUT;
+                        wk.held.push_back((s, now + d));
+                        progress = true;
+                        continue;
+                    }
                     s
                 };
                 progress = true;
-                wk.outstanding += 1;
                 let slot = &mut wk.slots[s as usize];
                 slot.gen = slot.gen.wrapping_add(1);
                 slot.state = S_OUT;
@@ -1199,6 +1217,16 @@ impl Engine {
                     out.push(send);
                     room -= 1;
                 }
+            }
+        }
+    }
+
+    /// At a stop: the slow worker's held contributions are not sent; their room is given back.
+    fn release_held(&mut self) {
+        for wk in &mut self.workers {
+            while let Some((s, _)) = wk.held.pop_front() {
+                wk.outstanding -= 1;
+                wk.slots[s as usize].state = S_READY;
             }
         }
     }
@@ -2529,6 +2557,106 @@ pub(crate) mod tests {
     /// A closed-loop engine against a model appliance in memory: every contribution frame it
     /// builds parses as a reply would (own parser), results complete rounds, and a wrong payload
     /// counts as wrong; a timeout resends with RETRANSMIT; NAK 7 moves the round, NAK 6 refuses.
+    /// A frame from the appliance to `e0`'s member `rank` about `slot` (64-element chunks).
+    fn reply(e0: &Emulation, rank: u16, slot: u32, round: u32, payload: &[u8], flags: u8, reason: u8) -> Vec<u8> {
+        let w = e0.workers[rank as usize];
+        let spec = FrameSpec {
+            src_mac: w.appliance_mac,
+            dst_mac: w.mac,
+            vlan: None,
+            outer_tag: None,
+            src_ip: w.appliance_ip,
+            dst_ip: w.ip,
+            dscp: 0,
+            ecn: 2,
+            ttl: 64,
+            src_port: 49374,
+            dst_port: w.udp_port,
+            roce: None,
+            header: GradientRepr {
+                version: 1,
+                flags,
+                op_type: 1,
+                collective_id: 1,
+                dtype: 1,
+                reason,
+                worker_rank: 0xffff,
+                tensor_offset: slot * 64,
+                data_length: payload.len() as u32,
+                round,
+            },
+        };
+        let mut f = vec![0u8; spec.frame_len(payload.len())];
+        build::build(&spec, payload, &mut f).unwrap();
+        f
+    }
+
+    /// A probe that finds a slot's round in progress with this worker's contribution puts the
+    /// slot out ahead of the sequence; when its result comes before the worker's sequence gets
+    /// there, the worker passes it and goes on (it stopped there for good).
+    #[test]
+    fn a_slot_completed_ahead_of_the_sequence_is_passed() {
+        let mut e0 = em(Op::Sum, Op::Sum, Dtype::F32);
+        e0.tensor_elements = 8 * 64;
+        e0.rounds = Some(3);
+        e0.probe = true;
+        e0.workers.truncate(1);
+        let mut eng = Engine::new(&e0, 1_000_000_000, 1);
+        let mut out = Vec::new();
+        eng.sends(1, 100, &mut out);
+        assert_eq!(out.len(), 2, "probes, window 2: {out:?}");
+        // Slots 0 and 1: no history. Then slot 5's probe says ours is in (state 2, round 0).
+        for s in [0, 1] {
+            eng.on_frame(2, &reply(&e0, 0, s, 0, &[0], Flags::RESULT | Flags::PROBE, SlotState::NO_HISTORY));
+        }
+        let mut t = 3;
+        let mut done = 0;
+        let v = eng.values().clone();
+        while done < 3 * 8 && t < 10_000 {
+            out.clear();
+            eng.sends(t, 100, &mut out);
+            for o in out.clone() {
+                if o.flags & Flags::PROBE != 0 {
+                    let state = if o.slot == 5 { SlotState::IN_PROGRESS_WITH_RANK } else { SlotState::NO_HISTORY };
+                    eng.on_frame(t, &reply(&e0, 0, o.slot, 0, &[0], Flags::RESULT | Flags::PROBE, state));
+                    if o.slot == 5 {
+                        // Its result at once, before the sequence reaches slot 5.
+                        let (off, count) = e0.chunk(5);
+                        eng.on_frame(t, &reply(&e0, 0, 5, 0, v.result(off, count, 0), Flags::RESULT, 0));
+                        done += 1;
+                    }
+                } else {
+                    let (off, count) = e0.chunk(o.slot);
+                    eng.on_frame(t, &reply(&e0, 0, o.slot, o.round, v.result(off, count, o.round), Flags::RESULT, 0));
+                    done += 1;
+                }
+            }
+            t += 1;
+        }
+        assert!(eng.finished(), "every round of every slot: {done} results by t={t}");
+        assert_eq!(eng.counters(0).right, 24);
+    }
+
+    /// A worker whose every slot is refused, without `rounds`, has nothing to send: `sends`
+    /// returns (it went round the sequence for ever).
+    #[test]
+    fn a_worker_with_every_slot_refused_sends_nothing_and_returns() {
+        let mut e0 = em(Op::Sum, Op::Sum, Dtype::F32);
+        e0.rounds = None;
+        e0.workers.truncate(1);
+        let mut eng = Engine::new(&e0, 1_000_000_000, 1);
+        let mut out = Vec::new();
+        eng.sends(1, 100, &mut out);
+        assert_eq!(out.len(), 2);
+        for s in [0, 1] {
+            eng.on_frame(2, &reply(&e0, 0, s, 0, &[], Flags::NAK, 3));
+        }
+        assert_eq!(eng.counters(0).refused_slots, 2);
+        out.clear();
+        eng.sends(3, 100, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+    }
+
     #[test]
     fn closed_loop_engine_walks_rounds() {
         let e0 = em(Op::Sum, Op::Sum, Dtype::F32);

@@ -986,7 +986,6 @@ fn router_then_verify_agrees(f: &[u8], rx: RxChecksum) -> Result<(), TestCaseErr
     Ok(())
 }
 
-/// c04 and c10's checksum rules, and the NIC's verdicts, hold for what the appliance consumes:
 /// An IPv4 frame 10.0.0.1:49152 -> `dst`:9000 (payload 01 02 03 04) with a NOP and a Loose
 /// Source and Record Route holding 10.9.9.9 at `pointer` (4: unfinished; 8: finished), its UDP
 /// checksum computed over `csum_dst`.
@@ -1028,6 +1027,7 @@ fn a_source_routed_datagram_is_checked_against_its_final_destination() {
     assert!(!ok(&case_frames("c08_ipv6_ext_headers.pcap")[0]).source_routed);
 }
 
+/// c04 and c10's checksum rules, and the NIC's verdicts, hold for what the appliance consumes:
 /// a router parse (transit) takes a frame whose UDP checksum or ICRC is wrong, and `verify_l4`
 /// (before the aggregator) refuses it with the full parse's reason.
 #[test]

@@ -153,7 +153,8 @@ impl Red {
     }
 
     /// A packet arrives at an empty queue at `now` (ticks): [`Red::wake`], then the decision on
-    /// the decayed average as it stands (with `ewma_log2` 0, on depth 0). That is Floyd and
+    /// the decayed average as it stands (with `ewma_log2` 0, on depth 0); without a slot length
+    /// (an unshaped port), [`Red::decide`] at depth 0. That is Floyd and
     /// Jacobson's idle branch, `avg ← (1 − w)^m · avg` in place of the EWMA step, not both
     /// (DPDK's `rte_red_enqueue_empty` applies the same decay): an arrival less than one slot
     /// after the queue emptied finds the average unchanged. With the average at 0 (an idle
@@ -163,6 +164,12 @@ impl Red {
         if self.avg_fp == 0 && self.zero_passes {
             self.idle_since = None;
             return RedVerdict::Pass;
+        }
+        if slot_ticks.is_none_or(|s| s == 0) {
+            // No line time to count idle slots in (an unshaped port): the EWMA step of depth 0
+            // is all the decay there is.
+            self.idle_since = None;
+            return self.decide(0, rng);
         }
         self.wake(now, slot_ticks);
         let depth = if self.cfg.ewma_log2 == 0 { 0 } else { self.avg_fp >> AVG_FRAC_BITS };
@@ -304,6 +311,15 @@ mod tests {
             let marked = (before * left) as u64 >> AVG_FRAC_BITS >= 1_000;
             assert_eq!(v == RedVerdict::Mark, marked, "w={w} idle={idle}");
         }
+        // Without a slot (an unshaped port) the arrival samples depth 0: one EWMA step.
+        let mut red = Red::new(RedConfig { kmin_bytes: 1_000, kmax_bytes: 1_000, pmax: P_ONE, ewma_log2: 1 });
+        for _ in 0..200 {
+            red.sample(2_000);
+        }
+        let before = red.avg_fixed();
+        red.went_empty(10_000);
+        red.arrive_empty(10_000_000, None, &mut rng);
+        assert_eq!(red.avg_fixed(), before - (before >> 1));
     }
 
     fn cfg(ewma_log2: u8) -> RedConfig {

@@ -261,12 +261,14 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
                         if len < 3 || o[i + 2] as usize > len {
                             return None;
                         }
-                        return Some(match len {
-                            7.. => {
-                                let a = &o[i + len - 4..i + len];
+                        // The last whole address of the route data (3 bytes of type, length
+                        // and pointer, then 4 per address; a ragged tail is no address).
+                        return Some(match (len - 3) / 4 {
+                            0 => self.dst_addr(),
+                            n => {
+                                let a = &o[i + 3 + 4 * (n - 1)..i + 3 + 4 * n];
                                 [a[0], a[1], a[2], a[3]]
                             }
-                            _ => self.dst_addr(),
                         });
                     }
                     i += len;
@@ -542,6 +544,8 @@ mod tests {
         // destination as the final one.
         assert_eq!(route(&[131, 2, 0, 0]), None);
         assert_eq!(route(&[131, 4, 4, 0]), Some([10, 0, 0, 2]));
+        // A ragged route (length 9: one address and 2 bytes): its last whole address.
+        assert_eq!(route(&[&[131, 9, 4][..], &a, &[7, 7, 0, 0, 0]].concat()), Some(a));
         // Without options: none, whatever follows the header.
         assert_eq!(Ipv4Packet::new_unchecked(&C05[..]).unfinished_source_route(), None);
     }

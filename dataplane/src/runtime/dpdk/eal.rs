@@ -104,10 +104,10 @@ fn owns_prefix(args: &[String], pid: u32) -> bool {
 }
 
 /// True for the names EAL 22.11 creates in a runtime directory: the shared configuration
-/// (`config`, `fbarray_*`, only without `--no-shconf`), the multi-process sockets (`mp_socket`,
+/// (`config`, `fbarray_*`, `hugepage_info`, `hugepage_data`, only without `--no-shconf`), the multi-process sockets (`mp_socket`,
 /// `mp_socket_<pid>_<n>`) and the telemetry sockets (`dpdk_telemetry.v2`, legacy `telemetry`).
 fn is_eal_file(name: &str) -> bool {
-    matches!(name, "config" | "dpdk_telemetry.v2" | "telemetry")
+    matches!(name, "config" | "hugepage_info" | "hugepage_data" | "dpdk_telemetry.v2" | "telemetry")
         || name.starts_with("fbarray_")
         || name.starts_with("mp_socket")
 }
