@@ -102,6 +102,13 @@ impl Default for MempoolConfig {
     }
 }
 
+impl MempoolConfig {
+    /// The longest frame one mbuf holds (bytes): the data room less [`MBUF_HEADROOM`].
+    pub fn frame_bytes(&self) -> u32 {
+        u32::from(self.data_room).saturating_sub(MBUF_HEADROOM as u32)
+    }
+}
+
 /// Longest port or table name (bytes): names are keys of the live counters
 /// ([`crate::live::Board::key`]), which DPDK's telemetry caps at 128 bytes with the family.
 pub const MAX_LABEL: usize = 32;

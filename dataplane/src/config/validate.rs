@@ -45,7 +45,7 @@ pub(super) fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigErro
         ));
     }
     let collectives = collectives(&config, &addrs.ipv4, &addrs.ipv6, path)?;
-    let mbuf_frame = u32::from(config.mempool.data_room).saturating_sub(MBUF_HEADROOM as u32);
+    let mbuf_frame = config.mempool.frame_bytes();
     let qos = config
         .ports
         .iter()
@@ -338,7 +338,7 @@ fn check_result_frames(config: &Config, collectives: &[Collective], path: &Path)
     // results do not fit one would fold contributions and never send their results (spec
     // section 4, rule 2). Contributions that arrive untagged for members with a `vlan` are
     // 4 bytes shorter than their results, so the contributions fitting is not enough.
-    let room = (config.mempool.data_room as usize).saturating_sub(MBUF_HEADROOM);
+    let room = config.mempool.frame_bytes() as usize;
     for (i, c) in collectives.iter().enumerate() {
         let len = crate::agg::max_result_frame_len(c);
         if len > room {

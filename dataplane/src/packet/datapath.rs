@@ -796,7 +796,7 @@ impl<B: PacketBuf> Datapath<B> {
                 }
             }
         }
-        if (p.source_routed || p.ipv6_discard_option) && self.for_the_appliance(p, in_port) {
+        if p.refused_by_its_destination() && self.for_the_appliance(p, in_port) {
             // RFC 8200 section 4.4: the appliance is the node that would process the Routing
             // header (or the IPv4 source route), and it processes none; the upper layer is not
             // its own. Section 4.2: as the destination it must discard a packet with an option
@@ -906,7 +906,7 @@ impl<B: PacketBuf> Datapath<B> {
     #[inline(always)]
     fn way(&self, p: &Parsed, in_port: u16) -> Way {
         if (is_neighbor_message(p) && self.local.get(in_port as usize).is_some())
-            || ((p.source_routed || p.ipv6_discard_option) && self.for_the_appliance(p, in_port))
+            || (p.refused_by_its_destination() && self.for_the_appliance(p, in_port))
         {
             Way::Other
         } else if !self.aggregate_in_pipeline && self.wanted(p, in_port) {
@@ -1412,11 +1412,7 @@ mod tests {
         let mut ip = vec![0x47, 0, 0, 36, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1];
         ip.extend_from_slice(&dst);
         ip.extend_from_slice(&[1, ty, 7, pointer, 10, 9, 9, 9]);
-        let mut sum: u32 = ip.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
-        while sum > 0xffff {
-            sum = (sum & 0xffff) + (sum >> 16);
-        }
-        ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        crate::wire::ipv4::Ipv4Packet::new_unchecked(&mut ip[..]).fill_checksum();
         f.extend_from_slice(&ip);
         f.extend_from_slice(&[0, 5, 0x23, 0x28, 0, 8, 0, 0]);
         f

@@ -2677,36 +2677,7 @@ pub(crate) mod tests {
         }
         // Results from a model appliance: source port 49374 to each member.
         let result = |rank: u16, slot: u32, round: u32, payload: &[u8], flags: u8, reason: u8| {
-            let w = e0.workers[rank as usize];
-            let spec = FrameSpec {
-                src_mac: w.appliance_mac,
-                dst_mac: w.mac,
-                vlan: None,
-                outer_tag: None,
-                src_ip: w.appliance_ip,
-                dst_ip: w.ip,
-                dscp: 0,
-                ecn: 2,
-                ttl: 64,
-                src_port: 49374,
-                dst_port: w.udp_port,
-                roce: None,
-                header: GradientRepr {
-                    version: 1,
-                    flags,
-                    op_type: 1,
-                    collective_id: 1,
-                    dtype: 1,
-                    reason,
-                    worker_rank: 0xffff,
-                    tensor_offset: slot * 64,
-                    data_length: payload.len() as u32,
-                    round,
-                },
-            };
-            let mut f = vec![0u8; spec.frame_len(payload.len())];
-            build::build(&spec, payload, &mut f).unwrap();
-            f
+            reply(&e0, rank, slot, round, payload, flags, reason)
         };
         let v = eng.values().clone();
         let right = v.result(0, 64, 0).to_vec();

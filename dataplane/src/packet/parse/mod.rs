@@ -249,6 +249,14 @@ pub struct Parsed {
 }
 
 impl Parsed {
+    /// True when the packet's destination, if it is the appliance, must refuse it: a source
+    /// route not finished ([`Parsed::source_routed`]) or an IPv6 option that says discard
+    /// ([`Parsed::ipv6_discard_option`]).
+    #[inline(always)]
+    pub fn refused_by_its_destination(&self) -> bool {
+        self.source_routed || self.ipv6_discard_option
+    }
+
     /// True when every layer of `l` is present.
     #[inline]
     pub fn has(&self, l: Layers) -> bool {

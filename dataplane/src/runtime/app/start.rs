@@ -98,7 +98,7 @@ pub(super) fn create_pool(
         .sum();
     // One scheduler per shaped port (its owner's), and a ring to it from every other worker. A
     // queue's floor counts frames of one mbuf (a jumbo port's longer frames are chains).
-    let mbuf_frame = u32::from(cfg.mempool.data_room).saturating_sub(crate::config::MBUF_HEADROOM as u32);
+    let mbuf_frame = cfg.mempool.frame_bytes();
     let shaped: Vec<&PortConfig> = loaded.qos.iter().flatten().map(|(c, _)| c).collect();
     let sched = SchedMbufs {
         ring_mbufs: (shaped.len() * lcores.len().saturating_sub(1)) as u64
