@@ -186,6 +186,19 @@ pub fn class_mbufs_floor(capacity_bytes: u64, max_frame: u32) -> u64 {
     capacity_bytes.div_ceil(u64::from(max_frame.max(1))).max(1)
 }
 
+/// The mbufs a class of `capacity_bytes` on a shaped port whose frames reach `max_frame` bytes
+/// may hold beyond one per frame: 0 when every frame fits one mbuf (`mbuf_frame` bytes: the data
+/// room less the headroom), else `capacity_bytes / mbuf_frame`. A chain of `L` bytes takes
+/// `ceil(L / mbuf_frame)` mbufs, at most one more than `(L - 1) / mbuf_frame`, and the class
+/// holds at most `capacity_bytes` of frames, so its chains take at most that many extra.
+pub fn class_chain_mbufs(max_frame: u32, capacity_bytes: u64, mbuf_frame: u32) -> u64 {
+    if max_frame > mbuf_frame {
+        capacity_bytes / u64::from(mbuf_frame.max(1))
+    } else {
+        0
+    }
+}
+
 /// Fits the egress schedulers' classes into the `spare` mbufs the pool leaves once the workers,
 /// the ports and the rings have theirs, so that full queues never take the mbufs rx needs.
 /// `demand[i]` is class `i`'s packet capacity ([`class_mbufs`]), `floor[i]` the least it may be

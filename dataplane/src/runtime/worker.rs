@@ -511,12 +511,34 @@ pub fn ring_room_needed(workers: usize, burst: usize) -> u32 {
     (workers.saturating_sub(1) * burst.min(MAX_BURST)) as u32
 }
 
+/// Mbufs one frame may keep out of the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameMbufs {
+    /// A frame the appliance makes (result, copy, NAK): 1, or 4 with `[dataplane]
+    /// zero_copy_results` (a result's chain of up to 3, and the frame whose payload it shares,
+    /// out of the pool until the last frame sharing it is freed).
+    pub made: u64,
+    /// A received frame: 1, or, when a port's `mtu` lets frames longer than one mbuf's data
+    /// room in, the segments of the longest (`ceil(max frame / mbuf frame)`: a jumbo chain).
+    pub received: u64,
+}
+
+impl FrameMbufs {
+    /// Every frame in one mbuf.
+    pub const ONE: FrameMbufs = FrameMbufs { made: 1, received: 1 };
+
+    /// The most a frame in a tx buffer, a ring or a tx queue may hold: a made or a forwarded one.
+    pub fn any(self) -> u64 {
+        self.made.max(self.received)
+    }
+}
+
 /// The mbufs one worker may hold at once, besides its hand-off ring and the pool's per-lcore
-/// cache: the burst it is processing (received, or taken from its ring) and its tx buffers
-/// (`ports` x [`TX_BUFFER`] frames of up to `tx_segs` mbufs each); copies, results and NAKs are
-/// made into the tx buffers.
-pub fn mbufs_held(burst: usize, ports: usize, tx_segs: u64) -> u64 {
-    burst.min(MAX_BURST) as u64 + (ports * TX_BUFFER) as u64 * tx_segs
+/// cache: the burst it is processing (received, or taken from its ring: `burst` frames of up to
+/// `segs.received` mbufs) and its tx buffers (`ports` x [`TX_BUFFER`] frames of up to
+/// `segs.any()` mbufs each); copies, results and NAKs are made into the tx buffers.
+pub fn mbufs_held(burst: usize, ports: usize, segs: FrameMbufs) -> u64 {
+    burst.min(MAX_BURST) as u64 * segs.received + (ports * TX_BUFFER) as u64 * segs.any()
 }
 
 /// What one lockstep turn works with.

@@ -98,11 +98,9 @@ pub struct SchedMbufs {
 /// [`SchedMbufs::default`] without), what their rings and queues can hold: a pool that runs dry
 /// makes the ports lose packets (`rx_nombuf`), and full queues must never starve the ports.
 ///
-/// `tx_segs`: mbufs a frame on the tx side may hold out of the pool, 1 but with `[dataplane]
-/// zero_copy_results` (4: a result frame's chain of up to 3, and the frame whose payload it
-/// shares, which stays out of the pool until the last frame sharing it is freed): the workers'
-/// tx buffers hold that many per frame (the PMDs' tx descriptors and the schedulers' queues are
-/// scaled by the caller).
+/// `segs`: mbufs a frame may hold out of the pool ([`worker::FrameMbufs`]: zero-copy results'
+/// chains, received jumbo chains): the workers' bursts and tx buffers hold that many per frame
+/// (the PMDs' descriptors, the schedulers' rings and queues are scaled by the caller).
 ///
 /// `pmd_held`: mbufs the ports' descriptors may hold (rx rings a NIC keeps filled, tx rings it
 /// frees lazily). A hand-off ring gets an equal share of what the rest leaves, at most
@@ -128,10 +126,10 @@ pub fn plan_pool(
     rings: bool,
     pmd_held: u64,
     sched: &SchedMbufs,
-    tx_segs: u64,
+    segs: worker::FrameMbufs,
 ) -> Result<(u32, Vec<u64>), String> {
     let workers = workers.max(1);
-    let held = worker::mbufs_held(burst, ports, tx_segs);
+    let held = worker::mbufs_held(burst, ports, segs);
     let cached = (cache as u64 * 3).div_ceil(2); // a cache holds up to 1.5 x its size (flush threshold)
     let reserved = workers as u64 * (held + cached) + pmd_held + sched.ring_mbufs;
     let min_slots = if rings { (2 * worker::ring_room_needed(workers, burst) + 1).next_power_of_two() } else { 0 };
@@ -145,12 +143,17 @@ pub fn plan_pool(
     let needed = reserved + min_rings + floors;
     let Ok(classes) = fitted.map_err(|_| ()).and_then(|c| if (mbufs as u64) < needed { Err(()) } else { Ok(c) }) else {
         let mut why = format!(
-            "{workers} worker(s) hold up to {} mbufs each (an rx burst of {}, {ports} port(s) x {} tx buffers{}, and \
-             1.5 x the cache of {cache} on their lcore)",
+            "{workers} worker(s) hold up to {} mbufs each (an rx burst of {}{}, {ports} port(s) x {} tx buffers{}, \
+             and 1.5 x the cache of {cache} on their lcore)",
             held + cached,
             burst.min(worker::MAX_BURST),
+            if segs.received > 1 { format!(" x {} mbufs per jumbo frame", segs.received) } else { String::new() },
             worker::TX_BUFFER,
-            if tx_segs > 1 { format!(" x {tx_segs} mbufs per zero-copy result frame") } else { String::new() }
+            match (segs.made > 1, segs.received > 1) {
+                (false, false) => String::new(),
+                (true, _) if segs.made >= segs.received => format!(" x {} mbufs per zero-copy result frame", segs.made),
+                _ => format!(" x {} mbufs per jumbo frame", segs.received),
+            }
         );
         if pmd_held > 0 {
             why += &format!(", the ports' rx and tx descriptors {pmd_held}");
@@ -766,6 +769,7 @@ fn run_with_eal(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::worker::FrameMbufs;
 
     #[test]
     fn full_egress_queues_leave_rx_its_mbufs() {
@@ -788,7 +792,7 @@ mod tests {
         // for 8191 + 8191 + 215 asked, floors 174 + 174 + 2: the 7361 beyond the floors go in
         // proportion to 8017, 8017 and 213 of 16247 asked beyond them: 3632, 3632 and 96.
         let sched = SchedMbufs { ring_mbufs: 0, demand: vec![8191, 8191, 215], floor: vec![174, 174, 2] };
-        let (slots, classes) = plan_pool(8191, 256, 32, 2, 1, false, 0, &sched, 1).unwrap();
+        let (slots, classes) = plan_pool(8191, 256, 32, 2, 1, false, 0, &sched, FrameMbufs::ONE).unwrap();
         assert_eq!(slots, 0);
         assert!(classes.iter().sum::<u64>() <= 8191 - 480, "{classes:?}");
         assert_eq!(classes, fit_class_mbufs(&sched.demand, &sched.floor, 8191 - 480).unwrap());
@@ -796,13 +800,16 @@ mod tests {
         // Two workers, each other's rings to the owner (1023 mbufs), hand-off rings: 2 x 480 +
         // 1023 + 2 x 127 + 350 = 2587 needed at the floors.
         let sched = SchedMbufs { ring_mbufs: 1023, ..sched };
-        let e = plan_pool(2586, 256, 32, 2, 2, true, 0, &sched, 1).unwrap_err();
+        let e = plan_pool(2586, 256, 32, 2, 2, true, 0, &sched, FrameMbufs::ONE).unwrap_err();
         assert!(e.starts_with("expected at least 2587 mbufs, found 2586"), "{e}");
         assert!(e.contains("scheduler owners 1023") && e.contains("egress queues at least 350"), "{e}");
-        let (slots, classes) = plan_pool(2587, 256, 32, 2, 2, true, 0, &sched, 1).unwrap();
+        let (slots, classes) = plan_pool(2587, 256, 32, 2, 2, true, 0, &sched, FrameMbufs::ONE).unwrap();
         assert_eq!((slots, classes), (128, vec![174, 174, 2]));
         // Without schedulers, as before.
-        assert_eq!(plan_pool(8191, 256, 32, 2, 2, true, 0, &SchedMbufs::default(), 1), Ok((2048, vec![])));
+        assert_eq!(
+            plan_pool(8191, 256, 32, 2, 2, true, 0, &SchedMbufs::default(), FrameMbufs::ONE),
+            Ok((2048, vec![]))
+        );
     }
 
     /// Zero-copy results are chains of up to 3 mbufs (RoCEv2: header, shared payload, ICRC),
@@ -811,7 +818,8 @@ mod tests {
     /// copy mode).
     #[test]
     fn zero_copy_results_count_every_mbuf_of_their_chains() {
-        let plan = |m, segs| plan_pool(m, 256, 32, 2, 1, false, 0, &SchedMbufs::default(), segs);
+        let plan =
+            |m, made| plan_pool(m, 256, 32, 2, 1, false, 0, &SchedMbufs::default(), FrameMbufs { made, received: 1 });
         assert_eq!(plan(480, 1), Ok((0, vec![])));
         let e = plan(671, 4).unwrap_err();
         assert!(e.starts_with("expected at least 672 mbufs, found 671"), "{e}");
@@ -823,10 +831,59 @@ mod tests {
         assert_eq!(pmd_held("net_pcap0", 1, 1024, 2, 512, 3), 0);
     }
 
+    /// A port whose MTU lets jumbo frames in receives them as chains: with 2048-byte mbuf
+    /// frames and MTU 9000 (frames up to 9022 bytes), 5 mbufs each. One worker, 2 ports, burst
+    /// 32, cache 256: 32 x 5 + 2 x 32 x 5 + 384 = 864 (480 with one mbuf per frame).
+    #[test]
+    fn jumbo_chains_count_every_mbuf_they_take() {
+        let jumbo = FrameMbufs { made: 1, received: 9022u32.div_ceil(2048) as u64 };
+        assert_eq!(jumbo.received, 5);
+        let plan = |m, segs| plan_pool(m, 256, 32, 2, 1, false, 0, &SchedMbufs::default(), segs);
+        assert_eq!(plan(480, FrameMbufs::ONE), Ok((0, vec![])));
+        let e = plan(863, jumbo).unwrap_err();
+        assert!(e.starts_with("expected at least 864 mbufs, found 863"), "{e}");
+        assert!(
+            e.contains(
+                "an rx burst of 32 x 5 mbufs per jumbo frame, 2 port(s) x 32 tx buffers x 5 mbufs per jumbo frame"
+            ),
+            "{e}"
+        );
+        assert_eq!(plan(864, jumbo), Ok((0, vec![])));
+        // Zero-copy results' 4 per frame beside chains of 5: a tx buffer holds the longer.
+        assert_eq!(jumbo.any(), 5);
+        assert_eq!(FrameMbufs { made: 4, received: 2 }.any(), 4);
+        assert_eq!(plan(32 * 2 + 64 * 4 + 384, FrameMbufs { made: 4, received: 2 }), Ok((0, vec![])));
+
+        // A shaped class of capacity_bytes on a jumbo port: its chains take at most
+        // capacity_bytes / mbuf frame more than one mbuf per frame, whatever the frames' lengths.
+        use crate::config::memory::class_chain_mbufs;
+        assert_eq!(class_chain_mbufs(2048, 262_144, 2048), 0);
+        assert_eq!(class_chain_mbufs(9022, 262_144, 2048), 128);
+        assert_eq!(class_chain_mbufs(9022, 3000, 2048), 1);
+        let mut x = 0x9e37_79b9_u64;
+        for _ in 0..2000 {
+            // Frames of 14..=9022 bytes queued until the next would pass 20,000 bytes.
+            let (mut bytes, mut frames, mut mbufs) = (0u64, 0u64, 0u64);
+            loop {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let len = 14 + (x >> 33) % (9022 - 13);
+                if bytes + len > 20_000 {
+                    break;
+                }
+                bytes += len;
+                frames += 1;
+                mbufs += len.div_ceil(2048);
+            }
+            assert!(mbufs <= frames + class_chain_mbufs(9022, 20_000, 2048), "{mbufs} mbufs in {frames} frames");
+        }
+        // The bound is reached: nine frames of 2049 bytes (two mbufs each) in 20,000 bytes.
+        assert_eq!(9 * 2049u64.div_ceil(2048), 9 + class_chain_mbufs(9022, 20_000, 2048));
+    }
+
     #[test]
     fn hand_off_rings_get_what_the_pool_leaves() {
         let size_hand_off_rings =
-            |m, c, b, p, w, r, h| plan_pool(m, c, b, p, w, r, h, &SchedMbufs::default(), 1).map(|p| p.0);
+            |m, c, b, p, w, r, h| plan_pool(m, c, b, p, w, r, h, &SchedMbufs::default(), FrameMbufs::ONE).map(|p| p.0);
         // 2 workers, 2 ports, burst 32, cache 256: each worker holds 32 + 64 + 384 = 480; the
         // default pool leaves (8191 - 960) / 2 = 3615 per ring: 2048 slots (2047 mbufs).
         assert_eq!(size_hand_off_rings(8191, 256, 32, 2, 2, true, 0), Ok(2048));

@@ -5,7 +5,7 @@
 use super::{plan_pool, pmd_held, AppError, Options, PortPlan, SchedMbufs};
 use crate::agg::nak::SharedNakLimiter;
 use crate::agg::PortAddr;
-use crate::config::memory::class_mbufs_floor;
+use crate::config::memory::{class_chain_mbufs, class_mbufs_floor};
 use crate::config::{ConfigError, LcoreConfig, Loaded};
 use crate::datapath::Datapath;
 use crate::dpdk::lcore::{self, LcoreHandle};
@@ -87,7 +87,18 @@ pub(super) fn create_pool(
     // Zero-copy results are chains of up to 3 mbufs (a header, the shared payload, the RoCEv2
     // ICRC; whatever the collectives at start: RoCEv2 ones may be added at runtime), each
     // keeping its body's mbuf out of the pool too until it is freed.
-    let (tx_segs, chain) = if cfg.dataplane.zero_copy_results { (4, 3) } else { (1, 1) };
+    let (made, chain) = if cfg.dataplane.zero_copy_results { (4, 3) } else { (1, 1) };
+    // A port whose MTU lets frames longer than one mbuf in receives them as chains: every
+    // frame a worker holds, and every transit frame queued or in a ring, may be that long.
+    let mbuf_frame = cfg.mempool.frame_bytes();
+    let received = cfg
+        .ports
+        .iter()
+        .map(|p| u64::from(crate::config::qos::port_max_frame(mbuf_frame, p.mtu).div_ceil(mbuf_frame.max(1))))
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let segs = worker::FrameMbufs { made, received };
     let descriptors: u64 = plans
         .iter()
         .enumerate()
@@ -96,19 +107,32 @@ pub(super) fn create_pool(
             pmd_held(&p.device, loaded.rx_queues(i as u16), pc.rx_desc, lcores.len() as u16, pc.tx_desc, chain)
         })
         .sum();
-    // One scheduler per shaped port (its owner's), and a ring to it from every other worker. A
-    // queue's floor counts frames of one mbuf (a jumbo port's longer frames are chains).
-    let mbuf_frame = cfg.mempool.frame_bytes();
+    // One scheduler per shaped port (its owner's), and a ring to it from every other worker.
     let shaped: Vec<&PortConfig> = loaded.qos.iter().flatten().map(|(c, _)| c).collect();
     let sched = SchedMbufs {
         ring_mbufs: (shaped.len() * lcores.len().saturating_sub(1)) as u64
             * u64::from(worker::QOS_RING_SLOTS - 1)
-            * tx_segs,
-        // In mbufs: a queued zero-copy result holds up to `tx_segs` of them.
-        demand: shaped.iter().flat_map(|c| c.classes.iter().map(|k| u64::from(k.capacity_pkts) * tx_segs)).collect(),
+            * segs.any(),
+        // In mbufs: a queued zero-copy result holds up to `made` of them, and on a jumbo port
+        // the chains of the frames a class holds add at most one mbuf per full mbuf frame of
+        // its capacity_bytes ([`class_chain_mbufs`]).
+        demand: shaped
+            .iter()
+            .flat_map(|c| {
+                c.classes.iter().map(|k| {
+                    u64::from(k.capacity_pkts) * made
+                        + class_chain_mbufs(c.max_frame_bytes, k.capacity_bytes, mbuf_frame)
+                })
+            })
+            .collect(),
         floor: shaped
             .iter()
-            .flat_map(|c| c.classes.iter().map(|k| class_mbufs_floor(k.capacity_bytes, mbuf_frame) * tx_segs))
+            .flat_map(|c| {
+                c.classes.iter().map(|k| {
+                    class_mbufs_floor(k.capacity_bytes, mbuf_frame) * made
+                        + class_chain_mbufs(c.max_frame_bytes, k.capacity_bytes, mbuf_frame)
+                })
+            })
             .collect(),
     };
     let (ring_slots, fitted) = plan_pool(
@@ -120,14 +144,16 @@ pub(super) fn create_pool(
         with_rings,
         descriptors,
         &sched,
-        tx_segs,
+        segs,
     )
     .map_err(|e| ConfigError::new(&opts.config, "mempool.mbufs", e))?;
     let mut fitted = fitted.into_iter();
     let mut schedulers = loaded.qos.clone();
     for (c, _) in schedulers.iter_mut().flatten() {
+        let max_frame = c.max_frame_bytes;
         for k in &mut c.classes {
-            k.capacity_pkts = fitted.next().map_or(k.capacity_pkts, |n| (n / tx_segs).max(1) as u32);
+            let extra = class_chain_mbufs(max_frame, k.capacity_bytes, mbuf_frame);
+            k.capacity_pkts = fitted.next().map_or(k.capacity_pkts, |n| (n.saturating_sub(extra) / made).max(1) as u32);
         }
     }
     let pool = Mempool::new("dpu_mbufs", cfg.mempool.mbufs, cfg.mempool.cache, cfg.mempool.data_room, -1)?;
