@@ -52,6 +52,31 @@ fn finite_replay_into_a_null_port_without_rx_ends_by_itself() {
     assert!(run.elapsed < std::time::Duration::from_secs(30), "took {:?}", run.elapsed);
 }
 
+/// A port no lcore polls delivers nothing: a net_ring port, or a net_null port that would
+/// generate packets forever, used as an output only, does not keep a finite replay going.
+#[test]
+fn finite_replay_ends_whatever_the_ports_no_lcore_polls() {
+    let input = case("pcap/nccl_ring_allreduce_rocev2.pcap");
+    for out in ["net_ring0", "net_null0"] {
+        let dir = scratch(&format!("unpolled-{out}"));
+        let text = format!(
+            "{EAL}\n[[port]]\nname = \"in\"\nvdev = \"net_pcap0,rx_pcap={}\"\n\
+             [[port]]\nname = \"out\"\nvdev = \"{out}\"\n\
+             [[lcore]]\nid = 1\nrx = [{{ port = 0, queue = 0 }}]\n{TO_PORT1}",
+            input.display()
+        );
+        let conf = write_config(&dir, "c.toml", &text);
+        let run = run_dpu(&dir, &conf, &[]);
+        run.assert_ok();
+        let s = run.stats();
+        assert_eq!(s["input_records"], 275, "{out}");
+        assert_eq!(s["input_short"], false, "{out}");
+        assert_eq!(s["ports"][0]["workers"]["rx_packets"], 275, "{out}");
+        assert_eq!(s["ports"][1]["workers"]["tx_packets"], 275, "{out}");
+        assert!(run.elapsed < std::time::Duration::from_secs(30), "{out} took {:?}", run.elapsed);
+    }
+}
+
 /// `-q` prints nothing but errors: neither the final stats nor DPDK's own start-up lines
 /// (telemetry's among them, which the config's per-library log levels do not reach).
 #[test]

@@ -299,9 +299,12 @@ impl Aggregator {
     }
 
     /// True when the aggregator has collectives and `p` is a gradient packet addressed to the
-    /// appliance on `port` (its IP there, when one is configured for the packet's family),
-    /// a whole one or one too short for its header (which [`Aggregator::process`] drops as
-    /// malformed).
+    /// appliance on `port` (to its IP there of the packet's family), a whole one or one too
+    /// short for its header (which [`Aggregator::process`] drops as malformed). A port with no
+    /// address of the packet's family has no appliance address to send to: whatever its
+    /// destination, the packet is another host's, and goes through the tables as transit
+    /// (the spec's answers, NAK and STATUS included, come from the appliance's address on the
+    /// port, section 6, which such a port does not have).
     #[inline]
     pub fn wants(&self, p: &Parsed, port: u16) -> bool {
         if self.colls.is_empty() || !(p.has(Layers::GRADIENT) || p.has(Layers::GRADIENT_SHORT)) {
@@ -309,9 +312,9 @@ impl Aggregator {
         }
         let Some(a) = self.ports.get(port as usize) else { return false };
         if p.has(Layers::IPV4) {
-            a.ipv4.is_none_or(|ip| p.ip_dst() == ip)
+            a.ipv4.is_some_and(|ip| p.ip_dst() == ip)
         } else {
-            a.ipv6.is_none_or(|ip| p.ip_dst() == ip)
+            a.ipv6.is_some_and(|ip| p.ip_dst() == ip)
         }
     }
 

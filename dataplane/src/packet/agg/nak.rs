@@ -16,10 +16,13 @@
 //!   table built at configuration. A packet from a member's source is charged there whatever it
 //!   was refused for (another collective, a bad offset, a stale round): the member gets one NAK
 //!   per 100 ms whatever else arrives.
-//! - **Strangers.** Every other source hashes into a fixed table of [`BUCKETS`] words (32 KiB):
-//!   two strangers that share a bucket share its interval, the second is suppressed. Strangers
-//!   therefore get at most [`BUCKETS`] NAKs per 100 ms between them, each at most one, in fixed
-//!   memory however many there are.
+//! - **Strangers.** Every other source has [`CHOICES`] candidate words in a fixed table of
+//!   [`BUCKETS`] (32 KiB), picked by its hash; a word holds the time of a NAK and a tag of the
+//!   source it went to. A stranger is charged to the candidate holding its tag, else it takes
+//!   the first candidate that is free or whose NAK is older than the interval. Only when every
+//!   candidate holds another source's NAK of the last 100 ms is it suppressed: strangers share
+//!   nothing unless that many of them are answered at once (a flood), get at most [`BUCKETS`]
+//!   NAKs per 100 ms between them, each at most one, in fixed memory however many there are.
 
 use super::collective::{Carriage, Collective};
 use super::send::send_frame;
@@ -37,6 +40,15 @@ pub const NAK_INTERVAL_US: u64 = 100_000;
 /// Buckets of the strangers' table (32 KiB of words): at most this many NAKs to sources that
 /// are no member's per [`NAK_INTERVAL_US`].
 pub const BUCKETS: usize = 4096;
+/// Candidate buckets per stranger: 12-bit slices of its hash, the first its low bits.
+pub const CHOICES: usize = 4;
+
+/// A stranger's word: bit 63 set when it holds a NAK, bits 40..63 the tag of the source it went
+/// to (23 bits of its hash), bits 0..40 the NAK's time (µs modulo 2^40, 12.7 days: a word
+/// exactly a multiple of that old reads as recent for one interval, suppressing one NAK).
+const HELD: u64 = 1 << 63;
+const TIME_BITS: u32 = 40;
+const TIME_MASK: u64 = (1 << TIME_BITS) - 1;
 
 /// A NAK's destination, as [`source`] encodes it: the IP address (IPv4 in the first 4 bytes)
 /// and the UDP port or RoCEv2 QP (24 bits) tagged with the carriage and family.
@@ -62,8 +74,8 @@ pub fn source(ip: &[u8], port_or_qp: u32, roce: bool) -> Source {
 /// The per-source NAK limiter every worker's aggregator shares (see the module docs).
 #[derive(Debug)]
 pub struct SharedNakLimiter {
-    /// Strangers, per bucket: 0 when no NAK went out yet, else the time of the last one (µs)
-    /// plus one.
+    /// Strangers, per bucket: 0 when no NAK went out yet, else [`HELD`], the tag of the source
+    /// and the time (µs) of the last one.
     buckets: Box<[AtomicU64]>,
     /// The members' sources and their words, set once (by the first aggregator to share the
     /// limiter: every worker has the same collectives).
@@ -155,7 +167,41 @@ fn grant(word: &AtomicU64, now_us: u64) -> bool {
     }
 }
 
+/// True when stranger word `w` holds a NAK of the last [`NAK_INTERVAL_US`] before `now_us`, or
+/// one later than `now_us` (another worker's clock, another port's capture: as recent).
+#[inline]
+fn recent(w: u64, now_us: u64) -> bool {
+    let age = (now_us & TIME_MASK).wrapping_sub(w & TIME_MASK) & TIME_MASK;
+    w & HELD != 0 && !(NAK_INTERVAL_US..=TIME_MASK / 2).contains(&age)
+}
+
 impl SharedNakLimiter {
+    /// Grants a NAK to the stranger whose [`hash`] is `h` at `now_us` (see the module docs):
+    /// lock-free, by compare-and-swap of the word it takes, so that racing workers grant one.
+    #[inline]
+    fn grant_stranger(&self, h: usize, now_us: u64) -> bool {
+        let h = h as u64;
+        let tag = HELD | (h & !TIME_MASK & !HELD);
+        let at: [usize; CHOICES] = std::array::from_fn(|i| (h >> (12 * i)) as usize % BUCKETS);
+        loop {
+            let w: [u64; CHOICES] = std::array::from_fn(|i| self.buckets[at[i]].load(Ordering::Acquire));
+            // The word already holding this source's tag decides; else the first free or
+            // stale one is taken; else every candidate is another's, recent: suppressed.
+            let pick = match (0..CHOICES).find(|&i| w[i] & !TIME_MASK == tag) {
+                Some(i) if recent(w[i], now_us) => return false,
+                Some(i) => i,
+                None => match (0..CHOICES).find(|&i| !recent(w[i], now_us)) {
+                    Some(i) => i,
+                    None => return false,
+                },
+            };
+            let new = tag | (now_us & TIME_MASK);
+            if self.buckets[at[pick]].compare_exchange(w[pick], new, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                return true;
+            }
+        }
+    }
+
     /// A limiter whose members are `sources` (made with [`source`]; duplicates are one source).
     pub fn with_members(sources: impl IntoIterator<Item = Source>) -> Self {
         let l = SharedNakLimiter::default();
@@ -202,7 +248,7 @@ impl SharedNakLimiter {
     }
 
     /// True if a NAK may go to `src` at `now_us` (µs, the appliance's clock); records it. A
-    /// member's source is charged to its own word, any other to its bucket. A time earlier
+    /// member's source is charged to its own word, any other to a word of the strangers' table. A time earlier
     /// than the word's last NAK (workers' clocks, or two ports' capture times, need not agree)
     /// counts as within the interval: suppressed, never an extra NAK.
     #[inline]
@@ -210,7 +256,7 @@ impl SharedNakLimiter {
         let h = hash(&src);
         match self.members.get().and_then(|m| m.word(&src, h)) {
             Some(w) => grant(w, now_us),
-            None => grant(&self.buckets[h % BUCKETS], now_us),
+            None => self.grant_stranger(h, now_us),
         }
     }
 }
@@ -251,14 +297,17 @@ impl Aggregator {
             header.round = r;
         }
         let port = self.ports.get(in_port as usize).copied().unwrap_or_default();
+        // From the appliance's address on the ingress port (section 6), never another host's:
+        // without one of the packet's family there is nothing to answer from (`wants` passes
+        // such packets on as transit, so none reaches here).
         let (src_ip, dst_ip) = if p.has(Layers::IPV4) {
-            let mut d = [0u8; 4];
-            d.copy_from_slice(p.ip_dst());
+            let Some(me) = port.ipv4 else { return };
             let mut s = [0u8; 4];
             s.copy_from_slice(p.ip_src());
-            (IpAddrBytes::V4(port.ipv4.unwrap_or(d)), IpAddrBytes::V4(s))
+            (IpAddrBytes::V4(me), IpAddrBytes::V4(s))
         } else {
-            (IpAddrBytes::V6(port.ipv6.unwrap_or(p.ip_dst_bytes)), IpAddrBytes::V6(p.ip_src_bytes))
+            let Some(me) = port.ipv6 else { return };
+            (IpAddrBytes::V6(me), IpAddrBytes::V6(p.ip_src_bytes))
         };
         let coll_dscp = coll.map_or(0, |k| self.colls[k].spec.dscp);
         // Back the way the packet came: its tags mirrored, whole (priority, DEI and VID), an
@@ -409,6 +458,37 @@ mod tests {
             assert!(l.allow((ip, port), 0), "port {port}");
         }
     }
+    /// Two strangers whose hashes share their first bucket each get their NAK: the second
+    /// takes another of its candidates. So do 500 strangers refused at one instant (a stranger
+    /// is suppressed only when all 4 of its candidates are taken: with k of the 4096 words
+    /// held, about (k / 4096)^4 of the time, 1 in 4,500 at k = 500), each of them once; at
+    /// 4096 at once, most still are.
+    #[test]
+    fn strangers_sharing_a_bucket_each_get_their_nak() {
+        let a = v4([192, 168, 7, 10], 40000);
+        let b = v4([192, 168, 7, 23], 40151);
+        assert_eq!(hash(&a) % BUCKETS, hash(&b) % BUCKETS, "the pair shares its first bucket");
+        let l = SharedNakLimiter::default();
+        assert!(l.allow(a, 0));
+        assert!(l.allow(b, 1000));
+        assert!(!l.allow(a, 2000) && !l.allow(b, 3000));
+        assert!(l.allow(a, NAK_INTERVAL_US) && l.allow(b, NAK_INTERVAL_US + 1000));
+        assert!(!l.allow(b, NAK_INTERVAL_US + 1001));
+
+        let l = SharedNakLimiter::default();
+        let stranger =
+            |i: u32| v4([172, 16 + (i % 3) as u8, (i >> 8) as u8, i as u8], 40000 + (i * 7919 % 1000) as u16);
+        for t in [0, 10] {
+            let granted = (0..500).filter(|&i| l.allow(stranger(i), t)).count();
+            assert_eq!(granted, if t == 0 { 500 } else { 0 });
+        }
+        let granted = (0..500).filter(|&i| l.allow(stranger(i), NAK_INTERVAL_US)).count();
+        assert_eq!(granted, 500, "the next interval: each again");
+        let l = SharedNakLimiter::default();
+        let granted = (0..4096).filter(|&i| l.allow(stranger(i), 0)).count();
+        assert!((3500..=4096).contains(&granted), "{granted} of 4096 at once");
+    }
+
     fn v4(a: [u8; 4], port: u16) -> Source {
         source(&a, port as u32, false)
     }

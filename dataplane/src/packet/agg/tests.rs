@@ -820,6 +820,54 @@ fn short_gradient_datagrams_are_malformed_only_when_addressed_to_the_appliance()
     assert_eq!(rig.agg().folded, 0);
 }
 
+/// A port with no address of a packet's family has no appliance address of that family: a
+/// gradient packet of that family arriving there is another host's, whatever its destination,
+/// and goes to the tables (here none: `no_egress`), never folded and never answered (a NAK
+/// would have to come from an address the appliance does not have, section 6). On the same
+/// port the family it has an address of is aggregated as before, and only when sent to it.
+#[test]
+fn a_port_without_an_address_of_the_family_aggregates_none_of_it() {
+    for carriage in ["udp", "rocev2"] {
+        let text = conf("sum", "f32", carriage, false, "", 2, 4, 4).replacen("ipv6 = \"fd00::fe\"\n", "", 1);
+        let mut rig = Rig::new(&text);
+        let v6 = |last: u8| {
+            let mut a = "fd00::".parse::<std::net::Ipv6Addr>().unwrap().octets();
+            a[15] = last;
+            IpAddrBytes::V6(a)
+        };
+        let mut io = VecIo::new(1);
+        // To an appliance-looking address, to another host, and from a configured member's
+        // rank with a header naming the collective: none of it is the appliance's.
+        for (i, dst) in [0xfe, 0x77].into_iter().enumerate() {
+            let f = rig.frame(0, 0, 1, &f32s(&[1.0; 4]), |s| {
+                s.src_ip = v6(1);
+                s.dst_ip = v6(dst);
+            });
+            rig.send(&mut io, f, i as u64 * 1_000_000);
+        }
+        // An unknown collective would be NAK 1 if it were the appliance's.
+        let f = rig.frame(0, 0, 1, &f32s(&[1.0; 4]), |s| {
+            s.src_ip = v6(1);
+            s.dst_ip = v6(0xfe);
+            s.header.collective_id = 99;
+        });
+        rig.send(&mut io, f, 3_000_000);
+        assert!(io.sent.is_empty(), "{carriage}: nothing answered: {} frames", io.sent.len());
+        assert_eq!(rig.dp.counters.dropped(Reason::NoEgress), 3, "{carriage}");
+        assert_eq!(rig.dp.counters.dropped(Reason::GradUnknownCollective), 0, "{carriage}");
+        assert_eq!((rig.agg().folded, rig.agg().naks), (0, 0), "{carriage}");
+        // IPv4 on the same port: to another host, transit; to the appliance, folded.
+        let f = rig.frame(0, 0, 1, &f32s(&[1.0; 4]), |s| s.dst_ip = IpAddrBytes::V4([10, 0, 0, 77]));
+        rig.send(&mut io, f, 4_000_000);
+        assert_eq!((rig.agg().folded, rig.dp.counters.dropped(Reason::NoEgress)), (0, 4), "{carriage}");
+        for k in 0..2 {
+            let f = rig.frame(k, 0, 1, &f32s(&[1.0; 4]), |_| {});
+            rig.send(&mut io, f, 5_000_000);
+        }
+        assert_eq!((rig.agg().folded, rig.agg().completed, io.sent.len()), (2, 1, 2), "{carriage}");
+    }
+}
+
 /// Rule 5's source and length checks on the other family and carriage: an IPv6 source other
 /// than the rank's member's (5); a RoCEv2 data_length larger than the bytes present (6), while
 /// bytes beyond data_length are no error on RoCEv2 (only the UDP carriage's length must match

@@ -514,7 +514,12 @@ fn prepare_files(
     let mut total = pcapfile::Input::default();
     let mut finite = true;
     let mut preload = 0u64;
-    for p in plans {
+    for (i, p) in plans.iter().enumerate() {
+        // A port no lcore polls delivers nothing: its input, live, endless or a file, neither
+        // keeps the run going nor is waited for (an output-only net_ring or net_null port).
+        if loaded.rx_queues(i as u16) == 0 {
+            continue;
+        }
         for f in &p.rx_files {
             let n = match scanned.iter().find(|(g, _)| *g == f.as_path()) {
                 Some((_, n)) if p.rx_merge.is_none() => *n,
