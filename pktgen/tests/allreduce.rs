@@ -454,10 +454,13 @@ fn emulations_on_worker_lcores_complete_every_round() {
     let b = &o.pktgen["allreduce"][1];
     assert_eq!(b["mode"], "open");
     assert_eq!(u(&b["contributions"]), rounds * colls[1].slots() * 4, "{b}");
-    // A PROBE of every slot by every worker first, answered once each (closed loop).
+    // A PROBE of every slot by every worker first, answered once each (closed loop); on a loaded
+    // machine a slot whose result is late past the 20 ms timeout is probed again (a stall).
     let a = &o.pktgen["allreduce"][0];
     let statuses: u64 = a["per_worker"].as_array().unwrap().iter().map(|w| u(&w["statuses"])).sum();
-    assert_eq!(statuses, colls[0].slots() * 4, "{a}");
+    let timeouts: u64 = a["per_worker"].as_array().unwrap().iter().map(|w| u(&w["timeouts"])).sum();
+    assert!(statuses >= colls[0].slots() * 4, "{a}");
+    assert!(statuses == colls[0].slots() * 4 || timeouts > 0, "probes beyond the first without a stall: {a}");
     assert_eq!(u(&o.dpu["aggregation"]["completed"]), 3 * rounds * 8, "{}", o.dpu["aggregation"]);
     assert_eq!(o.csv.lines().count(), 1 + 3 * 5, "{}", o.csv);
     assert!(o.out.contains("allreduce c2: open loop, 4 workers x 8 slots of 128 bf16 lanes"), "{}", o.out);
@@ -541,7 +544,9 @@ fn a_panic_on_a_worker_lcore_ends_the_run_naming_it() {
     assert!(took < 15.0, "the run took {took:.1} s: it waited for its 20 s duration:\n{}", o.out);
     assert!(o.pktgen.is_null(), "a report was written: {}", o.pktgen);
     // Collective 1's workers received those frames: a STATUS per slot and worker (8 x 4), the
-    // rest results, 4 per round the appliance completed; collective 2's ran beside it.
+    // rest results, 4 per round the appliance completed, and a result resent for every
+    // retransmission of a completed round (on a loaded machine the 20 ms timeout passes);
+    // collective 2's ran beside it.
     let colls_out = o.dpu["collectives"].as_array().unwrap_or_else(|| panic!("{}", o.dpu));
     let coll = |id: u64| {
         colls_out.iter().find(|c| c["collective"] == id).unwrap_or_else(|| panic!("no collective {id}: {}", o.dpu))
@@ -549,8 +554,11 @@ fn a_panic_on_a_worker_lcore_ends_the_run_naming_it() {
     let c1 = coll(1);
     assert_eq!(u(&c1["statuses"]), 32, "{c1}");
     assert_eq!(u(&c1["results"]), 4 * u(&c1["completed"]), "{c1}");
-    assert!(u(&c1["results"]) + 32 >= frames, "the appliance sent fewer than the {frames} received: {c1}");
-    assert!(u(&c1["completed"]) >= (2000 - 32) / 4, "{c1}");
+    assert!(
+        u(&c1["results"]) + u(&c1["resends"]) + 32 >= frames,
+        "the appliance sent fewer than the {frames} received: {c1}"
+    );
+    assert!(u(&c1["completed"]) >= (2000 - 32 - u(&c1["resends"])) / 4, "{c1}");
     assert!(u(&coll(2)["completed"]) > 0, "{}", o.dpu);
 }
 
