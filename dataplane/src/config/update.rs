@@ -684,13 +684,147 @@ pub enum Request {
 }
 
 /// Parses a request: at most [`MAX_REQUEST`] bytes of UTF-8 JSON, one object, no unknown field.
-/// Errors say what was wrong and where (line and column).
+/// Errors say what was wrong and where: line and column for the JSON, and for an operation of
+/// `apply` its index and key (`request: key `ops[2].entry.acton`: unknown field `acton`, ...`), Rust's
+/// type names said in words (`expected an integer from 0 to 65535`).
 pub fn parse_request(bytes: &[u8]) -> Result<Request, String> {
     if bytes.len() > MAX_REQUEST {
         return Err(format!("request refused: more than the limit of {MAX_REQUEST} bytes"));
     }
     let text = std::str::from_utf8(bytes).map_err(|e| format!("request is not UTF-8: {e}"))?;
-    serde_json::from_str(text).map_err(|e| one_line(&format!("request: {e}")))
+    let said = |e: serde_json::Error| one_line(&format!("request: {}", super::in_words(&e.to_string())));
+    let v: serde_json::Value = serde_json::from_str(text).map_err(said)?;
+    let serde_json::Value::Object(mut o) = v else { return serde_json::from_str(text).map_err(said) };
+    if o.get("cmd").and_then(serde_json::Value::as_str) != Some("apply") {
+        return serde_json::from_str(text).map_err(said);
+    }
+    if let Some(k) = o.keys().find(|k| *k != "cmd" && *k != "ops") {
+        return Err(one_line(&format!("request: unknown field `{k}`, expected `cmd` or `ops`")));
+    }
+    let ops = match o.remove("ops") {
+        Some(serde_json::Value::Array(a)) => a,
+        Some(_) => return Err("request: key `ops`: expected an array of operations".into()),
+        None => return Err("request: missing field `ops`".into()),
+    };
+    let ops = ops
+        .into_iter()
+        .enumerate()
+        .map(|(k, op)| {
+            change_of(op).map_err(|(key, msg)| {
+                let e = ConfigError::new(Path::new(REQUEST), format!("ops[{k}]{key}"), msg);
+                one_line(&e.to_string())
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Request::Apply { ops })
+}
+
+/// The operations' names, as `op` says them.
+const OPS: [&str; 13] = [
+    "add_entry",
+    "modify_entry",
+    "delete_entry",
+    "set_default_action",
+    "add_group",
+    "modify_group",
+    "delete_group",
+    "add_meter",
+    "modify_meter",
+    "delete_meter",
+    "add_collective",
+    "modify_collective",
+    "delete_collective",
+];
+
+/// One operation of a request, `{"op": NAME, ...}`: the change, or the key of its fault within
+/// the operation (like `.entry.acton`, `.collective.member[1].ip`, or empty) and what was wrong.
+fn change_of(op: serde_json::Value) -> Result<Change, (String, String)> {
+    let serde_json::Value::Object(mut o) = op else {
+        return Err((String::new(), format!("expected an operation (an object with `op`), found {op}")));
+    };
+    let names = OPS.join(", ");
+    let name = match o.remove("op") {
+        Some(serde_json::Value::String(s)) if OPS.contains(&s.as_str()) => s,
+        Some(serde_json::Value::String(s)) => {
+            return Err((".op".into(), format!("unknown operation {s:?}: expected one of {names}")))
+        }
+        Some(v) => return Err((".op".into(), format!("expected the operation's name, one of {names}; found {v}"))),
+        None => return Err((".op".into(), format!("missing: expected the operation's name, one of {names}"))),
+    };
+    // Deserialized as {NAME: {fields}}, which serde reads without buffering: the path of a
+    // fault within the operation is known.
+    let mut tagged = serde_json::Map::new();
+    tagged.insert(name, serde_json::Value::Object(o));
+    let by_name: Result<ByName, _> = serde_path_to_error::deserialize(serde_json::Value::Object(tagged));
+    by_name.map(|b| b.0).map_err(|e| {
+        let mut key = String::new();
+        for s in e.path().iter() {
+            match s {
+                serde_path_to_error::Segment::Seq { index } => key += &format!("[{index}]"),
+                serde_path_to_error::Segment::Map { key: k } => key += &format!(".{k}"),
+                serde_path_to_error::Segment::Enum { .. } => {}
+                serde_path_to_error::Segment::Unknown => key += ".?",
+            }
+        }
+        (key, super::in_words(&e.inner().to_string()))
+    })
+}
+
+/// A [`Change`] read as `{NAME: {fields}}` ([`change_of`]).
+#[derive(Deserialize)]
+struct ByName(#[serde(with = "ChangeByName")] Change);
+
+/// [`Change`]'s variants, for [`ByName`]: the same fields, named by an outer key rather than
+/// `op` (serde reads an internally tagged enum through a buffer that loses the path of a fault).
+#[derive(Deserialize)]
+#[serde(remote = "Change", rename_all = "snake_case", deny_unknown_fields)]
+#[allow(dead_code)] // Read only by serde's generated code.
+enum ChangeByName {
+    AddEntry {
+        table: String,
+        entry: EntryConfig,
+    },
+    ModifyEntry {
+        table: String,
+        entry: EntryConfig,
+    },
+    DeleteEntry {
+        table: String,
+        key: Vec<toml::Value>,
+        #[serde(default)]
+        priority: Option<i32>,
+    },
+    SetDefaultAction {
+        table: String,
+        action: String,
+    },
+    AddGroup {
+        group: GroupConfig,
+    },
+    ModifyGroup {
+        group: GroupConfig,
+    },
+    DeleteGroup {
+        id: u16,
+    },
+    AddMeter {
+        meter: MeterConfig,
+    },
+    ModifyMeter {
+        meter: MeterConfig,
+    },
+    DeleteMeter {
+        name: String,
+    },
+    AddCollective {
+        collective: CollectiveConfig,
+    },
+    ModifyCollective {
+        collective: CollectiveConfig,
+    },
+    DeleteCollective {
+        id: u16,
+    },
 }
 
 /// `s` with its control characters escaped (`\n`): an error that echoes a request's text

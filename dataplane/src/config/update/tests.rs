@@ -439,3 +439,53 @@ fn a_large_batch_on_a_large_table_applies_in_one_pass() {
     let e = clash(Change::DeleteEntry { table: "l2".into(), key: vec![mac(2 * n).into()], priority: None });
     assert!(e.contains("ops[10].key") && e.contains("has no entry with this key"), "{e}");
 }
+
+/// A malformed operation is named by its index and the key within it, with what was expected in
+/// words, not Rust's type names.
+#[test]
+fn a_malformed_operation_is_named_by_index_and_key() {
+    let coll = r#""collective_id":9,"op":"sum","dtype":"f32","chunk_elements":256"#;
+    let cases = [
+        (
+            r#"[{"op":"delete_group","id":1},{"op":"add_entry","table":"l2","entry":{"key":["x"],"acton":"drop"}}]"#
+                .to_string(),
+            "request: key `ops[1].entry.acton`: unknown field `acton`, expected one of `key`, `action`, `priority`",
+        ),
+        (
+            format!(r#"[{{"op":"add_collective","collective":{{{coll},"tensor_elements":"1024","member":[]}}}}]"#),
+            "request: key `ops[0].collective.tensor_elements`: invalid type: string \"1024\", expected a \
+             non-negative integer",
+        ),
+        (
+            format!(
+                r#"[{{"op":"add_collective","collective":{{{coll},"tensor_elements":1024,"member":[{{"rank":0,"ip":"10.0.0.1","mac":"02:00:00:00:00:01"}},{{"rank":70000}}]}}}}]"#
+            ),
+            "request: key `ops[0].collective.member[1].rank`: invalid value: integer `70000`, expected an integer \
+             from 0 to 65535",
+        ),
+        (
+            format!(r#"[{{"op":"modify_collective","collective":{{{coll},"tensor_elements":1024}}}}]"#),
+            "request: key `ops[0].collective`: missing field `member`",
+        ),
+        (r#"[{"op":"delete_group","id":1},{"op":"delete_group","id":1},{"op":"add_entri"}]"#.to_string(), "request: key `ops[2].op`: unknown operation \"add_entri\": expected one of add_entry, modify_entry, delete_entry"),
+        (r#"[{"table":"l2"}]"#.to_string(), "request: key `ops[0].op`: missing: expected the operation's name"),
+        (r#"[{"op":"delete_group","id":1,"x":2}]"#.to_string(), "request: key `ops[0].x`: unknown field `x`, expected `id`"),
+        (r#"[{"op":"add_group","group":{"id":2,"copy":[{"port":0},{"port":-1}]}}]"#.to_string(), "request: key `ops[0].group.copy[1].port`: invalid value: integer `-1`, expected an integer from 0 to 65535"),
+        (r#"[7]"#.to_string(), "request: key `ops[0]`: expected an operation (an object with `op`), found 7"),
+    ];
+    for (batch, want) in cases {
+        let e = parse_request(format!(r#"{{"cmd":"apply","ops":{batch}}}"#).as_bytes()).unwrap_err();
+        assert!(e.starts_with(want), "{batch}:\n{e}\nwanted {want}");
+    }
+    assert_eq!(
+        parse_request(br#"{"cmd":"apply","ops":[],"opps":[]}"#).unwrap_err(),
+        "request: unknown field `opps`, expected `cmd` or `ops`"
+    );
+    // A well-formed operation reads as before.
+    let ok =
+        parse_request(br#"{"cmd":"apply","ops":[{"op":"delete_entry","table":"l2","key":["02:00:00:00:00:01"]}]}"#);
+    assert!(
+        matches!(&ok, Ok(Request::Apply { ops }) if matches!(&ops[..], [Change::DeleteEntry { table, priority: None, .. }] if table == "l2")),
+        "{ok:?}"
+    );
+}
