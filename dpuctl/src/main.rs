@@ -112,7 +112,8 @@ enum Cmd {
     /// residence time, rounds completed, drops; full screen on a terminal (q, Esc or Ctrl-C to
     /// stop), text otherwise.
     Watch {
-        /// Seconds between refreshes.
+        /// Seconds between refreshes, from 0.1 (the appliance publishes its counters every
+        /// 100 ms) to 86400.
         #[arg(long, default_value_t = 1.0)]
         interval: f64,
         /// Stop after this many refreshes.
@@ -212,6 +213,8 @@ fn main() -> ExitCode {
 fn run(cli: &Cli) -> Result<(), Failure> {
     let socket = find_socket(cli.socket.as_deref(), cli.prefix.as_deref())?;
     let apply = |ops: Value| json!({ "cmd": "apply", "ops": ops });
+    // The file the operations come from, and how it holds them: a refusal names its keys.
+    let mut from: Option<(&Path, Shape)> = None;
     let request = match &cli.cmd {
         Cmd::Stats => json!({ "cmd": "stats" }),
         Cmd::Tables { .. } => json!({ "cmd": "tables" }),
@@ -231,21 +234,27 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         Cmd::Default { table, action } => {
             apply(json!([{ "op": "set_default_action", "table": table, "action": action }]))
         }
-        Cmd::Batch { file } => apply(read_batch(file).map_err(Failure::Usage)?),
+        Cmd::Batch { file } => {
+            let (ops, shape) = read_batch(file).map_err(Failure::Usage)?;
+            from = Some((file.as_path(), shape));
+            apply(ops)
+        }
         Cmd::Collective { cmd: CollectiveCmd::Add { file } } => {
-            apply(collective_ops("add_collective", file).map_err(Failure::Usage)?)
+            let (ops, shape) = collective_ops("add_collective", file).map_err(Failure::Usage)?;
+            from = Some((file.as_path(), shape));
+            apply(ops)
         }
         Cmd::Collective { cmd: CollectiveCmd::Modify { file } } => {
-            apply(collective_ops("modify_collective", file).map_err(Failure::Usage)?)
+            let (ops, shape) = collective_ops("modify_collective", file).map_err(Failure::Usage)?;
+            from = Some((file.as_path(), shape));
+            apply(ops)
         }
         Cmd::Collective { cmd: CollectiveCmd::Delete { ids } } => {
             apply(ids.iter().map(|id| json!({ "op": "delete_collective", "id": id })).collect())
         }
         Cmd::Reload => json!({ "cmd": "reload" }),
         Cmd::Watch { interval, count, plain } => {
-            if !(*interval > 0.0 && interval.is_finite()) {
-                return Err(Failure::Usage(format!("--interval: expected seconds above 0, found {interval}")));
-            }
+            let interval = watch_interval(*interval).map_err(Failure::Usage)?;
             let fetch = || {
                 let r = call(&socket, &json!({ "cmd": "stats" }))?;
                 if r["ok"] != true {
@@ -253,7 +262,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                 }
                 Ok(watch::Sample::of_reply(&r))
             };
-            return Ok(watch::run(&socket, *interval, *count, *plain, fetch)?);
+            return Ok(watch::run(&socket, interval, *count, *plain, fetch)?);
         }
         Cmd::Raw { request } => {
             serde_json::from_str(request).map_err(|e| Failure::Usage(format!("the request is not JSON: {e}")))?
@@ -268,14 +277,19 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         return if reply["ok"] == true { Ok(()) } else { Err(error_of(&reply).into()) };
     }
     if reply["ok"] != true {
-        return Err(error_of(&reply).into());
+        let e = error_of(&reply);
+        return Err(match from {
+            Some((file, shape)) => in_file(&e, file, shape),
+            None => e,
+        }
+        .into());
     }
     match &cli.cmd {
         Cmd::Stats => print_stats(&reply["stats"]),
         Cmd::Tables { name } => print_tables(&reply["tables"], name.as_deref())?,
-        Cmd::Groups => print_list(&reply["groups"], "multicast_group"),
-        Cmd::Meters => print_list(&reply["meters"], "meter"),
-        Cmd::Collectives => print_collectives(&reply),
+        Cmd::Groups => print!("{}", list_toml(&reply["groups"], "multicast_group")),
+        Cmd::Meters => print!("{}", list_toml(&reply["meters"], "meter")),
+        Cmd::Collectives => print!("{}", collectives_toml(&reply)),
         Cmd::Stragglers => print_stragglers(&reply["stragglers"]),
         Cmd::Reload => println!("{}", reply["message"].as_str().unwrap_or("reloaded")),
         _ => println!("applied {} operation(s): version {}", reply["applied"], reply["version"]),
@@ -294,58 +308,140 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The `op` operations (`add_collective`, `modify_collective`) of the collectives in `file`:
-/// TOML `[[collective]]` tables as in the config file, or JSON (one object or an array).
-fn collective_ops(op: &str, file: &Path) -> Result<Value, String> {
-    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let list = collectives_of(&text, file.extension().is_some_and(|e| e == "json"))
-        .map_err(|e| format!("{}: {e}", file.display()))?;
-    Ok(list.into_iter().map(|c| json!({ "op": op, "collective": c })).collect())
+/// How a file holds its items (operations or collectives): what the appliance's `ops[K]` is
+/// called in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// TOML tables of this name: `[[op]]` (`op[K]`), `[[collective]]` (`collective[K]`).
+    Toml(&'static str),
+    /// A JSON array: `[K]`.
+    JsonArray,
+    /// A JSON object holding the array under this name: `ops` (`ops[K]`).
+    JsonObject(&'static str),
+    /// One JSON object: the only item (its keys alone).
+    JsonOne,
 }
 
-/// The collectives of a file's `text`: its `[[collective]]` tables (TOML), or a JSON object or
-/// array of objects. At least one.
-fn collectives_of(text: &str, is_json: bool) -> Result<Vec<Value>, String> {
-    let list = if is_json {
+impl Shape {
+    /// The file's key for `rest` (like `.entry.action`) of item `k`.
+    fn key(self, k: usize, rest: &str) -> String {
+        match self {
+            Shape::Toml(name) | Shape::JsonObject(name) => format!("{name}[{k}]{rest}"),
+            Shape::JsonArray => format!("[{k}]{rest}"),
+            Shape::JsonOne => rest.trim_start_matches('.').to_string(),
+        }
+    }
+}
+
+/// The appliance's refusal `err` of a request made from `file`, said in the file's terms: a
+/// fault at `ops[K]...` (`request: key `ops[K]REST`: WHY`) is named by the file and its own key
+/// (`FILE: key `op[K]REST`: WHY`; for a collective file, whose operations each hold one
+/// collective, `collective[K]REST` without the operation's `.collective`); another refusal is
+/// said after the file's name.
+fn in_file(err: &str, file: &Path, shape: Shape) -> String {
+    let f = file.display();
+    let parsed = err.strip_prefix("request: key `ops[").and_then(|r| {
+        let (k, r) = r.split_once(']')?;
+        let (rest, why) = r.split_once("`: ")?;
+        Some((k.parse::<usize>().ok()?, rest, why))
+    });
+    let Some((k, rest, why)) = parsed else { return format!("{f}: {err}") };
+    let rest = match shape {
+        Shape::Toml("collective") | Shape::JsonArray | Shape::JsonOne => {
+            rest.strip_prefix(".collective").filter(|r| r.is_empty() || r.starts_with(['.', '['])).unwrap_or(rest)
+        }
+        _ => rest,
+    };
+    match shape.key(k, rest) {
+        key if key.is_empty() => format!("{f}: {why}"),
+        key => format!("{f}: key `{key}`: {why}"),
+    }
+}
+
+/// The `op` operations (`add_collective`, `modify_collective`) of the collectives in `file`:
+/// TOML `[[collective]]` tables as in the config file, or JSON (one object or an array); and how
+/// the file holds them.
+fn collective_ops(op: &str, file: &Path) -> Result<(Value, Shape), String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let (list, shape) = collectives_of(&text, file.extension().is_some_and(|e| e == "json"))
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    Ok((list.into_iter().map(|c| json!({ "op": op, "collective": c })).collect(), shape))
+}
+
+/// The collectives of a file's `text`: its `[[collective]]` tables (TOML; no other top-level
+/// key), or a JSON object or array of objects; at least one. With how the file holds them.
+fn collectives_of(text: &str, is_json: bool) -> Result<(Vec<Value>, Shape), String> {
+    let (list, shape) = if is_json {
         match serde_json::from_str(text).map_err(|e| e.to_string())? {
-            Value::Array(a) => a,
-            o @ Value::Object(_) => vec![o],
+            Value::Array(a) => (a, Shape::JsonArray),
+            o @ Value::Object(_) => (vec![o], Shape::JsonOne),
             _ => return Err("expected a collective (a JSON object) or an array of them".into()),
         }
     } else {
-        let t: Value = toml::from_str(text).map_err(|e| e.to_string())?;
-        match t.get("collective") {
-            Some(Value::Array(a)) => a.clone(),
-            _ => return Err("expected [[collective]] tables, as in the config file".into()),
+        let t: toml::Table = toml::from_str(text).map_err(|e| one_line(&e.to_string()))?;
+        only_key(&t, "collective", "[[collective]] tables, as in the config file")?;
+        match t.get("collective").map(|c| serde_json::to_value(c).map_err(|e| e.to_string())).transpose()? {
+            Some(Value::Array(a)) => (a, Shape::Toml("collective")),
+            _ => return Err("key `collective`: expected [[collective]] tables, as in the config file".into()),
         }
     };
     if list.is_empty() {
         return Err("no collective in the file".into());
     }
-    Ok(list)
+    Ok((list, shape))
+}
+
+/// Refuses a top-level key of `t` other than `name` (what the file holds: `what`), as the config
+/// file refuses unknown keys.
+fn only_key(t: &toml::Table, name: &str, what: &str) -> Result<(), String> {
+    match t.keys().find(|k| *k != name) {
+        Some(k) => Err(format!("key `{k}`: unknown key; expected {what} only")),
+        None => Ok(()),
+    }
+}
+
+/// `s` as one line: a TOML error's lines (with its excerpt of the file) joined by `; `.
+fn one_line(s: &str) -> String {
+    s.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ")
 }
 
 fn error_of(reply: &Value) -> String {
     reply["error"].as_str().map_or_else(|| format!("unexpected reply: {reply}"), str::to_string)
 }
 
-/// The operations of a batch file: a TOML file's `[[op]]` tables, or a JSON array (or an
-/// object with `ops`).
-fn read_batch(file: &Path) -> Result<Value, String> {
+/// The operations of a batch file, and how it holds them: a TOML file's `[[op]]` tables, or a
+/// JSON array (or an object with `ops` alone). A key other than these is refused, as is a file
+/// without an operation.
+fn read_batch(file: &Path) -> Result<(Value, Shape), String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let v: Value = if file.extension().is_some_and(|e| e == "json") {
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?
+    batch_of(&text, file.extension().is_some_and(|e| e == "json")).map_err(|e| format!("{}: {e}", file.display()))
+}
+
+/// The operations of a batch file's `text` ([`read_batch`]).
+fn batch_of(text: &str, is_json: bool) -> Result<(Value, Shape), String> {
+    const EXPECTED: &str = "expected [[op]] tables (TOML) or an array of operations (JSON)";
+    let (ops, shape) = if is_json {
+        match serde_json::from_str(text).map_err(|e| e.to_string())? {
+            a @ Value::Array(_) => (a, Shape::JsonArray),
+            Value::Object(mut o) => {
+                if let Some(k) = o.keys().find(|k| *k != "ops") {
+                    return Err(format!("key `{k}`: unknown key; expected `ops` only (an array of operations)"));
+                }
+                (o.remove("ops").unwrap_or(Value::Null), Shape::JsonObject("ops"))
+            }
+            _ => return Err(EXPECTED.into()),
+        }
     } else {
-        let t: Value = toml::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
-        json!({ "ops": t.get("op").cloned().unwrap_or(Value::Array(Vec::new())) })
+        let t: toml::Table = toml::from_str(text).map_err(|e| one_line(&e.to_string()))?;
+        only_key(&t, "op", "[[op]] tables")?;
+        let ops = t.get("op").map(|o| serde_json::to_value(o).map_err(|e| e.to_string())).transpose()?;
+        (ops.unwrap_or(Value::Null), Shape::Toml("op"))
     };
-    match v {
-        Value::Array(_) => Ok(v),
-        Value::Object(mut o) => match o.remove("ops") {
-            Some(ops @ Value::Array(_)) => Ok(ops),
-            _ => Err(format!("{}: expected [[op]] tables (TOML) or an array of operations (JSON)", file.display())),
-        },
-        _ => Err(format!("{}: expected [[op]] tables (TOML) or an array of operations (JSON)", file.display())),
+    match ops {
+        Value::Array(a) if a.is_empty() => Err(format!("no operation in the file: {EXPECTED}")),
+        a @ Value::Array(_) => Ok((a, shape)),
+        Value::Null => Err(format!("no operation in the file: {EXPECTED}")),
+        _ => Err(EXPECTED.into()),
     }
 }
 
@@ -406,10 +502,14 @@ fn send_all(s: &UnixStream, mut buf: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Sends `request`, returns the reply.
+/// How long `dpuctl` waits for a reply.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Sends `request`, returns the reply. Errors: the socket, or no reply within
+/// [`REPLY_TIMEOUT`] (the request may still be applied: the error says how to check).
 fn call(socket: &Path, request: &Value) -> Result<Value, String> {
     let mut s = UnixStream::connect(socket).map_err(|e| format!("{}: {e}", socket.display()))?;
-    s.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(REPLY_TIMEOUT)).map_err(|e| e.to_string())?;
     send_all(&s, request.to_string().as_bytes()).map_err(|e| match e.raw_os_error() {
         Some(libc::EPIPE | libc::ECONNRESET) => {
             format!("sending the request: the appliance closed the connection ({e}); see its stderr")
@@ -418,7 +518,14 @@ fn call(socket: &Path, request: &Value) -> Result<Value, String> {
     })?;
     s.shutdown(Shutdown::Write).map_err(|e| e.to_string())?;
     let mut out = String::new();
-    s.read_to_string(&mut out).map_err(|e| format!("reading the reply: {e}"))?;
+    s.read_to_string(&mut out).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => format!(
+            "no reply within {} s; the appliance may still be working on the request and apply it: \
+             check with `dpuctl tables` (or the version in `dpuctl --json stats`) before sending it again",
+            REPLY_TIMEOUT.as_secs()
+        ),
+        _ => format!("reading the reply: {e}"),
+    })?;
     serde_json::from_str(out.trim()).map_err(|e| format!("the reply is not JSON ({e}): {out:?}"))
 }
 
@@ -498,24 +605,45 @@ fn print_stragglers(colls: &Value) {
     }
 }
 
-/// Prints each element of `list` as the config file's `[[name]]` table would say it.
-fn print_list(list: &Value, name: &str) {
+/// Each element of `list` as the config file's `[[name]]` table says it, its own tables and
+/// arrays of tables under it (`[[collective.member]]`, `[[multicast_group.copy]]`), so that the
+/// text reads back as the file's tables; a blank line after each. An element TOML cannot say
+/// (none the appliance sends) is printed as JSON.
+fn list_toml(list: &Value, name: &str) -> String {
+    let mut out = String::new();
     for item in list.as_array().into_iter().flatten() {
         // JSON nulls (unset options) have no TOML form: leave them out.
-        let clean = strip_nulls(item.clone());
-        match toml::to_string(&clean) {
-            Ok(t) => println!("[[{name}]]\n{t}"),
-            Err(_) => println!("{item}"),
+        let one = json!({ name: [strip_nulls(item.clone())] });
+        match toml::to_string(&one) {
+            Ok(t) => out += &format!("{}\n\n", t.trim_end()),
+            Err(_) => out += &format!("{item}\n\n"),
         }
     }
+    out
 }
 
-/// The collectives as `[[collective]]` tables (a collective file `collective add` takes back),
-/// each after a comment saying where its slots live.
-fn print_collectives(reply: &Value) {
+/// The collectives as `[[collective]]` tables (a collective file `collective add` and
+/// `collective modify` take back), each after a comment saying where its slots live.
+fn collectives_toml(reply: &Value) -> String {
+    let mut out = String::new();
     for (i, item) in reply["collectives"].as_array().into_iter().flatten().enumerate() {
-        println!("{}", placement(reply, i));
-        print_list(&Value::Array(vec![item.clone()]), "collective");
+        out += &format!("{}\n", placement(reply, i));
+        out += &list_toml(&Value::Array(vec![item.clone()]), "collective");
+    }
+    out
+}
+
+/// `--interval`'s seconds, checked: from 0.1 (the appliance publishes its counters every
+/// 100 ms, so a shorter interval would show rates of one publication over less time than it
+/// covers) to 86400 (a day).
+fn watch_interval(secs: f64) -> Result<f64, String> {
+    if (0.1..=86400.0).contains(&secs) {
+        Ok(secs)
+    } else {
+        Err(format!(
+            "--interval: expected seconds from 0.1 (the appliance publishes its counters every 100 ms) to 86400, \
+             found {secs}"
+        ))
     }
 }
 
@@ -541,8 +669,9 @@ fn strip_nulls(v: Value) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use super::{collectives_of, placement};
+    use super::{batch_of, collectives_of, collectives_toml, in_file, list_toml, placement, watch_interval, Shape};
     use serde_json::json;
+    use std::path::Path;
 
     /// Each listed collective says where it lives: one worker, or its chunks sharded.
     #[test]
@@ -560,15 +689,140 @@ mod tests {
     fn collective_files_are_the_config_files_tables() {
         let toml = "[[collective]]\ncollective_id = 7\nop = \"sum\"\n[[collective.member]]\nrank = 0\n\
                     [[collective]]\ncollective_id = 8\n";
-        let l = collectives_of(toml, false).unwrap();
+        let (l, shape) = collectives_of(toml, false).unwrap();
         assert_eq!(
             l,
             [json!({ "collective_id": 7, "op": "sum", "member": [{ "rank": 0 }] }), json!({ "collective_id": 8 })]
         );
-        assert_eq!(collectives_of(r#"{"collective_id": 9}"#, true).unwrap(), [json!({ "collective_id": 9 })]);
-        assert_eq!(collectives_of(r#"[{"collective_id": 9}]"#, true).unwrap().len(), 1);
-        assert!(collectives_of("[dataplane]\nburst = 1\n", false).unwrap_err().contains("[[collective]] tables"));
+        assert_eq!(shape, Shape::Toml("collective"));
+        assert_eq!(
+            collectives_of(r#"{"collective_id": 9}"#, true).unwrap(),
+            (vec![json!({ "collective_id": 9 })], Shape::JsonOne)
+        );
+        assert_eq!(collectives_of(r#"[{"collective_id": 9}]"#, true).unwrap().0.len(), 1);
         assert!(collectives_of("[]", true).unwrap_err().contains("no collective"));
         assert!(collectives_of("[[collective]\n", false).is_err());
+    }
+
+    /// A key other than the collectives' is refused, not ignored: a misspelt table would
+    /// otherwise leave its collectives out silently.
+    #[test]
+    fn a_collective_file_with_another_key_is_refused() {
+        assert_eq!(
+            collectives_of("[dataplane]\nburst = 1\n", false).unwrap_err(),
+            "key `dataplane`: unknown key; expected [[collective]] tables, as in the config file only"
+        );
+        let two = "[[collective]]\ncollective_id = 7\n[[collectives]]\ncollective_id = 8\n";
+        assert!(collectives_of(two, false).unwrap_err().starts_with("key `collectives`: unknown key"));
+        assert_eq!(
+            collectives_of("collective = 3\n", false).unwrap_err(),
+            "key `collective`: expected [[collective]] tables, as in the config file"
+        );
+    }
+
+    /// `dpuctl collectives` prints what `collective add` and `collective modify` read back: the
+    /// members (and any other array of tables) under their collective, `[[collective.member]]`.
+    #[test]
+    fn listed_collectives_read_back_as_the_same_collectives() {
+        let colls = json!([
+            { "collective_id": 7, "op": "sum", "dtype": "f32", "tensor_elements": 1024, "chunk_elements": 256,
+              "dscp": null,
+              "member": [{ "rank": 0, "ip": "10.0.0.1", "udp_port": 50000, "mac": "02:00:00:00:01:00" },
+                         { "rank": 1, "ip": "10.0.0.2", "udp_port": 50001, "mac": "02:00:00:00:01:01" }] },
+            { "collective_id": 8, "op": "max", "dtype": "i32", "tensor_elements": 64, "chunk_elements": 64,
+              "member": [{ "rank": 0, "ip": "10.0.0.3", "udp_port": 50002, "mac": "02:00:00:00:01:02" }] }
+        ]);
+        let reply = json!({ "collectives": colls, "owners": [0, 1], "sharded": [false, false] });
+        let text = collectives_toml(&reply);
+        assert!(text.starts_with("# on worker 0\n[[collective]]\n"), "{text}");
+        assert_eq!(text.matches("[[collective.member]]").count(), 3, "{text}");
+        assert!(!text.contains("\n[[member]]"), "{text}");
+        let (back, _) = collectives_of(&text, false).unwrap();
+        // The unset option (null) is left out: the same as leaving it unset.
+        let mut want = colls.as_array().unwrap().clone();
+        want[0].as_object_mut().unwrap().remove("dscp");
+        assert_eq!(back, want);
+    }
+
+    /// `dpuctl groups` prints the config file's tables: the copies under their group.
+    #[test]
+    fn listed_groups_read_back_as_the_config_files_tables() {
+        let groups = json!([{ "id": 2, "copy": [{ "port": 0 }, { "port": 1, "actions": "push_vlan(7)" }] },
+                             { "id": 3, "copy": [{ "port": 1 }] }]);
+        let text = list_toml(&groups, "multicast_group");
+        assert_eq!(text.matches("[[multicast_group.copy]]").count(), 3, "{text}");
+        let back: toml::Table = toml::from_str(&text).unwrap();
+        assert_eq!(serde_json::to_value(&back).unwrap(), json!({ "multicast_group": groups }));
+    }
+
+    /// A batch file holds `[[op]]` tables (or a JSON array, or `ops`) and nothing else: a
+    /// misspelt table name is refused, not applied as an empty batch.
+    #[test]
+    fn a_batch_file_with_another_key_or_no_operation_is_refused() {
+        let op = "op = \"delete_group\"\nid = 1\n";
+        let (ops, shape) = batch_of(&format!("[[op]]\n{op}[[op]]\n{op}"), false).unwrap();
+        assert_eq!(
+            (ops, shape),
+            (json!([{ "op": "delete_group", "id": 1 }, { "op": "delete_group", "id": 1 }]), Shape::Toml("op"))
+        );
+        assert_eq!(
+            batch_of(&format!("[[ops]]\n{op}"), false).unwrap_err(),
+            "key `ops`: unknown key; expected [[op]] tables only"
+        );
+        assert_eq!(
+            batch_of(&format!("[[op]]\n{op}[[opp]]\n{op}"), false).unwrap_err(),
+            "key `opp`: unknown key; expected [[op]] tables only"
+        );
+        assert!(batch_of("", false).unwrap_err().starts_with("no operation in the file"));
+        assert!(batch_of("[]", true).unwrap_err().starts_with("no operation in the file"));
+        assert_eq!(batch_of(r#"[{"op":"delete_group","id":1}]"#, true).unwrap().1, Shape::JsonArray);
+        assert_eq!(batch_of(r#"{"ops":[{"op":"delete_group","id":1}]}"#, true).unwrap().1, Shape::JsonObject("ops"));
+        assert_eq!(
+            batch_of(r#"{"ops":[{"op":"delete_group","id":1}],"opps":[]}"#, true).unwrap_err(),
+            "key `opps`: unknown key; expected `ops` only (an array of operations)"
+        );
+        assert_eq!(
+            batch_of("op = 1\n", false).unwrap_err(),
+            "expected [[op]] tables (TOML) or an array of operations (JSON)"
+        );
+    }
+
+    /// A refusal keyed by operation is said with the file's own keys.
+    #[test]
+    fn refusals_name_the_file_and_its_key() {
+        let f = Path::new("b.toml");
+        let e = "request: key `ops[2].entry.acton`: unknown field `acton`, expected one of `key`, `action`, `priority`";
+        assert_eq!(
+            in_file(e, f, Shape::Toml("op")),
+            "b.toml: key `op[2].entry.acton`: unknown field `acton`, expected one of `key`, `action`, `priority`"
+        );
+        assert_eq!(in_file(e, f, Shape::JsonArray).split(':').nth(1), Some(" key `[2].entry.acton`"));
+        assert_eq!(in_file(e, f, Shape::JsonObject("ops")).split(':').nth(1), Some(" key `ops[2].entry.acton`"));
+        let c = "request: key `ops[1].collective.chunk_elements`: expected at least 1 element";
+        let f = Path::new("c.toml");
+        assert_eq!(
+            in_file(c, f, Shape::Toml("collective")),
+            "c.toml: key `collective[1].chunk_elements`: expected at least 1 element"
+        );
+        assert_eq!(in_file(c, f, Shape::JsonOne), "c.toml: key `chunk_elements`: expected at least 1 element");
+        let whole = "request: key `ops[0].collective`: the collectives need 2 MiB";
+        assert_eq!(in_file(whole, f, Shape::JsonOne), "c.toml: the collectives need 2 MiB");
+        assert_eq!(
+            in_file(whole, f, Shape::Toml("collective")),
+            "c.toml: key `collective[0]`: the collectives need 2 MiB"
+        );
+        // Not keyed by operation: said after the file's name.
+        assert_eq!(in_file("runtime changes are off", f, Shape::JsonOne), "c.toml: runtime changes are off");
+    }
+
+    /// `--interval` below the counters' publication period, or too large to wait, is refused.
+    #[test]
+    fn watch_intervals_are_bounded() {
+        assert_eq!(watch_interval(1.0), Ok(1.0));
+        assert_eq!(watch_interval(0.1), Ok(0.1));
+        for bad in [1e20, 0.0001, 0.0, -1.0, f64::NAN, f64::INFINITY, 86401.0] {
+            let e = watch_interval(bad).unwrap_err();
+            assert!(e.contains("expected seconds from 0.1") && e.contains("86400"), "{bad}: {e}");
+        }
     }
 }

@@ -250,7 +250,7 @@ fn collectives_added_and_deleted_at_runtime_are_summed_then_unknown() {
     let o = dpuctl(&sock, &["collective", "add", bad.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("request: key `ops[1].collective.chunk_elements`: expected at least 1 element"), "{err}");
+    assert!(err.contains("bad.toml: key `collective[1].chunk_elements`: expected at least 1 element"), "{err}");
     let v = ctl_json(&sock, &["collectives"]);
     assert_eq!(v["collectives"].as_array().unwrap().len(), 1, "{v}");
     assert_eq!(v["version"], 0);

@@ -206,7 +206,7 @@ fn a_bad_batch_changes_nothing_and_sighup_reloads_only_a_good_file() {
     let o = dpuctl(&sock, &["batch", batch.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1));
-    assert!(err.contains("key `ops[1].entry.action`") && err.contains("port"), "{err}");
+    assert!(err.contains(&format!("{}: key `op[1].entry.action`: ", batch.display())) && err.contains("port"), "{err}");
     assert_eq!(entries(&sock), before);
     // The same batch made valid applies both.
     std::fs::write(&batch, std::fs::read_to_string(&batch).unwrap().replace("forward(3)", "forward(0)")).unwrap();
@@ -342,4 +342,162 @@ fn watch_prints_the_rates_the_load_and_the_drops() {
     assert!(rx.iter().all(|&r| r > 0.0), "port in receives: {rx:?}\n{text}");
     assert_eq!(text.lines().filter(|l| l.starts_with("worker 0 ")).count(), 2, "{text}");
     assert!(text.lines().any(|l| l.starts_with("drop ") && l.contains("(+")), "{text}\n{report}");
+}
+
+/// A MAC address from `i`, for large tables.
+fn mac(i: u32) -> String {
+    let b = i.to_be_bytes();
+    format!("02:01:{:02x}:{:02x}:{:02x}:{:02x}", b[0], b[1], b[2], b[3])
+}
+
+/// A batch of 9,000 adds on a table of 13,001 entries applies in one pass (each operation used to
+/// walk the table, parsing every key: over a minute, past dpuctl's wait for the reply); a batch
+/// file is read strictly (a misspelt `[[op]]` is refused, not applied as nothing) and a
+/// malformed operation is named by the file and its own key.
+#[test]
+fn a_large_batch_applies_at_once_and_batch_files_are_read_strictly() {
+    let dir = short_dir("large");
+    let conf = dir.join("dpu.toml");
+    let table: String =
+        (0..13_000u32).map(|i| format!("[[table.entry]]\nkey = [\"{}\"]\naction = \"forward(0)\"\n", mac(i))).collect();
+    std::fs::write(&conf, null_conf(&table)).unwrap();
+    let stats = dir.join("stats.json");
+    let (dpu, sock) = start(&conf, &stats, 120);
+
+    let ops: Vec<Value> = (13_000..22_000u32)
+        .map(
+            |i| serde_json::json!({ "op": "add_entry", "table": "l2", "entry": { "key": [mac(i)], "action": "drop" } }),
+        )
+        .collect();
+    let batch = dir.join("big.json");
+    std::fs::write(&batch, Value::Array(ops).to_string()).unwrap();
+    let t = Instant::now();
+    let o = dpuctl(&sock, &["batch", batch.to_str().unwrap()]);
+    let took = t.elapsed();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "applied 9000 operation(s): version 1");
+    let all = entries(&sock);
+    assert_eq!(all.len(), 22_001);
+    assert_eq!(all[13_001], (mac(13_000), "drop".to_string()));
+    assert_eq!(all[22_000], (mac(21_999), "drop".to_string()));
+    assert_eq!(all.iter().filter(|e| e.1 == "drop").count(), 9_000);
+    // Well within dpuctl's 30 s wait (it took over a minute when each operation walked the table).
+    assert!(took < Duration::from_secs(20), "{took:?}");
+
+    // A misspelt table name is refused (exit status 2), and nothing is sent.
+    let typo = dir.join("typo.toml");
+    let op = "op = \"delete_entry\"\ntable = \"l2\"\nkey = [\"02:00:00:00:00:01\"]\n";
+    std::fs::write(&typo, format!("[[ops]]\n{op}")).unwrap();
+    let o = dpuctl(&sock, &["batch", typo.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr).trim(),
+        format!("dpuctl: {}: key `ops`: unknown key; expected [[op]] tables only", typo.display())
+    );
+    std::fs::write(&typo, format!("[[op]]\n{op}[[opp]]\n{op}")).unwrap();
+    let o = dpuctl(&sock, &["batch", typo.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("key `opp`: unknown key"));
+    // A malformed operation: the file, its key, and what was expected.
+    std::fs::write(
+        &typo,
+        format!("[[op]]\n{op}[[op]]\nop = \"add_entry\"\ntable = \"l2\"\nentry = {{ key = [\"02:00:00:00:00:09\"], acton = \"drop\" }}\n"),
+    )
+    .unwrap();
+    let o = dpuctl(&sock, &["batch", typo.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr).trim(),
+        format!(
+            "dpuctl: {}: key `op[1].entry.acton`: unknown field `acton`, expected one of `key`, `action`, `priority`",
+            typo.display()
+        )
+    );
+    // Nothing changed.
+    assert_eq!(ctl_json(&sock, &["tables"])["version"], 1);
+    assert_eq!(entries(&sock).len(), 22_001);
+    stop(dpu);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Connections are read on threads of their own: clients that connect and send nothing delay no
+/// other (each held the control thread for its 5 s before), and are answered with an error once
+/// their time is up. `watch` refuses an interval it cannot wait, or shorter than the counters'
+/// publication period, without panicking.
+#[test]
+fn idle_connections_delay_no_other_client() {
+    let dir = short_dir("idle");
+    let conf = dir.join("dpu.toml");
+    std::fs::write(&conf, null_conf("")).unwrap();
+    let stats = dir.join("stats.json");
+    let (dpu, sock) = start(&conf, &stats, 120);
+    let idle: Vec<_> = (0..3).map(|_| std::os::unix::net::UnixStream::connect(&sock).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    let v = ctl_json(&sock, &["stats"]);
+    let took = t.elapsed();
+    assert_eq!(v["ok"], true);
+    assert!(v["stats"]["port_rx_packets/n0"].is_u64(), "{v}");
+    assert!(took < Duration::from_secs(2), "three idle clients delayed stats by {took:?}");
+    for mut s in idle {
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        let r: Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(
+            (r["ok"].as_bool(), r["error"].as_str()),
+            (Some(false), Some("the request took more than 5 s to arrive"))
+        );
+    }
+    for bad in ["1e20", "0.0001", "nan"] {
+        let o = dpuctl(&sock, &["watch", "--plain", "--count", "1", "--interval", bad]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {err}");
+        assert!(err.contains("--interval: expected seconds from 0.1"), "{bad}: {err}");
+    }
+    stop(dpu);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `dpuctl collectives` prints a file that `collective modify` takes back (the members under
+/// their collective), and `dpuctl groups` the config file's tables.
+#[test]
+fn listed_collectives_and_groups_read_back() {
+    let dir = short_dir("listed");
+    let conf = dir.join("dpu.toml");
+    let colls = format!(
+        "{}{}",
+        functional_tests::grad::Coll { id: 7, n: 2, ..Default::default() }.toml(),
+        functional_tests::grad::Coll { id: 8, n: 3, tensor: 12, chunk: 4, ..Default::default() }.toml()
+    );
+    let groups = "[[multicast_group]]\nid = 2\ncopy = [{ port = 0 }, { port = 0, actions = \"push_vlan(7)\" }]\n";
+    std::fs::write(
+        &conf,
+        format!("{}{groups}{colls}", null_conf(""))
+            .replace("name = \"n0\"\n", "name = \"n0\"\nmac = \"02:00:00:00:00:fe\"\nipv4 = \"10.0.0.254\"\n"),
+    )
+    .unwrap();
+    let stats = dir.join("stats.json");
+    let (dpu, sock) = start(&conf, &stats, 120);
+    let before = ctl_json(&sock, &["collectives"]);
+    let o = dpuctl(&sock, &["collectives"]);
+    assert!(o.status.success());
+    let listed = dir.join("listed.toml");
+    std::fs::write(&listed, &o.stdout).unwrap();
+    let o = dpuctl(&sock, &["collective", "modify", listed.to_str().unwrap()]);
+    assert!(
+        o.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        std::fs::read_to_string(&listed).unwrap()
+    );
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "applied 2 operation(s): version 1");
+    let after = ctl_json(&sock, &["collectives"]);
+    assert_eq!(after["collectives"], before["collectives"]);
+    assert_eq!(after["collectives"][1]["member"].as_array().map(Vec::len), Some(3));
+    let o = dpuctl(&sock, &["groups"]);
+    let text: toml::Table = toml::from_str(&String::from_utf8_lossy(&o.stdout)).unwrap();
+    let g = ctl_json(&sock, &["groups"]);
+    assert_eq!(serde_json::to_value(&text).unwrap(), serde_json::json!({ "multicast_group": g["groups"] }));
+    stop(dpu);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -362,7 +362,21 @@ pub fn deserialize<T: serde::de::DeserializeOwned>(text: &str, path: &Path) -> R
 /// `dataplane.burst` or `collective[0].member[1]`): one line, with the line and column, and
 /// Rust's type names said in words ("u16" is "an integer from 0 to 65535").
 fn syntax_error(path: &Path, text: &str, key: &str, e: &toml::de::Error) -> ConfigError {
-    let mut msg = e.message().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ");
+    let mut msg =
+        in_words(&e.message().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; "));
+    if let Some(span) = e.span() {
+        let before = text.get(..span.start).unwrap_or(text);
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        msg = format!("{msg} (line {line}, column {column})");
+    }
+    ConfigError::new(path, key, msg)
+}
+
+/// serde's message `msg` with a Rust type name it ends with (`expected u16`) said in words
+/// (`expected an integer from 0 to 65535`).
+pub(crate) fn in_words(msg: &str) -> String {
+    let mut msg = msg.to_string();
     for (rust, words) in [
         ("u8", "an integer from 0 to 255"),
         ("u16", "an integer from 0 to 65535"),
@@ -378,13 +392,7 @@ fn syntax_error(path: &Path, text: &str, key: &str, e: &toml::de::Error) -> Conf
             msg = format!("{stem}expected {words}");
         }
     }
-    if let Some(span) = e.span() {
-        let before = text.get(..span.start).unwrap_or(text);
-        let line = before.matches('\n').count() + 1;
-        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-        msg = format!("{msg} (line {line}, column {column})");
-    }
-    ConfigError::new(path, key, msg)
+    msg
 }
 
 #[cfg(test)]

@@ -22,6 +22,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
 
+mod keyed;
+use keyed::Keyed;
+
 /// The pipeline part of a configuration, as the file's tables say it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Model {
@@ -219,159 +222,26 @@ impl Model {
     /// are keyed by operation (`ops[K]...`) in file [`REQUEST`]; one found only when the whole
     /// new model is built names the operation that put the faulty part there, or else the part's
     /// place in the new model (e.g. a deleted group that an entry still names).
+    ///
+    /// Entries, groups, meters and collectives are found by identity through an index built once
+    /// per batch ([`Keyed`]): a batch costs in proportion to its operations plus the model, not
+    /// their product.
     pub fn apply(&self, ops: &[Change], fixed: &Fixed) -> Result<(Model, Built), ConfigError> {
         let path = Path::new(REQUEST);
-        let mut m = self.clone();
+        let mut w = Work::of(self);
         let mut touched = Vec::new();
         for (k, op) in ops.iter().enumerate() {
-            touched.push(m.change(k, op)?);
+            touched.push(w.change(k, op)?);
         }
+        let (m, placed) = w.finish();
         let mut origins = Vec::new();
         for (op, t) in touched.into_iter().enumerate() {
-            if let Some((at, field)) = m.place(t) {
+            if let Some((at, field)) = placed.place(&m, t) {
                 origins.push(Origin { op, at, field });
             }
         }
         let built = m.build(fixed, path).map_err(|e| at_origin(e, &origins))?;
         Ok((m, built))
-    }
-
-    /// Operation `k` of a request, `op`, applied to this model: what it touched (found again
-    /// in the new model once every operation has run, to name the operation a fault comes
-    /// from). Errors are keyed `ops[K]...` in file [`REQUEST`].
-    fn change(&mut self, k: usize, op: &Change) -> Result<Touched, ConfigError> {
-        let path = Path::new(REQUEST);
-        let err = |k: usize, key: &str, msg: String| ConfigError::new(path, format!("ops[{k}]{key}"), msg);
-        let m = self;
-        Ok(match op {
-            Change::AddEntry { table, entry } | Change::ModifyEntry { table, entry } => {
-                let ti = m.table(table).map_err(|e| err(k, ".table", e))?;
-                priority_check(&m.tables[ti], entry.priority).map_err(|e| err(k, ".entry.priority", e))?;
-                let id = entry_id(&m.tables[ti], &entry.key, entry.priority)
-                    .map_err(|(i, e)| err(k, &key_path(".entry.key", i), e))?;
-                let found = m.find_entry(ti, &id);
-                match (op, found) {
-                    (Change::AddEntry { .. }, Some(e)) => {
-                        return Err(err(
-                            k,
-                            ".entry.key",
-                            format!("table {table:?} has this entry already (entry {e}): use modify_entry"),
-                        ))
-                    }
-                    (Change::AddEntry { .. }, None) => m.tables[ti].entries.push(entry.clone()),
-                    (_, Some(e)) => m.tables[ti].entries[e].action = entry.action.clone(),
-                    (_, None) => {
-                        return Err(err(k, ".entry.key", format!("table {table:?} has no entry with this key")))
-                    }
-                }
-                Touched::Entry(table.clone(), id)
-            }
-            Change::DeleteEntry { table, key, priority } => {
-                let ti = m.table(table).map_err(|e| err(k, ".table", e))?;
-                priority_check(&m.tables[ti], *priority).map_err(|e| err(k, ".priority", e))?;
-                let id = entry_id(&m.tables[ti], key, *priority).map_err(|(i, e)| err(k, &key_path(".key", i), e))?;
-                let e = m
-                    .find_entry(ti, &id)
-                    .ok_or_else(|| err(k, ".key", format!("table {table:?} has no entry with this key")))?;
-                m.tables[ti].entries.remove(e);
-                Touched::Nothing
-            }
-            Change::SetDefaultAction { table, action } => {
-                let ti = m.table(table).map_err(|e| err(k, ".table", e))?;
-                m.tables[ti].default_action = action.clone();
-                Touched::Default(table.clone())
-            }
-            Change::AddGroup { group } | Change::ModifyGroup { group } => {
-                let found = m.groups.iter().position(|g| g.id == group.id);
-                upsert(&mut m.groups, found, matches!(op, Change::AddGroup { .. }), group).map_err(|exists| {
-                    let why = if exists {
-                        format!("multicast group {} exists already: use modify_group", group.id)
-                    } else {
-                        format!("no multicast group {}{}", group.id, m.group_ids())
-                    };
-                    err(k, ".group.id", why)
-                })?;
-                Touched::Group(group.id)
-            }
-            Change::DeleteGroup { id } => {
-                let g = m
-                    .groups
-                    .iter()
-                    .position(|g| g.id == *id)
-                    .ok_or_else(|| err(k, ".id", format!("no multicast group {id}{}", m.group_ids())))?;
-                m.groups.remove(g);
-                Touched::Nothing
-            }
-            Change::AddMeter { meter } | Change::ModifyMeter { meter } => {
-                let found = m.meters.iter().position(|x| x.name == meter.name);
-                upsert(&mut m.meters, found, matches!(op, Change::AddMeter { .. }), meter).map_err(|exists| {
-                    let why = if exists {
-                        format!("meter {:?} exists already: use modify_meter", meter.name)
-                    } else {
-                        format!("no meter {:?}{}", meter.name, m.meter_names())
-                    };
-                    err(k, ".meter.name", why)
-                })?;
-                Touched::Meter(meter.name.clone())
-            }
-            Change::DeleteMeter { name } => {
-                let i = m
-                    .meters
-                    .iter()
-                    .position(|x| x.name == *name)
-                    .ok_or_else(|| err(k, ".name", format!("no meter {name:?}{}", m.meter_names())))?;
-                m.meters.remove(i);
-                Touched::Nothing
-            }
-            Change::AddCollective { collective } | Change::ModifyCollective { collective } => {
-                let id = collective.collective_id;
-                let found = m.collectives.iter().position(|c| c.collective_id == id);
-                let add = matches!(op, Change::AddCollective { .. });
-                upsert(&mut m.collectives, found, add, collective).map_err(|exists| {
-                    let why = if exists {
-                        format!("collective {id} exists already: use modify_collective")
-                    } else {
-                        format!("no collective {id}{}", m.collective_ids())
-                    };
-                    err(k, ".collective.collective_id", why)
-                })?;
-                Touched::Collective(id)
-            }
-            Change::DeleteCollective { id } => {
-                let i = m
-                    .collectives
-                    .iter()
-                    .position(|c| c.collective_id == *id)
-                    .ok_or_else(|| err(k, ".id", format!("no collective {id}{}", m.collective_ids())))?;
-                m.collectives.remove(i);
-                Touched::Nothing
-            }
-        })
-    }
-
-    /// Where `t` stands in this model (its key, e.g. `table[0].entry[3]`, and the field an
-    /// error there names), if it is still there.
-    fn place(&self, t: Touched) -> Option<(String, &'static str)> {
-        let m = self;
-        match t {
-            Touched::Entry(table, id) => m
-                .table(&table)
-                .ok()
-                .and_then(|ti| m.find_entry(ti, &id).map(|e| (format!("table[{ti}].entry[{e}]"), "entry"))),
-            Touched::Default(table) => m.table(&table).ok().map(|ti| (format!("table[{ti}].default_action"), "action")),
-            Touched::Group(id) => {
-                m.groups.iter().position(|g| g.id == id).map(|g| (format!("multicast_group[{g}]"), "group"))
-            }
-            Touched::Meter(name) => {
-                m.meters.iter().position(|x| x.name == name).map(|i| (format!("meter[{i}]"), "meter"))
-            }
-            Touched::Collective(id) => m
-                .collectives
-                .iter()
-                .position(|c| c.collective_id == id)
-                .map(|i| (format!("collective[{i}]"), "collective")),
-            Touched::Nothing => None,
-        }
     }
 
     /// [`Model::apply`], its errors one line each ([`one_line`]): what a request is answered.
@@ -390,26 +260,217 @@ impl Model {
             format!("no table {name:?}; tables: {}", if names.is_empty() { "none".into() } else { names.join(", ") })
         })
     }
+}
 
-    /// The index of table `ti`'s entry whose identity is `id` ([`entry_id`]).
-    fn find_entry(&self, ti: usize, id: &str) -> Option<usize> {
-        let t = &self.tables[ti];
-        t.entries.iter().position(|e| entry_id(t, &e.key, e.priority).is_ok_and(|x| x == id))
+/// A model being changed by a batch: its lists held as [`Keyed`] lists (a table's entries from
+/// the first operation on the table on), so that each operation finds what it names by identity
+/// without walking the list.
+struct Work {
+    /// The model; the entries of the tables in `entries`, and the groups, meters and
+    /// collectives, are held below until [`Work::finish`].
+    model: Model,
+    /// Per table: its entries by identity ([`entry_id`]), once an operation touched the table.
+    entries: Vec<Option<Keyed<String, EntryConfig>>>,
+    groups: Keyed<u16, GroupConfig>,
+    meters: Keyed<String, MeterConfig>,
+    collectives: Keyed<u16, CollectiveConfig>,
+}
+
+/// Where the items of a changed model are, by identity: what [`Work::finish`] gives to find
+/// what each operation touched ([`Placed::place`]).
+struct Placed {
+    /// Per table: its entries' indices, for the tables the batch touched.
+    entries: Vec<Option<HashMap<String, usize>>>,
+    groups: HashMap<u16, usize>,
+    meters: HashMap<String, usize>,
+    collectives: HashMap<u16, usize>,
+}
+
+impl Work {
+    /// `m`, to be changed.
+    fn of(m: &Model) -> Work {
+        let mut model = m.clone();
+        let groups = Keyed::new(std::mem::take(&mut model.groups), |g| Some(g.id));
+        let meters = Keyed::new(std::mem::take(&mut model.meters), |x| Some(x.name.clone()));
+        let collectives = Keyed::new(std::mem::take(&mut model.collectives), |c| Some(c.collective_id));
+        let entries = model.tables.iter().map(|_| None).collect();
+        Work { model, entries, groups, meters, collectives }
+    }
+
+    /// Table `ti`'s entries, indexed (on the first call for the table: every entry's key parsed
+    /// once).
+    fn entries(&mut self, ti: usize) -> &mut Keyed<String, EntryConfig> {
+        if self.entries[ti].is_none() {
+            let t = &mut self.model.tables[ti];
+            let items = std::mem::take(&mut t.entries);
+            let t = &*t;
+            self.entries[ti] = Some(Keyed::new(items, |e| entry_id(t, &e.key, e.priority).ok()));
+        }
+        self.entries[ti].as_mut().expect("indexed above")
+    }
+
+    /// The model as changed, and where its items are.
+    fn finish(self) -> (Model, Placed) {
+        let Work { mut model, entries, groups, meters, collectives } = self;
+        let mut placed = Placed {
+            entries: Vec::with_capacity(entries.len()),
+            groups: HashMap::new(),
+            meters: HashMap::new(),
+            collectives: HashMap::new(),
+        };
+        for (t, e) in model.tables.iter_mut().zip(entries) {
+            placed.entries.push(e.map(|e| {
+                let (items, at) = e.finish();
+                t.entries = items;
+                at
+            }));
+        }
+        (model.groups, placed.groups) = groups.finish();
+        (model.meters, placed.meters) = meters.finish();
+        (model.collectives, placed.collectives) = collectives.finish();
+        (model, placed)
+    }
+
+    /// Operation `k` of a request, `op`, applied to this model: what it touched (found again
+    /// in the new model once every operation has run, to name the operation a fault comes
+    /// from). Errors are keyed `ops[K]...` in file [`REQUEST`].
+    fn change(&mut self, k: usize, op: &Change) -> Result<Touched, ConfigError> {
+        let path = Path::new(REQUEST);
+        let err = |k: usize, key: &str, msg: String| ConfigError::new(path, format!("ops[{k}]{key}"), msg);
+        Ok(match op {
+            Change::AddEntry { table, entry } | Change::ModifyEntry { table, entry } => {
+                let ti = self.model.table(table).map_err(|e| err(k, ".table", e))?;
+                let t = &self.model.tables[ti];
+                priority_check(t, entry.priority).map_err(|e| err(k, ".entry.priority", e))?;
+                let id =
+                    entry_id(t, &entry.key, entry.priority).map_err(|(i, e)| err(k, &key_path(".entry.key", i), e))?;
+                let entries = self.entries(ti);
+                match (op, entries.find(&id)) {
+                    (Change::AddEntry { .. }, Some(e)) => {
+                        let e = entries.position(e);
+                        return Err(err(
+                            k,
+                            ".entry.key",
+                            format!("table {table:?} has this entry already (entry {e}): use modify_entry"),
+                        ));
+                    }
+                    (Change::AddEntry { .. }, None) => entries.push(id.clone(), entry.clone()),
+                    (_, Some(e)) => {
+                        if let Some(x) = entries.get_mut(e) {
+                            x.action = entry.action.clone();
+                        }
+                    }
+                    (_, None) => {
+                        return Err(err(k, ".entry.key", format!("table {table:?} has no entry with this key")))
+                    }
+                }
+                Touched::Entry(table.clone(), id)
+            }
+            Change::DeleteEntry { table, key, priority } => {
+                let ti = self.model.table(table).map_err(|e| err(k, ".table", e))?;
+                let t = &self.model.tables[ti];
+                priority_check(t, *priority).map_err(|e| err(k, ".priority", e))?;
+                let id = entry_id(t, key, *priority).map_err(|(i, e)| err(k, &key_path(".key", i), e))?;
+                self.entries(ti)
+                    .remove(&id)
+                    .ok_or_else(|| err(k, ".key", format!("table {table:?} has no entry with this key")))?;
+                Touched::Nothing
+            }
+            Change::SetDefaultAction { table, action } => {
+                let ti = self.model.table(table).map_err(|e| err(k, ".table", e))?;
+                self.model.tables[ti].default_action = action.clone();
+                Touched::Default(table.clone())
+            }
+            Change::AddGroup { group } | Change::ModifyGroup { group } => {
+                let add = matches!(op, Change::AddGroup { .. });
+                self.groups.upsert(group.id, add, group).map_err(|exists| {
+                    let why = if exists {
+                        format!("multicast group {} exists already: use modify_group", group.id)
+                    } else {
+                        format!("no multicast group {}{}", group.id, self.group_ids())
+                    };
+                    err(k, ".group.id", why)
+                })?;
+                Touched::Group(group.id)
+            }
+            Change::DeleteGroup { id } => {
+                self.groups
+                    .remove(id)
+                    .ok_or_else(|| err(k, ".id", format!("no multicast group {id}{}", self.group_ids())))?;
+                Touched::Nothing
+            }
+            Change::AddMeter { meter } | Change::ModifyMeter { meter } => {
+                let add = matches!(op, Change::AddMeter { .. });
+                self.meters.upsert(meter.name.clone(), add, meter).map_err(|exists| {
+                    let why = if exists {
+                        format!("meter {:?} exists already: use modify_meter", meter.name)
+                    } else {
+                        format!("no meter {:?}{}", meter.name, self.meter_names())
+                    };
+                    err(k, ".meter.name", why)
+                })?;
+                Touched::Meter(meter.name.clone())
+            }
+            Change::DeleteMeter { name } => {
+                self.meters
+                    .remove(name)
+                    .ok_or_else(|| err(k, ".name", format!("no meter {name:?}{}", self.meter_names())))?;
+                Touched::Nothing
+            }
+            Change::AddCollective { collective } | Change::ModifyCollective { collective } => {
+                let id = collective.collective_id;
+                let add = matches!(op, Change::AddCollective { .. });
+                self.collectives.upsert(id, add, collective).map_err(|exists| {
+                    let why = if exists {
+                        format!("collective {id} exists already: use modify_collective")
+                    } else {
+                        format!("no collective {id}{}", self.collective_ids())
+                    };
+                    err(k, ".collective.collective_id", why)
+                })?;
+                Touched::Collective(id)
+            }
+            Change::DeleteCollective { id } => {
+                self.collectives
+                    .remove(id)
+                    .ok_or_else(|| err(k, ".id", format!("no collective {id}{}", self.collective_ids())))?;
+                Touched::Nothing
+            }
+        })
     }
 
     fn group_ids(&self) -> String {
-        let ids: Vec<String> = self.groups.iter().map(|g| g.id.to_string()).collect();
+        let ids: Vec<String> = self.groups.items().map(|g| g.id.to_string()).collect();
         format!("; groups: {}", if ids.is_empty() { "none".into() } else { ids.join(", ") })
     }
 
     fn collective_ids(&self) -> String {
-        let ids: Vec<String> = self.collectives.iter().map(|c| c.collective_id.to_string()).collect();
+        let ids: Vec<String> = self.collectives.items().map(|c| c.collective_id.to_string()).collect();
         format!("; collectives: {}", if ids.is_empty() { "none".into() } else { ids.join(", ") })
     }
 
     fn meter_names(&self) -> String {
-        let n: Vec<&str> = self.meters.iter().map(|x| x.name.as_str()).collect();
+        let n: Vec<&str> = self.meters.items().map(|x| x.name.as_str()).collect();
         format!("; meters: {}", if n.is_empty() { "none".into() } else { n.join(", ") })
+    }
+}
+
+impl Placed {
+    /// Where `t` stands in the changed model `m` (its key, e.g. `table[0].entry[3]`, and the
+    /// field an error there names), if it is still there.
+    fn place(&self, m: &Model, t: Touched) -> Option<(String, &'static str)> {
+        match t {
+            Touched::Entry(table, id) => {
+                let ti = m.table(&table).ok()?;
+                let e = self.entries.get(ti)?.as_ref()?.get(&id)?;
+                Some((format!("table[{ti}].entry[{e}]"), "entry"))
+            }
+            Touched::Default(table) => m.table(&table).ok().map(|ti| (format!("table[{ti}].default_action"), "action")),
+            Touched::Group(id) => self.groups.get(&id).map(|g| (format!("multicast_group[{g}]"), "group")),
+            Touched::Meter(name) => self.meters.get(&name).map(|i| (format!("meter[{i}]"), "meter")),
+            Touched::Collective(id) => self.collectives.get(&id).map(|i| (format!("collective[{i}]"), "collective")),
+            Touched::Nothing => None,
+        }
     }
 }
 
@@ -591,23 +652,6 @@ pub fn owners(old: &[Collective], old_owners: &[u16], new: &[Collective], worker
         .collect()
 }
 
-/// Puts `item` into `list`, whose item with the same key is at `found`: appended when `add`
-/// (`Err(true)` when one exists already), else in its place (`Err(false)` when none does).
-fn upsert<T: Clone>(list: &mut Vec<T>, found: Option<usize>, add: bool, item: &T) -> Result<(), bool> {
-    match (add, found) {
-        (true, Some(_)) => Err(true),
-        (true, None) => {
-            list.push(item.clone());
-            Ok(())
-        }
-        (false, Some(i)) => {
-            list[i] = item.clone();
-            Ok(())
-        }
-        (false, None) => Err(false),
-    }
-}
-
 /// The largest control request accepted (bytes): a batch of some thousands of entries.
 pub const MAX_REQUEST: usize = 1 << 20;
 
@@ -640,13 +684,147 @@ pub enum Request {
 }
 
 /// Parses a request: at most [`MAX_REQUEST`] bytes of UTF-8 JSON, one object, no unknown field.
-/// Errors say what was wrong and where (line and column).
+/// Errors say what was wrong and where: line and column for the JSON, and for an operation of
+/// `apply` its index and key (`request: key `ops[2].entry.acton`: unknown field `acton`, ...`), Rust's
+/// type names said in words (`expected an integer from 0 to 65535`).
 pub fn parse_request(bytes: &[u8]) -> Result<Request, String> {
     if bytes.len() > MAX_REQUEST {
         return Err(format!("request refused: more than the limit of {MAX_REQUEST} bytes"));
     }
     let text = std::str::from_utf8(bytes).map_err(|e| format!("request is not UTF-8: {e}"))?;
-    serde_json::from_str(text).map_err(|e| one_line(&format!("request: {e}")))
+    let said = |e: serde_json::Error| one_line(&format!("request: {}", super::in_words(&e.to_string())));
+    let v: serde_json::Value = serde_json::from_str(text).map_err(said)?;
+    let serde_json::Value::Object(mut o) = v else { return serde_json::from_str(text).map_err(said) };
+    if o.get("cmd").and_then(serde_json::Value::as_str) != Some("apply") {
+        return serde_json::from_str(text).map_err(said);
+    }
+    if let Some(k) = o.keys().find(|k| *k != "cmd" && *k != "ops") {
+        return Err(one_line(&format!("request: unknown field `{k}`, expected `cmd` or `ops`")));
+    }
+    let ops = match o.remove("ops") {
+        Some(serde_json::Value::Array(a)) => a,
+        Some(_) => return Err("request: key `ops`: expected an array of operations".into()),
+        None => return Err("request: missing field `ops`".into()),
+    };
+    let ops = ops
+        .into_iter()
+        .enumerate()
+        .map(|(k, op)| {
+            change_of(op).map_err(|(key, msg)| {
+                let e = ConfigError::new(Path::new(REQUEST), format!("ops[{k}]{key}"), msg);
+                one_line(&e.to_string())
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Request::Apply { ops })
+}
+
+/// The operations' names, as `op` says them.
+const OPS: [&str; 13] = [
+    "add_entry",
+    "modify_entry",
+    "delete_entry",
+    "set_default_action",
+    "add_group",
+    "modify_group",
+    "delete_group",
+    "add_meter",
+    "modify_meter",
+    "delete_meter",
+    "add_collective",
+    "modify_collective",
+    "delete_collective",
+];
+
+/// One operation of a request, `{"op": NAME, ...}`: the change, or the key of its fault within
+/// the operation (like `.entry.acton`, `.collective.member[1].ip`, or empty) and what was wrong.
+fn change_of(op: serde_json::Value) -> Result<Change, (String, String)> {
+    let serde_json::Value::Object(mut o) = op else {
+        return Err((String::new(), format!("expected an operation (an object with `op`), found {op}")));
+    };
+    let names = OPS.join(", ");
+    let name = match o.remove("op") {
+        Some(serde_json::Value::String(s)) if OPS.contains(&s.as_str()) => s,
+        Some(serde_json::Value::String(s)) => {
+            return Err((".op".into(), format!("unknown operation {s:?}: expected one of {names}")))
+        }
+        Some(v) => return Err((".op".into(), format!("expected the operation's name, one of {names}; found {v}"))),
+        None => return Err((".op".into(), format!("missing: expected the operation's name, one of {names}"))),
+    };
+    // Deserialized as {NAME: {fields}}, which serde reads without buffering: the path of a
+    // fault within the operation is known.
+    let mut tagged = serde_json::Map::new();
+    tagged.insert(name, serde_json::Value::Object(o));
+    let by_name: Result<ByName, _> = serde_path_to_error::deserialize(serde_json::Value::Object(tagged));
+    by_name.map(|b| b.0).map_err(|e| {
+        let mut key = String::new();
+        for s in e.path().iter() {
+            match s {
+                serde_path_to_error::Segment::Seq { index } => key += &format!("[{index}]"),
+                serde_path_to_error::Segment::Map { key: k } => key += &format!(".{k}"),
+                serde_path_to_error::Segment::Enum { .. } => {}
+                serde_path_to_error::Segment::Unknown => key += ".?",
+            }
+        }
+        (key, super::in_words(&e.inner().to_string()))
+    })
+}
+
+/// A [`Change`] read as `{NAME: {fields}}` ([`change_of`]).
+#[derive(Deserialize)]
+struct ByName(#[serde(with = "ChangeByName")] Change);
+
+/// [`Change`]'s variants, for [`ByName`]: the same fields, named by an outer key rather than
+/// `op` (serde reads an internally tagged enum through a buffer that loses the path of a fault).
+#[derive(Deserialize)]
+#[serde(remote = "Change", rename_all = "snake_case", deny_unknown_fields)]
+#[allow(dead_code)] // Read only by serde's generated code.
+enum ChangeByName {
+    AddEntry {
+        table: String,
+        entry: EntryConfig,
+    },
+    ModifyEntry {
+        table: String,
+        entry: EntryConfig,
+    },
+    DeleteEntry {
+        table: String,
+        key: Vec<toml::Value>,
+        #[serde(default)]
+        priority: Option<i32>,
+    },
+    SetDefaultAction {
+        table: String,
+        action: String,
+    },
+    AddGroup {
+        group: GroupConfig,
+    },
+    ModifyGroup {
+        group: GroupConfig,
+    },
+    DeleteGroup {
+        id: u16,
+    },
+    AddMeter {
+        meter: MeterConfig,
+    },
+    ModifyMeter {
+        meter: MeterConfig,
+    },
+    DeleteMeter {
+        name: String,
+    },
+    AddCollective {
+        collective: CollectiveConfig,
+    },
+    ModifyCollective {
+        collective: CollectiveConfig,
+    },
+    DeleteCollective {
+        id: u16,
+    },
 }
 
 /// `s` with its control characters escaped (`\n`): an error that echoes a request's text

@@ -9,8 +9,10 @@
 //! goes through one version, whole), and the old version comes back to be freed here. The
 //! request is answered once every worker has switched. Counters of what both versions hold
 //! carry over; the collectives the change keeps (same id, same configuration) keep their slot
-//! state, moved into the new set by their owner worker. Requests are served one at a time, so
-//! versions never overlap by more than one.
+//! state, moved into the new set by their owner worker. Each connection is read and answered on
+//! a thread of its own (a client that sends nothing, or reads slowly, delays no other), and the
+//! requests are served one at a time on the control thread, so versions never overlap by more
+//! than one.
 
 pub mod mailbox;
 
@@ -31,7 +33,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -47,6 +49,16 @@ const SWITCH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a client may take to send its request or read the reply.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The most connections read or answered at once; one more is answered at once with an error.
+const MAX_CONNECTIONS: usize = 64;
+
+/// A request read from a connection, to be served on the control thread, and where its reply
+/// goes (to the connection's thread, which writes it).
+struct Pending {
+    request: Result<Request, String>,
+    reply: std::sync::mpsc::Sender<Value>,
+}
 
 /// The running control thread; [`Control::stop`] (or dropping it) ends it.
 #[derive(Debug)]
@@ -162,13 +174,17 @@ pub fn start(
     let halt = stop.clone();
     let handle = std::thread::Builder::new()
         .name("dpu-control".into())
-        .spawn(move || server.serve(&listener, &halt))
+        .spawn(move || server.serve(&listener, halt))
         .map_err(|e| format!("control: cannot start its thread: {e}"))?;
     Ok(Control { socket: socket.to_path_buf(), stop, handle: Some(handle) })
 }
 
 impl Server {
-    fn serve(&mut self, listener: &UnixListener, stop: &AtomicBool) {
+    /// Accepts connections until `stop`: each is read and answered on a thread of its own
+    /// ([`connection`]), its request served here, one at a time; SIGHUP's reloads between them.
+    fn serve(&mut self, listener: &UnixListener, stop: Arc<AtomicBool>) {
+        let (requests, pending) = std::sync::mpsc::channel::<Pending>();
+        let open = Arc::new(AtomicUsize::new(0));
         while !stop.load(Ordering::Relaxed) {
             if RELOAD.swap(false, Ordering::Relaxed) {
                 match self.reload() {
@@ -178,68 +194,27 @@ impl Server {
                     Err(e) => eprintln!("dpu: SIGHUP: reload refused, nothing changed: {e}"),
                 }
             }
-            match listener.accept() {
-                Ok((s, _)) => self.client(s, stop),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(10)),
-                Err(e) => {
-                    eprintln!("dpu: control: accept: {e}");
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-            }
-        }
-    }
-
-    /// Reads one request from `s` (until the client shuts its side, at most [`MAX_REQUEST`]
-    /// bytes, within [`CLIENT_TIMEOUT`] in all, and no longer once a stop is asked) and writes
-    /// one JSON reply and a newline.
-    fn client(&mut self, mut s: UnixStream, stop: &AtomicBool) {
-        let _ = s.set_nonblocking(false);
-        let _ = s.set_read_timeout(Some(Duration::from_millis(100)));
-        let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
-        let deadline = Instant::now() + CLIENT_TIMEOUT;
-        let mut buf = Vec::new();
-        let mut chunk = [0u8; 65536];
-        let read = loop {
-            if stop.load(Ordering::Relaxed) {
-                break Err("the appliance is stopping".to_string());
-            }
-            if Instant::now() > deadline {
-                break Err(format!("the request took more than {} s to arrive", CLIENT_TIMEOUT.as_secs()));
-            }
-            match s.read(&mut chunk) {
-                Ok(0) => break Ok(()),
-                Ok(n) => {
-                    buf.extend_from_slice(&chunk[..n]);
-                    if buf.len() > MAX_REQUEST {
-                        break Ok(());
+            loop {
+                match listener.accept() {
+                    Ok((s, _)) => accept(s, &requests, &stop, &open),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        eprintln!("dpu: control: accept: {e}");
+                        std::thread::sleep(Duration::from_millis(100));
+                        break;
                     }
                 }
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => break Err(format!("reading the request: {e}")),
             }
-        };
-        let reply = read.and_then(|()| parse_request(&buf)).and_then(|r| self.handle(r));
-        let v = match reply {
-            Ok(mut v) => {
-                v["ok"] = json!(true);
-                v
-            }
-            Err(e) => json!({ "ok": false, "error": e }),
-        };
-        let _ = writeln!(s, "{v}");
-        if buf.len() > MAX_REQUEST {
-            // Read (and drop) what the client still sends, for a second at most, so that the
-            // socket is not reset under the reply it has not read yet.
-            let _ = s.shutdown(std::net::Shutdown::Write);
-            let until = Instant::now() + Duration::from_secs(1);
-            while Instant::now() < until && !stop.load(Ordering::Relaxed) {
-                match s.read(&mut chunk) {
-                    Ok(0) => break,
-                    Ok(_) => {}
-                    Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
-                    Err(_) => break,
-                }
+            // (Never disconnected: `requests` is held here.)
+            if let Ok(p) = pending.recv_timeout(Duration::from_millis(10)) {
+                let v = match p.request.and_then(|r| self.handle(r)) {
+                    Ok(mut v) => {
+                        v["ok"] = json!(true);
+                        v
+                    }
+                    Err(e) => json!({ "ok": false, "error": e }),
+                };
+                let _ = p.reply.send(v);
             }
         }
     }
@@ -471,6 +446,89 @@ impl Server {
             })
             .collect();
         Value::Array(tables)
+    }
+}
+
+/// A connection accepted: read and answered on a thread of its own ([`connection`]), unless
+/// [`MAX_CONNECTIONS`] are open already (then answered at once with an error).
+fn accept(s: UnixStream, requests: &std::sync::mpsc::Sender<Pending>, stop: &Arc<AtomicBool>, open: &Arc<AtomicUsize>) {
+    let refuse = |mut s: UnixStream, why: String| {
+        let _ = s.set_nonblocking(false);
+        let _ = s.set_write_timeout(Some(Duration::from_millis(100)));
+        let _ = writeln!(s, "{}", json!({ "ok": false, "error": why }));
+    };
+    if open.fetch_add(1, Ordering::Relaxed) >= MAX_CONNECTIONS {
+        open.fetch_sub(1, Ordering::Relaxed);
+        return refuse(s, format!("busy: {MAX_CONNECTIONS} connections are open already; try again"));
+    }
+    let (requests, stop, held) = (requests.clone(), stop.clone(), open.clone());
+    let Ok(copy) = s.try_clone() else {
+        open.fetch_sub(1, Ordering::Relaxed);
+        return refuse(s, "cannot serve the connection".into());
+    };
+    let spawned = std::thread::Builder::new().name("dpu-control-conn".into()).spawn(move || {
+        connection(s, &requests, &stop);
+        held.fetch_sub(1, Ordering::Relaxed);
+    });
+    if let Err(e) = spawned {
+        open.fetch_sub(1, Ordering::Relaxed);
+        refuse(copy, format!("cannot start a thread for the connection: {e}"));
+    }
+}
+
+/// Reads one request from `s` (until the client shuts its side, at most [`MAX_REQUEST`]
+/// bytes, within [`CLIENT_TIMEOUT`] in all, and no longer once a stop is asked), has the
+/// control thread serve it (through `requests`) and writes its JSON reply and a newline.
+fn connection(mut s: UnixStream, requests: &std::sync::mpsc::Sender<Pending>, stop: &AtomicBool) {
+    let _ = s.set_nonblocking(false);
+    let _ = s.set_read_timeout(Some(Duration::from_millis(100)));
+    let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+    let deadline = Instant::now() + CLIENT_TIMEOUT;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 65536];
+    let read = loop {
+        if stop.load(Ordering::Relaxed) {
+            break Err("the appliance is stopping".to_string());
+        }
+        if Instant::now() > deadline {
+            break Err(format!("the request took more than {} s to arrive", CLIENT_TIMEOUT.as_secs()));
+        }
+        match s.read(&mut chunk) {
+            Ok(0) => break Ok(()),
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                if buf.len() > MAX_REQUEST {
+                    break Ok(());
+                }
+            }
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => break Err(format!("reading the request: {e}")),
+        }
+    };
+    let (reply, answer) = std::sync::mpsc::channel();
+    let stopping = || json!({ "ok": false, "error": "the appliance is stopping" });
+    let v = match read {
+        Err(e) => json!({ "ok": false, "error": e }),
+        Ok(()) => match requests.send(Pending { request: parse_request(&buf), reply }) {
+            Ok(()) => answer.recv().unwrap_or_else(|_| stopping()),
+            Err(_) => stopping(),
+        },
+    };
+    let _ = writeln!(s, "{v}");
+    if buf.len() > MAX_REQUEST {
+        // Read (and drop) what the client still sends, for a second at most, so that the
+        // socket is not reset under the reply it has not read yet.
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        let until = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+            match s.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(_) => break,
+            }
+        }
     }
 }
 
