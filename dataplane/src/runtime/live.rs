@@ -525,7 +525,7 @@ impl LoopStats {
                 let label = Label::Worker { worker: w as u16, le: Some(Log2Hist::<CYCLE_BUCKETS>::upper(b)) };
                 let m = Metric {
                     family: "worker_bursts_by_cycles",
-                    help: "rx bursts by the TSC cycles they took, in log2 buckets (le: the bucket's upper bound)",
+                    help: "rx bursts by the TSC cycles they took, in log2 buckets (cycles_le: the upper bound; cumulative on /metrics)",
                     label,
                 };
                 v.counter(m, *n);
@@ -534,7 +534,7 @@ impl LoopStats {
                 let label = Label::Worker { worker: w as u16, le: Some(Log2Hist::<CYCLE_BUCKETS>::upper(b)) };
                 let m = Metric {
                     family: "worker_packets_by_residence_cycles",
-                    help: "packets sent by the TSC cycles from their rx burst to their tx burst, in log2 buckets (le: the bucket's upper bound)",
+                    help: "packets sent by the TSC cycles from their rx burst to their tx burst, in log2 buckets (cycles_le: the upper bound; cumulative on /metrics)",
                     label,
                 };
                 v.counter(m, *n);

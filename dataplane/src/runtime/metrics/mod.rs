@@ -1,6 +1,6 @@
 //! Prometheus exposition of the live counters: `GET /metrics` on an HTTP listener of its own
 //! (`[telemetry] prometheus`, off by default), in the OpenMetrics text format
-//! (`prometheus-client`), served by `tiny_http` on a thread of its own, never a worker lcore.
+//! (`prometheus-client`), served by [`http`] on threads of its own, never a worker lcore.
 //!
 //! The counters and their names are the telemetry socket's ([`crate::live`]): family
 //! `port_rx_packets` becomes `dpu_port_rx_packets_total`, its label a Prometheus label
@@ -17,6 +17,8 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
+
+pub mod http;
 
 /// Every metric of `board`, one family at a time (in the order families first appear).
 fn encode_board(board: &Board, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
@@ -40,7 +42,24 @@ fn encode_board(board: &Board, encoder: &mut DescriptorEncoder) -> Result<(), st
                 continue;
             }
         }
+        // Log2 histograms' buckets (`cycles_le`) are cumulative, as Prometheus's `le` buckets
+        // are: each counts what is at or below its bound, `+Inf` everything. The board holds
+        // one count per bucket, in ascending order per worker: summed here, per worker.
+        let mut below: Vec<(u16, u64)> = Vec::new();
         for (m, v) in rows {
+            let v = &match m.label {
+                Label::Worker { worker, le: Some(_) } => match below.iter_mut().find(|(w, _)| *w == worker) {
+                    Some((_, sum)) => {
+                        *sum += *v;
+                        *sum
+                    }
+                    None => {
+                        below.push((worker, *v));
+                        *v
+                    }
+                },
+                _ => *v,
+            };
             let labels: Vec<(&str, String)> = match m.label {
                 Label::None => Vec::new(),
                 Label::Port(p) => vec![("port", board.ports.get(p as usize).cloned().unwrap_or_default())],
@@ -103,62 +122,31 @@ impl Collector for Scrape {
 }
 
 /// The HTTP listener; dropping it stops accepting requests.
+#[derive(Debug)]
 pub struct MetricsServer {
-    server: Arc<tiny_http::Server>,
+    server: http::Server,
     /// The address it listens on (with the port the OS chose for port 0).
     pub addr: String,
 }
 
-/// Listens on `addr` (`HOST:PORT`) and answers `GET /metrics` with the current board.
+/// Listens on `addr` (`HOST:PORT`) and answers `GET /metrics` with the current board
+/// ([`http`]: a thread per connection, at most 64, one request each, with deadlines).
 /// Errors: the address cannot be bound (in use, not local, bad syntax), as text.
 pub fn serve(addr: &str) -> Result<MetricsServer, String> {
-    let server = Arc::new(tiny_http::Server::http(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?);
-    let bound = server.server_addr().to_ip().map_or_else(|| addr.to_string(), |a| a.to_string());
-    let s = server.clone();
-    std::thread::Builder::new()
-        .name("dpu-metrics".into())
-        .spawn(move || {
-            for req in s.incoming_requests() {
-                // Prometheus may add a query string (`params` in a scrape config): ignored.
-                let path = req.url().split('?').next().unwrap_or("");
-                let (status, body) = match (req.method(), path) {
-                    (tiny_http::Method::Get | tiny_http::Method::Head, "/metrics") => {
-                        (200, render(live::current().as_ref()))
-                    }
-                    (tiny_http::Method::Get | tiny_http::Method::Head, _) => (404, "not found: try /metrics\n".into()),
-                    _ => (405, "read-only: GET /metrics\n".into()),
-                };
-                let ct = if status == 200 {
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8"
-                } else {
-                    "text/plain; charset=utf-8"
-                };
-                let mut resp = tiny_http::Response::from_string(body).with_status_code(status);
-                if let Ok(h) = tiny_http::Header::from_bytes("Content-Type", ct) {
-                    resp = resp.with_header(h);
-                }
-                // Written on a thread of its own: a client that does not read its replies
-                // blocks only that thread, never the other scrapes or the appliance's exit.
-                let _ = std::thread::Builder::new().name("dpu-metrics-w".into()).spawn(move || {
-                    let _ = req.respond(resp);
-                });
-            }
-        })
-        .map_err(|e| format!("cannot start the metrics thread: {e}"))?;
-    Ok(MetricsServer { server, addr: bound })
+    let server = http::serve(
+        addr,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        http::Limits::default(),
+        || render(live::current().as_ref()),
+    )?;
+    let addr = server.addr.to_string();
+    Ok(MetricsServer { server, addr })
 }
 
-impl std::fmt::Debug for MetricsServer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MetricsServer").field("addr", &self.addr).finish()
-    }
-}
-
-impl Drop for MetricsServer {
-    /// Stops accepting requests. The threads are not waited for: a reply still being written to
-    /// a client that does not read must not hold up the appliance's exit.
-    fn drop(&mut self) {
-        self.server.unblock();
+impl MetricsServer {
+    /// Connections being answered now.
+    pub fn active(&self) -> usize {
+        self.server.active()
     }
 }
 
@@ -182,6 +170,27 @@ mod tests {
         assert!(text.contains("dpu_dropped_packets_total{reason=\"tx_full\"} 1\n"), "{text}");
         assert!(text.contains("dpu_agg_completed_rounds_total 0\n"), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    /// The log2 histograms' `cycles_le` buckets are cumulative, as Prometheus's `le` buckets:
+    /// bursts of 100, 3000 and 3000 cycles read 1 at or below 127, 3 at or below 4095 and at
+    /// `+Inf`.
+    #[test]
+    fn cycle_buckets_are_cumulative_as_le_buckets_are() {
+        let dp: Datapath = Datapath::new(Default::default(), 1, crate::wire::gradient::DEFAULT_UDP_PORT);
+        let board = Arc::new(Board::new(live::names_of(&dp, 1), 1, vec!["p0".into()], vec![]));
+        let mut stats = crate::live::LoopStats::default();
+        for c in [100, 3000, 3000] {
+            stats.cycles.record(c);
+        }
+        board.publisher(0, 0).publish(&dp, &stats);
+        let text = render(Some(&board));
+        let at = |le: &str| {
+            let key = format!("dpu_worker_bursts_by_cycles_total{{worker=\"0\",cycles_le=\"{le}\"}} ");
+            let line = text.lines().find(|l| l.starts_with(&key)).unwrap_or_else(|| panic!("no {key}: {text}"));
+            line[key.len()..].parse::<u64>().unwrap()
+        };
+        assert_eq!([at("63"), at("127"), at("2047"), at("4095"), at("8191"), at("+Inf")], [0, 1, 1, 3, 3, 3]);
     }
 
     #[test]
