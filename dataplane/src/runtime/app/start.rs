@@ -285,7 +285,9 @@ pub(super) fn launch_workers(
         })
         .collect();
     let hz = dpdk::tsc_hz();
-    let drain_tsc = hz / 1_000_000 * cfg.dataplane.tx_drain_us.max(1);
+    // tx_drain_us is at most MAX_TX_DRAIN_US (the load's check): no overflow at any TSC rate
+    // below 2^44 Hz; saturating besides.
+    let drain_tsc = (hz / 1_000_000).saturating_mul(cfg.dataplane.tx_drain_us.max(1));
     let results: Vec<ResultSlot> = lcores.iter().map(|_| Arc::new(Mutex::new(None))).collect();
     worker::STOPPED_RX.store(0, std::sync::atomic::Ordering::SeqCst);
     worker::DRAINED_HAND_OFFS.store(0, std::sync::atomic::Ordering::SeqCst);
