@@ -735,6 +735,36 @@ weight = 4
         (q("classes = 2\npcp_map = [0, 1, 0, 0, 0, 0, 0, 2]"), "port[0].qos.pcp_map[7]", "class 0..=1"),
         (q("classes = 2\npcp_map = { 8 = 1 }"), "port[0].qos.pcp_map.8", "code point 0..=7"),
         (q("colour = 1"), "port[0].qos", "unknown field"),
+        // A quantum is DWRR's, as weights are.
+        (
+            q("quantum = 3000"),
+            "port[0].qos.quantum",
+            "a quantum is for policy = \"dwrr\" (strict priority has no rounds)",
+        ),
+        (q("policy = \"strict\"\nquantum = 3000"), "port[0].qos.quantum", "is for policy = \"dwrr\""),
+        (q("policy = \"dwrr\"\nquantum = 3000"), "", ""),
+        // A class's capacity in full frames must fit the pool: 8191 mbufs of 2048 bytes.
+        (q("rate = 1000000\n[[port.qos.class]]\ncapacity_bytes = 16775168"), "", ""),
+        (
+            q("rate = 1000000\n[[port.qos.class]]\ncapacity_bytes = 9223372036854775807"),
+            "port[0].qos.class[0].capacity_bytes",
+            "expected at most 16775168 bytes: the class holds its capacity in frames of up to 2048 bytes per mbuf, \
+             4503599627370496 mbufs, more than mempool.mbufs (8191); found 9223372036854775807",
+        ),
+        (
+            q("[[port.qos.class]]\ncapacity_bytes = 16775169"),
+            "port[0].qos.class[0].capacity_bytes",
+            "expected at most 16775168 bytes",
+        ),
+        // On a jumbo port each full mbuf of a chain counts once more: half as many bytes.
+        (format!("{PORT}mtu = 9000\n[port.qos]\n[[port.qos.class]]\ncapacity_bytes = 8388607\n"), "", ""),
+        (
+            format!("{PORT}mtu = 9000\n[port.qos]\n[[port.qos.class]]\ncapacity_bytes = 8388608\n"),
+            "port[0].qos.class[0].capacity_bytes",
+            "expected at most 8388607 bytes: the class holds its capacity in frames of up to 2048 bytes per mbuf \
+             (and one more per mbuf of a jumbo chain), 8192 mbufs, more than mempool.mbufs (8191); found 8388608",
+        ),
+        (q("classes = 2\ndscp_map = { 46 = 1 }\npcp_map = { 5 = 1 }"), "", ""),
     ]);
 }
 

@@ -58,7 +58,7 @@ pub(super) fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigErro
             let max_frame = super::qos::port_max_frame(mbuf_frame, p.mtu);
             p.qos
                 .as_ref()
-                .map(|q| super::qos::check(q, i, max_frame, config.mempool.mbufs, path))
+                .map(|q| super::qos::check(q, i, max_frame, mbuf_frame, config.mempool.mbufs, path))
                 .transpose()
         })
         .collect::<Result<Vec<_>, _>>()?;

@@ -129,10 +129,18 @@ pub(super) fn create_pool(
             .iter()
             .flat_map(|c| {
                 c.classes.iter().map(|k| {
-                    class_mbufs_floor(k.capacity_bytes, mbuf_frame) * made
-                        + class_chain_mbufs(c.max_frame_bytes, k.capacity_bytes, mbuf_frame)
+                    class_mbufs_floor(k.capacity_bytes, mbuf_frame)
+                        .saturating_mul(made)
+                        .saturating_add(class_chain_mbufs(c.max_frame_bytes, k.capacity_bytes, mbuf_frame))
                 })
             })
+            .collect(),
+        keys: loaded
+            .qos
+            .iter()
+            .enumerate()
+            .filter_map(|(p, q)| q.as_ref().map(|(c, _)| (p, c.classes.len())))
+            .flat_map(|(p, n)| (0..n).map(move |k| format!("port[{p}].qos.class[{k}]")))
             .collect(),
     };
     let (ring_slots, fitted) = plan_pool(
