@@ -164,6 +164,11 @@ impl Default for Params {
     }
 }
 
+/// The latest time (µs from the workload's time 0) a packet may be sent at: classic pcap
+/// records stamp whole seconds in 32 bits, and time 0 is [`EPOCH_S`](crate::pcap::EPOCH_S) s
+/// after the Unix epoch, so about 2.59e15 µs (82 years) remain.
+pub const MAX_TIME_US: u64 = (u32::MAX as u64 - crate::pcap::EPOCH_S) * 1_000_000 + 999_999;
+
 /// A parameter out of range; the message names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParamError(pub String);
@@ -213,6 +218,14 @@ impl Params {
         {
             if !(0.0..=1.0).contains(&f) {
                 return bad(format!("{name}: expected a fraction in 0..=1, found {f}"));
+            }
+        }
+        for (name, us) in [("--gap-us", self.gap_us), ("--retransmit-delay-us", self.impair.retransmit_delay_us)] {
+            if us > MAX_TIME_US {
+                return bad(format!(
+                    "{name}: expected at most {MAX_TIME_US} µs (the last time a classic pcap's 32-bit seconds \
+                     hold after the workload's start), found {us}"
+                ));
             }
         }
         Ok(())
@@ -342,9 +355,20 @@ impl Workload {
     /// Generates the schedule of `params` (see the module docs).
     ///
     /// # Errors
-    /// A parameter out of range ([`Params::validate`]).
+    /// A parameter out of range ([`Params::validate`]), or a schedule whose last packet would be
+    /// sent after [`MAX_TIME_US`] (more rounds, slots, workers, `gap_us` or
+    /// `retransmit_delay_us` than a pcap's timestamps span).
     pub fn generate(params: Params) -> Result<Workload, ParamError> {
         params.validate()?;
+        // Every time below is at most the first one beyond MAX_TIME_US: each sum and product is
+        // checked against it, so none wraps.
+        let too_late = || {
+            ParamError(format!(
+                "--rounds, --gap-us and --retransmit-delay-us: the schedule runs past {MAX_TIME_US} µs (the last \
+                 time a classic pcap's 32-bit seconds hold after the workload's start): make them smaller"
+            ))
+        };
+        let at = |t: Option<u64>| t.filter(|t| *t <= MAX_TIME_US).ok_or_else(too_late);
         let p = &params;
         let mut rng = Pcg64::seed_from_u64(mix(p.seed ^ mix(0x5c4e_d01e)));
         let slots = p.slots();
@@ -373,12 +397,12 @@ impl Workload {
             };
             let mut round_events = Vec::with_capacity(total + total / 8);
             for (i, &(rank, slot)) in order.iter().enumerate() {
-                let ti = t + i as u64 * p.gap_us;
+                let ti = at((i as u64).checked_mul(p.gap_us).and_then(|d| d.checked_add(t)))?;
                 if dropped[i] {
                     counts.dropped += 1;
                     counts.retransmits += 1;
                     round_events.push(ev(
-                        ti + imp.retransmit_delay_us,
+                        at(ti.checked_add(imp.retransmit_delay_us))?,
                         rank,
                         slot,
                         Flags::RETRANSMIT,
@@ -399,13 +423,14 @@ impl Workload {
             let late = pick(&mut rng, total, fraction_of(imp.late, total));
             for (i, &(rank, slot)) in order.iter().enumerate() {
                 if late[i] {
-                    end += p.gap_us;
+                    end = at(end.checked_add(p.gap_us))?;
                     counts.late += 1;
                     round_events.push(ev(end, rank, slot, Flags::RETRANSMIT, Kind::Late));
                 }
             }
             events.extend(round_events);
-            t = end + p.gap_us;
+            // The next round's start: not a packet's time (checked when one is sent at it).
+            t = end.saturating_add(p.gap_us);
         }
         // PSNs: per worker in send order; a duplicate directly follows its original.
         let mut next = vec![0u32; n];
@@ -503,6 +528,40 @@ mod tests {
         // PSNs count per worker from 0.
         let psns: Vec<u32> = w.events.iter().filter(|e| e.rank == 1).map(|e| e.psn).collect();
         assert_eq!(psns, [0, 1, 2, 3, 4, 5]);
+    }
+
+    /// Times beyond what a classic pcap stamps are refused by name, never wrapped: a
+    /// retransmission delay of u64::MAX would otherwise land its packets in the first µs.
+    #[test]
+    fn times_beyond_the_pcap_range_are_refused() {
+        assert_eq!(MAX_TIME_US, 2_594_967_295_999_999);
+        let drop = |delay: u64| Params {
+            impair: Impairments { drop: 0.5, retransmit_delay_us: delay, ..Impairments::default() },
+            ..params(2, 8, 4)
+        };
+        let e = Workload::generate(drop(u64::MAX)).unwrap_err();
+        assert_eq!(
+            e.0,
+            "--retransmit-delay-us: expected at most 2594967295999999 µs (the last time a classic pcap's 32-bit \
+             seconds hold after the workload's start), found 18446744073709551615"
+        );
+        assert!(Workload::generate(drop(4_294_967_296_000_000)).unwrap_err().0.starts_with("--retransmit-delay-us: "));
+        let e = Workload::generate(Params { gap_us: MAX_TIME_US + 1, ..params(2, 8, 4) }).unwrap_err();
+        assert!(e.0.starts_with("--gap-us: expected at most 2594967295999999 µs"), "{e}");
+        // Each in range, the schedule beyond it: refused as a whole.
+        let e = Workload::generate(drop(MAX_TIME_US)).unwrap_err();
+        assert!(
+            e.0.starts_with("--rounds, --gap-us and --retransmit-delay-us: the schedule runs past 2594967295999999 µs"),
+            "{e}"
+        );
+        let e = Workload::generate(Params { gap_us: MAX_TIME_US / 2, ..params(2, 8, 4) }).unwrap_err();
+        assert!(e.0.contains("the schedule runs past"), "{e}");
+        // At the edge: the last retransmission lands exactly on it.
+        let delay = MAX_TIME_US - 3;
+        let w = Workload::generate(drop(delay)).unwrap();
+        let last = w.events.iter().map(|e| e.time_us).max().unwrap();
+        assert!(last <= MAX_TIME_US && last >= delay, "{last}");
+        assert!(w.events.iter().filter(|e| e.kind == Kind::Retransmit).all(|e| e.time_us >= delay));
     }
 
     #[test]

@@ -148,3 +148,22 @@ fn allreduce_writes_exact_values_on_request() {
     assert_eq!(exp["params"]["values"], "normal");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// An option beyond what the pcap's timestamps hold is refused before anything is written.
+#[test]
+fn out_of_range_times_are_refused_before_writing() {
+    for delay in ["18446744073709551615", "4294967296000000"] {
+        let d = tmp(&format!("late-{delay}"));
+        let out = run(&["allreduce", "--out", d.to_str().unwrap(), "--retransmit-delay-us", delay, "--drop", "0.5"]);
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            err.trim_end(),
+            format!(
+                "pktgen: --retransmit-delay-us: expected at most 2594967295999999 µs (the last time a classic pcap's \
+                 32-bit seconds hold after the workload's start), found {delay}"
+            )
+        );
+        assert!(!d.exists(), "{} was created", d.display());
+    }
+}

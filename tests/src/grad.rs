@@ -111,11 +111,15 @@ impl Coll {
         );
         for k in 0..self.n {
             s += &format!(
-                "[[collective.member]]\nrank = {k}\nip = \"{}\"\nmac = \"02:00:00:00:01:{k:02x}\"\nudp_port = {}\nqpn = {}\nqkey = 286331153\n",
-                self.ip(k),
-                50000 + k,
-                0x100 + k
+                "[[collective.member]]\nrank = {k}\nip = \"{}\"\nmac = \"02:00:00:00:01:{k:02x}\"\n",
+                self.ip(k)
             );
+            // Each carriage's own keys (the other's are refused).
+            s += &if self.roce {
+                format!("qpn = {}\nqkey = 286331153\n", 0x100 + k)
+            } else {
+                format!("udp_port = {}\n", 50000 + k)
+            };
         }
         s
     }

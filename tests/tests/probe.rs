@@ -109,7 +109,7 @@ fn probes_get_a_status_of_the_slot() {
     let a =
         Coll { id: 1, dtype: "i32", n: 10, tensor: 8, chunk: 4, extra: "slot_timeout_ms = 50", ..Default::default() };
     let b = Coll { id: 2, dtype: "f16", roce: true, v6: true, n: 3, tensor: 6, chunk: 3, ..Default::default() };
-    let vlan = |t: String| t.replace("qkey = 286331153\n", "qkey = 286331153\nvlan = 30\n");
+    let vlan = |t: String| t.replace("[[collective.member]]\n", "[[collective.member]]\nvlan = 30\n");
     let conf = write_config(
         &dir,
         "c.toml",

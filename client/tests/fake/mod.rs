@@ -350,7 +350,8 @@ fn reduce(dtype: Dtype, contribs: &[Option<Vec<u8>>]) -> Vec<u8> {
 }
 
 /// An appliance configuration file for a collective whose members are on 127.0.0.1 (IPv4) or
-/// ::1 (IPv6), ranks in order with the given UDP ports, and the appliance at `gradient_port` (the
+/// ::1 (IPv6), ranks in order with the given UDP ports (QPs 16, 17, ... when `extra` sets
+/// `carriage = "rocev2"`), and the appliance at `gradient_port` (the
 /// key is left out for `None`: its default applies). Written to a fresh file named after `tag`.
 pub fn write_config(
     tag: &str,
@@ -367,10 +368,13 @@ pub fn write_config(
     t += extra;
     for (rank, port) in member_ports.iter().enumerate() {
         let ip = if v6 { "::1" } else { "127.0.0.1" };
-        t += &format!(
-            "\n[[collective.member]]\nrank = {rank}\nip = \"{ip}\"\nudp_port = {port}\nmac = \"02:00:00:00:01:0{rank}\"\nqpn = {}\nqkey = 7\n",
-            rank + 16
-        );
+        t += &format!("\n[[collective.member]]\nrank = {rank}\nip = \"{ip}\"\nmac = \"02:00:00:00:01:0{rank}\"\n");
+        // Each carriage's own keys (the appliance refuses the other's).
+        t += &if extra.contains("carriage = \"rocev2\"") {
+            format!("qpn = {}\nqkey = 7\n", rank + 16)
+        } else {
+            format!("udp_port = {port}\n")
+        };
     }
     let dir = std::env::temp_dir().join(format!("gradclient-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -136,11 +136,15 @@ pub fn conf_sized(carriage: &str, n: usize, chunk: usize, slots: usize) -> Strin
     );
     for k in 0..n {
         s += &format!(
-            "[[collective.member]]\nrank = {k}\nip = \"10.0.0.{}\"\nmac = \"02:00:00:00:01:{k:02x}\"\nudp_port = {}\nqpn = {}\nqkey = 286331153\n",
-            k + 1,
-            50000 + k,
-            0x100 + k
+            "[[collective.member]]\nrank = {k}\nip = \"10.0.0.{}\"\nmac = \"02:00:00:00:01:{k:02x}\"\n",
+            k + 1
         );
+        // Each carriage's own keys (the other's are refused).
+        s += &if carriage == "rocev2" {
+            format!("qpn = {}\nqkey = 286331153\n", 0x100 + k)
+        } else {
+            format!("udp_port = {}\n", 50000 + k)
+        };
     }
     s
 }

@@ -243,15 +243,8 @@ fn member(
         return Err(err(format!("{mk}.ip"), format!("expected a unicast address (a worker's own), found {:?}", m.ip)));
     }
     let ip = IpAddrBytes::from_std(std_ip);
-    let mac: EthernetAddress =
-        m.mac.parse().map_err(|e| err(format!("{mk}.mac"), format!("{e}, found {:?}", m.mac)))?;
-    if mac.is_multicast() {
-        // Results are unicast to the worker's NIC (spec section 6).
-        return Err(err(
-            format!("{mk}.mac"),
-            format!("expected a unicast MAC address (first octet even), found {:?}", m.mac),
-        ));
-    }
+    // Results are unicast to the worker's NIC (spec section 6).
+    let mac: EthernetAddress = super::validate::host_mac(&m.mac).map_err(|e| err(format!("{mk}.mac"), e))?;
     let port = m.port.unwrap_or(0);
     if port as usize >= ports.ipv4.len() {
         return Err(err(
@@ -278,6 +271,21 @@ fn member(
             return Err(err(format!("{mk}.vlan"), format!("expected a VLAN ID in 1..=4094, found {v}")));
         }
     }
+    // Each carriage's keys only (spec section 3): another's would be silently unused.
+    let foreign: &[(&str, bool)] = match carriage {
+        Carriage::Udp => &[("qpn", m.qpn.is_some()), ("qkey", m.qkey.is_some())],
+        Carriage::Rocev2 => &[("udp_port", m.udp_port.is_some())],
+    };
+    if let Some((key, _)) = foreign.iter().find(|(_, set)| *set) {
+        let (this, other) = match carriage {
+            Carriage::Udp => ("\"udp\"", "\"rocev2\""),
+            Carriage::Rocev2 => ("\"rocev2\"", "\"udp\""),
+        };
+        return Err(err(
+            format!("{mk}.{key}"),
+            format!("`{key}` is for carriage = {other}; this collective's carriage is {this}: remove it"),
+        ));
+    }
     let (udp_port, qpn, qkey) = match carriage {
         Carriage::Udp => {
             let p = m.udp_port.ok_or_else(|| {
@@ -298,7 +306,7 @@ fn member(
             let key = m.qkey.ok_or_else(|| {
                 err(format!("{mk}.qkey"), "expected the worker's Q_Key (the RoCEv2 carriage needs it)".into())
             })?;
-            (m.udp_port.unwrap_or(0), q, key)
+            (0, q, key)
         }
     };
     Ok(Member { rank: m.rank, ip, udp_port, mac, vlan: m.vlan, port, qpn, qkey })

@@ -11,6 +11,9 @@
 
 /// Bytes in a MiB (EAL's `-m` unit).
 pub const MIB: u64 = 1 << 20;
+/// The most MiB whose bytes a `u64` counts (2^44 - 1, just under 16 EiB): the bound of `-m`,
+/// `--socket-mem` and `dataplane.memory_limit_mb`.
+pub const MAX_MIB: u64 = u64::MAX / MIB;
 /// `struct rte_mbuf` (bytes; two cache lines).
 pub const MBUF_STRUCT: u64 = 128;
 /// A cache line (bytes): DPDK's `RTE_MEMPOOL_ALIGN` on x86.
@@ -118,7 +121,8 @@ pub fn ring_bytes(slots: u64) -> u64 {
 
 /// The EAL memory the `[eal]` arguments reserve (MiB): `-m N` (`-mN`, `-m=N`), or the sum of
 /// `--socket-mem a,b,...` (`--socket-mem=`). `None` when they set none (EAL then takes the
-/// hugepages it finds as it needs them). `Err` names an argument whose value is not a number.
+/// hugepages it finds as it needs them). `Err` names an argument whose value is not a number,
+/// or more than [`MAX_MIB`] in all.
 pub fn eal_memory_mb(args: &[String]) -> Result<Option<u64>, String> {
     let mut it = args.iter();
     let mut found = None;
@@ -133,11 +137,17 @@ pub fn eal_memory_mb(args: &[String]) -> Result<Option<u64>, String> {
             continue;
         };
         let v = value.ok_or_else(|| format!("{which} without a value"))?;
-        let mb = v
-            .split(',')
-            .map(|x| x.trim().parse::<u64>())
-            .sum::<Result<u64, _>>()
-            .map_err(|_| format!("{which} {v:?}: expected MiB as an integer (or integers separated by ',')"))?;
+        let mut mb = 0u64;
+        for x in v.split(',') {
+            let n = x
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| format!("{which} {v:?}: expected MiB as an integer (or integers separated by ',')"))?;
+            mb = mb
+                .checked_add(n)
+                .filter(|m| *m <= MAX_MIB)
+                .ok_or_else(|| format!("{which} {v:?}: expected at most {MAX_MIB} MiB in all (16 EiB)"))?;
+        }
         found = Some(mb);
     }
     Ok(found)

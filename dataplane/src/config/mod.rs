@@ -36,6 +36,13 @@ pub const MBUF_HEADROOM: usize = 128;
 pub const DEFAULT_BURST: u16 = 32;
 /// Default tx drain period (µs): a partly filled tx buffer is sent after this long.
 pub const DEFAULT_TX_DRAIN_US: u64 = 100;
+/// The longest tx drain period (µs): 1 s. A partly filled tx buffer held longer is a stalled
+/// port, not a batching choice (and the period in TSC cycles must not overflow).
+pub const MAX_TX_DRAIN_US: u64 = 1_000_000;
+/// How often each worker publishes its live counters (ms; the runtime's `live::PUBLISH_MS`):
+/// the shortest `stats_interval_ms`, since a shorter interval would read counters that have not
+/// moved and rates computed from stale readings.
+pub const LIVE_PUBLISH_MS: u64 = 100;
 /// The gradient protocol's default UDP port (spec section 1), as the wire defines it.
 pub const DEFAULT_GRADIENT_UDP_PORT: u16 = crate::wire::gradient::DEFAULT_UDP_PORT;
 
@@ -148,7 +155,8 @@ pub struct DataplaneConfig {
     /// Rx burst size (packets), 1..=512.
     #[serde(default = "d_burst")]
     pub burst: u16,
-    /// Tx drain period (µs).
+    /// Tx drain period (µs), at most [`MAX_TX_DRAIN_US`]; 0 drains every loop iteration's
+    /// microsecond.
     #[serde(default = "d_drain")]
     pub tx_drain_us: u64,
     /// UDP destination port of the gradient protocol's UDP carriage.
@@ -169,7 +177,7 @@ pub struct DataplaneConfig {
     #[serde(default)]
     pub memory_limit_mb: Option<u64>,
     /// While running live, print a one-line stats summary on stderr every this many ms (rates,
-    /// drops, rounds completed); 0 (the default): never.
+    /// drops, rounds completed), at least [`LIVE_PUBLISH_MS`]; 0 (the default): never.
     #[serde(default)]
     pub stats_interval_ms: u64,
     /// Verify every checksum of every packet (the UDP checksum and the RoCEv2 ICRC of transit
@@ -346,24 +354,42 @@ pub fn load_str(text: &str, path: &Path) -> Result<Loaded, ConfigError> {
 /// TOML `text` as a `T` (any serde schema: the appliance's, the generator's); `path` names it
 /// in errors.
 ///
+/// The text is first read as a plain TOML document (a [`toml::Table`]), as the appliance's
+/// control thread and a reload read the running file: a value that TOML cannot hold, an integer
+/// beyond its signed 64 bits (above 9223372036854775807) which a `u64` key alone would take, is
+/// refused here rather than by them after the start.
+///
 /// # Errors
-/// A syntax error, or a value of the wrong type or range, as one line naming the file, the key
-/// (serde's path, like `dataplane.burst`), the line and column and what was expected, with Rust's
-/// type names said in words.
+/// A syntax error, a value of the wrong type or range, or an integer beyond TOML's 64 signed
+/// bits, as one line naming the file, the key (serde's path, like `dataplane.burst`), the line
+/// and column and what was expected, with Rust's type names said in words.
 pub fn deserialize<T: serde::de::DeserializeOwned>(text: &str, path: &Path) -> Result<T, ConfigError> {
-    let de = toml::Deserializer::parse(text).map_err(|e| syntax_error(path, text, "", &e))?;
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let key = e.path().to_string();
-        syntax_error(path, text, if key == "." { "" } else { &key }, e.inner())
-    })
+    let parse = || toml::Deserializer::parse(text).map_err(|e| syntax_error(path, text, "", &e));
+    let key_of = |p: &serde_path_to_error::Path| Some(p.to_string()).filter(|k| k != ".").unwrap_or_default();
+    serde_path_to_error::deserialize::<_, toml::Table>(parse()?)
+        .map_err(|e| syntax_error(path, text, &key_of(e.path()), e.inner()))?;
+    serde_path_to_error::deserialize(parse()?).map_err(|e| syntax_error(path, text, &key_of(e.path()), e.inner()))
 }
+
+/// What [`syntax_error`] says of an integer TOML cannot hold (beyond its signed 64 bits).
+pub const INTEGER_RANGE: &str =
+    "expected an integer from -9223372036854775808 to 9223372036854775807 (TOML integers are 64-bit signed)";
 
 /// A TOML syntax error, or a value of the wrong type or range at `key` (serde's path, like
 /// `dataplane.burst` or `collective[0].member[1]`): one line, with the line and column, and
 /// Rust's type names said in words ("u16" is "an integer from 0 to 65535").
 fn syntax_error(path: &Path, text: &str, key: &str, e: &toml::de::Error) -> ConfigError {
-    let mut msg =
-        in_words(&e.message().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; "));
+    let mut msg = e.message().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ");
+    // toml::Value's words for an integer it cannot hold (one above i64::MAX arrives as a u64,
+    // one beyond u64 as an i128 or u128).
+    let beyond_i64 = msg == "u64 value was too large"
+        || msg == "integer number overflowed"
+        || ((msg.contains(" as i128") || msg.contains(" as u128")) && msg.ends_with("expected any valid TOML value"));
+    if beyond_i64 {
+        let found = e.span().and_then(|s| text.get(s)).map(str::trim).unwrap_or_default();
+        msg = format!("{INTEGER_RANGE}, found {found}");
+    }
+    let mut msg = in_words(&msg);
     if let Some(span) = e.span() {
         let before = text.get(..span.start).unwrap_or(text);
         let line = before.matches('\n').count() + 1;

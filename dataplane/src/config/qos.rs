@@ -84,9 +84,41 @@ pub fn port_max_frame(mbuf_frame: u32, mtu: Option<u16>) -> u32 {
     mbuf_frame.max(mtu.map_or(0, |m| u32::from(m) + MTU_FRAME_OVERHEAD))
 }
 
+/// The fewest mbufs a class of `capacity_bytes` on a port whose frames reach `max_frame` bytes
+/// is ever cut to, with `mbuf_frame` bytes of frame per mbuf: its capacity in full mbuf frames
+/// ([`memory::class_mbufs_floor`]) and the chains' extra mbufs
+/// ([`memory::class_chain_mbufs`]). The start sizes the pool with it (before zero-copy results
+/// multiply it).
+///
+/// [`memory::class_mbufs_floor`]: super::memory::class_mbufs_floor
+/// [`memory::class_chain_mbufs`]: super::memory::class_chain_mbufs
+pub fn class_floor_mbufs(capacity_bytes: u64, max_frame: u32, mbuf_frame: u32) -> u64 {
+    super::memory::class_mbufs_floor(capacity_bytes, mbuf_frame).saturating_add(super::memory::class_chain_mbufs(
+        max_frame,
+        capacity_bytes,
+        mbuf_frame,
+    ))
+}
+
+/// The largest `capacity_bytes` whose [`class_floor_mbufs`] is at most `mbufs`.
+fn max_capacity_bytes(max_frame: u32, mbuf_frame: u32, mbufs: u64) -> u64 {
+    let (mut lo, mut hi) = (0u64, u64::MAX);
+    while lo < hi {
+        let mid = hi - (hi - lo) / 2;
+        if class_floor_mbufs(mid, max_frame, mbuf_frame) <= mbufs {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    lo
+}
+
 /// Validates port `port`'s `[port.qos]` into a scheduler configuration at [`QOS_HZ`] and its
 /// class map. `max_frame` is the largest frame the port sends ([`port_max_frame`], bytes);
-/// `mbufs` bounds a queue's packets.
+/// `mbuf_frame` what one mbuf holds (bytes: the data room less the headroom); `mbufs` (the
+/// pool) bounds a queue's packets, and a class's capacity in full frames
+/// ([`class_floor_mbufs`]).
 ///
 /// # Errors
 /// The first fault, naming `port[i].qos.KEY` (or `port[i].qos.class[j].KEY`) and what was
@@ -95,6 +127,7 @@ pub(super) fn check(
     q: &QosConfig,
     port: usize,
     max_frame: u32,
+    mbuf_frame: u32,
     mbufs: u32,
     path: &Path,
 ) -> Result<(sched::PortConfig, ClassMap), ConfigError> {
@@ -141,6 +174,10 @@ pub(super) fn check(
     if q.quantum == Some(0) {
         return Err(err("quantum", "expected at least 1 byte".into()));
     }
+    if q.quantum.is_some() && policy != Policy::Dwrr {
+        // Strict priority serves the highest backlogged class whole: no round, no quantum.
+        return Err(err("quantum", "a quantum is for policy = \"dwrr\" (strict priority has no rounds)".into()));
+    }
     let mut classes = Vec::with_capacity(n);
     let defaults = QosClassConfig::default();
     for c in 0..n {
@@ -151,6 +188,20 @@ pub(super) fn check(
             return Err(cerr(
                 "capacity_bytes",
                 format!("expected at least one maximum frame ({max_frame} bytes), found {capacity_bytes}"),
+            ));
+        }
+        // A class is never cut below its capacity in full frames: more than the whole pool can
+        // never be met (the pool's check at start would ask for ever more mbufs).
+        let floor = class_floor_mbufs(capacity_bytes, max_frame, mbuf_frame);
+        if floor > u64::from(mbufs) {
+            return Err(cerr(
+                "capacity_bytes",
+                format!(
+                    "expected at most {} bytes: the class holds its capacity in frames of up to {mbuf_frame} bytes \
+                     per mbuf{}, {floor} mbufs, more than mempool.mbufs ({mbufs}); found {capacity_bytes}",
+                    max_capacity_bytes(max_frame, mbuf_frame, u64::from(mbufs)),
+                    if max_frame > mbuf_frame { " (and one more per mbuf of a jumbo chain)" } else { "" }
+                ),
             ));
         }
         let weight = cc.weight.unwrap_or(1);

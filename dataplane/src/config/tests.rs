@@ -105,12 +105,74 @@ fn type_and_range_errors_name_the_key_and_line() {
     assert!(e.contains("(line 9, column 17)"), "{e}");
 }
 
+/// An integer beyond TOML's signed 64 bits is refused at load, as the control thread's and a
+/// reload's reading of the file as a plain document refuses it, under its key and line.
+#[test]
+fn integers_beyond_64_signed_bits_are_refused_at_load() {
+    let e = err(&format!("{PORT}[dataplane]\ntx_drain_us = 18446744073709551615\n"));
+    assert_eq!(
+        e,
+        format!(
+            "bad.toml: key `dataplane.tx_drain_us`: {INTEGER_RANGE}, found 18446744073709551615 (line 4, column 15)"
+        )
+    );
+    let coll = "[[collective]]\ncollective_id = 1\nop = \"sum\"\ndtype = \"f32\"\ntensor_elements = 8\n\
+                chunk_elements = 4\nslot_timeout_ms = 9223372036854775808\n";
+    let e = err(&format!("[[port]]\nvdev = \"net_null0\"\nipv4 = \"10.0.0.254\"\n{coll}"));
+    assert_eq!(
+        e,
+        format!(
+            "bad.toml: key `collective[0].slot_timeout_ms`: {INTEGER_RANGE}, found 9223372036854775808 (line 10, column 19)"
+        )
+    );
+    // Beyond u64 as well, and in an array.
+    let e = err(&format!("{PORT}[eal]\nargs = []\n[[lcore]]\nid = 99999999999999999999999\nrx = []\n"));
+    assert_eq!(
+        e,
+        format!("bad.toml: key `lcore[0].id`: {INTEGER_RANGE}, found 99999999999999999999999 (line 6, column 6)")
+    );
+    // i64::MAX itself is TOML: it reaches the key's own range check.
+    let text = format!("{PORT}[dataplane]\nreplay_idle_ms = 9223372036854775807\n");
+    assert_eq!(load_str(&text, Path::new("ok.toml")).unwrap().config.dataplane.replay_idle_ms, i64::MAX as u64);
+    assert!(text.parse::<toml::Table>().is_ok());
+}
+
 #[test]
 fn dataplane_and_port_values_are_checked() {
     let cases: Vec<(String, &str, &str)> = vec![
         (format!("{PORT}[dataplane]\ngradient_udp_port = 0\n"), "`dataplane.gradient_udp_port`", "1..=65535, found 0"),
         (format!("{PORT}[dataplane]\nreplay_idle_ms = 0\n"), "`dataplane.replay_idle_ms`", "at least 1 ms"),
         (format!("{PORT}[dataplane]\nreplay_idle_ms = 1\n"), "", ""),
+        (format!("{PORT}mtu = 68\n"), "", ""),
+        (
+            format!("{PORT}mtu = 67\n"),
+            "`port[0].mtu`",
+            "expected at least 68 bytes (RTE_ETHER_MIN_MTU, IPv4's minimum), found 67",
+        ),
+        (format!("{PORT}mtu = 0\n"), "`port[0].mtu`", "expected at least 68 bytes"),
+        (format!("{PORT}mtu = 100\n"), "", ""),
+        (
+            format!("{PORT}[dataplane]\ntx_drain_us = 1000001\n"),
+            "`dataplane.tx_drain_us`",
+            "expected at most 1000000 µs (1 s), found 1000001",
+        ),
+        (
+            format!("{PORT}[dataplane]\ntx_drain_us = 9223372036854775807\n"),
+            "`dataplane.tx_drain_us`",
+            "expected at most 1000000 µs (1 s), found 9223372036854775807",
+        ),
+        (format!("{PORT}[dataplane]\nstats_interval_ms = 0\n"), "", ""),
+        (format!("{PORT}[dataplane]\nstats_interval_ms = 100\n"), "", ""),
+        (
+            format!("{PORT}[dataplane]\nstats_interval_ms = 1\n"),
+            "`dataplane.stats_interval_ms`",
+            "expected 0 (no stats line) or at least 100 ms (how often the workers publish their counters), found 1",
+        ),
+        (
+            format!("{PORT}[dataplane]\nstats_interval_ms = 99\n"),
+            "`dataplane.stats_interval_ms`",
+            "at least 100 ms",
+        ),
         (
             "[[port]]\nname = \"a\"\nvdev = \"net_null0\"\n[[port]]\nname = \"a\"\nvdev = \"net_null1\"\n".into(),
             "`port[1].name`",
@@ -190,6 +252,11 @@ fn semantic_errors_name_the_key() {
         ("[[port]]\nvdev = \"net_null0\"\n[[port]]\nvdev = \"net_null0,size=64\"\n", "`port[1]`", "twice"),
         ("[[port]]\nvdev = \"net_null0\"\nmac = \"02:00\"\n", "`port[0].mac`", "MAC address"),
         ("[[port]]\nvdev = \"net_null0\"\nmac = \"03:00:00:00:00:01\"\n", "`port[0].mac`", "unicast"),
+        (
+            "[[port]]\nvdev = \"net_null0\"\nmac = \"00:00:00:00:00:00\"\n",
+            "`port[0].mac`",
+            "expected a host's MAC address, not the null address 00:00:00:00:00:00, found \"00:00:00:00:00:00\"",
+        ),
         ("[[port]]\nvdev = \"net_null0\"\nipv4 = \"224.0.0.1\"\n", "`port[0].ipv4`", "unicast"),
         ("[[port]]\nvdev = \"net_null0\"\nipv4 = \"0.0.0.0\"\n", "`port[0].ipv4`", "unicast"),
         ("[[port]]\nvdev = \"net_null0\"\nipv6 = \"ff02::1\"\n", "`port[0].ipv6`", "unicast"),
@@ -283,6 +350,19 @@ fn collective_errors_name_the_key() {
         ),
         (coll("", ""), "`collective[0].member[0].udp_port`", "UDP port"),
         (coll("carriage = \"rocev2\"", "qkey = 1"), "`collective[0].member[0].qpn`", "QP number"),
+        // Each carriage's keys only: another's would be silently unused.
+        (
+            coll("", "udp_port = 5\nqpn = 7"),
+            "`collective[0].member[0].qpn`",
+            "`qpn` is for carriage = \"rocev2\"; this collective's carriage is \"udp\": remove it",
+        ),
+        (coll("", "udp_port = 5\nqkey = 7"), "`collective[0].member[0].qkey`", "`qkey` is for carriage = \"rocev2\""),
+        (
+            coll("carriage = \"rocev2\"", "qpn = 7\nqkey = 1\nudp_port = 5"),
+            "`collective[0].member[0].udp_port`",
+            "`udp_port` is for carriage = \"udp\"; this collective's carriage is \"rocev2\": remove it",
+        ),
+        (coll("carriage = \"rocev2\"", "qpn = 7\nqkey = 1"), "", ""),
         (coll("", "udp_port = 5\nrank = 1").replace("rank = 0\n", ""), "`collective[0].member[0].rank`", "below 1"),
         (coll("", "udp_port = 5").replace("10.0.0.1", "fd00::1"), "`collective[0].member[0].ip`", "no IPv6 address"),
         (
@@ -298,6 +378,11 @@ fn collective_errors_name_the_key() {
         (coll("slot_timeout_ms = 1", "udp_port = 5"), "", ""),
         (coll("", "udp_port = 5").replace("02:00:00:00:01:00", "ff:ff:ff:ff:ff:ff"), "`collective[0].member[0].mac`", "unicast MAC"),
         (coll("", "udp_port = 5").replace("02:00:00:00:01:00", "01:00:5e:00:00:01"), "`collective[0].member[0].mac`", "unicast MAC"),
+        (
+            coll("", "udp_port = 5").replace("02:00:00:00:01:00", "00:00:00:00:00:00"),
+            "`collective[0].member[0].mac`",
+            "not the null address 00:00:00:00:00:00",
+        ),
         // Two ranks with one address: refused on either carriage; a second port or QP is fine.
         (
             coll("", "udp_port = 5\n[[collective.member]]\nrank = 1\nip = \"10.0.0.1\"\nmac = \"02:00:00:00:01:01\"\nudp_port = 5"),
@@ -495,6 +580,16 @@ fn eal_memory_is_read_from_the_args() {
     assert_eq!(m(&["--lcores", "0@0,1@1", "--match-allocations"]), Ok(None));
     assert!(m(&["-m"]).unwrap_err().contains("-m without a value"));
     assert!(m(&["-m", "lots"]).unwrap_err().contains("expected MiB"));
+    // A sum beyond what a u64 of bytes counts is refused, not wrapped.
+    assert_eq!(
+        m(&["--socket-mem", "17592186044415,1"]),
+        Err("--socket-mem \"17592186044415,1\": expected at most 17592186044415 MiB in all (16 EiB)".into())
+    );
+    assert_eq!(
+        m(&["--socket-mem", "18446744073709551615,1"]).unwrap_err(),
+        "--socket-mem \"18446744073709551615,1\": expected at most 17592186044415 MiB in all (16 EiB)"
+    );
+    assert_eq!(m(&["-m", "17592186044415"]), Ok(Some(memory::MAX_MIB)));
     assert_eq!(memory::page_size(&args(&["--no-huge"])), 4096);
     assert_eq!(memory::page_size(&args(&["-m", "512"])), 2 * memory::MIB);
 }
@@ -518,6 +613,22 @@ fn memory_needs_must_fit_the_eal_memory() {
     let e = err(&format!("{}[dataplane]\nmemory_limit_mb = 31\n{PORT}", eal("64")));
     assert!(e.contains("key `dataplane.memory_limit_mb`") && e.contains("eal.args -m 64"), "{e}");
     assert!(e.contains("expected at most 30 MiB") && e.contains("found 31") && e.contains("at least 65"), "{e}");
+    // A limit whose bytes a u64 cannot count is refused as such, with -m or without; the most
+    // that does ask -m for itself plus the pool (no wrapped multiplication in the advice).
+    for e in [
+        err(&format!("{}[dataplane]\nmemory_limit_mb = 17592186044416\n{PORT}", eal("512"))),
+        err(&format!("[dataplane]\nmemory_limit_mb = 17592186044416\n{PORT}")),
+    ] {
+        assert_eq!(
+            e,
+            "bad.toml: key `dataplane.memory_limit_mb`: expected at most 17592186044415 MiB (16 EiB, what a 64-bit \
+             byte count holds), found 17592186044416"
+        );
+    }
+    let e = err(&format!("{}[dataplane]\nmemory_limit_mb = 17592186044415\n{PORT}", eal("512")));
+    assert!(e.ends_with("found 17592186044415. Lower it"), "{e}");
+    let e = err(&format!("{}[dataplane]\nmemory_limit_mb = 17592186044381\n{PORT}", eal("512")));
+    assert!(e.ends_with("found 17592186044381. Lower it, or raise -m to at least 17592186044415"), "{e}");
     let e = err(&format!("{}[dataplane]\nmemory_limit_mb = 1024\n{PORT}", eal("512")));
     assert!(e.contains("dataplane.memory_limit_mb") && e.contains("expected at most 478 MiB"), "{e}");
     // Unset, the limit is what is left: collectives beyond it are refused naming -m.
@@ -624,6 +735,35 @@ weight = 4
         (q("classes = 2\npcp_map = [0, 1, 0, 0, 0, 0, 0, 2]"), "port[0].qos.pcp_map[7]", "class 0..=1"),
         (q("classes = 2\npcp_map = { 8 = 1 }"), "port[0].qos.pcp_map.8", "code point 0..=7"),
         (q("colour = 1"), "port[0].qos", "unknown field"),
+        // A quantum is DWRR's, as weights are.
+        (
+            q("quantum = 3000"),
+            "port[0].qos.quantum",
+            "a quantum is for policy = \"dwrr\" (strict priority has no rounds)",
+        ),
+        (q("policy = \"strict\"\nquantum = 3000"), "port[0].qos.quantum", "is for policy = \"dwrr\""),
+        (q("policy = \"dwrr\"\nquantum = 3000"), "", ""),
+        // A class's capacity in full frames must fit the pool: 8191 mbufs of 2048 bytes.
+        (q("rate = 1000000\n[[port.qos.class]]\ncapacity_bytes = 16775168"), "", ""),
+        (
+            q("rate = 1000000\n[[port.qos.class]]\ncapacity_bytes = 9223372036854775807"),
+            "port[0].qos.class[0].capacity_bytes",
+            "expected at most 16775168 bytes: the class holds its capacity in frames of up to 2048 bytes per mbuf, \
+             4503599627370496 mbufs, more than mempool.mbufs (8191); found 9223372036854775807",
+        ),
+        (
+            q("[[port.qos.class]]\ncapacity_bytes = 16775169"),
+            "port[0].qos.class[0].capacity_bytes",
+            "expected at most 16775168 bytes",
+        ),
+        // On a jumbo port each full mbuf of a chain counts once more: half as many bytes.
+        (format!("{PORT}mtu = 9000\n[port.qos]\n[[port.qos.class]]\ncapacity_bytes = 8388607\n"), "", ""),
+        (
+            format!("{PORT}mtu = 9000\n[port.qos]\n[[port.qos.class]]\ncapacity_bytes = 8388608\n"),
+            "port[0].qos.class[0].capacity_bytes",
+            "expected at most 8388607 bytes: the class holds its capacity in frames of up to 2048 bytes per mbuf \
+             (and one more per mbuf of a jumbo chain), 8192 mbufs, more than mempool.mbufs (8191); found 8388608",
+        ),
         (q("classes = 2\ndscp_map = { 46 = 1 }\npcp_map = { 5 = 1 }"), "", ""),
     ]);
 }

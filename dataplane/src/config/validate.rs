@@ -11,6 +11,10 @@ use crate::datapath::MAX_BURST;
 use crate::wire::EthernetAddress;
 use std::path::Path;
 
+/// The smallest MTU a port may be set to (bytes): DPDK's `RTE_ETHER_MIN_MTU`, IPv4's minimum
+/// (RFC 791).
+const MIN_MTU: u16 = 68;
+
 /// Per port, the addresses its `[[port]]` table gives the appliance, parsed.
 struct PortAddresses {
     macs: Vec<Option<EthernetAddress>>,
@@ -52,7 +56,10 @@ pub(super) fn validate(config: Config, path: &Path) -> Result<Loaded, ConfigErro
         .enumerate()
         .map(|(i, p)| {
             let max_frame = super::qos::port_max_frame(mbuf_frame, p.mtu);
-            p.qos.as_ref().map(|q| super::qos::check(q, i, max_frame, config.mempool.mbufs, path)).transpose()
+            p.qos
+                .as_ref()
+                .map(|q| super::qos::check(q, i, max_frame, mbuf_frame, config.mempool.mbufs, path))
+                .transpose()
         })
         .collect::<Result<Vec<_>, _>>()?;
     let PortAddresses { macs: port_macs, ipv4: port_ipv4, ipv6: port_ipv6 } = addrs;
@@ -107,6 +114,30 @@ fn check_dataplane(dp: &DataplaneConfig, path: &Path) -> Result<(), ConfigError>
     }
     if dp.gradient_udp_port == 0 {
         return Err(err("dataplane.gradient_udp_port".into(), "expected a UDP port in 1..=65535, found 0".into()));
+    }
+    if dp.tx_drain_us > super::MAX_TX_DRAIN_US {
+        return Err(err(
+            "dataplane.tx_drain_us".into(),
+            format!("expected at most {} µs (1 s), found {}", super::MAX_TX_DRAIN_US, dp.tx_drain_us),
+        ));
+    }
+    if dp.stats_interval_ms != 0 && dp.stats_interval_ms < super::LIVE_PUBLISH_MS {
+        // The workers publish their counters every LIVE_PUBLISH_MS: a line more often would
+        // show rates of 0 between publications and bursts of the whole period's packets.
+        return Err(err(
+            "dataplane.stats_interval_ms".into(),
+            format!(
+                "expected 0 (no stats line) or at least {} ms (how often the workers publish their counters), found {}",
+                super::LIVE_PUBLISH_MS,
+                dp.stats_interval_ms
+            ),
+        ));
+    }
+    if let Some(limit) = dp.memory_limit_mb.filter(|l| *l > memory::MAX_MIB) {
+        return Err(err(
+            "dataplane.memory_limit_mb".into(),
+            format!("expected at most {} MiB (16 EiB, what a 64-bit byte count holds), found {limit}", memory::MAX_MIB),
+        ));
     }
     if dp.replay_idle_ms == 0 {
         // The fallback end of a replay whose input ends short: 0 would end every replay at once.
@@ -168,6 +199,13 @@ fn check_ports(ports: &[PortConfig], path: &Path) -> Result<PortAddresses, Confi
         if p.rx_desc == 0 || p.tx_desc == 0 {
             return Err(err(key, "expected rx_desc and tx_desc above 0".into()));
         }
+        if let Some(mtu) = p.mtu.filter(|m| *m < MIN_MTU) {
+            // DPDK refuses it at start (rte_eth_dev_configure: EINVAL, naming no key).
+            return Err(err(
+                format!("{key}.mtu"),
+                format!("expected at least {MIN_MTU} bytes (RTE_ETHER_MIN_MTU, IPv4's minimum), found {mtu}"),
+            ));
+        }
         let (mac, v4, v6) = port_addresses(&key, p, path)?;
         addrs.macs.push(mac);
         addrs.ipv4.push(v4);
@@ -180,22 +218,8 @@ fn check_ports(ports: &[PortConfig], path: &Path) -> Result<PortAddresses, Confi
 /// parsed: unicast addresses only.
 fn port_addresses(key: &str, p: &PortConfig, path: &Path) -> Result<Addresses, ConfigError> {
     let err = |key: String, msg: String| ConfigError::new(path, key, msg);
-    let mac = match &p.mac {
-        None => None,
-        Some(m) => {
-            let mac =
-                m.parse::<EthernetAddress>().map_err(|e| err(format!("{key}.mac"), format!("{e}, found {m:?}")))?;
-            // The source of the appliance's own frames: a group address there is invalid
-            // (IEEE 802: the I/G bit of a source is 0).
-            if mac.is_multicast() {
-                return Err(err(
-                    format!("{key}.mac"),
-                    format!("expected a unicast MAC address (first octet even), found {m:?}"),
-                ));
-            }
-            Some(mac)
-        }
-    };
+    // The source of the appliance's own frames and the port's own address.
+    let mac = p.mac.as_deref().map(|m| host_mac(m).map_err(|e| err(format!("{key}.mac"), e))).transpose()?;
     let v4 = match &p.ipv4 {
         None => None,
         Some(a) => Some(
@@ -416,20 +440,45 @@ fn check_eal_memory(config: &Config, path: &Path) -> Result<Option<(u64, u64)>, 
     let room = budget - need;
     if let Some(limit) = config.dataplane.memory_limit_mb {
         if limit.saturating_mul(memory::MIB) > room {
+            // `limit` is at most MAX_MIB ([`check_dataplane`]) and `need` at most the budget: no
+            // overflow. An -m beyond MAX_MIB would be refused itself: not advised.
+            let eal_needed = need.div_ceil(memory::MIB) + limit;
             return Err(err(
                 "dataplane.memory_limit_mb",
                 format!(
-                    "expected at most {} MiB: eal.args -m {eal_mb} MiB leaves {} MiB after the mempool ({} MiB), the hand-off rings and EAL's own memory ({} MiB); found {limit}. Lower it, or raise -m to at least {}",
+                    "expected at most {} MiB: eal.args -m {eal_mb} MiB leaves {} MiB after the mempool ({} MiB), the hand-off rings and EAL's own memory ({} MiB); found {limit}. Lower it{}",
                     room / memory::MIB,
                     memory::mib(room),
                     memory::mib(pool),
                     memory::mib(fixed),
-                    (need + limit * memory::MIB).div_ceil(memory::MIB)
+                    if eal_needed <= memory::MAX_MIB {
+                        format!(", or raise -m to at least {eal_needed}")
+                    } else {
+                        String::new()
+                    }
                 ),
             ));
         }
     }
     Ok(Some((room, eal_mb)))
+}
+
+/// A MAC address that names one host's interface (`[[port]] mac`, a member's `mac`): six hex
+/// octets, unicast (IEEE 802: a group address, the I/G bit set, is never a source, and results
+/// are unicast to a worker's NIC) and not 00:00:00:00:00:00 (no interface's; DPDK refuses it as a
+/// port's address).
+///
+/// # Errors
+/// What was expected and what `text` is.
+pub(super) fn host_mac(text: &str) -> Result<EthernetAddress, String> {
+    let mac = text.parse::<EthernetAddress>().map_err(|e| format!("{e}, found {text:?}"))?;
+    if mac.is_multicast() {
+        return Err(format!("expected a unicast MAC address (first octet even), found {text:?}"));
+    }
+    if mac.0 == [0; 6] {
+        return Err(format!("expected a host's MAC address, not the null address 00:00:00:00:00:00, found {text:?}"));
+    }
+    Ok(mac)
 }
 
 fn looks_like_pci(s: &str) -> bool {

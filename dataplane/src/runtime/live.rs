@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// How often a worker publishes its counters (ms): what a live reader sees is at most this old.
-pub const PUBLISH_MS: u64 = 100;
+pub const PUBLISH_MS: u64 = crate::config::LIVE_PUBLISH_MS;
 
 /// The counters of every worker, by metric index (see [`crate::export`]), and their names.
 #[derive(Debug)]

@@ -844,7 +844,9 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
         }
     }
     let t0 = dpdk::rdtsc();
-    let end = duration.map(|d| t0 + (d * hz as f64) as u64);
+    // A duration beyond the TSC's range (the float converts saturating) never ends the run,
+    // rather than wrapping to an end already passed.
+    let end = duration.map(|d| t0.saturating_add((d * hz as f64) as u64));
     let mut next_line = t0 + hz;
     let mut live = report::LiveLine::new(loaded, hz);
     let has_rx = !rx.queues.is_empty();

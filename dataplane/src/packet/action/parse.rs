@@ -45,7 +45,7 @@ pub struct MeterRef {
 
 const KNOWN: &str = "forward(port), flood, multicast(group), drop, aggregate, goto(table), exit, count(name), \
                      meter(name[, field]), police(name[, field], yellow=actions, red=actions), set_color(colour), \
-                     set_class(0..7),                      set_dscp(0..63), mark_ecn, dec_ttl, set_eth_src(mac), set_eth_dst(mac), \
+                     set_class(0..7), set_dscp(0..63), mark_ecn, dec_ttl, set_eth_src(mac), set_eth_dst(mac), \
                      push_vlan(vid), pop_vlan, set_vlan(vid)";
 
 fn err<T>(s: String) -> Result<T, ActionParseError> {
@@ -337,7 +337,14 @@ mod tests {
         assert!(e("forward(x)").contains("port index"));
         assert!(e("forward").contains("expects one argument"));
         assert!(e("flood(1)").contains("takes no argument"));
-        assert!(e("teleport").contains("unknown action"));
+        // The list of actions reads as one line with single spaces.
+        let known = "forward(port), flood, multicast(group), drop, aggregate, goto(table), exit, count(name), \
+                     meter(name[, field]), police(name[, field], yellow=actions, red=actions), set_color(colour), \
+                     set_class(0..7), set_dscp(0..63), mark_ecn, dec_ttl, set_eth_src(mac), set_eth_dst(mac), \
+                     push_vlan(vid), pop_vlan, set_vlan(vid)";
+        assert_eq!(e("teleport"), format!("unknown action \"teleport\"; expected one of: {known}"));
+        assert_eq!(e(" ; "), format!("expected at least one action ({known})"));
+        assert!(!known.contains("  "));
         assert!(e("goto(l2)").contains("later table"));
         assert!(e("goto(nope)").contains("no table"));
         assert!(e("").contains("at least one"));

@@ -88,8 +88,11 @@ pub struct SchedMbufs {
     /// Per class of every shaped port, in port and class order: its packet capacity
     /// ([`crate::config::memory::class_mbufs`]).
     pub demand: Vec<u64>,
-    /// Per class: the least it may be cut to ([`crate::config::memory::class_mbufs_floor`]).
+    /// Per class: the least it may be cut to ([`crate::config::memory::class_mbufs_floor`]),
+    /// even when that is more than its demand (a demand is bounded by the pool, a floor never).
     pub floor: Vec<u64>,
+    /// Per class: its key (`port[1].qos.class[0]`), for messages.
+    pub keys: Vec<String>,
 }
 
 /// The mempool must hold, at once, what every worker holds (an rx burst, its tx buffers, the
@@ -139,8 +142,12 @@ pub fn plan_pool(
         &sched.floor,
         (mbufs as u64).saturating_sub(reserved + min_rings),
     );
-    let floors: u64 = sched.demand.iter().zip(&sched.floor).map(|(d, f)| (*d).min(*f)).sum();
-    let needed = reserved + min_rings + floors;
+    // The floors whole, not cut to the demands: a demand is bounded by the pool it was sized
+    // for, so a floor above it grows with the pool and a count made of the two could never be
+    // met. With every floor, a pool of `needed` mbufs gives each class a demand of at least its
+    // floor and fits.
+    let floors: u64 = sched.floor.iter().fold(0u64, |a, f| a.saturating_add(*f));
+    let needed = reserved.saturating_add(min_rings).saturating_add(floors);
     let Ok(classes) = fitted.map_err(|_| ()).and_then(|c| if (mbufs as u64) < needed { Err(()) } else { Ok(c) }) else {
         let mut why = format!(
             "{workers} worker(s) hold up to {} mbufs each (an rx burst of {}{}, {ports} port(s) x {} tx buffers{}, \
@@ -164,8 +171,27 @@ pub fn plan_pool(
         if sched.ring_mbufs > 0 {
             why += &format!(", the rings to the shaped ports' scheduler owners {}", sched.ring_mbufs);
         }
+        // The class that asks the most (the first of equals), named: its capacity_bytes is the
+        // key to lower.
+        let largest =
+            sched.floor.iter().enumerate().rev().max_by_key(|(_, f)| **f).map(|(i, f)| (sched.keys.get(i), *f));
         if floors > 0 {
-            why += &format!(", the egress queues at least {floors} (each class's capacity_bytes in maximum frames)");
+            why += &format!(", the egress queues at least {floors} (each class's capacity_bytes in maximum frames");
+            if let Some((Some(key), f)) = largest {
+                why += &format!("; the most, {f}, {key}.capacity_bytes");
+            }
+            why += ")";
+        }
+        if needed > u64::from(u32::MAX) {
+            let lower = match largest {
+                Some((Some(key), _)) => format!("lower {key}.capacity_bytes"),
+                _ => "lower the classes' capacity_bytes".to_string(),
+            };
+            return Err(format!(
+                "expected at least {needed} mbufs, more than a pool can have (mempool.mbufs is at most {}): {why}; \
+                 {lower}",
+                u32::MAX
+            ));
         }
         return Err(format!(
             "expected at least {needed} mbufs, found {mbufs}: {why}; a smaller pool runs dry and the ports lose \
@@ -796,7 +822,8 @@ mod tests {
         // two default classes and one of 3000 bytes in the default pool of 8191: 7711 spare
         // for 8191 + 8191 + 215 asked, floors 174 + 174 + 2: the 7361 beyond the floors go in
         // proportion to 8017, 8017 and 213 of 16247 asked beyond them: 3632, 3632 and 96.
-        let sched = SchedMbufs { ring_mbufs: 0, demand: vec![8191, 8191, 215], floor: vec![174, 174, 2] };
+        let keys = ["port[0].qos.class[0]", "port[0].qos.class[1]", "port[0].qos.class[2]"].map(String::from).to_vec();
+        let sched = SchedMbufs { ring_mbufs: 0, demand: vec![8191, 8191, 215], floor: vec![174, 174, 2], keys };
         let (slots, classes) = plan_pool(8191, 256, 32, 2, 1, false, 0, &sched, FrameMbufs::ONE).unwrap();
         assert_eq!(slots, 0);
         assert!(classes.iter().sum::<u64>() <= 8191 - 480, "{classes:?}");
@@ -807,9 +834,30 @@ mod tests {
         let sched = SchedMbufs { ring_mbufs: 1023, ..sched };
         let e = plan_pool(2586, 256, 32, 2, 2, true, 0, &sched, FrameMbufs::ONE).unwrap_err();
         assert!(e.starts_with("expected at least 2587 mbufs, found 2586"), "{e}");
-        assert!(e.contains("scheduler owners 1023") && e.contains("egress queues at least 350"), "{e}");
+        assert!(e.contains("scheduler owners 1023"), "{e}");
+        assert!(e.contains("egress queues at least 350 (each class's capacity_bytes in maximum frames; the most, 174, port[0].qos.class[0].capacity_bytes)"), "{e}");
         let (slots, classes) = plan_pool(2587, 256, 32, 2, 2, true, 0, &sched, FrameMbufs::ONE).unwrap();
         assert_eq!((slots, classes), (128, vec![174, 174, 2]));
+        // A class whose floor is above its demand (the demand bounded by the pool it was
+        // sized for): the count asked is enough once set, instead of growing with the pool.
+        let one = |mbufs: u32, floor: u64| SchedMbufs {
+            ring_mbufs: 0,
+            demand: vec![(floor * 7).min(u64::from(mbufs))],
+            floor: vec![floor],
+            keys: vec!["port[0].qos.class[0]".into()],
+        };
+        let e = plan_pool(8191, 256, 32, 2, 1, false, 0, &one(8191, 20_000), FrameMbufs::ONE).unwrap_err();
+        assert!(e.starts_with("expected at least 20480 mbufs, found 8191"), "{e}");
+        assert!(e.contains("the most, 20000, port[0].qos.class[0].capacity_bytes"), "{e}");
+        let (_, classes) = plan_pool(20_480, 256, 32, 2, 1, false, 0, &one(20_480, 20_000), FrameMbufs::ONE).unwrap();
+        assert_eq!(classes, vec![20_000]);
+        // Beyond what any pool holds: the class to lower, not a count to set.
+        let e = plan_pool(8191, 256, 32, 2, 1, false, 0, &one(8191, 1 << 52), FrameMbufs::ONE).unwrap_err();
+        assert!(
+            e.starts_with("expected at least 4503599627370976 mbufs, more than a pool can have (mempool.mbufs is at most 4294967295)"),
+            "{e}"
+        );
+        assert!(e.ends_with("; lower port[0].qos.class[0].capacity_bytes"), "{e}");
         // Without schedulers, as before.
         assert_eq!(
             plan_pool(8191, 256, 32, 2, 2, true, 0, &SchedMbufs::default(), FrameMbufs::ONE),

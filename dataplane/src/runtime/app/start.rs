@@ -129,10 +129,18 @@ pub(super) fn create_pool(
             .iter()
             .flat_map(|c| {
                 c.classes.iter().map(|k| {
-                    class_mbufs_floor(k.capacity_bytes, mbuf_frame) * made
-                        + class_chain_mbufs(c.max_frame_bytes, k.capacity_bytes, mbuf_frame)
+                    class_mbufs_floor(k.capacity_bytes, mbuf_frame)
+                        .saturating_mul(made)
+                        .saturating_add(class_chain_mbufs(c.max_frame_bytes, k.capacity_bytes, mbuf_frame))
                 })
             })
+            .collect(),
+        keys: loaded
+            .qos
+            .iter()
+            .enumerate()
+            .filter_map(|(p, q)| q.as_ref().map(|(c, _)| (p, c.classes.len())))
+            .flat_map(|(p, n)| (0..n).map(move |k| format!("port[{p}].qos.class[{k}]")))
             .collect(),
     };
     let (ring_slots, fitted) = plan_pool(
@@ -285,7 +293,9 @@ pub(super) fn launch_workers(
         })
         .collect();
     let hz = dpdk::tsc_hz();
-    let drain_tsc = hz / 1_000_000 * cfg.dataplane.tx_drain_us.max(1);
+    // tx_drain_us is at most MAX_TX_DRAIN_US (the load's check): no overflow at any TSC rate
+    // below 2^44 Hz; saturating besides.
+    let drain_tsc = (hz / 1_000_000).saturating_mul(cfg.dataplane.tx_drain_us.max(1));
     let results: Vec<ResultSlot> = lcores.iter().map(|_| Arc::new(Mutex::new(None))).collect();
     worker::STOPPED_RX.store(0, std::sync::atomic::Ordering::SeqCst);
     worker::DRAINED_HAND_OFFS.store(0, std::sync::atomic::Ordering::SeqCst);

@@ -7,7 +7,7 @@ use crate::wire::gradient::{NakReason, SlotState};
 
 /// Members of `conf` reached through VLAN 30 (section 3's optional `vlan`).
 fn with_vlan(text: String) -> String {
-    text.replace("qkey = 286331153\n", "qkey = 286331153\nvlan = 30\n")
+    text.replace("[[collective.member]]\n", "[[collective.member]]\nvlan = 30\n")
 }
 
 /// A PROBE from `rank` for the chunk at `offset`: flags PROBE, round 0, ceil(n / 8) bytes of
