@@ -62,6 +62,7 @@ test: deps
 	python3 -m unittest discover -s tools/bench -p 'test_agg_revs.py'
 	python3 -m unittest discover -s tools/bench -p 'test_memif_modes.py'
 	python3 -m unittest discover -s tools -p 'test_check_layers.py'
+	/usr/bin/python3 -m unittest discover -s tools -p 'test_plot_pktgen.py'
 
 # The packet core alone (criterion, ns per packet), then the dpu beside dpdk-testpmd and OVS-DPDK
 # (the pipeline's tables as OpenFlow tables, 1024 and 65,536 flows; tools/bench/ovs.py) on the

@@ -9,9 +9,10 @@
 - `config` imports nothing of the runtime, and only `runtime/dpdk/` names `dpdk_sys`.
 
 Test code is left out: files named tests.rs or *_tests.rs, folders named tests, and every
-`#[cfg(test)]` item (a `mod tests;` line, or a block to its closing brace). An import is a path
-`crate::m` or `crate::packet::m` / `crate::runtime::m` (also inside `use crate::{a, b::c}`),
-or `super::m` in a file that sits directly in packet/ or runtime/. Comments are skipped.
+`#[cfg(test)]` item (a `mod tests;`, or a block to its closing brace, on a line of its own or
+not). An import is a path `crate::m` or `crate::packet::m` / `crate::runtime::m` (also inside
+`use crate::{a, b::c}`), or `super::m` in a file that sits directly in packet/ or runtime/.
+Comments (`//`, `/* */`) and the contents of string and char literals are skipped.
 
 Usage: tools/check_layers.py [ROOT]   (ROOT: the repository, by default this file's parent's)
 Runs with the first `python3` on PATH (standard library only).
@@ -40,45 +41,129 @@ def is_test_file(path):
     return base == "tests.rs" or base.endswith("_tests.rs") or "/tests/" in path
 
 
-def code_of(path):
-    """The file's text without comments and without its test items: each `#[cfg(test)]` item
-    (a `mod tests;` line, or a block to its closing brace), wherever it stands."""
-    lines = []
-    with open(path) as f:
-        for line in f:
-            lines.append(re.sub(r"//.*", "", line))
-    out, i = [], 0
-    while i < len(lines):
-        if lines[i].strip().startswith("#[cfg(test)]"):
+RAW = re.compile(r'b?r(#*)"')
+
+
+def blank_literals(text):
+    """`text` with its comments (`//` to the end of the line, `/* */` nested) and the contents
+    of its string, raw string, byte string and char literals made spaces (newlines kept, so
+    offsets and lines stay); lifetimes (`'a`) are left as they are."""
+    out, i, n = [], 0, len(text)
+
+    def blank(a, b):
+        out.append(re.sub(r"[^\n]", " ", text[a:b]))
+
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            blank(i, j)
+            i = j
+        elif text.startswith("/*", i):
+            depth, j = 1, i + 2
+            while j < n and depth:
+                if text.startswith("/*", j):
+                    depth, j = depth + 1, j + 2
+                elif text.startswith("*/", j):
+                    depth, j = depth - 1, j + 2
+                else:
+                    j += 1
+            blank(i, j)
+            i = j
+        elif c in "br" and (m := RAW.match(text, i)) and not (i and (text[i - 1].isalnum() or text[i - 1] == "_")):
+            end = '"' + m.group(1)
+            j = text.find(end, i + m.end())
+            j = n if j < 0 else j + len(end)
+            out.append(text[i:i + m.end()])
+            blank(i + m.end(), j)
+            i = j
+        elif c == '"':
             j = i + 1
-            while j < len(lines) and lines[j].strip().startswith("#["):
-                j += 1
-            depth, k = 0, j
-            while k < len(lines):
-                depth += lines[k].count("{") - lines[k].count("}")
-                if depth <= 0 and ("}" in lines[k] or lines[k].rstrip().endswith(";")):
-                    break
-                k += 1
-            i = k + 1
-            continue
-        out.append(lines[i])
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append('"')
+            blank(i + 1, min(j, n))
+            out.append('"' if j < n else "")
+            i = j + 1
+        elif c == "'":
+            # A char literal ('x', '\n', '\'', '\u{7b}'), else a lifetime or a label.
+            m = re.match(r"'(?:\\u\{[0-9a-fA-F_]*\}|\\x[0-9a-fA-F]{2}|\\.|[^\\'\n])'", text[i:i + 16])
+            if m:
+                out.append("'")
+                blank(i + 1, i + m.end() - 1)
+                out.append("'")
+                i += m.end()
+            else:
+                out.append(c)
+                i += 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def item_end(text, i):
+    """The offset just past the item that starts at or after `i` (after its attributes): its
+    first `;` outside brackets, or the brace that closes its first `{`."""
+    n = len(text)
+    while True:
+        m = re.compile(r"\s*#!?\[").match(text, i)
+        if not m:
+            break
+        depth, j = 0, m.end() - 1
+        while j < n:
+            depth += {"[": 1, "]": -1}.get(text[j], 0)
+            j += 1
+            if depth == 0:
+                break
+        i = j
+    depth = 0
+    while i < n:
+        c = text[i]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+            if depth == 0 and c == "}":
+                return i + 1
+        elif c == ";" and depth == 0:
+            return i + 1
         i += 1
+    return n
+
+
+def code_of(path):
+    """The file's text without comments, without the contents of its literals, and without its
+    test items: each `#[cfg(test)]` item (a `mod tests;`, or a block to its closing brace),
+    wherever it stands, on a line of its own or not."""
+    with open(path) as f:
+        text = blank_literals(f.read())
+    out, at = [], 0
+    for m in re.finditer(r"#\[\s*cfg\s*\(\s*test\s*\)\s*\]", text):
+        if m.start() < at:
+            continue
+        out.append(text[at:m.start()])
+        at = item_end(text, m.end())
+        out.append("\n" * text.count("\n", m.start(), at))
+    out.append(text[at:])
     return "".join(out)
 
 
 def imported(text, direct):
-    """Top-level names that `text` imports through `crate::` (and `super::` when `direct`)."""
-    names = set()
+    """Top-level names that `text` imports through `crate::` (and `super::` when `direct`),
+    each with the path as written up to that name (`crate::runtime::engine`, `super::wire`)."""
+    names = {}
     for m in re.finditer(r"crate::(?:(packet|runtime)::)?\{([^;]*?)\}", text, re.S):
         for part in m.group(2).split(","):
             head = part.strip().split("::")[0].strip()
             if head:
-                names.add(head)
+                names.setdefault(head, "crate::" + (m.group(1) + "::" if m.group(1) else "") + head)
     for m in re.finditer(r"crate::(?:(?:packet|runtime)::)?([a-z_][a-z0-9_]*)", text):
-        names.add(m.group(1))
+        names.setdefault(m.group(1), m.group(0))
     if direct:
         for m in re.finditer(r"(?<![:\w])super::([a-z_][a-z0-9_]*)", text):
-            names.add(m.group(1))
+            names.setdefault(m.group(1), m.group(0))
     return names
 
 
@@ -160,14 +245,14 @@ def check(root):
             if "dpdk_sys" in text and not rel.startswith(os.path.join("runtime", "dpdk") + os.sep):
                 faults.append(f"{rel}: names dpdk_sys (only runtime/dpdk/ may)")
             if layer == "packet":
-                for bad in sorted(uses & ({"config", "runtime"} | mods["runtime"])):
-                    faults.append(f"{rel}: the packet core imports the runtime or config (crate::{bad})")
+                for bad in sorted(uses.keys() & ({"config", "runtime"} | mods["runtime"])):
+                    faults.append(f"{rel}: the packet core imports the runtime or config ({uses[bad]})")
             if layer == "config":
-                for bad in sorted(uses & ({"runtime"} | mods["runtime"])):
-                    faults.append(f"{rel}: config imports the runtime (crate::{bad})")
+                for bad in sorted(uses.keys() & ({"runtime"} | mods["runtime"])):
+                    faults.append(f"{rel}: config imports the runtime ({uses[bad]})")
             if layer in graph and mod is not None:
                 deps = graph[layer].setdefault(mod, set())
-                deps.update(n for n in uses & mods[layer] if n != mod)
+                deps.update(n for n in uses.keys() & mods[layer] if n != mod)
             if layer in graph:
                 folder = os.path.relpath(d, src)
                 files.setdefault(folder, {})[f[:-3]] = sibling_edges(src, path, text)

@@ -7,7 +7,8 @@ Runs with Debian's interpreter, /usr/bin/python3, whose matplotlib `make deps` i
 (python3-matplotlib); it needs nothing else.
 
 Input: the JSON summaries that `pktgen run --json FILE` writes (one or more runs). Every stream
-with a single frame size and a receive port is a point of the throughput plot: x its frame size
+with a single frame size and a receive port is a point of the throughput plot (a pcap replay
+only when its capture holds frames of one length, `replay.distinct_sizes` 1): x its frame size
 (bytes without FCS), y its received Mpps and Gbit/s (over its arrival window, at its layer), or
 with `--side tx` what its tx queues took (for a device that takes more than comes back to a
 generator whose receiving shares a CPU with its sending). Points
@@ -65,6 +66,11 @@ def throughput_points(runs, side="rx"):
         for st in doc["streams"]:
             sizes = st.get("sizes") or []
             if len(sizes) != 1 or st.get("rx_pps") is None:
+                continue
+            # A pcap replay is a point only if its file holds frames of one length (summaries
+            # from before `replay.distinct_sizes` listed a capture's longest frame alone).
+            replay = st.get("replay")
+            if replay is not None and replay.get("distinct_sizes") != 1:
                 continue
             pps, gbps = st[f"{side}_pps"], st[f"{side}_gbps"]
             out.setdefault(series_name(st["name"]), []).append((sizes[0], pps / 1e6, gbps))

@@ -1,5 +1,6 @@
 """tools/check_layers.py on small synthetic trees: it names a cycle, an import of the runtime
-from the packet core, a stray `dpdk_sys`, and passes a tree without them (test code left out).
+from the packet core (by the path as written), a stray `dpdk_sys`, and passes a tree without
+them (test code, comments and literals left out).
 Runs with the first `python3` on PATH (standard library only)."""
 
 import os
@@ -89,6 +90,31 @@ class CheckLayers(unittest.TestCase):
         faults, graph = check_layers.check(tree(files))
         self.assertEqual(graph["packet"]["wire"], {"table"})
         self.assertEqual(len(faults), 1, faults)
+
+    def test_an_item_after_a_one_line_test_module_is_read(self):
+        faults = faults_with({"packet/wire/mod.rs": "#[cfg(test)] mod tests;\nuse crate::runtime::worker;\n"})
+        self.assertEqual(
+            faults, ["packet/wire/mod.rs: the packet core imports the runtime or config (crate::runtime::worker)"]
+        )
+        faults, graph = check_layers.check(tree({
+            **GOOD,
+            "packet/wire/mod.rs": "#[cfg(test)] #[allow(dead_code)] mod tests { use crate::table; } use crate::parse;\n",
+        }))
+        self.assertEqual(graph["packet"]["wire"], {"parse"})
+
+    def test_braces_in_literals_do_not_hide_the_rest_of_a_file(self):
+        faults = faults_with({
+            "packet/wire/mod.rs": "#[cfg(test)]\nmod tests {\n    fn t() { assert_eq!('{', '{'); let s = \"{{\"; }\n}\n"
+            "fn f<'a>(x: &'a str) -> char { let _ = r#\"}\"#; '\\'' }\nuse crate::config::C;\n",
+        })
+        self.assertEqual(faults, ["packet/wire/mod.rs: the packet core imports the runtime or config (crate::config)"])
+
+    def test_block_comments_and_strings_are_skipped(self):
+        faults = faults_with({
+            "packet/wire/mod.rs": "/* Unlike crate::runtime::worker, /* nested */ crate::config. */\n"
+            "const S: &str = \"crate::runtime::dpdk\";\npub fn p() {}\n",
+        })
+        self.assertEqual(faults, [])
 
     def test_this_repository_is_layered(self):
         faults, graph = check_layers.check(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -438,6 +438,85 @@ fn pcap_replay_sends_frames_as_captured() {
     assert_eq!(got.len(), 600);
 }
 
+/// A capture as killing tcpdump leaves it (its last record cut short), with a record longer
+/// than the file's snaplen of 100 bytes: the good frames all go out, those past the snaplen
+/// cut to 100 bytes as libpcap reads them, the cut record counted as unreadable; the summary is
+/// printed and written, `sizes` lists the distinct lengths sent, and pktgen exits 0.
+#[test]
+fn pcap_replay_of_a_cut_capture_sends_every_good_frame() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let d = tmp("replay-cut");
+    let (file, out_pcap) = (d.join("in.pcap"), d.join("out.pcap"));
+    let frames = capture(&file, 61, 10);
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[16..20].copy_from_slice(&100u32.to_le_bytes());
+    // Frame 60 (120 bytes) is the last: cut it short by 30 bytes.
+    bytes.truncate(bytes.len() - 30);
+    std::fs::write(&file, &bytes).unwrap();
+    let conf = format!(
+        "[eal]\n{EAL}\n[pktgen]\ntx_lcores = [1]\n[[port]]\nvdev = \"net_pcap0,tx_pcap={}\"\n\
+         [[stream]]\nkind = \"pcap\"\nfile = \"{}\"\nloops = 2\nport = 0\n",
+        out_pcap.display(),
+        file.display()
+    );
+    let (rc, out, err, v) = run(&d, &conf, "30");
+    assert_eq!(rc, 0, "{out}\n{err}");
+    assert!(out.contains("pcap"), "the summary is printed: {out}");
+    let s = &v["streams"][0];
+    assert_eq!(u(&s["tx"]["packets"]), 2 * 60, "{s}");
+    assert_eq!((u(&s["replay"]["unreadable"]), u(&s["replay"]["frames_in_file"])), (2, 60), "{s}");
+    assert_eq!(u(&s["replay"]["distinct_sizes"]), 41, "{s}");
+    let sizes: Vec<u64> = s["sizes"].as_array().unwrap().iter().map(u).collect();
+    assert_eq!(sizes, (60..=100).collect::<Vec<_>>());
+    let got = read_pcap(&out_pcap);
+    assert_eq!(got.len(), 120);
+    for (i, f) in got.iter().enumerate() {
+        let want = &frames[i % 60];
+        assert_eq!(&f[..], &want[..want.len().min(100)], "frame {i}");
+    }
+    assert_eq!((got[40].len(), got[59].len()), (100, 100));
+    assert!(std::fs::read_to_string(d.join("summary.csv")).unwrap().lines().count() >= 2);
+}
+
+/// A set rate lets the first frame go at once: at 0.001 packets/s, one frame in a 2 s run (the
+/// next is due 1000 s later); a `speed` so small that the send times leave the TSC's range is
+/// refused with the bounds.
+#[test]
+fn a_slow_rate_sends_its_first_frame_at_once_and_speed_is_bounded() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let d = tmp("replay-slow");
+    let file = d.join("in.pcap");
+    capture(&file, 10, 10);
+    let conf = |extra: &str| {
+        format!(
+            "[eal]\n{EAL}\n[pktgen]\ntx_lcores = [1]\n[[port]]\nvdev = \"net_null0,no-rx=1\"\n\
+             [[stream]]\nkind = \"pcap\"\nfile = \"{}\"\nport = 0\n{extra}\n\
+             [[stream]]\nport = 0\nsize = 64\n{extra}\n",
+            file.display()
+        )
+    };
+    let (rc, out, err, v) = run(&d, &conf("rate_pps = 1e-3"), "2");
+    assert_eq!(rc, 0, "{out}\n{err}");
+    assert_eq!(u(&v["streams"][0]["tx"]["packets"]), 1, "{}", v["streams"][0]);
+    assert_eq!(u(&v["streams"][1]["tx"]["packets"]), 1, "{}", v["streams"][1]);
+    let (rc, out, err, v) = run(&d, &conf("rate_bps = 1"), "2");
+    assert_eq!(rc, 0, "{out}\n{err}");
+    assert_eq!(u(&v["streams"][0]["tx"]["packets"]), 1, "{}", v["streams"][0]);
+    assert_eq!(u(&v["streams"][1]["tx"]["packets"]), 1, "{}", v["streams"][1]);
+    let d2 = tmp("replay-speed");
+    let (rc, _, err, v) = run(
+        &d2,
+        &format!(
+            "[eal]\n{EAL}\n[pktgen]\ntx_lcores = [1]\n[[port]]\nvdev = \"net_null0,no-rx=1\"\n\
+             [[stream]]\nkind = \"pcap\"\nfile = \"{}\"\nport = 0\nspeed = 1e-15\n",
+            file.display()
+        ),
+        "2",
+    );
+    assert_eq!((rc, v), (2, Value::Null));
+    assert!(err.contains("key `stream[0].speed`: expected a factor from 1e-6 to 1e6"), "{err}");
+}
+
 /// `--packets N` stops a stream after N packets and ends the run.
 #[test]
 fn packets_limits_a_stream_and_ends_the_run() {

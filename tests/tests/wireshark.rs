@@ -674,6 +674,37 @@ fn malformed_and_foreign_frames() {
     assert!(off.iter().all(|r| r["grad.carriage"].is_empty()), "port 0 turns the UDP carriage off");
 }
 
+/// Frames cut by the capture's snaplen (`tcpdump -s`, `editcap -s`) are shown as captured and
+/// marked as Wireshark marks them ("Packet size limited during capture"), not as malformed: the
+/// header's data_length is judged against the frame's length on the wire.
+#[test]
+fn frames_cut_by_the_snaplen_are_size_limited_not_malformed() {
+    let dir = scratch("wireshark-snaplen");
+    let udp = Coll { id: 7, n: 2, ..Coll::default() };
+    let good = build(&udp, 0, false, &Lanes::F32(vec![1.0, 2.0]).bytes(), |_| {}).0;
+    assert_eq!(good.len(), 70);
+    // Cut at 66 (one lane of two captured), 64 (2 payload bytes), 50 (8 header bytes), and whole.
+    let frames: Vec<(Vec<u8>, Option<u32>)> =
+        [66, 64, 50, 70].iter().map(|&n| (good[..n].to_vec(), Some(good.len() as u32))).collect();
+    let pcap = dir.join("snaplen.pcap");
+    write_pcap(&pcap, &frames);
+    let rows = dissect(&pcap, true, &[]);
+    for (i, r) in rows.iter().enumerate() {
+        let m = &r["_ws.expert.message"];
+        assert!(!m.contains("runs past") && !m.contains("truncated"), "frame {}: {m}", i + 1);
+    }
+    assert_eq!((num(&rows[0]["grad.data_length"]), num(&rows[0]["grad.elements"])), (8, 2));
+    assert_lanes("frame 1", "grad.lane.f32", &rows[0]["grad.lane.f32"], &[1.0], false);
+    assert_eq!((num(&rows[1]["grad.data_length"]), num(&rows[1]["grad.elements"])), (8, 2));
+    assert!(rows[1]["grad.lane.f32"].is_empty());
+    assert_eq!(rows[2]["grad.carriage"], "UDP");
+    assert!(rows[2]["grad.version"].is_empty());
+    assert_lanes("frame 4", "grad.lane.f32", &rows[3]["grad.lane.f32"], &[1.0, 2.0], false);
+    let v = verbose(&pcap);
+    assert_eq!(v.matches("[Packet size limited during capture: GRAD truncated]").count(), 3, "{v}");
+    assert!(!v.contains("Malformed"), "{v}");
+}
+
 /// The shared cases carry no gradient header (plain UDP to port 9000, RoCEv2 RC SEND, NCCL's
 /// RDMA WRITEs): with the dissector loaded every frame dissects exactly as without it; with its
 /// port set to 9000, their 4-byte payloads are flagged as too short, without a Lua error.

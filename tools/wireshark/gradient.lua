@@ -167,7 +167,8 @@ local function kind_of(flags)
 end
 
 -- The checks the RoCEv2 heuristic makes: a version-1 header with a known op, dtype and flag
--- combination, whose data_length leaves at most 3 bytes (the pad) of `avail`.
+-- combination, whose data_length leaves at most 3 bytes (the pad) of `avail` (the bytes the
+-- packet holds, captured or not: a capture cut by its snaplen is judged by its reported length).
 local function plausible(tvb, avail)
     if avail < HEADER_LEN or tvb:captured_len() < HEADER_LEN then return false end
     local b0 = tvb(0, 1):uint()
@@ -177,16 +178,32 @@ local function plausible(tvb, avail)
     return rest >= 0 and rest <= 3
 end
 
+-- Marks a packet cut by the capture's snaplen the way Wireshark does ("Packet size limited
+-- during capture"): what was captured is shown, and nothing is called malformed for the bytes
+-- the capture left out.
+local function size_limited(t, tvb, pinfo)
+    t:add(tvb(0, 0), "[Packet size limited during capture: GRAD truncated]")
+    pinfo.cols.info:append(" [Packet size limited during capture]")
+end
+
 -- Dissects a gradient header at the start of `tvb`. `carriage` is "UDP" or "RoCEv2"; `padcnt`
--- the BTH PadCnt on RoCEv2. Returns the bytes consumed.
-local function dissect(tvb, pinfo, tree, carriage, padcnt)
+-- the BTH PadCnt on RoCEv2; `reported` the bytes the packet holds from the header on (its
+-- length on the wire; more than `tvb:captured_len()` when the capture cut it). Returns the bytes
+-- consumed.
+local function dissect(tvb, pinfo, tree, carriage, padcnt, reported)
     local len = tvb:captured_len()
+    reported = math.max(reported or tvb:reported_len(), len)
     pinfo.cols.protocol:set("GRAD")
     local t = tree:add(grad, tvb())
     t:add(f.carriage, carriage):set_generated()
+    if reported < HEADER_LEN then
+        t:add_proto_expert_info(e.short, string.format("Gradient header truncated: %d of 20 bytes", reported))
+        pinfo.cols.info:set(string.format("Gradient header truncated (%d bytes)", reported))
+        return len
+    end
     if len < HEADER_LEN then
-        t:add_proto_expert_info(e.short, string.format("Gradient header truncated: %d of 20 bytes", len))
-        pinfo.cols.info:set(string.format("Gradient header truncated (%d bytes)", len))
+        pinfo.cols.info:set(string.format("Gradient header, %d of 20 bytes captured", len))
+        size_limited(t, tvb, pinfo)
         return len
     end
 
@@ -244,9 +261,11 @@ local function dissect(tvb, pinfo, tree, carriage, padcnt)
     end
     if kind == "NAK" and dlen ~= 0 then dli:add_proto_expert_info(e.nak_len) end
 
-    -- Payload: data_length bytes, of which `have` are captured.
-    local avail = len - HEADER_LEN
-    local have = math.min(dlen, avail)
+    -- Payload: data_length bytes, of which `have` are captured; `avail` bytes follow the header
+    -- in the packet, `captured` of them in the capture.
+    local avail, captured = reported - HEADER_LEN, len - HEADER_LEN
+    local have = math.min(dlen, avail, captured)
+    local cut = len < reported
     if dlen > avail then
         dli:add_proto_expert_info(e.past_end, string.format("data_length %d runs past the %d bytes present",
             dlen, avail))
@@ -303,14 +322,22 @@ local function dissect(tvb, pinfo, tree, carriage, padcnt)
     end
 
     -- What follows data_length: nothing on UDP (its length is 8 + 20 + data_length), the pad on
-    -- RoCEv2 (PadCnt bytes, making header + payload a multiple of 4).
-    local extra = avail - have
+    -- RoCEv2 (PadCnt bytes, making header + payload a multiple of 4). `extra` counts them in the
+    -- packet; the item shows the captured ones (none: the item is left out).
+    local body = math.min(dlen, avail)
+    local extra = avail - body
+    local extra_have = math.max(0, math.min(extra, captured - body))
     if extra > 0 then
         if carriage == "RoCEv2" then
-            local pi = t:add(f.padding, tvb(HEADER_LEN + have, extra))
-            if extra ~= padcnt or (HEADER_LEN + dlen + extra) % 4 ~= 0 then pi:add_proto_expert_info(e.pad) end
+            local bad = extra ~= padcnt or (HEADER_LEN + dlen + extra) % 4 ~= 0
+            if extra_have > 0 then
+                local pi = t:add(f.padding, tvb(HEADER_LEN + body, extra_have))
+                if bad then pi:add_proto_expert_info(e.pad) end
+            elseif bad then
+                t:add_proto_expert_info(e.pad)
+            end
         else
-            local ti = t:add(f.trailing, tvb(HEADER_LEN + have, extra))
+            local ti = extra_have > 0 and t:add(f.trailing, tvb(HEADER_LEN + body, extra_have)) or t
             ti:add_proto_expert_info(e.trailing,
                 string.format("%d bytes past data_length: UDP length must be 8 + 20 + data_length", extra))
         end
@@ -334,12 +361,13 @@ local function dissect(tvb, pinfo, tree, carriage, padcnt)
     if version ~= VERSION then summary = string.format("version %d! ", version) .. summary end
     t:append_text(", " .. summary)
     pinfo.cols.info:set(summary .. lanes_text)
+    if cut then size_limited(t, tvb, pinfo) end
     return len
 end
 
 -- UDP carriage: whatever reaches the port is shown, with expert info when it is malformed.
 function grad.dissector(tvb, pinfo, tree)
-    return dissect(tvb, pinfo, tree, "UDP", nil)
+    return dissect(tvb, pinfo, tree, "UDP", nil, tvb:reported_len())
 end
 
 local claimed = {} -- frame numbers whose gradient header the heuristic dissected
@@ -348,9 +376,9 @@ local claimed = {} -- frame numbers whose gradient header the heuristic dissecte
 local function heuristic(tvb, pinfo, tree)
     local opcode = last(ib_opcode)
     if not opcode or opcode.value ~= UD_SEND_ONLY then return false end
-    if not plausible(tvb, tvb:captured_len()) then return false end
+    if not plausible(tvb, tvb:reported_len()) then return false end
     local padcnt = last(ib_padcnt)
-    dissect(tvb, pinfo, tree, "RoCEv2", padcnt and padcnt.value or 0)
+    dissect(tvb, pinfo, tree, "RoCEv2", padcnt and padcnt.value or 0, tvb:reported_len())
     claimed[pinfo.number] = true
     return true
 end
@@ -374,7 +402,7 @@ function grad_gsi.dissector(tvb, pinfo, tree)
     local sub = tvb(start, math.min(avail, tvb:captured_len() - start)):tvb()
     if not plausible(sub, avail) then return end
     local padcnt = last(ib_padcnt)
-    dissect(sub, pinfo, tree, "RoCEv2", padcnt and padcnt.value or 0)
+    dissect(sub, pinfo, tree, "RoCEv2", padcnt and padcnt.value or 0, avail)
 end
 register_postdissector(grad_gsi)
 

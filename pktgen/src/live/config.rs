@@ -525,7 +525,14 @@ fn check(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
             roce: RoceFields { dest_qp: s.dest_qp, src_qp: s.src_qp, qkey: s.qkey, pkey: s.pkey },
         };
         let (sizes, mix, size_key): (Vec<usize>, SizeMix, String) = match (&s.size, &s.imix, &s.sweep) {
-            _ if replay.is_some() => (vec![replay.as_ref().map_or(0, |r| r.max_frame)], SizeMix::Fixed, k("file")),
+            // The file's distinct frame lengths, as sent (longer ones are skipped).
+            _ if replay.is_some() => (
+                replay.as_ref().map_or(Vec::new(), |r| {
+                    r.info.sizes.iter().copied().filter(|&n| n > 0 && n <= r.max_frame).collect()
+                }),
+                SizeMix::Fixed,
+                k("file"),
+            ),
             (Some(n), None, None) => (vec![*n as usize], SizeMix::Fixed, k("size")),
             (None, Some(ImixConfig::Name(n)), None) if n == "standard" => (
                 IMIX.iter().map(|x| x.0).collect(),

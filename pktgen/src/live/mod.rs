@@ -88,11 +88,20 @@ pub struct TxCounters {
     pub nombuf: AtomicU64,
     /// pcap streams: captured frames too long for the mbufs, not sent.
     pub skipped: AtomicU64,
+    /// pcap streams: records that could not be read (a last record cut short by the end of the
+    /// file, once per pass), not sent.
+    pub unreadable: AtomicU64,
     /// The lane's TSC when it started sending this stream, and when it stopped (its last
     /// packet with `--packets`, else the lane's end; 0: not yet).
     pub start_tsc: AtomicU64,
     /// See `start_tsc`.
     pub end_tsc: AtomicU64,
+}
+
+/// `s` seconds in TSC cycles at `hz`, saturating at `u64::MAX` (a bound too far to reach).
+pub(crate) fn secs_to_cycles(s: f64, hz: u64) -> u64 {
+    // `as` saturates (and takes NaN and negatives to 0).
+    (s * hz as f64) as u64
 }
 
 #[inline(always)]
@@ -650,9 +659,10 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
         ports.push((Port::start(id, &loaded.port_names[i], &setup, &pool)?, p.rx_queues));
     }
     if run.link_wait_ms > 0 {
-        let deadline = Instant::now() + Duration::from_millis(run.link_wait_ms);
+        // A wait too long for the clock's range waits for ever.
+        let deadline = Instant::now().checked_add(Duration::from_millis(run.link_wait_ms));
         while let Some(i) = ports.iter().position(|(p, _)| !p.link_up()) {
-            if Instant::now() >= deadline {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(RunError::Runtime(format!(
                     "port {}: the link is not up after {} ms ([pktgen] link_wait_ms)",
                     loaded.port_names[i], run.link_wait_ms
@@ -665,7 +675,7 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
     let n_streams = loaded.streams.len();
     let counters: Arc<[TxCounters]> = (0..n_streams * lanes as usize).map(|_| TxCounters::default()).collect();
     let burst = run.burst as usize;
-    let stamp_back = run.stamp_offset_us * hz / 1_000_000;
+    let stamp_back = secs_to_cycles(run.stamp_offset_us as f64 / 1e6, hz);
     let catch_up_s = run.catch_up_ms as f64 / 1e3;
     let mut per_lane: Vec<Vec<LaneStream>> = (0..lanes).map(|_| Vec::new()).collect();
     let mut per_lane_replays: Vec<Vec<replay::ReplayLane>> = (0..lanes).map(|_| Vec::new()).collect();
@@ -686,10 +696,13 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
                 let timing = match (r.speed, s.rate) {
                     (Some(speed), _) => replay::Timing::Capture { cycles_per_ns: hz as f64 / 1e9 / speed },
                     (None, Rate::Full) => replay::Timing::Full,
-                    (None, Rate::Pps(p)) => replay::Timing::Paced(Pacer::new(p, hz, burst as f64, catch_up_s), None),
+                    (None, Rate::Pps(p)) => {
+                        replay::Timing::Paced(Pacer::new(p, hz, burst as f64, catch_up_s).first_at_once(1.0), None)
+                    }
                     (None, Rate::Bps(b, layer)) => {
-                        let big = (layer.bytes(r.max_frame as u64) * 8) as f64 * burst as f64;
-                        replay::Timing::Paced(Pacer::new(b, hz, big, catch_up_s), Some(layer.bytes(0)))
+                        let one = (layer.bytes(r.max_frame as u64) * 8) as f64;
+                        let p = Pacer::new(b, hz, one * burst as f64, catch_up_s).first_at_once(one);
+                        replay::Timing::Paced(p, Some(layer.bytes(0)))
                     }
                 };
                 let (tx, rx) = std::sync::mpsc::sync_channel(replay::BATCHES);
@@ -721,15 +734,18 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
                 .map_err(RunError::Config)?;
             let (cost, pacer): (Vec<f64>, Option<Pacer>) = match s.rate {
                 Rate::Full => (vec![1.0; s.sizes.len()], None),
-                Rate::Pps(r) => (vec![1.0; s.sizes.len()], Some(Pacer::new(r / share, hz, burst as f64, catch_up_s))),
+                Rate::Pps(r) => (
+                    vec![1.0; s.sizes.len()],
+                    Some(Pacer::new(r / share, hz, burst as f64, catch_up_s).first_at_once(1.0)),
+                ),
                 Rate::Bps(r, layer) => {
                     let cost: Vec<f64> = s.sizes.iter().map(|&n| (layer.bytes(n as u64) * 8) as f64).collect();
                     let big = cost.iter().cloned().fold(0.0, f64::max);
-                    (cost, Some(Pacer::new(r / share, hz, big * burst as f64, catch_up_s)))
+                    (cost, Some(Pacer::new(r / share, hz, big * burst as f64, catch_up_s).first_at_once(big)))
                 }
             };
             let sweep_step = match s.mix {
-                SizeMix::Sweep { step_s } => (step_s * hz as f64) as u64,
+                SizeMix::Sweep { step_s } => secs_to_cycles(step_s, hz),
                 _ => u64::MAX / 2,
             };
             per_lane[lane].push(LaneStream {
@@ -844,9 +860,9 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
         }
     }
     let t0 = dpdk::rdtsc();
-    // A duration beyond the TSC's range (the float converts saturating) never ends the run,
-    // rather than wrapping to an end already passed.
-    let end = duration.map(|d| t0.saturating_add((d * hz as f64) as u64));
+    // A duration beyond the TSC's range saturates: it never ends the run, rather than wrapping
+    // to an end already passed.
+    let end = duration.map(|d| t0.saturating_add(secs_to_cycles(d, hz)));
     let mut next_line = t0 + hz;
     let mut live = report::LiveLine::new(loaded, hz);
     let has_rx = !rx.queues.is_empty();
@@ -888,7 +904,7 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
         }
     }
     // The emulations on worker lcores drain from now on, as long as the main lcore's.
-    ars.stop(dpdk::rdtsc() + run.drain_ms * hz / 1000);
+    ars.stop(dpdk::rdtsc().saturating_add(secs_to_cycles(run.drain_ms as f64 / 1e3, hz)));
     stop.store(true, Ordering::Relaxed);
     let mut panics = Vec::new();
     for h in handles {
@@ -899,7 +915,7 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
     }
     let t_stop = dpdk::rdtsc();
     // Drain: packets still in flight, until every received stream has all it was sent.
-    let drain_end = t_stop + run.drain_ms * hz / 1000;
+    let drain_end = t_stop.saturating_add(secs_to_cycles(run.drain_ms as f64 / 1e3, hz));
     if has_rx || ars.on_main() {
         loop {
             online.quiescent();
@@ -927,10 +943,12 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
             Vec::new()
         }
     };
+    let mut reader_errors: Vec<(String, String)> = Vec::new();
     for (name, h) in readers {
         match h.join() {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => panics.push(format!("pcap stream {name:?}: {e}")),
+            // What was sent before is summarised, then the run fails with this.
+            Ok(Err(e)) => reader_errors.push((name, e)),
             Err(_) => panics.push(format!("pcap stream {name:?}: the reader panicked")),
         }
     }
@@ -990,9 +1008,15 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
                 file: rp.file.display().to_string(),
                 loops: rp.loops,
                 speed: rp.speed,
-                frames_in_file: rp.info.scanned.map(|x| x.0),
+                frames_in_file: Some(rp.info.frames),
+                distinct_sizes: rp.info.sizes.len() as u64,
                 skipped: sum(&|c| c.skipped.load(Ordering::Relaxed)),
+                unreadable: sum(&|c| c.unreadable.load(Ordering::Relaxed)),
+                error: reader_errors.iter().find(|e| e.0 == s.name).map(|e| e.1.clone()),
             });
+            if rp.info.sizes.len() > replay::MAX_LISTED_SIZES {
+                last.sizes.clear();
+            }
         }
     }
     let port_stats = ports
@@ -1018,7 +1042,12 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
     // PMD's teardown (a memif peer leaving at that moment) cannot take them along.
     let written = write_outputs(&summary, opts);
     drop(ports);
-    written.map(|()| summary)
+    written?;
+    if !reader_errors.is_empty() {
+        let v: Vec<String> = reader_errors.iter().map(|(n, e)| format!("pcap stream {n:?}: {e}")).collect();
+        return Err(RunError::Runtime(v.join("; ")));
+    }
+    Ok(summary)
 }
 
 /// Reads commands from stdin on a thread of its own while the run goes: `rate NAME VALUE` sets
@@ -1124,5 +1153,21 @@ mod cdf_tests {
             assert!((p[1] - at_or_below as f64 / 46.0).abs() < 1e-9, "{p:?}: {at_or_below} of 46");
         }
         assert!(cdf[0][1] > 0.0, "{:?}", cdf[0]);
+    }
+}
+
+#[cfg(test)]
+mod cycles_tests {
+    use super::*;
+
+    /// Seconds from the config (durations, steps, drains) become TSC cycles without wrapping:
+    /// too many for u64 is never, NaN and negatives are 0, and a bound built on them saturates.
+    #[test]
+    fn secs_to_cycles_saturates() {
+        assert_eq!(secs_to_cycles(2.5, 2_000_000_000), 5_000_000_000);
+        assert_eq!(secs_to_cycles(1e300, 2_000_000_000), u64::MAX);
+        assert_eq!(secs_to_cycles(f64::NAN, 2_000_000_000), 0);
+        assert_eq!(secs_to_cycles(-1.0, 2_000_000_000), 0);
+        assert_eq!(1_000u64.saturating_add(secs_to_cycles(1e20, 3_000_000_000)), u64::MAX);
     }
 }

@@ -15,6 +15,7 @@ pub struct Pacer {
     cap: f64,
     min_cap: f64,
     catch_up_s: f64,
+    first: f64,
 }
 
 impl Pacer {
@@ -28,7 +29,17 @@ impl Pacer {
             cap: (rate * catch_up_s).max(min_cap),
             min_cap,
             catch_up_s,
+            first: 0.0,
         }
+    }
+
+    /// The same pacer with `units` (a frame's cost) to spend at once when it starts, so the
+    /// first frame leaves at the start rather than one frame's time later (at 0.001 packets/s,
+    /// 1000 s later); the average rate is unchanged from then on.
+    #[must_use]
+    pub fn first_at_once(mut self, units: f64) -> Pacer {
+        self.first = units.min(self.cap);
+        self
     }
 
     /// Changes the rate to `rate` units per second from TSC `now` on: what was due and unspent
@@ -45,7 +56,7 @@ impl Pacer {
     /// Starts the clock at TSC `t0`.
     pub fn start(&mut self, t0: u64) {
         self.start = t0;
-        self.spent = 0.0;
+        self.spent = -self.first;
     }
 
     /// The units that may be spent now, at TSC `now`.
@@ -87,5 +98,23 @@ mod tests {
         p.set_rate(3000.0, 1_000_000, 10_004_500);
         assert_eq!(p.budget(10_004_500), 1.0);
         assert_eq!(p.budget(10_005_500), 4.0);
+    }
+
+    /// A pacer that lets the first frame go at once: 0.001 packets/s has a packet to spend at
+    /// the start, the next 1000 s later; 1 bit/s and 600-bit frames, one frame's bits at once.
+    #[test]
+    fn the_first_frame_goes_at_once() {
+        let mut p = Pacer::new(1e-3, 1_000_000, 4.0, 0.05).first_at_once(1.0);
+        p.start(7);
+        assert_eq!(p.budget(7), 1.0);
+        p.spend(1.0);
+        assert!((p.budget(500_000_007) - 0.5).abs() < 1e-9);
+        assert!((p.budget(1_000_000_007) - 1.0).abs() < 1e-9);
+        let mut b = Pacer::new(1.0, 1_000_000, 600.0, 0.05).first_at_once(600.0);
+        b.start(0);
+        assert_eq!(b.budget(0), 600.0);
+        let mut none = Pacer::new(1.0, 1_000_000, 600.0, 0.05);
+        none.start(0);
+        assert_eq!(none.budget(0), 0.0);
     }
 }

@@ -32,10 +32,14 @@ pub const BATCH_BYTES: usize = 256 << 10;
 pub const BATCHES: usize = 4;
 /// The longest record accepted (bytes of captured data): longer ones mean a damaged file.
 pub const MAX_RECORD: u32 = 256 << 10;
-/// Files up to this size (bytes) are read once when the config loads, to find their longest
-/// frame (the mbufs' data room) and count their frames; larger ones are bounded by their
-/// snapshot length.
-pub const SCAN_LIMIT: u64 = 64 << 20;
+/// The least timing-faithful `speed` factor accepted (a 1 ms gap in the capture becomes
+/// 1000 s).
+pub const MIN_SPEED: f64 = 1e-6;
+/// The greatest timing-faithful `speed` factor accepted.
+pub const MAX_SPEED: f64 = 1e6;
+/// A pcap stream's `sizes` in the summary lists the file's distinct frame lengths when there are
+/// at most this many; more leave it empty (`replay.distinct_sizes` says how many).
+pub const MAX_LISTED_SIZES: usize = 64;
 
 /// A classic pcap file's global header (the pcap-savefile format, `pcap-savefile(5)`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,7 +59,8 @@ pub struct PcapHead {
 pub struct Record<'a> {
     /// Capture time (ns since the epoch).
     pub ts_ns: u64,
-    /// The captured bytes (`incl_len` of them).
+    /// The captured bytes: `incl_len` of them, or the file's snapshot length if `incl_len` is
+    /// larger (libpcap delivers such a record cut to the snapshot length).
     pub data: &'a [u8],
     /// The frame's length on the wire (`orig_len`; more than `data.len()` when truncated).
     pub orig_len: u32,
@@ -75,6 +80,8 @@ pub struct PcapChunks<R> {
     offset: u64,
     reads: u64,
     name: String,
+    /// File offset of a last record cut short by the end of the file.
+    cut: Option<u64>,
 }
 
 impl<R: Read> PcapChunks<R> {
@@ -96,6 +103,7 @@ impl<R: Read> PcapChunks<R> {
             offset: 0,
             reads: 0,
             name: name.to_string(),
+            cut: None,
         };
         if !r.fill(24)? {
             return Err(format!("{name}: not a pcap file (shorter than its 24-byte header)"));
@@ -131,6 +139,13 @@ impl<R: Read> PcapChunks<R> {
         self.reads
     }
 
+    /// The byte offset of the file's last record if the file ends inside it (a capture
+    /// stopped while writing, as killing tcpdump leaves it), once [`PcapChunks::next_record`]
+    /// has come to it; such a record is not delivered.
+    pub fn cut_at(&self) -> Option<u64> {
+        self.cut
+    }
+
     /// Bytes of the reader's buffer (a chunk, or the longest record read if longer).
     pub fn buffer_len(&self) -> usize {
         self.buf.len()
@@ -144,6 +159,13 @@ impl<R: Read> PcapChunks<R> {
         } else {
             u32::from_le_bytes(b)
         }
+    }
+
+    /// The file ended inside the record at `offset`: note it and drop its bytes.
+    fn cut_tail(&mut self) {
+        self.cut = Some(self.offset);
+        let rest = self.end - self.at;
+        self.consume(rest);
     }
 
     fn consume(&mut self, n: usize) {
@@ -178,16 +200,18 @@ impl<R: Read> PcapChunks<R> {
         Ok(true)
     }
 
-    /// The next record, or `None` at the end of the file.
+    /// The next record, or `None` at the end of the file. A last record cut short by the end
+    /// of the file (inside its header or its data) is not delivered: it ends the file, and
+    /// [`PcapChunks::cut_at`] gives its offset. A record longer than the snapshot length
+    /// (when that is from 1 to [`MAX_RECORD`]) is delivered cut to it, as libpcap does.
     ///
     /// # Errors
-    /// I/O errors, a record longer than [`MAX_RECORD`] or with a fraction of a second out of
-    /// range (a damaged file), or a file that ends inside a record; each names the file and the
-    /// record's byte offset.
+    /// I/O errors, or a record longer than [`MAX_RECORD`] or with a fraction of a second out of
+    /// range (a damaged file); each names the file and the record's byte offset.
     pub fn next_record(&mut self) -> Result<Option<Record<'_>>, String> {
         if !self.fill(16)? {
             if self.end > self.at {
-                return Err(format!("{}: the file ends inside the record header at byte {}", self.name, self.offset));
+                self.cut_tail();
             }
             return Ok(None);
         }
@@ -203,54 +227,64 @@ impl<R: Read> PcapChunks<R> {
         }
         let len = incl as usize;
         if !self.fill(16 + len)? {
-            return Err(format!("{}: the file ends inside the record at byte {}", self.name, self.offset));
+            self.cut_tail();
+            return Ok(None);
         }
         let start = self.at + 16;
         self.consume(16 + len);
+        let snap = self.head.snaplen;
+        let keep = if snap > 0 && snap < incl { snap as usize } else { len };
         Ok(Some(Record {
             ts_ns: u64::from(sec) * 1_000_000_000 + u64::from(frac) * ns_per,
-            data: &self.buf[start..start + len],
+            data: &self.buf[start..start + keep],
             orig_len: orig,
         }))
     }
 }
 
-/// What the config learns of a capture file when it loads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What the config learns of a capture file when it loads (it reads the file through).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileInfo {
     /// The global header.
     pub head: PcapHead,
-    /// Frames and the longest frame (bytes), when the file was read through (at most
-    /// [`SCAN_LIMIT`] bytes).
-    pub scanned: Option<(u64, usize)>,
+    /// Frames in the file (records delivered: a cut last record is not one).
+    pub frames: u64,
+    /// The longest frame (bytes, as delivered: at most the snapshot length).
+    pub longest: usize,
+    /// The distinct frame lengths (bytes), ascending.
+    pub sizes: Vec<usize>,
+    /// The byte offset of a last record cut short by the end of the file (not sent).
+    pub cut_at: Option<u64>,
 }
 
-/// Checks the capture file at `path` and, if small enough, reads it through.
+/// Checks the capture file at `path` by reading it through, record by record, in chunks of
+/// [`CHUNK_BYTES`] (never whole): a file refused here is refused before anything is sent,
+/// whatever its size.
 ///
 /// # Errors
 /// The file cannot be opened or read, is not a classic pcap file, is not an Ethernet capture
-/// (link type 1), or (when read through) is damaged or holds no frame.
+/// (link type 1), is damaged (a record longer than [`MAX_RECORD`], a fraction of a second out
+/// of range), or holds no frame.
 pub fn inspect(path: &std::path::Path) -> Result<FileInfo, String> {
     let name = path.display().to_string();
     let f = std::fs::File::open(path).map_err(|e| format!("cannot open {name}: {e}"))?;
-    let size = f.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
     let mut r = PcapChunks::new(f, CHUNK_BYTES, &name)?;
     let head = r.head();
     if head.linktype != 1 {
         return Err(format!("{name}: expected an Ethernet capture (link type 1), found link type {}", head.linktype));
     }
-    if size > SCAN_LIMIT {
-        return Ok(FileInfo { head, scanned: None });
-    }
     let (mut frames, mut longest) = (0u64, 0usize);
+    let mut seen = vec![false; MAX_RECORD as usize + 1];
     while let Some(rec) = r.next_record()? {
         frames += 1;
         longest = longest.max(rec.data.len());
+        seen[rec.data.len()] = true;
     }
     if frames == 0 {
         return Err(format!("{name}: the capture holds no frame"));
     }
-    Ok(FileInfo { head, scanned: Some((frames, longest)) })
+    let sizes = seen.iter().enumerate().filter(|x| *x.1).map(|x| x.0).collect();
+    Ok(FileInfo { head, frames, longest, sizes, cut_at: r.cut_at() })
 }
 
 /// A pcap stream's settings, checked.
@@ -262,8 +296,8 @@ pub struct Replay {
     pub loops: u64,
     /// Timing-faithful to the capture, this many times faster (`None`: full or set rate).
     pub speed: Option<f64>,
-    /// Frames longer than this (bytes) are skipped and counted: the longest frame of a file read
-    /// through, else its snapshot length, at most [`crate::stream::MAX_FRAME`].
+    /// Frames longer than this (bytes) are skipped and counted: the file's longest frame, at
+    /// most [`crate::stream::MAX_FRAME`].
     pub max_frame: usize,
     /// What loading learnt of the file.
     pub info: FileInfo,
@@ -275,8 +309,9 @@ pub struct Replay {
 ///
 /// # Errors
 /// A [`ConfigError`] naming `path`, the key and what was expected: a pcap key on another kind,
-/// a synthetic key (`size`, addresses, ...) on a pcap stream, `speed` with a rate, several
-/// lcores, or a file that is not an Ethernet pcap capture.
+/// a synthetic key (`size`, addresses, ...) on a pcap stream, `speed` outside [`MIN_SPEED`] to
+/// [`MAX_SPEED`] or with a rate, several lcores, or a file that is not an Ethernet pcap capture
+/// or is damaged ([`inspect`]).
 pub fn resolve(
     s: &super::config::StreamConfig,
     i: usize,
@@ -316,8 +351,14 @@ pub fn resolve(
         ));
     }
     if let Some(sp) = s.speed {
-        if !(sp > 0.0 && sp.is_finite()) {
-            return Err(err(".speed", format!("expected a factor above 0 (1: the capture's own timing), found {sp}")));
+        if !(MIN_SPEED..=MAX_SPEED).contains(&sp) {
+            return Err(err(
+                ".speed",
+                format!(
+                    "expected a factor from {MIN_SPEED:e} to {MAX_SPEED:e} (1: the capture's own timing, 2: twice as \
+                     fast), found {sp}"
+                ),
+            ));
         }
         if s.rate_pps.is_some() || s.rate_bps.is_some() {
             return Err(err("", "expected at most one of `speed`, `rate_pps` and `rate_bps`".into()));
@@ -333,10 +374,7 @@ pub fn resolve(
         _ => lcores.truncate(1),
     }
     let info = inspect(std::path::Path::new(file)).map_err(|e| err(".file", e))?;
-    let max_frame = match info.scanned {
-        Some((_, longest)) => longest.min(crate::stream::MAX_FRAME),
-        None => (info.head.snaplen as usize).clamp(crate::stream::MIN_FRAME, crate::stream::MAX_FRAME),
-    };
+    let max_frame = info.longest.min(crate::stream::MAX_FRAME);
     Ok(Some(Replay { file: file.into(), loops: s.loops.unwrap_or(1), speed: s.speed, max_frame, info }))
 }
 
@@ -362,6 +400,9 @@ pub struct Batch {
     pub first_of_loop: bool,
     /// Frames before these that were too long to send (skipped, counted).
     pub skipped: u64,
+    /// Records before these that could not be read (a last record cut short by the end of the
+    /// file, once per pass), not sent, counted.
+    pub unreadable: u64,
 }
 
 impl Batch {
@@ -370,6 +411,7 @@ impl Batch {
         self.frames.clear();
         self.first_of_loop = false;
         self.skipped = 0;
+        self.unreadable = 0;
     }
 }
 
@@ -409,7 +451,18 @@ pub fn read_loops(
         let Some(mut b) = next_batch(&back) else { return Ok(()) };
         b.first_of_loop = true;
         let mut sent_any = false;
-        while let Some(rec) = r.next_record()? {
+        loop {
+            let rec = match r.next_record() {
+                Ok(Some(rec)) => rec,
+                Ok(None) => break,
+                Err(e) => {
+                    // The frames read before the damage still go out.
+                    if !b.frames.is_empty() || b.skipped > 0 {
+                        let _ = tx.send(b);
+                    }
+                    return Err(e);
+                }
+            };
             let len = rec.data.len();
             if len > max_frame || len == 0 {
                 b.skipped += 1;
@@ -426,7 +479,11 @@ pub fn read_loops(
             b.frames.push(FrameRef { at: b.data.len() as u32, len: len as u32, ts_ns: rec.ts_ns });
             b.data.extend_from_slice(rec.data);
         }
+        if r.cut_at().is_some() {
+            b.unreadable += 1;
+        }
         if b.frames.is_empty() && !sent_any {
+            let _ = tx.send(b);
             return Err(format!("{name}: no frame of at most {max_frame} bytes to send"));
         }
         if tx.send(b).is_err() {
@@ -453,10 +510,11 @@ pub enum Timing {
 }
 
 /// When frame `f` is due (capture timing): `t0` plus its capture time after `first_ns`, in
-/// cycles.
+/// cycles; `u64::MAX` (never) if that is beyond the TSC's range.
 #[inline(always)]
 fn due(t0: u64, first_ns: u64, f: &FrameRef, cycles_per_ns: f64) -> u64 {
-    t0 + (f.ts_ns.saturating_sub(first_ns) as f64 * cycles_per_ns) as u64
+    // `as` saturates a float too large for u64 (and NaN to 0); the add saturates too.
+    t0.saturating_add((f.ts_ns.saturating_sub(first_ns) as f64 * cycles_per_ns) as u64)
 }
 
 /// One replay stream as its tx lane sends it.
@@ -559,6 +617,7 @@ impl ReplayLane {
             match self.rx.try_recv() {
                 Ok(b) => {
                     bump(&c.skipped, b.skipped);
+                    bump(&c.unreadable, b.unreadable);
                     if b.first_of_loop {
                         if let Some(f) = b.frames.first() {
                             if self.passes > 0 {
@@ -759,13 +818,18 @@ mod tests {
         assert_eq!((rec.ts_ns, rec.data), (7_999_999_999, &[1u8, 2, 3][..]));
         assert_eq!(r.next_record().unwrap(), None);
 
-        let mut cut = pcap(3);
-        cut.truncate(cut.len() - 5);
-        let mut r = PcapChunks::new(&cut[..], 64, "cut.pcap").unwrap();
-        r.next_record().unwrap();
-        r.next_record().unwrap();
-        let e = r.next_record().unwrap_err();
-        assert!(e.starts_with("cut.pcap: the file ends inside the record at byte 177"), "{e}");
+        // A last record cut short, in its data or in its header: the file ends before it.
+        for cut_by in [5, 70] {
+            let mut cut = pcap(3);
+            cut.truncate(cut.len() - cut_by);
+            let mut r = PcapChunks::new(&cut[..], 64, "cut.pcap").unwrap();
+            assert_eq!(r.next_record().unwrap().unwrap().data.len(), 60);
+            assert_eq!(r.next_record().unwrap().unwrap().data.len(), 61);
+            assert_eq!(r.cut_at(), None);
+            assert_eq!(r.next_record().unwrap(), None, "cut by {cut_by}");
+            assert_eq!(r.cut_at(), Some(177));
+            assert_eq!(r.next_record().unwrap(), None);
+        }
 
         let mut huge = pcap(0);
         huge.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0]);
@@ -831,8 +895,10 @@ mod tests {
         let l = load(&format!("{file}loops = 0\nspeed = 2.5\n")).unwrap();
         let s = &l.streams[0];
         let r = s.replay.as_ref().unwrap();
-        assert_eq!((r.loops, r.speed, r.max_frame, r.info.scanned), (0, Some(2.5), 109, Some((120, 109))));
-        assert_eq!((s.lcores.clone(), s.sizes.clone(), s.rate), (vec![1], vec![109], Rate::Full));
+        assert_eq!((r.loops, r.speed, r.max_frame, r.info.frames, r.info.longest), (0, Some(2.5), 109, 120, 109));
+        // Frame i is 60 + i % 50 bytes: every length from 60 to 109.
+        assert_eq!(s.sizes, (60..110).collect::<Vec<_>>());
+        assert_eq!((s.lcores.clone(), s.rate), (vec![1], Rate::Full));
         assert_eq!(l.data_room, 2176);
         let l = load(&format!("{file}rate_bps = 1e6\nlcores = [2]\n")).unwrap();
         assert_eq!(l.streams[0].replay.as_ref().unwrap().loops, 1);
@@ -842,7 +908,14 @@ mod tests {
         assert!(e(&format!("{file}size = 64\n"))
             .contains("key `stream[0].size`: a pcap stream sends the file's frames as captured"));
         assert!(e(&format!("{file}flows = 4\n")).contains("key `stream[0].flows`"));
-        assert!(e(&format!("{file}speed = 0\n")).contains("key `stream[0].speed`: expected a factor above 0"));
+        for sp in ["0", "1e-15", "1e-100", "2e6", "nan", "inf"] {
+            let m = e(&format!("{file}speed = {sp}\n"));
+            assert!(m.contains("key `stream[0].speed`: expected a factor from 1e-6 to 1e6"), "{sp}: {m}");
+        }
+        assert_eq!(
+            load(&format!("{file}speed = 1e-6\n")).unwrap().streams[0].replay.as_ref().unwrap().speed,
+            Some(1e-6)
+        );
         assert!(
             e(&format!("{file}speed = 1\nrate_pps = 5\n")).contains("key `stream[0]`: expected at most one of `speed`")
         );
@@ -857,5 +930,110 @@ mod tests {
         let two = format!("{file}rx_port = 0\n[[stream]]\nport = 0\n{file}rx_port = 0\n");
         assert!(e(&two).contains("key `stream[1].rx_port`: pcap stream \"stream0\" already receives on this port"));
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A file with the bytes of `pcap(n)` and the given snapshot length.
+    fn with_snaplen(mut v: Vec<u8>, snap: u32) -> Vec<u8> {
+        v[16..20].copy_from_slice(&snap.to_le_bytes());
+        v
+    }
+
+    /// A record longer than the snapshot length is delivered cut to it (libpcap's reading);
+    /// the wire length stays. A snapshot length of 0 cuts nothing.
+    #[test]
+    fn records_past_the_snaplen_are_cut_to_it() {
+        let f = with_snaplen(pcap(50), 80);
+        let mut r = PcapChunks::new(&f[..], 64, "s.pcap").unwrap();
+        let mut lens = Vec::new();
+        while let Some(rec) = r.next_record().unwrap() {
+            assert_eq!(rec.data[0], lens.len() as u8);
+            lens.push((rec.data.len(), rec.orig_len));
+        }
+        assert_eq!(lens.len(), 50);
+        assert_eq!(lens[19], (79, 79));
+        assert_eq!(lens[20], (80, 80));
+        assert_eq!(lens[49], (80, 109));
+        let f = with_snaplen(pcap(50), 0);
+        let mut r = PcapChunks::new(&f[..], 64, "s.pcap").unwrap();
+        let mut longest = 0;
+        while let Some(rec) = r.next_record().unwrap() {
+            longest = longest.max(rec.data.len());
+        }
+        assert_eq!(longest, 109);
+    }
+
+    /// Loading reads every file through, whatever its size: a cut last record is counted and
+    /// the frames before it kept; a damaged record is refused before anything is sent, in a
+    /// file of 65 MiB as in a small one. The distinct lengths are learnt.
+    #[test]
+    fn inspect_reads_every_file_through() {
+        let d = std::env::temp_dir().join(format!("pktgen-inspect-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let p = d.join("cut.pcap");
+        let mut cut = pcap(30);
+        cut.truncate(cut.len() - 10);
+        std::fs::write(&p, &cut).unwrap();
+        let i = inspect(&p).unwrap();
+        assert_eq!((i.frames, i.longest, i.cut_at), (29, 88, Some(cut.len() as u64 - 16 - 89 + 10)));
+        assert_eq!(i.sizes, (60..89).collect::<Vec<_>>());
+        // 65 MiB of 1000-byte frames, a damaged record header in the middle.
+        let mut big = pcap(0);
+        let frame = [0x5au8; 1000];
+        let n = (65 << 20) / 1016 + 1;
+        for k in 0..n {
+            let incl: u32 = if k == n / 2 { 0x7fff_ffff } else { 1000 };
+            for x in [0u32, 0, incl, 1000] {
+                big.extend_from_slice(&x.to_le_bytes());
+            }
+            big.extend_from_slice(&frame);
+        }
+        assert!(big.len() > 65 << 20);
+        let p = d.join("big.pcap");
+        std::fs::write(&p, &big).unwrap();
+        let e = inspect(&p).unwrap_err();
+        let at = 24 + (n / 2) * 1016;
+        assert!(e.contains(&format!("record at byte {at}: 2147483647 bytes captured")), "{e}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// The reader hands over every frame before a damaged record, then returns the error; a
+    /// cut last record is counted as unreadable once per pass and the frames before it sent.
+    #[test]
+    fn read_loops_keeps_the_frames_before_damage() {
+        let d = std::env::temp_dir().join(format!("pktgen-replay-dmg-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let run = |bytes: &[u8], loops: u64| {
+            let p = d.join("x.pcap");
+            std::fs::write(&p, bytes).unwrap();
+            let (tx, rx) = std::sync::mpsc::sync_channel(BATCHES);
+            let (back_tx, back_rx) = std::sync::mpsc::sync_channel(BATCHES);
+            let t = std::thread::spawn(move || read_loops(&p, loops, 9000, tx, back_rx));
+            let (mut frames, mut unreadable) = (0u64, 0u64);
+            while let Ok(b) = rx.recv() {
+                frames += b.frames.len() as u64;
+                unreadable += b.unreadable;
+                let _ = back_tx.send(b);
+            }
+            (frames, unreadable, t.join().unwrap())
+        };
+        let mut cut = pcap(10_000);
+        cut.truncate(cut.len() - 3);
+        assert_eq!(run(&cut, 2), (2 * 9_999, 2, Ok(())));
+        let mut dmg = pcap(10_000);
+        dmg.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f, 100, 0, 0, 0]);
+        let (frames, unreadable, r) = run(&dmg, 1);
+        assert_eq!((frames, unreadable), (10_000, 0));
+        assert!(r.unwrap_err().contains("2147483647 bytes captured"));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A send time past the TSC's range is never rather than wrapped round to the past.
+    #[test]
+    fn due_saturates() {
+        let f = FrameRef { at: 0, len: 60, ts_ns: 1_000_000_000 };
+        assert_eq!(due(1000, 0, &f, 3.0), 3_000_001_000);
+        assert_eq!(due(1000, 0, &f, 3.0 / 1e-15), u64::MAX);
+        assert_eq!(due(1000, 0, &f, 3.0 / 1e-100), u64::MAX);
+        assert_eq!(due(u64::MAX - 5, 0, &f, 3.0), u64::MAX);
     }
 }

@@ -118,10 +118,19 @@ pub struct ReplaySide {
     pub loops: u64,
     /// Timing-faithful speed factor (`None`: full or set rate).
     pub speed: Option<f64>,
-    /// Frames in the file, when it was read through as the config loaded.
+    /// Frames in the file (it is read through as the config loads; a cut last record is not
+    /// one).
     pub frames_in_file: Option<u64>,
+    /// Distinct frame lengths in the file (the stream's `sizes` lists them when there are at
+    /// most [`super::replay::MAX_LISTED_SIZES`], else is empty).
+    pub distinct_sizes: u64,
     /// Captured frames too long for the mbufs, not sent.
     pub skipped: u64,
+    /// Records that could not be read (a last record cut short by the end of the file, once
+    /// per pass), not sent.
+    pub unreadable: u64,
+    /// Why the replay stopped early (the file became unreadable while it ran), if it did.
+    pub error: Option<String>,
 }
 
 /// One stream's summary.
