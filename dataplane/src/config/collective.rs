@@ -271,21 +271,9 @@ fn member(
             return Err(err(format!("{mk}.vlan"), format!("expected a VLAN ID in 1..=4094, found {v}")));
         }
     }
-    // Each carriage's keys only (spec section 3): another's would be silently unused.
-    let foreign: &[(&str, bool)] = match carriage {
-        Carriage::Udp => &[("qpn", m.qpn.is_some()), ("qkey", m.qkey.is_some())],
-        Carriage::Rocev2 => &[("udp_port", m.udp_port.is_some())],
-    };
-    if let Some((key, _)) = foreign.iter().find(|(_, set)| *set) {
-        let (this, other) = match carriage {
-            Carriage::Udp => ("\"udp\"", "\"rocev2\""),
-            Carriage::Rocev2 => ("\"rocev2\"", "\"udp\""),
-        };
-        return Err(err(
-            format!("{mk}.{key}"),
-            format!("`{key}` is for carriage = {other}; this collective's carriage is {this}: remove it"),
-        ));
-    }
+    // The other carriage's keys (spec section 3 lists `udp_port` for UDP, `qpn` and `qkey` for
+    // RoCEv2) are taken and unused: a file written for both carriages, or a collective whose
+    // carriage a runtime change flips, keeps loading.
     let (udp_port, qpn, qkey) = match carriage {
         Carriage::Udp => {
             let p = m.udp_port.ok_or_else(|| {
