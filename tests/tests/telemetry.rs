@@ -256,13 +256,23 @@ fn prometheus_metrics_parse_and_agree_with_the_final_stats() {
     assert!(rx1 > 0 && rx1 < rx2 && rx2 <= final_rx, "{rx1} {rx2} {final_rx}");
     assert_eq!(v(&b, "dpu_port_rx_bytes_total", "port=null-0"), 64 * rx2);
     assert!(v(&b, "dpu_table_packets_total", "entry=miss,table=l2") >= rx2);
-    // Residence histogram: packets the tx queue took, at most those handed to it.
-    let resid: u64 = b["dpu_worker_packets_by_residence_cycles_total"]
+    // Residence histogram: packets the tx queue took, at most those handed to it. Its buckets
+    // are cumulative, as Prometheus's `le` buckets: never falling, `+Inf` the whole count.
+    let hist = b["dpu_worker_packets_by_residence_cycles_total"]
         .as_object()
-        .unwrap_or_else(|| panic!("no residence histogram: {b}"))
-        .values()
-        .map(|x| x.as_f64().unwrap() as u64)
-        .sum();
+        .unwrap_or_else(|| panic!("no residence histogram: {b}"));
+    let bound = |k: &str| {
+        let le = k.split(',').find_map(|l| l.strip_prefix("cycles_le=")).unwrap_or_else(|| panic!("{k}"));
+        if le == "+Inf" {
+            u64::MAX
+        } else {
+            le.parse::<u64>().unwrap()
+        }
+    };
+    let mut buckets: Vec<(u64, u64)> = hist.iter().map(|(k, x)| (bound(k), x.as_f64().unwrap() as u64)).collect();
+    buckets.sort();
+    assert!(buckets.windows(2).all(|w| w[0].1 <= w[1].1), "cumulative: {buckets:?}");
+    let resid = buckets.last().map_or(0, |&(le, n)| if le == u64::MAX { n } else { 0 });
     let tx = v(&b, "dpu_port_tx_packets_total", "port=null-0");
     assert!(resid > 0 && resid <= tx, "residence {resid}, tx {tx}");
     // Every drop reason of the final stats is a label of the drops family.
