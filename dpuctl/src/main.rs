@@ -314,8 +314,8 @@ fn run(cli: &Cli) -> Result<(), Failure> {
 enum Shape {
     /// TOML tables of this name: `[[op]]` (`op[K]`), `[[collective]]` (`collective[K]`).
     Toml(&'static str),
-    /// A JSON array: `[K]`.
-    JsonArray,
+    /// A JSON array: `[K]`; of collectives (a collective file) or of operations (a batch).
+    JsonArray { collectives: bool },
     /// A JSON object holding the array under this name: `ops` (`ops[K]`).
     JsonObject(&'static str),
     /// One JSON object: the only item (its keys alone).
@@ -327,7 +327,7 @@ impl Shape {
     fn key(self, k: usize, rest: &str) -> String {
         match self {
             Shape::Toml(name) | Shape::JsonObject(name) => format!("{name}[{k}]{rest}"),
-            Shape::JsonArray => format!("[{k}]{rest}"),
+            Shape::JsonArray { .. } => format!("[{k}]{rest}"),
             Shape::JsonOne => rest.trim_start_matches('.').to_string(),
         }
     }
@@ -347,7 +347,7 @@ fn in_file(err: &str, file: &Path, shape: Shape) -> String {
     });
     let Some((k, rest, why)) = parsed else { return format!("{f}: {err}") };
     let rest = match shape {
-        Shape::Toml("collective") | Shape::JsonArray | Shape::JsonOne => {
+        Shape::Toml("collective") | Shape::JsonArray { collectives: true } | Shape::JsonOne => {
             rest.strip_prefix(".collective").filter(|r| r.is_empty() || r.starts_with(['.', '['])).unwrap_or(rest)
         }
         _ => rest,
@@ -373,7 +373,7 @@ fn collective_ops(op: &str, file: &Path) -> Result<(Value, Shape), String> {
 fn collectives_of(text: &str, is_json: bool) -> Result<(Vec<Value>, Shape), String> {
     let (list, shape) = if is_json {
         match serde_json::from_str(text).map_err(|e| e.to_string())? {
-            Value::Array(a) => (a, Shape::JsonArray),
+            Value::Array(a) => (a, Shape::JsonArray { collectives: true }),
             o @ Value::Object(_) => (vec![o], Shape::JsonOne),
             _ => return Err("expected a collective (a JSON object) or an array of them".into()),
         }
@@ -422,7 +422,7 @@ fn batch_of(text: &str, is_json: bool) -> Result<(Value, Shape), String> {
     const EXPECTED: &str = "expected [[op]] tables (TOML) or an array of operations (JSON)";
     let (ops, shape) = if is_json {
         match serde_json::from_str(text).map_err(|e| e.to_string())? {
-            a @ Value::Array(_) => (a, Shape::JsonArray),
+            a @ Value::Array(_) => (a, Shape::JsonArray { collectives: false }),
             Value::Object(mut o) => {
                 if let Some(k) = o.keys().find(|k| *k != "ops") {
                     return Err(format!("key `{k}`: unknown key; expected `ops` only (an array of operations)"));
@@ -775,7 +775,10 @@ mod tests {
         );
         assert!(batch_of("", false).unwrap_err().starts_with("no operation in the file"));
         assert!(batch_of("[]", true).unwrap_err().starts_with("no operation in the file"));
-        assert_eq!(batch_of(r#"[{"op":"delete_group","id":1}]"#, true).unwrap().1, Shape::JsonArray);
+        assert_eq!(
+            batch_of(r#"[{"op":"delete_group","id":1}]"#, true).unwrap().1,
+            Shape::JsonArray { collectives: false }
+        );
         assert_eq!(batch_of(r#"{"ops":[{"op":"delete_group","id":1}]}"#, true).unwrap().1, Shape::JsonObject("ops"));
         assert_eq!(
             batch_of(r#"{"ops":[{"op":"delete_group","id":1}],"opps":[]}"#, true).unwrap_err(),
@@ -796,7 +799,10 @@ mod tests {
             in_file(e, f, Shape::Toml("op")),
             "b.toml: key `op[2].entry.acton`: unknown field `acton`, expected one of `key`, `action`, `priority`"
         );
-        assert_eq!(in_file(e, f, Shape::JsonArray).split(':').nth(1), Some(" key `[2].entry.acton`"));
+        assert_eq!(
+            in_file(e, f, Shape::JsonArray { collectives: false }).split(':').nth(1),
+            Some(" key `[2].entry.acton`")
+        );
         assert_eq!(in_file(e, f, Shape::JsonObject("ops")).split(':').nth(1), Some(" key `ops[2].entry.acton`"));
         let c = "request: key `ops[1].collective.chunk_elements`: expected at least 1 element";
         let f = Path::new("c.toml");
@@ -805,6 +811,15 @@ mod tests {
             "c.toml: key `collective[1].chunk_elements`: expected at least 1 element"
         );
         assert_eq!(in_file(c, f, Shape::JsonOne), "c.toml: key `chunk_elements`: expected at least 1 element");
+        assert_eq!(
+            in_file(c, f, Shape::JsonArray { collectives: true }),
+            "c.toml: key `[1].chunk_elements`: expected at least 1 element"
+        );
+        // A batch's collective operation keeps its `.collective`: the file's key is the op's.
+        assert_eq!(
+            in_file(c, f, Shape::JsonArray { collectives: false }),
+            "c.toml: key `[1].collective.chunk_elements`: expected at least 1 element"
+        );
         let whole = "request: key `ops[0].collective`: the collectives need 2 MiB";
         assert_eq!(in_file(whole, f, Shape::JsonOne), "c.toml: the collectives need 2 MiB");
         assert_eq!(

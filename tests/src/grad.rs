@@ -114,7 +114,7 @@ impl Coll {
                 "[[collective.member]]\nrank = {k}\nip = \"{}\"\nmac = \"02:00:00:00:01:{k:02x}\"\n",
                 self.ip(k)
             );
-            // Each carriage's own keys (the other's are refused).
+            // Each carriage's own keys (the other's would be unused).
             s += &if self.roce {
                 format!("qpn = {}\nqkey = 286331153\n", 0x100 + k)
             } else {

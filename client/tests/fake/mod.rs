@@ -369,7 +369,7 @@ pub fn write_config(
     for (rank, port) in member_ports.iter().enumerate() {
         let ip = if v6 { "::1" } else { "127.0.0.1" };
         t += &format!("\n[[collective.member]]\nrank = {rank}\nip = \"{ip}\"\nmac = \"02:00:00:00:01:0{rank}\"\n");
-        // Each carriage's own keys (the appliance refuses the other's).
+        // Each carriage's own keys (the other's would be unused).
         t += &if extra.contains("carriage = \"rocev2\"") {
             format!("qpn = {}\nqkey = 7\n", rank + 16)
         } else {

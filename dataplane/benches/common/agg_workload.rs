@@ -139,7 +139,7 @@ pub fn conf_sized(carriage: &str, n: usize, chunk: usize, slots: usize) -> Strin
             "[[collective.member]]\nrank = {k}\nip = \"10.0.0.{}\"\nmac = \"02:00:00:00:01:{k:02x}\"\n",
             k + 1
         );
-        // Each carriage's own keys (the other's are refused).
+        // Each carriage's own keys (the other's would be unused).
         s += &if carriage == "rocev2" {
             format!("qpn = {}\nqkey = 286331153\n", 0x100 + k)
         } else {

@@ -1004,17 +1004,19 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
             last.with_rate_changes(&at);
         }
         if let (Some(rp), Some(last)) = (&s.replay, streams.last_mut()) {
+            // The lengths sent (`sizes`: the file's, less those skipped), counted as listed.
+            let distinct = last.sizes.len();
             last.replay = Some(report::ReplaySide {
                 file: rp.file.display().to_string(),
                 loops: rp.loops,
                 speed: rp.speed,
                 frames_in_file: Some(rp.info.frames),
-                distinct_sizes: rp.info.sizes.len() as u64,
+                distinct_sizes: distinct as u64,
                 skipped: sum(&|c| c.skipped.load(Ordering::Relaxed)),
                 unreadable: sum(&|c| c.unreadable.load(Ordering::Relaxed)),
                 error: reader_errors.iter().find(|e| e.0 == s.name).map(|e| e.1.clone()),
             });
-            if rp.info.sizes.len() > replay::MAX_LISTED_SIZES {
+            if distinct > replay::MAX_LISTED_SIZES {
                 last.sizes.clear();
             }
         }

@@ -121,8 +121,8 @@ pub struct ReplaySide {
     /// Frames in the file (it is read through as the config loads; a cut last record is not
     /// one).
     pub frames_in_file: Option<u64>,
-    /// Distinct frame lengths in the file (the stream's `sizes` lists them when there are at
-    /// most [`super::replay::MAX_LISTED_SIZES`], else is empty).
+    /// Distinct frame lengths sent from the file (those not skipped; the stream's `sizes` lists
+    /// them when there are at most [`super::replay::MAX_LISTED_SIZES`], else is empty).
     pub distinct_sizes: u64,
     /// Captured frames too long for the mbufs, not sent.
     pub skipped: u64,

@@ -383,7 +383,7 @@ fn mac(i: u32) -> String {
 }
 
 /// A batch costs in proportion to its operations plus the table, not their product: 20,000 adds,
-/// 1,000 modifies and 1,000 deletes on a table of 20,000 entries apply in one pass (finding
+/// 2,000 modifies and 2,000 deletes on a table of 20,000 entries apply in one pass (finding
 /// each entry by walking the table and parsing every key took minutes), with every entry where
 /// it belongs, and an operation that clashes with one added or deleted earlier in the batch is
 /// still named.

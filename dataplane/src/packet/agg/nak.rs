@@ -8,7 +8,9 @@
 //! all workers consult one limiter ([`SharedNakLimiter`], behind an `Arc`). It is lock-free:
 //! one 64-bit word holds the time of a source's last NAK, and a NAK is granted by a
 //! compare-and-swap of that word, so however many workers refuse one source at once, exactly
-//! one of them sends within an interval. No allocation, lock or syscall per packet.
+//! one of them sends within an interval (a stranger, whose word is one of [`CHOICES`]: at most
+//! that many, when workers whose clocks differ refuse it at once at the very edge of an
+//! interval, each seeing another candidate free). No allocation, lock or syscall per packet.
 //!
 //! Two kinds of words:
 //! - **Members.** Every source configured for a member of some collective (its IP and UDP port,
@@ -45,10 +47,15 @@ pub const CHOICES: usize = 4;
 
 /// A stranger's word: bit 63 set when it holds a NAK, bits 40..63 the tag of the source it went
 /// to (23 bits of its hash), bits 0..40 the NAK's time (µs modulo 2^40, 12.7 days: a word
-/// exactly a multiple of that old reads as recent for one interval, suppressing one NAK).
+/// within [`MAX_SKEW_US`] + one interval of a multiple of that old reads as recent, suppressing
+/// one NAK).
 const HELD: u64 = 1 << 63;
 const TIME_BITS: u32 = 40;
 const TIME_MASK: u64 = (1 << TIME_BITS) - 1;
+/// How far a word's time may lie ahead of a worker's clock and still count as recent (the
+/// workers' clocks, or two ports' capture times, need not agree): 1 s. Further ahead, modulo
+/// 2^40, it is old.
+const MAX_SKEW_US: u64 = 1_000_000;
 
 /// A NAK's destination, as [`source`] encodes it: the IP address (IPv4 in the first 4 bytes)
 /// and the UDP port or RoCEv2 QP (24 bits) tagged with the carriage and family.
@@ -168,16 +175,18 @@ fn grant(word: &AtomicU64, now_us: u64) -> bool {
 }
 
 /// True when stranger word `w` holds a NAK of the last [`NAK_INTERVAL_US`] before `now_us`, or
-/// one later than `now_us` (another worker's clock, another port's capture: as recent).
+/// one up to [`MAX_SKEW_US`] later than `now_us` (another worker's clock, another port's
+/// capture: as recent).
 #[inline]
 fn recent(w: u64, now_us: u64) -> bool {
     let age = (now_us & TIME_MASK).wrapping_sub(w & TIME_MASK) & TIME_MASK;
-    w & HELD != 0 && !(NAK_INTERVAL_US..=TIME_MASK / 2).contains(&age)
+    w & HELD != 0 && !(NAK_INTERVAL_US..=TIME_MASK - MAX_SKEW_US).contains(&age)
 }
 
 impl SharedNakLimiter {
     /// Grants a NAK to the stranger whose [`hash`] is `h` at `now_us` (see the module docs):
-    /// lock-free, by compare-and-swap of the word it takes, so that racing workers grant one.
+    /// lock-free, by compare-and-swap of the word it takes, so that racing workers grant one
+    /// (at an interval's edge with clocks apart, at most [`CHOICES`]).
     #[inline]
     fn grant_stranger(&self, h: usize, now_us: u64) -> bool {
         let h = h as u64;
@@ -487,6 +496,30 @@ mod tests {
         let l = SharedNakLimiter::default();
         let granted = (0..4096).filter(|&i| l.allow(stranger(i), 0)).count();
         assert!((3500..=4096).contains(&granted), "{granted} of 4096 at once");
+    }
+
+    /// A word's time is kept modulo 2^40 µs (12.7 days): a stranger back after a week, or new
+    /// strangers a week after a flood, are answered (a word ahead of the clock by more than a
+    /// second is old, not "later"); up to a second ahead it still suppresses.
+    #[test]
+    fn words_a_week_old_are_old() {
+        const DAY: u64 = 86_400_000_000;
+        let l = SharedNakLimiter::default();
+        let a = v4([172, 16, 0, 1], 40000);
+        assert!(l.allow(a, 5));
+        for days in [1, 6, 7, 10] {
+            assert!(l.allow(a, days * DAY), "day {days}");
+            assert!(!l.allow(a, days * DAY + 1), "day {days}");
+        }
+        let l = SharedNakLimiter::default();
+        assert!((0..4096).filter(|&i| l.allow(v4([10, 1, (i >> 8) as u8, i as u8], 1), 0)).count() > 3500);
+        let later = (0..500).filter(|&i| l.allow(v4([10, 2, (i >> 8) as u8, i as u8], 2), 7 * DAY)).count();
+        assert_eq!(later, 500, "a week after a flood, no word is recent");
+        // Skew: a word up to 1 s ahead of this worker's clock still counts.
+        let l = SharedNakLimiter::default();
+        assert!(l.allow(a, 10 * DAY));
+        assert!(!l.allow(a, 10 * DAY - 999_999));
+        assert!(l.allow(a, 10 * DAY - 1_000_001 + (1 << 40)), "2^40 µs later, less a second: old");
     }
 
     fn v4(a: [u8; 4], port: u16) -> Source {

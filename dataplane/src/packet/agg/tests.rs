@@ -23,7 +23,7 @@ fn conf(op: &str, dtype: &str, carriage: &str, v6: bool, extra: &str, n: usize, 
     for k in 0..n {
         let ip = if v6 { format!("fd00::{}", k + 1) } else { format!("10.0.0.{}", k + 1) };
         s += &format!("[[collective.member]]\nrank = {k}\nip = \"{ip}\"\nmac = \"02:00:00:00:01:{k:02x}\"\n");
-        // Each carriage's own keys (the other's are refused).
+        // Each carriage's own keys (the other's would be unused).
         s += &if carriage == "rocev2" {
             format!("qpn = {}\nqkey = 286331153\n", 0x100 + k)
         } else {

@@ -452,8 +452,20 @@ impl Server {
 /// A connection accepted: read and answered on a thread of its own ([`connection`]), unless
 /// [`MAX_CONNECTIONS`] are open already (then answered at once with an error).
 fn accept(s: UnixStream, requests: &std::sync::mpsc::Sender<Pending>, stop: &Arc<AtomicBool>, open: &Arc<AtomicUsize>) {
+    // Reads what the client sends (for 100 ms at most, up to MAX_REQUEST bytes), so that it can
+    // finish sending and read the refusal instead of finding the socket closed, then refuses.
     let refuse = |mut s: UnixStream, why: String| {
         let _ = s.set_nonblocking(false);
+        let _ = s.set_read_timeout(Some(Duration::from_millis(20)));
+        let (until, mut got, mut chunk) = (Instant::now() + Duration::from_millis(100), 0, [0u8; 65536]);
+        while Instant::now() < until && got <= MAX_REQUEST {
+            match s.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => {}
+            }
+        }
         let _ = s.set_write_timeout(Some(Duration::from_millis(100)));
         let _ = writeln!(s, "{}", json!({ "ok": false, "error": why }));
     };
@@ -461,18 +473,28 @@ fn accept(s: UnixStream, requests: &std::sync::mpsc::Sender<Pending>, stop: &Arc
         open.fetch_sub(1, Ordering::Relaxed);
         return refuse(s, format!("busy: {MAX_CONNECTIONS} connections are open already; try again"));
     }
-    let (requests, stop, held) = (requests.clone(), stop.clone(), open.clone());
+    // Counted open until the connection's thread ends, however it ends (or never starts).
+    let held = Open(open.clone());
+    let (requests, stop) = (requests.clone(), stop.clone());
     let Ok(copy) = s.try_clone() else {
-        open.fetch_sub(1, Ordering::Relaxed);
+        drop(held);
         return refuse(s, "cannot serve the connection".into());
     };
     let spawned = std::thread::Builder::new().name("dpu-control-conn".into()).spawn(move || {
+        let _held = held;
         connection(s, &requests, &stop);
-        held.fetch_sub(1, Ordering::Relaxed);
     });
     if let Err(e) = spawned {
-        open.fetch_sub(1, Ordering::Relaxed);
         refuse(copy, format!("cannot start a thread for the connection: {e}"));
+    }
+}
+
+/// One open connection, counted in the shared count until dropped.
+struct Open(Arc<AtomicUsize>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
