@@ -414,6 +414,17 @@ fn pcap_replay_follows_the_capture_timing_with_a_speed_factor() {
     assert!((windows[0] / windows[1] - 2.0).abs() <= 0.06, "{windows:?}");
 }
 
+/// Runs pktgen replaying `file` twice at full rate into a net_pcap port writing `out_pcap`.
+fn replay_twice_into_pcap(d: &Path, file: &Path, out_pcap: &Path) -> (i32, String, String, Value) {
+    let conf = format!(
+        "[eal]\n{EAL}\n[pktgen]\ntx_lcores = [1]\n[[port]]\nvdev = \"net_pcap0,tx_pcap={}\"\n\
+         [[stream]]\nkind = \"pcap\"\nfile = \"{}\"\nloops = 2\nport = 0\n",
+        out_pcap.display(),
+        file.display()
+    );
+    run(d, &conf, "30")
+}
+
 /// Frames leave as captured: a full-rate replay of 2 passes into net_pcap writes the file's
 /// frames twice, byte for byte, in order.
 #[test]
@@ -422,13 +433,7 @@ fn pcap_replay_sends_frames_as_captured() {
     let d = tmp("replay-bytes");
     let (file, out_pcap) = (d.join("in.pcap"), d.join("out.pcap"));
     let frames = capture(&file, 300, 10);
-    let conf = format!(
-        "[eal]\n{EAL}\n[pktgen]\ntx_lcores = [1]\n[[port]]\nvdev = \"net_pcap0,tx_pcap={}\"\n\
-         [[stream]]\nkind = \"pcap\"\nfile = \"{}\"\nloops = 2\nport = 0\n",
-        out_pcap.display(),
-        file.display()
-    );
-    let (rc, out, err, v) = run(&d, &conf, "30");
+    let (rc, out, err, v) = replay_twice_into_pcap(&d, &file, &out_pcap);
     assert_eq!(rc, 0, "{out}\n{err}");
     assert_eq!(u(&v["streams"][0]["tx"]["packets"]), 600);
     let got = read_pcap(&out_pcap);
@@ -453,13 +458,7 @@ fn pcap_replay_of_a_cut_capture_sends_every_good_frame() {
     // Frame 60 (120 bytes) is the last: cut it short by 30 bytes.
     bytes.truncate(bytes.len() - 30);
     std::fs::write(&file, &bytes).unwrap();
-    let conf = format!(
-        "[eal]\n{EAL}\n[pktgen]\ntx_lcores = [1]\n[[port]]\nvdev = \"net_pcap0,tx_pcap={}\"\n\
-         [[stream]]\nkind = \"pcap\"\nfile = \"{}\"\nloops = 2\nport = 0\n",
-        out_pcap.display(),
-        file.display()
-    );
-    let (rc, out, err, v) = run(&d, &conf, "30");
+    let (rc, out, err, v) = replay_twice_into_pcap(&d, &file, &out_pcap);
     assert_eq!(rc, 0, "{out}\n{err}");
     assert!(out.contains("pcap"), "the summary is printed: {out}");
     let s = &v["streams"][0];

@@ -86,9 +86,11 @@ enum Touched {
 }
 
 /// One change. Requests carry them as JSON objects tagged by `op`, with the fields of the
-/// configuration file's tables (README, "Runtime control").
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+/// configuration file's tables (README, "Runtime control"); [`parse_request`] reads each as
+/// `{NAME: {fields}}`, serde's external tagging, which keeps the path of a fault (an
+/// internally tagged enum is read through a buffer that loses it).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Change {
     /// Adds `entry` to table `table` (its key must be new in the table).
     AddEntry {
@@ -657,7 +659,7 @@ pub const MAX_REQUEST: usize = 1 << 20;
 
 /// A control request (one JSON object, tagged by `cmd`), as `dpuctl` sends it. (The variants
 /// without fields are empty structs: serde refuses unknown fields only in those.)
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
     /// Every counter but the tables' entries, summed over the workers (as `/dpu/stats`).
@@ -676,7 +678,9 @@ pub enum Request {
     Stragglers {},
     /// Applies `ops` in order, all or nothing ([`Model::apply`]).
     Apply {
-        /// The operations.
+        /// The operations: read by [`parse_request`] one by one (each `{"op": NAME, ...}`),
+        /// never by this derive.
+        #[serde(skip_deserializing)]
         ops: Vec<Change>,
     },
     /// Reloads the configuration file, as SIGHUP does ([`reload`]).
@@ -755,8 +759,8 @@ fn change_of(op: serde_json::Value) -> Result<Change, (String, String)> {
     // fault within the operation is known.
     let mut tagged = serde_json::Map::new();
     tagged.insert(name, serde_json::Value::Object(o));
-    let by_name: Result<ByName, _> = serde_path_to_error::deserialize(serde_json::Value::Object(tagged));
-    by_name.map(|b| b.0).map_err(|e| {
+    let change: Result<Change, _> = serde_path_to_error::deserialize(serde_json::Value::Object(tagged));
+    change.map_err(|e| {
         let mut key = String::new();
         for s in e.path().iter() {
             match s {
@@ -768,63 +772,6 @@ fn change_of(op: serde_json::Value) -> Result<Change, (String, String)> {
         }
         (key, super::in_words(&e.inner().to_string()))
     })
-}
-
-/// A [`Change`] read as `{NAME: {fields}}` ([`change_of`]).
-#[derive(Deserialize)]
-struct ByName(#[serde(with = "ChangeByName")] Change);
-
-/// [`Change`]'s variants, for [`ByName`]: the same fields, named by an outer key rather than
-/// `op` (serde reads an internally tagged enum through a buffer that loses the path of a fault).
-#[derive(Deserialize)]
-#[serde(remote = "Change", rename_all = "snake_case", deny_unknown_fields)]
-#[allow(dead_code)] // Read only by serde's generated code.
-enum ChangeByName {
-    AddEntry {
-        table: String,
-        entry: EntryConfig,
-    },
-    ModifyEntry {
-        table: String,
-        entry: EntryConfig,
-    },
-    DeleteEntry {
-        table: String,
-        key: Vec<toml::Value>,
-        #[serde(default)]
-        priority: Option<i32>,
-    },
-    SetDefaultAction {
-        table: String,
-        action: String,
-    },
-    AddGroup {
-        group: GroupConfig,
-    },
-    ModifyGroup {
-        group: GroupConfig,
-    },
-    DeleteGroup {
-        id: u16,
-    },
-    AddMeter {
-        meter: MeterConfig,
-    },
-    ModifyMeter {
-        meter: MeterConfig,
-    },
-    DeleteMeter {
-        name: String,
-    },
-    AddCollective {
-        collective: CollectiveConfig,
-    },
-    ModifyCollective {
-        collective: CollectiveConfig,
-    },
-    DeleteCollective {
-        id: u16,
-    },
 }
 
 /// `s` with its control characters escaped (`\n`): an error that echoes a request's text

@@ -109,6 +109,20 @@ pub(super) fn create_pool(
         .sum();
     // One scheduler per shaped port (its owner's), and a ring to it from every other worker.
     let shaped: Vec<&PortConfig> = loaded.qos.iter().flatten().map(|(c, _)| c).collect();
+    // Per class of every shaped port, in port and class order: its packet capacity, its floor
+    // in full mbuf frames ([`class_mbufs_floor`]) and its chains' extra mbufs.
+    let per_class: Vec<(u64, u64, u64)> = shaped
+        .iter()
+        .flat_map(|c| {
+            c.classes.iter().map(|k| {
+                (
+                    u64::from(k.capacity_pkts),
+                    class_mbufs_floor(k.capacity_bytes, mbuf_frame),
+                    class_chain_mbufs(c.max_frame_bytes, k.capacity_bytes, mbuf_frame),
+                )
+            })
+        })
+        .collect();
     let sched = SchedMbufs {
         ring_mbufs: (shaped.len() * lcores.len().saturating_sub(1)) as u64
             * u64::from(worker::QOS_RING_SLOTS - 1)
@@ -116,25 +130,8 @@ pub(super) fn create_pool(
         // In mbufs: a queued zero-copy result holds up to `made` of them, and on a jumbo port
         // the chains of the frames a class holds add at most one mbuf per full mbuf frame of
         // its capacity_bytes ([`class_chain_mbufs`]).
-        demand: shaped
-            .iter()
-            .flat_map(|c| {
-                c.classes.iter().map(|k| {
-                    u64::from(k.capacity_pkts) * made
-                        + class_chain_mbufs(c.max_frame_bytes, k.capacity_bytes, mbuf_frame)
-                })
-            })
-            .collect(),
-        floor: shaped
-            .iter()
-            .flat_map(|c| {
-                c.classes.iter().map(|k| {
-                    class_mbufs_floor(k.capacity_bytes, mbuf_frame)
-                        .saturating_mul(made)
-                        .saturating_add(class_chain_mbufs(c.max_frame_bytes, k.capacity_bytes, mbuf_frame))
-                })
-            })
-            .collect(),
+        demand: per_class.iter().map(|&(pkts, _, chain)| pkts * made + chain).collect(),
+        floor: per_class.iter().map(|&(_, floor, chain)| floor.saturating_mul(made).saturating_add(chain)).collect(),
         keys: loaded
             .qos
             .iter()
@@ -155,13 +152,13 @@ pub(super) fn create_pool(
         segs,
     )
     .map_err(|e| ConfigError::new(&opts.config, "mempool.mbufs", e))?;
-    let mut fitted = fitted.into_iter();
+    let mut fitted = fitted.into_iter().zip(&per_class);
     let mut schedulers = loaded.qos.clone();
     for (c, _) in schedulers.iter_mut().flatten() {
-        let max_frame = c.max_frame_bytes;
         for k in &mut c.classes {
-            let extra = class_chain_mbufs(max_frame, k.capacity_bytes, mbuf_frame);
-            k.capacity_pkts = fitted.next().map_or(k.capacity_pkts, |n| (n.saturating_sub(extra) / made).max(1) as u32);
+            if let Some((n, &(_, _, chain))) = fitted.next() {
+                k.capacity_pkts = (n.saturating_sub(chain) / made).max(1) as u32;
+            }
         }
     }
     let pool = Mempool::new("dpu_mbufs", cfg.mempool.mbufs, cfg.mempool.cache, cfg.mempool.data_room, -1)?;

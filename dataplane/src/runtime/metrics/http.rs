@@ -171,7 +171,7 @@ fn connection(mut s: TcpStream, limits: Limits, content_type: &'static str, body
             r
         }
         Ask::Status(code) => {
-            let text = status_text(code);
+            let text = phrases(code).1;
             let mut r = head(code, "text/plain; charset=utf-8", text.len() + 1, code == 405);
             r.extend_from_slice(text.as_bytes());
             r.push(b'\n');
@@ -268,32 +268,23 @@ fn judge(h: &[u8]) -> Ask {
     }
 }
 
-/// The reason phrase and, for the body, a line saying what to do.
-fn status_text(code: u16) -> &'static str {
+/// A status's reason phrase, and for a reply without the metrics, a line saying what to do.
+fn phrases(code: u16) -> (&'static str, &'static str) {
     match code {
-        404 => "not found: try GET /metrics",
-        405 => "read-only: GET /metrics",
-        408 => "the request took too long to arrive",
-        431 => "request head too large",
-        505 => "HTTP/1.0 and HTTP/1.1 only",
-        503 => "too many connections: try again",
-        _ => "bad request",
+        200 => ("OK", ""),
+        404 => ("Not Found", "not found: try GET /metrics"),
+        405 => ("Method Not Allowed", "read-only: GET /metrics"),
+        408 => ("Request Timeout", "the request took too long to arrive"),
+        431 => ("Request Header Fields Too Large", "request head too large"),
+        503 => ("Service Unavailable", "too many connections: try again"),
+        505 => ("HTTP Version Not Supported", "HTTP/1.0 and HTTP/1.1 only"),
+        _ => ("Bad Request", "bad request"),
     }
 }
 
 /// A reply's status line and headers for a body of `len` bytes.
 fn head(code: u16, content_type: &str, len: usize, allow: bool) -> Vec<u8> {
-    let reason = match code {
-        200 => "OK",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        431 => "Request Header Fields Too Large",
-        503 => "Service Unavailable",
-        505 => "HTTP Version Not Supported",
-        _ => "Error",
-    };
+    let reason = phrases(code).0;
     let allow = if allow { "Allow: GET, HEAD\r\n" } else { "" };
     format!(
         "HTTP/1.1 {code} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {len}\r\n{allow}Connection: close\r\n\r\n"
