@@ -292,6 +292,9 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         Cmd::Collectives => print!("{}", collectives_toml(&reply)),
         Cmd::Stragglers => print_stragglers(&reply["stragglers"]),
         Cmd::Reload => println!("{}", reply["message"].as_str().unwrap_or("reloaded")),
+        _ if reply["unchanged"] == true => {
+            println!("applied {} operation(s): nothing changed, still version {}", reply["applied"], reply["version"])
+        }
         _ => println!("applied {} operation(s): version {}", reply["applied"], reply["version"]),
     }
     // What the collectives removed or replaced left (their rounds in progress are discarded).

@@ -221,6 +221,13 @@ fn a_bad_batch_changes_nothing_and_sighup_reloads_only_a_good_file() {
     wait_for(|| entries(&sock).len() == 2, "the reload");
     assert_eq!(entries(&sock)[1], ("02:00:00:00:00:07".to_string(), "drop".to_string()));
     let v = u(&ctl_json(&sock, &["tables"])["version"]);
+    // A batch that changes nothing installs nothing: the version stays.
+    let reply = raw(&sock, br#"{"cmd":"apply","ops":[]}"#);
+    assert_eq!(
+        (reply["ok"].as_bool(), u(&reply["version"]), reply["unchanged"].as_bool()),
+        (Some(true), v, Some(true)),
+        "{reply}"
+    );
     // A broken file, then one that changes what needs a restart: nothing changes, and the
     // appliance says why (checked on its stderr at the end).
     std::fs::write(&conf, good.replace("action = \"drop\"", "action = \"forward(9)\"")).unwrap();
@@ -490,7 +497,8 @@ fn listed_collectives_and_groups_read_back() {
         String::from_utf8_lossy(&o.stderr),
         std::fs::read_to_string(&listed).unwrap()
     );
-    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "applied 2 operation(s): version 1");
+    // The same collectives: nothing is installed (their rounds and counters go on).
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "applied 2 operation(s): nothing changed, still version 0");
     let after = ctl_json(&sock, &["collectives"]);
     assert_eq!(after["collectives"], before["collectives"]);
     assert_eq!(after["collectives"][1]["member"].as_array().map(Vec::len), Some(3));

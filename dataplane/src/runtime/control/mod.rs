@@ -265,6 +265,13 @@ impl Server {
             }
             Request::Apply { ops } => {
                 let (model, built) = self.model.apply_request(&ops, &self.fixed).map_err(|e| e.to_string())?;
+                // A batch that changes nothing (none, or ops that set what runs) installs
+                // nothing: the version and every counter and slot stay as they are.
+                if model == self.model {
+                    return Ok(
+                        json!({ "applied": ops.len(), "version": self.version, "removed": [], "unchanged": true }),
+                    );
+                }
                 let removed = self.install(model, built)?;
                 Ok(json!({ "applied": ops.len(), "version": self.version, "removed": removed }))
             }
