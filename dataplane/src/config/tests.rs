@@ -775,3 +775,38 @@ fn set_class_takes_a_class_0_to_7() {
         (t("set_class(8); forward(0)"), "table[0].default_action", "0..=7"),
     ]);
 }
+
+/// A member's frames must fit its port's `mtu` when the port sets one: at MTU 1500, 1408 bytes
+/// of payload fit every carriage and family (RoCEv2 over IPv6 has the longest headers, 92
+/// bytes), the UDP carriage over IPv4 up to 1452 (48 bytes of headers). A port without `mtu`
+/// is not checked.
+#[test]
+fn a_collective_whose_frames_exceed_its_port_mtu_is_refused_with_the_lanes_that_fit() {
+    let coll = |mtu: &str, ip: &str, carriage: &str, dtype: &str, lanes: u32| {
+        let (port_ip, member_ip) =
+            if ip == "v6" { ("ipv6 = \"fd00::fe\"", "fd00::1") } else { ("ipv4 = \"10.0.0.254\"", "10.0.0.1") };
+        format!(
+            "[mempool]\ndata_room = 10240\n[[port]]\nvdev = \"net_null0\"\n{port_ip}\n{mtu}\n[[collective]]\ncollective_id = 1\nop = \"sum\"\n\
+             dtype = \"{dtype}\"\ncarriage = \"{carriage}\"\ntensor_elements = 10000\nchunk_elements = {lanes}\n\
+             [[collective.member]]\nrank = 0\nip = \"{member_ip}\"\nmac = \"02:00:00:00:01:00\"\nudp_port = 5\nqpn = 7\nqkey = 1\n"
+        )
+    };
+    let key = "`collective[0].chunk_elements`";
+    check_cases(vec![
+        (coll("mtu = 1500", "v4", "udp", "f32", 363), "", ""),
+        (
+            coll("mtu = 1500", "v4", "udp", "f32", 364),
+            key,
+            "a full chunk makes 1504-byte IP packets for rank 0, more than port[0].mtu = 1500: expected at most 363 f32 lanes",
+        ),
+        (coll("mtu = 1500", "v6", "rocev2", "f32", 352), "", ""),
+        (coll("mtu = 1500", "v6", "rocev2", "f32", 353), key, "1504-byte IP packets for rank 0, more than port[0].mtu = 1500: expected at most 352 f32 lanes"),
+        // f16 over RoCEv2 pads the payload to 4 bytes: 705 lanes pad like 706.
+        (coll("mtu = 1500", "v6", "rocev2", "f16", 704), "", ""),
+        (coll("mtu = 1500", "v6", "rocev2", "f16", 705), key, "expected at most 704 f16 lanes"),
+        (coll("", "v4", "udp", "f32", 2000), "", ""),
+        (coll("mtu = 9000", "v4", "udp", "f32", 2000), "", ""),
+        (coll("mtu = 9000", "v6", "rocev2", "f32", 2225), "", ""),
+        (coll("mtu = 4000", "v6", "rocev2", "f32", 978), key, "expected at most 977 f32 lanes"),
+    ]);
+}

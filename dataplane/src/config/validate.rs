@@ -308,7 +308,8 @@ fn check_inputs_polled(config: &Config, seen: &[RxQueueConfig], path: &Path) -> 
 
 /// `config`'s `[[collective]]` validated as the file's are (the ports' addresses `ipv4` and
 /// `ipv6`, the memory limit, the slot memory against what the EAL memory leaves, every full
-/// chunk's RESULT frame in one mbuf): at load, and for the collective sets of runtime changes.
+/// chunk's RESULT frame in one mbuf and within the `mtu` of each member's port): at load, and
+/// for the collective sets of runtime changes.
 pub(super) fn collectives(
     config: &Config,
     ipv4: &[Option<[u8; 4]>],
@@ -374,6 +375,30 @@ fn check_result_frames(config: &Config, collectives: &[Collective], path: &Path)
                     len + MBUF_HEADROOM
                 ),
             ));
+        }
+        // A member's frames (its contributions and its results, equally long) cross its port's
+        // link: a port with an `mtu` must carry their IP packets.
+        for (r, m) in c.members.iter().enumerate() {
+            let Some(mtu) = config.ports.get(m.port as usize).and_then(|p| p.mtu) else { continue };
+            let ip = crate::agg::result_ip_len(c, r);
+            if ip > usize::from(mtu) {
+                // The most lanes whose packets fit (a chunk is at most 8900 bytes: a short walk;
+                // RoCEv2's pad makes the length step by 4 bytes).
+                let mut fits = c.clone();
+                fits.chunk_elements -= 1;
+                while fits.chunk_elements > 0 && crate::agg::result_ip_len(&fits, r) > usize::from(mtu) {
+                    fits.chunk_elements -= 1;
+                }
+                let fits = fits.chunk_elements;
+                return Err(err(
+                    format!("collective[{i}].chunk_elements"),
+                    format!(
+                        "a full chunk makes {ip}-byte IP packets for rank {r}, more than port[{}].mtu = {mtu}: expected at most {fits} {} lanes, or a larger mtu",
+                        m.port,
+                        c.dtype.name()
+                    ),
+                ));
+            }
         }
     }
     Ok(())

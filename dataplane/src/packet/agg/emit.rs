@@ -170,6 +170,13 @@ pub fn max_result_frame_len(spec: &Collective) -> usize {
         .unwrap_or(0)
 }
 
+/// The IP packet length of member `r`'s full-chunk RESULT frames of `spec` (bytes; its
+/// contributions are as long): what the MTU of the member's port must hold.
+pub fn result_ip_len(spec: &Collective, r: usize) -> usize {
+    let full = (spec.chunk_elements as u64).min(spec.tensor_elements) as usize;
+    result_spec(spec, &[], 0, 0, r, 0, 0, 0, full).ip_len(full * spec.dtype.size())
+}
+
 /// The UDP source port of chunk `k`'s RoCEv2 RESULT frames (spec section 6: entropy for ECMP).
 #[inline]
 fn result_source_port(k: usize) -> u16 {

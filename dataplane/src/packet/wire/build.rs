@@ -154,8 +154,14 @@ impl FrameSpec {
 
     /// The whole frame's length for a payload of `payload_len` bytes.
     pub fn frame_len(&self, payload_len: usize) -> usize {
+        self.l2_len() + self.ip_len(payload_len)
+    }
+
+    /// The IP packet's length (the frame less its Ethernet header and tags: what a link's MTU
+    /// bounds) for a payload of `payload_len` bytes.
+    pub fn ip_len(&self, payload_len: usize) -> usize {
         let roce = if self.roce.is_some() { bth::HEADER_LEN + bth::DETH_LEN + ICRC_LEN } else { 0 };
-        self.l2_len() + self.l3_len() + udp::HEADER_LEN + roce + GRAD_LEN + payload_len + self.pad(payload_len)
+        self.l3_len() + udp::HEADER_LEN + roce + GRAD_LEN + payload_len + self.pad(payload_len)
     }
 }
 
