@@ -358,6 +358,37 @@ fn c10_rocev2_icrc_invariant() {
     assert_eq!(ok(&b).bth_opcode, 0x04);
 }
 
+/// c10 with IPv4 options of every length (IHL 6 to 15; at IHL 10 the header is 40 bytes, as
+/// IPv6's): the ICRC is IPv4's (Annex A17.4, written out here) and verifies; options count.
+#[test]
+fn rocev2_over_ipv4_with_options_verifies_its_icrc() {
+    let f = case_frames("c10_rocev2_ipv4_icrc.pcap");
+    for ihl in 6..=15usize {
+        let opts = (ihl - 5) * 4;
+        let mut b = f[0][..34].to_vec();
+        b.extend(std::iter::repeat_n(1u8, opts)); // NOPs
+        b.extend_from_slice(&f[0][34..]);
+        b[14] = 0x40 | ihl as u8;
+        let total = (b.len() - 14) as u16;
+        b[16..18].copy_from_slice(&total.to_be_bytes());
+        ipv4::Ipv4Packet::new_unchecked(&mut b[14..14 + ihl * 4]).fill_checksum();
+        let l4 = 14 + ihl * 4;
+        let mut masked = vec![0xffu8; 8];
+        masked.extend_from_slice(&b[14..b.len() - 4]);
+        for i in [14 + 1, 14 + 8, 14 + 10, 14 + 11, l4 + 6, l4 + 7, l4 + 12] {
+            masked[8 + i - 14] = 0xff;
+        }
+        let n = b.len();
+        b[n - 4..].copy_from_slice(&crc32fast::hash(&masked).to_le_bytes());
+        let p = ok(&b);
+        assert_eq!((p.l4_offset as usize, p.bth_opcode, p.bth_psn), (l4, 0x04, 1), "IHL {ihl}");
+        let mut c = b.clone();
+        c[34] = 0x94; // an option byte: covered
+        ipv4::Ipv4Packet::new_unchecked(&mut c[14..14 + ihl * 4]).fill_checksum();
+        assert_eq!(parse(&c, GRAD_PORT), Err(Reason::BadIcrc), "IHL {ihl}");
+    }
+}
+
 #[test]
 fn nccl_capture_every_rocev2_frame() {
     let f = case_frames("nccl_ring_allreduce_rocev2.pcap");

@@ -43,6 +43,7 @@ pub fn head_hasher(head: &[u8], l4_offset: usize) -> Result<Hasher, WireError> {
     if head.len() < masked_end || head.is_empty() {
         return Err(WireError::Truncated);
     }
+    let v6 = head[0] >> 4 == 6;
     let ip_len = match head[0] >> 4 {
         4 => {
             let ihl = (head[0] & 0x0f) as usize * 4;
@@ -68,7 +69,8 @@ pub fn head_hasher(head: &[u8], l4_offset: usize) -> Result<Hasher, WireError> {
     buf[..8].fill(0xff);
     buf[8..8 + copied].copy_from_slice(&head[..copied]);
     let ip = &mut buf[8..8 + ip_len];
-    if ip_len == 40 {
+    // By version, not length: an IPv4 header with 20 bytes of options is 40 bytes long too.
+    if v6 {
         ip[0] |= 0x0f; // traffic class and flow label
         ip[1] = 0xff;
         ip[2] = 0xff;
@@ -344,6 +346,38 @@ mod tests {
         assert_eq!(verify(&v, 40), Ok(true));
         Ipv6Packet::new_unchecked(&mut v[..]).set_version(4); // the version is not masked
         assert_eq!(verify(&v, 40), Err(WireError::BadHeaderLen));
+    }
+
+    /// IPv4 with options, IHL 5 to 15, against Annex A17.4 written out: the masks are IPv4's
+    /// (TOS, TTL, header checksum) whatever the header's length; at IHL 10 the header is 40
+    /// bytes, as long as IPv6's, and once took IPv6's masks. Options are covered as they are.
+    #[test]
+    fn ipv4_options_of_every_length_take_the_ipv4_masks() {
+        for ihl in 5..=15usize {
+            let opts = (ihl - 5) * 4;
+            let mut v = C10[..20].to_vec();
+            v[0] = 0x40 | ihl as u8;
+            v.extend((0..opts).map(|i| if i + 1 == opts { 0 } else { 1 })); // NOPs, then EOL
+            v.extend_from_slice(&C10[20..]);
+            let l4 = ihl * 4;
+            let mut masked = vec![0xffu8; 8];
+            masked.extend_from_slice(&v[..v.len() - ICRC_LEN]);
+            for i in [1, 8, 10, 11, l4 + 6, l4 + 7, l4 + 8 + 4] {
+                masked[8 + i] = 0xff;
+            }
+            let want = crc32fast::hash(&masked);
+            assert_eq!(compute(&v, l4), Ok(want), "IHL {ihl}");
+            fill(&mut v, l4).unwrap();
+            // TOS, TTL and the checksum are masked; an option byte and the addresses are not.
+            let mut w = v.clone();
+            (w[1], w[8], w[10], w[11]) = (0x03, 1, 0x12, 0x34);
+            assert_eq!(verify(&w, l4), Ok(true), "IHL {ihl}");
+            for i in [2usize, 3, 7, 12, 19].into_iter().chain((opts > 0).then_some(20 + opts / 2)) {
+                let mut w = v.clone();
+                w[i] ^= 0x01;
+                assert_eq!(verify(&w, l4), Ok(false), "IHL {ihl}, byte {i}");
+            }
+        }
     }
 
     #[test]
