@@ -240,10 +240,12 @@ fn assert_complete(a: &Value, c: &Coll, rounds: u64, ctx: &str) {
     let due = rounds * c.slots();
     assert_eq!(u(&a["wrong"]), 0, "{ctx}: {a}");
     assert_eq!(u(&a["right"]), due * c.workers as u64, "{ctx}: {a}");
+    // A result per worker per slot round: the appliance's completed rounds times the workers.
+    assert_eq!(u(&a["results"]), due * c.workers as u64, "{ctx}: {a}");
     assert_eq!(u(&a["incomplete"]), 0, "{ctx}");
     assert_eq!(u(&a["refused_slots"]), 0, "{ctx}");
     for w in a["per_worker"].as_array().unwrap() {
-        assert_eq!(u(&w["rounds_completed"]), due, "{ctx}: {w}");
+        assert_eq!(u(&w["results"]), due, "{ctx}: {w}");
         assert_eq!(u(&w["right"]), due, "{ctx}: {w}");
         assert!(w["latency"]["p50_us"].as_f64().is_some(), "{ctx}");
     }
@@ -288,6 +290,8 @@ fn closed_loop_every_round_of_every_worker_checks() {
     assert_eq!(o.csv.lines().count(), 1 + 4 * 5, "{}", o.csv);
     assert!(o.csv.lines().nth(1).unwrap().starts_with("c1,,closed,udp,f32,sum,sum,4,8,128,"), "{}", o.csv);
     assert!(o.out.contains("allreduce c1: closed loop, 4 workers x 8 slots of 128 f32 lanes"), "{}", o.out);
+    // c1: 25 rounds x 8 slots (200 completed at the appliance) x 4 workers.
+    assert!(o.out.contains(" s: 800 results (800 right, 0 wrong, "), "{}", o.out);
 }
 
 /// With `zero_copy_results` the appliance's result frames are chains (a header mbuf over the
@@ -416,7 +420,7 @@ fn open_loop_rounds_lost_to_loss_are_reported_incomplete() {
     assert_eq!(o.code, 3, "{}", o.out);
     let a = &o.pktgen["allreduce"][0];
     let due = rounds * colls[0].slots() * 4;
-    assert!(u(&a["incomplete"]) > 0 && u(&a["incomplete"]) + u(&a["rounds_completed"]) == due, "{a}");
+    assert!(u(&a["incomplete"]) > 0 && u(&a["incomplete"]) + u(&a["results"]) == due, "{a}");
     assert_eq!(u(&a["retransmissions"]), 0, "{a}");
     assert!(o.out.contains("results did not come back (open loop: nothing is resent)"), "{}", o.out);
 }
@@ -506,9 +510,9 @@ fn endless_emulations_on_worker_lcores_stop_at_the_duration_and_at_sigint() {
             assert_eq!(workers.len(), c.workers as usize, "{name}: {a}");
             for w in workers {
                 // Every result a worker received was checked, and right.
-                assert_eq!(u(&w["right"]), u(&w["rounds_completed"]), "{name}: {w}");
+                assert_eq!(u(&w["right"]), u(&w["results"]), "{name}: {w}");
             }
-            let done = workers.iter().map(|w| u(&w["rounds_completed"])).min().unwrap();
+            let done = workers.iter().map(|w| u(&w["results"])).min().unwrap();
             // A second or more of rounds: over one per slot.
             assert!(done > c.slots(), "{name}: collective {}: {a}", c.id);
             least += done;
@@ -598,7 +602,7 @@ fn wrong_results_and_naks_are_reported() {
     let c = &o.pktgen["allreduce"][2];
     assert_eq!(u(&c["refused_slots"]), 8 * 4, "{c}");
     assert!(u(&c["naks"]["mismatch"]) >= 32, "{c}");
-    assert_eq!(u(&c["rounds_completed"]), 0, "{c}");
+    assert_eq!(u(&c["results"]), 0, "{c}");
     assert!(o.out.contains("slots refused by NAKs (mismatch="), "{}", o.out);
     let drops = &o.dpu["drops"];
     assert!(u(&drops["grad_mismatch"]) >= 32 && u(&drops["grad_bad_offset"]) >= 8, "{drops}");
@@ -669,7 +673,9 @@ fn a_bad_allreduce_config_names_the_key() {
     let (code, err) = try_conf("lcore = 5\n");
     assert_eq!(code, Some(2), "{err}");
     assert!(
-        err.contains("allreduce[0].lcore: lcore 5 is not a worker lcore of the EAL (workers: []; the main lcore 0"),
+        err.contains(
+            "pktgen.toml: key `allreduce[0].lcore`: lcore 5 is not a worker lcore of the EAL (workers: []; the main lcore 0"
+        ),
         "{err}"
     );
     let (code, err) = try_env("", &[("PKTGEN_INJECT_PANIC_AFTER_RX", "lots")]);

@@ -281,7 +281,7 @@ fn a_bad_config_names_file_and_key() {
     );
     let (rc, _, err, _) = run(&d, &conf, "1");
     assert_eq!(rc, 2, "{err}");
-    assert!(err.contains("pktgen.tx_lcores[0]: lcore 5 is not a worker lcore"), "{err}");
+    assert!(err.contains("conf.toml: key `pktgen.tx_lcores[0]`: lcore 5 is not a worker lcore"), "{err}");
 }
 
 /// `[pktgen] link_wait_ms`: a memif server whose client never comes stays down, and the run
@@ -310,6 +310,61 @@ fn link_wait_ms_waits_for_the_link_and_names_a_port_still_down() {
     let (rc, _, err, v) = run(&d, &conf, "1");
     assert_eq!(rc, 0, "{err}");
     assert!(u(&v["streams"][0]["tx"]["packets"]) >= 900, "{v}");
+}
+
+/// A memif client started before its server: without `link_wait_ms` it exits 1 at once with an
+/// error naming the port and the server's socket and saying to start the server first; with
+/// `link_wait_ms` its start is retried until the server (another pktgen, started 0.5 s later)
+/// is there, and it sends what it was asked to.
+#[test]
+fn a_memif_client_waits_for_its_server_or_says_to_start_it() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let d = tmp("memif-client");
+    let sock = d.join("m.sock");
+    let conf = |role: &str, wait: u64, prefix: &str| {
+        format!(
+            "[eal]\nargs = [\"--no-huge\", \"-m\", \"512\", \"--no-pci\", \"--no-shconf\", \"--lcores\", \"0@0,1@1\", \
+             \"--file-prefix={prefix}\", \"--log-level\", \"*:error\"]\n[pktgen]\ntx_lcores = [1]\nlink_wait_ms = {wait}\n\
+             [[port]]\nname = \"m0\"\nvdev = \"net_memif0,role={role},socket={},socket-abstract=no\"\n\
+             [[stream]]\nport = 0\nsize = 64\nrate_pps = 1000\n",
+            sock.display()
+        )
+    };
+    let (rc, _, err, v) = run(&d, &conf("client", 0, "mc1"), "1");
+    assert_eq!((rc, v), (1, Value::Null), "{err}");
+    assert!(
+        err.contains(&format!(
+            "pktgen: port m0: the net_memif client cannot connect to its server's socket {} and [pktgen] link_wait_ms is \
+             0, so pktgen did not wait for it (rte_eth_dev_start(port 0 m0): Operation not permitted): start the memif \
+             server",
+            sock.display()
+        )),
+        "{err}"
+    );
+    let (cd, sd) = (d.join("client"), d.join("server"));
+    for x in [&cd, &sd] {
+        std::fs::create_dir_all(x).unwrap();
+    }
+    std::fs::write(cd.join("conf.toml"), conf("client", 10_000, "mc2")).unwrap();
+    std::fs::write(sd.join("conf.toml"), conf("server", 10_000, "ms2")).unwrap();
+    let pktgen = |dir: &Path, packets: &str| {
+        Command::new(env!("CARGO_BIN_EXE_pktgen"))
+            .args(["run", "-q", "-c", dir.join("conf.toml").to_str().unwrap(), "--duration", "3"])
+            .args(["--packets", packets, "--json", dir.join("s.json").to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let client = pktgen(&cd, "200");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // The server outlasts the client (1000 packets at 1000/s against 200).
+    let server = pktgen(&sd, "1000");
+    let (c, s) = (client.wait_with_output().unwrap(), server.wait_with_output().unwrap());
+    assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stderr));
+    assert!(s.status.success(), "{}", String::from_utf8_lossy(&s.stderr));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(cd.join("s.json")).unwrap()).unwrap();
+    assert_eq!(u(&v["streams"][0]["tx"]["packets"]), 200, "{v}");
 }
 
 /// A capture of `n` UDP/IPv4 frames of 60 to 187 bytes (frame `i`: `60 + i % 128`), frame `i`
@@ -477,6 +532,41 @@ fn pcap_replay_of_a_cut_capture_sends_every_good_frame() {
     assert!(std::fs::read_to_string(d.join("summary.csv")).unwrap().lines().count() >= 2);
 }
 
+/// A replay cut short by `--packets` lists the lengths it sent, not the file's: 20 of a 300-frame
+/// capture (60 to 187 bytes, 128 distinct) send lengths 60 to 79; the run's time covers the
+/// stream's sending time.
+#[test]
+fn a_replay_cut_short_lists_the_lengths_it_sent() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let d = tmp("replay-short");
+    let file = d.join("in.pcap");
+    capture(&file, 300, 10);
+    let c = d.join("conf.toml");
+    std::fs::write(
+        &c,
+        format!(
+            "[eal]\n{EAL}\n[pktgen]\ntx_lcores = [1]\n[[port]]\nvdev = \"net_null0,no-rx=1\"\n\
+             [[stream]]\nkind = \"pcap\"\nfile = \"{}\"\nport = 0\n",
+            file.display()
+        ),
+    )
+    .unwrap();
+    let json = d.join("s.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_pktgen"))
+        .args(["run", "-q", "-c", c.to_str().unwrap(), "--packets", "20", "--duration", "30"])
+        .args(["--json", json.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let s = &v["streams"][0];
+    assert_eq!(u(&s["tx"]["packets"]), 20, "{s}");
+    assert_eq!((u(&s["replay"]["frames_in_file"]), u(&s["replay"]["distinct_sizes"])), (300, 20), "{s}");
+    let sizes: Vec<u64> = s["sizes"].as_array().unwrap().iter().map(u).collect();
+    assert_eq!(sizes, (60..80).collect::<Vec<_>>(), "{s}");
+    assert!(f(&v["seconds"]) >= f(&s["tx"]["seconds"]), "{v}");
+}
+
 /// A set rate lets the first frame go at once: at 0.001 packets/s, one frame in a 2 s run (the
 /// next is due 1000 s later); a `speed` so small that the send times leave the TSC's range is
 /// refused with the bounds.
@@ -547,6 +637,11 @@ fn packets_limits_a_stream_and_ends_the_run() {
         assert!((0.9..=1.1).contains(&r), "{s}");
     }
     assert!(f(&v["seconds"]) < 5.0, "{}", v["seconds"]);
+    // The run's time covers every stream's sending time (all on the TSC, from before the lanes
+    // start to after they stop).
+    for s in v["streams"].as_array().unwrap() {
+        assert!(f(&v["seconds"]) >= f(&s["tx"]["seconds"]), "{} < {s}", v["seconds"]);
+    }
 }
 
 /// RoCEv2 congestion signals on the receive side, over a net_ring loopback: a stream sent

@@ -769,17 +769,19 @@ pub struct WorkerCounters {
     pub statuses: u64,
     /// Sends dropped on purpose (`loss`).
     pub injected_drops: u64,
-    /// Rounds completed: results of the round in flight received (right or wrong).
-    pub rounds_completed: u64,
+    /// Results received for the slot's round in flight (right or wrong): one per round of each
+    /// of this worker's slots, so summed over workers it is the appliance's completed rounds
+    /// times the workers (the appliance counts a round once, per slot).
+    pub results: u64,
     /// Of them, equal to the reference.
     pub right: u64,
     /// Of them, different from the reference.
     pub wrong: u64,
     /// Results for no round in flight (a resend answered by rule 3 after the result came).
     pub stale_results: u64,
-    /// Payload bytes of the rounds completed (this worker's contributions folded).
+    /// Payload bytes of those results (this worker's contributions folded).
     pub payload_bytes: u64,
-    /// Elements of the rounds completed.
+    /// Elements of those results.
     pub elements: u64,
     /// NAKs received, by reason 1 to 7 (index 0: unknown reasons).
     pub naks: [u64; 8],
@@ -795,7 +797,7 @@ impl WorkerCounters {
         self.retransmissions += c.retransmissions;
         self.timeouts += c.timeouts;
         self.injected_drops += c.injected_drops;
-        self.rounds_completed += c.rounds_completed;
+        self.results += c.results;
         self.right += c.right;
         self.wrong += c.wrong;
         self.stale_results += c.stale_results;
@@ -1375,7 +1377,7 @@ impl Engine {
             }
         };
         let c = &mut self.workers[w].c;
-        c.rounds_completed += 1;
+        c.results += 1;
         c.payload_bytes += h.data_length as u64;
         c.elements += count as u64;
         if right {
@@ -1813,8 +1815,9 @@ pub struct AllreduceSummary {
     pub timeouts: u64,
     /// Sends dropped on purpose.
     pub injected_drops: u64,
-    /// Rounds completed, summed over workers (contributions folded into a result that came back).
-    pub rounds_completed: u64,
+    /// Results received for a round in flight, summed over workers (one per worker per slot
+    /// round: the appliance's completed rounds times the workers).
+    pub results: u64,
     /// Results equal to the reference.
     pub right: u64,
     /// Results that were not.
@@ -1910,14 +1913,14 @@ impl AllreduceSummary {
             retransmissions: t.retransmissions,
             timeouts: t.timeouts,
             injected_drops: t.injected_drops,
-            rounds_completed: t.rounds_completed,
+            results: t.results,
             right: t.right,
             wrong: t.wrong,
             stale_results: t.stale_results,
             refused_slots: t.refused_slots,
             incomplete,
             naks: NakCounts::of(&naks),
-            contributions_per_s: per_s(t.rounds_completed),
+            contributions_per_s: per_s(t.results),
             payload_gbps: per_s(t.payload_bytes) * 8.0 / 1e9,
             elements_per_s: per_s(t.elements),
             latency: Latency::of(&all),
@@ -1936,7 +1939,7 @@ impl AllreduceSummary {
     pub fn failure(&self) -> Option<String> {
         let mut v = Vec::new();
         if self.wrong > 0 {
-            v.push(format!("{} of {} results wrong", self.wrong, self.rounds_completed));
+            v.push(format!("{} of {} results wrong", self.wrong, self.results));
         }
         if self.refused_slots > 0 {
             v.push(format!("{} slots refused by NAKs ({})", self.refused_slots, self.naks.text()));
@@ -1973,9 +1976,9 @@ pub fn table(list: &[AllreduceSummary]) -> String {
             a.carriage
         );
         out += &format!(
-            "  {:.3} s: {} rounds completed ({} right, {} wrong, {} stale), {:.4} M contributions/s, {:.3} Gbit/s payload, {:.4} G elements/s\n",
+            "  {:.3} s: {} results ({} right, {} wrong, {} stale), {:.4} M contributions/s, {:.3} Gbit/s payload, {:.4} G elements/s\n",
             a.seconds,
-            a.rounds_completed,
+            a.results,
             a.right,
             a.wrong,
             a.stale_results,
@@ -1998,7 +2001,7 @@ pub fn table(list: &[AllreduceSummary]) -> String {
         );
         out += &format!(
             "  {:>6} {:>10} {:>10} {:>8} {:>8} {:>8} {:>6} {:>10} {:>10} {:>10}\n",
-            "rank", "rounds", "right", "wrong", "retx", "timeouts", "naks", "p50 µs", "p99 µs", "max µs"
+            "rank", "results", "right", "wrong", "retx", "timeouts", "naks", "p50 µs", "p99 µs", "max µs"
         );
         for w in &a.per_worker {
             let l = w.latency;
@@ -2006,7 +2009,7 @@ pub fn table(list: &[AllreduceSummary]) -> String {
             out += &format!(
                 "  {:>6} {:>10} {:>10} {:>8} {:>8} {:>8} {:>6} {:>10} {:>10} {:>10}\n",
                 w.rank,
-                w.counters.rounds_completed,
+                w.counters.results,
                 w.counters.right,
                 w.counters.wrong,
                 w.counters.retransmissions,
@@ -2023,7 +2026,7 @@ pub fn table(list: &[AllreduceSummary]) -> String {
 
 /// The CSV columns of the allreduce rows.
 pub const CSV_HEADER: &str = "allreduce,rank,mode,carriage,dtype,op,expect_op,workers,slots,chunk_elements,seconds,\
-contributions,retransmissions,timeouts,injected_drops,rounds_completed,right,wrong,stale_results,refused_slots,\
+contributions,retransmissions,timeouts,injected_drops,results,right,wrong,stale_results,refused_slots,\
 naks,nak_unknown_collective,nak_bad_version,nak_mismatch,nak_bad_rank,nak_not_member,nak_bad_length_or_offset,\
 nak_stale_round,contributions_per_s,payload_gbps,elements_per_s,lat_min_us,lat_p50_us,lat_p99_us,lat_p999_us,\
 lat_max_us,lat_mean_us";
@@ -2052,7 +2055,7 @@ pub fn csv(list: &[AllreduceSummary]) -> String {
                 c.retransmissions.to_string(),
                 c.timeouts.to_string(),
                 c.injected_drops.to_string(),
-                c.rounds_completed.to_string(),
+                c.results.to_string(),
                 c.right.to_string(),
                 c.wrong.to_string(),
                 c.stale_results.to_string(),
@@ -2065,7 +2068,7 @@ pub fn csv(list: &[AllreduceSummary]) -> String {
                 n.not_member.to_string(),
                 n.bad_length_or_offset.to_string(),
                 n.stale_round.to_string(),
-                per_s(c.rounds_completed).to_string(),
+                per_s(c.results).to_string(),
                 (per_s(c.payload_bytes) * 8.0 / 1e9).to_string(),
                 per_s(c.elements).to_string(),
             ];
@@ -2088,9 +2091,9 @@ pub fn csv(list: &[AllreduceSummary]) -> String {
 /// interval. Taken by whichever lcore runs the emulation ([`LiveCounts::take`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct LiveCounts {
-    /// Rounds completed, summed over workers.
-    pub rounds_completed: u64,
-    /// Payload bytes of the rounds completed.
+    /// Results received for a round in flight, summed over workers.
+    pub results: u64,
+    /// Payload bytes of those results.
     pub payload_bytes: u64,
     /// Results equal to the reference.
     pub right: u64,
@@ -2117,7 +2120,7 @@ impl LiveCounts {
         let e = &mut r.engine;
         let mut c = LiveCounts { tx_full: r.tx_full, nombuf: r.nombuf, ..LiveCounts::default() };
         for w in &e.workers {
-            c.rounds_completed += w.c.rounds_completed;
+            c.results += w.c.results;
             c.payload_bytes += w.c.payload_bytes;
             c.right += w.c.right;
             c.wrong += w.c.wrong;
@@ -2134,14 +2137,14 @@ impl LiveCounts {
 /// The live line's part for one emulation: totals so far, rates over the last interval.
 #[derive(Debug)]
 pub struct LiveState {
-    last_rounds: u64,
+    last_results: u64,
     last_bytes: u64,
 }
 
 impl LiveState {
     /// Nothing seen yet.
     pub fn new() -> LiveState {
-        LiveState { last_rounds: 0, last_bytes: 0 }
+        LiveState { last_results: 0, last_bytes: 0 }
     }
 
     /// The line of emulation `name` at `t` seconds since the start, `dt` seconds after the
@@ -2150,14 +2153,14 @@ impl LiveState {
         let lat = c.latency.map_or("-".to_string(), |l| {
             format!("p50 {:.1} p99 {:.1} p99.9 {:.1} max {:.1}", l.p50_us, l.p99_us, l.p999_us, l.max_us)
         });
-        let rate = c.rounds_completed.saturating_sub(self.last_rounds) as f64 / dt;
+        let rate = c.results.saturating_sub(self.last_results) as f64 / dt;
         let gbps = c.payload_bytes.saturating_sub(self.last_bytes) as f64 * 8.0 / dt / 1e9;
-        self.last_rounds = c.rounds_completed;
+        self.last_results = c.results;
         self.last_bytes = c.payload_bytes;
         format!(
-            "[{t:6.1} s] allreduce {name}: {:.4} M contributions/s {gbps:.3} Gbit/s payload | rounds {} right {} wrong {} | naks {} retx {} timeouts {} | lat µs {lat} | tx-full {} nombuf {}",
+            "[{t:6.1} s] allreduce {name}: {:.4} M contributions/s {gbps:.3} Gbit/s payload | results {} right {} wrong {} | naks {} retx {} timeouts {} | lat µs {lat} | tx-full {} nombuf {}",
             rate / 1e6,
-            c.rounds_completed,
+            c.results,
             c.right,
             c.wrong,
             c.naks,
@@ -2634,7 +2637,19 @@ pub(crate) mod tests {
             t += 1;
         }
         assert!(eng.finished(), "every round of every slot: {done} results by t={t}");
-        assert_eq!(eng.counters(0).right, 24);
+        assert_eq!((eng.counters(0).results, eng.counters(0).right), (24, 24));
+    }
+
+    /// The live line names its count what it is: results (one per worker per slot round), and
+    /// the rate is of results over the interval.
+    #[test]
+    fn the_live_line_counts_results() {
+        let mut st = LiveState::new();
+        let c = LiveCounts { results: 1024, right: 1000, wrong: 24, ..LiveCounts::default() };
+        let line = st.line(1.0, 0.5, "ar", &c);
+        assert!(line.contains("0.0020 M contributions/s"), "{line}");
+        assert!(line.contains("| results 1024 right 1000 wrong 24 |"), "{line}");
+        assert!(!line.contains("rounds"), "{line}");
     }
 
     /// A worker whose every slot is refused, without `rounds`, has nothing to send: `sends`
@@ -2686,6 +2701,8 @@ pub(crate) mod tests {
         wrong[0] ^= 1;
         eng.on_frame(10, &result(1, 0, 0, &wrong, Flags::RESULT, 0));
         assert_eq!((eng.counters(0).right, eng.counters(1).wrong), (1, 1));
+        // One slot round, two of its three workers' results: counted per worker.
+        assert_eq!((eng.counters(0).results, eng.counters(1).results, eng.counters(2).results), (1, 1, 0));
         // A repeat is stale.
         eng.on_frame(11, &result(0, 0, 0, &right, Flags::RESULT, 0));
         assert_eq!(eng.counters(0).stale_results, 1);

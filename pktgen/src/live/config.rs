@@ -99,8 +99,9 @@ pub struct RunConfig {
     #[serde(default)]
     pub stamp_offset_us: u64,
     /// How long (ms) to wait, at most, for every port's link to come up before anything is
-    /// sent and the run's clock starts (a memif server waits for its client here); 0 (the
-    /// default): no wait. A link still down then is an error naming the port.
+    /// sent and the run's clock starts (a memif server waits for its client here, and a memif
+    /// client for its server's socket: its start is retried within the wait); 0 (the default):
+    /// no wait. A link still down then is an error naming the port (a client: the socket).
     #[serde(default)]
     pub link_wait_ms: u64,
 }
@@ -339,6 +340,9 @@ pub struct Loaded {
     pub allreduce: Vec<super::allreduce::Emulation>,
     /// Data room per mbuf (bytes).
     pub data_room: u16,
+    /// The file it was read from (as given), naming it in the errors found once the EAL runs
+    /// (lcores it does not have).
+    pub file: std::path::PathBuf,
 }
 
 /// Reads and checks the file at `path`.
@@ -653,7 +657,7 @@ fn check(config: Config, path: &Path) -> Result<Loaded, ConfigError> {
         Some(d) => d,
         None => need.max(2176) as u16,
     };
-    Ok(Loaded { config, port_names, streams, allreduce, data_room })
+    Ok(Loaded { config, port_names, streams, allreduce, data_room, file: path.to_path_buf() })
 }
 
 #[cfg(test)]

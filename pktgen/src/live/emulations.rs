@@ -13,25 +13,29 @@
 use super::allreduce::{Emulation, LiveCounts, LiveState, Runner};
 use super::report::Latency;
 use super::RunError;
+use dataplane::config::ConfigError;
 use dataplane::dpdk::lcore::{self, LcoreHandle};
 use dataplane::dpdk::{self as dpdk, Mempool};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Checks that every emulation's `lcore` is a worker lcore of the EAL (`workers`; `main` is the
-/// main lcore's id, for the message).
+/// main lcore's id, for the message; `file` the config's, naming it).
 ///
 /// # Errors
-/// [`RunError::Config`] naming the key `allreduce[i].lcore`, the lcore and the EAL's workers.
-pub fn check_lcores(list: &[Emulation], workers: &[u32], main: u32) -> Result<(), RunError> {
+/// [`RunError::Config`] naming the file, the key `allreduce[i].lcore`, the lcore and the EAL's
+/// workers.
+pub fn check_lcores(list: &[Emulation], workers: &[u32], main: u32, file: &Path) -> Result<(), RunError> {
     for (i, e) in list.iter().enumerate() {
         match e.lcore {
             Some(l) if !workers.contains(&l) => {
-                return Err(RunError::Config(format!(
-                    "allreduce[{i}].lcore: lcore {l} is not a worker lcore of the EAL (workers: {workers:?}; the \
-                     main lcore {main} reports): give it in [eal] args, like -l {main},{l}, or leave the key out to \
-                     run the emulation on the main lcore"
-                )))
+                let msg = format!(
+                    "lcore {l} is not a worker lcore of the EAL (workers: {workers:?}; the main lcore {main} \
+                     reports): give it in [eal] args, like -l {main},{l}, or leave the key out to run the emulation \
+                     on the main lcore"
+                );
+                return Err(RunError::Config(ConfigError::new(file, format!("allreduce[{i}].lcore"), msg).to_string()));
             }
             _ => {}
         }
@@ -77,7 +81,7 @@ fn to_words(c: &LiveCounts) -> [u64; WORDS] {
     let l = c.latency;
     let f = |x: fn(&Latency) -> f64| l.as_ref().map_or(0, |l| x(l).to_bits());
     [
-        c.rounds_completed,
+        c.results,
         c.payload_bytes,
         c.right,
         c.wrong,
@@ -99,7 +103,7 @@ fn to_words(c: &LiveCounts) -> [u64; WORDS] {
 fn from_words(w: &[u64; WORDS]) -> LiveCounts {
     let g = |i: usize| f64::from_bits(w[i]);
     LiveCounts {
-        rounds_completed: w[0],
+        results: w[0],
         payload_bytes: w[1],
         right: w[2],
         wrong: w[3],
@@ -243,6 +247,8 @@ pub struct Emulations {
     /// every worker lcore has answered (or at the next tick).
     pending: Option<f64>,
     quiet: bool,
+    /// The TSC once the runners were built, before the first worker lcore was launched.
+    started_tsc: u64,
 }
 
 impl Emulations {
@@ -265,16 +271,23 @@ impl Emulations {
         quiet: bool,
         fault: Option<u64>,
     ) -> Result<Emulations, RunError> {
+        // Every runner is built (its values and templates computed) before the clock starts.
+        let runners: Vec<Runner> = list
+            .iter()
+            .map(|em| {
+                let (port_id, nq) = ports[em.port as usize];
+                Runner::new(em, port_id, nq, burst, hz, dpdk::rdtsc())
+            })
+            .collect();
         let mut out = Emulations {
             list: Vec::new(),
             live: list.iter().map(|_| LiveState::new()).collect(),
             pending: None,
             quiet,
+            started_tsc: dpdk::rdtsc(),
         };
         let mut reader = first_reader;
-        for em in list {
-            let (port_id, nq) = ports[em.port as usize];
-            let r = Runner::new(em, port_id, nq, burst, hz, dpdk::rdtsc());
+        for (em, r) in list.iter().zip(runners) {
             let Some(lc) = em.lcore else {
                 out.list.push((em.name.clone(), Place::Main(Box::new(r))));
                 continue;
@@ -292,6 +305,12 @@ impl Emulations {
             out.list.push((em.name.clone(), Place::Lcore(OnLcore { shared, handle: Some(handle), back, asked: 0 })));
         }
         Ok(out)
+    }
+
+    /// The TSC (cycles) read once every runner was built and before any was launched on a
+    /// worker lcore: no emulation sent anything before it, so the run's clock starts there.
+    pub fn started_tsc(&self) -> u64 {
+        self.started_tsc
     }
 
     /// No emulation at all.
@@ -461,11 +480,12 @@ mod tests {
         let on1 = text.replace("collective_id = 1\n", "collective_id = 1\nlcore = 1\n");
         let l = load(&on1).unwrap();
         assert_eq!(l.allreduce[0].lcore, Some(1));
-        check_lcores(&l.allreduce, &[1], 0).unwrap();
-        let e = check_lcores(&l.allreduce, &[2, 3], 0).unwrap_err().to_string();
+        check_lcores(&l.allreduce, &[1], 0, &l.file).unwrap();
+        let e = check_lcores(&l.allreduce, &[2, 3], 0, &l.file).unwrap_err().to_string();
         assert!(
             e.starts_with(
-                "allreduce[0].lcore: lcore 1 is not a worker lcore of the EAL (workers: [2, 3]; the main lcore 0"
+                "ar.toml: key `allreduce[0].lcore`: lcore 1 is not a worker lcore of the EAL (workers: [2, 3]; the \
+                 main lcore 0"
             ),
             "{e}"
         );
@@ -492,7 +512,7 @@ mod tests {
     #[test]
     fn live_counts_round_trip_through_words() {
         let mut c = LiveCounts {
-            rounds_completed: 1,
+            results: 1,
             payload_bytes: 2,
             right: 3,
             wrong: 4,

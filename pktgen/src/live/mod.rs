@@ -574,6 +574,51 @@ pub fn run(conf: &Path, opts: &RunOptions) -> Result<Summary, RunError> {
     r
 }
 
+/// The server socket a `net_memif` client vdev (`role=client`, DPDK's default role) connects
+/// to: its `socket=` argument, else DPDK's default `/run/memif.sock`; `None` when `vdev` is not a
+/// memif client.
+fn memif_client_socket(vdev: &str) -> Option<String> {
+    let mut parts = vdev.split(',');
+    if !parts.next()?.trim().starts_with("net_memif") {
+        return None;
+    }
+    let (mut client, mut socket) = (true, None);
+    for kv in parts {
+        match kv.split_once('=').map(|(k, v)| (k.trim(), v.trim())) {
+            Some(("role", r)) => client = r == "client",
+            Some(("socket", v)) => socket = Some(v.to_string()),
+            _ => {}
+        }
+    }
+    client.then(|| socket.unwrap_or_else(|| "/run/memif.sock".to_string()))
+}
+
+/// `e` is `rte_eth_dev_start` failing with EPERM: what net_memif of DPDK 22.11 returns when a
+/// client cannot connect to its server's socket (no server yet).
+fn is_start_eperm(e: &DpdkError) -> bool {
+    e.what.starts_with("rte_eth_dev_start(") && e.reason == DpdkError::from_ret("", -libc::EPERM).reason
+}
+
+/// The error of memif client port `port` whose start failed with `e` (EPERM) until the wait of
+/// `link_wait_ms` (ms; 0: none) was over: names the server's `socket` and what to do.
+fn memif_client_error(port: &str, socket: &str, link_wait_ms: u64, e: &DpdkError) -> String {
+    let (waited, or) = if link_wait_ms > 0 {
+        (format!("after {link_wait_ms} ms ([pktgen] link_wait_ms)"), "give it longer")
+    } else {
+        ("and [pktgen] link_wait_ms is 0, so pktgen did not wait for it".to_string(), "set it to wait")
+    };
+    format!(
+        "port {port}: the net_memif client cannot connect to its server's socket {socket} {waited} ({e}): start the \
+         memif server (the appliance, or the process with role=server) first, or {or}"
+    )
+}
+
+/// A config error found after loading (once the EAL runs), in the loader's form: the file, the
+/// key, what was expected.
+fn config_error(loaded: &Loaded, key: String, msg: String) -> RunError {
+    RunError::Config(dataplane::config::ConfigError::new(&loaded.file, key, msg).to_string())
+}
+
 /// Writes the summary's JSON and CSV files, as `opts` asks.
 fn write_outputs(summary: &Summary, opts: &RunOptions) -> Result<(), RunError> {
     if let Some(p) = &opts.json {
@@ -612,14 +657,15 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
     let workers = eal.worker_lcores();
     for (i, l) in run.tx_lcores.iter().enumerate() {
         if !workers.contains(l) {
-            return Err(RunError::Config(format!(
-                "pktgen.tx_lcores[{i}]: lcore {l} is not a worker lcore of the EAL (workers: {workers:?}; the main \
-                 lcore {} receives): give it in [eal] args, like --lcores 0@0,{l}@1",
+            let msg = format!(
+                "lcore {l} is not a worker lcore of the EAL (workers: {workers:?}; the main lcore {} receives): \
+                 give it in [eal] args, like --lcores 0@0,{l}@1",
                 eal.main_lcore()
-            )));
+            );
+            return Err(config_error(loaded, format!("pktgen.tx_lcores[{i}]"), msg));
         }
     }
-    emulations::check_lcores(&loaded.allreduce, &workers, eal.main_lcore())?;
+    emulations::check_lcores(&loaded.allreduce, &workers, eal.main_lcore(), &loaded.file)?;
     let fault = emulations::panic_after_rx()?;
     let hz = dpdk::tsc_hz();
     let mp = &cfg.mempool;
@@ -633,6 +679,11 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
         .max()
         .unwrap_or(0);
     let mut ports = Vec::new();
+    // `link_wait_ms` bounds the wait for the links and for memif servers to appear. A wait too
+    // long for the clock's range waits for ever.
+    let wait_until = Instant::now().checked_add(Duration::from_millis(run.link_wait_ms));
+    let waited = || run.link_wait_ms == 0 || wait_until.is_some_and(|d| Instant::now() >= d);
+    let mut memif_clients = Vec::new();
     for (i, p) in cfg.ports.iter().enumerate() {
         let id = Port::by_name(p.device_name())?;
         // Frames above 1514 bytes need an MTU above 1500; a device that cannot be configured for
@@ -656,13 +707,42 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
             mtu,
             mac: None,
         };
-        ports.push((Port::start(id, &loaded.port_names[i], &setup, &pool)?, p.rx_queues));
+        let memif_socket = p.vdev.as_deref().and_then(memif_client_socket);
+        let port = loop {
+            match Port::start(id, &loaded.port_names[i], &setup, &pool) {
+                Ok(port) => break port,
+                // A memif client starts only once its server's socket exists: retried within
+                // `link_wait_ms`, then an error that says so.
+                Err(e) if memif_socket.is_some() && is_start_eperm(&e) => {
+                    if waited() {
+                        let sock = memif_socket.as_deref().unwrap_or_default();
+                        return Err(RunError::Runtime(memif_client_error(
+                            &loaded.port_names[i],
+                            sock,
+                            run.link_wait_ms,
+                            &e,
+                        )));
+                    }
+                    // DPDK logs each failed connection: a few a second.
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        ports.push((port, p.rx_queues));
+        memif_clients.push(memif_socket.is_some());
     }
     if run.link_wait_ms > 0 {
-        // A wait too long for the clock's range waits for ever.
-        let deadline = Instant::now().checked_add(Duration::from_millis(run.link_wait_ms));
+        // A memif client that connected while its server was still starting is turned away and
+        // does not try again: it is restarted (connects anew) every half second while down.
+        let mut next_restart = Instant::now() + Duration::from_millis(500);
         while let Some(i) = ports.iter().position(|(p, _)| !p.link_up()) {
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            if memif_clients[i] && Instant::now() >= next_restart {
+                // A failed start (the server gone again) is retried at the next turn.
+                let _ = ports[i].0.reconnect();
+                next_restart = Instant::now() + Duration::from_millis(500);
+            }
+            if waited() {
                 return Err(RunError::Runtime(format!(
                     "port {}: the link is not up after {} ms ([pktgen] link_wait_ms)",
                     loaded.port_names[i], run.link_wait_ms
@@ -680,6 +760,8 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
     let mut per_lane: Vec<Vec<LaneStream>> = (0..lanes).map(|_| Vec::new()).collect();
     let mut per_lane_replays: Vec<Vec<replay::ReplayLane>> = (0..lanes).map(|_| Vec::new()).collect();
     let mut readers = Vec::new();
+    // Per pcap stream lane: (stream, the lengths it sent).
+    let mut sent_lengths: Vec<(usize, Arc<replay::SentLengths>)> = Vec::new();
     let rates: Arc<[RateCell]> = (0..n_streams).map(|_| RateCell::default()).collect();
     spawn_commands(loaded, rates.clone());
     for (si, s) in loaded.streams.iter().enumerate() {
@@ -714,6 +796,8 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
                     .map_err(|e| RunError::Runtime(format!("cannot start the reader of {}: {e}", r.file.display())))?;
                 readers.push((s.name.clone(), h));
                 let slot = si * lanes as usize + lane;
+                let sent = Arc::new(replay::SentLengths::default());
+                sent_lengths.push((si, sent.clone()));
                 per_lane_replays[lane].push(replay::ReplayLane::new(
                     counters.clone(),
                     slot,
@@ -723,6 +807,7 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
                     back_tx,
                     limit,
                     burst,
+                    sent,
                 ));
                 continue;
             }
@@ -731,7 +816,7 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
                 .iter()
                 .map(|&n| SizeTemplates::new(&s.spec, n, lane as u8))
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(RunError::Config)?;
+                .map_err(|e| config_error(loaded, format!("stream[{si}]"), format!("expected {e}")))?;
             let (cost, pacer): (Vec<f64>, Option<Pacer>) = match s.rate {
                 Rate::Full => (vec![1.0; s.sizes.len()], None),
                 Rate::Pps(r) => (
@@ -834,7 +919,10 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
         opts.quiet,
         fault,
     )?;
-    // Go.
+    // Go. The run's clock starts before the emulations and the tx lanes do (a lane sends as soon
+    // as it is launched, and the main lcore may wait for its CPU after launching it): its span
+    // covers every stream's and emulation's own.
+    let t0 = ars.started_tsc();
     let stop = Arc::new(AtomicBool::new(false));
     let finished = Arc::new(AtomicUsize::new(0));
     let mut handles = Vec::new();
@@ -859,7 +947,6 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
             }
         }
     }
-    let t0 = dpdk::rdtsc();
     // A duration beyond the TSC's range saturates: it never ends the run, rather than wrapping
     // to an end already passed.
     let end = duration.map(|d| t0.saturating_add(secs_to_cycles(d, hz)));
@@ -1004,7 +1091,8 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
             last.with_rate_changes(&at);
         }
         if let (Some(rp), Some(last)) = (&s.replay, streams.last_mut()) {
-            // The lengths sent (`sizes`: the file's, less those skipped), counted as listed.
+            // The lengths the tx queues took (a run cut short sends part of the file).
+            last.sizes = replay::SentLengths::union(sent_lengths.iter().filter(|x| x.0 == i).map(|x| &*x.1));
             let distinct = last.sizes.len();
             last.replay = Some(report::ReplaySide {
                 file: rp.file.display().to_string(),
@@ -1129,7 +1217,7 @@ fn rx_totals(rx: &Rx) -> report::Totals {
     for s in &rx.streams {
         t.packets += s.packets;
         t.bytes += s.bytes;
-        t.lost += s.seq_lost();
+        t.seq_lost += s.seq_lost();
         t.reordered += s.reordered;
     }
     t
@@ -1138,6 +1226,39 @@ fn rx_totals(rx: &Rx) -> report::Totals {
 #[cfg(test)]
 mod cdf_tests {
     use super::*;
+
+    /// A memif client's socket comes from its vdev args (DPDK's default when none), a server or
+    /// another device has none; the start error names the socket, the wait and the remedy.
+    #[test]
+    fn a_memif_client_that_cannot_start_is_told_to_start_the_server() {
+        let s = |v: &str| memif_client_socket(v);
+        assert_eq!(s("net_memif0,role=client,socket=/tmp/m0.sock,socket-abstract=no").as_deref(), Some("/tmp/m0.sock"));
+        assert_eq!(s("net_memif1,socket=/run/a.sock").as_deref(), Some("/run/a.sock"));
+        assert_eq!(s("net_memif0").as_deref(), Some("/run/memif.sock"));
+        assert_eq!(s("net_memif0,role=server,socket=/tmp/m0.sock"), None);
+        assert_eq!(s("net_ring0"), None);
+        let e = DpdkError::from_ret("rte_eth_dev_start(port 0 m0)", -libc::EPERM);
+        assert!(is_start_eperm(&e));
+        assert!(!is_start_eperm(&DpdkError::from_ret("rte_eth_dev_start(port 0 m0)", -libc::EINVAL)));
+        assert!(!is_start_eperm(&DpdkError::from_ret("rte_eth_dev_configure(port 0 m0)", -libc::EPERM)));
+        let m = memif_client_error("m0", "/tmp/m0.sock", 0, &e);
+        assert!(
+            m.starts_with(
+                "port m0: the net_memif client cannot connect to its server's socket /tmp/m0.sock and [pktgen] \
+                 link_wait_ms is 0, so pktgen did not wait for it (rte_eth_dev_start(port 0 m0): "
+            ),
+            "{m}"
+        );
+        assert!(
+            m.ends_with(
+                "start the memif server (the appliance, or the process with role=server) first, or set it to wait"
+            ),
+            "{m}"
+        );
+        let m = memif_client_error("m0", "/tmp/m0.sock", 250, &e);
+        assert!(m.contains("socket /tmp/m0.sock after 250 ms ([pktgen] link_wait_ms)"), "{m}");
+        assert!(m.ends_with("first, or give it longer"), "{m}");
+    }
 
     /// Every point's fraction is the share of samples at or below its value: 46 samples 10 ms
     /// apart give k/46 at the k-th, and the first is 1/46, not 0.

@@ -19,6 +19,7 @@
 use super::{alloc_burst, bump, TxCounters};
 use dataplane::dpdk::{self as dpdk, Mbuf, Mempool, TxQueue};
 use std::io::Read;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex};
 
@@ -37,9 +38,47 @@ pub const MAX_RECORD: u32 = 256 << 10;
 pub const MIN_SPEED: f64 = 1e-6;
 /// The greatest timing-faithful `speed` factor accepted.
 pub const MAX_SPEED: f64 = 1e6;
-/// A pcap stream's `sizes` in the summary lists the file's distinct frame lengths when there are
+/// A pcap stream's `sizes` in the summary lists the distinct frame lengths sent when there are
 /// at most this many; more leave it empty (`replay.distinct_sizes` says how many).
 pub const MAX_LISTED_SIZES: usize = 64;
+
+/// The frame lengths (bytes, 0 to [`crate::stream::MAX_FRAME`]) one tx lane sent of one pcap
+/// stream: a bit per length, set by that lane only (a relaxed load per frame, and a store the
+/// first time a length goes out: nothing allocated or locked per packet), read by the main lcore
+/// for the summary.
+#[derive(Debug)]
+pub struct SentLengths(Box<[AtomicU64]>);
+
+impl Default for SentLengths {
+    fn default() -> Self {
+        SentLengths((0..crate::stream::MAX_FRAME / 64 + 1).map(|_| AtomicU64::new(0)).collect())
+    }
+}
+
+impl SentLengths {
+    /// Notes that a frame of `len` bytes went out (a length beyond the table is ignored: the
+    /// reader skips frames longer than the mbufs take).
+    #[inline(always)]
+    pub fn mark(&self, len: usize) {
+        if let Some(w) = self.0.get(len / 64).filter(|_| len <= crate::stream::MAX_FRAME) {
+            let (v, bit) = (w.load(Ordering::Relaxed), 1u64 << (len % 64));
+            if v & bit == 0 {
+                w.store(v | bit, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The lengths any of `sets` sent, ascending.
+    pub fn union<'a>(sets: impl IntoIterator<Item = &'a SentLengths>) -> Vec<usize> {
+        let mut words = vec![0u64; crate::stream::MAX_FRAME / 64 + 1];
+        for s in sets {
+            for (a, b) in words.iter_mut().zip(s.0.iter()) {
+                *a |= b.load(Ordering::Relaxed);
+            }
+        }
+        (0..words.len() * 64).filter(|&n| words[n / 64] >> (n % 64) & 1 == 1).collect()
+    }
+}
 
 /// A classic pcap file's global header (the pcap-savefile format, `pcap-savefile(5)`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -528,6 +567,8 @@ pub struct ReplayLane {
     pub(super) back: SyncSender<Batch>,
     /// Frames still allowed (`--packets`).
     pub(super) limit: u64,
+    /// The lengths this lane sent of the stream (those the tx queue took).
+    sent: Arc<SentLengths>,
     cur: Option<Batch>,
     idx: usize,
     /// TSC of the current loop's start and the capture time of its first frame.
@@ -556,6 +597,7 @@ impl ReplayLane {
         back: SyncSender<Batch>,
         limit: u64,
         burst: usize,
+        sent: Arc<SentLengths>,
     ) -> ReplayLane {
         ReplayLane {
             counters,
@@ -565,6 +607,7 @@ impl ReplayLane {
             rx,
             back,
             limit,
+            sent,
             cur: None,
             idx: 0,
             loop_t0: 0,
@@ -598,6 +641,9 @@ impl ReplayLane {
             let k = self.txq.tx_burst(&mut self.pend[a..a + n]);
             bump(&c.packets, k as u64);
             bump(&c.bytes, self.lens[a..a + k].iter().map(|&l| u64::from(l)).sum());
+            for &l in &self.lens[a..a + k] {
+                self.sent.mark(usize::from(l));
+            }
             self.pend_at += k;
             self.pend_n -= k;
             if self.pend_n > 0 {
@@ -691,6 +737,9 @@ impl ReplayLane {
         let k = self.txq.tx_burst(&mut self.pend[..n]);
         bump(&c.packets, k as u64);
         bump(&c.bytes, self.lens[..k].iter().map(|&l| u64::from(l)).sum());
+        for &l in &self.lens[..k] {
+            self.sent.mark(usize::from(l));
+        }
         if k < n {
             bump(&c.tx_full, 1);
             self.pend_at = k;
@@ -737,6 +786,21 @@ mod tests {
             v.extend((0..len).map(|j| (i + j) as u8));
         }
         v
+    }
+
+    /// The lengths sent are the union of the lanes' marks, ascending, each once; the ends of
+    /// the table (0 and MAX_FRAME) are kept and a length beyond it is ignored.
+    #[test]
+    fn sent_lengths_are_the_union_of_the_lanes_marks() {
+        let (a, b) = (SentLengths::default(), SentLengths::default());
+        for n in [166, 66, 66, 100, 0] {
+            a.mark(n);
+        }
+        for n in [100, crate::stream::MAX_FRAME, 127, 128, crate::stream::MAX_FRAME + 1] {
+            b.mark(n);
+        }
+        assert_eq!(SentLengths::union([&a, &b]), vec![0, 66, 100, 127, 128, 166, crate::stream::MAX_FRAME]);
+        assert_eq!(SentLengths::union([&SentLengths::default()]), Vec::<usize>::new());
     }
 
     /// A reader that counts the bytes asked for and given per call.

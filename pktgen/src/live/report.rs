@@ -22,8 +22,9 @@ pub struct Totals {
     pub tx_full: u64,
     /// Failed bulk mbuf allocations.
     pub nombuf: u64,
-    /// Lost by sequence numbers.
-    pub lost: u64,
+    /// Missed by the sequence numbers so far (the summary's `seqloss`: per lane, one past the
+    /// highest seen minus the number received; not sent minus received).
+    pub seq_lost: u64,
     /// Arrived after a higher sequence number.
     pub reordered: u64,
 }
@@ -79,7 +80,7 @@ pub struct TxSide {
     pub packets: u64,
     /// Their bytes (without FCS).
     pub bytes: u64,
-    /// Seconds the lanes sent for.
+    /// Seconds (TSC) the lanes sent for: from the first lane's start to the last one's stop.
     pub seconds: f64,
     /// `rte_eth_tx_burst` calls that took only part of a burst (the rest was retried).
     pub tx_full: u64,
@@ -121,8 +122,8 @@ pub struct ReplaySide {
     /// Frames in the file (it is read through as the config loads; a cut last record is not
     /// one).
     pub frames_in_file: Option<u64>,
-    /// Distinct frame lengths sent from the file (those not skipped; the stream's `sizes` lists
-    /// them when there are at most [`super::replay::MAX_LISTED_SIZES`], else is empty).
+    /// Distinct frame lengths sent from the file (those the tx queues took: part of the file's
+    /// when the run is cut short; the stream's `sizes` lists them when there are at most [`super::replay::MAX_LISTED_SIZES`], else is empty).
     pub distinct_sizes: u64,
     /// Captured frames too long for the mbufs, not sent.
     pub skipped: u64,
@@ -144,7 +145,7 @@ pub struct StreamSummary {
     pub port: String,
     /// Rx port name, if received.
     pub rx_port: Option<String>,
-    /// Frame lengths (bytes without FCS).
+    /// Frame lengths (bytes without FCS): the configured ones; for a pcap stream those sent.
     pub sizes: Vec<usize>,
     /// Flows.
     pub flows: u32,
@@ -303,7 +304,8 @@ pub struct PortSummary {
 /// The whole run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
-    /// Seconds from the start of sending to the stop.
+    /// Seconds (TSC) from before the tx lanes and emulations were launched to once they had
+    /// stopped (before the drain): at least every stream's `tx.seconds`.
     pub seconds: f64,
     /// TSC cycles per second.
     pub tsc_hz: u64,
@@ -489,7 +491,8 @@ pub fn csv(s: &Summary) -> String {
     out
 }
 
-/// The line printed every second: rates over the last second, loss and reordering so far,
+/// The line printed every second: rates over the last second, the sequence numbers missed
+/// (`seqloss`) and reordering so far,
 /// latency over the last second, the target and the shortfall counters.
 #[derive(Debug)]
 pub struct LiveLine {
@@ -535,10 +538,10 @@ impl LiveLine {
             format!("p50 {:.1} p99 {:.1} p99.9 {:.1} max {:.1}", l.p50_us, l.p99_us, l.p999_us, l.max_us)
         });
         let line = format!(
-            "[{:6.1} s] tx {tp:.4} Mpps {tb:.3} Gbit/s | rx {rp:.4} Mpps {rb:.3} Gbit/s | loss {} reord {} | lat µs {lat} \
+            "[{:6.1} s] tx {tp:.4} Mpps {tb:.3} Gbit/s | rx {rp:.4} Mpps {rb:.3} Gbit/s | seqloss {} reord {} | lat µs {lat} \
              | {} | tx-full {} nombuf {}",
             t as f64 / self.hz as f64,
-            rx.lost,
+            rx.seq_lost,
             rx.reordered,
             self.target,
             tx.tx_full,
@@ -553,7 +556,30 @@ impl LiveLine {
 
 #[cfg(test)]
 mod tests {
-    use super::mean_rate;
+    use super::{mean_rate, LiveLine, Totals};
+
+    /// The live line's loss is the sequence numbers missed, labelled as the summary's column
+    /// (`seqloss`), never a bare "loss" that reads as the summary's `lost` (sent minus
+    /// received).
+    #[test]
+    fn the_live_line_labels_sequence_loss_as_the_summary_does() {
+        let mut l = LiveLine {
+            hz: 1000,
+            last_t: 0,
+            last_tx: Totals::default(),
+            last_rx: Totals::default(),
+            target: "target full rate".into(),
+            l1: false,
+        };
+        let tx = Totals { packets: 2000, bytes: 128_000, ..Totals::default() };
+        let rx = Totals { packets: 1500, bytes: 96_000, seq_lost: 37, reordered: 2, ..Totals::default() };
+        let line = l.line(1000, &tx, &rx, None);
+        assert!(
+            line.contains("] tx 0.0020 Mpps 0.001 Gbit/s | rx 0.0015 Mpps 0.001 Gbit/s | seqloss 37 reord 2 |"),
+            "{line}"
+        );
+        assert!(!line.contains("| loss"), "{line}");
+    }
 
     #[test]
     fn the_target_of_a_changed_rate_is_its_mean_over_the_sending_time() {
