@@ -355,6 +355,39 @@ fn collectives_added_and_deleted_at_runtime_are_summed_then_unknown() {
     let got = wire.recv(2, Duration::from_secs(5));
     assert_results(&got, &three, 0, 1, &[2.0; 4], 12);
 
+    // Collective 1 deleted and added back identical in one batch: a new collective. Its round
+    // in progress is discarded (reported), its kept result of round 1 is gone, and a later
+    // round sums only what arrives after the change.
+    wire.send(&one.frame(0, 0, 2, &f32s(&[1000.0; 4]), |_| {}));
+    wire.send(&one.probe(1, 0, |_| {}));
+    let st = wire.recv(1, Duration::from_secs(5));
+    assert_eq!((st[0].flags, st[0].reason, st[0].round), (0x9, 1, 2), "{st:?}");
+    let batch = dir.join("again.json");
+    std::fs::write(
+        &batch,
+        format!(
+            "[{{\"op\":\"delete_collective\",\"id\":1}},{{\"op\":\"add_collective\",\"collective\":{}}}]",
+            collective_json(&one)
+        ),
+    )
+    .unwrap();
+    let o = dpuctl(&sock, &["batch", batch.to_str().unwrap()]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        out.contains("version 4") && out.contains("collective 1 replaced: 1 round(s) in progress discarded"),
+        "{out}"
+    );
+    // No history: a PROBE is answered state 0; a resend of round 1 gets no kept result.
+    wire.send(&one.probe(1, 0, |_| {}));
+    let st = wire.recv(1, Duration::from_secs(5));
+    assert_eq!((st[0].flags, st[0].reason), (0x9, 0), "{st:?}");
+    for k in 0..2 {
+        wire.send(&one.frame(k, 0, 2, &f32s(&[k as f32 + 1.0; 4]), |_| {}));
+    }
+    let got = wire.recv(2, Duration::from_secs(5));
+    assert_results(&got, &one, 0, 2, &[3.0; 4], 0);
+
     let text = stop(dpu);
     assert!(text.contains("dpu: collective 2 removed: 1 round(s) in progress discarded"), "{text}");
     assert!(text.contains("dpu: collective 3 replaced: 0 round(s) in progress discarded"), "{text}");
@@ -366,10 +399,10 @@ fn collectives_added_and_deleted_at_runtime_are_summed_then_unknown() {
         .iter()
         .map(|c| (c["collective"].as_u64().unwrap(), c["completed"].as_u64().unwrap()))
         .collect();
-    assert_eq!(colls, [(1, 1), (3, 1)], "the final summary has the collectives running at the end (3 anew)");
-    // The aggregator's totals keep what collective 2 and the first 3 did: 2 + 10 + 2 + 2
-    // contributions folded, 1 + 3 + 1 + 1 rounds completed.
-    assert_eq!((j["aggregation"]["folded"].as_u64(), j["aggregation"]["completed"].as_u64()), (Some(16), Some(6)));
+    assert_eq!(colls, [(3, 1), (1, 1)], "the final summary has the collectives running at the end (3 and 1 anew)");
+    // The aggregator's totals keep what every version did: 2 + 10 + 2 + 2 + 1 + 2
+    // contributions folded, 1 + 3 + 1 + 1 + 1 rounds completed.
+    assert_eq!((j["aggregation"]["folded"].as_u64(), j["aggregation"]["completed"].as_u64()), (Some(19), Some(7)));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -72,6 +72,10 @@ pub struct Built {
     pub pipeline: Pipeline,
     /// The collectives, validated, in the model's order.
     pub collectives: Vec<Collective>,
+    /// Ids of collectives that a batch deleted and added back: they start afresh even when
+    /// their configuration is the old one (a delete discards a collective's state; the add is
+    /// a new collective). Empty for a model built whole (a reload).
+    pub restarted: Vec<u16>,
 }
 
 /// What an operation of a request touched, found again by identity once every operation has
@@ -217,7 +221,7 @@ impl Model {
         let mut config = fixed.config.clone();
         config.collectives = self.collectives.clone();
         let collectives = super::validate::collectives(&config, &fixed.ipv4, &fixed.ipv6, path)?;
-        Ok(Built { pipeline, collectives })
+        Ok(Built { pipeline, collectives, restarted: Vec::new() })
     }
 
     /// This model with `ops` applied in order, and what it builds into: all or nothing. Errors
@@ -242,7 +246,17 @@ impl Model {
                 origins.push(Origin { op, at, field });
             }
         }
-        let built = m.build(fixed, path).map_err(|e| at_origin(e, &origins))?;
+        let mut built = m.build(fixed, path).map_err(|e| at_origin(e, &origins))?;
+        built.restarted = ops
+            .iter()
+            .filter_map(|op| match op {
+                Change::DeleteCollective { id } => Some(*id),
+                _ => None,
+            })
+            .filter(|id| built.collectives.iter().any(|c| c.id == *id))
+            .collect();
+        built.restarted.sort_unstable();
+        built.restarted.dedup();
         Ok((m, built))
     }
 
@@ -633,10 +647,11 @@ pub fn reload(running: &toml::Table, text: &str, path: &Path) -> Result<Model, C
 }
 
 /// Per collective of `new`: the index in `old` of the collective whose slot state it keeps,
-/// the one with the same id and the same configuration. A collective new or changed (by
+/// the one with the same id and the same configuration, unless its id is in `restarted` (a
+/// batch deleted it and added it back: [`Built::restarted`]). A collective new or changed (by
 /// `modify_collective` or a reload) keeps nothing: it starts afresh.
-pub fn kept(old: &[Collective], new: &[Collective]) -> Vec<Option<usize>> {
-    new.iter().map(|n| old.iter().position(|o| o == n)).collect()
+pub fn kept(old: &[Collective], new: &[Collective], restarted: &[u16]) -> Vec<Option<usize>> {
+    new.iter().map(|n| old.iter().position(|o| o == n).filter(|_| !restarted.contains(&n.id))).collect()
 }
 
 /// Per collective of `new`: the worker that owns it, of `workers`. A collective whose id is in

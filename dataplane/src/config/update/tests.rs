@@ -257,12 +257,12 @@ fn collectives_are_added_modified_and_deleted_with_their_owners_and_kept_state()
     assert_eq!(b.collectives.len(), 2);
     assert_eq!((b.collectives[1].id, b.collectives[1].slots(), b.collectives[1].members[1].udp_port), (2, 10, 5001));
     // Collective 1 keeps its state; 2 is new, and goes to worker 1 of 2 (index 1 % 2).
-    assert_eq!(kept(&running, &b.collectives), [Some(0), None]);
+    assert_eq!(kept(&running, &b.collectives, &b.restarted), [Some(0), None]);
     assert_eq!(owners(&running, &[0], &b.collectives, 2), [0, 1]);
     // Deleting 1 moves 2 to index 0: it keeps its worker (1), and its state.
     let (n2, b2) = apply_c(&n, &f, r#"[{"op":"delete_collective","id":1}]"#).unwrap();
     assert_eq!(n2.collectives.len(), 1);
-    assert_eq!(kept(&b.collectives, &b2.collectives), [Some(1)]);
+    assert_eq!(kept(&b.collectives, &b2.collectives, &b2.restarted), [Some(1)]);
     assert_eq!(owners(&b.collectives, &[0, 1], &b2.collectives, 2), [1]);
     // A new collective at index 1 then goes to worker 1 % 2, whatever the others' owners.
     assert_eq!(owners(&b2.collectives, &[1], &[b2.collectives[0].clone(), running[0].clone()], 2), [1, 1]);
@@ -270,11 +270,27 @@ fn collectives_are_added_modified_and_deleted_with_their_owners_and_kept_state()
     let (n3, b3) =
         apply_c(&n, &f, &format!(r#"[{{"op":"modify_collective","collective":{}}}]"#, coll(1, 2000, 100))).unwrap();
     assert_eq!(n3.collectives[0].tensor_elements, 2000);
-    assert_eq!(kept(&b.collectives, &b3.collectives), [None, Some(1)]);
+    assert_eq!(kept(&b.collectives, &b3.collectives, &b3.restarted), [None, Some(1)]);
     assert_eq!(owners(&b.collectives, &[0, 1], &b3.collectives, 2), [0, 1]);
     // The last collective deleted: none left (an `aggregate` action would now be refused).
     let (n4, b4) = apply_c(&n, &f, r#"[{"op":"delete_collective","id":2},{"op":"delete_collective","id":1}]"#).unwrap();
     assert!(n4.collectives.is_empty() && b4.collectives.is_empty());
+    // Deleted and added back identical in one batch: a new collective, keeping nothing (the
+    // delete discarded its rounds and kept result), though its configuration is the old one.
+    let again = format!(
+        r#"[{{"op":"delete_collective","id":2}},{{"op":"add_collective","collective":{}}}]"#,
+        coll(2, 1000, 100)
+    );
+    let (n5, b5) = apply_c(&n, &f, &again).unwrap();
+    let at = b5.collectives.iter().position(|c| c.id == 2).unwrap();
+    assert_eq!(b5.collectives[at], b.collectives[1], "the same configuration");
+    assert_eq!(n5.collectives.len(), 2);
+    assert_eq!(b5.restarted, [2]);
+    let k = kept(&b.collectives, &b5.collectives, &b5.restarted);
+    assert_eq!(k[at], None);
+    assert_eq!(k[1 - at], Some(0), "collective 1 keeps its state");
+    // Deleted and not added back: not restarted, just gone.
+    assert!(b2.restarted.is_empty() && b4.restarted.is_empty());
 }
 
 #[test]

@@ -267,7 +267,7 @@ impl Server {
                 let (model, built) = self.model.apply_request(&ops, &self.fixed).map_err(|e| e.to_string())?;
                 // A batch that changes nothing (none, or ops that set what runs) installs
                 // nothing: the version and every counter and slot stay as they are.
-                if model == self.model {
+                if model == self.model && built.restarted.is_empty() {
                     return Ok(
                         json!({ "applied": ops.len(), "version": self.version, "removed": [], "unchanged": true }),
                     );
@@ -311,9 +311,9 @@ impl Server {
         if let Some(why) = &self.broken {
             return Err(format!("runtime changes are off for this run: {why}"));
         }
-        let Built { pipeline, collectives } = built;
+        let Built { pipeline, collectives, restarted } = built;
         let workers = self.mailboxes.len() as u16;
-        let colls_changed = collectives != self.colls;
+        let colls_changed = collectives != self.colls || !restarted.is_empty();
         if colls_changed && !collectives.is_empty() && workers > 1 && !self.agg.hand_offs {
             return Err(format!(
                 "the appliance runs {workers} workers and started without a collective, so it has no hand-off \
@@ -321,7 +321,7 @@ impl Server {
                  (nothing changed)"
             ));
         }
-        let keep = update::kept(&self.colls, &collectives);
+        let keep = update::kept(&self.colls, &collectives, &restarted);
         let owners = update::owners(&self.colls, &self.owners, &collectives, workers);
         let naks = colls_changed.then(|| self.agg.naks.successor(&collectives));
         let carry = Arc::new(update::carry(&self.model, &self.pipeline, &model, &pipeline));
