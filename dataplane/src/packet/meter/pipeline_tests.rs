@@ -7,7 +7,7 @@ use crate::datapath::Datapath;
 use crate::parse::parse;
 use crate::stats::{Counter, Reason};
 use crate::wire::gradient::DEFAULT_UDP_PORT;
-use crate::wire::{ipv4, udp};
+use crate::wire::{ipv4, ipv6, udp};
 use std::path::Path;
 
 const PORTS: &str = "[[port]]\nvdev = \"net_null0\"\n[[port]]\nvdev = \"net_null1\"\n";
@@ -174,6 +174,47 @@ entry = [{ key = [2], action = "count(red); drop" }]
     let out = run(&mut dp, &[(20, udp4(1, 100))]);
     assert!(out.is_empty());
     assert_eq!(dp.pipeline_state.named[0].packets, 1, "the by_colour table matched meta.color = 2");
+}
+
+/// An Ethernet / IPv6 / UDP frame of 100 bytes from `src`.
+fn udp6(src: [u8; 16]) -> Vec<u8> {
+    let dst = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x99];
+    let mut f = vec![0u8; 100];
+    f[..14].copy_from_slice(&[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x86, 0xdd]);
+    let ip = ipv6::Ipv6Repr {
+        src_addr: src,
+        dst_addr: dst,
+        next_header: 17,
+        payload_len: 46,
+        hop_limit: 64,
+        ..Default::default()
+    };
+    ip.emit(&mut f[14..]).unwrap();
+    udp::UdpRepr { src_port: 40000, dst_port: 9000, payload_len: 38 }.emit(&mut f[54..]).unwrap();
+    udp::UdpPacket::new_checked(&mut f[54..]).unwrap().fill_checksum_v6(&src, &dst);
+    f
+}
+
+/// An indexed meter on an IPv6 address takes the whole 128-bit value modulo its size: four
+/// hosts, three of them in one /64, reach four instances (they once shared the instance of
+/// the address's first 64 bits).
+#[test]
+fn an_indexed_meter_on_ipv6_addresses_takes_the_whole_address_modulo_its_size() {
+    let conf = r#"
+meter = [{ name = "per_host", type = "srtcm", cir = 1000, cbs = 200, ebs = 100, size = 4 }]
+[[table]]
+name = "t"
+key = [{ field = "ingress_port", match = "exact" }]
+default_action = "meter(per_host, ipv6.src); forward(1)"
+"#;
+    let mut dp = datapath(conf);
+    let host = |hi: u8, lo: u8| [0xfd, 0, 0, 0, 0, 0, 0, hi, 0, 0, 0, 0, 0, 0, 0, lo];
+    let hosts = [host(0, 1), host(0, 2), host(0, 3), host(1, 0)];
+    // Three 100-byte packets per host at one instant: per instance (srTCM, CBS 200, EBS 100)
+    // green, green, yellow.
+    let frames: Vec<(u64, Vec<u8>)> = (0..12).map(|i| (10, udp6(hosts[i % 4]))).collect();
+    run(&mut dp, &frames);
+    assert_eq!(colors(&dp, 0), [8, 4, 0]);
 }
 
 /// `set_color` sets the input colour of a colour-aware meter, which never makes a packet lighter.

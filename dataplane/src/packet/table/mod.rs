@@ -440,7 +440,11 @@ fn meter_action(state: &mut PipelineState, a: &Action, p: &Parsed, meta: &mut Me
     match a {
         Action::MeterAt(m, i) => meter_inline(meters, *m, u64::from(*i), p, meta, frame_len),
         Action::MeterBy(m, f) => {
-            let index = field_value(f.word(p, meta), f.width());
+            let index = if f.width() <= 8 {
+                field_value(f.word(p, meta), f.width())
+            } else {
+                wide_field_index(*f, p, meta, meters[*m as usize].len() as u64)
+            };
             meter_inline(meters, *m, index, p, meta, frame_len)
         }
         Action::PoliceAt(m, i) => {
@@ -473,12 +477,23 @@ fn meter_refill(meters: &mut [MeterArray], m: u16, index: u64, bytes: u32, meta:
     meta.color = meters[m as usize].color(index, meta.timestamp_us, bytes, meta.color);
 }
 
-/// The numeric value of a field from its [`Field::word`] (big-endian bytes loaded
-/// little-endian): its first `min(width, 8)` bytes as a big-endian integer.
+/// The numeric value of a field of at most 8 bytes from its [`Field::word`] (big-endian bytes
+/// loaded little-endian); wider fields go through [`wide_field_index`].
 #[inline(always)]
 fn field_value(word: u64, width: usize) -> u64 {
     let n = width.min(8);
     u64::from_be_bytes(word.to_le_bytes()) >> (64 - 8 * n as u32)
+}
+
+/// The value of field `f`, wider than 8 bytes (an IPv6 address), modulo `instances` (at least
+/// 1): the whole big-endian value's residue, so that hosts of one /64 reach different
+/// instances of an indexed meter as the README's "(value of field) mod size" says.
+#[cold]
+fn wide_field_index(f: crate::field::Field, p: &Parsed, meta: &Meta, instances: u64) -> u64 {
+    let mut key = [0u8; KEY_MAX];
+    f.write_key(p, meta, &mut key, 0);
+    let n = u128::from(instances.max(1));
+    key[..f.width()].iter().fold(0u128, |acc, &b| ((acc << 8) | u128::from(b)) % n) as u64
 }
 
 /// What a [`Pipeline`] counts and its meters' buckets, kept apart from it so that the pipeline
