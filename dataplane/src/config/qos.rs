@@ -159,6 +159,13 @@ pub(super) fn check(
     if q.rate.is_none() && q.burst.is_some() {
         return Err(err("burst", "a burst needs a rate: set rate or leave burst out".into()));
     }
+    use crate::meter::bucket::{MAX_RATE, MAX_SIZE};
+    if let Some(r) = q.rate.filter(|r| *r > MAX_RATE) {
+        return Err(err("rate", format!("expected at most {MAX_RATE} bytes/s (2^40), found {r}")));
+    }
+    if let Some(b) = q.burst.filter(|b| *b > MAX_SIZE) {
+        return Err(err("burst", format!("expected at most {MAX_SIZE} bytes (2^29), found {b}")));
+    }
     let bucket = match q.burst {
         Some(b) if b < wire_max => {
             return Err(err(
@@ -169,7 +176,8 @@ pub(super) fn check(
             ))
         }
         Some(b) => b,
-        None => wire_max.max(q.rate.unwrap_or(0) / 1000),
+        // 1 ms at the rate, within the bucket's limit.
+        None => wire_max.max(q.rate.unwrap_or(0) / 1000).min(MAX_SIZE.max(wire_max)),
     };
     if q.quantum == Some(0) {
         return Err(err("quantum", "expected at least 1 byte".into()));
@@ -263,8 +271,14 @@ pub(super) fn check(
         classes,
     };
     // What the scheduler itself refuses (limits of the token bucket), under the port's key.
-    sched::Scheduler::<crate::buf::VecBuf>::new(&cfg)
-        .map_err(|e| err(if e.starts_with("shaper") { "rate" } else { "classes" }, e))?;
+    sched::Scheduler::<crate::buf::VecBuf>::new(&cfg).map_err(|e| {
+        let key = match () {
+            _ if e.starts_with("shaper: token bucket size") => "burst",
+            _ if e.starts_with("shaper") => "rate",
+            _ => "classes",
+        };
+        err(key, e)
+    })?;
     let map = ClassMap {
         dscp: q.dscp_map.as_ref().map(|m| map::<64>(m, n, "dscp_map", &err)).transpose()?,
         pcp: q.pcp_map.as_ref().map(|m| map::<8>(m, n, "pcp_map", &err)).transpose()?,

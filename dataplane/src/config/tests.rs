@@ -810,3 +810,20 @@ fn a_collective_whose_frames_exceed_its_port_mtu_is_refused_with_the_lanes_that_
         (coll("mtu = 4000", "v6", "rocev2", "f32", 978), key, "expected at most 977 f32 lanes"),
     ]);
 }
+
+/// The shaper's limits name the key at fault: `burst` above 2^29 bytes, `rate` above 2^40
+/// bytes/s; without `burst`, a rate whose 1 ms exceeds 2^29 bytes gets the largest bucket.
+#[test]
+fn shaper_limits_name_their_key() {
+    let qos = |body: &str| format!("{PORT}[port.qos]\n{body}\n");
+    check_cases(vec![
+        (qos("rate = 1000000\nburst = 536870912"), "", ""),
+        (
+            qos("rate = 1000000\nburst = 1000000000"),
+            "`port[0].qos.burst`",
+            "expected at most 536870912 bytes (2^29), found 1000000000",
+        ),
+        (qos("rate = 1099511627776"), "", ""),
+        (qos("rate = 1099511627777"), "`port[0].qos.rate`", "expected at most 1099511627776 bytes/s (2^40)"),
+    ]);
+}
