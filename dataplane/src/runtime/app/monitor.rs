@@ -2,11 +2,10 @@
 //! or a replay's input has been consumed (or stopped arriving). Meanwhile it restarts the
 //! net_memif client ports whose server went away, until they connect again.
 
-use crate::dpdk::{Port, PortStats};
-use crate::live::{self, Board};
+use crate::dpdk::{CumulativeStats, Port};
+use crate::live;
 use crate::pcapfile;
 use crate::stop;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How often a memif client port whose link is down is restarted to reconnect.
@@ -18,13 +17,11 @@ pub(super) struct Watched {
     pub input_short: bool,
     /// Per port: times its link came back up after a restart ([`Port::reconnect`]).
     pub reconnects: Vec<u64>,
-    /// Per port: the largest counts its PMD reported while the workers ran (read every 100 ms):
-    /// net_memif reports zeros once its peer has gone, forgetting what it sent.
-    pub ethdev_seen: Vec<PortStats>,
+    /// Per port: the counts its PMD reported while the workers ran (read every 100 ms, every
+    /// 1 ms for the `forgetful` ports), made cumulative across the PMD's resets
+    /// ([`CumulativeStats`]).
+    pub ethdev_seen: Vec<CumulativeStats>,
 }
-
-/// The board's totals when read, and the board (a runtime change of the tables replaces it).
-type Reading = (Vec<u64>, Arc<Board>);
 
 /// One memif client port's outage.
 #[derive(Default)]
@@ -36,12 +33,16 @@ struct Outage {
 }
 
 /// Waits on the main lcore until a stop is due (a stop asked by a signal included, see
-/// [`stop::stop_asked`]). With `stats` = an interval, prints the periodic stats line of the
-/// current board on stderr every interval ([`live::stats_line`]; after a runtime change of the
-/// tables, the next line starts from the new board). Ports with `reconnect[i]` set (net_memif
+/// [`stop::stop_asked`]). With `stats` = an interval, prints the periodic stats line on stderr
+/// every interval ([`live::stats_line`]), each from the reading before: a runtime change of the
+/// tables or collectives between them (a new board) skips no line and loses no growth. Ports with `reconnect[i]` set (net_memif
 /// clients: they connect only when started) are restarted every [`RECONNECT_INTERVAL`] while
 /// their link is down, the workers skipping them meanwhile; each outage and recovery is
 /// logged on stderr unless `quiet`.
+///
+/// The ports' driver counts (`rte_eth_stats`) are read every 100 ms, and every turn (1 ms) for
+/// ports with `forgetful[i]` set (net_memif: it reports zeros once its peer has gone, so what
+/// a connection counted after the last reading is lost with it).
 ///
 /// A replay is over once net_pcap has consumed every record and error `expected` counts: each
 /// record is a packet received (`ipackets`), a record read without an mbuf (`rx_nombuf`) or one
@@ -49,6 +50,7 @@ struct Outage {
 pub(super) fn monitor(
     ports: &mut [Port],
     reconnect: &[bool],
+    forgetful: &[bool],
     stats: Option<Duration>,
     expected: Option<pcapfile::Input>,
     duration: Option<Duration>,
@@ -61,20 +63,18 @@ pub(super) fn monitor(
     let mut outages: Vec<Outage> = ports.iter().map(|_| Outage::default()).collect();
     let mut reconnects = vec![0u64; ports.len()];
     let mut next_link_check = Instant::now();
-    let mut ethdev_seen: Vec<PortStats> = ports.iter().map(Port::stats).collect();
+    let mut ethdev_seen: Vec<CumulativeStats> = ports.iter().map(|p| CumulativeStats::new(p.stats())).collect();
     let done = |input_short, reconnects, ethdev_seen| Watched { input_short, reconnects, ethdev_seen };
     // The periodic stats line: the last reading and when it was taken.
-    let reading = || live::current().map(|b| (b.totals(), b));
-    let mut last_stats: Option<(Option<Reading>, Instant)> = stats.map(|_| (reading(), Instant::now()));
+    let reading = || live::current().map(|b| live::StatsReading::of(&b, &b.totals()));
+    let mut last_stats: Option<(Option<live::StatsReading>, Instant)> = stats.map(|_| (reading(), Instant::now()));
     loop {
         if let (Some(every), Some((prev, at))) = (stats, &mut last_stats) {
             if at.elapsed() >= every {
                 let now = reading();
-                if let (Some((p, pb)), Some((n, nb))) = (prev.as_ref(), now.as_ref()) {
-                    if Arc::ptr_eq(pb, nb) {
-                        let (dt, t) = (at.elapsed().as_secs_f64(), start.elapsed().as_secs_f64());
-                        eprintln!("{}", live::stats_line(nb, p, n, dt, t));
-                    }
+                if let (Some(p), Some(n)) = (prev.as_ref(), now.as_ref()) {
+                    let (dt, t) = (at.elapsed().as_secs_f64(), start.elapsed().as_secs_f64());
+                    eprintln!("{}", live::stats_line(p, n, dt, t));
                 }
                 *prev = now;
                 *at = Instant::now();
@@ -86,10 +86,15 @@ pub(super) fn monitor(
         if duration.is_some_and(|d| start.elapsed() >= d) {
             return done(false, reconnects, ethdev_seen);
         }
+        // net_memif ports every turn: what a peer's connection counted reads 0 as soon as it
+        // leaves, so the last reading before is all the run keeps of its last moments.
+        for ((seen, p), _) in ethdev_seen.iter_mut().zip(ports.iter()).zip(forgetful).filter(|(_, f)| **f) {
+            seen.update(p.stats());
+        }
         if Instant::now() >= next_link_check {
             next_link_check = Instant::now() + Duration::from_millis(100);
-            for (seen, p) in ethdev_seen.iter_mut().zip(ports.iter()) {
-                *seen = seen.max(&p.stats());
+            for ((seen, p), _) in ethdev_seen.iter_mut().zip(ports.iter()).zip(forgetful).filter(|(_, f)| !**f) {
+                seen.update(p.stats());
             }
             for (i, p) in ports.iter_mut().enumerate() {
                 if reconnect.get(i) == Some(&true) && watch_link(p, &mut outages[i], quiet) {

@@ -70,19 +70,63 @@ pub struct PortStats {
 }
 
 impl PortStats {
-    /// Field by field, the larger of `self` and `o`: for counters read at two moments, what a
-    /// PMD that forgets its counts (net_memif while its peer is gone reports 0) had counted.
-    pub fn max(&self, o: &PortStats) -> PortStats {
-        PortStats {
-            ipackets: self.ipackets.max(o.ipackets),
-            opackets: self.opackets.max(o.opackets),
-            ibytes: self.ibytes.max(o.ibytes),
-            obytes: self.obytes.max(o.obytes),
-            imissed: self.imissed.max(o.imissed),
-            ierrors: self.ierrors.max(o.ierrors),
-            oerrors: self.oerrors.max(o.oerrors),
-            rx_nombuf: self.rx_nombuf.max(o.rx_nombuf),
+    /// The counts of traffic (packets and bytes either way) are all zero: what net_memif
+    /// reports while it has no peer (it sums only the rings of the current connection).
+    fn no_traffic(&self) -> bool {
+        self.ipackets == 0 && self.opackets == 0 && self.ibytes == 0 && self.obytes == 0
+    }
+
+    /// The fields, in declaration order, mutably.
+    fn fields_mut(&mut self) -> [&mut u64; 8] {
+        let PortStats { ipackets, opackets, ibytes, obytes, imissed, ierrors, oerrors, rx_nombuf } = self;
+        [ipackets, opackets, ibytes, obytes, imissed, ierrors, oerrors, rx_nombuf]
+    }
+}
+
+/// A port's counters (`rte_eth_stats`) read again and again, made cumulative across the PMD's
+/// resets. Field by field, a reading lower than the previous one means the PMD started again
+/// from 0 (a PMD that zeroes its counts when its port restarts, as a memif client's does to
+/// reconnect): the previous reading is added to a base, and the total is the base plus the last
+/// reading. A reading with no traffic at all (packets and bytes both ways 0) is skipped: it is
+/// what net_memif reports while it has no peer (DPDK 22.11 sums only the current connection's
+/// rings, and resumes its old counts at the next connection), which tells nothing, and must not
+/// make the resumed counts add up twice.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CumulativeStats {
+    base: PortStats,
+    last: PortStats,
+}
+
+impl CumulativeStats {
+    /// Starts from the first reading `first`.
+    pub fn new(first: PortStats) -> CumulativeStats {
+        let mut c = CumulativeStats::default();
+        c.update(first);
+        c
+    }
+
+    /// Takes a new reading (see the type's rule).
+    pub fn update(&mut self, reading: PortStats) {
+        if reading.no_traffic() && !self.last.no_traffic() {
+            return;
         }
+        let mut reading = reading;
+        for ((base, last), now) in self.base.fields_mut().into_iter().zip(self.last.fields_mut()).zip(reading.fields_mut()) {
+            if *now < *last {
+                *base += *last;
+            }
+            *last = *now;
+        }
+    }
+
+    /// What the port counted in all, over every reset seen.
+    pub fn total(&self) -> PortStats {
+        let mut t = self.base;
+        let mut last = self.last;
+        for (t, l) in t.fields_mut().into_iter().zip(last.fields_mut()) {
+            *t += *l;
+        }
+        t
     }
 }
 
@@ -261,7 +305,8 @@ impl Port {
         EthernetAddress(addr.addr_bytes)
     }
 
-    /// The port's basic counters (`rte_eth_stats_get`).
+    /// The port's basic counters (`rte_eth_stats_get`), as the PMD reports them now (net_memif's
+    /// restart from 0 at each connection: [`CumulativeStats`] adds them up).
     pub fn stats(&self) -> PortStats {
         stats_of(self.id)
     }
@@ -383,5 +428,45 @@ impl Drop for Port {
         let _ = self.stop();
         // SAFETY: the port is stopped and no lcore uses it.
         unsafe { dpdk_sys::rte_eth_dev_close(self.id) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tx(opackets: u64) -> PortStats {
+        PortStats { opackets, obytes: 64 * opackets, ..Default::default() }
+    }
+
+    /// A reading below the last one is a restart from 0: 10, 20, then 5 and 8 of a new
+    /// connection make 28.
+    #[test]
+    fn readings_add_up_across_a_restart() {
+        let mut c = CumulativeStats::new(tx(10));
+        for r in [20, 5, 8] {
+            c.update(tx(r));
+        }
+        assert_eq!((c.total().opackets, c.total().obytes), (28, 28 * 64));
+        // Field by field: a counter that kept growing (rx_nombuf, kept by ethdev) is not added.
+        let mut c = CumulativeStats::new(PortStats { opackets: 10, rx_nombuf: 3, ..Default::default() });
+        c.update(PortStats { opackets: 4, rx_nombuf: 5, ..Default::default() });
+        assert_eq!((c.total().opackets, c.total().rx_nombuf), (14, 5));
+    }
+
+    /// The zeros of a port without peer tell nothing: a PMD that restarts from 0 and one that
+    /// resumes its old counts at the next connection are both counted right.
+    #[test]
+    fn a_reading_without_traffic_is_skipped() {
+        let mut restarts = CumulativeStats::new(tx(100));
+        let mut resumes = restarts;
+        for (a, b) in [(0, 0), (0, 0), (30, 130), (40, 140)] {
+            restarts.update(tx(a));
+            resumes.update(tx(b));
+        }
+        assert_eq!(restarts.total().opackets, 140);
+        assert_eq!(resumes.total().opackets, 140);
+        // Never a reading: zeros.
+        assert_eq!(CumulativeStats::new(PortStats::default()).total().opackets, 0);
     }
 }
