@@ -251,6 +251,11 @@ impl PortPlan {
         let dev = args.next().unwrap_or("");
         self.eal_args[0] == "--vdev" && dev.starts_with("net_memif") && !args.any(|a| a.trim() == "role=server")
     }
+
+    /// A net_memif vdev's socket: its `socket=` argument, or DPDK's default `/run/memif.sock`.
+    fn memif_socket(&self) -> &str {
+        self.eal_args[1].split(',').skip(1).find_map(|a| a.trim().strip_prefix("socket=")).unwrap_or("/run/memif.sock")
+    }
 }
 
 /// The run's own directory for merged inputs (`$TMPDIR/dpu-PID`), created on first use and

@@ -30,6 +30,8 @@ struct Outage {
     last_try: Option<Instant>,
     tried: bool,
     said_error: bool,
+    /// The port never started: its first start found no server ([`Port::start_or_wait`]).
+    never_up: bool,
 }
 
 /// Waits on the main lcore until a stop is due (a stop asked by a signal included, see
@@ -60,7 +62,14 @@ pub(super) fn monitor(
     let start = Instant::now();
     let mut last_seen = 0u64;
     let mut last_change = Instant::now();
-    let mut outages: Vec<Outage> = ports.iter().map(|_| Outage::default()).collect();
+    // A port that never started (no memif server at its start) is in an outage already, said.
+    let mut outages: Vec<Outage> = ports
+        .iter()
+        .map(|p| match p.started() {
+            true => Outage::default(),
+            false => Outage { since: Some(start), never_up: true, said_error: true, ..Outage::default() },
+        })
+        .collect();
     let mut reconnects = vec![0u64; ports.len()];
     let mut next_link_check = Instant::now();
     let mut ethdev_seen: Vec<CumulativeStats> = ports.iter().map(|p| CumulativeStats::new(p.stats())).collect();
@@ -131,16 +140,18 @@ pub(super) fn monitor(
     }
 }
 
-/// One look at a memif client port's link: an outage starts when it goes down; from
-/// [`RECONNECT_INTERVAL`] on, the port is restarted once per interval until the link is up.
-/// True when the link came back after a restart.
+/// One look at a memif client port's link: an outage starts when it goes down (or at the start,
+/// for a port whose first start found no server); from [`RECONNECT_INTERVAL`] on, the port is
+/// restarted once per interval until the link is up. True when the link came back after a
+/// restart (a first connection is no reconnection).
 fn watch_link(p: &mut Port, o: &mut Outage, quiet: bool) -> bool {
     let now = Instant::now();
     if p.link_up() {
         let Some(since) = o.since.take() else { return false };
-        let back = o.tried;
+        let back = o.tried && !o.never_up;
         if !quiet {
-            eprintln!("dpu: port {}: link up again after {:.1} s", p.name(), since.elapsed().as_secs_f64());
+            let again = if o.never_up { "" } else { " again" };
+            eprintln!("dpu: port {}: link up{again} after {:.1} s", p.name(), since.elapsed().as_secs_f64());
         }
         *o = Outage::default();
         return back;

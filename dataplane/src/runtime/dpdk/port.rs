@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Ports DPDK can have (`RTE_MAX_ETHPORTS`): port ids are below it.
 pub const MAX_PORTS: usize = dpdk_sys::RTE_MAX_ETHPORTS as usize;
 
-/// Per DPDK port id: the port is being restarted ([`Port::reconnect`]); the worker lcores skip
+/// Per DPDK port id: the port is being restarted ([`Port::reconnect`]), or was never started
+/// ([`Port::start_or_wait`]); the worker lcores skip
 /// its rx queues and drop what they would send on it (counted as `tx_full`).
 static PAUSED: [AtomicBool; MAX_PORTS] = [const { AtomicBool::new(false) }; MAX_PORTS];
 
@@ -171,6 +172,23 @@ impl Port {
     /// one tx queue per `tx_pcap`), descriptor counts the device refuses, or a start failure
     /// (for net_pcap: an input file that cannot be opened or an output that cannot be created).
     pub fn start(id: u16, name: &str, setup: &PortSetup, pool: &Mempool) -> Result<Port, DpdkError> {
+        let (port, failed) = Self::start_or_wait(id, name, setup, pool)?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(port),
+        }
+    }
+
+    /// As [`Port::start`], but a failure of the start itself (`rte_eth_dev_start`: a net_memif
+    /// client whose server is not there yet) leaves the port configured, stopped and [`paused`]
+    /// (the worker lcores skip it) and comes back as the second value, for [`Port::reconnect`]
+    /// to start it later. Errors: those of the configuration, as [`Port::start`]'s.
+    pub fn start_or_wait(
+        id: u16,
+        name: &str,
+        setup: &PortSetup,
+        pool: &Mempool,
+    ) -> Result<(Port, Option<DpdkError>), DpdkError> {
         let what = |op: &str| format!("{op}(port {id} {name})");
         // SAFETY: zeroed rte_eth_dev_info is a valid out-parameter.
         let mut info: dpdk_sys::rte_eth_dev_info = unsafe { std::mem::zeroed() };
@@ -254,15 +272,18 @@ impl Port {
                 return Err(DpdkError::from_ret(what("rte_eth_dev_default_mac_addr_set"), ret));
             }
         }
+        let mut port = Port { id, name: name.to_string(), started: false, rx_offloads, tx_multi_segs: multi_segs != 0 };
         // SAFETY: the port is configured with its queues.
         let ret = unsafe { dpdk_sys::rte_eth_dev_start(id) };
         if ret != 0 {
-            return Err(DpdkError::from_ret(what("rte_eth_dev_start"), ret));
+            PAUSED[usize::from(id)].store(true, Ordering::SeqCst);
+            return Ok((port, Some(DpdkError::from_ret(what("rte_eth_dev_start"), ret))));
         }
+        port.started = true;
         // Promiscuous mode is best effort: some PMDs (net_null) do not support it.
         // SAFETY: a started port.
         unsafe { dpdk_sys::rte_eth_promiscuous_enable(id) };
-        Ok(Port { id, name: name.to_string(), started: true, rx_offloads, tx_multi_segs: multi_segs != 0 })
+        Ok((port, None))
     }
 
     /// The DPDK port id.
@@ -270,9 +291,18 @@ impl Port {
         self.id
     }
 
+    /// Whether the port is started: false for one whose start is still to succeed
+    /// ([`Port::start_or_wait`], [`Port::reconnect`]).
+    pub fn started(&self) -> bool {
+        self.started
+    }
+
     /// Whether the link is up now (`rte_eth_link_get_nowait`, which does not wait); a PMD that
-    /// cannot tell (an error such as -ENOTSUP) counts as up.
+    /// cannot tell (an error such as -ENOTSUP) counts as up; a port not started is down.
     pub fn link_up(&self) -> bool {
+        if !self.started {
+            return false;
+        }
         // SAFETY: a plain C struct of integers, written by DPDK for a valid port id.
         let mut link: dpdk_sys::rte_eth_link = unsafe { std::mem::zeroed() };
         // SAFETY: a started port and a valid out-pointer.
