@@ -43,7 +43,7 @@ fn shipped_configs_load() {
             }
         }
     }
-    assert_eq!(n, 5, "conf/: default, l2-forward; conf/bench/: empty, pipeline, qos");
+    assert_eq!(n, 6, "conf/: control, default, l2-forward; conf/bench/: empty, pipeline, qos");
 }
 
 #[test]
