@@ -55,10 +55,8 @@ fn a_memif_client_started_before_its_server_waits_for_it() {
     let o = c.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "the client failed:\n{text}");
-    let waiting = format!(
-        "dpu: port m0: no memif server answers on {} yet (rte_eth_dev_start(port 0 m0): ",
-        sock.display()
-    );
+    let waiting =
+        format!("dpu: port m0: no memif server answers on {} yet (rte_eth_dev_start(port 0 m0): ", sock.display());
     assert!(text.contains(&waiting), "{text}");
     assert!(text.contains("the workers skip the port, restarted every 1 s until it connects"), "{text}");
     assert!(text.contains("dpu: port m0: link up after "), "{text}");

@@ -92,7 +92,10 @@ fn type_and_range_errors_name_the_key_and_line() {
     );
     let e = err("[[port]]\nvdev = \"net_null0\"\n[[port]]\nvdev = \"net_null1\"\nmtu = 100000\n");
     assert!(e.starts_with("bad.toml: key `port[1].mtu`: "), "{e}");
-    assert!(e.contains("100000") && e.contains("expected an integer from 68 to 65535 (bytes) (line 5, column 7)"), "{e}");
+    assert!(
+        e.contains("100000") && e.contains("expected an integer from 68 to 65535 (bytes) (line 5, column 7)"),
+        "{e}"
+    );
     let coll =
         "[[collective]]\ncollective_id = 1\nop = \"sum\"\ndtype = \"f32\"\ntensor_elements = 8\nchunk_elements = 4\n";
     let e = err(&format!(

@@ -731,14 +731,15 @@ fn run_with_eal(
     if !opts.quiet && expected.is_none() {
         announce(eal, &telemetry, metrics.as_ref(), control.as_ref(), &ports, lcores.len());
     }
-    let reconnect: Vec<bool> = plans.iter().map(PortPlan::is_memif_client).collect();
-    let forgetful: Vec<bool> = plans.iter().map(|p| p.device.starts_with("net_memif")).collect();
+    let watch: Vec<monitor::Watch> = plans
+        .iter()
+        .map(|p| monitor::Watch { reconnect: p.is_memif_client(), forgetful: p.device.starts_with("net_memif") })
+        .collect();
     let stats_every = (cfg.dataplane.stats_interval_ms > 0 && expected.is_none())
         .then(|| Duration::from_millis(cfg.dataplane.stats_interval_ms));
     let watched = monitor::monitor(
         &mut ports,
-        &reconnect,
-        &forgetful,
+        &watch,
         stats_every,
         expected,
         opts.duration,

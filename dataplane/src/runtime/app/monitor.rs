@@ -11,6 +11,16 @@ use std::time::{Duration, Instant};
 /// How often a memif client port whose link is down is restarted to reconnect.
 pub(super) const RECONNECT_INTERVAL: Duration = Duration::from_secs(1);
 
+/// What the monitor does for one port.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Watch {
+    /// A net_memif client (it connects only when started): restarted while its link is down.
+    pub reconnect: bool,
+    /// net_memif, which reports zero counts once its peer has gone: its driver counts are read
+    /// every turn (1 ms) rather than every 100 ms.
+    pub forgetful: bool,
+}
+
 /// How the watch ended.
 pub(super) struct Watched {
     /// A replay's input ended short (the idle fallback fired before every record arrived).
@@ -18,7 +28,7 @@ pub(super) struct Watched {
     /// Per port: times its link came back up after a restart ([`Port::reconnect`]).
     pub reconnects: Vec<u64>,
     /// Per port: the counts its PMD reported while the workers ran (read every 100 ms, every
-    /// 1 ms for the `forgetful` ports), made cumulative across the PMD's resets
+    /// 1 ms for the [`Watch::forgetful`] ones), made cumulative across the PMD's resets
     /// ([`CumulativeStats`]).
     pub ethdev_seen: Vec<CumulativeStats>,
 }
@@ -37,13 +47,14 @@ struct Outage {
 /// Waits on the main lcore until a stop is due (a stop asked by a signal included, see
 /// [`stop::stop_asked`]). With `stats` = an interval, prints the periodic stats line on stderr
 /// every interval ([`live::stats_line`]), each from the reading before: a runtime change of the
-/// tables or collectives between them (a new board) skips no line and loses no growth. Ports with `reconnect[i]` set (net_memif
-/// clients: they connect only when started) are restarted every [`RECONNECT_INTERVAL`] while
+/// tables or collectives between them (a new board) skips no line and loses no growth. Ports
+/// whose [`Watch`] says `reconnect` (net_memif clients: they connect only when started) are
+/// restarted every [`RECONNECT_INTERVAL`] while
 /// their link is down, the workers skipping them meanwhile; each outage and recovery is
 /// logged on stderr unless `quiet`.
 ///
 /// The ports' driver counts (`rte_eth_stats`) are read every 100 ms, and every turn (1 ms) for
-/// ports with `forgetful[i]` set (net_memif: it reports zeros once its peer has gone, so what
+/// ports whose [`Watch`] says `forgetful` (net_memif: it reports zeros once its peer has gone, so what
 /// a connection counted after the last reading is lost with it).
 ///
 /// A replay is over once net_pcap has consumed every record and error `expected` counts: each
@@ -51,8 +62,7 @@ struct Outage {
 /// no mbuf chain could hold (`ierrors`); each read error of libpcap is one `ierrors`.
 pub(super) fn monitor(
     ports: &mut [Port],
-    reconnect: &[bool],
-    forgetful: &[bool],
+    watch: &[Watch],
     stats: Option<Duration>,
     expected: Option<pcapfile::Input>,
     duration: Option<Duration>,
@@ -97,16 +107,16 @@ pub(super) fn monitor(
         }
         // net_memif ports every turn: what a peer's connection counted reads 0 as soon as it
         // leaves, so the last reading before is all the run keeps of its last moments.
-        for ((seen, p), _) in ethdev_seen.iter_mut().zip(ports.iter()).zip(forgetful).filter(|(_, f)| **f) {
+        for ((seen, p), _) in ethdev_seen.iter_mut().zip(ports.iter()).zip(watch).filter(|(_, w)| w.forgetful) {
             seen.update(p.stats());
         }
         if Instant::now() >= next_link_check {
             next_link_check = Instant::now() + Duration::from_millis(100);
-            for ((seen, p), _) in ethdev_seen.iter_mut().zip(ports.iter()).zip(forgetful).filter(|(_, f)| !**f) {
+            for ((seen, p), _) in ethdev_seen.iter_mut().zip(ports.iter()).zip(watch).filter(|(_, w)| !w.forgetful) {
                 seen.update(p.stats());
             }
             for (i, p) in ports.iter_mut().enumerate() {
-                if reconnect.get(i) == Some(&true) && watch_link(p, &mut outages[i], quiet) {
+                if watch.get(i).is_some_and(|w| w.reconnect) && watch_link(p, &mut outages[i], quiet) {
                     reconnects[i] += 1;
                 }
             }

@@ -112,7 +112,9 @@ impl CumulativeStats {
             return;
         }
         let mut reading = reading;
-        for ((base, last), now) in self.base.fields_mut().into_iter().zip(self.last.fields_mut()).zip(reading.fields_mut()) {
+        for ((base, last), now) in
+            self.base.fields_mut().into_iter().zip(self.last.fields_mut()).zip(reading.fields_mut())
+        {
             if *now < *last {
                 *base += *last;
             }
