@@ -199,10 +199,10 @@ pub fn from_appliance_config(path: &Path, collective_id: u16, rank: u16) -> Resu
     }
     let m = c.members.get(rank as usize).ok_or_else(|| {
         Error::Config(format!(
-            "{}: collective {collective_id} has {} members (ranks 0..{}), no rank {rank}",
+            "{}: collective {collective_id} has {} members (ranks 0 to {}), no rank {rank}",
             path.display(),
             c.members.len(),
-            c.members.len()
+            c.members.len().saturating_sub(1)
         ))
     })?;
     let port = m.port as usize;

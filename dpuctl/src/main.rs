@@ -269,8 +269,12 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         }
     };
     let mut reply = call(&socket, &request)?;
-    if let (Cmd::Tables { name: Some(n) }, Some(all)) = (&cli.cmd, reply["tables"].as_array_mut()) {
-        all.retain(|t| t["name"] == n.as_str());
+    // `get_mut`, not indexing: `reply["tables"]` on an object without it would insert a null
+    // (which `raw` and `--json` then print).
+    if let Cmd::Tables { name: Some(n) } = &cli.cmd {
+        if let Some(all) = reply.get_mut("tables").and_then(serde_json::Value::as_array_mut) {
+            all.retain(|t| t["name"] == n.as_str());
+        }
     }
     if cli.json || matches!(cli.cmd, Cmd::Raw { .. }) {
         println!("{reply}");

@@ -461,6 +461,13 @@ fn idle_connections_delay_no_other_client() {
         assert_eq!(o.status.code(), Some(2), "{bad}: {err}");
         assert!(err.contains("--interval: expected seconds from 0.1"), "{bad}: {err}");
     }
+    // `dpuctl raw` prints the appliance's reply as it came: an unknown command's error alone.
+    let o = dpuctl(&sock, &["raw", r#"{"cmd":"nope"}"#]);
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let keys: Vec<&String> = r.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["error", "ok"], "{r}");
+    assert!(r["error"].as_str().unwrap().contains("unknown variant `nope`"), "{r}");
     stop(dpu);
     let _ = std::fs::remove_dir_all(&dir);
 }

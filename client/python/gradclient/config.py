@@ -39,7 +39,7 @@ class Collective:
         if self.tensor_elements < 1 or self.chunk_elements < 1:
             raise ConfigError("tensor_elements and chunk_elements must be at least 1")
         if not 0 <= self.rank < self.num_workers:
-            raise ConfigError(f"rank {self.rank} is not in 0..{self.num_workers - 1}")
+            raise ConfigError(f"rank {self.rank} is not in 0 to {self.num_workers - 1}")
 
     @property
     def num_chunks(self) -> int:
@@ -89,7 +89,8 @@ def load_endpoint(path: str, collective_id: int, rank: int) -> Endpoint:
     members = coll.get("member", [])
     mine = [(j, m) for j, m in enumerate(members) if m.get("rank") == rank]
     if not mine:
-        raise ConfigError(f"{path}: collective {collective_id} has no member with rank = {rank} ({len(members)} members)")
+        n = len(members)
+        raise ConfigError(f"{path}: collective {collective_id} has {n} members (ranks 0 to {max(n - 1, 0)}), no rank {rank}")
     j, member = mine[0]
     mwhere = f"{where}.member[{j}]"
     collective = Collective(

@@ -67,7 +67,7 @@ class Ring:
         self.peers = [(p[0], int(p[1])) for p in peers]
         self.n = len(self.peers)
         if not 0 <= rank < self.n:
-            raise ValueError(f"rank {rank} is not in 0..{self.n - 1}")
+            raise ValueError(f"rank {rank} is not in 0 to {self.n - 1}")
         self._next = self._prev = None
         if self.n == 1:
             return

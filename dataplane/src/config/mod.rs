@@ -389,6 +389,14 @@ fn syntax_error(path: &Path, text: &str, key: &str, e: &toml::de::Error) -> Conf
         let found = e.span().and_then(|s| text.get(s)).map(str::trim).unwrap_or_default();
         msg = format!("{INTEGER_RANGE}, found {found}");
     }
+    // A key whose valid range is narrower than its Rust type's says that range, not the type's.
+    if let Some(range) = valid_range(key) {
+        if let Some(found) = msg.strip_prefix(INTEGER_RANGE) {
+            msg = format!("expected {range}{found}");
+        } else if let Some(stem) = INTEGER_TYPES.iter().find_map(|t| msg.strip_suffix(&format!("expected {t}"))) {
+            msg = format!("{stem}expected {range}");
+        }
+    }
     let mut msg = in_words(&msg);
     if let Some(span) = e.span() {
         let before = text.get(..span.start).unwrap_or(text);
@@ -397,6 +405,61 @@ fn syntax_error(path: &Path, text: &str, key: &str, e: &toml::de::Error) -> Conf
         msg = format!("{msg} (line {line}, column {column})");
     }
     ConfigError::new(path, key, msg)
+}
+
+/// The Rust integer types of config keys, as serde names them in `expected u16`.
+const INTEGER_TYPES: [&str; 7] = ["u8", "u16", "u32", "u64", "usize", "i32", "i64"];
+
+/// The keys whose valid range is narrower than their Rust type's, index-free (`port[].mtu`
+/// stands for `port[0].mtu`, `port[1].mtu`, ...), and that range in words: what a value of the
+/// wrong type or beyond the type's range is told instead of the type's range. The bounds are
+/// those [`validate`] checks (a bound that depends on other keys is said in words).
+pub const VALID_RANGES: &[(&str, &str)] = &[
+    ("mempool.mbufs", "an integer from 64 to 4294967295 (mbufs)"),
+    ("mempool.cache", "an integer from 0 to 512 (mbufs), at most 2/3 of mempool.mbufs"),
+    ("mempool.data_room", "an integer from 192 to 65535 (bytes)"),
+    ("dataplane.burst", "an integer from 1 to 512 (packets)"),
+    ("dataplane.tx_drain_us", "an integer from 0 to 1000000 (µs)"),
+    ("dataplane.gradient_udp_port", "an integer from 1 to 65535 (a UDP port other than RoCEv2's 4791)"),
+    ("dataplane.replay_idle_ms", "an integer from 1 to 9223372036854775807 (ms)"),
+    ("dataplane.appliance_qpn", "an integer from 0 to 16777215 (a 24-bit QP number)"),
+    ("dataplane.memory_limit_mb", "an integer from 0 to 17592186044415 (MiB)"),
+    ("dataplane.stats_interval_ms", "0 (no stats line) or an integer from 100 to 9223372036854775807 (ms)"),
+    ("port[].rx_desc", "an integer from 1 to 65535 (descriptors)"),
+    ("port[].tx_desc", "an integer from 1 to 65535 (descriptors)"),
+    ("port[].mtu", "an integer from 68 to 65535 (bytes)"),
+    ("port[].qos.classes", "an integer from 1 to 8 (classes)"),
+    ("port[].qos.rate", "an integer from 1 to 9223372036854775807 (bytes/s)"),
+    ("port[].qos.quantum", "an integer from 1 to 4294967295 (bytes)"),
+    ("port[].qos.class[].weight", "an integer from 1 to 4294967295"),
+    ("port[].qos.class[].ewma_log2", "an integer from 0 to 20"),
+    ("meter[].size", "an integer from 1 to 1048576 (instances)"),
+    ("collective[].tensor_elements", "an integer from 1 to 9223372036854775807 (elements)"),
+    ("collective[].chunk_elements", "an integer of at least 1 (elements), a chunk of at most 8900 bytes"),
+    ("collective[].slot_timeout_ms", "an integer from 1 to 9223372036854775807 (ms)"),
+    ("collective[].dscp", "an integer from 0 to 63"),
+    ("collective[].member[].rank", "an integer from 0 to 4095, below the number of members"),
+    ("collective[].member[].udp_port", "an integer from 1 to 65535 (a UDP port)"),
+    ("collective[].member[].vlan", "an integer from 1 to 4094 (a VLAN ID)"),
+    ("collective[].member[].qpn", "an integer from 0 to 16777215 (a 24-bit QP number)"),
+];
+
+/// [`VALID_RANGES`]' range of `key` (serde's path, like `port[2].mtu`), if it has one.
+fn valid_range(key: &str) -> Option<&'static str> {
+    let mut bare = String::with_capacity(key.len());
+    let mut in_index = false;
+    for c in key.chars() {
+        match c {
+            '[' => in_index = true,
+            ']' => {
+                in_index = false;
+                bare.push_str("[]");
+            }
+            _ if !in_index => bare.push(c),
+            _ => {}
+        }
+    }
+    VALID_RANGES.iter().find(|(k, _)| *k == bare).map(|(_, r)| *r)
 }
 
 /// serde's message `msg` with a Rust type name it ends with (`expected u16`) said in words

@@ -43,7 +43,7 @@ fn shipped_configs_load() {
             }
         }
     }
-    assert_eq!(n, 5, "conf/: default, l2-forward; conf/bench/: empty, pipeline, qos");
+    assert_eq!(n, 6, "conf/: control, default, l2-forward; conf/bench/: empty, pipeline, qos");
 }
 
 #[test]
@@ -88,11 +88,14 @@ fn type_and_range_errors_name_the_key_and_line() {
     let e = err(&format!("{PORT}[dataplane]\nburst = \"32\"\n"));
     assert_eq!(
         e,
-        "bad.toml: key `dataplane.burst`: invalid type: string \"32\", expected an integer from 0 to 65535 (line 4, column 9)"
+        "bad.toml: key `dataplane.burst`: invalid type: string \"32\", expected an integer from 1 to 512 (packets) (line 4, column 9)"
     );
     let e = err("[[port]]\nvdev = \"net_null0\"\n[[port]]\nvdev = \"net_null1\"\nmtu = 100000\n");
     assert!(e.starts_with("bad.toml: key `port[1].mtu`: "), "{e}");
-    assert!(e.contains("100000") && e.contains("expected an integer from 0 to 65535 (line 5, column 7)"), "{e}");
+    assert!(
+        e.contains("100000") && e.contains("expected an integer from 68 to 65535 (bytes) (line 5, column 7)"),
+        "{e}"
+    );
     let coll =
         "[[collective]]\ncollective_id = 1\nop = \"sum\"\ndtype = \"f32\"\ntensor_elements = 8\nchunk_elements = 4\n";
     let e = err(&format!(
@@ -113,7 +116,7 @@ fn integers_beyond_64_signed_bits_are_refused_at_load() {
     assert_eq!(
         e,
         format!(
-            "bad.toml: key `dataplane.tx_drain_us`: {INTEGER_RANGE}, found 18446744073709551615 (line 4, column 15)"
+            "bad.toml: key `dataplane.tx_drain_us`: expected an integer from 0 to 1000000 (µs), found 18446744073709551615 (line 4, column 15)"
         )
     );
     let coll = "[[collective]]\ncollective_id = 1\nop = \"sum\"\ndtype = \"f32\"\ntensor_elements = 8\n\
@@ -122,7 +125,7 @@ fn integers_beyond_64_signed_bits_are_refused_at_load() {
     assert_eq!(
         e,
         format!(
-            "bad.toml: key `collective[0].slot_timeout_ms`: {INTEGER_RANGE}, found 9223372036854775808 (line 10, column 19)"
+            "bad.toml: key `collective[0].slot_timeout_ms`: expected an integer from 1 to 9223372036854775807 (ms), found 9223372036854775808 (line 10, column 19)"
         )
     );
     // Beyond u64 as well, and in an array.
@@ -131,6 +134,16 @@ fn integers_beyond_64_signed_bits_are_refused_at_load() {
         e,
         format!("bad.toml: key `lcore[0].id`: {INTEGER_RANGE}, found 99999999999999999999999 (line 6, column 6)")
     );
+    // A key whose valid range is narrower than its type's says that range, whatever was wrong.
+    for (value, found) in [("\"x\"", "invalid type: string \"x\", "), ("99999999999999999999", ""), ("70000", "")] {
+        let e = err(&format!("{PORT}[dataplane]\nburst = {value}\n"));
+        assert!(e.starts_with(&format!("bad.toml: key `dataplane.burst`: {found}")), "{e}");
+        assert!(e.contains("expected an integer from 1 to 512 (packets)"), "{e}");
+        assert!(!e.contains("65535") && !e.contains("-9223372036854775808"), "{e}");
+    }
+    let e = err(&format!("{PORT}[[port]]\nvdev = \"net_null1\"\n[port.qos]\nclasses = -1\n"));
+    assert!(e.starts_with("bad.toml: key `port[1].qos.classes`: "), "{e}");
+    assert!(e.contains("expected an integer from 1 to 8 (classes)"), "{e}");
     // i64::MAX itself is TOML: it reaches the key's own range check.
     let text = format!("{PORT}[dataplane]\nreplay_idle_ms = 9223372036854775807\n");
     assert_eq!(load_str(&text, Path::new("ok.toml")).unwrap().config.dataplane.replay_idle_ms, i64::MAX as u64);

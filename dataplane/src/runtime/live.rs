@@ -543,34 +543,82 @@ impl LoopStats {
     }
 }
 
-/// The periodic stats line: rates over the last interval and totals, from two readings of the
-/// board `dt_s` seconds apart (`prev`, `now`), at `elapsed_s` into the run.
-pub fn stats_line(board: &Board, prev: &[u64], now: &[u64], dt_s: f64, elapsed_s: f64) -> String {
-    let sum = |t: &[u64], family: &str| board.total(t, family, None);
-    let rate = |family: &str| (sum(now, family).saturating_sub(sum(prev, family))) as f64 / dt_s.max(1e-9);
-    let drops: Vec<String> = board
-        .metrics
+/// One reading of a board for the periodic stats line: the totals it prints, by family and
+/// drop reason, whatever the board's layout. A runtime change of the tables or collectives
+/// replaces the board by one of another layout ([`Board::reshaped`]); readings of the two
+/// compare all the same, so the line across the change says the true growth.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StatsReading {
+    /// Packets received, over the ports.
+    pub rx_packets: u64,
+    /// Bytes received, over the ports.
+    pub rx_bytes: u64,
+    /// Packets the workers sent, over the ports.
+    pub tx_packets: u64,
+    /// Bytes the workers sent, over the ports.
+    pub tx_bytes: u64,
+    /// Rounds the collectives completed.
+    pub completed_rounds: u64,
+    /// Contributions folded into a round.
+    pub folded: u64,
+    /// Packets dropped, per reason, in the board's order.
+    pub drops: Vec<(crate::stats::Reason, u64)>,
+}
+
+impl StatsReading {
+    /// The reading of `board` whose totals ([`Board::totals`]) are `t`.
+    pub fn of(board: &Board, t: &[u64]) -> StatsReading {
+        let sum = |family: &str| board.total(t, family, None);
+        let drops = board
+            .metrics
+            .iter()
+            .zip(t)
+            .filter_map(|(m, n)| match m.label {
+                Label::Reason(r) if m.family == "dropped_packets" => Some((r, *n)),
+                _ => None,
+            })
+            .collect();
+        StatsReading {
+            rx_packets: sum("port_rx_packets"),
+            rx_bytes: sum("port_rx_bytes"),
+            tx_packets: sum("port_tx_packets"),
+            tx_bytes: sum("port_tx_bytes"),
+            completed_rounds: sum("agg_completed_rounds"),
+            folded: sum("agg_folded_contributions"),
+            drops,
+        }
+    }
+
+    /// The drops of `reason` in this reading (0 if none).
+    fn dropped(&self, reason: crate::stats::Reason) -> u64 {
+        self.drops.iter().find(|(r, _)| *r == reason).map_or(0, |(_, n)| *n)
+    }
+}
+
+/// The periodic stats line: rates over the last interval and totals, from two readings `dt_s`
+/// seconds apart (`prev`, `now`; of one board or of two, across a runtime change), at
+/// `elapsed_s` into the run. Each drop reason seen says its total and its growth since `prev`.
+pub fn stats_line(prev: &StatsReading, now: &StatsReading, dt_s: f64, elapsed_s: f64) -> String {
+    let rate = |f: fn(&StatsReading) -> u64| f(now).saturating_sub(f(prev)) as f64 / dt_s.max(1e-9);
+    let drops: Vec<String> = now
+        .drops
         .iter()
-        .zip(now.iter().zip(prev))
-        .filter(|(m, (n, _))| m.family == "dropped_packets" && **n > 0)
-        .map(|(m, (n, p))| match m.label {
-            Label::Reason(r) => format!("{}={} (+{})", r.name(), n, n.saturating_sub(*p)),
-            _ => String::new(),
-        })
+        .filter(|(_, n)| *n > 0)
+        .map(|(r, n)| format!("{}={} (+{})", r.name(), n, n.saturating_sub(prev.dropped(*r))))
         .collect();
     let mut line = format!(
         "dpu: {elapsed_s:.1} s: rx {:.3} Mpps {:.3} Gbit/s, tx {:.3} Mpps {:.3} Gbit/s",
-        rate("port_rx_packets") / 1e6,
-        rate("port_rx_bytes") * 8.0 / 1e9,
-        rate("port_tx_packets") / 1e6,
-        rate("port_tx_bytes") * 8.0 / 1e9,
+        rate(|r| r.rx_packets) / 1e6,
+        rate(|r| r.rx_bytes) * 8.0 / 1e9,
+        rate(|r| r.tx_packets) / 1e6,
+        rate(|r| r.tx_bytes) * 8.0 / 1e9,
     );
-    let completed = sum(now, "agg_completed_rounds");
-    if completed > 0 || sum(now, "agg_folded_contributions") > 0 {
+    if now.completed_rounds > 0 || now.folded > 0 {
         line += &format!(
-            ", rounds {completed} ({:.0}/s), folded {}",
-            rate("agg_completed_rounds"),
-            sum(now, "agg_folded_contributions")
+            ", rounds {} ({:.0}/s), folded {}",
+            now.completed_rounds,
+            rate(|r| r.completed_rounds),
+            now.folded
         );
     }
     line += &format!("; drops {}", if drops.is_empty() { "none".to_string() } else { drops.join(" ") });
@@ -629,9 +677,35 @@ mod tests {
         board.publisher(0, 0).publish(&a, &LoopStats::default());
         let t2 = board.totals();
         assert_eq!(board.total(&t2, "port_rx_packets", Some(Label::Port(0))), 3);
-        let line = stats_line(&board, &t, &t2, 1.0, 2.0);
+        let line = stats_line(&StatsReading::of(&board, &t), &StatsReading::of(&board, &t2), 1.0, 2.0);
         assert!(line.starts_with("dpu: 2.0 s: rx 0.000 Mpps"), "{line}");
         assert!(line.contains("drops tx_full=1 (+0)"), "{line}");
+    }
+
+    /// A runtime change between two lines replaces the board: the next line compares the
+    /// readings of the two boards by family and reason, and says the growth in between.
+    #[test]
+    fn the_stats_line_spans_a_new_board() {
+        let mut dp: Datapath = Datapath::new(Default::default(), 1, crate::wire::gradient::DEFAULT_UDP_PORT);
+        let old = Arc::new(Board::new(names_of(&dp, 1), 1, vec!["p0".into()], vec![]));
+        dp.counters.rx(0, 100);
+        for _ in 0..3 {
+            dp.counters.drop(Reason::TxFull);
+        }
+        old.publisher(0, 0).publish(&dp, &LoopStats::default());
+        let before = StatsReading::of(&old, &old.totals());
+        let new = Arc::new(old.with_collectives(&[(7, 1)]));
+        assert_ne!(new.metrics.len(), old.metrics.len());
+        dp.counters.rx(0, 100);
+        for _ in 0..5 {
+            dp.counters.drop(Reason::TxFull);
+        }
+        new.publisher(0, 0).publish(&dp, &LoopStats::default());
+        let after = StatsReading::of(&new, &new.totals());
+        assert_eq!((before.rx_packets, after.rx_packets), (1, 2));
+        let line = stats_line(&before, &after, 2.0, 10.0);
+        assert!(line.starts_with("dpu: 10.0 s: rx 0.000 Mpps"), "{line}");
+        assert!(line.ends_with("drops tx_full=8 (+5)"), "{line}");
     }
 
     /// A datapath whose aggregator has `n` collectives of one member each, ids 60000 + i (the

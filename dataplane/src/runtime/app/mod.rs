@@ -251,6 +251,11 @@ impl PortPlan {
         let dev = args.next().unwrap_or("");
         self.eal_args[0] == "--vdev" && dev.starts_with("net_memif") && !args.any(|a| a.trim() == "role=server")
     }
+
+    /// A net_memif vdev's socket: its `socket=` argument, or DPDK's default `/run/memif.sock`.
+    fn memif_socket(&self) -> &str {
+        self.eal_args[1].split(',').skip(1).find_map(|a| a.trim().strip_prefix("socket=")).unwrap_or("/run/memif.sock")
+    }
 }
 
 /// The run's own directory for merged inputs (`$TMPDIR/dpu-PID`), created on first use and
@@ -726,12 +731,15 @@ fn run_with_eal(
     if !opts.quiet && expected.is_none() {
         announce(eal, &telemetry, metrics.as_ref(), control.as_ref(), &ports, lcores.len());
     }
-    let reconnect: Vec<bool> = plans.iter().map(PortPlan::is_memif_client).collect();
+    let watch: Vec<monitor::Watch> = plans
+        .iter()
+        .map(|p| monitor::Watch { reconnect: p.is_memif_client(), forgetful: p.device.starts_with("net_memif") })
+        .collect();
     let stats_every = (cfg.dataplane.stats_interval_ms > 0 && expected.is_none())
         .then(|| Duration::from_millis(cfg.dataplane.stats_interval_ms));
     let watched = monitor::monitor(
         &mut ports,
-        &reconnect,
+        &watch,
         stats_every,
         expected,
         opts.duration,

@@ -2,15 +2,24 @@
 //! or a replay's input has been consumed (or stopped arriving). Meanwhile it restarts the
 //! net_memif client ports whose server went away, until they connect again.
 
-use crate::dpdk::{Port, PortStats};
-use crate::live::{self, Board};
+use crate::dpdk::{CumulativeStats, Port};
+use crate::live;
 use crate::pcapfile;
 use crate::stop;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How often a memif client port whose link is down is restarted to reconnect.
 pub(super) const RECONNECT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What the monitor does for one port.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Watch {
+    /// A net_memif client (it connects only when started): restarted while its link is down.
+    pub reconnect: bool,
+    /// net_memif, which reports zero counts once its peer has gone: its driver counts are read
+    /// every turn (1 ms) rather than every 100 ms.
+    pub forgetful: bool,
+}
 
 /// How the watch ended.
 pub(super) struct Watched {
@@ -18,13 +27,11 @@ pub(super) struct Watched {
     pub input_short: bool,
     /// Per port: times its link came back up after a restart ([`Port::reconnect`]).
     pub reconnects: Vec<u64>,
-    /// Per port: the largest counts its PMD reported while the workers ran (read every 100 ms):
-    /// net_memif reports zeros once its peer has gone, forgetting what it sent.
-    pub ethdev_seen: Vec<PortStats>,
+    /// Per port: the counts its PMD reported while the workers ran (read every 100 ms, every
+    /// 1 ms for the [`Watch::forgetful`] ones), made cumulative across the PMD's resets
+    /// ([`CumulativeStats`]).
+    pub ethdev_seen: Vec<CumulativeStats>,
 }
-
-/// The board's totals when read, and the board (a runtime change of the tables replaces it).
-type Reading = (Vec<u64>, Arc<Board>);
 
 /// One memif client port's outage.
 #[derive(Default)]
@@ -33,22 +40,29 @@ struct Outage {
     last_try: Option<Instant>,
     tried: bool,
     said_error: bool,
+    /// The port never started: its first start found no server ([`Port::start_or_wait`]).
+    never_up: bool,
 }
 
 /// Waits on the main lcore until a stop is due (a stop asked by a signal included, see
-/// [`stop::stop_asked`]). With `stats` = an interval, prints the periodic stats line of the
-/// current board on stderr every interval ([`live::stats_line`]; after a runtime change of the
-/// tables, the next line starts from the new board). Ports with `reconnect[i]` set (net_memif
-/// clients: they connect only when started) are restarted every [`RECONNECT_INTERVAL`] while
+/// [`stop::stop_asked`]). With `stats` = an interval, prints the periodic stats line on stderr
+/// every interval ([`live::stats_line`]), each from the reading before: a runtime change of the
+/// tables or collectives between them (a new board) skips no line and loses no growth. Ports
+/// whose [`Watch`] says `reconnect` (net_memif clients: they connect only when started) are
+/// restarted every [`RECONNECT_INTERVAL`] while
 /// their link is down, the workers skipping them meanwhile; each outage and recovery is
 /// logged on stderr unless `quiet`.
+///
+/// The ports' driver counts (`rte_eth_stats`) are read every 100 ms, and every turn (1 ms) for
+/// ports whose [`Watch`] says `forgetful` (net_memif: it reports zeros once its peer has gone, so what
+/// a connection counted after the last reading is lost with it).
 ///
 /// A replay is over once net_pcap has consumed every record and error `expected` counts: each
 /// record is a packet received (`ipackets`), a record read without an mbuf (`rx_nombuf`) or one
 /// no mbuf chain could hold (`ierrors`); each read error of libpcap is one `ierrors`.
 pub(super) fn monitor(
     ports: &mut [Port],
-    reconnect: &[bool],
+    watch: &[Watch],
     stats: Option<Duration>,
     expected: Option<pcapfile::Input>,
     duration: Option<Duration>,
@@ -58,23 +72,28 @@ pub(super) fn monitor(
     let start = Instant::now();
     let mut last_seen = 0u64;
     let mut last_change = Instant::now();
-    let mut outages: Vec<Outage> = ports.iter().map(|_| Outage::default()).collect();
+    // A port that never started (no memif server at its start) is in an outage already, said.
+    let mut outages: Vec<Outage> = ports
+        .iter()
+        .map(|p| match p.started() {
+            true => Outage::default(),
+            false => Outage { since: Some(start), never_up: true, said_error: true, ..Outage::default() },
+        })
+        .collect();
     let mut reconnects = vec![0u64; ports.len()];
     let mut next_link_check = Instant::now();
-    let mut ethdev_seen: Vec<PortStats> = ports.iter().map(Port::stats).collect();
+    let mut ethdev_seen: Vec<CumulativeStats> = ports.iter().map(|p| CumulativeStats::new(p.stats())).collect();
     let done = |input_short, reconnects, ethdev_seen| Watched { input_short, reconnects, ethdev_seen };
     // The periodic stats line: the last reading and when it was taken.
-    let reading = || live::current().map(|b| (b.totals(), b));
-    let mut last_stats: Option<(Option<Reading>, Instant)> = stats.map(|_| (reading(), Instant::now()));
+    let reading = || live::current().map(|b| live::StatsReading::of(&b, &b.totals()));
+    let mut last_stats: Option<(Option<live::StatsReading>, Instant)> = stats.map(|_| (reading(), Instant::now()));
     loop {
         if let (Some(every), Some((prev, at))) = (stats, &mut last_stats) {
             if at.elapsed() >= every {
                 let now = reading();
-                if let (Some((p, pb)), Some((n, nb))) = (prev.as_ref(), now.as_ref()) {
-                    if Arc::ptr_eq(pb, nb) {
-                        let (dt, t) = (at.elapsed().as_secs_f64(), start.elapsed().as_secs_f64());
-                        eprintln!("{}", live::stats_line(nb, p, n, dt, t));
-                    }
+                if let (Some(p), Some(n)) = (prev.as_ref(), now.as_ref()) {
+                    let (dt, t) = (at.elapsed().as_secs_f64(), start.elapsed().as_secs_f64());
+                    eprintln!("{}", live::stats_line(p, n, dt, t));
                 }
                 *prev = now;
                 *at = Instant::now();
@@ -86,13 +105,18 @@ pub(super) fn monitor(
         if duration.is_some_and(|d| start.elapsed() >= d) {
             return done(false, reconnects, ethdev_seen);
         }
+        // net_memif ports every turn: what a peer's connection counted reads 0 as soon as it
+        // leaves, so the last reading before is all the run keeps of its last moments.
+        for ((seen, p), _) in ethdev_seen.iter_mut().zip(ports.iter()).zip(watch).filter(|(_, w)| w.forgetful) {
+            seen.update(p.stats());
+        }
         if Instant::now() >= next_link_check {
             next_link_check = Instant::now() + Duration::from_millis(100);
-            for (seen, p) in ethdev_seen.iter_mut().zip(ports.iter()) {
-                *seen = seen.max(&p.stats());
+            for ((seen, p), _) in ethdev_seen.iter_mut().zip(ports.iter()).zip(watch).filter(|(_, w)| !w.forgetful) {
+                seen.update(p.stats());
             }
             for (i, p) in ports.iter_mut().enumerate() {
-                if reconnect.get(i) == Some(&true) && watch_link(p, &mut outages[i], quiet) {
+                if watch.get(i).is_some_and(|w| w.reconnect) && watch_link(p, &mut outages[i], quiet) {
                     reconnects[i] += 1;
                 }
             }
@@ -126,16 +150,18 @@ pub(super) fn monitor(
     }
 }
 
-/// One look at a memif client port's link: an outage starts when it goes down; from
-/// [`RECONNECT_INTERVAL`] on, the port is restarted once per interval until the link is up.
-/// True when the link came back after a restart.
+/// One look at a memif client port's link: an outage starts when it goes down (or at the start,
+/// for a port whose first start found no server); from [`RECONNECT_INTERVAL`] on, the port is
+/// restarted once per interval until the link is up. True when the link came back after a
+/// restart (a first connection is no reconnection).
 fn watch_link(p: &mut Port, o: &mut Outage, quiet: bool) -> bool {
     let now = Instant::now();
     if p.link_up() {
         let Some(since) = o.since.take() else { return false };
-        let back = o.tried;
+        let back = o.tried && !o.never_up;
         if !quiet {
-            eprintln!("dpu: port {}: link up again after {:.1} s", p.name(), since.elapsed().as_secs_f64());
+            let again = if o.never_up { "" } else { " again" };
+            eprintln!("dpu: port {}: link up{again} after {:.1} s", p.name(), since.elapsed().as_secs_f64());
         }
         *o = Outage::default();
         return back;

@@ -187,7 +187,7 @@ pub(super) fn start_ports(
             mtu: pc.mtu,
             mac: loaded.port_macs[i],
         };
-        let port = Port::start(id, &p.name, &setup, pool).map_err(|mut e| {
+        let hint = |mut e: DpdkError| {
             if p.device.starts_with("net_pcap") && e.reason.contains("tx queues") {
                 e.reason.push_str(
                     " (net_pcap has one rx queue per rx_pcap and one tx queue per tx_pcap of its vdev: repeat \
@@ -195,7 +195,25 @@ pub(super) fn start_ports(
                 );
             }
             e
-        })?;
+        };
+        let port = if p.is_memif_client() {
+            // A memif client connects when its port starts: with no server yet, the start fails
+            // (EPERM). That is an outage like a server's departure: the port waits, paused, and
+            // the monitor restarts it every second until a server answers.
+            let (port, failed) = Port::start_or_wait(id, &p.name, &setup, pool).map_err(hint)?;
+            if let (Some(e), false) = (failed, opts.quiet) {
+                eprintln!(
+                    "dpu: port {}: no memif server answers on {} yet ({e}); the workers skip the port, restarted \
+                     every {} s until it connects",
+                    p.name,
+                    p.memif_socket(),
+                    super::monitor::RECONNECT_INTERVAL.as_secs()
+                );
+            }
+            port
+        } else {
+            Port::start(id, &p.name, &setup, pool).map_err(hint)?
+        };
         // Zero-copy results are chains: a device whose tx path may send only the first segment
         // (a NIC's simple or vector tx path without MULTI_SEGS) would truncate them.
         if cfg.dataplane.zero_copy_results

@@ -7,7 +7,7 @@ use crate::agg::straggle::RankLateness;
 use crate::agg::{AggCounters, CollCounters};
 use crate::datapath::PortEgress;
 use crate::dpdk::lcore::LcoreHandle;
-use crate::dpdk::{Port, PortStats};
+use crate::dpdk::{CumulativeStats, Port, PortStats};
 use crate::outputs::Staged;
 use crate::sched::{ClassCounters, ClassHistograms, PktBytes};
 use crate::stats::{Counter, Counters};
@@ -243,17 +243,25 @@ fn named_summaries(pipeline: &Pipeline, sum: &PipelineState) -> Vec<CounterSumma
         .collect()
 }
 
-/// Reads the ports' final stats (`rte_eth_stats`, no less than what was `seen` during the run;
+/// Reads the ports' final stats (`rte_eth_stats`, added to what was `seen` during the run
+/// across the PMD's resets, [`CumulativeStats`];
 /// the non-zero xstats, and each tx queue's count into `staged`), then stops and closes them
 /// (`workers`: tx queues per port).
 pub(super) fn stop_ports(
     mut ports: Vec<Port>,
     workers: usize,
     staged: &mut Staged,
-    seen: &[PortStats],
+    seen: &[CumulativeStats],
 ) -> Result<(Vec<PortStats>, Vec<Xstats>), AppError> {
-    let ethdev: Vec<PortStats> =
-        ports.iter().enumerate().map(|(i, p)| seen.get(i).map_or(p.stats(), |s| s.max(&p.stats()))).collect();
+    let ethdev: Vec<PortStats> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut s = seen.get(i).copied().unwrap_or_else(|| CumulativeStats::new(PortStats::default()));
+            s.update(p.stats());
+            s.total()
+        })
+        .collect();
     let xstats: Vec<Xstats> = ports.iter().map(|p| p.xstats().into_iter().filter(|(_, v)| *v != 0).collect()).collect();
     for (i, p) in ports.iter().enumerate() {
         for q in 0..workers as u16 {

@@ -19,7 +19,7 @@ pub mod telemetry;
 pub use eal::Eal;
 pub use mbuf::Mbuf;
 pub use mempool::Mempool;
-pub use port::{Port, PortStats};
+pub use port::{CumulativeStats, Port, PortStats};
 pub use queue::{RxQueue, TxBuffer, TxQueue};
 
 use std::ffi::CStr;

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Ports DPDK can have (`RTE_MAX_ETHPORTS`): port ids are below it.
 pub const MAX_PORTS: usize = dpdk_sys::RTE_MAX_ETHPORTS as usize;
 
-/// Per DPDK port id: the port is being restarted ([`Port::reconnect`]); the worker lcores skip
+/// Per DPDK port id: the port is being restarted ([`Port::reconnect`]), or was never started
+/// ([`Port::start_or_wait`]); the worker lcores skip
 /// its rx queues and drop what they would send on it (counted as `tx_full`).
 static PAUSED: [AtomicBool; MAX_PORTS] = [const { AtomicBool::new(false) }; MAX_PORTS];
 
@@ -70,19 +71,65 @@ pub struct PortStats {
 }
 
 impl PortStats {
-    /// Field by field, the larger of `self` and `o`: for counters read at two moments, what a
-    /// PMD that forgets its counts (net_memif while its peer is gone reports 0) had counted.
-    pub fn max(&self, o: &PortStats) -> PortStats {
-        PortStats {
-            ipackets: self.ipackets.max(o.ipackets),
-            opackets: self.opackets.max(o.opackets),
-            ibytes: self.ibytes.max(o.ibytes),
-            obytes: self.obytes.max(o.obytes),
-            imissed: self.imissed.max(o.imissed),
-            ierrors: self.ierrors.max(o.ierrors),
-            oerrors: self.oerrors.max(o.oerrors),
-            rx_nombuf: self.rx_nombuf.max(o.rx_nombuf),
+    /// The counts of traffic (packets and bytes either way) are all zero: what net_memif
+    /// reports while it has no peer (it sums only the rings of the current connection).
+    fn no_traffic(&self) -> bool {
+        self.ipackets == 0 && self.opackets == 0 && self.ibytes == 0 && self.obytes == 0
+    }
+
+    /// The fields, in declaration order, mutably.
+    fn fields_mut(&mut self) -> [&mut u64; 8] {
+        let PortStats { ipackets, opackets, ibytes, obytes, imissed, ierrors, oerrors, rx_nombuf } = self;
+        [ipackets, opackets, ibytes, obytes, imissed, ierrors, oerrors, rx_nombuf]
+    }
+}
+
+/// A port's counters (`rte_eth_stats`) read again and again, made cumulative across the PMD's
+/// resets. Field by field, a reading lower than the previous one means the PMD started again
+/// from 0 (a PMD that zeroes its counts when its port restarts, as a memif client's does to
+/// reconnect): the previous reading is added to a base, and the total is the base plus the last
+/// reading. A reading with no traffic at all (packets and bytes both ways 0) is skipped: it is
+/// what net_memif reports while it has no peer (DPDK 22.11 sums only the current connection's
+/// rings, and resumes its old counts at the next connection), which tells nothing, and must not
+/// make the resumed counts add up twice.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CumulativeStats {
+    base: PortStats,
+    last: PortStats,
+}
+
+impl CumulativeStats {
+    /// Starts from the first reading `first`.
+    pub fn new(first: PortStats) -> CumulativeStats {
+        let mut c = CumulativeStats::default();
+        c.update(first);
+        c
+    }
+
+    /// Takes a new reading (see the type's rule).
+    pub fn update(&mut self, reading: PortStats) {
+        if reading.no_traffic() && !self.last.no_traffic() {
+            return;
         }
+        let mut reading = reading;
+        for ((base, last), now) in
+            self.base.fields_mut().into_iter().zip(self.last.fields_mut()).zip(reading.fields_mut())
+        {
+            if *now < *last {
+                *base += *last;
+            }
+            *last = *now;
+        }
+    }
+
+    /// What the port counted in all, over every reset seen.
+    pub fn total(&self) -> PortStats {
+        let mut t = self.base;
+        let mut last = self.last;
+        for (t, l) in t.fields_mut().into_iter().zip(last.fields_mut()) {
+            *t += *l;
+        }
+        t
     }
 }
 
@@ -127,6 +174,23 @@ impl Port {
     /// one tx queue per `tx_pcap`), descriptor counts the device refuses, or a start failure
     /// (for net_pcap: an input file that cannot be opened or an output that cannot be created).
     pub fn start(id: u16, name: &str, setup: &PortSetup, pool: &Mempool) -> Result<Port, DpdkError> {
+        let (port, failed) = Self::start_or_wait(id, name, setup, pool)?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(port),
+        }
+    }
+
+    /// As [`Port::start`], but a failure of the start itself (`rte_eth_dev_start`: a net_memif
+    /// client whose server is not there yet) leaves the port configured, stopped and [`paused`]
+    /// (the worker lcores skip it) and comes back as the second value, for [`Port::reconnect`]
+    /// to start it later. Errors: those of the configuration, as [`Port::start`]'s.
+    pub fn start_or_wait(
+        id: u16,
+        name: &str,
+        setup: &PortSetup,
+        pool: &Mempool,
+    ) -> Result<(Port, Option<DpdkError>), DpdkError> {
         let what = |op: &str| format!("{op}(port {id} {name})");
         // SAFETY: zeroed rte_eth_dev_info is a valid out-parameter.
         let mut info: dpdk_sys::rte_eth_dev_info = unsafe { std::mem::zeroed() };
@@ -210,15 +274,18 @@ impl Port {
                 return Err(DpdkError::from_ret(what("rte_eth_dev_default_mac_addr_set"), ret));
             }
         }
+        let mut port = Port { id, name: name.to_string(), started: false, rx_offloads, tx_multi_segs: multi_segs != 0 };
         // SAFETY: the port is configured with its queues.
         let ret = unsafe { dpdk_sys::rte_eth_dev_start(id) };
         if ret != 0 {
-            return Err(DpdkError::from_ret(what("rte_eth_dev_start"), ret));
+            PAUSED[usize::from(id)].store(true, Ordering::SeqCst);
+            return Ok((port, Some(DpdkError::from_ret(what("rte_eth_dev_start"), ret))));
         }
+        port.started = true;
         // Promiscuous mode is best effort: some PMDs (net_null) do not support it.
         // SAFETY: a started port.
         unsafe { dpdk_sys::rte_eth_promiscuous_enable(id) };
-        Ok(Port { id, name: name.to_string(), started: true, rx_offloads, tx_multi_segs: multi_segs != 0 })
+        Ok((port, None))
     }
 
     /// The DPDK port id.
@@ -226,9 +293,18 @@ impl Port {
         self.id
     }
 
+    /// Whether the port is started: false for one whose start is still to succeed
+    /// ([`Port::start_or_wait`], [`Port::reconnect`]).
+    pub fn started(&self) -> bool {
+        self.started
+    }
+
     /// Whether the link is up now (`rte_eth_link_get_nowait`, which does not wait); a PMD that
-    /// cannot tell (an error such as -ENOTSUP) counts as up.
+    /// cannot tell (an error such as -ENOTSUP) counts as up; a port not started is down.
     pub fn link_up(&self) -> bool {
+        if !self.started {
+            return false;
+        }
         // SAFETY: a plain C struct of integers, written by DPDK for a valid port id.
         let mut link: dpdk_sys::rte_eth_link = unsafe { std::mem::zeroed() };
         // SAFETY: a started port and a valid out-pointer.
@@ -261,7 +337,8 @@ impl Port {
         EthernetAddress(addr.addr_bytes)
     }
 
-    /// The port's basic counters (`rte_eth_stats_get`).
+    /// The port's basic counters (`rte_eth_stats_get`), as the PMD reports them now (net_memif's
+    /// restart from 0 at each connection: [`CumulativeStats`] adds them up).
     pub fn stats(&self) -> PortStats {
         stats_of(self.id)
     }
@@ -383,5 +460,45 @@ impl Drop for Port {
         let _ = self.stop();
         // SAFETY: the port is stopped and no lcore uses it.
         unsafe { dpdk_sys::rte_eth_dev_close(self.id) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tx(opackets: u64) -> PortStats {
+        PortStats { opackets, obytes: 64 * opackets, ..Default::default() }
+    }
+
+    /// A reading below the last one is a restart from 0: 10, 20, then 5 and 8 of a new
+    /// connection make 28.
+    #[test]
+    fn readings_add_up_across_a_restart() {
+        let mut c = CumulativeStats::new(tx(10));
+        for r in [20, 5, 8] {
+            c.update(tx(r));
+        }
+        assert_eq!((c.total().opackets, c.total().obytes), (28, 28 * 64));
+        // Field by field: a counter that kept growing (rx_nombuf, kept by ethdev) is not added.
+        let mut c = CumulativeStats::new(PortStats { opackets: 10, rx_nombuf: 3, ..Default::default() });
+        c.update(PortStats { opackets: 4, rx_nombuf: 5, ..Default::default() });
+        assert_eq!((c.total().opackets, c.total().rx_nombuf), (14, 5));
+    }
+
+    /// The zeros of a port without peer tell nothing: a PMD that restarts from 0 and one that
+    /// resumes its old counts at the next connection are both counted right.
+    #[test]
+    fn a_reading_without_traffic_is_skipped() {
+        let mut restarts = CumulativeStats::new(tx(100));
+        let mut resumes = restarts;
+        for (a, b) in [(0, 0), (0, 0), (30, 130), (40, 140)] {
+            restarts.update(tx(a));
+            resumes.update(tx(b));
+        }
+        assert_eq!(restarts.total().opackets, 140);
+        assert_eq!(resumes.total().opackets, 140);
+        // Never a reading: zeros.
+        assert_eq!(CumulativeStats::new(PortStats::default()).total().opackets, 0);
     }
 }
