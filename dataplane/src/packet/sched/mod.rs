@@ -50,6 +50,10 @@ use queue::{ClassQueue, Entry};
 use red::{EcnRng, Red};
 use shaper::Shaper;
 
+/// The longest sojourn the histograms tell apart, in seconds (a day: a queue behind a very slow
+/// shaper can hold a packet for minutes); a longer one is recorded as a day.
+pub const MAX_SOJOURN_S: u64 = 86_400;
+
 pub use crate::meta::MAX_CLASSES;
 /// Bytes a frame occupies on the wire beyond its length without FCS: FCS 4, preamble and SFD
 /// 8, inter-frame gap 12 (IEEE 802.3; `rte_sched`'s default `frame_overhead`).
@@ -333,7 +337,9 @@ impl<T: SchedItem> Scheduler<T> {
                     red: c.red.map(Red::new),
                     counters: ClassCounters::default(),
                     passed: PktBytes::default(),
-                    hist: cfg.histograms.then(|| ClassHistograms::new(c.capacity_bytes, cfg.hz.saturating_mul(60))),
+                    hist: cfg
+                        .histograms
+                        .then(|| ClassHistograms::new(c.capacity_bytes, cfg.hz.saturating_mul(MAX_SOJOURN_S))),
                     hist_zeros: [0; 2],
                     marks_at_dequeue: cfg.mark_point == MarkPoint::Dequeue && c.red.is_some(),
                 })

@@ -387,6 +387,20 @@ fn histograms_record_depth_and_sojourn() {
     assert_eq!(h.sojourn_ticks.len(), 10);
     assert!(h.sojourn_ticks.equivalent(h.sojourn_ticks.max(), 50_000));
     assert!(h.sojourn_ticks.equivalent(h.sojourn_ticks.min(), 49_100));
+    // Sojourns of minutes (a very slow shaper) are told apart up to a day, then read as a day.
+    let mut s: Scheduler<Pkt> = Scheduler::new(&cfg).unwrap();
+    for id in 0..3 {
+        s.enqueue(0, Pkt { id, class: 0, len: 1000, ecn: None }, 0).unwrap();
+    }
+    s.dequeue(82 * NS, 1, |_| {});
+    s.dequeue(3_600 * NS, 1, |_| {});
+    s.dequeue(2 * MAX_SOJOURN_S * NS, 1, |_| {});
+    let h = s.histograms(0).unwrap();
+    let got: Vec<u64> =
+        h.sojourn_ticks.iter_recorded().map(|v| h.sojourn_ticks.highest_equivalent(v.value_iterated_to())).collect();
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert!(h.sojourn_ticks.equivalent(got[0], 82 * NS) && h.sojourn_ticks.equivalent(got[1], 3_600 * NS), "{got:?}");
+    assert!(h.sojourn_ticks.equivalent(got[2], MAX_SOJOURN_S * NS), "{got:?}");
 }
 
 /// Real frames through `Scheduler<VecBuf>`: RED at or above Kmax sets CE in the bytes (IPv4
