@@ -243,18 +243,6 @@ fn member(
         return Err(err(format!("{mk}.ip"), format!("expected a unicast address (a worker's own), found {:?}", m.ip)));
     }
     let ip = IpAddrBytes::from_std(std_ip);
-    // The appliance's own addresses answer as the appliance (NAKs, PROBE/STATUS, ARP): a member
-    // there would send contributions from, and be sent results to, the appliance itself.
-    let own = match ip {
-        IpAddrBytes::V4(a) => ports.ipv4.iter().position(|p| *p == Some(a)),
-        IpAddrBytes::V6(a) => ports.ipv6.iter().position(|p| *p == Some(a)),
-    };
-    if let Some(p) = own {
-        return Err(err(
-            format!("{mk}.ip"),
-            format!("expected a worker's address, found {:?}, the appliance's own (port[{p}])", m.ip),
-        ));
-    }
     // Results are unicast to the worker's NIC (spec section 6).
     let mac: EthernetAddress = super::validate::host_mac(&m.mac).map_err(|e| err(format!("{mk}.mac"), e))?;
     let port = m.port.unwrap_or(0);

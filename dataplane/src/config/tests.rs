@@ -378,12 +378,6 @@ fn collective_errors_name_the_key() {
         (coll("", "udp_port = 5").replace("10.0.0.1", "224.0.0.9"), "`collective[0].member[0].ip`", "unicast"),
         (coll("", "udp_port = 5").replace("10.0.0.1", "255.255.255.255"), "`collective[0].member[0].ip`", "unicast"),
         (coll("", "udp_port = 5").replace("10.0.0.1", "0.0.0.0"), "`collective[0].member[0].ip`", "unicast"),
-        // The appliance's own address (any port's) is not a worker's.
-        (
-            coll("", "udp_port = 5").replace("ip = \"10.0.0.1\"", "ip = \"10.0.0.254\""),
-            "`collective[0].member[0].ip`",
-            "expected a worker's address, found \"10.0.0.254\", the appliance's own (port[0])",
-        ),
         (coll("slot_timeout_ms = 0", "udp_port = 5"), "`collective[0].slot_timeout_ms`", "at least 1 ms"),
         (coll("slot_timeout_ms = 1", "udp_port = 5"), "", ""),
         (coll("", "udp_port = 5").replace("02:00:00:00:01:00", "ff:ff:ff:ff:ff:ff"), "`collective[0].member[0].mac`", "unicast MAC"),
