@@ -25,6 +25,21 @@
 //!   candidate holds another source's NAK of the last 100 ms is it suppressed: strangers share
 //!   nothing unless that many of them are answered at once (a flood), get at most [`BUCKETS`]
 //!   NAKs per 100 ms between them, each at most one, in fixed memory however many there are.
+//!
+//! **Runtime changes.** A change of the collectives (dpuctl, SIGHUP) gives the workers a new
+//! limiter ([`SharedNakLimiter::successor`]) holding every NAK of the old one, so that a source's
+//! 100 ms run on across the change, whichever kind of word it had before and has after. A member
+//! source in both sets keeps its word; a member that is a stranger now gets its NAK written as a
+//! stranger word under its tag where `grant_stranger` would have charged it
+//! (all four candidates held by others' recent NAKs: over the oldest, the first to free); a
+//! stranger that is a member now gets its stranger word's NAK as its member word. That word holds
+//! only 40 bits of time, so the full time is rebuilt against a reference: the appliance's clock
+//! at the change (the TSC in µs, what the workers pass for packets without an rx timestamp: live
+//! ports), unless the old limiter's newest member NAK says the workers run on another clock (a
+//! replay, whose aggregators use the packets' capture times): then that newest member NAK, which
+//! the workers wrote in their own clock. A stranger word is carried only if recent at the
+//! reference, as at most one interval before it or [`MAX_SKEW_US`] after it, so a reconstructed
+//! member word never silences its source for more than 100 ms + 1 s after the reference.
 
 use super::collective::{Carriage, Collective};
 use super::send::send_frame;
@@ -189,9 +204,7 @@ impl SharedNakLimiter {
     /// (at an interval's edge with clocks apart, at most [`CHOICES`]).
     #[inline]
     fn grant_stranger(&self, h: usize, now_us: u64) -> bool {
-        let h = h as u64;
-        let tag = HELD | (h & !TIME_MASK & !HELD);
-        let at: [usize; CHOICES] = std::array::from_fn(|i| (h >> (12 * i)) as usize % BUCKETS);
+        let (at, tag) = Self::candidates(h);
         loop {
             let w: [u64; CHOICES] = std::array::from_fn(|i| self.buckets[at[i]].load(Ordering::Acquire));
             // The word already holding this source's tag decides; else the first free or
@@ -231,24 +244,146 @@ impl SharedNakLimiter {
     }
 
     /// The limiter for a changed set of collectives (the control plane's runtime change): the
-    /// members' sources of `collectives`, with every word this limiter holds carried over (the
-    /// strangers' buckets, and the words of the member sources both sets have), so that the
-    /// 100 ms interval of section 5 runs on across the change. Allocates: on the control thread,
-    /// never per packet. A NAK granted by a worker still on this limiter after the words were
-    /// read is not in the new one: at most one NAK more per source during a switch.
-    pub fn successor<'a>(&self, collectives: impl IntoIterator<Item = &'a Collective> + 'a) -> Arc<SharedNakLimiter> {
-        let next = SharedNakLimiter::with_members(member_sources(collectives));
+    /// members' sources of `collectives`, with every NAK this limiter recorded carried over, so
+    /// that the 100 ms interval of section 5 runs on across the change for every source, whether
+    /// it stays what it was or moves between the two kinds of words (module docs, "Runtime
+    /// changes"):
+    /// - the strangers' buckets, as they are;
+    /// - a member source both sets have: its word;
+    /// - a new member source: its stranger word (the candidate holding its tag, then freed),
+    ///   reconstructed as a full time against a reference (below) if it is recent;
+    /// - an old member source the new set no longer has: its word, as a stranger word under its
+    ///   tag in the candidate `grant_stranger` would take (its tag's, else the first free or
+    ///   stale one), if its NAK is recent; when all its candidates hold other sources' recent
+    ///   NAKs, in the one whose NAK is the oldest (the first to free: its stranger, at the end
+    ///   of its interval, loses its word rather than the old member, whose NAK is newer).
+    ///
+    /// `now_us` is the appliance's own clock at the change (µs, as the workers read it for a
+    /// packet without an rx timestamp: the TSC over its µs rate). It is the reference unless the
+    /// workers evidently run on another clock: when the newest member NAK of this limiter (a
+    /// full time, in the workers' own clock) lies more than `MAX_SKEW_US` after it, or 2^39 µs
+    /// or more before it (a replay, whose aggregators run on the packets' capture times, or a
+    /// clock too far off to tell), that newest member NAK is the reference instead. "Recent" is
+    /// as for strangers, at the reference: at most an interval before it, or up to `MAX_SKEW_US`
+    /// after it. So a new member's rebuilt NAK lies at most `MAX_SKEW_US` after the reference
+    /// and silences it for at most 100 ms + 1 s after it. With the newest member NAK as the
+    /// reference (a replay), a stranger's NAK more than 1 s after it is not carried: the
+    /// source may get its next NAK early, never a longer silence. Without any member NAK in a
+    /// replay, the appliance's clock is the reference though the workers' is another: a
+    /// stranger word then reads as recent only by coincidence (1.1 s in 2^40 µs; the source is
+    /// then silent until the capture times reach the reference).
+    ///
+    /// Allocates: on the control thread, never per packet. A NAK granted by a worker still on this
+    /// limiter after the words were read is not in the new one: at most one NAK more per source
+    /// during a switch.
+    pub fn successor<'a>(
+        &self,
+        collectives: impl IntoIterator<Item = &'a Collective> + 'a,
+        now_us: u64,
+    ) -> Arc<SharedNakLimiter> {
+        Arc::new(self.successor_of(member_sources(collectives), now_us))
+    }
+
+    /// [`SharedNakLimiter::successor`] for member sources `sources`.
+    fn successor_of(&self, sources: impl IntoIterator<Item = Source>, now_us: u64) -> SharedNakLimiter {
+        let next = SharedNakLimiter::with_members(sources);
         for (a, b) in next.buckets.iter().zip(self.buckets.iter()) {
             a.store(b.load(Ordering::Acquire), Ordering::Relaxed);
         }
-        if let (Some(old), Some(new)) = (self.members.get(), next.members.get()) {
+        let old = self.members.get();
+        let reference = self.reference_us(now_us);
+        if let Some(new) = next.members.get() {
+            // First the new members (their stranger words are freed), then the old ones that
+            // became strangers (they may take those words).
             for (s, _) in new.table.iter().filter(|(_, i)| *i != EMPTY) {
-                if let (Some(w), Some(o)) = (new.word(s, hash(s)), old.word(s, hash(s))) {
-                    w.store(o.load(Ordering::Acquire), Ordering::Relaxed);
+                let h = hash(s);
+                let Some(w) = new.word(s, h) else { continue };
+                match old.and_then(|o| o.word(s, h)) {
+                    Some(o) => w.store(o.load(Ordering::Acquire), Ordering::Relaxed),
+                    None => {
+                        if let Some(t) = next.take_stranger(h, reference) {
+                            w.store(t.saturating_add(1), Ordering::Relaxed);
+                        }
+                    }
                 }
             }
         }
-        Arc::new(next)
+        if let Some(old) = old {
+            for (s, _) in old.table.iter().filter(|(_, i)| *i != EMPTY) {
+                let h = hash(s);
+                if next.is_member(s) {
+                    continue;
+                }
+                let last = old.word(s, h).map_or(0, |w| w.load(Ordering::Acquire));
+                if last != 0 {
+                    next.place_stranger(h, last - 1, reference);
+                }
+            }
+        }
+        next
+    }
+
+    /// The reference time of a change at the appliance's clock `now_us` (see
+    /// [`SharedNakLimiter::successor`]): `now_us`, unless this limiter's newest member NAK says
+    /// the workers' clock is another; then that NAK's time.
+    fn reference_us(&self, now_us: u64) -> u64 {
+        let newest = self
+            .members
+            .get()
+            .and_then(|m| m.last.iter().map(|w| w.load(Ordering::Acquire)).filter(|&w| w != 0).max())
+            .map(|w| w - 1);
+        match newest {
+            Some(t) if t > now_us.saturating_add(MAX_SKEW_US) || now_us.saturating_sub(t) >= 1 << (TIME_BITS - 1) => t,
+            _ => now_us,
+        }
+    }
+
+    /// The candidates of the stranger whose [`hash`] is `h`: their buckets, and the tag its
+    /// words carry (with [`HELD`]).
+    #[inline]
+    fn candidates(h: usize) -> ([usize; CHOICES], u64) {
+        let h = h as u64;
+        (std::array::from_fn(|i| (h >> (12 * i)) as usize % BUCKETS), HELD | (h & !TIME_MASK & !HELD))
+    }
+
+    /// Frees the stranger word of the source whose [`hash`] is `h` (it became a member) and
+    /// returns the full time of its NAK if that is [`recent`] at reference `at_us`: the time at
+    /// most one interval before `at_us`, or at most [`MAX_SKEW_US`] after it, whose low 40 bits
+    /// the word holds. Control thread only (the limiter is not shared yet).
+    fn take_stranger(&self, h: usize, at_us: u64) -> Option<u64> {
+        let (at, tag) = Self::candidates(h);
+        let b = at.iter().map(|&i| &self.buckets[i]).find(|b| b.load(Ordering::Relaxed) & !TIME_MASK == tag)?;
+        let w = b.swap(0, Ordering::Relaxed);
+        if !recent(w, at_us) {
+            return None;
+        }
+        let age = (at_us & TIME_MASK).wrapping_sub(w & TIME_MASK) & TIME_MASK;
+        Some(if age < NAK_INTERVAL_US { at_us.saturating_sub(age) } else { at_us.saturating_add(TIME_MASK + 1 - age) })
+    }
+
+    /// Records a NAK at `t_us` (full time) to the stranger whose [`hash`] is `h` (it was a
+    /// member), if it is [`recent`] at reference `at_us`, where
+    /// [`grant_stranger`](Self::grant_stranger) at `at_us` would have charged it: the candidate
+    /// holding its tag, else the first free or stale one, else (every candidate holds another
+    /// source's recent NAK) the one whose NAK is the oldest, the first to free. Control thread
+    /// only (the limiter is not shared yet).
+    fn place_stranger(&self, h: usize, t_us: u64, at_us: u64) {
+        let (at, tag) = Self::candidates(h);
+        let new = tag | (t_us & TIME_MASK);
+        if !recent(new, at_us) {
+            return;
+        }
+        let w: [u64; CHOICES] = std::array::from_fn(|i| self.buckets[at[i]].load(Ordering::Relaxed));
+        // A word's age at the reference; one ahead of it (skew) is the newest.
+        let age = |w: u64| match (at_us & TIME_MASK).wrapping_sub(w & TIME_MASK) & TIME_MASK {
+            a if a > TIME_MASK - MAX_SKEW_US => 0,
+            a => a,
+        };
+        let pick = (0..CHOICES)
+            .find(|&i| w[i] & !TIME_MASK == tag)
+            .or_else(|| (0..CHOICES).find(|&i| !recent(w[i], at_us)))
+            .unwrap_or_else(|| (0..CHOICES).rev().max_by_key(|&i| age(w[i])).unwrap_or(0));
+        self.buckets[at[pick]].store(new, Ordering::Relaxed);
     }
 
     /// True if `src` is a configured member's source.
@@ -520,6 +655,175 @@ mod tests {
         assert!(l.allow(a, 10 * DAY));
         assert!(!l.allow(a, 10 * DAY - 999_999));
         assert!(l.allow(a, 10 * DAY - 1_000_001 + (1 << 40)), "2^40 µs later, less a second: old");
+    }
+
+    /// Sources whose first candidate bucket is `b` (strangers that take it when it is free).
+    fn first_in(b: usize) -> impl Iterator<Item = Source> {
+        (0..u32::MAX)
+            .map(|i| v4([172, 20, (i >> 8) as u8, i as u8], 40000u16.wrapping_add((i >> 16) as u16)))
+            .filter(move |s| hash(s) % BUCKETS == b)
+    }
+
+    /// A member's NAK, then the change that makes it a stranger (its collective deleted): the
+    /// next NAK within 100 ms is suppressed, the one 100 ms after granted; so near a 2^40 µs
+    /// wrap of the strangers' time.
+    #[test]
+    fn an_old_member_keeps_its_interval_as_a_stranger() {
+        let a = v4([10, 0, 0, 1], 50000);
+        let b = v4([10, 0, 0, 2], 50000);
+        for t0 in [1_000_000, (1 << 40) - 3_000, 5 * (1 << 40) - 50_000] {
+            let l = SharedNakLimiter::with_members([a, b]);
+            assert!(l.allow(a, t0), "NAK 7 to a rank");
+            let next = l.successor_of([b], t0 + 5_000);
+            assert!(!next.is_member(&a) && next.is_member(&b));
+            assert!(!next.allow(a, t0 + 5_000), "NAK 1 5 ms later: suppressed");
+            assert!(!next.allow(a, t0 + NAK_INTERVAL_US - 1));
+            assert!(next.allow(a, t0 + NAK_INTERVAL_US), "100 ms later: granted");
+            assert!(!next.allow(a, t0 + NAK_INTERVAL_US + 1));
+            assert!(next.allow(b, t0 + 5_000), "b had none");
+        }
+        // A member's NAK older than the interval at the change is not written.
+        let l = SharedNakLimiter::with_members([a]);
+        assert!(l.allow(a, 1_000_000));
+        let next = l.successor_of([], 1_000_000 + NAK_INTERVAL_US);
+        assert!(next.buckets.iter().all(|w| w.load(Ordering::Relaxed) == 0));
+        assert!(next.allow(a, 1_000_000 + NAK_INTERVAL_US));
+    }
+
+    /// A stranger's NAK (an unknown collective), then the change that makes it a member
+    /// (`add_collective`): the next NAK within 100 ms (a stale round, 8 ms later) is suppressed,
+    /// the one 100 ms after granted; its stranger word is freed. So with the stranger's 40-bit
+    /// time just before a 2^40 µs wrap and the change just after (the full time is rebuilt
+    /// across it), and with members whose words carry over.
+    #[test]
+    fn a_new_member_keeps_its_interval_from_its_stranger_word() {
+        let a = v4([10, 0, 0, 1], 50000);
+        let m = v4([10, 0, 0, 9], 50000);
+        for (t0, change) in [
+            (1_000_000, 1_008_000),
+            ((1 << 40) - 3_000, (1 << 40) + 5_000),
+            (7 * (1 << 40) - 3_000, 7 * (1 << 40) + 5_000),
+            ((1 << 40) + 2_000, (1 << 40) + 10_000),
+        ] {
+            for members in [vec![], vec![m]] {
+                let l = SharedNakLimiter::with_members(members.iter().copied());
+                assert!(l.allow(a, t0), "NAK 1 to a stranger");
+                if !members.is_empty() {
+                    assert!(l.allow(m, t0 - 50_000));
+                }
+                let next = l.successor_of([a, m], change);
+                assert!(next.is_member(&a));
+                assert!(next.buckets.iter().all(|w| w.load(Ordering::Relaxed) == 0), "its stranger word freed");
+                assert!(!next.allow(a, change), "NAK 7 {} µs later: suppressed", change - t0);
+                assert!(!next.allow(a, t0 + NAK_INTERVAL_US - 1));
+                assert!(next.allow(a, t0 + NAK_INTERVAL_US), "100 ms later: granted");
+                assert!(!next.allow(a, t0 + NAK_INTERVAL_US + 1));
+                // A member in both sets keeps its word.
+                assert_eq!(next.allow(m, t0 + 40_000), members.is_empty());
+            }
+        }
+        // A stranger's NAK older than the interval at the change: a fresh member word.
+        let l = SharedNakLimiter::default();
+        assert!(l.allow(a, 1_000_000));
+        let next = l.successor_of([a], 1_000_000 + NAK_INTERVAL_US);
+        assert!(next.allow(a, 1_000_000 + NAK_INTERVAL_US));
+    }
+
+    /// The reference of a change: the appliance's clock, unless the old members' newest NAK
+    /// shows the workers run on another (a replay's capture times). A stranger word up to 1 s
+    /// ahead of the reference is carried (silencing at most 100 ms + 1 s after it), further
+    /// ahead it is old.
+    #[test]
+    fn a_new_members_word_is_rebuilt_against_the_workers_clock() {
+        let a = v4([10, 0, 0, 1], 50000);
+        let m = v4([10, 0, 0, 9], 50000);
+        // A replay: capture times (2024, µs since 1970) far ahead of the appliance's TSC clock.
+        let capture = 1_717_000_000_000_000u64;
+        let tsc = 90_000_000_000u64;
+        let l = SharedNakLimiter::with_members([m]);
+        assert!(l.allow(m, capture));
+        assert!(l.allow(a, capture + 300_000));
+        let next = l.successor_of([a, m], tsc);
+        assert!(!next.allow(a, capture + 300_000 + 50_000));
+        assert!(next.allow(a, capture + 300_000 + NAK_INTERVAL_US));
+        // Up to 1 s ahead of the reference: carried, silent until its interval ends.
+        let l = SharedNakLimiter::default();
+        assert!(l.allow(a, tsc + 900_000));
+        let next = l.successor_of([a], tsc);
+        assert!(!next.allow(a, tsc + 900_000 + NAK_INTERVAL_US - 1));
+        assert!(next.allow(a, tsc + 900_000 + NAK_INTERVAL_US));
+        // More than 1 s ahead: old (2^40 µs earlier), not carried.
+        let l = SharedNakLimiter::default();
+        assert!(l.allow(a, tsc + 1_100_000));
+        let next = l.successor_of([a], tsc);
+        assert!(next.allow(a, tsc));
+        // The newest member NAK 2^39 µs or more behind the appliance's clock: it is the
+        // reference, and a stranger's NAK more than 1 s after it is not carried (never a
+        // silence beyond 100 ms + 1 s after a reference the workers' clock has reached).
+        let l = SharedNakLimiter::with_members([m]);
+        assert!(l.allow(m, 1_000));
+        assert!(l.allow(a, (1 << 39) + 1_000_000));
+        assert_eq!(l.reference_us((1 << 39) + 1_000_000), 1_000);
+        assert!(l.successor_of([a, m], (1 << 39) + 1_000_000).allow(a, (1 << 39) + 1_001_000));
+    }
+
+    /// An old member whose four stranger candidates all hold other strangers' recent NAKs: its
+    /// word goes over the oldest of them (the first to free), the others are kept; with one
+    /// candidate free, that one is taken and no other is touched.
+    #[test]
+    fn an_old_members_word_goes_over_the_oldest_of_a_full_candidate_set() {
+        let a = v4([10, 0, 0, 1], 50000);
+        let (at, tag) = SharedNakLimiter::candidates(hash(&a));
+        let mut distinct = at.to_vec();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), CHOICES, "a's candidates are four buckets");
+        // One stranger in each candidate, at 30, 10, 20 and 40 ms: the second's NAK is the
+        // oldest.
+        let times = [30_000u64, 10_000, 20_000, 40_000];
+        let for_state = |free: Option<usize>| {
+            let l = SharedNakLimiter::with_members([a]);
+            let others: Vec<Source> = at.iter().map(|&b| first_in(b).next().unwrap()).collect();
+            for (i, o) in others.iter().enumerate() {
+                if Some(i) != free {
+                    assert!(l.allow(*o, times[i]));
+                    assert_eq!(l.buckets[at[i]].load(Ordering::Relaxed) & TIME_MASK, times[i], "in its bucket");
+                }
+            }
+            assert!(l.allow(a, 50_000), "the member's NAK");
+            (l.successor_of([], 60_000), others)
+        };
+        let (next, others) = for_state(None);
+        let words: Vec<u64> = at.iter().map(|&b| next.buckets[b].load(Ordering::Relaxed)).collect();
+        assert_eq!(words[1], tag | 50_000, "over the oldest (10 ms)");
+        for i in [0, 2, 3] {
+            assert_eq!(words[i] & TIME_MASK, times[i], "kept");
+            assert!(!next.allow(others[i], 60_000), "still suppressed");
+        }
+        assert!(!next.allow(a, 60_000));
+        assert!(!next.allow(a, 50_000 + NAK_INTERVAL_US - 1));
+        assert!(next.allow(a, 50_000 + NAK_INTERVAL_US));
+        // One candidate free: that one.
+        let (next, _) = for_state(Some(2));
+        let words: Vec<u64> = at.iter().map(|&b| next.buckets[b].load(Ordering::Relaxed)).collect();
+        assert_eq!(words[2], tag | 50_000);
+        for i in [0, 1, 3] {
+            assert_eq!(words[i] & TIME_MASK, times[i]);
+        }
+        assert!(!next.allow(a, 60_000));
+        // Its tag already held in a later candidate (an old stranger word of it): that word is
+        // the one written.
+        let l = SharedNakLimiter::with_members([a]);
+        l.buckets[at[2]].store(tag | 1_000, Ordering::Relaxed);
+        assert!(l.allow(a, 300_000));
+        let next = l.successor_of([], 310_000);
+        assert_eq!(next.buckets[at[2]].load(Ordering::Relaxed), tag | 300_000);
+        assert_eq!(next.buckets.iter().filter(|w| w.load(Ordering::Relaxed) != 0).count(), 1);
+        assert!(!next.allow(a, 310_000));
+        // A member again: its word is that stranger word, rebuilt.
+        let back = next.successor_of([a], 320_000);
+        assert!(!back.allow(a, 399_999) && back.allow(a, 400_000));
+        assert!(next.allow(a, 400_000));
     }
 
     fn v4(a: [u8; 4], port: u16) -> Source {

@@ -323,7 +323,9 @@ impl Server {
         }
         let keep = update::kept(&self.colls, &collectives, &restarted);
         let owners = update::owners(&self.colls, &self.owners, &collectives, workers);
-        let naks = colls_changed.then(|| self.agg.naks.successor(&collectives));
+        // The appliance's clock (µs), as the workers read it: NAK times carry over against it.
+        let now_us = crate::dpdk::rdtsc() / (crate::dpdk::tsc_hz() / 1_000_000).max(1);
+        let naks = colls_changed.then(|| self.agg.naks.successor(&collectives, now_us));
         let carry = Arc::new(update::carry(&self.model, &self.pipeline, &model, &pipeline));
         let fresh = PipelineState::new(&pipeline);
         let board = live::current().map(|b| {
