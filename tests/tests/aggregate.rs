@@ -169,6 +169,66 @@ fn each_collective_reports_its_own_counters() {
     assert!(text.contains("collective 8: 1 rounds completed"), "{text}");
 }
 
+/// Section 5: a NAK can never be used to amplify traffic, so a refused packet whose source is
+/// no one host's gets none: IPv4 sources 255.255.255.255, 0.0.0.0, 224.0.0.1, 127.0.0.1 and the
+/// appliance's own 10.0.0.254, IPv6 ff02::1, :: and ::1, a broadcast or multicast Ethernet
+/// source, UDP source port 0. Each is still counted under its drop reason, and the NAK not sent
+/// in `naks_suppressed`; a unicast stranger refused after them (within 100 ms) gets its NAK.
+#[test]
+fn naks_never_go_to_a_group_nobody_or_the_appliance() {
+    let dir = scratch("aggregate-nak-sources");
+    let a = Coll { id: 7, n: 2, tensor: 4, chunk: 4, ..Default::default() };
+    let b = Coll { id: 8, n: 2, tensor: 4, chunk: 4, v6: true, ..Default::default() };
+    let pl = f32s(&[1.0; 4]);
+    let v6 = |s: &str| IpAddrBytes::V6(s.parse::<std::net::Ipv6Addr>().unwrap().octets());
+    let unknown = |s: &mut dataplane::wire::build::FrameSpec| s.header.collective_id = 99;
+    let mut frames = Vec::new();
+    let mut t = T0;
+    for ip in [[255; 4], [0; 4], [224, 0, 0, 1], [127, 0, 0, 1], [10, 0, 0, 254]] {
+        frames.push((t, a.frame(0, 0, 0, &pl, |s| s.src_ip = IpAddrBytes::V4(ip))));
+        t += 10;
+    }
+    for ip in ["ff02::1", "::", "::1"] {
+        frames.push((t, b.frame(0, 0, 0, &pl, |s| s.src_ip = v6(ip))));
+        t += 10;
+    }
+    for mac in ["ff:ff:ff:ff:ff:ff", "01:00:5e:00:00:01"] {
+        frames.push((
+            t,
+            a.frame(0, 0, 0, &pl, |s| {
+                s.src_mac = mac.parse().unwrap();
+                unknown(s);
+            }),
+        ));
+        t += 10;
+    }
+    frames.push((
+        t,
+        a.frame(0, 0, 0, &pl, |s| {
+            s.src_port = 0;
+            unknown(s);
+        }),
+    ));
+    t += 10;
+    // A unicast stranger: its NAK (5, not the rank's member).
+    frames.push((t, a.frame(0, 0, 0, &pl, |s| s.src_ip = IpAddrBytes::V4([10, 0, 0, 66]))));
+    let inp = dir.join("in.pcap");
+    write_pcap_at(&inp, &frames);
+    let conf = write_config(&dir, "c.toml", &format!("{EAL}{PORT}\n{}\n{}\n", a.toml(), b.toml()));
+    let out = dir.join("out.pcap");
+    let run = run_dpu(&dir, &conf, &[format!("--rx=0={}", inp.display()), format!("--tx=0={}", out.display())]);
+    run.assert_ok();
+    let sent = read_pcap(&out);
+    assert_eq!(sent.len(), 1, "only the stranger's NAK: {sent:02x?}");
+    // To the stranger's MAC and address, from the appliance's.
+    assert_eq!(&sent[0][0..12], &[2, 0, 0, 0, 1, 0, 2, 0, 0, 0, 0, 0xfe], "member 0's MAC, the appliance's");
+    assert_eq!(&sent[0][26..34], &[10, 0, 0, 254, 10, 0, 0, 66]);
+    let s = run.stats();
+    assert_eq!((&s["aggregation"]["naks"], &s["aggregation"]["naks_suppressed"]), (&1.into(), &11.into()));
+    assert_eq!(run.drops("grad_not_member"), 9);
+    assert_eq!(run.drops("grad_unknown_collective"), 3);
+}
+
 #[test]
 fn aggregate_without_collectives_is_a_config_error() {
     let dir = scratch("aggregate-no-collective");

@@ -47,6 +47,13 @@ fn cases() -> Vec<Case> {
             0,
         ),
         c(
+            "arp_request_padded_reply_trimmed",
+            "Ether(src=PEER, dst=BCAST) / ARP(op=1, hwsrc=PEER, psrc='10.0.0.2', pdst=ME4) / Padding(load=b'\\xaa' * 60)",
+            Out::ArpReply(PEER),
+            None,
+            0,
+        ),
+        c(
             "arp_sender_broadcast",
             "Ether(src=PEER, dst=BCAST) / ARP(op=1, hwsrc=BCAST, psrc='10.0.0.2', pdst=ME4)",
             Out::Nothing,
@@ -163,6 +170,48 @@ fn cases() -> Vec<Case> {
             "Ether(src=INTRUDER, dst=ME_MAC) / IPv6(src='::', dst=ME6, hlim=255) / ICMPv6ND_NS(tgt=ME6)",
             Out::Nothing,
             Some("nd_bad_unspecified_source"),
+            0,
+        ),
+        c(
+            "ns_from_a_multicast_source",
+            "Ether(src=PEER, dst=SN_MAC) / IPv6(src='ff02::1', dst=SN, hlim=255) / ICMPv6ND_NS(tgt=ME6) / ICMPv6NDOptSrcLLAddr(lladdr=PEER)",
+            Out::Nothing,
+            Some("nd_bad_source"),
+            0,
+        ),
+        c(
+            "ns_from_loopback",
+            "Ether(src=PEER, dst=ME_MAC) / IPv6(src='::1', dst=ME6, hlim=255) / ICMPv6ND_NS(tgt=ME6)",
+            Out::Nothing,
+            Some("nd_bad_source"),
+            0,
+        ),
+        c(
+            "ns_from_a_broadcast_mac_without_source_lladdr",
+            "Ether(src=BCAST, dst=SN_MAC) / IPv6(src='fd00::2', dst=SN, hlim=255) / ICMPv6ND_NS(tgt=ME6)",
+            Out::Nothing,
+            Some("nd_sender_multicast"),
+            0,
+        ),
+        c(
+            "ns_with_a_multicast_source_lladdr",
+            "Ether(src=PEER, dst=SN_MAC) / IPv6(src='fd00::2', dst=SN, hlim=255) / ICMPv6ND_NS(tgt=ME6) / ICMPv6NDOptSrcLLAddr(lladdr='33:33:00:00:00:01')",
+            Out::Nothing,
+            Some("nd_sender_multicast"),
+            0,
+        ),
+        c(
+            "ns_answered_to_its_source_lladdr",
+            "Ether(src=PEER, dst=SN_MAC) / IPv6(src='fd00::2', dst=SN, hlim=255) / ICMPv6ND_NS(tgt=ME6) / ICMPv6NDOptSrcLLAddr(lladdr='02:00:00:00:07:07')",
+            Out::Advertisement("02:00:00:00:07:07"),
+            None,
+            0,
+        ),
+        c(
+            "ns_with_traffic_class_and_flow_label",
+            "Ether(src=PEER, dst=SN_MAC) / IPv6(src='fd00::2', dst=SN, hlim=255, tc=0xbb, fl=0xabcde) / ICMPv6ND_NS(tgt=ME6) / ICMPv6NDOptSrcLLAddr(lladdr=PEER)",
+            Out::Advertisement(PEER),
+            None,
             0,
         ),
         c(
@@ -302,12 +351,19 @@ fn hostile_neighbours_get_their_exact_answer_and_counter() {
                 // Operation 2, sender = the appliance, target hardware address = the requester.
                 assert_eq!((&r[20..22], &r[22..28], &r[28..32]), (&[0, 2][..], &mac(ME_MAC)[..], &[10, 0, 0, 254][..]));
                 assert_eq!(&r[32..38], &mac(to)[..], "{name}");
+                // The ARP packet alone: the request's trailing bytes are not echoed.
+                assert_eq!(r.len(), 42, "{name}");
             }
             Out::Advertisement(to) => {
                 assert_eq!(sent.len(), 1, "{name}");
                 let r = &sent[0];
                 assert_eq!((&r[0..6], &r[6..12], &r[12..14]), (&mac(to)[..], &mac(ME_MAC)[..], &[0x86, 0xdd][..]));
                 assert_eq!((r[20], r[21], r[54]), (58, 255, 136), "{name}: ICMPv6 NA, hop limit 255");
+                // A new packet: traffic class 0 (Not-ECT), flow label 0; 32 bytes of ICMPv6.
+                assert_eq!(&r[14..18], &[0x60, 0, 0, 0], "{name}: version 6, class 0, flow label 0");
+                assert_eq!(r.len(), 14 + 40 + 32, "{name}");
+                // The target link-layer address option names the appliance.
+                assert_eq!(&r[78..86], &[&[2, 1][..], &mac(ME_MAC)[..]].concat()[..], "{name}");
             }
         }
         let stats = run.stats();

@@ -116,7 +116,11 @@ impl AggCounters {
             ),
             ("agg_resent_result_packets", "RESULT packets resent to one member", self.resends),
             ("agg_nak_packets", "NAKs sent", self.naks),
-            ("agg_suppressed_naks", "NAKs suppressed by the per-source rate limit", self.naks_suppressed),
+            (
+                "agg_suppressed_naks",
+                "NAKs not sent: suppressed by the per-source rate limit, or withheld for a source no NAK may go to",
+                self.naks_suppressed,
+            ),
             ("agg_timed_out_rounds", "rounds reclaimed after slot_timeout_ms", self.slot_timeouts),
             ("agg_payload_bytes", "bytes of gradient payload folded", self.payload_bytes),
             (
@@ -149,7 +153,7 @@ impl CollCounters {
             ),
             (
                 "agg_collective_suppressed_naks",
-                "NAKs for the collective's packets suppressed by the per-source rate limit",
+                "NAKs for the collective's packets not sent: suppressed by the per-source rate limit, or withheld for a source no NAK may go to",
                 self.naks_suppressed,
             ),
             (

@@ -7,7 +7,7 @@ use crate::agg::PortAddr;
 use crate::buf::PacketBuf;
 use crate::parse::{Layers, Parsed};
 use crate::stats::Reason;
-use crate::wire::arp::{ArpPacket, ArpRepr, OP_REQUEST};
+use crate::wire::arp::{self, ArpPacket, ArpRepr, OP_REQUEST};
 use crate::wire::ipv6::{self, Ipv6Packet};
 use crate::wire::ndp::{self, NdMessage};
 use crate::wire::EthernetFrame;
@@ -51,7 +51,8 @@ impl Answer {
 ///   source, unless its sender hardware address is a broadcast or multicast address
 ///   ([`Reason::ArpSenderMulticast`]) or differs from the Ethernet source
 ///   ([`Reason::ArpSenderMismatch`]): a reply is never sent to a group, nor to a MAC the frame
-///   did not come from;
+///   did not come from; the reply is the 28-byte ARP packet after the request's Ethernet header
+///   and tags, without the request's trailing bytes (padding a short frame is the NIC's);
 /// - a packet (request or reply) whose sender IPv4 address is the port's, from a sender hardware
 ///   address other than the port's MAC, is a conflict (a gratuitous ARP or an answer claiming
 ///   the address): noted, never answered, passed to the tables; a probe (sender IPv4 address
@@ -63,12 +64,18 @@ impl Answer {
 /// extension headers or fragmentation, must pass RFC 4861 section 7.1.1's checks, each failure a
 /// drop with its reason: hop limit 255, length at least 24 bytes, code 0, a valid ICMPv6
 /// checksum, a target that is not multicast, no option of length zero (or running past the
-/// message), a source that is none of `local`'s IPv6 addresses, and from the unspecified source
-/// (duplicate address detection) a solicited-node destination and no source link-layer address
-/// option. A valid one whose target is the port's address is answered with a Neighbor
-/// Advertisement (RFC 4861 section 7.2.4): to its source, solicited; a duplicate address
-/// detection probe to all-nodes, unsolicited, and counted as a conflict. A valid solicitation
-/// for another target passes.
+/// message), a source that is neither multicast (RFC 4291 section 2.7) nor the loopback address
+/// (RFC 4291 section 2.5.3; [`Reason::NdBadSource`]) nor one of `local`'s IPv6 addresses, and
+/// from the unspecified source (duplicate address detection) a solicited-node destination and no
+/// source link-layer address option. A valid one whose target is the port's address is answered
+/// with a Neighbor Advertisement (RFC 4861 section 7.2.4): to its source, solicited, at the
+/// link-layer address its source link-layer address option gives (RFC 4861 section 7.2.3), else
+/// at the frame's Ethernet source; a duplicate address detection probe to all-nodes,
+/// unsolicited, and counted as a conflict. Neither is answered when the frame's Ethernet source
+/// or the option's address is a broadcast or multicast address ([`Reason::NdSenderMulticast`]):
+/// a reply is never sent to a group. The advertisement is a new packet: traffic class 0 (Not-ECT,
+/// RFC 3168 section 5) and flow label 0 (RFC 6437 section 3), whatever the solicitation carried.
+/// A valid solicitation for another target passes.
 pub fn answer<B: PacketBuf>(buf: &mut B, p: &Parsed, port: &PortAddr, local: &[PortAddr]) -> Answer {
     if p.has(Layers::ARP) {
         answer_arp(buf, p, port)
@@ -95,6 +102,12 @@ fn answer_arp<B: PacketBuf>(buf: &mut B, p: &Parsed, port: &PortAddr) -> Answer 
     } else if req.sender_mac != p.eth_src {
         Verdict::Drop(Reason::ArpSenderMismatch)
     } else {
+        // The reply is the ARP packet alone after the request's Ethernet header and tags: the
+        // request's trailing bytes (its padding to 60) are not the reply's; padding a short
+        // frame is the NIC's (as for the neighbour advertisement).
+        if !buf.set_len(l3 + arp::PACKET_LEN) {
+            return Answer::PASS;
+        }
         let reply = req.reply(port.mac);
         let f = buf.data_mut();
         if reply.emit(&mut f[l3..]).is_err() {
@@ -107,6 +120,9 @@ fn answer_arp<B: PacketBuf>(buf: &mut B, p: &Parsed, port: &PortAddr) -> Answer 
     };
     Answer { verdict, conflict: probe }
 }
+
+/// The IPv6 loopback address `::1` (RFC 4291 section 2.5.3).
+const LOOPBACK: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
 
 fn answer_ns<B: PacketBuf>(buf: &mut B, p: &Parsed, port: &PortAddr, local: &[PortAddr]) -> Answer {
     if !p.has(Layers::IPV6) || p.has(Layers::IP_FRAGMENT) || p.ip_proto != ndp::NEXT_HEADER_ICMPV6 {
@@ -145,16 +161,27 @@ fn answer_ns<B: PacketBuf>(buf: &mut B, p: &Parsed, port: &PortAddr, local: &[Po
     let Some(source_lladdr) = ndp::check_options(ns.options()) else {
         return Answer::drop(Reason::NdBadOption);
     };
+    // Never a source: a multicast address (RFC 4291 section 2.7), the loopback address (RFC
+    // 4291 section 2.5.3: never sent on a link).
+    if src[0] == 0xff || src == LOOPBACK {
+        return Answer::drop(Reason::NdBadSource);
+    }
     if local.iter().any(|a| a.ipv6 == Some(src)) {
         return Answer::drop(Reason::NdOwnSource);
     }
-    if unspecified && (!ndp::is_solicited_node(&dst) || source_lladdr) {
+    if unspecified && (!ndp::is_solicited_node(&dst) || source_lladdr.is_some()) {
         return Answer::drop(Reason::NdBadUnspecifiedSource);
     }
     if target != ip {
         return Answer::PASS;
     }
-    let requester_mac = p.eth_src;
+    // The advertisement goes to the source's link-layer address: the one its source link-layer
+    // address option gives (RFC 4861 sections 7.2.3, 7.2.4), else the frame's Ethernet source;
+    // never to a group, nor for a frame from a group (IEEE 802: never a source).
+    let requester_mac = source_lladdr.unwrap_or(p.eth_src);
+    if p.eth_src.is_multicast() || requester_mac.is_multicast() {
+        return Answer { verdict: Verdict::Drop(Reason::NdSenderMulticast), conflict: unspecified };
+    }
     let dst = if unspecified { ndp::ALL_NODES } else { src };
     let len = l4 + ndp::BODY_LEN + ndp::LLADDR_OPT_LEN;
     if !buf.set_len(len) {
@@ -164,8 +191,13 @@ fn answer_ns<B: PacketBuf>(buf: &mut B, p: &Parsed, port: &PortAddr, local: &[Po
     let mut eth = EthernetFrame::new_unchecked(&mut *f);
     eth.set_dst(if unspecified { ndp::multicast_mac(&ndp::ALL_NODES) } else { requester_mac });
     eth.set_src(port.mac);
-    // IPv6 header: payload length, hop limit 255, addresses (version, class and flow label kept).
+    // IPv6 header: a new packet's (RFC 8200 section 3): traffic class 0 (DSCP 0, Not-ECT: only a
+    // congested router sets CE, RFC 3168 section 5), flow label 0 (not the requester's flow, RFC
+    // 6437 section 3), payload length, hop limit 255, addresses.
     let mut ip6 = Ipv6Packet::new_unchecked(&mut f[l3..l4]);
+    ip6.set_version(6);
+    ip6.set_traffic_class(0);
+    ip6.set_flow_label(0);
     ip6.set_payload_len((ndp::BODY_LEN + ndp::LLADDR_OPT_LEN) as u16);
     ip6.set_next_header(ndp::NEXT_HEADER_ICMPV6);
     ip6.set_hop_limit(255);
@@ -305,7 +337,20 @@ pub(crate) mod tests {
             assert_eq!(a.sender_mac.to_string(), "02:00:00:00:00:fe");
             assert_eq!(a.target_mac.0, PEER);
             assert_eq!(&r[12..l3], &f[12..l3], "same VLAN");
+            // The ARP packet alone after the header: the request's padding (to 60) is not
+            // echoed.
+            assert_eq!(r.len(), l3 + 28);
+            assert_eq!(
+                &r[l3..],
+                &[0, 1, 8, 0, 6, 4, 0, 2, 2, 0, 0, 0, 0, 0xfe, 10, 0, 0, 254, 2, 0, 0, 0, 1, 1, 10, 0, 0, 2][..]
+            );
         }
+        // Trailing bytes of any kind (0xaa padding, a 102-byte request) are trimmed the same.
+        let mut f = arp_request([10, 0, 0, 254], false);
+        f.resize(102, 0xaa);
+        let (a, r) = offer(&f);
+        assert_eq!(a.verdict, Verdict::Reply);
+        assert_eq!(r.len(), 42);
         assert_eq!(offer(&arp_request([10, 0, 0, 9], false)).0, PASS);
         // A reply for the appliance's address is not a request: the tables decide.
         assert_eq!(offer(&arp(PEER, 2, PEER, [10, 0, 0, 2], [10, 0, 0, 254], false)).0, PASS);
@@ -429,6 +474,9 @@ pub(crate) mod tests {
         };
         let mut multicast_target = me;
         multicast_target[0] = 0xff;
+        let mut ff05_2 = [0u8; 16];
+        ff05_2[..2].copy_from_slice(&[0xff, 0x05]);
+        ff05_2[15] = 2;
         let cases: Vec<(&str, Vec<u8>, Reason)> = vec![
             ("hop limit 254", ns(me, src, 254), Reason::NdBadHopLimit),
             ("hop limit 64, unicast", ns_with(me, src, me, 64, &SLLAO), Reason::NdBadHopLimit),
@@ -443,6 +491,11 @@ pub(crate) mod tests {
                 ns_with(me, src, sn, 255, &[SLLAO, [14, 0, 0, 0, 0, 0, 0, 0]].concat()),
                 Reason::NdBadOption,
             ),
+            ("from all-nodes", ns(me, ndp::ALL_NODES, 255), Reason::NdBadSource),
+            ("from a solicited-node group", ns(me, sn, 255), Reason::NdBadSource),
+            ("from ff05::2, unicast", ns_with(me, ff05_2, me, 255, &SLLAO), Reason::NdBadSource),
+            ("from ::1", ns(me, LOOPBACK, 255), Reason::NdBadSource),
+            ("from ::1, no option", ns_with(me, LOOPBACK, me, 255, &[]), Reason::NdBadSource),
             ("from itself", ns(me, me, 255), Reason::NdOwnSource),
             ("from its other port", ns(me, v6(0xfd), 255), Reason::NdOwnSource),
             ("DAD to unicast", ns_with(me, [0; 16], me, 255, &[]), Reason::NdBadUnspecifiedSource),
@@ -455,6 +508,88 @@ pub(crate) mod tests {
         ];
         for (what, f, want) in cases {
             assert_eq!(offer(&f).0, dropped(want), "{what}");
+        }
+    }
+
+    /// `f` (built by [`ns_with`]) with Ethernet source `mac`.
+    fn from_mac(mut f: Vec<u8>, mac: [u8; 6]) -> Vec<u8> {
+        f[6..12].copy_from_slice(&mac);
+        f
+    }
+
+    /// A source link-layer address option for `mac`.
+    fn sllao(mac: [u8; 6]) -> [u8; 8] {
+        let mut o = [1, 1, 0, 0, 0, 0, 0, 0];
+        o[2..].copy_from_slice(&mac);
+        o
+    }
+
+    /// RFC 4861 section 7.2.4: the advertisement goes to the source's link-layer address, the
+    /// one the source link-layer address option gives (section 7.2.3), else the Ethernet
+    /// source's; never to a group, nor for a frame from a group.
+    #[test]
+    fn advertisements_go_to_the_source_lladdr_and_never_to_a_group() {
+        let me = v6(0xfe);
+        let src = v6(2);
+        let sn = ndp::solicited_node(&me);
+        let other = [2, 0, 0, 0, 7, 7];
+        // The option names another unicast MAC than the frame's source: the option's.
+        let (a, r) = offer(&ns_with(me, src, sn, 255, &sllao(other)));
+        assert_eq!(a, Answer { verdict: Verdict::Reply, conflict: false });
+        assert_eq!((&r[0..6], &r[6..12]), (&other[..], &ME_MAC[..]));
+        // Without the option: the Ethernet source.
+        let (a, r) = offer(&from_mac(ns_with(me, src, me, 255, &[]), other));
+        assert_eq!(a.verdict, Verdict::Reply);
+        assert_eq!(&r[0..6], &other);
+        let groups = [[0xff; 6], [0x33, 0x33, 0, 0, 0, 1], [0x01, 0, 0x5e, 0, 0, 1], [0x03, 0, 0, 0, 0, 1]];
+        for g in groups {
+            let cases = [
+                ("group Ethernet source, no option", from_mac(ns_with(me, src, sn, 255, &[]), g)),
+                ("group Ethernet source, unicast option", from_mac(ns(me, src, 255), g)),
+                ("group option", ns_with(me, src, sn, 255, &sllao(g))),
+                ("group option, unicast", ns_with(me, src, me, 255, &sllao(g))),
+                (
+                    "group option after a nonce",
+                    ns_with(me, src, sn, 255, &[[14, 1, 1, 2, 3, 4, 5, 6], sllao(g)].concat()),
+                ),
+            ];
+            for (what, f) in cases {
+                assert_eq!(offer(&f).0, dropped(Reason::NdSenderMulticast), "{what} {g:02x?}");
+            }
+            // Duplicate address detection from a group: a conflict, and a drop.
+            let dad = from_mac(ns_with(me, [0; 16], sn, 255, &[]), g);
+            assert_eq!(offer(&dad).0, Answer { verdict: Verdict::Drop(Reason::NdSenderMulticast), conflict: true });
+            // For another target: not the appliance's to judge.
+            let mut another = me;
+            another[15] = 9;
+            assert_eq!(offer(&from_mac(ns_with(another, src, sn, 255, &[]), g)).0, PASS);
+        }
+    }
+
+    /// The advertisement is a new packet (RFC 8200 section 3): version 6, traffic class 0
+    /// (Not-ECT: RFC 3168 section 5, only a congested router sets CE), flow label 0 (RFC 6437
+    /// section 3: not the requester's flow), whatever the solicitation's first word held. The
+    /// whole answer, byte for byte.
+    #[test]
+    fn advertisements_carry_traffic_class_and_flow_label_zero() {
+        let me = v6(0xfe);
+        let src = v6(2);
+        for word0 in [[0x6b, 0xba, 0xbc, 0xde], [0x6f, 0xff, 0xff, 0xff], [0x60, 0x30, 0, 1]] {
+            let mut f = ns(me, src, 255);
+            f[14..18].copy_from_slice(&word0);
+            let (a, r) = offer(&f);
+            assert_eq!(a.verdict, Verdict::Reply);
+            let mut want = Vec::new();
+            want.extend_from_slice(&PEER);
+            want.extend_from_slice(&ME_MAC);
+            want.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0, 0, 32, 58, 255]);
+            want.extend_from_slice(&me);
+            want.extend_from_slice(&src);
+            let mut na = [0u8; 32];
+            ndp::emit_advertisement(&mut na, &me, EthernetAddress(ME_MAC), true, &me, &src);
+            want.extend_from_slice(&na);
+            assert_eq!(r, want, "{word0:02x?}");
+            assert_eq!((na[0], na[4], &na[24..26]), (136, 0x60, &[2, 1][..]));
         }
     }
 }

@@ -122,6 +122,15 @@ pub enum Reason {
     /// is not a solicited-node multicast address, or that carries a source link-layer address
     /// option (RFC 4861 section 7.1.1).
     NdBadUnspecifiedSource,
+    /// A Neighbor Solicitation for the appliance whose IPv6 source is a multicast address (RFC
+    /// 4291 section 2.7: never a source) or the loopback address `::1` (RFC 4291 section 2.5.3:
+    /// never sent on a link): never answered (the advertisement would go to that address).
+    NdBadSource,
+    /// A Neighbor Solicitation for the appliance's address whose Ethernet source, or the address
+    /// in its source link-layer address option (where the advertisement goes, RFC 4861 sections
+    /// 7.2.3 and 7.2.4), is a broadcast or multicast address: never answered (a reply is never
+    /// sent to a group), as [`Reason::ArpSenderMulticast`] for ARP.
+    NdSenderMulticast,
     /// An IPv6 packet for the appliance whose Routing header has more segments left than it
     /// holds addresses (RFC 8200 section 4.4), or segments left on a Routing type the appliance
     /// does not know (which RFC 8200 section 4.4 also discards).
@@ -178,7 +187,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in counter order.
-    pub const ALL: [Reason; 51] = [
+    pub const ALL: [Reason; 53] = [
         Reason::Runt,
         Reason::VlanDepth,
         Reason::MalformedIpv4,
@@ -210,6 +219,8 @@ impl Reason {
         Reason::NdBadOption,
         Reason::NdOwnSource,
         Reason::NdBadUnspecifiedSource,
+        Reason::NdBadSource,
+        Reason::NdSenderMulticast,
         Reason::Ipv6BadSegmentsLeft,
         Reason::SourceRouted,
         Reason::Ipv6UnrecognizedOption,
@@ -268,6 +279,8 @@ impl Reason {
             Reason::NdBadOption => "nd_bad_option",
             Reason::NdOwnSource => "nd_own_source",
             Reason::NdBadUnspecifiedSource => "nd_bad_unspecified_source",
+            Reason::NdBadSource => "nd_bad_source",
+            Reason::NdSenderMulticast => "nd_sender_multicast",
             Reason::Ipv6BadSegmentsLeft => "ipv6_bad_segments_left",
             Reason::SourceRouted => "source_routed",
             Reason::Ipv6UnrecognizedOption => "ipv6_unrecognized_option",

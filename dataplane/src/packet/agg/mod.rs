@@ -82,7 +82,9 @@ pub struct AggCounters {
     pub resends: u64,
     /// NAKs sent (section 5).
     pub naks: u64,
-    /// NAKs suppressed by the per-source rate limit.
+    /// NAKs not sent: suppressed by the per-source rate limit, or withheld because the refused
+    /// packet's source is not one a NAK may go to (a group or broadcast address, nobody, the
+    /// appliance itself, UDP port 0: section 5, a NAK never amplifies).
     pub naks_suppressed: u64,
     /// Rounds reclaimed after `slot_timeout_ms` (rule 8).
     pub slot_timeouts: u64,
@@ -160,7 +162,9 @@ pub struct CollCounters {
     /// NAKs sent (section 5), by reason code: code `c` at index `c - 1` ([`NAK_REASONS`];
     /// code 1, unknown collective, is never a known collective's).
     pub naks: [u64; NAK_REASONS],
-    /// NAKs suppressed by the per-source rate limit.
+    /// NAKs not sent: suppressed by the per-source rate limit, or withheld because the refused
+    /// packet's source is not one a NAK may go to (a group or broadcast address, nobody, the
+    /// appliance itself, UDP port 0: section 5, a NAK never amplifies).
     pub naks_suppressed: u64,
     /// Rounds reclaimed after `slot_timeout_ms` (rule 8).
     pub slot_timeouts: u64,

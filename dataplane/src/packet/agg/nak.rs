@@ -1,7 +1,9 @@
 //! NAKs (spec section 5): the NAK the aggregator sends back for a refused packet, and their rate
 //! limit: at most one NAK per source per 100 ms, so that NAKs can
 //! never amplify traffic, and a budget of its own for every configured member's source, so that
-//! a flood of spoofed sources can never starve a member's NAKs.
+//! a flood of spoofed sources can never starve a member's NAKs. For the same reason no NAK goes
+//! to a source that is no one host's (a group or broadcast address, nobody, the appliance
+//! itself: `Aggregator::nak_may_go_to`), before the limiter is consulted.
 //!
 //! The limit is the appliance's, not a worker's: a source can be refused by every worker (an
 //! unknown collective on each worker's rx queues, collectives owned by different workers), so
@@ -406,7 +408,46 @@ impl SharedNakLimiter {
 }
 
 impl Aggregator {
-    /// Sends a NAK (section 5) for the refused packet, rate-limited per source.
+    /// True if a NAK may go to the refused packet `p`'s source `src` (section 5: a NAK can
+    /// never be used to amplify traffic, so it goes to one host, never to a group, a broadcast,
+    /// nobody or the appliance itself). Not when:
+    /// - the Ethernet source is a group address (broadcast or multicast; IEEE 802: never a
+    ///   source): the NAK would go to that group;
+    /// - on the UDP carriage, the UDP source port is 0 (RFC 768: no port to reply to; a member's
+    ///   `udp_port` is never 0). On RoCEv2 the NAK goes to the source QP, port 4791: kept;
+    /// - the source IP is not a unicast host's: IPv4 0.0.0.0/8 (RFC 1122 section 3.2.1.3),
+    ///   127.0.0.0/8 (loopback, never on the wire), 224.0.0.0/4 (multicast, RFC 1112),
+    ///   255.255.255.255; IPv6 `::`, `::1` (RFC 4291 sections 2.5.2, 2.5.3), `ff00::/8`
+    ///   (multicast, section 2.7); or one of the appliance's own port addresses. A configured
+    ///   member's source (its address with its UDP port or QP) is exempt from this rule: a
+    ///   member may be configured at a loopback or the appliance's own address (a stand-in
+    ///   appliance sharing its workers' host), and its NAKs go where its results go; the
+    ///   configuration refuses unspecified, multicast and broadcast members, so those are
+    ///   never exempt.
+    ///
+    /// Called on the refused path only (NAKs are cold), never for a folded contribution.
+    #[cold]
+    fn nak_may_go_to(&self, p: &Parsed, src: &Source) -> bool {
+        if p.eth_src.is_multicast() || (!p.has(Layers::BTH) && p.udp_src == 0) {
+            return false;
+        }
+        let ip = p.ip_src();
+        let not_unicast = if let [a, b, c, d] = *ip {
+            a == 0
+                || a == 127
+                || (224..=239).contains(&a)
+                || [a, b, c, d] == [255; 4]
+                || self.ports.iter().any(|q| q.ipv4 == Some([a, b, c, d]))
+        } else {
+            let v6 = p.ip_src_bytes;
+            v6[0] == 0xff || (v6[..15] == [0; 15] && v6[15] <= 1) || self.ports.iter().any(|q| q.ipv6 == Some(v6))
+        };
+        !not_unicast || self.naks.is_member(src)
+    }
+
+    /// Sends a NAK (section 5) for the refused packet, rate-limited per source, unless no NAK
+    /// may go to its source ([`Aggregator::nak_may_go_to`]); a NAK not sent, for either, is
+    /// counted in `naks_suppressed`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn nak<I: PacketIo>(
         &mut self,
@@ -424,7 +465,8 @@ impl Aggregator {
         // The refused packet's collective, if it is a configured one (its counters count the
         // NAK): the index validation read.
         let coll = (self.index[p.grad_collective_id as usize] as usize).checked_sub(1);
-        if !self.naks.allow(src, now_us) {
+        // Withheld before the limiter is charged: a source no NAK may go to takes no word.
+        if !self.nak_may_go_to(p, &src) || !self.naks.allow(src, now_us) {
             self.counters.naks_suppressed += 1;
             if let Some(k) = coll {
                 self.colls[k].counters.naks_suppressed += 1;

@@ -325,6 +325,140 @@ fn naks_are_rate_limited_per_source() {
     assert_eq!(rig.dp.counters.dropped(Reason::GradUnknownCollective), 6);
 }
 
+/// An edit of a contribution's frame spec.
+type Tweak = Box<dyn Fn(&mut FrameSpec)>;
+
+/// Section 5: a NAK can never be used to amplify traffic, so none goes to a source that is no
+/// one host's: a group or broadcast Ethernet source, UDP source port 0, an IPv4 source in
+/// 0.0.0.0/8, 127.0.0.0/8, 224.0.0.0/4 or 255.255.255.255, an IPv6 `::`, `::1` or `ff00::/8`,
+/// or the appliance's own address. The refused packet is counted as ever (its drop reason),
+/// the NAK not sent in `naks_suppressed`, and the rate limiter is not charged (a unicast source
+/// refused right after gets its NAK). RoCEv2 with UDP source port 0 keeps its NAK (it goes to
+/// the source QP).
+#[test]
+fn naks_are_withheld_from_sources_no_nak_may_go_to() {
+    let pl = f32s(&[1.0; 4]);
+    let v6 = |s: &str| IpAddrBytes::V6(s.parse::<std::net::Ipv6Addr>().unwrap().octets());
+    for carriage in ["udp", "rocev2"] {
+        for family_v6 in [false, true] {
+            let mut rig = Rig::new(&conf("sum", "f32", carriage, family_v6, "", 2, 8, 4));
+            let mut withheld: Vec<(String, Vec<u8>)> = Vec::new();
+            let mut tweaks: Vec<(String, Tweak)> = Vec::new();
+            let ips: Vec<IpAddrBytes> = if family_v6 {
+                ["ff02::1", "ff05::1:3", "::", "::1", "fd00::fe"].iter().map(|a| v6(a)).collect()
+            } else {
+                [
+                    [0, 0, 0, 0],
+                    [0, 1, 2, 3],
+                    [127, 0, 0, 1],
+                    [127, 9, 9, 9],
+                    [224, 0, 0, 1],
+                    [239, 255, 255, 250],
+                    [255; 4],
+                    [10, 0, 0, 254],
+                ]
+                .into_iter()
+                .map(IpAddrBytes::V4)
+                .collect()
+            };
+            for ip in ips {
+                tweaks.push((format!("source {ip:?}"), Box::new(move |s: &mut FrameSpec| s.src_ip = ip)));
+            }
+            for mac in ["ff:ff:ff:ff:ff:ff", "01:00:5e:00:00:01", "33:33:00:00:00:01", "03:00:00:00:00:01"] {
+                let m = mac.parse().unwrap();
+                tweaks.push((format!("Ethernet source {mac}"), Box::new(move |s: &mut FrameSpec| s.src_mac = m)));
+            }
+            if carriage == "udp" {
+                tweaks.push(("UDP source port 0".into(), Box::new(|s: &mut FrameSpec| s.src_port = 0)));
+            }
+            for (what, t) in &tweaks {
+                // An unknown collective (NAK 1) and a bad version (NAK 2, a known collective's).
+                for unknown in [true, false] {
+                    let f = rig.frame(0, 0, 1, &pl, |s| {
+                        t(s);
+                        if unknown {
+                            s.header.collective_id = 99;
+                        } else {
+                            s.header.version = 2;
+                        }
+                    });
+                    withheld.push((format!("{carriage} v6 {family_v6}: {what}, unknown collective {unknown}"), f));
+                }
+            }
+            let mut t = 0;
+            for (what, f) in withheld.iter() {
+                let mut io = VecIo::new(1);
+                let (drops, naks, suppressed) =
+                    (rig.dp.counters.total_drops(), rig.agg().naks, rig.agg().naks_suppressed);
+                rig.send(&mut io, f.clone(), t);
+                assert!(io.sent.is_empty(), "{what}: no NAK, sent {:02x?}", io.sent);
+                assert_eq!(rig.dp.counters.total_drops(), drops + 1, "{what}: the refused packet is counted");
+                assert_eq!((rig.agg().naks, rig.agg().naks_suppressed), (naks, suppressed + 1), "{what}");
+                t += 1;
+            }
+            assert!(
+                rig.dp.counters.dropped(Reason::GradUnknownCollective) >= tweaks.len() as u64,
+                "{carriage} v6 {family_v6}: unknown collectives counted as such"
+            );
+            // The limiter was not charged: a unicast stranger, and a member's own source,
+            // refused at the same instant get their NAK.
+            let stranger = if family_v6 { v6("fd00::66") } else { IpAddrBytes::V4([10, 0, 0, 66]) };
+            for f in [
+                rig.frame(0, 0, 1, &pl, |s| {
+                    s.src_ip = stranger;
+                    s.header.collective_id = 99;
+                }),
+                rig.frame(0, 0, 1, &pl, |s| s.header.version = 2),
+            ] {
+                let mut io = VecIo::new(1);
+                rig.send(&mut io, f, t);
+                assert_eq!(decode(&io).len(), 1, "{carriage} v6 {family_v6}: a unicast source gets its NAK");
+            }
+        }
+    }
+    // RoCEv2 from UDP source port 0: the NAK goes to the source QP, on port 4791.
+    let mut rig = Rig::new(&conf("sum", "f32", "rocev2", false, "", 2, 8, 4));
+    let f = rig.frame(0, 0, 1, &pl, |s| {
+        s.src_port = 0;
+        s.header.collective_id = 99;
+    });
+    let mut io = VecIo::new(1);
+    rig.send(&mut io, f, 0);
+    let out = decode(&io);
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].1.flags, out[0].1.reason, out[0].3.udp_dst, out[0].3.bth_dest_qp), (Flags::NAK, 1, 4791, 0x100));
+}
+
+/// A member configured at a loopback address or at the appliance's own (a stand-in appliance
+/// sharing its workers' host) gets its NAKs, as it gets its results: the exemption is its
+/// source (address and UDP port) only, so another port at that address gets none.
+#[test]
+fn members_at_loopback_or_the_appliances_address_get_their_naks() {
+    let text = conf("sum", "f32", "udp", false, "", 2, 8, 4)
+        .replace("ip = \"10.0.0.1\"", "ip = \"127.0.0.1\"")
+        .replace("ip = \"10.0.0.2\"", "ip = \"10.0.0.254\"");
+    let mut rig = Rig::new(&text);
+    let pl = f32s(&[1.0; 4]);
+    for (k, (rank, ip)) in [(0, [127, 0, 0, 1]), (1, [10, 0, 0, 254])].into_iter().enumerate() {
+        let mut io = VecIo::new(1);
+        let f = rig.frame(rank, 0, 1, &pl, |s| s.header.version = 2);
+        rig.send(&mut io, f, k as u64 * 1_000_000);
+        let out = decode(&io);
+        assert_eq!(out.len(), 1, "rank {rank}");
+        assert_eq!((out[0].0.as_slice(), out[0].1.reason, out[0].3.udp_dst), (&ip[..], 2, 50000 + rank as u16));
+        // Another port at the member's address is not the member: withheld.
+        let mut io = VecIo::new(1);
+        let f = rig.frame(rank, 0, 1, &pl, |s| {
+            s.header.version = 2;
+            s.src_port = 40000;
+        });
+        rig.send(&mut io, f, k as u64 * 1_000_000 + 500_000);
+        assert!(io.sent.is_empty(), "rank {rank}, port 40000");
+    }
+    assert_eq!((rig.agg().naks, rig.agg().naks_suppressed), (2, 2));
+    assert_eq!(rig.dp.counters.dropped(Reason::GradBadVersion), 4);
+}
+
 #[test]
 fn workers_sharing_the_nak_limiter_send_one_nak_per_source_between_them() {
     let text = conf("sum", "f32", "udp", false, "", 2, 8, 4);

@@ -197,18 +197,24 @@ pub fn is_solicited_node(addr: &[u8; 16]) -> bool {
 }
 
 /// Walks the options of an ND message (`opts`: the bytes after the fixed part, to the end of the
-/// IPv6 payload; RFC 4861 section 4.6): `Some(true)` if they hold a Source Link-Layer Address
-/// option, `Some(false)` if not, `None` if an option has length zero (invalid, RFC 4861 section
-/// 7.1.1) or runs past the message. Each option is type (1 byte), length (1 byte, in units of 8
-/// bytes), value.
-pub fn check_options(mut opts: &[u8]) -> Option<bool> {
-    let mut source_lladdr = false;
+/// IPv6 payload; RFC 4861 section 4.6): `Some(Some(mac))` if they hold a Source Link-Layer
+/// Address option (`mac`: the first one's address, the sender's link-layer address, RFC 4861
+/// section 4.6.1), `Some(None)` if not, `None` if an option has length zero (invalid, RFC 4861
+/// section 7.1.1) or runs past the message. Each option is type (1 byte), length (1 byte, in
+/// units of 8 bytes), value.
+pub fn check_options(mut opts: &[u8]) -> Option<Option<EthernetAddress>> {
+    let mut source_lladdr = None;
     while !opts.is_empty() {
         let len = *opts.get(1)? as usize * 8;
         if len == 0 || len > opts.len() {
             return None;
         }
-        source_lladdr |= opts[0] == OPT_SOURCE_LLADDR;
+        if opts[field::OPT_TYPE] == OPT_SOURCE_LLADDR && source_lladdr.is_none() {
+            // At least 8 bytes (the length is not zero): type, length and the 6-byte MAC.
+            let mut mac = [0u8; 6];
+            mac.copy_from_slice(&opts[field::OPT_LLADDR]);
+            source_lladdr = Some(EthernetAddress(mac));
+        }
         opts = &opts[len..];
     }
     Some(source_lladdr)
@@ -386,10 +392,19 @@ mod tests {
     fn options_are_walked() {
         let sllao = [1u8, 1, 2, 0, 0, 0, 0, 1];
         let nonce = [14u8, 1, 1, 2, 3, 4, 5, 6];
-        assert_eq!(check_options(&[]), Some(false));
-        assert_eq!(check_options(&sllao), Some(true));
-        assert_eq!(check_options(&nonce), Some(false));
-        assert_eq!(check_options(&[nonce, sllao].concat()), Some(true));
+        let mac = Some(EthernetAddress([2, 0, 0, 0, 0, 1]));
+        assert_eq!(check_options(&[]), Some(None));
+        assert_eq!(check_options(&sllao), Some(mac));
+        assert_eq!(check_options(&nonce), Some(None));
+        assert_eq!(check_options(&[nonce, sllao].concat()), Some(mac));
+        // Two source link-layer address options: the first is the sender's.
+        let other = [1u8, 1, 2, 0, 0, 0, 0, 9];
+        assert_eq!(check_options(&[sllao, other].concat()), Some(mac));
+        // A longer option (16 bytes): its first 6 value bytes.
+        assert_eq!(
+            check_options(&[&[1u8, 2, 0x33, 0x33, 0, 0, 0, 1][..], &[0; 8]].concat()),
+            Some(Some(EthernetAddress([0x33, 0x33, 0, 0, 0, 1])))
+        );
         // Length zero, anywhere: invalid (and never a loop).
         assert_eq!(check_options(&[1, 0, 0, 0, 0, 0, 0, 0]), None);
         assert_eq!(check_options(&[&nonce[..], &[1, 0, 0, 0, 0, 0, 0, 0]].concat()), None);

@@ -150,7 +150,8 @@ pub struct CollectiveSummary {
     /// NAKs sent by reason (`stale_round`, `not_member`, ...; every code 2 to 7, zeros
     /// included: code 1, unknown collective, is never a known collective's).
     pub naks_by_reason: std::collections::BTreeMap<String, u64>,
-    /// NAKs suppressed by the per-source rate limit.
+    /// NAKs not sent: suppressed by the per-source rate limit, or withheld for a source no NAK
+    /// may go to.
     pub naks_suppressed: u64,
     /// Rounds reclaimed after `slot_timeout_ms` (rule 8).
     pub slot_timeouts: u64,
