@@ -198,12 +198,12 @@ pub fn from_appliance_config(path: &Path, collective_id: u16, rank: u16) -> Resu
         )));
     }
     let m = c.members.get(rank as usize).ok_or_else(|| {
-        Error::Config(format!(
-            "{}: collective {collective_id} has {} members (ranks 0 to {}), no rank {rank}",
-            path.display(),
-            c.members.len(),
-            c.members.len().saturating_sub(1)
-        ))
+        let has = match c.members.len() {
+            0 => "no members".to_string(),
+            1 => "1 member (rank 0)".to_string(),
+            n => format!("{n} members (ranks 0 to {})", n - 1),
+        };
+        Error::Config(format!("{}: collective {collective_id} has {has}, no rank {rank}", path.display()))
     })?;
     let port = m.port as usize;
     let (local, appliance): (IpAddr, Option<IpAddr>) = match m.ip {

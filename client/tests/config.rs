@@ -41,7 +41,7 @@ fn rocev2_unknown_collective_and_rank_are_config_errors() {
     let e = from_appliance_config(&path, 8, 0).unwrap_err();
     assert!(e.to_string().contains("no [[collective]] with collective_id = 8 (configured: [9])"), "{e}");
     let e = from_appliance_config(&path, 9, 1).unwrap_err();
-    assert!(e.to_string().contains("collective 9 has 1 members (ranks 0 to 0), no rank 1"), "{e}");
+    assert!(e.to_string().contains("collective 9 has 1 member (rank 0), no rank 1"), "{e}");
     let e = from_appliance_config(std::path::Path::new("/nonexistent/appliance.toml"), 9, 0).unwrap_err();
     assert!(e.to_string().contains("cannot read the file"), "{e}");
 }

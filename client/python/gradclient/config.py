@@ -90,7 +90,8 @@ def load_endpoint(path: str, collective_id: int, rank: int) -> Endpoint:
     mine = [(j, m) for j, m in enumerate(members) if m.get("rank") == rank]
     if not mine:
         n = len(members)
-        raise ConfigError(f"{path}: collective {collective_id} has {n} members (ranks 0 to {max(n - 1, 0)}), no rank {rank}")
+        has = "no members" if n == 0 else "1 member (rank 0)" if n == 1 else f"{n} members (ranks 0 to {n - 1})"
+        raise ConfigError(f"{path}: collective {collective_id} has {has}, no rank {rank}")
     j, member = mine[0]
     mwhere = f"{where}.member[{j}]"
     collective = Collective(

@@ -270,15 +270,10 @@ pub(super) fn check(
         histograms: true,
         classes,
     };
-    // What the scheduler itself refuses (limits of the token bucket), under the port's key.
-    sched::Scheduler::<crate::buf::VecBuf>::new(&cfg).map_err(|e| {
-        let key = match () {
-            _ if e.starts_with("shaper: token bucket size") => "burst",
-            _ if e.starts_with("shaper") => "rate",
-            _ => "classes",
-        };
-        err(key, e)
-    })?;
+    // What the scheduler itself refuses (the token bucket's limits are checked above: left are
+    // the classes' own), under the port's key.
+    sched::Scheduler::<crate::buf::VecBuf>::new(&cfg)
+        .map_err(|e| err(if e.starts_with("shaper") { "rate" } else { "classes" }, e))?;
     let map = ClassMap {
         dscp: q.dscp_map.as_ref().map(|m| map::<64>(m, n, "dscp_map", &err)).transpose()?,
         pcp: q.pcp_map.as_ref().map(|m| map::<8>(m, n, "pcp_map", &err)).transpose()?,

@@ -815,6 +815,8 @@ fn a_collective_whose_frames_exceed_its_port_mtu_is_refused_with_the_lanes_that_
         (coll("mtu = 9000", "v4", "udp", "f32", 2000), "", ""),
         (coll("mtu = 9000", "v6", "rocev2", "f32", 2225), "", ""),
         (coll("mtu = 4000", "v6", "rocev2", "f32", 978), key, "expected at most 977 f32 lanes"),
+        // IPv6 + UDP + BTH + DETH + gradient header + ICRC = 92 bytes, 96 with one f32 lane.
+        (coll("mtu = 90", "v6", "rocev2", "f32", 4), key, "not even one lane fits: the port's mtu must be at least 96"),
     ]);
 }
 
@@ -833,4 +835,19 @@ fn shaper_limits_name_their_key() {
         (qos("rate = 1099511627776"), "", ""),
         (qos("rate = 1099511627777"), "`port[0].qos.rate`", "expected at most 1099511627776 bytes/s (2^40)"),
     ]);
+}
+
+/// The ranges the type errors state are those the checks enforce (the constants' values).
+#[test]
+fn valid_ranges_state_the_checked_limits() {
+    let range = |k: &str| VALID_RANGES.iter().find(|(key, _)| *key == k).unwrap_or_else(|| panic!("{k}")).1;
+    let has = |k: &str, bound: String| {
+        assert!(range(k).split(|c: char| !c.is_ascii_digit()).any(|w| w == bound), "{k}: {} lacks {bound}", range(k))
+    };
+    has("port[].qos.rate", crate::meter::bucket::MAX_RATE.to_string());
+    has("port[].qos.burst", crate::meter::bucket::MAX_SIZE.to_string());
+    has("meter[].size", super::meter::MAX_METER_SIZE.to_string());
+    has("port[].qos.class[].ewma_log2", crate::sched::red::MAX_EWMA_LOG2.to_string());
+    has("dataplane.memory_limit_mb", memory::MAX_MIB.to_string());
+    has("port[].mtu", "68".into());
 }

@@ -389,13 +389,20 @@ fn check_result_frames(config: &Config, collectives: &[Collective], path: &Path)
                 while fits.chunk_elements > 0 && crate::agg::result_ip_len(&fits, r) > usize::from(mtu) {
                     fits.chunk_elements -= 1;
                 }
-                let fits = fits.chunk_elements;
+                let want = if fits.chunk_elements > 0 {
+                    format!("expected at most {} {} lanes, or a larger mtu", fits.chunk_elements, c.dtype.name())
+                } else {
+                    fits.chunk_elements = 1;
+                    format!(
+                        "not even one lane fits: the port's mtu must be at least {}",
+                        crate::agg::result_ip_len(&fits, r)
+                    )
+                };
                 return Err(err(
                     format!("collective[{i}].chunk_elements"),
                     format!(
-                        "a full chunk makes {ip}-byte IP packets for rank {r}, more than port[{}].mtu = {mtu}: expected at most {fits} {} lanes, or a larger mtu",
-                        m.port,
-                        c.dtype.name()
+                        "a full chunk makes {ip}-byte IP packets for rank {r}, more than port[{}].mtu = {mtu}: {want}",
+                        m.port
                     ),
                 ));
             }

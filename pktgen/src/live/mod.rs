@@ -596,7 +596,7 @@ fn memif_client_socket(vdev: &str) -> Option<String> {
 /// `e` is `rte_eth_dev_start` failing with EPERM: what net_memif of DPDK 22.11 returns when a
 /// client cannot connect to its server's socket (no server yet).
 fn is_start_eperm(e: &DpdkError) -> bool {
-    e.what.starts_with("rte_eth_dev_start(") && e.reason == DpdkError::from_ret("", -libc::EPERM).reason
+    e.is_start_eperm()
 }
 
 /// The error of memif client port `port` whose start failed with `e` (EPERM) until the wait of
@@ -738,13 +738,17 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
         let mut next_restart = Instant::now() + Duration::from_millis(500);
         while let Some(i) = ports.iter().position(|(p, _)| !p.link_up()) {
             if memif_clients[i] && Instant::now() >= next_restart {
-                // A failed start (the server gone again) is retried at the next turn.
+                // A failed start (the server gone again) is retried half a second later.
                 let _ = ports[i].0.reconnect();
                 next_restart = Instant::now() + Duration::from_millis(500);
             }
             if waited() {
+                let server = match cfg.ports[i].vdev.as_deref().and_then(memif_client_socket) {
+                    Some(sock) => format!(" (no memif server has answered on {sock})"),
+                    None => String::new(),
+                };
                 return Err(RunError::Runtime(format!(
-                    "port {}: the link is not up after {} ms ([pktgen] link_wait_ms)",
+                    "port {}: the link is not up after {} ms ([pktgen] link_wait_ms){server}",
                     loaded.port_names[i], run.link_wait_ms
                 )));
             }

@@ -263,9 +263,12 @@ impl SharedNakLimiter {
     /// `now_us` is the appliance's own clock at the change (µs, as the workers read it for a
     /// packet without an rx timestamp: the TSC over its µs rate). It is the reference unless the
     /// workers evidently run on another clock: when the newest member NAK of this limiter (a
-    /// full time, in the workers' own clock) lies more than `MAX_SKEW_US` after it, or 2^39 µs
-    /// or more before it (a replay, whose aggregators run on the packets' capture times, or a
-    /// clock too far off to tell), that newest member NAK is the reference instead. "Recent" is
+    /// full time, in the workers' own clock) lies more than `MAX_SKEW_US` after it (a replay,
+    /// whose aggregators run on the packets' capture times, since 1970), that newest member NAK
+    /// is the reference instead. A member NAK long before `now_us` says nothing (members of a
+    /// live run may go days without one), so it never replaces the appliance's clock; a replay
+    /// whose capture times lie behind the appliance's clock is judged at that clock (its
+    /// strangers' words then read as old: at most one NAK more, never a longer silence). "Recent" is
     /// as for strangers, at the reference: at most an interval before it, or up to `MAX_SKEW_US`
     /// after it. So a new member's rebuilt NAK lies at most `MAX_SKEW_US` after the reference
     /// and silences it for at most 100 ms + 1 s after it. With the newest member NAK as the
@@ -335,7 +338,7 @@ impl SharedNakLimiter {
             .and_then(|m| m.last.iter().map(|w| w.load(Ordering::Acquire)).filter(|&w| w != 0).max())
             .map(|w| w - 1);
         match newest {
-            Some(t) if t > now_us.saturating_add(MAX_SKEW_US) || now_us.saturating_sub(t) >= 1 << (TIME_BITS - 1) => t,
+            Some(t) if t > now_us.saturating_add(MAX_SKEW_US) => t,
             _ => now_us,
         }
     }
@@ -417,8 +420,9 @@ impl Aggregator {
     ///   `udp_port` is never 0). On RoCEv2 the NAK goes to the source QP, port 4791: kept;
     /// - the source IP is not a unicast host's: IPv4 0.0.0.0/8 (RFC 1122 section 3.2.1.3),
     ///   127.0.0.0/8 (loopback, never on the wire), 224.0.0.0/4 (multicast, RFC 1112),
-    ///   255.255.255.255; IPv6 `::`, `::1` (RFC 4291 sections 2.5.2, 2.5.3), `ff00::/8`
-    ///   (multicast, section 2.7); or one of the appliance's own port addresses. A configured
+    ///   240.0.0.0/4 (reserved, RFC 1112 section 4) with 255.255.255.255; IPv6 `::`, `::1`
+    ///   (RFC 4291 sections 2.5.2, 2.5.3), `ff00::/8` (multicast, section 2.7), an IPv4-mapped
+    ///   address of any of the IPv4 kinds above; or one of the appliance's own port addresses. A configured
     ///   member's source (its address with its UDP port or QP) is exempt from this rule: a
     ///   member may be configured at a loopback or the appliance's own address (a stand-in
     ///   appliance sharing its workers' host), and its NAKs go where its results go; the
@@ -432,15 +436,17 @@ impl Aggregator {
             return false;
         }
         let ip = p.ip_src();
+        let v4_not_unicast = |[a, ..]: [u8; 4]| a == 0 || a == 127 || a >= 224;
         let not_unicast = if let [a, b, c, d] = *ip {
-            a == 0
-                || a == 127
-                || (224..=239).contains(&a)
-                || [a, b, c, d] == [255; 4]
-                || self.ports.iter().any(|q| q.ipv4 == Some([a, b, c, d]))
+            v4_not_unicast([a, b, c, d]) || self.ports.iter().any(|q| q.ipv4 == Some([a, b, c, d]))
         } else {
             let v6 = p.ip_src_bytes;
-            v6[0] == 0xff || (v6[..15] == [0; 15] && v6[15] <= 1) || self.ports.iter().any(|q| q.ipv6 == Some(v6))
+            // An IPv4-mapped address (::ffff:a.b.c.d, RFC 4291 section 2.5.5.2) by its IPv4 rules.
+            let mapped = v6[..10] == [0; 10] && v6[10..12] == [0xff; 2];
+            v6[0] == 0xff
+                || (v6[..15] == [0; 15] && v6[15] <= 1)
+                || (mapped && v4_not_unicast([v6[12], v6[13], v6[14], v6[15]]))
+                || self.ports.iter().any(|q| q.ipv6 == Some(v6))
         };
         !not_unicast || self.naks.is_member(src)
     }
@@ -799,14 +805,16 @@ mod tests {
         assert!(l.allow(a, tsc + 1_100_000));
         let next = l.successor_of([a], tsc);
         assert!(next.allow(a, tsc));
-        // The newest member NAK 2^39 µs or more behind the appliance's clock: it is the
-        // reference, and a stranger's NAK more than 1 s after it is not carried (never a
-        // silence beyond 100 ms + 1 s after a reference the workers' clock has reached).
+        // A live run whose members' newest NAK is days old: the appliance's clock stays the
+        // reference, and a stranger's NAK of 20 ms ago is carried.
+        let week = 7 * 86_400_000_000u64;
         let l = SharedNakLimiter::with_members([m]);
         assert!(l.allow(m, 1_000));
-        assert!(l.allow(a, (1 << 39) + 1_000_000));
-        assert_eq!(l.reference_us((1 << 39) + 1_000_000), 1_000);
-        assert!(l.successor_of([a, m], (1 << 39) + 1_000_000).allow(a, (1 << 39) + 1_001_000));
+        assert!(l.allow(a, week - 20_000));
+        assert_eq!(l.reference_us(week), week);
+        let next = l.successor_of([a, m], week);
+        assert!(!next.allow(a, week + 50_000), "within 100 ms of its stranger NAK");
+        assert!(next.allow(a, week - 20_000 + NAK_INTERVAL_US));
     }
 
     /// An old member whose four stranger candidates all hold other strangers' recent NAKs: its

@@ -345,7 +345,19 @@ fn naks_are_withheld_from_sources_no_nak_may_go_to() {
             let mut withheld: Vec<(String, Vec<u8>)> = Vec::new();
             let mut tweaks: Vec<(String, Tweak)> = Vec::new();
             let ips: Vec<IpAddrBytes> = if family_v6 {
-                ["ff02::1", "ff05::1:3", "::", "::1", "fd00::fe"].iter().map(|a| v6(a)).collect()
+                [
+                    "ff02::1",
+                    "ff05::1:3",
+                    "::",
+                    "::1",
+                    "fd00::fe",
+                    "::ffff:127.0.0.1",
+                    "::ffff:224.0.0.1",
+                    "::ffff:0.0.0.0",
+                ]
+                .iter()
+                .map(|a| v6(a))
+                .collect()
             } else {
                 [
                     [0, 0, 0, 0],
@@ -354,6 +366,7 @@ fn naks_are_withheld_from_sources_no_nak_may_go_to() {
                     [127, 9, 9, 9],
                     [224, 0, 0, 1],
                     [239, 255, 255, 250],
+                    [240, 0, 0, 1],
                     [255; 4],
                     [10, 0, 0, 254],
                 ]

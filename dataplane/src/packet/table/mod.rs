@@ -485,15 +485,36 @@ fn field_value(word: u64, width: usize) -> u64 {
     u64::from_be_bytes(word.to_le_bytes()) >> (64 - 8 * n as u32)
 }
 
-/// The value of field `f`, wider than 8 bytes (an IPv6 address), modulo `instances` (at least
+/// The value of field `f`, 9 to 16 bytes wide (an IPv6 address), modulo `instances` (at least
 /// 1): the whole big-endian value's residue, so that hosts of one /64 reach different
-/// instances of an indexed meter as the README's "(value of field) mod size" says.
-#[cold]
+/// instances of an indexed meter as the README's "(value of field) mod size" says. Reduced in
+/// 64 bits: `value = hi * 2^64 + lo`, so `value mod n = ((hi mod n) * (2^64 mod n) + lo mod n)
+/// mod n`, each product below 2^40 (a meter has at most 2^20 instances).
+#[inline]
 fn wide_field_index(f: crate::field::Field, p: &Parsed, meta: &Meta, instances: u64) -> u64 {
     let mut key = [0u8; KEY_MAX];
     f.write_key(p, meta, &mut key, 0);
-    let n = u128::from(instances.max(1));
-    key[..f.width()].iter().fold(0u128, |acc, &b| ((acc << 8) | u128::from(b)) % n) as u64
+    let w = f.width().min(16);
+    let mut v = [0u8; 16];
+    v[16 - w..].copy_from_slice(&key[..w]);
+    let hi = u64::from_be_bytes(v[..8].try_into().expect("8 bytes"));
+    let lo = u64::from_be_bytes(v[8..].try_into().expect("8 bytes"));
+    residue128(hi, lo, instances.max(1))
+}
+
+/// `(hi * 2^64 + lo) mod n` for `n >= 1`, in 64-bit arithmetic when `n <= 2^32` (every meter
+/// size), else in 128 bits.
+#[inline]
+fn residue128(hi: u64, lo: u64, n: u64) -> u64 {
+    if n.is_power_of_two() {
+        return lo & (n - 1);
+    }
+    if n > 1 << 32 {
+        return ((u128::from(hi) << 64 | u128::from(lo)) % u128::from(n)) as u64;
+    }
+    let k = (u64::MAX % n + 1) % n;
+    // (hi mod n) * k + lo mod n <= (n - 1)^2 + n - 1 < n^2 < 2^64 (n < 2^32 here): no overflow.
+    ((hi % n) * k + lo % n) % n
 }
 
 /// What a [`Pipeline`] counts and its meters' buckets, kept apart from it so that the pipeline

@@ -301,3 +301,15 @@ fn apply_copy_rewrites_counts_and_fails() {
     p.ttl = 1;
     assert_eq!(pipe.apply_copy(&mut counts, 0, 1, &mut buf, &mut p), Err(Reason::TtlExpired));
 }
+
+proptest! {
+    /// The 128-bit residue of an indexed meter on a wide field equals u128 arithmetic, for
+    /// every kind of size (power of two, meter sizes up to 2^20, beyond 2^32).
+    #[test]
+    fn residue128_is_the_u128_remainder(hi: u64, lo: u64, n in prop_oneof![1u64..=1 << 20, 1u64..=u64::MAX], shift in 0u32..64) {
+        let want = |n: u64| ((u128::from(hi) << 64 | u128::from(lo)) % u128::from(n)) as u64;
+        prop_assert_eq!(super::residue128(hi, lo, n), want(n));
+        let p = 1u64 << shift;
+        prop_assert_eq!(super::residue128(hi, lo, p), want(p));
+    }
+}

@@ -1,6 +1,7 @@
 //! The main lcore's wait while the workers run: until a stop is requested, `--duration` passes,
 //! or a replay's input has been consumed (or stopped arriving). Meanwhile it restarts the
-//! net_memif client ports whose server went away, until they connect again.
+//! net_memif client ports that have no server (one that went away, or none yet at the start),
+//! until they connect.
 
 use crate::dpdk::{CumulativeStats, Port};
 use crate::live;

@@ -201,6 +201,10 @@ pub(super) fn start_ports(
             // (EPERM). That is an outage like a server's departure: the port waits, paused, and
             // the monitor restarts it every second until a server answers.
             let (port, failed) = Port::start_or_wait(id, &p.name, &setup, pool).map_err(hint)?;
+            // Any other failure of the start is the device's, not an absent server: fatal.
+            if let Some(e) = failed.as_ref().filter(|e| !e.is_start_eperm()) {
+                return Err(DpdkError::new(e.what.clone(), e.reason.clone()).into());
+            }
             if let (Some(e), false) = (failed, opts.quiet) {
                 eprintln!(
                     "dpu: port {}: no memif server answers on {} yet ({e}); the workers skip the port, restarted \

@@ -32,24 +32,32 @@ pub struct DpdkError {
     pub what: String,
     /// DPDK's description of the error (`rte_strerror`).
     pub reason: String,
+    /// The errno (positive) when the error came from one, else 0.
+    pub errno: i32,
 }
 
 impl DpdkError {
     /// An error from a negative errno-style return value `ret`.
     pub fn from_ret(what: impl Into<String>, ret: i32) -> Self {
-        DpdkError { what: what.into(), reason: strerror(-ret) }
+        DpdkError { what: what.into(), reason: strerror(-ret), errno: -ret }
     }
 
     /// An error whose reason is the current `rte_errno`.
     pub fn from_errno(what: impl Into<String>) -> Self {
         // SAFETY: reads the calling thread's rte_errno through the shim.
         let e = unsafe { dpdk_sys::shim_errno() };
-        DpdkError { what: what.into(), reason: strerror(e) }
+        DpdkError { what: what.into(), reason: strerror(e), errno: e }
     }
 
     /// An error with a reason of our own.
     pub fn new(what: impl Into<String>, reason: impl Into<String>) -> Self {
-        DpdkError { what: what.into(), reason: reason.into() }
+        DpdkError { what: what.into(), reason: reason.into(), errno: 0 }
+    }
+
+    /// True for a failed `rte_eth_dev_start` with EPERM: what DPDK 22.11's net_memif returns when
+    /// a client cannot connect to its server's socket (no server yet, or one still starting).
+    pub fn is_start_eperm(&self) -> bool {
+        self.what.starts_with("rte_eth_dev_start(") && self.errno == libc::EPERM
     }
 }
 

@@ -86,9 +86,8 @@ impl PortStats {
 
 /// A port's counters (`rte_eth_stats`) read again and again, made cumulative across the PMD's
 /// resets. Field by field, a reading lower than the previous one means the PMD started again
-/// from 0 (a PMD that zeroes its counts when its port restarts, as a memif client's does to
-/// reconnect): the previous reading is added to a base, and the total is the base plus the last
-/// reading. A reading with no traffic at all (packets and bytes both ways 0) is skipped: it is
+/// from 0 (a PMD that zeroes its counts when its port restarts): the previous reading is added
+/// to a base, and the total is the base plus the last reading. A reading with no traffic at all (packets and bytes both ways 0) is skipped: it is
 /// what net_memif reports while it has no peer (DPDK 22.11 sums only the current connection's
 /// rings, and resumes its old counts at the next connection), which tells nothing, and must not
 /// make the resumed counts add up twice.
