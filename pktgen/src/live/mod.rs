@@ -708,27 +708,21 @@ fn run_on(eal: &Eal, loaded: &Loaded, duration: Option<f64>, opts: &RunOptions) 
             mac: None,
         };
         let memif_socket = p.vdev.as_deref().and_then(memif_client_socket);
-        let port = loop {
-            match Port::start(id, &loaded.port_names[i], &setup, &pool) {
-                Ok(port) => break port,
-                // A memif client starts only once its server's socket exists: retried within
-                // `link_wait_ms`, then an error that says so.
-                Err(e) if memif_socket.is_some() && is_start_eperm(&e) => {
-                    if waited() {
-                        let sock = memif_socket.as_deref().unwrap_or_default();
-                        return Err(RunError::Runtime(memif_client_error(
-                            &loaded.port_names[i],
-                            sock,
-                            run.link_wait_ms,
-                            &e,
-                        )));
-                    }
-                    // DPDK logs each failed connection: a few a second.
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                Err(e) => return Err(e.into()),
+        // A memif client starts only once its server's socket exists: configured once, its
+        // start retried within `link_wait_ms`, then an error that says so.
+        let (mut port, mut failed) = Port::start_or_wait(id, &loaded.port_names[i], &setup, &pool)?;
+        while let Some(e) = failed.take() {
+            if memif_socket.is_none() || !is_start_eperm(&e) {
+                return Err(e.into());
             }
-        };
+            if waited() {
+                let sock = memif_socket.as_deref().unwrap_or_default();
+                return Err(RunError::Runtime(memif_client_error(&loaded.port_names[i], sock, run.link_wait_ms, &e)));
+            }
+            // DPDK logs each failed connection: a few a second.
+            std::thread::sleep(Duration::from_millis(100));
+            failed = port.reconnect().err();
+        }
         ports.push((port, p.rx_queues));
         memif_clients.push(memif_socket.is_some());
     }

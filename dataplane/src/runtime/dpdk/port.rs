@@ -172,19 +172,12 @@ impl Port {
     /// Errors: more queues than the device has (net_pcap has one rx queue per `rx_pcap` and
     /// one tx queue per `tx_pcap`), descriptor counts the device refuses, or a start failure
     /// (for net_pcap: an input file that cannot be opened or an output that cannot be created).
-    ///
-    /// A failed start leaves the port configured and stopped, not closed, so that a caller may
-    /// call `start` on it again (pktgen's wait for a net_memif server): closing a net_memif
-    /// port removes the device.
+    /// A failed start closes the port (a net_memif device is then gone): to wait for a memif
+    /// server, use [`Port::start_or_wait`] and [`Port::reconnect`].
     pub fn start(id: u16, name: &str, setup: &PortSetup, pool: &Mempool) -> Result<Port, DpdkError> {
         let (port, failed) = Self::start_or_wait(id, name, setup, pool)?;
         match failed {
-            Some(e) => {
-                PAUSED[usize::from(id)].store(false, Ordering::SeqCst);
-                // Not dropped: `Drop` would close the device.
-                std::mem::forget(port);
-                Err(e)
-            }
+            Some(e) => Err(e),
             None => Ok(port),
         }
     }
