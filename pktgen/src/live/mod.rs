@@ -25,7 +25,7 @@ pub mod report;
 
 use crate::stream::{self, SizeMix, SizeTemplates};
 use config::{Loaded, Rate};
-use dataplane::dpdk::port::PortSetup;
+use dataplane::dpdk::port::{memif_client_socket, PortSetup};
 use dataplane::dpdk::{self as dpdk, lcore, DpdkError, Eal, Mbuf, Mempool, Port, RxQueue, TxQueue};
 use hdrhistogram::Histogram;
 use pace::Pacer;
@@ -572,25 +572,6 @@ pub fn run(conf: &Path, opts: &RunOptions) -> Result<Summary, RunError> {
     let r = run_on(&eal, &loaded, duration, opts);
     drop(eal);
     r
-}
-
-/// The server socket a `net_memif` client vdev (`role=client`, DPDK's default role) connects
-/// to: its `socket=` argument, else DPDK's default `/run/memif.sock`; `None` when `vdev` is not a
-/// memif client.
-fn memif_client_socket(vdev: &str) -> Option<String> {
-    let mut parts = vdev.split(',');
-    if !parts.next()?.trim().starts_with("net_memif") {
-        return None;
-    }
-    let (mut client, mut socket) = (true, None);
-    for kv in parts {
-        match kv.split_once('=').map(|(k, v)| (k.trim(), v.trim())) {
-            Some(("role", r)) => client = r == "client",
-            Some(("socket", v)) => socket = Some(v.to_string()),
-            _ => {}
-        }
-    }
-    client.then(|| socket.unwrap_or_else(|| "/run/memif.sock".to_string()))
 }
 
 /// `e` is `rte_eth_dev_start` failing with EPERM: what net_memif of DPDK 22.11 returns when a

@@ -247,14 +247,13 @@ struct PortPlan {
 impl PortPlan {
     /// A net_memif vdev in the client role (the default role): it connects only when started.
     fn is_memif_client(&self) -> bool {
-        let mut args = self.eal_args[1].split(',');
-        let dev = args.next().unwrap_or("");
-        self.eal_args[0] == "--vdev" && dev.starts_with("net_memif") && !args.any(|a| a.trim() == "role=server")
+        self.eal_args[0] == "--vdev" && crate::dpdk::port::memif_client_socket(&self.eal_args[1]).is_some()
     }
 
-    /// A net_memif vdev's socket: its `socket=` argument, or DPDK's default `/run/memif.sock`.
-    fn memif_socket(&self) -> &str {
-        self.eal_args[1].split(',').skip(1).find_map(|a| a.trim().strip_prefix("socket=")).unwrap_or("/run/memif.sock")
+    /// A net_memif client vdev's server socket: its `socket=` argument, or DPDK's default
+    /// `/run/memif.sock` ([`crate::dpdk::port::memif_client_socket`]).
+    fn memif_socket(&self) -> String {
+        crate::dpdk::port::memif_client_socket(&self.eal_args[1]).unwrap_or_else(|| "/run/memif.sock".into())
     }
 }
 

@@ -84,6 +84,25 @@ impl PortStats {
     }
 }
 
+/// The server socket a `net_memif` client vdev (`role=client`, DPDK's default role) connects
+/// to: its `socket=` argument, else DPDK's default `/run/memif.sock`; `None` when `vdev` is not a
+/// memif client. One reading for the appliance and pktgen.
+pub fn memif_client_socket(vdev: &str) -> Option<String> {
+    let mut parts = vdev.split(',');
+    if !parts.next()?.trim().starts_with("net_memif") {
+        return None;
+    }
+    let (mut client, mut socket) = (true, None);
+    for kv in parts {
+        match kv.split_once('=').map(|(k, v)| (k.trim(), v.trim())) {
+            Some(("role", r)) => client = r == "client",
+            Some(("socket", v)) => socket = Some(v.to_string()),
+            _ => {}
+        }
+    }
+    client.then(|| socket.unwrap_or_else(|| "/run/memif.sock".to_string()))
+}
+
 /// A port's counters (`rte_eth_stats`) read again and again, made cumulative across the PMD's
 /// resets. Field by field, a reading lower than the previous one means the PMD started again
 /// from 0 (a PMD that zeroes its counts when its port restarts): the previous reading is added
