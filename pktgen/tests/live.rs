@@ -27,11 +27,18 @@ fn tmp(name: &str) -> PathBuf {
 /// Runs `pktgen run` on `conf` for `seconds`; returns the exit status, stdout, stderr and the
 /// JSON summary (Null when none was written).
 fn run(dir: &Path, conf: &str, seconds: &str) -> (i32, String, String, Value) {
+    run_args(dir, conf, &["--duration", seconds])
+}
+
+/// [`run`] with other options than `--duration` (`--packets N --duration S`, ...).
+fn run_args(dir: &Path, conf: &str, args: &[&str]) -> (i32, String, String, Value) {
     let c = dir.join("conf.toml");
     std::fs::write(&c, conf).unwrap();
     let json = dir.join("summary.json");
     let out = Command::new(env!("CARGO_BIN_EXE_pktgen"))
-        .args(["run", "-q", "-c", c.to_str().unwrap(), "--duration", seconds, "--json", json.to_str().unwrap()])
+        .args(["run", "-q", "-c", c.to_str().unwrap()])
+        .args(args)
+        .args(["--json", json.to_str().unwrap()])
         .args(["--csv", dir.join("summary.csv").to_str().unwrap()])
         .output()
         .unwrap();
@@ -541,24 +548,13 @@ fn a_replay_cut_short_lists_the_lengths_it_sent() {
     let d = tmp("replay-short");
     let file = d.join("in.pcap");
     capture(&file, 300, 10);
-    let c = d.join("conf.toml");
-    std::fs::write(
-        &c,
-        format!(
-            "[eal]\n{EAL}\n[pktgen]\ntx_lcores = [1]\n[[port]]\nvdev = \"net_null0,no-rx=1\"\n\
-             [[stream]]\nkind = \"pcap\"\nfile = \"{}\"\nport = 0\n",
-            file.display()
-        ),
-    )
-    .unwrap();
-    let json = d.join("s.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_pktgen"))
-        .args(["run", "-q", "-c", c.to_str().unwrap(), "--packets", "20", "--duration", "30"])
-        .args(["--json", json.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let conf = format!(
+        "[eal]\n{EAL}\n[pktgen]\ntx_lcores = [1]\n[[port]]\nvdev = \"net_null0,no-rx=1\"\n\
+         [[stream]]\nkind = \"pcap\"\nfile = \"{}\"\nport = 0\n",
+        file.display()
+    );
+    let (rc, _, err, v) = run_args(&d, &conf, &["--packets", "20", "--duration", "30"]);
+    assert_eq!(rc, 0, "{err}");
     let s = &v["streams"][0];
     assert_eq!(u(&s["tx"]["packets"]), 20, "{s}");
     assert_eq!((u(&s["replay"]["frames_in_file"]), u(&s["replay"]["distinct_sizes"])), (300, 20), "{s}");
@@ -611,23 +607,12 @@ fn a_slow_rate_sends_its_first_frame_at_once_and_speed_is_bounded() {
 fn packets_limits_a_stream_and_ends_the_run() {
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let d = tmp("packets");
-    let c = d.join("conf.toml");
-    std::fs::write(
-        &c,
-        format!(
-            "[eal]\n{EAL}\n[pktgen]\ntx_lcores = [1]\n[[port]]\nvdev = \"net_ring0\"\n[[stream]]\nport = 0\nrx_port = 0\nsize = 64\nrate_pps = 20000\n\
-             [[stream]]\nport = 0\nrx_port = 0\nsize = 64\nrate_pps = 2000\n"
-        ),
-    )
-    .unwrap();
-    let json = d.join("s.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_pktgen"))
-        .args(["run", "-q", "-c", c.to_str().unwrap(), "--packets", "5000", "--duration", "30"])
-        .args(["--json", json.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let conf = format!(
+        "[eal]\n{EAL}\n[pktgen]\ntx_lcores = [1]\n[[port]]\nvdev = \"net_ring0\"\n[[stream]]\nport = 0\nrx_port = 0\nsize = 64\nrate_pps = 20000\n\
+         [[stream]]\nport = 0\nrx_port = 0\nsize = 64\nrate_pps = 2000\n"
+    );
+    let (rc, _, err, v) = run_args(&d, &conf, &["--packets", "5000", "--duration", "30"]);
+    assert_eq!(rc, 0, "{err}");
     let s = &v["streams"][0];
     assert_eq!((u(&s["tx"]["packets"]), u(&s["rx"]["packets"])), (5000, 5000), "{s}");
     // Each stream's rate is over its own sending time: the fast one, done in a quarter of a

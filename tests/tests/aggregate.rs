@@ -61,9 +61,25 @@ fn replay(dir: &Path, tables: &str) -> (PathBuf, Run, PathBuf, PathBuf) {
     let (a, b) = colls();
     let conf = write_config(dir, "c.toml", &format!("{EAL}{PORT}\n{}\n{}\n{tables}", a.toml(), b.toml()));
     let inp = input(dir);
-    let out = dir.join("out.pcap");
-    let run = run_dpu(dir, &conf, &[format!("--rx=0={}", inp.display()), format!("--tx=0={}", out.display())]);
+    let (run, out) = run_on(dir, &conf, &inp);
     (conf, run, inp, out)
+}
+
+/// The appliance of `conf` on the capture `inp` (port 0 in and out): the run and its output.
+fn run_on(dir: &Path, conf: &Path, inp: &Path) -> (Run, PathBuf) {
+    let out = dir.join("out.pcap");
+    let run = run_dpu(dir, conf, &[format!("--rx=0={}", inp.display()), format!("--tx=0={}", out.display())]);
+    (run, out)
+}
+
+/// [`run_on`] `frames` (capture time in µs, frame), written to `dir/in.pcap`, which it returns
+/// between the run (it succeeded) and the output.
+fn run_frames(dir: &Path, conf: &Path, frames: &[(u64, Vec<u8>)]) -> (Run, PathBuf, PathBuf) {
+    let inp = dir.join("in.pcap");
+    write_pcap_at(&inp, frames);
+    let (run, out) = run_on(dir, conf, &inp);
+    run.assert_ok();
+    (run, inp, out)
 }
 
 fn named(run: &Run, name: &str) -> u64 {
@@ -130,12 +146,8 @@ fn each_collective_reports_its_own_counters() {
     push(b.frame(0, 0, 0, &pl, |_| {}), 10);
     push(b.frame(1, 0, 0, &pl, |_| {}), 10); // completes: 2 results
     push(b.frame(1, 0, 0, &pl, |s| s.src_ip = IpAddrBytes::V4([10, 0, 0, 99])), 10); // spoofed: NAK 5
-    let inp = dir.join("in.pcap");
-    write_pcap_at(&inp, &frames);
     let conf = write_config(&dir, "c.toml", &format!("{EAL}{PORT}\n{}\n{}\n", a.toml(), b.toml()));
-    let out = dir.join("out.pcap");
-    let run = run_dpu(&dir, &conf, &[format!("--rx=0={}", inp.display()), format!("--tx=0={}", out.display())]);
-    run.assert_ok();
+    let (run, _, out) = run_frames(&dir, &conf, &frames);
     assert_eq!(read_pcap(&out).len(), 3 + 1 + 1 + 2 + 1, "results, resend, NAK, results, NAK");
     let colls = run.stats()["collectives"].as_array().unwrap();
     assert_eq!(colls.len(), 2);
@@ -212,12 +224,8 @@ fn naks_never_go_to_a_group_nobody_or_the_appliance() {
     t += 10;
     // A unicast stranger: its NAK (5, not the rank's member).
     frames.push((t, a.frame(0, 0, 0, &pl, |s| s.src_ip = IpAddrBytes::V4([10, 0, 0, 66]))));
-    let inp = dir.join("in.pcap");
-    write_pcap_at(&inp, &frames);
     let conf = write_config(&dir, "c.toml", &format!("{EAL}{PORT}\n{}\n{}\n", a.toml(), b.toml()));
-    let out = dir.join("out.pcap");
-    let run = run_dpu(&dir, &conf, &[format!("--rx=0={}", inp.display()), format!("--tx=0={}", out.display())]);
-    run.assert_ok();
+    let (run, _, out) = run_frames(&dir, &conf, &frames);
     let sent = read_pcap(&out);
     assert_eq!(sent.len(), 1, "only the stranger's NAK: {sent:02x?}");
     // To the stranger's MAC and address, from the appliance's.
@@ -280,11 +288,7 @@ entry = [
             }
         }
     }
-    let inp = dir.join("in.pcap");
-    write_pcap_at(&inp, &frames);
-    let out = dir.join("out.pcap");
-    let run = run_dpu(&dir, &conf, &[format!("--rx=0={}", inp.display()), format!("--tx=0={}", out.display())]);
-    run.assert_ok();
+    let (run, inp, out) = run_frames(&dir, &conf, &frames);
     let m = &run.stats()["meters"][0];
     assert_eq!(
         (m["name"].as_str(), m["green"]["packets"].as_u64(), m["red"]["packets"].as_u64()),

@@ -19,7 +19,7 @@
 use functional_tests::control::{ctl_json, dpuctl, start, stop};
 use functional_tests::grad::{f32s, Coll};
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -362,15 +362,7 @@ fn collectives_added_and_deleted_at_runtime_are_summed_then_unknown() {
     wire.send(&one.probe(1, 0, |_| {}));
     let st = wire.recv(1, Duration::from_secs(5));
     assert_eq!((st[0].flags, st[0].reason, st[0].round), (0x9, 1, 2), "{st:?}");
-    let batch = dir.join("again.json");
-    std::fs::write(
-        &batch,
-        format!(
-            "[{{\"op\":\"delete_collective\",\"id\":1}},{{\"op\":\"add_collective\",\"collective\":{}}}]",
-            collective_json(&one)
-        ),
-    )
-    .unwrap();
+    let batch = delete_then_add(&dir.join("again.json"), 1, &one);
     let o = dpuctl(&sock, &["batch", batch.to_str().unwrap()]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -485,15 +477,7 @@ fn with_two_workers_a_collective_added_at_runtime_goes_to_its_owner_and_stays_th
     // Collective 1 deleted: 2 moves to index 0 but stays on worker 1; 3, added at index 1, is
     // worker 1's too.
     let three = Coll { id: 3, ..Default::default() };
-    let batch = dir.join("batch.json");
-    std::fs::write(
-        &batch,
-        format!(
-            "[{{\"op\":\"delete_collective\",\"id\":1}},{{\"op\":\"add_collective\",\"collective\":{}}}]",
-            collective_json(&three)
-        ),
-    )
-    .unwrap();
+    let batch = delete_then_add(&dir.join("batch.json"), 1, &three);
     let o = dpuctl(&sock, &["batch", batch.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(ids_and_owners(&sock), (vec![2, 3], vec![1, 1]));
@@ -522,6 +506,16 @@ fn with_two_workers_a_collective_added_at_runtime_goes_to_its_owner_and_stays_th
     assert_eq!(ids_and_owners(&sock), (vec![], vec![]));
     stop(dpu);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Writes to `path` a batch that deletes collective `id`, then adds `coll`; returns `path`.
+fn delete_then_add(path: &Path, id: u16, coll: &Coll) -> PathBuf {
+    let ops = format!(
+        "[{{\"op\":\"delete_collective\",\"id\":{id}}},{{\"op\":\"add_collective\",\"collective\":{}}}]",
+        collective_json(coll)
+    );
+    std::fs::write(path, ops).unwrap();
+    path.to_path_buf()
 }
 
 /// `coll`'s `[[collective]]` table as a request's JSON object.

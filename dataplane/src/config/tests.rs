@@ -733,6 +733,16 @@ weight = 4
         (q("[[port.qos.class]]\nkmin = 0\nkmax = 10\npmax = 1.5"), "port[0].qos.class[0].pmax", "0..=1"),
         (q("[[port.qos.class]]\nkmin = 0\nkmax = 10\newma_log2 = 21"), "port[0].qos.class[0].ewma_log2", "0..=20"),
         (q("[[port.qos.class]]\npmax = 0.5"), "port[0].qos.class[0].pmax", "kmin and kmax"),
+        // The shaper's limits name the key at fault: `burst` above 2^29 bytes, `rate` above 2^40
+        // bytes/s; without `burst`, a rate whose 1 ms exceeds 2^29 bytes gets the largest bucket.
+        (q("rate = 1000000\nburst = 536870912"), "", ""),
+        (
+            q("rate = 1000000\nburst = 1000000000"),
+            "`port[0].qos.burst`",
+            "expected at most 536870912 bytes (2^29), found 1000000000",
+        ),
+        (q("rate = 1099511627776"), "", ""),
+        (q("rate = 1099511627777"), "`port[0].qos.rate`", "expected at most 1099511627776 bytes/s (2^40)"),
         (q("dscp_map = { 46 = 1 }"), "port[0].qos.dscp_map.46", "class 0..=0"),
         (q("classes = 2\ndscp_map = { 64 = 1 }"), "port[0].qos.dscp_map.64", "code point 0..=63"),
         (q("classes = 2\ndscp_map = [0, 1]"), "port[0].qos.dscp_map", "64 classes"),
@@ -817,23 +827,6 @@ fn a_collective_whose_frames_exceed_its_port_mtu_is_refused_with_the_lanes_that_
         (coll("mtu = 4000", "v6", "rocev2", "f32", 978), key, "expected at most 977 f32 lanes"),
         // IPv6 + UDP + BTH + DETH + gradient header + ICRC = 92 bytes, 96 with one f32 lane.
         (coll("mtu = 90", "v6", "rocev2", "f32", 4), key, "not even one lane fits: the port's mtu must be at least 96"),
-    ]);
-}
-
-/// The shaper's limits name the key at fault: `burst` above 2^29 bytes, `rate` above 2^40
-/// bytes/s; without `burst`, a rate whose 1 ms exceeds 2^29 bytes gets the largest bucket.
-#[test]
-fn shaper_limits_name_their_key() {
-    let qos = |body: &str| format!("{PORT}[port.qos]\n{body}\n");
-    check_cases(vec![
-        (qos("rate = 1000000\nburst = 536870912"), "", ""),
-        (
-            qos("rate = 1000000\nburst = 1000000000"),
-            "`port[0].qos.burst`",
-            "expected at most 536870912 bytes (2^29), found 1000000000",
-        ),
-        (qos("rate = 1099511627776"), "", ""),
-        (qos("rate = 1099511627777"), "`port[0].qos.rate`", "expected at most 1099511627776 bytes/s (2^40)"),
     ]);
 }
 

@@ -43,20 +43,19 @@ pub fn head_hasher(head: &[u8], l4_offset: usize) -> Result<Hasher, WireError> {
     if head.len() < masked_end || head.is_empty() {
         return Err(WireError::Truncated);
     }
-    let v6 = head[0] >> 4 == 6;
-    let ip_len = match head[0] >> 4 {
+    let (ip_len, v6) = match head[0] >> 4 {
         4 => {
             let ihl = (head[0] & 0x0f) as usize * 4;
             if ihl < 20 || ihl > l4_offset {
                 return Err(WireError::BadHeaderLen);
             }
-            ihl
+            (ihl, false)
         }
         6 => {
             if l4_offset < 40 {
                 return Err(WireError::BadHeaderLen);
             }
-            40
+            (40, true)
         }
         _ => return Err(WireError::BadVersion),
     };
