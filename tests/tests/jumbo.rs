@@ -173,3 +173,41 @@ fn rewritten(f: &[u8]) -> Vec<u8> {
     g[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
     g
 }
+
+/// An unshaped port sends frames up to its `mtu` + 22 bytes (the Ethernet header and two VLAN
+/// tags, as DPDK PMDs size their maximum frame from the MTU) and drops longer ones as
+/// `egress_oversize`, as a router drops what it may not fragment. The frames, by length: the
+/// RoCEv2 ones (even) carry 24 bytes more headers than the UDP ones (odd), whose payloads are 4
+/// bytes longer, and each is 8 bytes longer than the one before of its kind. Without an `mtu` the port sends them all (the first test).
+#[test]
+fn an_unshaped_port_drops_frames_beyond_its_mtu() {
+    let dir = scratch("jumbo-mtu");
+    let frames: Vec<Vec<u8>> = (0..8).map(jumbo).collect();
+    let lens: Vec<usize> = frames.iter().map(Vec::len).collect();
+    assert_eq!(lens, [4182, 4162, 4190, 4170, 4198, 4178, 4206, 4186]);
+    let input = dir.join("in.pcap");
+    write_pcap(&input, &frames.iter().map(|f| (f.clone(), None)).collect::<Vec<_>>());
+    let out = dir.join("out.pcap");
+    let args = [format!("--rx=0={}", input.display()), format!("--tx=1={}", out.display())];
+    // The MTU, and which frames it sends.
+    let cases: [(usize, &[usize]); 6] = [
+        (4182 - 22, &[0, 1, 3, 5]),
+        (4182 - 23, &[1, 3, 5]),
+        (4162 - 22, &[1]),
+        (4162 - 23, &[]),
+        (9000, &[0, 1, 2, 3, 4, 5, 6, 7]),
+        (1500, &[]),
+    ];
+    for (mtu, sent) in cases {
+        let text =
+            format!("{EAL}\n[[port]]\nvdev = \"net_null0\"\n[[port]]\nvdev = \"net_null1\"\nmtu = {mtu}\n{ROUTE}");
+        let conf = write_config(&dir, "mtu.toml", &text);
+        let run = run_dpu(&dir, &conf, &args);
+        run.assert_ok();
+        assert_eq!(read_pcap(&out), sent.iter().map(|&i| rewritten(&frames[i])).collect::<Vec<_>>(), "mtu {mtu}");
+        assert_eq!(run.drops("egress_oversize"), 8 - sent.len() as u64, "mtu {mtu}");
+        let s = run.stats();
+        assert_eq!(s["ports"][1]["ethdev"]["opackets"], sent.len() as u64, "mtu {mtu}");
+        assert_eq!(s["mbufs_in_use_after"], 0);
+    }
+}

@@ -311,6 +311,10 @@ pub struct Datapath<B = VecBuf> {
     live_us: u64,
     /// Whether rx timestamps drive the schedulers' clock (default; a replay's capture times).
     capture_clock: bool,
+    /// Per port, the longest frame it sends (bytes, without FCS): `mtu` + 22 for a port with an
+    /// `mtu` ([`Datapath::with_port_mtus`]); empty when no port sets one. A longer frame is an
+    /// `egress_oversize` drop.
+    egress_max: Vec<u32>,
 }
 
 /// A pipeline version for [`Datapath::swap_pipeline`], made by the control plane: before the
@@ -361,7 +365,22 @@ impl<B: PacketBuf> Datapath<B> {
             rx_clock_us: None,
             live_us: 0,
             capture_clock: true,
+            egress_max: Vec::new(),
         }
+    }
+
+    /// Sets the ports' MTUs (`mtus[port]`, bytes of IP packet; `None`: no limit): a frame longer
+    /// than its egress port's `mtu` + 22 bytes ([`crate::config::qos::MTU_FRAME_OVERHEAD`]: the
+    /// Ethernet header and two VLAN tags, the overhead DPDK PMDs add to an MTU for their maximum
+    /// frame length) is not sent but counted as an `egress_oversize` drop, as a router drops a
+    /// packet it may not fragment. Ports beyond `mtus` have no limit.
+    pub fn with_port_mtus(mut self, mtus: &[Option<u16>]) -> Self {
+        self.egress_max = if mtus.iter().any(Option::is_some) {
+            mtus.iter().map(|m| m.map_or(u32::MAX, |m| u32::from(m) + crate::config::qos::MTU_FRAME_OVERHEAD)).collect()
+        } else {
+            Vec::new()
+        };
+        self
     }
 
     /// Switches to another version of the pipeline (the control plane's runtime update), at a
@@ -1025,14 +1044,22 @@ impl<B: PacketBuf> Datapath<B> {
         mine || self.wanted(p, in_port)
     }
 
-    /// Hands `pkt` to port `port`: counted `tx`, then queued in the port's scheduler in `class`
+    /// Hands `pkt` to port `port`: a frame longer than the port's MTU allows is an
+    /// `egress_oversize` drop ([`Datapath::with_port_mtus`]); the others are counted `tx`, then queued in the port's scheduler in `class`
     /// ([`CLASS_UNSET`]: the port's class map decides) when it has one, else straight to `io`.
     /// A packet the scheduler refuses is counted under the refusal's reason and freed.
     /// `TM` is [`Datapath::traffic_managed`]: without traffic management (the common case), no
     /// test at all.
     #[inline(always)]
     fn send<const TM: bool, I: PacketIo<Buf = B>>(&mut self, io: &mut I, port: u16, pkt: I::Buf, class: u8) {
-        self.counters.tx(port, pkt.total_len());
+        let len = pkt.total_len();
+        if let Some(&max) = self.egress_max.get(port as usize) {
+            if len > max as usize {
+                self.counters.drop(Reason::EgressOversize);
+                return;
+            }
+        }
+        self.counters.tx(port, len);
         if TM {
             self.send_shaped(io, port, pkt, class);
         } else {
