@@ -11,8 +11,13 @@ use functional_tests::*;
 /// Frame `i`: RoCEv2 (UD SEND, valid ICRC) for even `i`, the UDP carriage (valid checksum) for
 /// odd, IPv4 10.0.0.1 to 10.0.0.2, ECT(0), TTL 64, about 4.2 KB.
 fn jumbo(i: usize) -> Vec<u8> {
+    sized(i, 4096 + 4 * i)
+}
+
+/// As [`jumbo`], with `n` bytes of payload.
+fn sized(i: usize, n: usize) -> Vec<u8> {
     let roce = i.is_multiple_of(2);
-    let payload: Vec<u8> = (0..4096 + 4 * i).map(|k| (k * 13 + i) as u8).collect();
+    let payload: Vec<u8> = (0..n).map(|k| (k * 13 + i) as u8).collect();
     let spec = FrameSpec {
         src_mac: "02:00:00:00:00:09".parse().unwrap(),
         dst_mac: "02:00:00:00:00:01".parse().unwrap(),
@@ -131,17 +136,28 @@ fn verify_transit_drops_chains_and_forwards_frames_that_fit() {
 }
 
 /// A shaped port takes frames up to its MTU's (with two VLAN tags), not only what one mbuf
-/// holds: with `mtu = 9000` every 4 KiB frame goes through the scheduler; without an MTU the
-/// port's largest frame is one mbuf's (2048 bytes) and each is an `egress_oversize` drop.
+/// holds, and no longer ones: with `mtu = 9000` every frame goes through the scheduler; with
+/// 4160 the 4 KiB frames that fit 4160 + 22 bytes (the last test has their lengths) and the two
+/// short ones; with 1500, below an mbuf's, the 1,522-byte frame and not the 1,600-byte one;
+/// without an MTU the port's largest frame is one mbuf's (2048 bytes): the two short ones.
+/// Every other frame is an `egress_oversize` drop.
 #[test]
 fn a_shaped_port_sends_frames_up_to_its_mtu() {
     let dir = scratch("jumbo-shaped");
-    let frames: Vec<Vec<u8>> = (0..8).map(jumbo).collect();
+    let mut frames: Vec<Vec<u8>> = (0..8).map(jumbo).collect();
+    frames.extend([sized(9, 1460), sized(11, 1538)]);
+    assert_eq!((frames[8].len(), frames[9].len()), (1522, 1600));
     let input = dir.join("in.pcap");
     write_pcap(&input, &frames.iter().map(|f| (f.clone(), None)).collect::<Vec<_>>());
     let out = dir.join("out.pcap");
     let args = [format!("--rx=0={}", input.display()), format!("--tx=1={}", out.display())];
-    for (mtu, sent) in [("mtu = 9000\n", 8), ("", 0)] {
+    let cases: [(&str, &[usize]); 4] = [
+        ("mtu = 9000\n", &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]),
+        ("mtu = 4160\n", &[0, 1, 3, 5, 8, 9]),
+        ("mtu = 1500\n", &[8]),
+        ("", &[8, 9]),
+    ];
+    for (mtu, sent) in cases {
         let text = format!(
             "{EAL}\n[[port]]\nvdev = \"net_null0\"\n[[port]]\nvdev = \"net_null1\"\n{mtu}\
              [port.qos]\nrate = 1250000000\n[[port.qos.class]]\n{ROUTE}"
@@ -149,12 +165,8 @@ fn a_shaped_port_sends_frames_up_to_its_mtu() {
         let conf = write_config(&dir, "shaped.toml", &text);
         let run = run_dpu(&dir, &conf, &args);
         run.assert_ok();
-        assert_eq!(
-            read_pcap(&out),
-            frames[..sent].iter().map(Vec::as_slice).map(rewritten).collect::<Vec<_>>(),
-            "{mtu:?}"
-        );
-        assert_eq!(run.drops("egress_oversize"), 8 - sent as u64, "{mtu:?}");
+        assert_eq!(read_pcap(&out), sent.iter().map(|&i| rewritten(&frames[i])).collect::<Vec<_>>(), "{mtu:?}");
+        assert_eq!(run.drops("egress_oversize"), 10 - sent.len() as u64, "{mtu:?}");
         assert_eq!(run.stats()["mbufs_in_use_after"], 0);
     }
 }

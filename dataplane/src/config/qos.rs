@@ -77,11 +77,12 @@ pub struct QosClassConfig {
 /// tags (an 802.1ad and an 802.1Q, which the appliance's actions may push).
 pub const MTU_FRAME_OVERHEAD: u32 = 14 + 2 * 4;
 
-/// The largest frame a port's scheduler takes (bytes, without FCS): what one mbuf holds
-/// (`mbuf_frame`: the data room less the headroom), or, when the port's `mtu` allows more (a
-/// jumbo frame travels as a chain of mbufs), that MTU's frame with two VLAN tags.
+/// The largest frame a port sends (bytes, without FCS): with an `mtu`, that MTU's frame with
+/// two VLAN tags (`mtu` + [`MTU_FRAME_OVERHEAD`]; a jumbo frame travels as a chain of mbufs),
+/// else what one mbuf holds (`mbuf_frame`: the data room less the headroom). A port's scheduler
+/// takes no longer frame.
 pub fn port_max_frame(mbuf_frame: u32, mtu: Option<u16>) -> u32 {
-    mbuf_frame.max(mtu.map_or(0, |m| u32::from(m) + MTU_FRAME_OVERHEAD))
+    mtu.map_or(mbuf_frame, |m| u32::from(m) + MTU_FRAME_OVERHEAD)
 }
 
 /// The fewest mbufs a class of `capacity_bytes` on a port whose frames reach `max_frame` bytes

@@ -433,7 +433,10 @@ fn make_worker(loaded: &Loaded, shared: &Shared, wi: usize, l: &LcoreConfig) -> 
                     .with_egress_owned(&shared.schedulers, &owned)
                     .expect("the configuration's schedulers were built once when it was validated")
                     .with_capture_clock(shared.replay)
-                    .with_port_mtus(&cfg.ports.iter().map(|p| p.mtu).collect::<Vec<_>>())
+                    // A shaped port's scheduler applies its MTU's limit (`port_max_frame`).
+                    .with_port_mtus(
+                        &cfg.ports.iter().map(|p| if p.qos.is_some() { None } else { p.mtu }).collect::<Vec<_>>(),
+                    )
                     .with_checks(if cfg.dataplane.verify_transit {
                         crate::parse::Checks::All
                     } else {
