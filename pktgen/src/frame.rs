@@ -44,6 +44,7 @@ pub fn contribution_spec(a: &Addresses, carriage: Carriage, header: GradientRepr
         src_mac,
         dst_mac,
         vlan,
+        vlan_tpid: dataplane::wire::vlan::TPID_8021Q,
         outer_tag: None,
         src_ip,
         dst_ip,

@@ -34,6 +34,7 @@ pub fn contribution_spec(c: &Collective, rank: usize, offset: u32, round: u32, l
         src_mac: m.mac,
         dst_mac: APPLIANCE_MAC,
         vlan: None,
+        vlan_tpid: crate::wire::vlan::TPID_8021Q,
         outer_tag: None,
         src_ip: m.ip,
         dst_ip: if m.ip.is_v6() { IpAddrBytes::V6(APPLIANCE_IPV6) } else { IpAddrBytes::V4(APPLIANCE_IPV4) },

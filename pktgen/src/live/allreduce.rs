@@ -2567,6 +2567,7 @@ pub(crate) mod tests {
             src_mac: w.appliance_mac,
             dst_mac: w.mac,
             vlan: None,
+            vlan_tpid: dataplane::wire::vlan::TPID_8021Q,
             outer_tag: None,
             src_ip: w.appliance_ip,
             dst_ip: w.ip,

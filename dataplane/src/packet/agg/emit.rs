@@ -212,6 +212,7 @@ pub(super) fn result_spec(
         src_mac: port.mac,
         dst_mac: m.mac,
         vlan: m.vlan,
+        vlan_tpid: crate::wire::vlan::TPID_8021Q,
         outer_tag: None,
         src_ip: source_ip(&port, &m.ip),
         dst_ip: m.ip,

@@ -51,6 +51,7 @@ use crate::parse::{Layers, Parsed};
 use crate::stats::Counters;
 use crate::wire::build::{FrameSpec, IpAddrBytes, Roce, ROCEV2_PORT};
 use crate::wire::gradient::{Flags, GradientHeader, GradientRepr, RANK_NONE};
+use crate::wire::vlan;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -502,19 +503,19 @@ impl Aggregator {
             (IpAddrBytes::V6(me), IpAddrBytes::V6(p.ip_src_bytes))
         };
         let coll_dscp = coll.map_or(0, |k| self.colls[k].spec.dscp);
-        // Back the way the packet came: its tags mirrored, whole (priority, DEI and VID), an
-        // 802.1ad (or second 802.1Q) tag first, then the 802.1Q one.
-        let tci = |at: usize| u16::from_be_bytes([frame[at], frame[at + 1]]);
-        let (outer_tag, vlan) = match (p.has(Layers::VLAN_OUTER), p.has(Layers::VLAN_INNER)) {
-            (true, true) => (Some((p.vlan_outer_tpid, tci(14))), Some(tci(18))),
-            (true, false) if p.vlan_outer_tpid != 0x8100 => (Some((p.vlan_outer_tpid, tci(14))), None),
-            (true, false) => (None, Some(tci(14))),
-            _ => (None, None),
+        // Back the way the packet came: its tags mirrored, whole (TPIDs, priority, DEI and VID),
+        // outer first.
+        let word = |at: usize| u16::from_be_bytes([frame[at], frame[at + 1]]);
+        let (outer_tag, vlan, vlan_tpid) = match (p.has(Layers::VLAN_OUTER), p.has(Layers::VLAN_INNER)) {
+            (true, true) => (Some((word(12), word(14))), Some(word(18)), word(16)),
+            (true, false) => (None, Some(word(14)), word(12)),
+            _ => (None, None, vlan::TPID_8021Q),
         };
         let spec = FrameSpec {
             src_mac: port.mac,
             dst_mac: p.eth_src,
             vlan,
+            vlan_tpid,
             outer_tag,
             src_ip,
             dst_ip,

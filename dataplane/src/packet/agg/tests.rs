@@ -262,29 +262,33 @@ fn assert_refused(rig: &mut Rig, cases: Vec<(Vec<u8>, Reason, Option<u8>)>) {
 }
 
 /// A NAK goes back the way the refused packet came: its VLAN tags mirrored, both of a
-/// double-tagged (802.1ad + 802.1Q, or 802.1Q + 802.1Q) packet in their order, an S-tag alone
-/// as an S-tag, on both carriages; its checksums (and ICRC) valid.
+/// double-tagged packet in their order with their TPIDs (802.1ad + 802.1Q, 802.1Q + 802.1Q,
+/// 802.1ad + 802.1ad, 802.1Q + 802.1ad), an S-tag alone as an S-tag, on both carriages; its
+/// checksums (and ICRC) valid.
 #[test]
 fn naks_mirror_the_refused_packets_vlan_tags() {
-    // (the tag before the 802.1Q one as (TPID, TCI), the 802.1Q TCI); the tags carry
+    // (the outer tag as (TPID, TCI), the inner (or only) tag's TCI and TPID); the tags carry
     // priorities and DEI bits, which come back as they went (PCP 1 + DEI, PCP 5, PCP 7).
-    type Tags = (Option<(u16, u16)>, Option<u16>);
-    let tags: [Tags; 6] = [
-        (None, None),
-        (None, Some(100)),
-        (None, Some(0x3000 | 100)),
-        (Some((0x88a8, 0xa000 | 300)), Some(0x3000 | 100)),
-        (Some((0x8100, 300)), Some(0xe000 | 100)),
-        (Some((0x88a8, 0xa000 | 300)), None),
+    type Tags = (Option<(u16, u16)>, Option<u16>, u16);
+    let tags: [Tags; 8] = [
+        (None, None, 0x8100),
+        (None, Some(100), 0x8100),
+        (None, Some(0x3000 | 100), 0x8100),
+        (Some((0x88a8, 0xa000 | 300)), Some(0x3000 | 100), 0x8100),
+        (Some((0x8100, 300)), Some(0xe000 | 100), 0x8100),
+        (None, Some(0xa000 | 300), 0x88a8),
+        (Some((0x88a8, 0xa000 | 300)), Some(0x3000 | 100), 0x88a8),
+        (Some((0x8100, 300)), Some(0xe000 | 100), 0x88a8),
     ];
     for carriage in ["udp", "rocev2"] {
-        for (i, &(outer_tag, vlan)) in tags.iter().enumerate() {
+        for (i, &(outer_tag, vlan, vlan_tpid)) in tags.iter().enumerate() {
             let mut rig = Rig::new(&conf("sum", "f32", carriage, false, "", 2, 8, 4));
             let mut io = VecIo::new(1);
             let bad = rig.frame(0, 0, 1, &f32s(&[1.0; 4]), |s| {
                 s.header.collective_id = 99;
                 s.outer_tag = outer_tag;
                 s.vlan = vlan;
+                s.vlan_tpid = vlan_tpid;
             });
             rig.send(&mut io, bad, 0);
             let out = decode(&io);
@@ -293,7 +297,7 @@ fn naks_mirror_the_refused_packets_vlan_tags() {
             assert_eq!((g.flags, g.reason), (Flags::NAK, 1), "{carriage} case {i}");
             // The tags as they are on the wire, after the MAC addresses.
             let mut want: Vec<u8> = Vec::new();
-            for (tpid, tci) in [outer_tag, vlan.map(|v| (0x8100, v))].into_iter().flatten() {
+            for (tpid, tci) in [outer_tag, vlan.map(|v| (vlan_tpid, v))].into_iter().flatten() {
                 want.extend_from_slice(&tpid.to_be_bytes());
                 want.extend_from_slice(&tci.to_be_bytes());
             }
@@ -304,6 +308,7 @@ fn naks_mirror_the_refused_packets_vlan_tags() {
             let vids =
                 (p.has(Layers::VLAN_OUTER).then_some(p.vid_outer), p.has(Layers::VLAN_INNER).then_some(p.vid_inner));
             let want_vids = match (outer_tag, vlan) {
+                (None, Some(v)) if vlan_tpid == 0x88a8 => (Some(v & 0xfff), None),
                 (Some((_, o)), v) => (Some(o & 0xfff), v.map(|v| v & 0xfff)),
                 (None, v) => (v.map(|v| v & 0xfff), None),
             };

@@ -170,6 +170,7 @@ pub(crate) mod tests {
                 src_mac: "02:00:00:00:00:01".parse().unwrap(),
                 dst_mac: "02:00:00:00:00:02".parse().unwrap(),
                 vlan: Some(0x6064),
+                vlan_tpid: crate::wire::vlan::TPID_8021Q,
                 outer_tag: Some((0x88a8, 0x0010)),
                 src_ip: host_ip(v6, 1),
                 dst_ip: host_ip(v6, 2),

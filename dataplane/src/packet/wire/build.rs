@@ -81,6 +81,9 @@ pub struct FrameSpec {
     /// An 802.1Q tag, if tagged: its tag control information (PCP 3 bits, DEI 1, VID 12; a
     /// VID alone is a tag of priority 0).
     pub vlan: Option<u16>,
+    /// The TPID of `vlan`'s tag: 0x8100 (802.1Q; [`FrameSpec::default`]'s), or what a reply
+    /// that mirrors a request's tags found there (a second 0x88A8, say).
+    pub vlan_tpid: u16,
     /// A tag written before the 802.1Q one, as (TPID, TCI): the 802.1ad S-tag (0x88A8, or a
     /// second 0x8100) of a reply that mirrors a double-tagged request's tags (or its only tag,
     /// when that is an S-tag and `vlan` is `None`).
@@ -114,6 +117,7 @@ impl Default for FrameSpec {
             src_mac: EthernetAddress::default(),
             dst_mac: EthernetAddress::default(),
             vlan: None,
+            vlan_tpid: vlan::TPID_8021Q,
             outer_tag: None,
             src_ip: IpAddrBytes::V4([0; 4]),
             dst_ip: IpAddrBytes::V4([0; 4]),
@@ -331,7 +335,7 @@ pub fn build_with(
     let ethertype = if spec.src_ip.is_v6() { EtherType::IPV6 } else { EtherType::IPV4 };
     // The EtherType field of the Ethernet header announces the first tag (its TPID); each tag's
     // view covers its TCI and the field after it, which announces the next tag or the IP header.
-    let mut tags = [spec.outer_tag, spec.vlan.map(|v| (vlan::TPID_8021Q, v))].into_iter().flatten().peekable();
+    let mut tags = [spec.outer_tag, spec.vlan.map(|v| (spec.vlan_tpid, v))].into_iter().flatten().peekable();
     let mut eth = EthernetFrame::new_unchecked(&mut *f);
     eth.set_dst(spec.dst_mac);
     eth.set_src(spec.src_mac);
@@ -439,6 +443,7 @@ mod tests {
             src_mac: "02:00:00:00:00:01".parse().unwrap(),
             dst_mac: "02:00:00:00:00:fe".parse().unwrap(),
             vlan,
+            vlan_tpid: vlan::TPID_8021Q,
             outer_tag: None,
             src_ip: s,
             dst_ip: d,

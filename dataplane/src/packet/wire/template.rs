@@ -293,6 +293,7 @@ mod tests {
             src_mac: EthernetAddress([2, 0, 0, 0, 0, 0x64]),
             dst_mac: EthernetAddress([2, 0, 0, 0, 0, member]),
             vlan,
+            vlan_tpid: crate::wire::vlan::TPID_8021Q,
             outer_tag: None,
             src_ip,
             dst_ip,
