@@ -19,6 +19,8 @@
 //!   [`Reason::VlanDepth`], never parsed as something else (spec section 1).
 //! - IPv4: IHL >= 5, header and total length within the frame, header checksum verified
 //!   (RFC 791). The total length bounds the datagram; Ethernet padding after it is ignored.
+//!   The options must keep RFC 791's format ([`ipv4::Ipv4Packet::options_route`]; else
+//!   [`Reason::MalformedIpv4`], for transit packets too, as a router processing them finds).
 //!   An unfinished Loose or Strict Source and Record Route option is recorded
 //!   ([`Parsed::source_routed`]) and its last address is the UDP pseudo-header's destination
 //!   (the one the datagram will arrive with).
@@ -561,9 +563,13 @@ fn parse_ipv4(
     // With options, a source route's final destination is the pseudo-header's.
     let mut csum_dst = dst;
     if hl > ipv4::MIN_HEADER_LEN {
-        if let Some(d) = ip.unfinished_source_route() {
-            p.source_routed = true;
-            csum_dst = d;
+        match ip.options_route() {
+            Ok(Some(d)) => {
+                p.source_routed = true;
+                csum_dst = d;
+            }
+            Ok(None) => {}
+            Err(_) => return Err(Reason::MalformedIpv4),
         }
     }
     if ip.is_fragment() {

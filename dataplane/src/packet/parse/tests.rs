@@ -383,7 +383,7 @@ fn rocev2_over_ipv4_with_options_verifies_its_icrc() {
         let p = ok(&b);
         assert_eq!((p.l4_offset as usize, p.bth_opcode, p.bth_psn), (l4, 0x04, 1), "IHL {ihl}");
         let mut c = b.clone();
-        c[34] = 0x94; // an option byte: covered
+        c[34] = 0x00; // an option byte (NOP to End of Option List): covered
         ipv4::Ipv4Packet::new_unchecked(&mut c[14..14 + ihl * 4]).fill_checksum();
         assert_eq!(parse(&c, GRAD_PORT), Err(Reason::BadIcrc), "IHL {ihl}");
     }
@@ -1124,5 +1124,25 @@ proptest! {
             m[i] = *v;
         }
         router_then_verify_agrees(&m, RxChecksum { ip: st(ip), l4: st(l4) })?;
+    }
+}
+
+/// IPv4 options that break RFC 791's format make the packet `malformed_ipv4` in both parses
+/// (a router processing them finds them too), so a source route behind them is never missed:
+/// `lsrr_frame`'s NOP replaced by a Timestamp of length 1, or the route's pointer set to 3.
+#[test]
+fn malformed_ipv4_options_are_malformed_ipv4() {
+    let (hop, last) = ([10, 0, 0, 2], [10, 9, 9, 9]);
+    for (at, byte) in [(34, 68), (37, 3)] {
+        let mut f = lsrr_frame(hop, 4, last);
+        f[at] = byte;
+        // The header checksum again, over the changed option.
+        ipv4::Ipv4Packet::new_unchecked(&mut f[14..42]).fill_checksum();
+        assert_eq!(parse(&f, GRAD_PORT), Err(Reason::MalformedIpv4), "byte {at} = {byte}");
+        assert_eq!(
+            parse_checked(&f, GRAD_PORT, RxChecksum::UNKNOWN, Checks::Router).map(|_| ()),
+            Err(Reason::MalformedIpv4),
+            "byte {at} = {byte}"
+        );
     }
 }

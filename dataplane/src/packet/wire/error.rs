@@ -25,6 +25,10 @@ pub enum WireError {
     /// first (RFC 8200 section 4.1).
     #[error("unsupported extension header chain")]
     BadExtensionChain,
+    /// IPv4 options that break RFC 791's format: an option whose length is below its minimum
+    /// or runs past the header, a pointer below its minimum, a second source route.
+    #[error("malformed IPv4 option")]
+    BadOption,
     /// An InfiniBand BTH opcode this appliance does not know the layout of.
     #[error("unknown BTH opcode")]
     UnknownOpcode,

@@ -41,6 +41,10 @@ pub const OPT_NOP: u8 = 1;
 pub const OPT_LSRR: u8 = 131;
 /// Strict Source and Record Route.
 pub const OPT_SSRR: u8 = 137;
+/// Record Route.
+pub const OPT_RR: u8 = 7;
+/// Internet Timestamp.
+pub const OPT_TS: u8 = 68;
 
 /// IP protocol numbers the appliance looks at.
 #[derive(Debug, Clone, Copy)]
@@ -233,49 +237,71 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         &self.buffer.as_ref()[MIN_HEADER_LEN..self.header_len()]
     }
 
-    /// The final destination of an unfinished source route: `Some` when the options hold a
-    /// Loose or Strict Source and Record Route (RFC 791 section 3.1: type 131 or 137) whose
-    /// pointer is not past its length, that is addresses are left to visit and the header's
-    /// destination is only the next hop. The address is the route's last (RFC 791: each hop
-    /// replaces the slot it takes with its own address, so the slots from the pointer on are
-    /// still the route, the last one the final destination; it is what the upper layer's
-    /// pseudo-header holds, the destination the datagram will carry when it arrives). A route
-    /// without a whole address gives the header's destination. `None` without such an option,
-    /// with a finished one, or when the options end first (End of Option List, or an option
-    /// whose length is below 2 or runs past the header: the walk stops there).
+    /// The options walked and checked (RFC 791 section 3.1), and the final destination of an
+    /// unfinished source route: `Ok(Some(address))` when they hold a Loose or Strict Source and
+    /// Record Route (type 131 or 137) whose pointer is not past its length, that is addresses
+    /// are left to visit and the header's destination is only the next hop. The address is the
+    /// route's last (each hop replaces the slot it takes with its own address, so the slots
+    /// from the pointer on are still the route, the last one the final destination; it is what
+    /// the upper layer's pseudo-header holds, the destination the datagram will carry when it
+    /// arrives); a route without a whole address gives the header's destination. `Ok(None)`
+    /// without one, or with a finished one.
+    ///
+    /// Errors ([`WireError::BadOption`]), as a host or router that processes the options finds
+    /// them (Linux's `ip_options_compile` alike): an option other than End of Option List and
+    /// No Operation without a length byte, or whose length is below 2 or runs past the header;
+    /// a source route or Record Route shorter than 3 bytes or with a pointer below 4; a
+    /// Timestamp shorter than 4 bytes or with a pointer below 5; a second source route (RFC
+    /// 791: it appears at most once). After End of Option List nothing is read (padding).
     #[inline]
-    pub fn unfinished_source_route(&self) -> Option<[u8; 4]> {
+    pub fn options_route(&self) -> Result<Option<[u8; 4]>, WireError> {
         let o = self.options();
+        let mut route = None;
         let mut i = 0;
         while i < o.len() {
-            match o[i] {
-                OPT_END => return None,
+            let t = o[i];
+            match t {
+                OPT_END => break,
                 OPT_NOP => i += 1,
-                t => {
-                    let len = *o.get(i + 1)? as usize;
+                _ => {
+                    let len = *o.get(i + 1).ok_or(WireError::BadOption)? as usize;
                     if len < 2 || i + len > o.len() {
-                        return None;
+                        return Err(WireError::BadOption);
+                    }
+                    let (min_len, min_ptr) = match t {
+                        OPT_LSRR | OPT_SSRR | OPT_RR => (3, 4),
+                        OPT_TS => (4, 5),
+                        _ => (2, 0),
+                    };
+                    if len < min_len || (min_ptr > 0 && (o[i + 2] as usize) < min_ptr) {
+                        return Err(WireError::BadOption);
                     }
                     if t == OPT_LSRR || t == OPT_SSRR {
-                        // A route without its pointer byte is no route.
-                        if len < 3 || o[i + 2] as usize > len {
-                            return None;
+                        if route.is_some() {
+                            return Err(WireError::BadOption);
                         }
-                        // The last whole address of the route data (3 bytes of type, length
-                        // and pointer, then 4 per address; a ragged tail is no address).
-                        return Some(match (len - 3) / 4 {
+                        // Unfinished while the pointer is not past the length: the last whole
+                        // address of the route data (3 bytes of type, length and pointer,
+                        // then 4 per address; a ragged tail is no address).
+                        route = Some((o[i + 2] as usize <= len).then(|| match (len - 3) / 4 {
                             0 => self.dst_addr(),
                             n => {
                                 let a = &o[i + 3 + 4 * (n - 1)..i + 3 + 4 * n];
                                 [a[0], a[1], a[2], a[3]]
                             }
-                        });
+                        }));
                     }
                     i += len;
                 }
             }
         }
-        None
+        Ok(route.flatten())
+    }
+
+    /// [`Ipv4Packet::options_route`]'s route, `None` when the options are malformed too.
+    #[inline]
+    pub fn unfinished_source_route(&self) -> Option<[u8; 4]> {
+        self.options_route().ok().flatten()
     }
 
     /// The payload: from the end of the header to `total_len` (padding after it excluded).
@@ -548,6 +574,44 @@ mod tests {
         assert_eq!(route(&[&[131, 9, 4][..], &a, &[7, 7, 0, 0, 0]].concat()), Some(a));
         // Without options: none, whatever follows the header.
         assert_eq!(Ipv4Packet::new_unchecked(&C05[..]).unfinished_source_route(), None);
+    }
+
+    /// Options that break RFC 791's format are errors wherever they stand, a source route
+    /// after them included; well-formed ones walk to their route.
+    #[test]
+    fn malformed_options_are_errors() {
+        let walk = |opts: &[u8]| Ipv4Packet::new_unchecked(with_options(opts)).options_route();
+        let a = [10, 9, 9, 1];
+        let lsrr = [&[131, 7, 4][..], &a].concat();
+        let bad: &[&[u8]] = &[
+            &[68, 1, 0, 0],  // a length below 2
+            &[68, 0, 0, 0],  // length 0
+            &[7, 9, 4, 0],   // Record Route past the header
+            &[1, 1, 1, 7],   // a type without its length byte
+            &[7, 2, 0, 0],   // Record Route without a pointer
+            &[7, 3, 3, 0],   // its pointer below 4
+            &[68, 4, 4, 0],  // Timestamp's pointer below 5
+            &[68, 3, 5, 0],  // Timestamp shorter than 4
+            &[131, 3, 3, 0], // a source route's pointer below 4
+            &[137, 2, 1, 0], // a source route of 2 bytes
+        ];
+        for &o in bad {
+            assert_eq!(walk(o), Err(WireError::BadOption), "{o:?}");
+            // The route behind them is not reached, and is no route.
+            let behind = [o, &lsrr[..], &[0]].concat();
+            assert_eq!(walk(&behind), Err(WireError::BadOption), "{behind:?}");
+            assert_eq!(Ipv4Packet::new_unchecked(with_options(&behind)).unfinished_source_route(), None);
+        }
+        // Two source routes.
+        assert_eq!(walk(&[&lsrr[..], &lsrr, &[0, 0]].concat()), Err(WireError::BadOption));
+        // Well-formed: NOPs, Router Alert, Record Route, Timestamp, then the route; padding
+        // after End of Option List is not read.
+        let good = [&[1, 148, 4, 0, 0, 7, 7, 4, 0, 0, 0, 0, 68, 8, 5, 0, 0, 0, 0, 0][..], &lsrr, &[0]].concat();
+        assert_eq!(walk(&good), Ok(Some(a)));
+        assert_eq!(walk(&[0, 68, 1, 0]), Ok(None));
+        assert_eq!(walk(&[1, 1, 1, 0]), Ok(None));
+        // A finished route is no route, but still judged as an option.
+        assert_eq!(walk(&[&[131, 7, 8][..], &a, &[0]].concat()), Ok(None));
     }
 
     #[test]
