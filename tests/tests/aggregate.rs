@@ -303,3 +303,55 @@ entry = [
     assert!(ok, "gradcheck on the other tenant failed:\n{text}");
     assert!(run.stdout().contains("meter tenant1"), "{}", run.stdout());
 }
+
+/// `f` (an IPv4 frame whose header starts at `l3`) with 40 bytes of options (No Operation):
+/// IHL 15, the total length and header checksum updated; the UDP checksum does not cover them.
+fn with_ipv4_options(f: &[u8], l3: usize) -> Vec<u8> {
+    let mut g = f[..l3 + 20].to_vec();
+    g.extend_from_slice(&[1; 40]);
+    g.extend_from_slice(&f[l3 + 20..]);
+    g[l3] = 0x4f;
+    let total = u16::from_be_bytes([g[l3 + 2], g[l3 + 3]]) + 40;
+    g[l3 + 2..l3 + 4].copy_from_slice(&total.to_be_bytes());
+    dataplane::wire::ipv4::Ipv4Packet::new_unchecked(&mut g[l3..l3 + 60]).fill_checksum();
+    g
+}
+
+/// The largest chunk the default mbufs take (484 f32 lanes: 1998-byte frames untagged) folds
+/// contributions whose headers carry what the loader allows for: rank 0's two VLAN tags
+/// (802.1ad, 802.1Q) and 40 bytes of IPv4 options (2046 bytes), rank 1's options. Both chunks
+/// complete, each result is the sum, and the checker agrees; nothing is dropped.
+#[test]
+fn the_largest_chunk_that_loads_takes_contributions_with_tags_and_options() {
+    let dir = scratch("agg-fit");
+    let c = Coll { n: 2, tensor: 968, chunk: 484, ..Default::default() };
+    let conf = write_config(&dir, "c.toml", &format!("{EAL}{PORT}\n{}", c.toml()));
+    let lanes = |k: usize, off: u32| f32s(&(0..484).map(|i| (k * 1000 + i + off as usize) as f32).collect::<Vec<_>>());
+    let mut frames = Vec::new();
+    for (i, off) in [0u32, 484].into_iter().enumerate() {
+        let tagged = c.frame(0, off, 0, &lanes(0, off), |s| {
+            s.outer_tag = Some((0x88a8, 20));
+            s.vlan = Some(30);
+        });
+        let f0 = with_ipv4_options(&tagged, 22);
+        assert_eq!(f0.len(), 2046);
+        let f1 = with_ipv4_options(&c.frame(1, off, 0, &lanes(1, off), |_| {}), 14);
+        frames.push((T0 + 10 * i as u64, f0));
+        frames.push((T0 + 10 * i as u64 + 5, f1));
+    }
+    let (run, inp, out) = run_frames(&dir, &conf, &frames);
+    let drops: u64 = run.stats()["drops"].as_object().unwrap().values().filter_map(|v| v.as_u64()).sum();
+    assert_eq!(drops, 0, "{}", run.stderr());
+    let got = read_pcap(&out);
+    assert_eq!(got.len(), 4, "two results per chunk");
+    for g in &got {
+        let p = dataplane::parse::parse(g, dataplane::wire::gradient::DEFAULT_UDP_PORT).unwrap();
+        let body = &g[p.udp_payload()];
+        let off = u32::from_be_bytes(body[8..12].try_into().unwrap()) as usize;
+        let sum: Vec<f32> = body[20..].chunks(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+        let want: Vec<f32> = (0..484).map(|i| (1000 + 2 * (i + off)) as f32).collect();
+        assert_eq!(sum, want, "chunk at {off}");
+    }
+    let (ok, text) = gradcheck(&conf, &[&inp], &[&out]);
+    assert!(ok, "{text}");
+}

@@ -425,25 +425,31 @@ fn collective_errors_name_the_key() {
 
 #[test]
 fn result_frames_must_fit_one_mbuf() {
-    // 496 f32 lanes: a 2046-byte frame untagged, 2050 bytes with an 802.1Q tag. Contributions
-    // that arrive untagged fit the default 2048 bytes; the results to a member with a `vlan` do not.
+    // 496 f32 lanes: a 2046-byte frame untagged, 2050 bytes with an 802.1Q tag; a contribution
+    // may carry two tags and 40 bytes of IPv4 options, 2094 bytes: more than the default 2048,
+    // tagged member or not. 484 lanes make 1998-byte frames, 2046 with those headers.
     let port = "[[port]]\nvdev = \"n\"\nipv4 = \"10.0.0.254\"\n";
-    let coll = |member: &str| {
+    let coll = |lanes: u32, member: &str| {
         format!(
-            "{port}[[collective]]\ncollective_id = 1\nop = \"sum\"\ndtype = \"f32\"\ntensor_elements = 1000\nchunk_elements = 496\n[[collective.member]]\nrank = 0\nip = \"10.0.0.1\"\nmac = \"02:00:00:00:01:00\"\nudp_port = 5\n{member}\n"
+            "{port}[[collective]]\ncollective_id = 1\nop = \"sum\"\ndtype = \"f32\"\ntensor_elements = 1000\nchunk_elements = {lanes}\n[[collective.member]]\nrank = 0\nip = \"10.0.0.1\"\nmac = \"02:00:00:00:01:00\"\nudp_port = 5\n{member}\n"
         )
     };
-    load_str(&coll(""), Path::new("ok.toml")).unwrap_or_else(|e| panic!("{e}"));
-    let e = load_str(&coll("vlan = 7"), Path::new("bad.toml")).unwrap_err().to_string();
-    assert!(
-        e.contains("`collective[0].chunk_elements`") && e.contains("2050 bytes") && e.contains("at least 2178"),
-        "{e}"
-    );
-    load_str(&format!("[mempool]\ndata_room = 2178\n{}", coll("vlan = 7")), Path::new("ok.toml"))
-        .unwrap_or_else(|e| panic!("{e}"));
-    // A short tensor's only chunk is its full chunk.
-    let short = coll("vlan = 7").replace("tensor_elements = 1000", "tensor_elements = 400");
-    load_str(&short, Path::new("ok.toml")).unwrap_or_else(|e| panic!("{e}"));
+    for member in ["", "vlan = 7"] {
+        let e = load_str(&coll(496, member), Path::new("bad.toml")).unwrap_err().to_string();
+        assert!(
+            e.contains("`collective[0].chunk_elements`")
+                && e.contains("reach 2094 bytes")
+                && e.contains("at least 2222, or use at most 484 f32 lanes"),
+            "{member}: {e}"
+        );
+        load_str(&format!("[mempool]\ndata_room = 2222\n{}", coll(496, member)), Path::new("ok.toml"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        load_str(&coll(484, member), Path::new("ok.toml")).unwrap_or_else(|e| panic!("{e}"));
+        assert!(load_str(&coll(485, member), Path::new("bad.toml")).is_err());
+        // A short tensor's only chunk is its full chunk.
+        let short = coll(496, member).replace("tensor_elements = 1000", "tensor_elements = 400");
+        load_str(&short, Path::new("ok.toml")).unwrap_or_else(|e| panic!("{e}"));
+    }
 }
 
 /// Spec section 3's defaults, one slot per chunk, and the slot memory a collective is charged:

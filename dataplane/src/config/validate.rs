@@ -359,18 +359,31 @@ fn check_collectives(
 /// Every collective's full-chunk RESULT frame fits one mbuf.
 fn check_result_frames(config: &Config, collectives: &[Collective], path: &Path) -> Result<(), ConfigError> {
     let err = |key: String, msg: String| ConfigError::new(path, key, msg);
-    // Every RESULT frame is built in a single mbuf segment: a collective whose full-chunk
-    // results do not fit one would fold contributions and never send their results (spec
-    // section 4, rule 2). Contributions that arrive untagged for members with a `vlan` are
-    // 4 bytes shorter than their results, so the contributions fitting is not enough.
+    // Every RESULT frame is built in a single mbuf segment, and every contribution is read
+    // from one: a collective whose full-chunk results do not fit one would fold contributions
+    // and never send their results (spec section 4, rule 2), and one whose contributions, with
+    // the tags spec section 1 allows and IP options, do not fit would lose them (chains are
+    // `multi_segment` drops). Contributions that arrive untagged for members with a `vlan`
+    // are 4 bytes shorter than their results, so neither length alone is enough.
     let room = config.mempool.frame_bytes() as usize;
+    let frame = |c: &Collective| crate::agg::max_result_frame_len(c).max(crate::agg::max_contribution_frame_len(c));
     for (i, c) in collectives.iter().enumerate() {
-        let len = crate::agg::max_result_frame_len(c);
+        let len = frame(c);
         if len > room {
+            let mut fits = c.clone();
+            while fits.chunk_elements > 1 && frame(&fits) > room {
+                fits.chunk_elements -= 1;
+            }
+            let lanes = if frame(&fits) <= room {
+                format!(", or use at most {} {} lanes", fits.chunk_elements, c.dtype.name())
+            } else {
+                String::new()
+            };
             return Err(err(
                 format!("collective[{i}].chunk_elements"),
                 format!(
-                    "a full chunk's RESULT frame is {len} bytes, more than an mbuf holds (mempool.data_room {} less {MBUF_HEADROOM} bytes of headroom = {room}): raise mempool.data_room to at least {}",
+                    "a full chunk's frames reach {len} bytes (its RESULT frames, or a contribution with two VLAN tags and {} bytes of IP options or extension headers), more than an mbuf holds (mempool.data_room {} less {MBUF_HEADROOM} bytes of headroom = {room}): raise mempool.data_room to at least {}{lanes}",
+                    crate::agg::CONTRIBUTION_HEADER_SLACK - 8,
                     config.mempool.data_room,
                     len + MBUF_HEADROOM
                 ),

@@ -170,6 +170,28 @@ pub fn max_result_frame_len(spec: &Collective) -> usize {
         .unwrap_or(0)
 }
 
+/// Bytes a contribution's headers may carry beyond the untagged headers of its member's RESULT
+/// frames: two VLAN tags (spec section 1: an 802.1ad tag and an 802.1Q one) and 40 bytes of
+/// IPv4 options (the most IHL 15 holds) or of IPv6 extension headers.
+pub const CONTRIBUTION_HEADER_SLACK: usize = 2 * 4 + 40;
+
+/// The longest contribution frame of `spec` the mempool's data room must hold (bytes): a full
+/// chunk from the member whose headers are the longest, with [`CONTRIBUTION_HEADER_SLACK`]
+/// bytes of tags and options. The aggregator reads a contribution in one mbuf segment; a longer
+/// one arrives as a chain and is a `multi_segment` drop.
+pub fn max_contribution_frame_len(spec: &Collective) -> usize {
+    let full = (spec.chunk_elements as u64).min(spec.tensor_elements) as usize;
+    (0..spec.workers())
+        .map(|r| {
+            let mut s = result_spec(spec, &[], 0, 0, r, 0, 0, 0, full);
+            s.vlan = None;
+            s.outer_tag = None;
+            s.frame_len(full * spec.dtype.size()) + CONTRIBUTION_HEADER_SLACK
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// The IP packet length of member `r`'s full-chunk RESULT frames of `spec` (bytes; its
 /// contributions are as long): what the MTU of the member's port must hold.
 pub fn result_ip_len(spec: &Collective, r: usize) -> usize {

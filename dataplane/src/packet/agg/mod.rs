@@ -40,7 +40,7 @@ mod status;
 pub mod straggle;
 pub mod swap;
 
-pub use emit::{max_result_frame_len, result_ip_len};
+pub use emit::{max_contribution_frame_len, max_result_frame_len, result_ip_len, CONTRIBUTION_HEADER_SLACK};
 
 use crate::buf::{PacketBuf, PacketIo};
 use crate::parse::{Layers, Parsed};
