@@ -228,6 +228,17 @@ fn a_bad_batch_changes_nothing_and_sighup_reloads_only_a_good_file() {
         (Some(true), v, Some(true)),
         "{reply}"
     );
+    // One that deletes an entry and adds it back as it was makes a new entry: a new version.
+    let renew = br#"{"cmd":"apply","ops":[{"op":"delete_entry","table":"l2","key":["02:00:00:00:00:07"]},
+        {"op":"add_entry","table":"l2","entry":{"key":["02:00:00:00:00:07"],"action":"drop"}}]}"#;
+    let reply = raw(&sock, renew);
+    assert_eq!(
+        (reply["ok"].as_bool(), u(&reply["version"]), reply.get("unchanged")),
+        (Some(true), v + 1, None),
+        "{reply}"
+    );
+    let v = v + 1;
+    assert_eq!(entries(&sock)[1], ("02:00:00:00:00:07".to_string(), "drop".to_string()));
     // A broken file, then one that changes what needs a restart: nothing changes, and the
     // appliance says why (checked on its stderr at the end).
     std::fs::write(&conf, good.replace("action = \"drop\"", "action = \"forward(9)\"")).unwrap();

@@ -76,6 +76,26 @@ pub struct Built {
     /// their configuration is the old one (a delete discards a collective's state; the add is
     /// a new collective). Empty for a model built whole (a reload).
     pub restarted: Vec<u16>,
+    /// Entries and meters that a batch deleted and added back: they start afresh too.
+    pub renewed: Renewed,
+}
+
+/// Entries and meters that a batch deleted and added back ([`Built::renewed`]): a delete
+/// discards an entry's counters and a meter's buckets and colour counts, and the add makes a
+/// new one (as a P4Runtime DELETE then INSERT does), even with the old configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Renewed {
+    /// (table name, entry identity as [`carry`] compares them).
+    pub entries: Vec<(String, String)>,
+    /// Meter names.
+    pub meters: Vec<String>,
+}
+
+impl Renewed {
+    /// True when nothing was deleted and added back.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.meters.is_empty()
+    }
 }
 
 /// What an operation of a request touched, found again by identity once every operation has
@@ -221,7 +241,7 @@ impl Model {
         let mut config = fixed.config.clone();
         config.collectives = self.collectives.clone();
         let collectives = super::validate::collectives(&config, &fixed.ipv4, &fixed.ipv6, path)?;
-        Ok(Built { pipeline, collectives, restarted: Vec::new() })
+        Ok(Built { pipeline, collectives, restarted: Vec::new(), renewed: Renewed::default() })
     }
 
     /// This model with `ops` applied in order, and what it builds into: all or nothing. Errors
@@ -257,6 +277,32 @@ impl Model {
             .collect();
         built.restarted.sort_unstable();
         built.restarted.dedup();
+        let mut renewed = Renewed::default();
+        // The identities of the entries of each table a delete named, found once per table.
+        let mut present: HashMap<&str, std::collections::HashSet<String>> = HashMap::new();
+        for op in ops {
+            match op {
+                Change::DeleteEntry { table, key, priority } => {
+                    let Some(t) = m.tables.iter().find(|t| t.name == *table) else { continue };
+                    let Ok(id) = entry_id(t, key, *priority) else { continue };
+                    let ids = present.entry(table.as_str()).or_insert_with(|| {
+                        t.entries.iter().filter_map(|e| entry_id(t, &e.key, e.priority).ok()).collect()
+                    });
+                    if ids.contains(&id) {
+                        renewed.entries.push((table.clone(), id));
+                    }
+                }
+                Change::DeleteMeter { name } if m.meters.iter().any(|x| x.name == *name) => {
+                    renewed.meters.push(name.clone())
+                }
+                _ => {}
+            }
+        }
+        renewed.entries.sort_unstable();
+        renewed.entries.dedup();
+        renewed.meters.sort_unstable();
+        renewed.meters.dedup();
+        built.renewed = renewed;
         Ok((m, built))
     }
 
@@ -566,8 +612,9 @@ fn entry_id(
 /// every entry with the same identity in a table of the same name, of every table's miss, of
 /// every named counter of the same name, the colour counts of every meter of the same name, and
 /// the buckets of those whose configuration did not change (a direct meter's, only when the
-/// tables did not change either: its instances follow the entries).
-pub fn carry(old_m: &Model, old: &Pipeline, new_m: &Model, new: &Pipeline) -> Carry {
+/// tables did not change either: its instances follow the entries). Nothing of the entries and
+/// meters in `renewed` (deleted and added back by the batch).
+pub fn carry(old_m: &Model, old: &Pipeline, new_m: &Model, new: &Pipeline, renewed: &Renewed) -> Carry {
     let bases = |p: &Pipeline| {
         let mut at = 0;
         p.tables
@@ -595,8 +642,11 @@ pub fn carry(old_m: &Model, old: &Pipeline, new_m: &Model, new: &Pipeline) -> Ca
             .enumerate()
             .filter_map(|(i, e)| entry_id(otc, &e.key, e.priority).ok().map(|id| (id, i)))
             .collect();
+        let renewed_here: std::collections::HashSet<&str> =
+            renewed.entries.iter().filter(|(t, _)| *t == ntc.name).map(|(_, id)| id.as_str()).collect();
         for (ni, e) in ntc.entries.iter().enumerate() {
-            if let Some(oi) = entry_id(ntc, &e.key, e.priority).ok().and_then(|id| ids.get(&id)) {
+            let Ok(id) = entry_id(ntc, &e.key, e.priority) else { continue };
+            if let Some(oi) = ids.get(&id).filter(|_| !renewed_here.contains(id.as_str())) {
                 c.hits.push((ob[ot] + oi, nb[nt] + ni));
             }
         }
@@ -608,13 +658,16 @@ pub fn carry(old_m: &Model, old: &Pipeline, new_m: &Model, new: &Pipeline) -> Ca
         }
     }
     for (ni, spec) in new.meters.iter().enumerate() {
+        if renewed.meters.contains(&spec.name) {
+            continue;
+        }
         let same = |m: &Model| m.meters.iter().find(|x| x.name == spec.name).cloned();
         let (Some(oi), Some(nc)) = (old.meters.iter().position(|s| s.name == spec.name), same(new_m)) else {
             continue;
         };
         // A direct meter's instances follow the entries that use it: its buckets carry only
-        // when no table changed. Its colour counts always carry.
-        let instances_same = !nc.direct || (old_m.tables == new_m.tables && old_m.groups == new_m.groups);
+        // when no table changed (multicast copies use no meter). Its colour counts always carry.
+        let instances_same = !nc.direct || (old_m.tables == new_m.tables && renewed.entries.is_empty());
         if instances_same && same(old_m).as_ref() == Some(&nc) {
             c.meters.push((oi, ni));
         } else {

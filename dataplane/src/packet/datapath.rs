@@ -312,7 +312,7 @@ pub struct Datapath<B = VecBuf> {
     /// Whether rx timestamps drive the schedulers' clock (default; a replay's capture times).
     capture_clock: bool,
     /// Per port, the longest frame it sends (bytes, without FCS): `mtu` + 22 for a port with an
-    /// `mtu` ([`Datapath::with_port_mtus`]); empty when no port sets one. A longer frame is an
+    /// `mtu` ([`Datapath::with_egress_limits`]); empty when no port sets one. A longer frame is an
     /// `egress_oversize` drop.
     egress_max: Vec<u32>,
 }
@@ -369,14 +369,14 @@ impl<B: PacketBuf> Datapath<B> {
         }
     }
 
-    /// Sets the ports' MTUs (`mtus[port]`, bytes of IP packet; `None`: no limit): a frame longer
-    /// than its egress port's `mtu` + 22 bytes ([`crate::config::qos::MTU_FRAME_OVERHEAD`]: the
-    /// Ethernet header and two VLAN tags, the overhead DPDK PMDs add to an MTU for their maximum
-    /// frame length) is not sent but counted as an `egress_oversize` drop, as a router drops a
-    /// packet it may not fragment. Ports beyond `mtus` have no limit.
-    pub fn with_port_mtus(mut self, mtus: &[Option<u16>]) -> Self {
-        self.egress_max = if mtus.iter().any(Option::is_some) {
-            mtus.iter().map(|m| m.map_or(u32::MAX, |m| u32::from(m) + crate::config::qos::MTU_FRAME_OVERHEAD)).collect()
+    /// Sets the longest frame each port sends (`limits[port]`, bytes without FCS; `None`: no
+    /// limit): a longer frame is not sent but counted as an `egress_oversize` drop, as a router
+    /// drops a packet it may not fragment. The runtime gives a port with an `mtu` `mtu` + 22
+    /// (the Ethernet header and two VLAN tags: the overhead DPDK PMDs add to an MTU for their
+    /// maximum frame length). Ports beyond `limits` have no limit.
+    pub fn with_egress_limits(mut self, limits: &[Option<u32>]) -> Self {
+        self.egress_max = if limits.iter().any(Option::is_some) {
+            limits.iter().map(|m| m.unwrap_or(u32::MAX)).collect()
         } else {
             Vec::new()
         };
@@ -1045,7 +1045,7 @@ impl<B: PacketBuf> Datapath<B> {
     }
 
     /// Hands `pkt` to port `port`: a frame longer than the port's MTU allows is an
-    /// `egress_oversize` drop ([`Datapath::with_port_mtus`]); the others are counted `tx`, then queued in the port's scheduler in `class`
+    /// `egress_oversize` drop ([`Datapath::with_egress_limits`]); the others are counted `tx`, then queued in the port's scheduler in `class`
     /// ([`CLASS_UNSET`]: the port's class map decides) when it has one, else straight to `io`.
     /// A packet the scheduler refuses is counted under the refusal's reason and freed.
     /// `TM` is [`Datapath::traffic_managed`]: without traffic management (the common case), no

@@ -156,7 +156,7 @@ fn counts_carry_over_by_entry_identity() {
             {"op":"delete_group","id":1}]"#,
     )
     .unwrap();
-    let kept = carry(&m, &p, &n, &np);
+    let kept = carry(&m, &p, &n, &np, &Renewed::default());
     let mut new = PipelineState::new(&np);
     new.carry_from(&mut old, &kept);
     // l2 now holds ..02 (was entry 1: 101), ..03 (new: 0), then the miss (102).
@@ -174,7 +174,7 @@ fn counts_carry_over_by_entry_identity() {
         apply(&m, r#"[{"op":"modify_meter","meter":{"name":"m","type":"srtcm","cir":2000000,"cbs":3000,"ebs":3000}}]"#)
             .unwrap();
     // A changed meter's buckets start full; its colour counts carry.
-    let c2 = carry(&m, &p, &n2, &np2);
+    let c2 = carry(&m, &p, &n2, &np2, &Renewed::default());
     assert!(c2.meters.is_empty());
     assert_eq!(c2.meter_colors, [(0, 0)]);
     let mut old2 = PipelineState::new(&p);
@@ -182,6 +182,80 @@ fn counts_carry_over_by_entry_identity() {
     let mut new2 = PipelineState::new(&np2);
     new2.carry_from(&mut old2, &c2);
     assert_eq!(new2.meter_colors(0)[2].packets, 9);
+}
+
+/// An entry or meter that a batch deletes and adds back is a new one: its counts (and a
+/// meter's buckets and colours) start afresh, even when it comes back as it was; the others
+/// carry as ever.
+#[test]
+fn what_a_batch_deletes_and_adds_back_starts_afresh() {
+    let (m, p) = base();
+    let mut old = PipelineState::new(&p);
+    for (i, c) in old.entries_mut(0).iter_mut().enumerate() {
+        c.packets = 100 + i as u64;
+    }
+    old.meters[0].colors[0].packets = 9;
+    let renew = |json: &str| {
+        let (n, b) = m.apply(&ops(json), &fixed()).unwrap();
+        let kept = carry(&m, &p, &n, &b.pipeline, &b.renewed);
+        let mut new = PipelineState::new(&b.pipeline);
+        let mut from = old.clone();
+        new.carry_from(&mut from, &kept);
+        (n, b.renewed, kept, new)
+    };
+    let two = r#"{"key":["02:00:00:00:00:02"],"action":"count(two); multicast(1)"}"#;
+    // Back as it was: the model is the old one, the entry is not.
+    let (n, renewed, _, new) = renew(&format!(
+        r#"[{{"op":"delete_entry","table":"l2","key":["02:00:00:00:00:02"]}},{{"op":"add_entry","table":"l2","entry":{two}}}]"#
+    ));
+    assert!(n == m);
+    assert_eq!(renewed.entries.len(), 1);
+    assert_eq!(new.hits_of(0).iter().map(|c| c.packets).collect::<Vec<_>>(), [100, 0, 0]);
+    // Back with another action: the same.
+    let (_, _, _, new) = renew(
+        r#"[{"op":"delete_entry","table":"l2","key":["02:00:00:00:00:02"]},
+            {"op":"add_entry","table":"l2","entry":{"key":[" 02:00:00:00:00:02"],"action":"forward(1)"}}]"#,
+    );
+    assert_eq!(new.hits_of(0).iter().map(|c| c.packets).collect::<Vec<_>>(), [100, 0, 0]);
+    // Deleted, not added back: nothing renewed. Modified: its counts carry.
+    let (_, renewed, _, _) = renew(r#"[{"op":"delete_entry","table":"l2","key":["02:00:00:00:00:02"]}]"#);
+    assert!(renewed.is_empty());
+    let (_, _, _, new) =
+        renew(&format!(r#"[{{"op":"modify_entry","table":"l2","entry":{}}}]"#, two.replace("multicast(1)", "drop")));
+    assert_eq!(new.hits_of(0).iter().map(|c| c.packets).collect::<Vec<_>>(), [100, 101, 0]);
+    // A meter deleted and added back as it was: neither buckets nor colours carry.
+    let meter = r#"{"name":"m","type":"srtcm","cir":1000000,"cbs":3000,"ebs":3000}"#;
+    let (n, renewed, kept, new) =
+        renew(&format!(r#"[{{"op":"delete_meter","name":"m"}},{{"op":"add_meter","meter":{meter}}}]"#));
+    assert!(n == m);
+    assert_eq!(renewed.meters, ["m"]);
+    assert!(kept.meters.is_empty() && kept.meter_colors.is_empty());
+    assert_eq!(new.meter_colors(0)[0].packets, 0);
+    assert_eq!(new.hits_of(0).iter().map(|c| c.packets).collect::<Vec<_>>(), [100, 101, 0]);
+}
+
+/// A direct meter's instances follow the table entries that use it, and multicast copies use
+/// no meter: a change of groups alone keeps its buckets; a change of a table refills them.
+#[test]
+fn a_direct_meter_keeps_its_buckets_across_group_changes() {
+    let conf = BASE.replace("name = \"m\"\n", "name = \"m\"\ndirect = true\n");
+    let l = crate::config::load_str(&conf, Path::new("base.toml")).unwrap();
+    let f = Fixed::of(&l);
+    let (m, p) = (Model::of(&l), l.pipeline);
+    let kept = |json: &str| {
+        let (n, b) = m.apply(&ops(json), &f).unwrap();
+        carry(&m, &p, &n, &b.pipeline, &b.renewed)
+    };
+    let group = kept(
+        r#"[{"op":"add_group","group":{"id":2,"copy":[{"port":1}]}},{"op":"delete_group","id":1},
+                        {"op":"modify_entry","table":"l2","entry":{"key":["02:00:00:00:00:02"],"action":"count(two); multicast(2)"}}]"#,
+    );
+    assert!(group.meters.is_empty(), "an entry changed");
+    let group = kept(r#"[{"op":"modify_group","group":{"id":1,"copy":[{"port":1,"actions":"push_vlan(9)"}]}}]"#);
+    assert_eq!(group.meters, [(0, 0)]);
+    let table = kept(r#"[{"op":"add_entry","table":"routes","entry":{"key":["10.1.0.0/16"],"action":"drop"}}]"#);
+    assert!(table.meters.is_empty());
+    assert_eq!(table.meter_colors, [(0, 0)]);
 }
 
 #[test]

@@ -434,8 +434,18 @@ fn make_worker(loaded: &Loaded, shared: &Shared, wi: usize, l: &LcoreConfig) -> 
                     .expect("the configuration's schedulers were built once when it was validated")
                     .with_capture_clock(shared.replay)
                     // A shaped port's scheduler applies its MTU's limit (`port_max_frame`).
-                    .with_port_mtus(
-                        &cfg.ports.iter().map(|p| if p.qos.is_some() { None } else { p.mtu }).collect::<Vec<_>>(),
+                    .with_egress_limits(
+                        &cfg.ports
+                            .iter()
+                            .map(|p| {
+                                let limit = p.mtu.map(|m| u32::from(m) + crate::config::qos::MTU_FRAME_OVERHEAD);
+                                if p.qos.is_some() {
+                                    None
+                                } else {
+                                    limit
+                                }
+                            })
+                            .collect::<Vec<_>>(),
                     )
                     .with_checks(if cfg.dataplane.verify_transit {
                         crate::parse::Checks::All

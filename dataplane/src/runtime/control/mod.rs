@@ -267,7 +267,7 @@ impl Server {
                 let (model, built) = self.model.apply_request(&ops, &self.fixed).map_err(|e| e.to_string())?;
                 // A batch that changes nothing (none, or ops that set what runs) installs
                 // nothing: the version and every counter and slot stay as they are.
-                if model == self.model && built.restarted.is_empty() {
+                if model == self.model && built.restarted.is_empty() && built.renewed.is_empty() {
                     return Ok(
                         json!({ "applied": ops.len(), "version": self.version, "removed": [], "unchanged": true }),
                     );
@@ -311,7 +311,7 @@ impl Server {
         if let Some(why) = &self.broken {
             return Err(format!("runtime changes are off for this run: {why}"));
         }
-        let Built { pipeline, collectives, restarted } = built;
+        let Built { pipeline, collectives, restarted, renewed } = built;
         let workers = self.mailboxes.len() as u16;
         let colls_changed = collectives != self.colls || !restarted.is_empty();
         if colls_changed && !collectives.is_empty() && workers > 1 && !self.agg.hand_offs {
@@ -326,7 +326,7 @@ impl Server {
         // The appliance's clock (µs), as the workers read it: NAK times carry over against it.
         let now_us = crate::dpdk::rdtsc() / (crate::dpdk::tsc_hz() / 1_000_000).max(1);
         let naks = colls_changed.then(|| self.agg.naks.successor(&collectives, now_us));
-        let carry = Arc::new(update::carry(&self.model, &self.pipeline, &model, &pipeline));
+        let carry = Arc::new(update::carry(&self.model, &self.pipeline, &model, &pipeline, &renewed));
         let fresh = PipelineState::new(&pipeline);
         let board = live::current().map(|b| {
             let b = b.reshaped(&fresh, pipeline.tables.iter().map(|t| t.name.clone()).collect());
