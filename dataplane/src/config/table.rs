@@ -47,6 +47,27 @@ pub struct EntryConfig {
     pub priority: Option<i32>,
 }
 
+impl EntryConfig {
+    /// The entry as a label (Prometheus' `entry`): its key values as written, separated by
+    /// `,`, then ` priority N` when it has one (`10.0.0.0/8`, `10.0.0.0&&&255.0.0.0,9000->9100
+    /// priority 5`). An entry keeps its key across modifications, so its label is stable.
+    pub fn label(&self) -> String {
+        let mut s = self
+            .key
+            .iter()
+            .map(|v| match v {
+                toml::Value::String(t) => t.trim().to_string(),
+                other => other.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(",");
+        if let Some(p) = self.priority {
+            s += &format!(" priority {p}");
+        }
+        s
+    }
+}
+
 /// `[[multicast_group]]`.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]

@@ -25,6 +25,9 @@ pub struct Board {
     pub ports: Vec<String>,
     /// Table names, by table index.
     pub tables: Vec<String>,
+    /// Per table, its entries' labels by entry index ([`Board::with_entry_keys`]); empty when
+    /// not given (the entries are then named by index).
+    pub entry_keys: Vec<Vec<String>>,
     slots: Vec<Box<[AtomicU64]>>,
 }
 
@@ -32,7 +35,25 @@ impl Board {
     /// A board for `workers` workers whose walks yield `metrics` (the [`Names`] of one of them).
     pub fn new(metrics: Vec<Metric>, workers: usize, ports: Vec<String>, tables: Vec<String>) -> Board {
         let slots = (0..workers).map(|_| metrics.iter().map(|_| AtomicU64::new(0)).collect()).collect();
-        Board { metrics, ports, tables, slots }
+        Board { metrics, ports, tables, entry_keys: Vec::new(), slots }
+    }
+
+    /// This board with its entries' labels (per table, per entry index: their keys,
+    /// `EntryConfig::label`), which name them in Prometheus: unlike an index, a key stays an
+    /// entry's across runtime changes, so its series stays one series.
+    pub fn with_entry_keys(mut self, keys: Vec<Vec<String>>) -> Board {
+        self.entry_keys = keys;
+        self
+    }
+
+    /// Entry `entry` of table `table`'s label: its key, else its index; `miss` for the miss.
+    pub fn entry_label(&self, table: u16, entry: Option<usize>) -> String {
+        match entry {
+            None => "miss".to_string(),
+            Some(e) => {
+                self.entry_keys.get(table as usize).and_then(|k| k.get(e)).cloned().unwrap_or_else(|| e.to_string())
+            }
+        }
     }
 
     /// A board like this one for a pipeline changed at runtime: the same metrics but the
@@ -81,6 +102,7 @@ impl Board {
         metrics.extend(names.0);
         metrics.extend_from_slice(&self.metrics[end..]);
         Board::new(metrics, self.slots.len(), self.ports.clone(), self.tables.clone())
+            .with_entry_keys(self.entry_keys.clone())
     }
 
     /// Worker `w`'s publisher, due every `every_tsc` TSC cycles.

@@ -362,12 +362,15 @@ pub(super) fn launch_workers(
         lcores.iter().enumerate().map(|(wi, l)| make_worker(loaded, &shared, wi, l)).collect();
     // Every worker's walk has the same shape: worker 0's gives the names.
     let names = workers.first().map(|w| crate::live::names_of(&w.datapath, lcores.len())).unwrap_or_default();
-    let board = Arc::new(crate::live::Board::new(
-        names,
-        workers.len(),
-        ports.iter().map(|p| p.name().to_string()).collect(),
-        loaded.pipeline.tables.iter().map(|t| t.name.clone()).collect(),
-    ));
+    let board = Arc::new(
+        crate::live::Board::new(
+            names,
+            workers.len(),
+            ports.iter().map(|p| p.name().to_string()).collect(),
+            loaded.pipeline.tables.iter().map(|t| t.name.clone()).collect(),
+        )
+        .with_entry_keys(loaded.config.tables.iter().map(|t| t.entries.iter().map(|e| e.label()).collect()).collect()),
+    );
     let mailboxes: Vec<Arc<crate::control::Mailbox>> = workers.iter().map(|_| Arc::default()).collect();
     for (wi, w) in workers.iter_mut().enumerate() {
         w.live = Some(board.publisher(wi, hz / 1000 * crate::live::PUBLISH_MS));

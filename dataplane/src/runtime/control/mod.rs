@@ -329,7 +329,9 @@ impl Server {
         let carry = Arc::new(update::carry(&self.model, &self.pipeline, &model, &pipeline, &renewed));
         let fresh = PipelineState::new(&pipeline);
         let board = live::current().map(|b| {
-            let b = b.reshaped(&fresh, pipeline.tables.iter().map(|t| t.name.clone()).collect());
+            let b = b
+                .reshaped(&fresh, pipeline.tables.iter().map(|t| t.name.clone()).collect())
+                .with_entry_keys(model.tables.iter().map(|t| t.entries.iter().map(|e| e.label()).collect()).collect());
             if colls_changed {
                 let shape: Vec<(u16, usize)> = collectives.iter().map(|c| (c.id, c.workers())).collect();
                 Arc::new(b.with_collectives(&shape))

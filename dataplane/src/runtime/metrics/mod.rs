@@ -4,7 +4,8 @@
 //!
 //! The counters and their names are the telemetry socket's ([`crate::live`]): family
 //! `port_rx_packets` becomes `dpu_port_rx_packets_total`, its label a Prometheus label
-//! (`port="p0"`, `reason="tx_full"`, `table="l2",entry="3"` or `entry="miss"`,
+//! (`port="p0"`, `reason="tx_full"`, `table="l2",entry="02:00:00:00:00:01"` (the entry's key,
+//! [`Board::entry_label`]) or `entry="miss"`,
 //! `collective="7"`, `collective="7",reason="stale_round"`). The gauges of
 //! [`crate::export::GAUGES`] (`dpu_agg_collective_slots_in_use`) are Prometheus gauges, without
 //! the `_total` suffix. The endpoint is read-only: any other path is 404, any other method 405.
@@ -66,7 +67,7 @@ fn encode_board(board: &Board, encoder: &mut DescriptorEncoder) -> Result<(), st
                 Label::Reason(r) => vec![("reason", r.name().to_string())],
                 Label::Entry { table, entry } => vec![
                     ("table", board.tables.get(table as usize).cloned().unwrap_or_default()),
-                    ("entry", entry.map_or_else(|| "miss".to_string(), |e| e.to_string())),
+                    ("entry", board.entry_label(table, entry.map(|e| e as usize))),
                 ],
                 Label::Collective(c) => vec![("collective", c.to_string())],
                 Label::CollectiveNak { collective, reason } => vec![
@@ -191,6 +192,30 @@ mod tests {
             line[key.len()..].parse::<u64>().unwrap()
         };
         assert_eq!([at("63"), at("127"), at("2047"), at("4095"), at("8191"), at("+Inf")], [0, 1, 1, 3, 3, 3]);
+    }
+
+    /// Table entries are labelled by their keys (priority included), so that an entry's series
+    /// stays its own when an entry before it is deleted; the miss is `miss`.
+    #[test]
+    fn entries_are_labelled_by_their_keys() {
+        let l = crate::config::load_str(crate::testing::PIPELINE_CONF, std::path::Path::new("t.toml")).unwrap();
+        let keys: Vec<Vec<String>> =
+            l.config.tables.iter().map(|t| t.entries.iter().map(|e| e.label()).collect()).collect();
+        let names = l.pipeline.tables.iter().map(|t| t.name.clone()).collect();
+        let mut dp: Datapath = Datapath::new(l.pipeline, 2, crate::wire::gradient::DEFAULT_UDP_PORT);
+        let board = Arc::new(Board::new(live::names_of(&dp, 1), 1, vec!["p0".into()], names).with_entry_keys(keys));
+        dp.pipeline_state.entries_mut(0)[1].packets = 5;
+        board.publisher(0, 0).publish(&dp, &crate::live::LoopStats::default());
+        let text = render(Some(&board));
+        for line in [
+            "dpu_table_packets_total{table=\"l2\",entry=\"02:00:00:00:00:01\"} 0\n",
+            "dpu_table_packets_total{table=\"l2\",entry=\"02:00:00:00:00:02\"} 5\n",
+            "dpu_table_packets_total{table=\"l2\",entry=\"miss\"} 0\n",
+            "dpu_table_packets_total{table=\"routes\",entry=\"10.0.0.0/8\"} 0\n",
+            "dpu_table_packets_total{table=\"acl\",entry=\"10.0.0.0&&&255.0.0.0,9000->9100 priority 5\"} 0\n",
+        ] {
+            assert!(text.contains(line), "{line}: {text}");
+        }
     }
 
     #[test]
