@@ -56,7 +56,9 @@ impl EntryConfig {
             .key
             .iter()
             .map(|v| match v {
-                toml::Value::String(t) => t.trim().to_string(),
+                // Whitespace never matters in a key value (its parts are trimmed), and a label
+                // may hold no line break.
+                toml::Value::String(t) => t.chars().filter(|c| !c.is_whitespace()).collect(),
                 other => other.to_string(),
             })
             .collect::<Vec<_>>()

@@ -850,3 +850,15 @@ fn valid_ranges_state_the_checked_limits() {
     has("dataplane.memory_limit_mb", memory::MAX_MIB.to_string());
     has("port[].mtu", "68".into());
 }
+
+/// An entry's label is its key values without whitespace (which no value keeps), joined by
+/// commas, with its priority: one line, whatever the file's spelling.
+#[test]
+fn entry_labels_are_one_line() {
+    let e = crate::config::table::EntryConfig {
+        key: vec![" 10.0.0.0\n&&&255.0.0.0".into(), "1000 ->\t2000".into(), 7.into()],
+        action: "drop".into(),
+        priority: Some(5),
+    };
+    assert_eq!(e.label(), "10.0.0.0&&&255.0.0.0,1000->2000,7 priority 5");
+}

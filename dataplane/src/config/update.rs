@@ -87,7 +87,7 @@ pub struct Built {
 pub struct Renewed {
     /// (table name, entry identity as [`carry`] compares them).
     pub entries: Vec<(String, String)>,
-    /// Meter names.
+    /// Meter names, sorted.
     pub meters: Vec<String>,
 }
 
@@ -292,14 +292,15 @@ impl Model {
                         renewed.entries.push((table.clone(), id));
                     }
                 }
-                Change::DeleteMeter { name } if m.meters.iter().any(|x| x.name == *name) => {
-                    renewed.meters.push(name.clone())
-                }
+                Change::DeleteMeter { name } => renewed.meters.push(name.clone()),
                 _ => {}
             }
         }
         renewed.entries.sort_unstable();
         renewed.entries.dedup();
+        // Meters deleted and present at the end: added back.
+        let meters: std::collections::HashSet<&str> = m.meters.iter().map(|x| x.name.as_str()).collect();
+        renewed.meters.retain(|n| meters.contains(n.as_str()));
         renewed.meters.sort_unstable();
         renewed.meters.dedup();
         built.renewed = renewed;
@@ -658,7 +659,7 @@ pub fn carry(old_m: &Model, old: &Pipeline, new_m: &Model, new: &Pipeline, renew
         }
     }
     for (ni, spec) in new.meters.iter().enumerate() {
-        if renewed.meters.contains(&spec.name) {
+        if renewed.meters.binary_search(&spec.name).is_ok() {
             continue;
         }
         let same = |m: &Model| m.meters.iter().find(|x| x.name == spec.name).cloned();

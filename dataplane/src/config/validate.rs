@@ -308,7 +308,8 @@ fn check_inputs_polled(config: &Config, seen: &[RxQueueConfig], path: &Path) -> 
 
 /// `config`'s `[[collective]]` validated as the file's are (the ports' addresses `ipv4` and
 /// `ipv6`, the memory limit, the slot memory against what the EAL memory leaves, every full
-/// chunk's RESULT frame in one mbuf and within the `mtu` of each member's port): at load, and
+/// chunk's RESULT frame, and its contributions with two tags and IP options, in one mbuf, and
+/// its frames within the `mtu` of each member's port): at load, and
 /// for the collective sets of runtime changes.
 pub(super) fn collectives(
     config: &Config,
@@ -356,7 +357,9 @@ fn check_collectives(
     Ok(collectives)
 }
 
-/// Every collective's full-chunk RESULT frame fits one mbuf.
+/// Every collective's full-chunk RESULT frame, and its contributions with the headers
+/// [`crate::agg::CONTRIBUTION_HEADER_SLACK`] allows for, fit one mbuf, and its frames the `mtu`
+/// of each member's port.
 fn check_result_frames(config: &Config, collectives: &[Collective], path: &Path) -> Result<(), ConfigError> {
     let err = |key: String, msg: String| ConfigError::new(path, key, msg);
     // Every RESULT frame is built in a single mbuf segment, and every contribution is read

@@ -1044,12 +1044,13 @@ impl<B: PacketBuf> Datapath<B> {
         mine || self.wanted(p, in_port)
     }
 
-    /// Hands `pkt` to port `port`: a frame longer than the port's MTU allows is an
-    /// `egress_oversize` drop ([`Datapath::with_egress_limits`]); the others are counted `tx`, then queued in the port's scheduler in `class`
+    /// Hands `pkt` to port `port`: a frame longer than the port's limit is an `egress_oversize`
+    /// drop ([`Datapath::with_egress_limits`]: one bounds-checked load, none when no port has a
+    /// limit); the others are counted `tx`, then queued in the port's scheduler in `class`
     /// ([`CLASS_UNSET`]: the port's class map decides) when it has one, else straight to `io`.
-    /// A packet the scheduler refuses is counted under the refusal's reason and freed.
-    /// `TM` is [`Datapath::traffic_managed`]: without traffic management (the common case), no
-    /// test at all.
+    /// A packet the scheduler refuses is counted under the refusal's reason and freed. `TM` is
+    /// [`Datapath::traffic_managed`]: without traffic management (the common case), no
+    /// scheduler test at all.
     #[inline(always)]
     fn send<const TM: bool, I: PacketIo<Buf = B>>(&mut self, io: &mut I, port: u16, pkt: I::Buf, class: u8) {
         let len = pkt.total_len();

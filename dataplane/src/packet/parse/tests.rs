@@ -1129,11 +1129,12 @@ proptest! {
 
 /// IPv4 options that break RFC 791's format make the packet `malformed_ipv4` in both parses
 /// (a router processing them finds them too), so a source route behind them is never missed:
-/// `lsrr_frame`'s NOP replaced by a Timestamp of length 1, or the route's pointer set to 3.
+/// `lsrr_frame`'s NOP replaced by a Timestamp type (its length byte, the route's type 131,
+/// runs past the header), the route's length set to 1, or its pointer set to 3.
 #[test]
 fn malformed_ipv4_options_are_malformed_ipv4() {
     let (hop, last) = ([10, 0, 0, 2], [10, 9, 9, 9]);
-    for (at, byte) in [(34, 68), (37, 3)] {
+    for (at, byte) in [(34, 68), (36, 1), (37, 3)] {
         let mut f = lsrr_frame(hop, 4, last);
         f[at] = byte;
         // The header checksum again, over the changed option.

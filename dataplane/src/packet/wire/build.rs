@@ -78,15 +78,15 @@ pub struct FrameSpec {
     pub src_mac: EthernetAddress,
     /// Ethernet destination.
     pub dst_mac: EthernetAddress,
-    /// An 802.1Q tag, if tagged: its tag control information (PCP 3 bits, DEI 1, VID 12; a
-    /// VID alone is a tag of priority 0).
+    /// The inner (or only) tag, if tagged: its tag control information (PCP 3 bits, DEI 1, VID
+    /// 12; a VID alone is a tag of priority 0), under TPID `vlan_tpid` (802.1Q by default).
     pub vlan: Option<u16>,
     /// The TPID of `vlan`'s tag: 0x8100 (802.1Q; [`FrameSpec::default`]'s), or what a reply
     /// that mirrors a request's tags found there (a second 0x88A8, say).
     pub vlan_tpid: u16,
-    /// A tag written before the 802.1Q one, as (TPID, TCI): the 802.1ad S-tag (0x88A8, or a
-    /// second 0x8100) of a reply that mirrors a double-tagged request's tags (or its only tag,
-    /// when that is an S-tag and `vlan` is `None`).
+    /// A tag written before `vlan`'s, as (TPID, TCI): the outer tag (0x88A8, or a second
+    /// 0x8100) of a reply that mirrors a double-tagged request's tags; a single tag of any TPID
+    /// is `vlan` with its `vlan_tpid`.
     pub outer_tag: Option<(u16, u16)>,
     /// IP source (its family decides the frame's).
     pub src_ip: IpAddrBytes,
