@@ -47,26 +47,41 @@ pub struct EntryConfig {
     pub priority: Option<i32>,
 }
 
-impl EntryConfig {
-    /// The entry as a label (Prometheus' `entry`): its key values as written, separated by
-    /// `,`, then ` priority N` when it has one (`10.0.0.0/8`, `10.0.0.0&&&255.0.0.0,9000->9100
-    /// priority 5`). An entry keeps its key across modifications, so its label is stable.
-    pub fn label(&self) -> String {
-        let mut s = self
-            .key
+impl TableConfig {
+    /// Its entries as labels (Prometheus' `entry`), in order: each entry's key values in one
+    /// spelling ([`crate::table::value::match_text`]: every spelling of the same key gives the same
+    /// label, as the same key is the same entry), separated by `,`, then ` priority N` when it
+    /// has one (`10.0.0.0/8`, `10.0.0.0&&&255.0.0.0,9000->9100 priority 5`). A value that does
+    /// not parse (none does in a loaded table) stands as written, without whitespace.
+    pub fn entry_labels(&self) -> Vec<String> {
+        self.entries
             .iter()
-            .map(|v| match v {
-                // Whitespace never matters in a key value (its parts are trimmed), and a label
-                // may hold no line break.
-                toml::Value::String(t) => t.chars().filter(|c| !c.is_whitespace()).collect(),
-                other => other.to_string(),
+            .map(|e| {
+                let mut s = e
+                    .key
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| {
+                        let parsed = self.key.get(i).and_then(|k| {
+                            let field = crate::field::Field::from_name(&k.field)?;
+                            let kind = crate::table::MatchKind::from_name(&k.kind)?;
+                            crate::table::value::parse_match_value(field, kind, v)
+                                .ok()
+                                .map(|m| crate::table::value::match_text(field, &m))
+                        });
+                        parsed.unwrap_or_else(|| match v {
+                            toml::Value::String(t) => t.chars().filter(|c| !c.is_whitespace()).collect(),
+                            other => other.to_string(),
+                        })
+                    })
+                    .collect::<Vec<_>>()
+                    .join(",");
+                if let Some(p) = e.priority {
+                    s += &format!(" priority {p}");
+                }
+                s
             })
-            .collect::<Vec<_>>()
-            .join(",");
-        if let Some(p) = self.priority {
-            s += &format!(" priority {p}");
-        }
-        s
+            .collect()
     }
 }
 

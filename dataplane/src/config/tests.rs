@@ -851,14 +851,46 @@ fn valid_ranges_state_the_checked_limits() {
     has("port[].mtu", "68".into());
 }
 
-/// An entry's label is its key values without whitespace (which no value keeps), joined by
-/// commas, with its priority: one line, whatever the file's spelling.
+/// An entry's label is its key in one spelling, whatever the file's: `FD00:1:0::/32` and
+/// `fd00:1::/32` are one entry, one label; wildcards are `*`; the priority follows.
 #[test]
-fn entry_labels_are_one_line() {
-    let e = crate::config::table::EntryConfig {
-        key: vec![" 10.0.0.0\n&&&255.0.0.0".into(), "1000 ->\t2000".into(), 7.into()],
-        action: "drop".into(),
-        priority: Some(5),
+fn entry_labels_have_one_spelling_per_key() {
+    let text = r#"
+[[port]]
+vdev = "net_null0"
+[[table]]
+name = "t"
+key = [{ field = "ipv6.dst", match = "lpm" }, { field = "eth.src", match = "ternary" }, { field = "udp.dst_port", match = "range" }, { field = "vlan.outer_vid", match = "ternary" }]
+[[table.entry]]
+key = [" FD00:1:0::/32", "02:00:00:00:00:0A", " 1000 ->\t2000", "0x10&&&0xff0"]
+priority = 5
+action = "drop"
+[[table.entry]]
+key = ["::/0", "_", "*", 7]
+priority = 1
+action = "drop"
+"#;
+    let l = load_str(text, Path::new("t.toml")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        l.config.tables[0].entry_labels(),
+        ["fd00:1::/32,02:00:00:00:00:0a,1000->2000,16&&&4080 priority 5", "::/0,*,*,7 priority 1"]
+    );
+}
+
+/// The lanes an mbuf refusal suggests also fit the members' MTUs: with port 0 at MTU 1500,
+/// 500 f32 lanes are too long for the default mbuf, and the answer is the MTU's 363 (1452 bytes
+/// of payload under 48 of headers), which loads, where 364 does not.
+#[test]
+fn the_lanes_suggested_fit_every_limit() {
+    let coll = |lanes: u32| {
+        format!(
+            "[[port]]\nvdev = \"n\"\nipv4 = \"10.0.0.254\"\nmtu = 1500\n[[collective]]\ncollective_id = 1\nop = \"sum\"\ndtype = \"f32\"\ntensor_elements = 1000\nchunk_elements = {lanes}\n[[collective.member]]\nrank = 0\nip = \"10.0.0.1\"\nmac = \"02:00:00:00:01:00\"\nudp_port = 5\n"
+        )
     };
-    assert_eq!(e.label(), "10.0.0.0&&&255.0.0.0,1000->2000,7 priority 5");
+    let e = load_str(&coll(500), Path::new("bad.toml")).unwrap_err().to_string();
+    assert!(e.contains("more than an mbuf holds") && e.contains("or use at most 363 f32 lanes"), "{e}");
+    let e = load_str(&coll(400), Path::new("bad.toml")).unwrap_err().to_string();
+    assert!(e.contains("port[0].mtu = 1500: expected at most 363 f32 lanes"), "{e}");
+    load_str(&coll(363), Path::new("ok.toml")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(load_str(&coll(364), Path::new("bad.toml")).is_err());
 }

@@ -370,18 +370,31 @@ fn check_result_frames(config: &Config, collectives: &[Collective], path: &Path)
     // are 4 bytes shorter than their results, so neither length alone is enough.
     let room = config.mempool.frame_bytes() as usize;
     let frame = |c: &Collective| crate::agg::max_result_frame_len(c).max(crate::agg::max_contribution_frame_len(c));
+    // Every member's IP packets within its port's `mtu`, when it has one.
+    let within_mtus = |c: &Collective| {
+        c.members.iter().enumerate().all(|(r, m)| {
+            config
+                .ports
+                .get(m.port as usize)
+                .and_then(|p| p.mtu)
+                .is_none_or(|mtu| crate::agg::result_ip_len(c, r) <= usize::from(mtu))
+        })
+    };
+    // The most lanes that fit both the mbuf and the MTUs (a chunk is at most 8900 bytes: a
+    // short walk; RoCEv2's pad makes the lengths step by 4 bytes), 0 when none does.
+    let most_lanes = |c: &Collective| {
+        let mut fits = c.clone();
+        while fits.chunk_elements > 0 && !(frame(&fits) <= room && within_mtus(&fits)) {
+            fits.chunk_elements -= 1;
+        }
+        fits.chunk_elements
+    };
     for (i, c) in collectives.iter().enumerate() {
         let len = frame(c);
         if len > room {
-            let mut fits = c.clone();
-            while fits.chunk_elements > 1 && frame(&fits) > room {
-                fits.chunk_elements -= 1;
-            }
-            let lanes = if frame(&fits) <= room {
-                format!(", or use at most {} {} lanes", fits.chunk_elements, c.dtype.name())
-            } else {
-                String::new()
-            };
+            let most = most_lanes(c);
+            let lanes =
+                if most > 0 { format!(", or use at most {most} {} lanes", c.dtype.name()) } else { String::new() };
             return Err(err(
                 format!("collective[{i}].chunk_elements"),
                 format!(
@@ -398,16 +411,12 @@ fn check_result_frames(config: &Config, collectives: &[Collective], path: &Path)
             let Some(mtu) = config.ports.get(m.port as usize).and_then(|p| p.mtu) else { continue };
             let ip = crate::agg::result_ip_len(c, r);
             if ip > usize::from(mtu) {
-                // The most lanes whose packets fit (a chunk is at most 8900 bytes: a short walk;
-                // RoCEv2's pad makes the length step by 4 bytes).
-                let mut fits = c.clone();
-                fits.chunk_elements -= 1;
-                while fits.chunk_elements > 0 && crate::agg::result_ip_len(&fits, r) > usize::from(mtu) {
-                    fits.chunk_elements -= 1;
-                }
-                let want = if fits.chunk_elements > 0 {
-                    format!("expected at most {} {} lanes, or a larger mtu", fits.chunk_elements, c.dtype.name())
+                // The most lanes whose packets fit every member's port, and one mbuf.
+                let most = most_lanes(c);
+                let want = if most > 0 {
+                    format!("expected at most {most} {} lanes, or a larger mtu", c.dtype.name())
                 } else {
+                    let mut fits = c.clone();
                     fits.chunk_elements = 1;
                     format!(
                         "not even one lane fits: the port's mtu must be at least {}",

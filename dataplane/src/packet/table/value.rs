@@ -97,6 +97,39 @@ fn as_text(v: &toml::Value) -> Result<String, String> {
     }
 }
 
+/// `field`'s value `b` (its key bytes) in one spelling: MACs `02:00:00:00:00:01`, IPv4 dotted,
+/// IPv6 as Rust's `Ipv6Addr` prints it (RFC 5952), integers in decimal.
+fn value_text(field: Field, b: &[u8]) -> String {
+    match (field.value_kind(), b.len()) {
+        (ValueKind::Mac, 6) => EthernetAddress([b[0], b[1], b[2], b[3], b[4], b[5]]).to_string(),
+        (ValueKind::Ipv4, 4) => Ipv4Addr::new(b[0], b[1], b[2], b[3]).to_string(),
+        (ValueKind::Ipv6, 16) => Ipv6Addr::from(<[u8; 16]>::try_from(b).unwrap_or([0; 16])).to_string(),
+        _ => bytes_to_u128(b).to_string(),
+    }
+}
+
+/// `v`, a value of `field`, in the entry syntax (module docs), one spelling per value: every
+/// spelling of a key that parses to `v` gives this text (`*` for a wildcard, `a/len` for a
+/// prefix, `v&&&m`, `lo->hi`), as stable entry labels need.
+pub fn match_text(field: Field, v: &MatchValue) -> String {
+    match v {
+        MatchValue::Exact(b) => value_text(field, b),
+        MatchValue::Lpm(b, key_len) => {
+            let len = u32::from(*key_len).saturating_sub(field.bits() - value_bits(field));
+            format!("{}/{len}", value_text(field, b))
+        }
+        MatchValue::Ternary(b, m) if m.iter().all(|x| *x == 0) => {
+            let _ = b;
+            "*".to_string()
+        }
+        MatchValue::Ternary(b, m) if m.iter().all(|x| *x == 0xff) => value_text(field, b),
+        MatchValue::Ternary(b, m) => format!("{}&&&{}", value_text(field, b), value_text(field, m)),
+        MatchValue::Range(lo, hi) if *lo == 0 && *hi == max_value(field) => "*".to_string(),
+        MatchValue::Range(lo, hi) if lo == hi => lo.to_string(),
+        MatchValue::Range(lo, hi) => format!("{lo}->{hi}"),
+    }
+}
+
 fn bytes_to_u128(b: &[u8]) -> u128 {
     b.iter().fold(0u128, |a, x| (a << 8) | *x as u128)
 }

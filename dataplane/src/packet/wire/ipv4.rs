@@ -45,6 +45,8 @@ pub const OPT_SSRR: u8 = 137;
 pub const OPT_RR: u8 = 7;
 /// Internet Timestamp.
 pub const OPT_TS: u8 = 68;
+/// Router Alert (RFC 2113).
+pub const OPT_RA: u8 = 148;
 
 /// IP protocol numbers the appliance looks at.
 #[derive(Debug, Clone, Copy)]
@@ -248,15 +250,20 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// without one, or with a finished one.
     ///
     /// Errors ([`WireError::BadOption`]), as a host or router that processes the options finds
-    /// them (Linux's `ip_options_compile` alike): an option other than End of Option List and
-    /// No Operation without a length byte, or whose length is below 2 or runs past the header;
-    /// a source route or Record Route shorter than 3 bytes or with a pointer below 4; a
-    /// Timestamp shorter than 4 bytes or with a pointer below 5; a second source route (RFC
-    /// 791: it appears at most once). After End of Option List nothing is read (padding).
+    /// them (the checks Linux's `ip_options_compile` makes of a received packet, but CIPSO's):
+    /// an option other than End of Option List and No Operation without a length byte, or whose
+    /// length is below 2 or runs past the header; a source route or Record Route shorter than 3
+    /// bytes or with a pointer below 4; a Timestamp shorter than 4 bytes or with a pointer
+    /// below 5; a Router Alert shorter than 4 bytes; a second source route, Record Route or
+    /// Timestamp (RFC 791: each appears at most once); a Record Route or Timestamp not full
+    /// whose next entry (4 bytes, 8 with flag 1 or 3) runs past its length; a full Timestamp
+    /// whose overflow count is 15. After End of Option List nothing is read (padding).
     #[inline]
     pub fn options_route(&self) -> Result<Option<[u8; 4]>, WireError> {
         let o = self.options();
         let mut route = None;
+        // Record Route (1) and Timestamp (2) seen.
+        let mut seen = 0u8;
         let mut i = 0;
         while i < o.len() {
             let t = o[i];
@@ -270,11 +277,35 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
                     }
                     let (min_len, min_ptr) = match t {
                         OPT_LSRR | OPT_SSRR | OPT_RR => (3, 4),
-                        OPT_TS => (4, 5),
+                        OPT_TS | OPT_RA => (4, 5),
                         _ => (2, 0),
                     };
+                    let min_ptr = if t == OPT_RA { 0 } else { min_ptr };
                     if len < min_len || (min_ptr > 0 && (o[i + 2] as usize) < min_ptr) {
                         return Err(WireError::BadOption);
+                    }
+                    if t == OPT_RR || t == OPT_TS {
+                        // At most one of each; while not full, room for the next entry.
+                        let bit = if t == OPT_RR { 1 } else { 2 };
+                        if seen & bit != 0 {
+                            return Err(WireError::BadOption);
+                        }
+                        seen |= bit;
+                        let ptr = o[i + 2] as usize;
+                        // (A Timestamp is at least 4 bytes here: its flags byte is its own.)
+                        let entry = match t {
+                            OPT_TS if matches!(o[i + 3] & 0xf, 1 | 3) => 8,
+                            // Record Route, and timestamps alone (flag 0); Linux takes an
+                            // unknown flag in a received packet, with room for 4 bytes.
+                            _ => 4,
+                        };
+                        if ptr <= len && ptr + entry - 1 > len {
+                            return Err(WireError::BadOption);
+                        }
+                        // A full Timestamp whose overflow count is at its most (15).
+                        if t == OPT_TS && ptr > len && o[i + 3] >> 4 == 15 {
+                            return Err(WireError::BadOption);
+                        }
                     }
                     if t == OPT_LSRR || t == OPT_SSRR {
                         if route.is_some() {
@@ -584,16 +615,22 @@ mod tests {
         let a = [10, 9, 9, 1];
         let lsrr = [&[131, 7, 4][..], &a].concat();
         let bad: &[&[u8]] = &[
-            &[68, 1, 0, 0],  // a length below 2
-            &[68, 0, 0, 0],  // length 0
-            &[7, 9, 4, 0],   // Record Route past the header
-            &[1, 1, 1, 7],   // a type without its length byte
-            &[7, 2, 0, 0],   // Record Route without a pointer
-            &[7, 3, 3, 0],   // its pointer below 4
-            &[68, 4, 4, 0],  // Timestamp's pointer below 5
-            &[68, 3, 5, 0],  // Timestamp shorter than 4
-            &[131, 3, 3, 0], // a source route's pointer below 4
-            &[137, 2, 1, 0], // a source route of 2 bytes
+            &[68, 1, 0, 0],                // a length below 2
+            &[68, 0, 0, 0],                // length 0
+            &[7, 9, 4, 0],                 // Record Route past the header
+            &[1, 1, 1, 7],                 // a type without its length byte
+            &[7, 2, 0, 0],                 // Record Route without a pointer
+            &[7, 3, 3, 0],                 // its pointer below 4
+            &[68, 4, 4, 0],                // Timestamp's pointer below 5
+            &[68, 3, 5, 0],                // Timestamp shorter than 4
+            &[131, 3, 3, 0],               // a source route's pointer below 4
+            &[137, 2, 1, 0],               // a source route of 2 bytes
+            &[7, 7, 5, 0, 0, 0, 0, 0],     // Record Route's pointer at a partial slot
+            &[68, 8, 5, 1, 0, 0, 0, 0],    // Timestamp with addresses, no room for one
+            &[68, 8, 9, 0xf0, 0, 0, 0, 0], // full, overflow count 15
+            &[7, 3, 4, 7, 3, 4, 0, 0],     // two Record Routes
+            &[68, 4, 5, 0, 68, 4, 5, 0],   // two Timestamps
+            &[148, 2, 0, 0],               // Router Alert of 2 bytes
         ];
         for &o in bad {
             assert_eq!(walk(o), Err(WireError::BadOption), "{o:?}");
@@ -610,6 +647,12 @@ mod tests {
         assert_eq!(walk(&good), Ok(Some(a)));
         assert_eq!(walk(&[0, 68, 1, 0]), Ok(None));
         assert_eq!(walk(&[1, 1, 1, 0]), Ok(None));
+        // Full ones (pointer past the length) and an unknown flag, as Linux takes them: Record
+        // Route and Timestamp full, a full Timestamp counting 14 overflows, flag 5 with room.
+        assert_eq!(walk(&[7, 7, 8, 0, 0, 0, 0, 0]), Ok(None));
+        assert_eq!(walk(&[68, 12, 13, 1, 0, 0, 0, 0, 0, 0, 0, 0]), Ok(None));
+        assert_eq!(walk(&[68, 8, 9, 0xe0, 0, 0, 0, 0]), Ok(None));
+        assert_eq!(walk(&[68, 8, 5, 5, 0, 0, 0, 0]), Ok(None));
         // A finished route is no route, but still judged as an option.
         assert_eq!(walk(&[&[131, 7, 8][..], &a, &[0]].concat()), Ok(None));
     }

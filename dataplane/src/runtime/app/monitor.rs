@@ -107,9 +107,16 @@ pub(super) fn monitor(
             return done(false, reconnects, ethdev_seen);
         }
         // net_memif ports every turn: what a peer's connection counted reads 0 as soon as it
-        // leaves, so the last reading before is all the run keeps of its last moments.
+        // leaves, so the last reading before is all the run keeps of its last moments. A
+        // reading counts only if the link is still up after it: the PMD marks the link down
+        // before it tears the connection's rings down, one direction's count before the
+        // other's, and a reading in between (one direction 0, the other not) would look like a
+        // reset of the first and count it twice once the next connection resumes it.
         for ((seen, p), _) in ethdev_seen.iter_mut().zip(ports.iter()).zip(watch).filter(|(_, w)| w.forgetful) {
-            seen.update(p.stats());
+            let reading = p.stats();
+            if p.link_up() {
+                seen.update(reading);
+            }
         }
         if Instant::now() >= next_link_check {
             next_link_check = Instant::now() + Duration::from_millis(100);

@@ -369,7 +369,7 @@ pub(super) fn launch_workers(
             ports.iter().map(|p| p.name().to_string()).collect(),
             loaded.pipeline.tables.iter().map(|t| t.name.clone()).collect(),
         )
-        .with_entry_keys(loaded.config.tables.iter().map(|t| t.entries.iter().map(|e| e.label()).collect()).collect()),
+        .with_entry_keys(loaded.config.tables.iter().map(|t| t.entry_labels()).collect()),
     );
     let mailboxes: Vec<Arc<crate::control::Mailbox>> = workers.iter().map(|_| Arc::default()).collect();
     for (wi, w) in workers.iter_mut().enumerate() {

@@ -331,7 +331,7 @@ impl Server {
         let board = live::current().map(|b| {
             let b = b
                 .reshaped(&fresh, pipeline.tables.iter().map(|t| t.name.clone()).collect())
-                .with_entry_keys(model.tables.iter().map(|t| t.entries.iter().map(|e| e.label()).collect()).collect());
+                .with_entry_keys(model.tables.iter().map(|t| t.entry_labels()).collect());
             if colls_changed {
                 let shape: Vec<(u16, usize)> = collectives.iter().map(|c| (c.id, c.workers())).collect();
                 Arc::new(b.with_collectives(&shape))

@@ -199,8 +199,7 @@ mod tests {
     #[test]
     fn entries_are_labelled_by_their_keys() {
         let l = crate::config::load_str(crate::testing::PIPELINE_CONF, std::path::Path::new("t.toml")).unwrap();
-        let keys: Vec<Vec<String>> =
-            l.config.tables.iter().map(|t| t.entries.iter().map(|e| e.label()).collect()).collect();
+        let keys: Vec<Vec<String>> = l.config.tables.iter().map(|t| t.entry_labels()).collect();
         let names = l.pipeline.tables.iter().map(|t| t.name.clone()).collect();
         let mut dp: Datapath = Datapath::new(l.pipeline, 2, crate::wire::gradient::DEFAULT_UDP_PORT);
         let board = Arc::new(Board::new(live::names_of(&dp, 1), 1, vec!["p0".into()], names).with_entry_keys(keys));
