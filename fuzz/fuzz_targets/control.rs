@@ -41,14 +41,14 @@ fuzz_target!(|data: &[u8]| {
             assert!(e.key.starts_with("ops[") || e.key.starts_with("table[") || e.key.starts_with("multicast_group[") || e.key.starts_with("meter[") || e.key.starts_with("collective") || e.key.is_empty(), "{msg}");
         }
         Ok((m, built)) => {
-            let p = built.pipeline;
+            let p = &built.pipeline;
             assert_eq!(m.collectives.len(), built.collectives.len());
             assert_eq!(m.tables.len(), p.tables.len());
             for (tc, t) in m.tables.iter().zip(&p.tables) {
                 assert_eq!(tc.entries.len(), t.len(), "table {}", tc.name);
             }
-            let c = carry(model, pipeline, &m, &p);
-            let (old, mut new) = (PipelineState::new(pipeline), PipelineState::new(&p));
+            let c = carry(model, pipeline, &m, p, &built.renewed);
+            let (old, mut new) = (PipelineState::new(pipeline), PipelineState::new(p));
             let olen: usize = (0..old.tables()).map(|t| old.hits_of(t).len()).sum();
             let nlen: usize = (0..new.tables()).map(|t| new.hits_of(t).len()).sum();
             assert!(c.hits.iter().all(|&(o, n)| o < olen && n < nlen), "{c:?}");
