@@ -118,10 +118,7 @@ pub fn match_text(field: Field, v: &MatchValue) -> String {
             let len = u32::from(*key_len).saturating_sub(field.bits() - value_bits(field));
             format!("{}/{len}", value_text(field, b))
         }
-        MatchValue::Ternary(b, m) if m.iter().all(|x| *x == 0) => {
-            let _ = b;
-            "*".to_string()
-        }
+        MatchValue::Ternary(_, m) if m.iter().all(|x| *x == 0) => "*".to_string(),
         MatchValue::Ternary(b, m) if m.iter().all(|x| *x == 0xff) => value_text(field, b),
         MatchValue::Ternary(b, m) => format!("{}&&&{}", value_text(field, b), value_text(field, m)),
         MatchValue::Range(lo, hi) if *lo == 0 && *hi == max_value(field) => "*".to_string(),
