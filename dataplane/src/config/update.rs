@@ -15,6 +15,7 @@ use super::collective::CollectiveConfig;
 use super::meter::MeterConfig;
 use super::table::{build_pipeline, EntryConfig, GroupConfig, TableConfig};
 use super::{Config, ConfigError, Loaded};
+use crate::action::Action;
 use crate::agg::collective::Collective;
 use crate::table::value::parse_match_value;
 use crate::table::{Carry, Field, MatchKind, Pipeline};
@@ -612,9 +613,11 @@ fn entry_id(
 /// What the pipeline `new` (of model `new_m`) keeps of `old` (of model `old_m`): the counters of
 /// every entry with the same identity in a table of the same name, of every table's miss, of
 /// every named counter of the same name, the colour counts of every meter of the same name, and
-/// the buckets of those whose configuration did not change (a direct meter's, only when the
-/// tables did not change either: its instances follow the entries). Nothing of the entries and
-/// meters in `renewed` (deleted and added back by the batch).
+/// the buckets of those whose configuration did not change. A direct meter's instances follow
+/// the action lists that use it: an instance keeps its buckets when the entry (same identity)
+/// or table default that used it still uses the meter, the k-th use of the list to the k-th;
+/// a new entry's instance starts full. Nothing of the entries and meters in `renewed` (deleted
+/// and added back by the batch).
 pub fn carry(old_m: &Model, old: &Pipeline, new_m: &Model, new: &Pipeline, renewed: &Renewed) -> Carry {
     let bases = |p: &Pipeline| {
         let mut at = 0;
@@ -629,6 +632,9 @@ pub fn carry(old_m: &Model, old: &Pipeline, new_m: &Model, new: &Pipeline, renew
     };
     let (ob, nb) = (bases(old), bases(new));
     let mut c = Carry::default();
+    // The action lists that stay the same list (a table's default, an entry of the same
+    // identity), as (old, new): a direct meter's instance used by both carries.
+    let mut lists: Vec<(&[Action], &[Action])> = Vec::new();
     for (nt, ntc) in new_m.tables.iter().enumerate() {
         let Some(ot) = old_m.tables.iter().position(|t| t.name == ntc.name) else { continue };
         let otc = &old_m.tables[ot];
@@ -647,11 +653,13 @@ pub fn carry(old_m: &Model, old: &Pipeline, new_m: &Model, new: &Pipeline, renew
             renewed.entries.iter().filter(|(t, _)| *t == ntc.name).map(|(_, id)| id.as_str()).collect();
         for (ni, e) in ntc.entries.iter().enumerate() {
             let Ok(id) = entry_id(ntc, &e.key, e.priority) else { continue };
-            if let Some(oi) = ids.get(&id).filter(|_| !renewed_here.contains(id.as_str())) {
+            if let Some(&oi) = ids.get(&id).filter(|_| !renewed_here.contains(id.as_str())) {
                 c.hits.push((ob[ot] + oi, nb[nt] + ni));
+                lists.push((op.actions(oi), np.actions(ni)));
             }
         }
         c.hits.push((ob[ot] + op.len(), nb[nt] + np.len()));
+        lists.push((op.default_action(), np.default_action()));
     }
     for (ni, name) in new.counter_names.iter().enumerate() {
         if let Some(oi) = old.counter_names.iter().position(|n| n == name) {
@@ -666,16 +674,31 @@ pub fn carry(old_m: &Model, old: &Pipeline, new_m: &Model, new: &Pipeline, renew
         let (Some(oi), Some(nc)) = (old.meters.iter().position(|s| s.name == spec.name), same(new_m)) else {
             continue;
         };
-        // A direct meter's instances follow the entries that use it: its buckets carry only
-        // when no table changed (multicast copies use no meter). Its colour counts always carry.
+        // A direct meter's instances follow the action lists that use it (multicast copies
+        // use no meter): all of them stay when no table changed, else those of the lists that
+        // stay. Its colour counts always carry.
+        let config_same = same(old_m).as_ref() == Some(&nc);
         let instances_same = !nc.direct || (old_m.tables == new_m.tables && renewed.entries.is_empty());
-        if instances_same && same(old_m).as_ref() == Some(&nc) {
+        if config_same && instances_same {
             c.meters.push((oi, ni));
+        } else if config_same {
+            let pairs: Vec<(u32, u32)> =
+                lists.iter().flat_map(|(o, n)| direct_uses(o, oi).zip(direct_uses(n, ni))).collect();
+            c.meter_instances.push((oi, ni, pairs));
         } else {
             c.meter_colors.push((oi, ni));
         }
     }
     c
+}
+
+/// The instances of direct meter `meter` (its index in the pipeline's meters) that `actions`
+/// uses, in the order of use ([`Action::MeterAt`], [`Action::PoliceAt`]).
+fn direct_uses(actions: &[Action], meter: usize) -> impl Iterator<Item = u32> + '_ {
+    actions.iter().filter_map(move |a| match *a {
+        Action::MeterAt(m, i) | Action::PoliceAt(m, i) if usize::from(m) == meter => Some(i),
+        _ => None,
+    })
 }
 
 /// The model of a configuration file reloaded while the appliance runs (SIGHUP): `text` must

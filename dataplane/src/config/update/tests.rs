@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::agg::collective::Collective;
+use crate::meter::Color;
 use crate::table::PipelineState;
 
 use crate::testing::PIPELINE_CONF as BASE;
@@ -235,7 +236,8 @@ fn what_a_batch_deletes_and_adds_back_starts_afresh() {
 }
 
 /// A direct meter's instances follow the table entries that use it, and multicast copies use
-/// no meter: a change of groups alone keeps its buckets; a change of a table refills them.
+/// no meter: a change of groups alone keeps its buckets; a change of a table keeps those of
+/// the entries that stay.
 #[test]
 fn a_direct_meter_keeps_its_buckets_across_group_changes() {
     let conf = BASE.replace("name = \"m\"\n", "name = \"m\"\ndirect = true\n");
@@ -254,8 +256,72 @@ fn a_direct_meter_keeps_its_buckets_across_group_changes() {
     let group = kept(r#"[{"op":"modify_group","group":{"id":1,"copy":[{"port":1,"actions":"push_vlan(9)"}]}}]"#);
     assert_eq!(group.meters, [(0, 0)]);
     let table = kept(r#"[{"op":"add_entry","table":"routes","entry":{"key":["10.1.0.0/16"],"action":"drop"}}]"#);
-    assert!(table.meters.is_empty());
-    assert_eq!(table.meter_colors, [(0, 0)]);
+    assert!(table.meters.is_empty() && table.meter_colors.is_empty());
+    // The acl entry that polices with it stays: its instance (the only one) carries.
+    assert_eq!(table.meter_instances, [(0, 0, vec![(0, 0)])]);
+}
+
+/// A table change keeps the buckets of a direct meter's instances whose users stay (an entry
+/// of the same identity, a table's default), wherever the change moves them; a new entry's
+/// instance starts full, a deleted one's leaves.
+#[test]
+fn a_direct_meter_keeps_the_buckets_of_the_entries_that_stay() {
+    let conf = r#"
+[[port]]
+vdev = "net_null0"
+[[table]]
+name = "t"
+key = [{ field = "ipv4.src", match = "exact" }]
+default_action = "meter(d); forward(0)"
+entry = [
+    { key = ["10.0.0.1"], action = "police(d); forward(0)" },
+    { key = ["10.0.0.2"], action = "police(d); forward(0)" },
+]
+[[meter]]
+name = "d"
+type = "srtcm"
+cir = 1000
+cbs = 1500
+ebs = 0
+direct = true
+"#;
+    let l = crate::config::load_str(conf, Path::new("d.toml")).unwrap();
+    let f = Fixed::of(&l);
+    let (m, p) = (Model::of(&l), l.pipeline);
+    // Instances: the default 0, 10.0.0.1 1, 10.0.0.2 2.
+    let mut old = PipelineState::new(&p);
+    let now = 1_000_000;
+    for i in 0..3 {
+        assert_eq!(old.meters[0].color(i, now, 1500, Color::Green), Color::Green);
+    }
+    let (n, b) = m
+        .apply(
+            &ops(r#"[{"op":"delete_entry","table":"t","key":["10.0.0.1"]},
+                     {"op":"add_entry","table":"t","entry":{"key":["10.0.0.3"],"action":"police(d); forward(0)"}}]"#),
+            &f,
+        )
+        .unwrap();
+    let kept = carry(&m, &p, &n, &b.pipeline, &b.renewed);
+    // Now: the default 0, 10.0.0.2 1, 10.0.0.3 2.
+    assert!(kept.meters.is_empty() && kept.meter_colors.is_empty());
+    assert_eq!(kept.meter_instances, [(0, 0, vec![(2, 1), (0, 0)])]);
+    let mut new = PipelineState::new(&b.pipeline);
+    new.carry_from(&mut old, &kept);
+    assert_eq!(new.meter_colors(0)[0].packets, 3, "colour counts carry");
+    assert_eq!(new.meters[0].color(0, now, 1500, Color::Green), Color::Red, "the default's bucket stays empty");
+    assert_eq!(new.meters[0].color(1, now, 1500, Color::Green), Color::Red, "10.0.0.2's bucket stays empty");
+    assert_eq!(new.meters[0].color(2, now, 1500, Color::Green), Color::Green, "10.0.0.3 starts full");
+    // Deleted and added back in one batch: a new entry, full again.
+    let (n2, b2) = m
+        .apply(
+            &ops(r#"[{"op":"delete_entry","table":"t","key":["10.0.0.2"]},
+                     {"op":"add_entry","table":"t","entry":{"key":["10.0.0.2"],"action":"police(d); forward(0)"}}]"#),
+            &f,
+        )
+        .unwrap();
+    assert!(n2 == m);
+    let kept2 = carry(&m, &p, &n2, &b2.pipeline, &b2.renewed);
+    assert_eq!(kept2.meter_instances, [(0, 0, vec![(1, 1), (0, 0)])]);
 }
 
 #[test]

@@ -79,6 +79,17 @@ impl MeterArray {
         (if index < n { index } else { index % n }) as usize
     }
 
+    /// Copies the buckets of `old`'s instances into `self`'s, as (old instance, new instance)
+    /// pairs: a runtime change keeping a direct meter's users ([`crate::table::Carry`]). Pairs
+    /// out of range are skipped; no allocation.
+    pub fn carry_instances(&mut self, old: &MeterArray, pairs: &[(u32, u32)]) {
+        for &(o, n) in pairs {
+            if let (Some(m), Some(d)) = (old.instances.get(o as usize), self.instances.get_mut(n as usize)) {
+                d.clone_from(m);
+            }
+        }
+    }
+
     /// Number of instances.
     pub fn len(&self) -> usize {
         self.instances.len()

@@ -22,7 +22,14 @@ pub struct Carry {
     /// Meters whose colour counts alone carry (their buckets start full): the others present
     /// in both versions under the same name.
     pub meter_colors: Vec<(usize, usize)>,
+    /// Direct meters whose configuration did not change but whose users did: their colour
+    /// counts carry, and the buckets of the instances listed as (old instance, new instance);
+    /// the others start full.
+    pub meter_instances: Vec<(usize, usize, InstancePairs)>,
 }
+
+/// A direct meter's kept instances, as (instance in the old version, instance in the new one).
+pub type InstancePairs = Vec<(u32, u32)>;
 
 impl PipelineState {
     /// Where table `t`'s counters start in the flat array (see [`Carry::hits`]).
@@ -53,6 +60,12 @@ impl PipelineState {
         for &(o, n) in &carry.meter_colors {
             if let (Some(m), Some(d)) = (old.meters.get(o), self.meters.get_mut(n)) {
                 d.colors = m.colors;
+            }
+        }
+        for (o, n, pairs) in &carry.meter_instances {
+            if let (Some(m), Some(d)) = (old.meters.get(*o), self.meters.get_mut(*n)) {
+                d.colors = m.colors;
+                d.carry_instances(m, pairs);
             }
         }
     }

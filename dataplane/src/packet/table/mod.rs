@@ -36,7 +36,7 @@ use crate::meter::array::{MeterArray, MeterSpec};
 use crate::parse::Parsed;
 pub use crate::stats::Counter;
 use crate::stats::Reason;
-pub use carry::Carry;
+pub use carry::{Carry, InstancePairs};
 use entry::Entry;
 use exact::ExactMatcher;
 pub use key::{Key, KEY_MAX};
