@@ -82,6 +82,28 @@ impl Udp4 {
     }
 }
 
+/// `f` (an IPv4 frame whose header starts at `l3`) with 40 bytes of options (No Operation):
+/// IHL 15, the total length and header checksum updated; the UDP checksum does not cover them.
+pub fn with_ipv4_options(f: &[u8], l3: usize) -> Vec<u8> {
+    let mut g = f[..l3 + 20].to_vec();
+    g.extend_from_slice(&[1; 40]);
+    g.extend_from_slice(&f[l3 + 20..]);
+    g[l3] = 0x4f;
+    let total = u16::from_be_bytes([g[l3 + 2], g[l3 + 3]]) + 40;
+    g[l3 + 2..l3 + 4].copy_from_slice(&total.to_be_bytes());
+    Ipv4Packet::new_unchecked(&mut g[l3..l3 + 60]).fill_checksum();
+    g
+}
+
+/// `f` with an 802.1Q tag of VID `vid` (PCP 0) pushed after its MAC addresses.
+pub fn pushed(f: &[u8], vid: u16) -> Vec<u8> {
+    let mut g = f[..12].to_vec();
+    g.extend_from_slice(&[0x81, 0x00]);
+    g.extend_from_slice(&vid.to_be_bytes());
+    g.extend_from_slice(&f[12..]);
+    g
+}
+
 /// Dissects `pcap` with tshark, returning one line per frame of the `fields`, tab-separated,
 /// with IPv4 and UDP checksum validation on. `None` if tshark is not installed.
 pub fn tshark_fields(pcap: &std::path::Path, fields: &[&str]) -> Option<Vec<String>> {

@@ -304,19 +304,6 @@ entry = [
     assert!(run.stdout().contains("meter tenant1"), "{}", run.stdout());
 }
 
-/// `f` (an IPv4 frame whose header starts at `l3`) with 40 bytes of options (No Operation):
-/// IHL 15, the total length and header checksum updated; the UDP checksum does not cover them.
-fn with_ipv4_options(f: &[u8], l3: usize) -> Vec<u8> {
-    let mut g = f[..l3 + 20].to_vec();
-    g.extend_from_slice(&[1; 40]);
-    g.extend_from_slice(&f[l3 + 20..]);
-    g[l3] = 0x4f;
-    let total = u16::from_be_bytes([g[l3 + 2], g[l3 + 3]]) + 40;
-    g[l3 + 2..l3 + 4].copy_from_slice(&total.to_be_bytes());
-    dataplane::wire::ipv4::Ipv4Packet::new_unchecked(&mut g[l3..l3 + 60]).fill_checksum();
-    g
-}
-
 /// The largest chunk the default mbufs take (484 f32 lanes: 1998-byte frames untagged) folds
 /// contributions whose headers carry what the loader allows for: rank 0's two VLAN tags
 /// (802.1ad, 802.1Q) and 40 bytes of IPv4 options (2046 bytes), rank 1's options. Both chunks
@@ -333,9 +320,9 @@ fn the_largest_chunk_that_loads_takes_contributions_with_tags_and_options() {
             s.outer_tag = Some((0x88a8, 20));
             s.vlan = Some(30);
         });
-        let f0 = with_ipv4_options(&tagged, 22);
+        let f0 = frames::with_ipv4_options(&tagged, 22);
         assert_eq!(f0.len(), 2046);
-        let f1 = with_ipv4_options(&c.frame(1, off, 0, &lanes(1, off), |_| {}), 14);
+        let f1 = frames::with_ipv4_options(&c.frame(1, off, 0, &lanes(1, off), |_| {}), 14);
         frames.push((T0 + 10 * i as u64, f0));
         frames.push((T0 + 10 * i as u64 + 5, f1));
     }

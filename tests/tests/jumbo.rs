@@ -223,3 +223,100 @@ fn an_unshaped_port_drops_frames_beyond_its_mtu() {
         assert_eq!(s["mbufs_in_use_after"], 0);
     }
 }
+
+/// Three ports; every frame from port 0 gets `actions` (a tag push, then copies to ports 1
+/// and 2). `ports` is what each port's table adds (its `mtu`, its `[port.qos]`).
+fn copies_config(dir: &std::path::Path, extra: &str, actions: &str, ports: &str) -> std::path::PathBuf {
+    let port = |i: usize| format!("[[port]]\nvdev = \"net_null{i}\"\n{}", if i > 0 { ports } else { "" });
+    write_config(
+        dir,
+        "copies.toml",
+        &format!(
+            "{EAL}\n{extra}\n{}\n{}\n{}\n[[multicast_group]]\nid = 1\ncopy = [{{ port = 1 }}, {{ port = 2 }}]\n\
+             [[table]]\nname = \"l2\"\nkey = [{{ field = \"eth.dst\", match = \"exact\" }}]\ndefault_action = \"{actions}\"\n",
+            port(0),
+            port(1),
+            port(2)
+        ),
+    )
+}
+
+/// A frame that fits one default mbuf (2048 bytes after the headroom) and grows past that by
+/// a tag push is still one segment, 2049 to 2052 bytes long (the push takes headroom): its
+/// flood and multicast copies are that long too, not lost for want of a buffer (a copy
+/// allocated as a fresh mbuf had only 2048 bytes of room, and the run ended in `no_mbuf`
+/// losses).
+#[test]
+fn copies_of_frames_a_push_grew_past_a_buffer_are_whole() {
+    let dir = scratch("jumbo-copy-push");
+    let frames: Vec<Vec<u8>> = (1980..1990).map(|n| sized(1, n)).collect();
+    let lens: Vec<usize> = frames.iter().map(Vec::len).collect();
+    assert!(lens.contains(&2045) && lens.contains(&2048) && lens.contains(&2049), "{lens:?}");
+    let input = dir.join("in.pcap");
+    write_pcap(&input, &frames.iter().map(|f| (f.clone(), None)).collect::<Vec<_>>());
+    let (o1, o2) = (dir.join("o1.pcap"), dir.join("o2.pcap"));
+    let args =
+        [format!("--rx=0={}", input.display()), format!("--tx=1={}", o1.display()), format!("--tx=2={}", o2.display())];
+    let want: Vec<Vec<u8>> = frames.iter().map(|f| frames::pushed(f, 5)).collect();
+    for actions in ["push_vlan(5); flood", "push_vlan(5); multicast(1)"] {
+        let conf = copies_config(&dir, "", actions, "");
+        let run = run_dpu(&dir, &conf, &args);
+        run.assert_ok();
+        assert_eq!(read_pcap(&o1), want, "{actions}: port 1");
+        assert_eq!(read_pcap(&o2), want, "{actions}: port 2");
+        assert_eq!(run.drops("no_mbuf"), 0, "{actions}");
+        assert_eq!(run.stats()["mbufs_in_use_after"], 0);
+    }
+}
+
+/// The copies of a chain keep the first segment's bytes in their first segment: with a
+/// 76-byte first segment, a TCP frame with 40 bytes of IPv4 options whose pushed tag grew its
+/// first segment to 80 bytes still has its whole IPv4 header there in every copy, so each
+/// shaped port's scheduler finds its DSCP (class 1) and marks CE (RED marking everything);
+/// the Not-ECT frame is dropped on both (a copy that `rte_pktmbuf_copy` repacked split the
+/// header: class 0, nothing marked).
+#[test]
+fn copies_of_chains_keep_their_headers_whole_for_the_scheduler() {
+    let dir = scratch("jumbo-copy-split");
+    let frames: Vec<Vec<u8>> = [2u8, 1, 0, 2]
+        .iter()
+        .enumerate()
+        .map(|(i, &ecn)| {
+            let mut f = frames::Udp4 {
+                dscp: 46,
+                ecn,
+                sport: 40000 + i as u16,
+                payload: vec![i as u8; 300],
+                ..Default::default()
+            }
+            .build();
+            // Protocol 6 (TCP: read no further than IPv4), so that only the IPv4 header
+            // (bytes 14 to 74) has to lie in the 76-byte first segment.
+            f[23] = 6;
+            frames::with_ipv4_options(&f, 14)
+        })
+        .collect();
+    let input = dir.join("in.pcap");
+    write_pcap(&input, &frames.iter().map(|f| (f.clone(), None)).collect::<Vec<_>>());
+    let (o1, o2) = (dir.join("o1.pcap"), dir.join("o2.pcap"));
+    let args =
+        [format!("--rx=0={}", input.display()), format!("--tx=1={}", o1.display()), format!("--tx=2={}", o2.display())];
+    let qos = "mtu = 1500\n[port.qos]\ndscp_map = { 46 = 1 }\n[[port.qos.class]]\n[[port.qos.class]]\nkmin = 0\nkmax = 0\npmax = 1.0\n";
+    let conf = copies_config(&dir, "[mempool]\ndata_room = 204\nmbufs = 40000\n", "push_vlan(5); flood", qos);
+    let run = run_dpu(&dir, &conf, &args);
+    run.assert_ok();
+    // The ECT frames, tagged and CE-marked (TOS 46 << 2 | 3; the header checksum recomputed).
+    let want: Vec<Vec<u8>> = [0, 1, 3]
+        .iter()
+        .map(|&i| {
+            let mut g = frames::pushed(&frames[i], 5);
+            g[19] = 46 << 2 | 3;
+            dataplane::wire::ipv4::Ipv4Packet::new_unchecked(&mut g[18..78]).fill_checksum();
+            g
+        })
+        .collect();
+    assert_eq!(read_pcap(&o1), want, "port 1 (a copy)");
+    assert_eq!(read_pcap(&o2), want, "port 2");
+    assert_eq!(run.drops("red_drop"), 2, "the Not-ECT frame, on each port");
+    assert_eq!(run.stats()["mbufs_in_use_after"], 0);
+}

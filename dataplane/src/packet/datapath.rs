@@ -11,7 +11,8 @@
 //! sent as chains; flood and multicast copies copy every segment ([`PacketIo::copy_pkt`]). What
 //! the appliance reads whole is dropped `multi_segment` instead of linearised (a chain of 2 KiB
 //! mbufs has no room to be made contiguous in its first one): gradient contributions for the
-//! aggregator, ARP and neighbour discovery packets on a port with addresses, and every chain
+//! aggregator, an ARP or Neighbor Solicitation for the port's own address
+//! ([`crate::neighbor::concerns`]; other ARP and ICMPv6 chains are transit), and every chain
 //! under [`Checks::All`] (`verify_transit`), whose UDP checksums and ICRCs are summed over
 //! contiguous bytes only.
 
@@ -793,25 +794,29 @@ impl<B: PacketBuf> Datapath<B> {
     ) {
         self.tick(&pkt);
         if is_neighbor_message(p) {
-            if let Some(addr) = self.local.get(in_port as usize) {
+            if let Some(addr) = self.local.get(in_port as usize).filter(|a| crate::neighbor::serves(p, a)) {
                 if pkt.is_segmented() {
-                    // The answerer reads (and answers in) the whole packet.
-                    self.counters.drop(Reason::MultiSegment);
-                    return;
-                }
-                let a = crate::neighbor::answer(&mut pkt, p, addr, &self.local);
-                self.counters.address_conflicts += a.conflict as u64;
-                match a.verdict {
-                    Verdict::Reply => {
-                        self.counters.neighbor_replies += 1;
-                        self.send::<TM, I>(io, in_port, pkt, CLASS_UNSET);
+                    // The answerer reads (and answers in) the whole packet: one for the
+                    // appliance in a chain is dropped; another host's goes on to the tables.
+                    if crate::neighbor::concerns(pkt.data(), p, addr) {
+                        self.counters.drop(Reason::MultiSegment);
                         return;
                     }
-                    Verdict::Drop(r) => {
-                        self.counters.drop(r);
-                        return;
+                } else {
+                    let a = crate::neighbor::answer(&mut pkt, p, addr, &self.local);
+                    self.counters.address_conflicts += a.conflict as u64;
+                    match a.verdict {
+                        Verdict::Reply => {
+                            self.counters.neighbor_replies += 1;
+                            self.send::<TM, I>(io, in_port, pkt, CLASS_UNSET);
+                            return;
+                        }
+                        Verdict::Drop(r) => {
+                            self.counters.drop(r);
+                            return;
+                        }
+                        Verdict::Pass => {}
                     }
-                    Verdict::Pass => {}
                 }
             }
         }
@@ -924,7 +929,7 @@ impl<B: PacketBuf> Datapath<B> {
     /// the pipeline) is [`Way::Consume`]; the rest go through the tables.
     #[inline(always)]
     fn way(&self, p: &Parsed, in_port: u16) -> Way {
-        if (is_neighbor_message(p) && self.local.get(in_port as usize).is_some())
+        if (is_neighbor_message(p) && self.local.get(in_port as usize).is_some_and(|a| crate::neighbor::serves(p, a)))
             || (p.refused_by_its_destination() && self.for_the_appliance(p, in_port))
         {
             Way::Other

@@ -84,6 +84,43 @@ pub fn answer<B: PacketBuf>(buf: &mut B, p: &Parsed, port: &PortAddr, local: &[P
     }
 }
 
+/// True when [`answer`] reads `p` at all on `port`: ARP on a port with an IPv4 address, ICMPv6
+/// on a port with an IPv6 address. The rest (a port without an address of the family) is
+/// transit, for the tables.
+pub fn serves(p: &Parsed, port: &PortAddr) -> bool {
+    if p.has(Layers::ARP) {
+        port.ipv4.is_some()
+    } else {
+        p.has(Layers::IPV6) && p.ip_proto == ndp::NEXT_HEADER_ICMPV6 && port.ipv6.is_some()
+    }
+}
+
+/// For a packet [`serves`] accepts that arrived as a chain, whose first segment is `first`:
+/// true when [`answer`] would act on it (answer it, drop it, or note a conflict), which needs
+/// the whole packet in one segment: an ARP packet whose sender or requested target is the
+/// port's IPv4 address, a Neighbor Solicitation addressed to the port (destination or
+/// target). Judged from the first segment's bytes; true when the bytes it needs are not all
+/// there. False for the rest (another host's ARP, ICMPv6 echo, other ND messages), which go
+/// on to the tables like any chain.
+pub fn concerns(first: &[u8], p: &Parsed, port: &PortAddr) -> bool {
+    if p.has(Layers::ARP) {
+        let Some(ip) = port.ipv4 else { return false };
+        let Ok(arp) = ArpPacket::new_checked(first.get(p.l3_offset as usize..).unwrap_or_default()) else {
+            return true;
+        };
+        let req = ArpRepr::parse(&arp);
+        return req.sender_ip == ip || (req.operation == OP_REQUEST && req.target_ip == ip);
+    }
+    let Some(ip) = port.ipv6 else { return false };
+    let l4 = p.l4_offset as usize;
+    match first.get(l4) {
+        Some(&t) if t != ndp::TYPE_NS => false,
+        Some(_) if p.ip_dst_bytes == ip || p.ip_dst_bytes == ndp::solicited_node(&ip) => true,
+        Some(_) => first.get(l4 + 8..l4 + 24).is_none_or(|target| target == ip),
+        None => true,
+    }
+}
+
 fn answer_arp<B: PacketBuf>(buf: &mut B, p: &Parsed, port: &PortAddr) -> Answer {
     let l3 = p.l3_offset as usize;
     let Some(ip) = port.ipv4 else { return Answer::PASS };

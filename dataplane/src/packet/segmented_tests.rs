@@ -123,9 +123,64 @@ fn headers_split_across_segments_are_segmented_headers() {
     assert_eq!(seg_parse(&v4, p.bth_offset as usize + 14, v4.len()), Err(Reason::SegmentedHeaders));
     let v6 = jumbo(true, false, None, 4000);
     assert_eq!(seg_parse(&v6, 14 + 30, v6.len()), Err(Reason::SegmentedHeaders));
-    // A gradient header split by the segment boundary: a transit packet is still forwarded.
+    // A gradient header split by the segment boundary, as any other header (were it read as
+    // absent, a table keyed on its fields would see zeros); whole just before the boundary.
     let g = parse(&v6, PORT).unwrap().grad_offset as usize;
-    assert!(seg_parse(&v6, g + 4, v6.len()).unwrap().has(Layers::GRADIENT_SHORT));
+    assert_eq!(seg_parse(&v6, g + 4, v6.len()), Err(Reason::SegmentedHeaders));
+    let hl = crate::wire::gradient::HEADER_LEN;
+    assert_eq!(seg_parse(&v6, g + hl - 1, v6.len()), Err(Reason::SegmentedHeaders));
+    assert!(seg_parse(&v6, g + hl, v6.len()).unwrap().has(Layers::GRADIENT));
+    // A datagram too short for a gradient header is not one, in a chain or not.
+    let mut short = jumbo(true, false, None, 0);
+    let ip_len = 8 + 10;
+    short.truncate(14 + 40 + ip_len);
+    short[18..20].copy_from_slice(&(ip_len as u16).to_be_bytes());
+    short[14 + 40 + 4..14 + 40 + 6].copy_from_slice(&(ip_len as u16).to_be_bytes());
+    short[14 + 40 + 6..14 + 40 + 8].fill(0);
+    let whole = parse_checked(&short, PORT, RxChecksum::UNKNOWN, Checks::Router);
+    assert!(whole.map(|p| p.has(Layers::GRADIENT_SHORT)).unwrap_or(false), "{whole:?}");
+    assert!(seg_parse(&short, 14 + 40 + 12, short.len()).unwrap().has(Layers::GRADIENT_SHORT));
+}
+
+/// An IPv6 extension chain that is malformed within the first segment is `malformed_ipv6`,
+/// as in one segment; only a chain that the first segment cuts, and that may be valid whole,
+/// is `segmented_headers`.
+#[test]
+fn malformed_extension_chains_in_chains_are_malformed() {
+    let f = jumbo(true, false, None, 4000);
+    // Next header at byte 20; extension headers go after the fixed header (byte 54).
+    let with_ext = |exts: &[(u8, usize)]| {
+        let mut g = f[..54].to_vec();
+        let upper = g[20];
+        let mut nh_at = 20;
+        for &(nh, len) in exts {
+            g[nh_at] = nh;
+            nh_at = g.len();
+            let mut h = vec![0u8; len];
+            h[1] = (len / 8 - 1) as u8;
+            g.extend_from_slice(&h);
+        }
+        g[nh_at] = upper;
+        g.extend_from_slice(&f[54..]);
+        let pl = (g.len() - 54) as u16;
+        g[18..20].copy_from_slice(&pl.to_be_bytes());
+        g
+    };
+    // Destination Options before Hop-by-Hop; nine Destination Options headers.
+    for g in [with_ext(&[(60, 8), (0, 8)]), with_ext(&[(60, 8); 9])] {
+        assert_eq!(parse(&g, PORT).unwrap_err(), Reason::MalformedIpv6);
+        assert_eq!(seg_parse(&g, 200, g.len()), Err(Reason::MalformedIpv6));
+    }
+    // A Hop-by-Hop header claiming more than the payload.
+    let mut g = with_ext(&[(0, 8)]);
+    g[55] = 0xff;
+    g.truncate(54 + 8 + 100);
+    g[18..20].copy_from_slice(&108u16.to_be_bytes());
+    assert_eq!(parse(&g, PORT).unwrap_err(), Reason::MalformedIpv6);
+    // A long Hop-by-Hop header (1 KiB) that a 200-byte first segment cuts: whole, it is valid.
+    let g = with_ext(&[(0, 1024)]);
+    assert!(parse(&g, PORT).is_ok());
+    assert_eq!(seg_parse(&g, 200, g.len()), Err(Reason::SegmentedHeaders));
 }
 
 /// Every rewrite of the tables: `dec_ttl`, `mark_ecn`, `set_dscp`, MAC addresses, then
@@ -192,10 +247,10 @@ fn bursts_of_chains_match_one_by_one() {
     let (mut one, mut burst) = (datapath(ROUTE, Checks::Router), datapath(ROUTE, Checks::Router));
     let (mut io1, mut io2) = (VecIo::new(3), VecIo::new(3));
     for (i, f) in frames.iter().enumerate() {
-        one.process(&mut io1, 0, VecBuf::segmented(f, 64 + 100 * i), 0);
+        one.process(&mut io1, 0, VecBuf::segmented(f, 128 + 100 * i), 0);
     }
     let mut slots: Vec<Option<VecBuf>> =
-        frames.iter().enumerate().map(|(i, f)| Some(VecBuf::segmented(f, 64 + 100 * i))).collect();
+        frames.iter().enumerate().map(|(i, f)| Some(VecBuf::segmented(f, 128 + 100 * i))).collect();
     burst.process_burst(&mut io2, 0, &mut slots, 0);
     assert_eq!(io1.sent, io2.sent);
     assert_eq!(one.counters, burst.counters);
@@ -320,6 +375,68 @@ fn multicast_copies_a_chain_whole_with_per_copy_rewrites() {
         assert_eq!(io2.sent[1].1.len(), f.len());
         for (_, out) in &io2.sent {
             parse(out, PORT).unwrap_or_else(|e| panic!("copy does not parse: {e:?}"));
+        }
+    }
+}
+
+/// An IPv6 frame from fd00::1 to `dst` carrying an ICMPv6 message of type `ty` whose body
+/// (after the 4-byte type, code and checksum) is `body`; the checksum is left 0 (transit does
+/// not read it).
+fn icmpv6(ty: u8, dst: [u8; 16], body: &[u8]) -> Vec<u8> {
+    let mut f = vec![0x33, 0x33, 0xff, 0, 0, 0xfe, 2, 0, 0, 0, 0, 9, 0x86, 0xdd];
+    f.extend_from_slice(&[0x60, 0, 0, 0]);
+    f.extend_from_slice(&((4 + body.len()) as u16).to_be_bytes());
+    f.extend_from_slice(&[58, 255]);
+    f.extend_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&[ty, 0, 0, 0]);
+    f.extend_from_slice(body);
+    f
+}
+
+/// ARP and ICMPv6 frames that arrive as chains go to the tables like any chain, unless the
+/// answerer would act on them on their port: an ARP for (or from) the port's IPv4 address, a
+/// Neighbor Solicitation for its IPv6 address, which it reads whole, are dropped
+/// `multi_segment`. A port without an address of the family answers none of them, and a
+/// message for another host (an echo request, another host's ARP) is transit.
+#[test]
+fn neighbour_messages_in_chains_are_transit_unless_for_the_port() {
+    let me6 = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xfe];
+    let me = crate::agg::PortAddr {
+        mac: "02:00:00:00:00:fe".parse().unwrap(),
+        ipv4: Some([10, 0, 0, 254]),
+        ipv6: Some(me6),
+    };
+    let bare = crate::agg::PortAddr { ipv4: None, ipv6: None, ..me };
+    let mut other6 = me6;
+    other6[15] = 2;
+    let mut ns_body = vec![0; 4];
+    ns_body.extend_from_slice(&me6);
+    ns_body.resize(3000, 0);
+    let padded = |mut f: Vec<u8>| {
+        f.resize(3000, 0);
+        f
+    };
+    // (frame, dropped on a port with addresses)
+    let cases = [
+        (icmpv6(128, other6, &[7; 3000]), false),
+        (icmpv6(128, me6, &[7; 3000]), false),
+        (icmpv6(135, crate::wire::ndp::solicited_node(&me6), &ns_body), true),
+        (icmpv6(135, me6, &ns_body), true),
+        (padded(crate::neighbor::tests::arp_request([10, 0, 0, 254], false)), true),
+        (padded(crate::neighbor::tests::arp_request([10, 0, 0, 9], false)), false),
+    ];
+    for (i, (f, dropped)) in cases.iter().enumerate() {
+        for (addr, name) in [(me, "with addresses"), (bare, "without")] {
+            let dropped = *dropped && addr.ipv4.is_some();
+            let mut dp = datapath(FLOOD, Checks::Router).with_local_addresses(vec![addr; 3]);
+            let mut io = VecIo::new(3);
+            dp.process(&mut io, 0, VecBuf::segmented(f, 200), 0);
+            let mut slots = vec![Some(VecBuf::segmented(f, 200))];
+            dp.process_burst(&mut io, 0, &mut slots, 0);
+            assert_eq!(dp.counters.dropped(Reason::MultiSegment), 2 * dropped as u64, "case {i}, port {name}");
+            assert_eq!(io.sent.len(), if dropped { 0 } else { 4 }, "case {i}, port {name}: flooded to ports 1 and 2");
+            assert!(io.sent.iter().all(|(_, g)| g == f), "case {i}: forwarded whole and unchanged");
         }
     }
 }

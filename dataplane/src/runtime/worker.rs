@@ -190,14 +190,12 @@ impl PacketIo for TxIo {
         self.bufs.len() as u16
     }
 
-    /// A copy of every segment (`rte_pktmbuf_copy`, into one chain of this worker's pool's
-    /// mbufs); a one-segment frame is copied as [`PacketIo::copy_of`] does.
+    /// A copy of every segment into this worker's pool's mbufs, the first segment as long as
+    /// `src`'s ([`Mbuf::copy_whole`]): a one-segment frame grown into its headroom by a VLAN
+    /// push is copied whole too.
     #[inline]
     fn copy_pkt(&mut self, src: &Mbuf) -> Option<Mbuf> {
-        if !src.is_segmented() {
-            return self.copy_of(src.data());
-        }
-        src.copy_chain(&self.pool)
+        src.copy_whole(&self.pool)
     }
 
     /// A header mbuf holding `head`, chained to an indirect mbuf over `body`'s bytes

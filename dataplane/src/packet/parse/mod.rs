@@ -56,6 +56,7 @@
 //!   switches and routers do, and verifies only what it consumes.
 
 use crate::stats::Reason;
+use crate::wire::error::WireError;
 use crate::wire::ethernet::{self, EtherType, EthernetAddress, EthernetFrame};
 use crate::wire::{arp, bth, gradient, icrc, ipv4, ipv6, udp, vlan};
 use core::ops::Range;
@@ -634,12 +635,10 @@ fn parse_ipv6(
     };
     // The walk reads only the bytes present: in a first segment that ends before the datagram,
     // a chain that does not end in it cannot be judged.
-    let chain = ip.walk_extensions().map_err(|_| {
-        if len == frame.len() || l3 + ipv6::HEADER_LEN + ip.payload_len() as usize <= frame.len() {
-            Reason::MalformedIpv6
-        } else {
-            Reason::SegmentedHeaders
-        }
+    let chain = ip.walk_extensions().map_err(|e| match e {
+        // Past the first segment, not past the payload: whole, it may be valid.
+        WireError::Truncated if len != frame.len() => Reason::SegmentedHeaders,
+        _ => Reason::MalformedIpv6,
     })?;
     p.layers.insert(Layers::IPV6);
     let (src, dst) = (ip.src_addr(), ip.dst_addr());
@@ -867,8 +866,14 @@ fn parse_rocev2(frame: &[u8], start: usize, udp_end: usize, p: &mut Parsed) -> R
 
 /// A gradient header at `start`, its payload running to `end`. Fewer bytes than a header is
 /// not an error here ([`Layers::GRADIENT_SHORT`]): only the appliance's own gradient packets
-/// must be whole, and which are its own is the aggregator's call.
+/// must be whole, and which are its own is the aggregator's call. A whole header that the
+/// first segment of a chain (`frame`) cuts is [`Reason::SegmentedHeaders`], as any other
+/// header there: the packet must not read as one without a gradient header (its fields would
+/// match as 0 in the tables).
 fn parse_gradient(frame: &[u8], start: usize, end: usize, p: &mut Parsed) -> Result<(), Reason> {
+    if end >= start + gradient::HEADER_LEN && frame.len() < start + gradient::HEADER_LEN {
+        return Err(Reason::SegmentedHeaders);
+    }
     // In the first segment of a longer frame, the header is read from the bytes present.
     let Some(g) =
         frame.get(start..end.min(frame.len())).and_then(|seg| gradient::GradientHeader::new_checked(seg).ok())

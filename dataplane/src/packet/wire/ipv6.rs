@@ -326,15 +326,18 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     /// Fragment headers says so.
     ///
     /// # Errors
-    /// - [`WireError::BadHeaderLen`]: an extension header runs past the payload or past the
-    ///   bytes present.
+    /// - [`WireError::BadHeaderLen`]: an extension header runs past the payload.
+    /// - [`WireError::Truncated`]: an extension header runs past the bytes present but not
+    ///   past the payload (the first segment of a multi-segment frame ends inside it).
     /// - [`WireError::BadExtensionChain`]: more than [`MAX_EXTENSION_HEADERS`] headers, or a
     ///   Hop-by-Hop header that is not first.
     pub fn walk_extensions(&self) -> Result<ExtensionChain, WireError> {
         let b = self.buffer.as_ref();
         // The bytes present bound the walk too: all of the payload after `check_len`, less in
         // the first segment of a multi-segment frame (a chain running past it is an error).
-        let end = (HEADER_LEN + self.payload_len() as usize).min(b.len());
+        let payload_end = HEADER_LEN + self.payload_len() as usize;
+        let end = payload_end.min(b.len());
+        let past = |to: usize| if to > payload_end { WireError::BadHeaderLen } else { WireError::Truncated };
         let mut chain = ExtensionChain { upper_protocol: self.next_header(), ..Default::default() };
         let mut off = HEADER_LEN;
         loop {
@@ -350,13 +353,13 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
                         return Err(WireError::BadExtensionChain);
                     }
                     if off + 2 > end {
-                        return Err(WireError::BadHeaderLen);
+                        return Err(past(off + 2));
                     }
                     (b[off + field::EXT_LEN] as usize + 1) * 8
                 }
                 NextHeader::AUTH => {
                     if off + 2 > end {
-                        return Err(WireError::BadHeaderLen);
+                        return Err(past(off + 2));
                     }
                     (b[off + field::EXT_LEN] as usize + 2) * 4
                 }
@@ -367,7 +370,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
                 return Err(WireError::BadExtensionChain);
             }
             if off + len > end {
-                return Err(WireError::BadHeaderLen);
+                return Err(past(off + len));
             }
             chain.count += 1;
             chain.upper_protocol = b[off + field::EXT_NEXT_HEADER];

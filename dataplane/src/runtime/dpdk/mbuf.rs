@@ -32,14 +32,39 @@ impl Mbuf {
         p
     }
 
-    /// A copy of the whole chain, every segment, into mbufs of `pool` (`rte_pktmbuf_copy`);
-    /// `None` when the pool runs out.
-    pub fn copy_chain(&self, pool: &super::Mempool) -> Option<Mbuf> {
-        // SAFETY: `self` is a valid mbuf we own (borrowed for the call, which only reads it);
-        // the pool is valid while borrowed. The copy is a new chain nothing else owns.
-        let copy = unsafe { dpdk_sys::rte_pktmbuf_copy(self.0.as_ptr(), pool.as_ptr(), 0, u32::MAX) };
-        // SAFETY: a non-null result is a new mbuf chain that only this Mbuf will own.
-        NonNull::new(copy).map(|m| unsafe { Mbuf::from_raw(m) })
+    /// A copy of the whole frame, every segment, into mbufs of `pool`, whose first segment
+    /// holds exactly the bytes this frame's first segment holds, so that the headers a parse
+    /// found there are found there in the copy too: the first segment copied into one mbuf
+    /// (its headroom shortened when it holds more than `buf_len - RTE_PKTMBUF_HEADROOM` bytes,
+    /// as a frame that a VLAN push grew does), the rest copied by `rte_pktmbuf_copy` and
+    /// chained. (`rte_pktmbuf_copy` alone fills each segment to its room: a first segment that
+    /// had grown into its headroom would lose its last bytes to the next segment.) `None` when
+    /// the pool runs out or the first segment is longer than one of `pool`'s buffers.
+    pub fn copy_whole(&self, pool: &super::Mempool) -> Option<Mbuf> {
+        let first = self.hdr().data_len;
+        let mut head = pool.alloc()?;
+        {
+            // SAFETY: a fresh mbuf we own: one segment, nothing chained.
+            let h = unsafe { head.0.as_mut() };
+            if first > h.buf_len {
+                return None;
+            }
+            h.data_off = (dpdk_sys::RTE_PKTMBUF_HEADROOM as u16).min(h.buf_len - first);
+            h.data_len = first;
+            h.pkt_len = u32::from(first);
+        }
+        head.data_mut().copy_from_slice(self.data());
+        if self.is_segmented() {
+            // SAFETY: `self` is a valid chain we own (borrowed for the call, which only reads
+            // it), at least `first` bytes long; the pool is valid while borrowed. The copy is a
+            // new chain nothing else owns.
+            let rest =
+                unsafe { dpdk_sys::rte_pktmbuf_copy(self.0.as_ptr(), pool.as_ptr(), u32::from(first), u32::MAX) };
+            // SAFETY: a non-null result is a new mbuf chain that only this Mbuf will own.
+            let rest = NonNull::new(rest).map(|m| unsafe { Mbuf::from_raw(m) })?;
+            head.chain(rest).ok()?;
+        }
+        Some(head)
     }
 
     /// The raw mbuf, still owned by `self` (for DPDK calls that only read it).
