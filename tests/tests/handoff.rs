@@ -296,3 +296,26 @@ fn a_sharded_collective_is_spread_over_both_workers_and_passes_the_checker() {
 fn is_rocev2(f: &[u8]) -> bool {
     f.len() > 38 && f[12..14] == [0x08, 0x00] && f[23] == 17 && f[36..38] == 4791u16.to_be_bytes()
 }
+
+/// A worker whose rx queues bring nothing but which folds what the other hands it (its
+/// collective's odd chunks) counts those turns busy: it is loaded, not idle.
+#[test]
+fn a_worker_busy_with_hand_offs_alone_counts_busy_turns() {
+    let dir = scratch("handoff-busy");
+    let udp = pktgen(
+        &dir.join("udp"),
+        &["--workers", "4", "--tensor-elements", &(64 * 64).to_string(), "--chunk-elements", "64", "--collective-id", "1"],
+    );
+    let colls = collectives_via_ports(&udp, 4..4);
+    let (in0, in1) = split_frames(&dir, &[&udp], |_| 0);
+    let conf = write_config(
+        &dir,
+        "c.toml",
+        &format!("{TWO_WORKERS}\n[dataplane]\nshard_collectives = true\n{SPLIT_PORTS}\n{colls}"),
+    );
+    let run = run_two_ports(&dir, &conf, &in0, &in1, None);
+    let s = run.stats();
+    assert_eq!(u(&s["aggregation_by_worker"][1]["folded"]), 32 * 4, "worker 1 folds the odd chunks");
+    assert_eq!(u(&s["loops"][1]["rx_packets"]), 0, "{}", run.stdout());
+    assert!(u(&s["loops"][1]["busy_polls"]) > 0, "{}", run.stdout());
+}

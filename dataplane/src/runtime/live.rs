@@ -496,7 +496,7 @@ pub const CYCLE_BUCKETS: usize = 32;
 /// replay) does not count them.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LoopStats {
-    /// Loop turns in which some rx queue gave packets.
+    /// Loop turns in which some rx queue, or a ring from another worker, gave packets.
     pub busy_polls: u64,
     /// Loop turns in which none did.
     pub idle_polls: u64,
@@ -532,7 +532,7 @@ impl LoopStats {
             let s = if w == me { self } else { &zero };
             let label = Label::Worker { worker: w as u16, le: None };
             for (family, help, value) in [
-                ("worker_busy_polls", "poll-loop turns in which an rx queue gave packets", s.busy_polls),
+                ("worker_busy_polls", "poll-loop turns in which an rx queue or another worker's ring gave packets", s.busy_polls),
                 ("worker_idle_polls", "poll-loop turns in which no rx queue gave packets", s.idle_polls),
                 ("worker_bursts", "rx bursts processed", s.bursts),
                 (

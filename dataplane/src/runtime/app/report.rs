@@ -198,7 +198,8 @@ impl CollectiveSummary {
 /// workers and hand-offs, a worker's cycles per packet are those of its own rx bursts only.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct LoopSummary {
-    /// Loop turns in which some rx queue gave packets.
+    /// Loop turns in which some rx queue, or a ring from another worker (hand-offs, frames for
+    /// a shaped port this worker owns), gave packets.
     pub busy_polls: u64,
     /// Loop turns in which none did.
     pub idle_polls: u64,
