@@ -18,6 +18,8 @@ int shim_mempool_get_bulk(struct rte_mempool *mp, void **objs, unsigned int n)
 
 void shim_pktmbuf_free(struct rte_mbuf *m) { rte_pktmbuf_free(m); }
 
+void shim_pktmbuf_free_seg(struct rte_mbuf *m) { rte_pktmbuf_free_seg(m); }
+
 void *shim_pktmbuf_mtod(struct rte_mbuf *m) { return rte_pktmbuf_mtod(m, void *); }
 
 char *shim_pktmbuf_prepend(struct rte_mbuf *m, uint16_t len) { return rte_pktmbuf_prepend(m, len); }

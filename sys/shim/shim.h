@@ -33,6 +33,8 @@ int shim_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, uns
 int shim_mempool_get_bulk(struct rte_mempool *mp, void **objs, unsigned int n);
 /* rte_pktmbuf_free(): free a (possibly chained) mbuf. */
 void shim_pktmbuf_free(struct rte_mbuf *m);
+/* rte_pktmbuf_free_seg(): frees one segment (its next pointer cleared by the caller). */
+void shim_pktmbuf_free_seg(struct rte_mbuf *m);
 /* rte_pktmbuf_mtod(): pointer to the first data byte. */
 void *shim_pktmbuf_mtod(struct rte_mbuf *m);
 /* rte_pktmbuf_prepend/append/adj/trim: NULL or -1 when there is no room. */

@@ -304,7 +304,16 @@ fn a_worker_busy_with_hand_offs_alone_counts_busy_turns() {
     let dir = scratch("handoff-busy");
     let udp = pktgen(
         &dir.join("udp"),
-        &["--workers", "4", "--tensor-elements", &(64 * 64).to_string(), "--chunk-elements", "64", "--collective-id", "1"],
+        &[
+            "--workers",
+            "4",
+            "--tensor-elements",
+            &(64 * 64).to_string(),
+            "--chunk-elements",
+            "64",
+            "--collective-id",
+            "1",
+        ],
     );
     let colls = collectives_via_ports(&udp, 4..4);
     let (in0, in1) = split_frames(&dir, &[&udp], |_| 0);

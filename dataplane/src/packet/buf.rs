@@ -50,6 +50,18 @@ pub trait PacketBuf {
         RxChecksum::UNKNOWN
     }
 
+    /// Moves up to `len` bytes from the segments after the first to the end of the first (BSD's
+    /// `m_pullup`), so that headers a segment boundary cut can be read whole there; the frame's
+    /// bytes and length are unchanged, a segment left empty is freed. Returns how many bytes
+    /// the first segment gained: fewer than `len` when the frame ends or the first segment's
+    /// buffer has no more room (its tailroom, then its headroom down to
+    /// [`PULL_UP_KEEP_HEADROOM`] bytes, the data moved towards the buffer's start); 0 for a
+    /// one-segment frame (the default).
+    fn pull_up(&mut self, len: usize) -> usize {
+        let _ = len;
+        0
+    }
+
     /// Sets the frame to exactly `len` bytes by appending or trimming at the back.
     fn set_len(&mut self, len: usize) -> bool {
         let cur = self.total_len();
@@ -60,6 +72,10 @@ pub trait PacketBuf {
         }
     }
 }
+
+/// Headroom bytes [`PacketBuf::pull_up`] leaves in a first segment: room for two VLAN tags
+/// pushed after it, and more.
+pub const PULL_UP_KEEP_HEADROOM: usize = 16;
 
 /// Allocation of new frames and transmission, as seen from one worker.
 pub trait PacketIo {
@@ -268,6 +284,24 @@ impl PacketBuf for VecBuf {
     }
     fn rx_checksum(&self) -> RxChecksum {
         self.rx_checksum
+    }
+    /// As an mbuf chain whose first segment is full (net_pcap fills it): it gains at most its
+    /// headroom beyond [`PULL_UP_KEEP_HEADROOM`], and the headroom shrinks by as much.
+    fn pull_up(&mut self, len: usize) -> usize {
+        if !self.seg {
+            return 0;
+        }
+        let gain = len.min(self.end - self.first_end).min(self.start.saturating_sub(PULL_UP_KEEP_HEADROOM));
+        // The frame stays contiguous in `mem`, moved down by `gain` into the headroom: the
+        // first segment, which ends where it did, holds `gain` more of its bytes.
+        self.mem.copy_within(self.start..self.end, self.start - gain);
+        self.start -= gain;
+        self.end -= gain;
+        if self.first_end >= self.end {
+            self.seg = false;
+            self.first_end = self.end;
+        }
+        gain
     }
 }
 

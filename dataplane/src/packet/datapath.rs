@@ -6,13 +6,15 @@
 //! Multi-segment frames (mbuf chains: frames larger than the mempool's data room) are forwarded
 //! as switches with scatter-gather NICs forward them: parsed with a router's checks from their
 //! first segment, the lengths judged against the whole frame
-//! ([`crate::parse::parse_segmented_into`]; a header not whole in the first segment is
+//! ([`crate::parse::parse_segmented_into`]; headers the first segment cuts are moved into it
+//! by [`PacketBuf::pull_up`] as far as its room allows and parsed again, else
 //! `segmented_headers`), rewritten in the first segment (every action touches only headers) and
 //! sent as chains; flood and multicast copies copy every segment ([`PacketIo::copy_pkt`]). What
 //! the appliance reads whole is dropped `multi_segment` instead of linearised (a chain of 2 KiB
 //! mbufs has no room to be made contiguous in its first one): gradient contributions for the
-//! aggregator, an ARP or Neighbor Solicitation for the port's own address
-//! ([`crate::neighbor::concerns`]; other ARP and ICMPv6 chains are transit), and every chain
+//! aggregator, an ARP or Neighbor Solicitation for the port's own address unless its first
+//! segment's room holds it whole ([`crate::neighbor::concerns`]; other ARP and ICMPv6 chains
+//! are transit), and every chain
 //! under [`Checks::All`] (`verify_transit`), whose UDP checksums and ICRCs are summed over
 //! contiguous bytes only.
 
@@ -36,6 +38,12 @@ const _: () = assert!(MAX_BURST <= crate::table::burst::MAX_LANES);
 
 /// Packets ahead whose frame data a burst's parse loop prefetches (as DPDK's l3fwd).
 const PREFETCH_AHEAD: usize = 3;
+
+/// How many bytes a chain whose headers the first segment cut asks [`PacketBuf::pull_up`] to
+/// move into it before it is parsed again: more than the deepest header stack the parser
+/// reads short of long IPv6 extension headers (two tags, IPv4 with options, UDP, BTH, DETH
+/// and a gradient header are 138 bytes); the first segment's room bounds it.
+const PULL_UP_BYTES: usize = 512;
 
 /// A gradient packet whose L4 pass (checksum or ICRC) is still to come: its consumption reads
 /// the whole frame.
@@ -589,10 +597,10 @@ impl<B: PacketBuf> Datapath<B> {
     /// Processes a received packet that was already counted ([`Datapath::process`]'s one
     /// caller: always inlined there).
     #[inline(always)]
-    fn process_counted<I: PacketIo<Buf = B>>(&mut self, io: &mut I, in_port: u16, pkt: I::Buf, now_us: u64) {
+    fn process_counted<I: PacketIo<Buf = B>>(&mut self, io: &mut I, in_port: u16, mut pkt: I::Buf, now_us: u64) {
         let mut p = Parsed::default();
         let parsed = if pkt.is_segmented() {
-            self.parse_segmented(&pkt, &mut p)
+            self.parse_segmented(&mut pkt, &mut p)
         } else {
             parse_checks_into(pkt.data(), self.gradient_udp_port, pkt.rx_checksum(), self.checks, &mut p)
         };
@@ -709,7 +717,7 @@ impl<B: PacketBuf> Datapath<B> {
             if let Some(Some(ahead)) = pkts.get(i + PREFETCH_AHEAD) {
                 prefetch(ahead.data().as_ptr());
             }
-            verdict_n[i] = match &pkts[i] {
+            verdict_n[i] = match &mut pkts[i] {
                 None => Ok(()),
                 Some(pkt) if pkt.is_segmented() => self.parse_segmented(pkt, &mut parsed[i]),
                 Some(pkt) => {
@@ -771,11 +779,22 @@ impl<B: PacketBuf> Datapath<B> {
     /// With `verify_transit` ([`Checks::All`]) it is dropped instead (`multi_segment`): the UDP
     /// checksum and the ICRC are verified over contiguous bytes only.
     #[cold]
-    fn parse_segmented(&self, pkt: &B, p: &mut Parsed) -> Result<(), Reason> {
+    fn parse_segmented(&self, pkt: &mut B, p: &mut Parsed) -> Result<(), Reason> {
         if self.checks == Checks::All {
             return Err(Reason::MultiSegment);
         }
-        parse_segmented_into(pkt.data(), pkt.total_len(), self.gradient_udp_port, pkt.rx_checksum(), p)
+        let r = parse_segmented_into(pkt.data(), pkt.total_len(), self.gradient_udp_port, pkt.rx_checksum(), p);
+        if r != Err(Reason::SegmentedHeaders) || pkt.pull_up(PULL_UP_BYTES) == 0 {
+            return r;
+        }
+        // A header the first segment cut, now moved whole into it (as far as its buffer
+        // allowed): parsed again from the start.
+        *p = Parsed::default();
+        if pkt.is_segmented() {
+            parse_segmented_into(pkt.data(), pkt.total_len(), self.gradient_udp_port, pkt.rx_checksum(), p)
+        } else {
+            parse_checks_into(pkt.data(), self.gradient_udp_port, pkt.rx_checksum(), self.checks, p)
+        }
     }
 
     /// The rest of [`Datapath::process`] for a counted, parsed packet (`p` is its parse, kept
@@ -795,14 +814,18 @@ impl<B: PacketBuf> Datapath<B> {
         self.tick(&pkt);
         if is_neighbor_message(p) {
             if let Some(addr) = self.local.get(in_port as usize).filter(|a| crate::neighbor::serves(p, a)) {
-                if pkt.is_segmented() {
+                if pkt.is_segmented() && crate::neighbor::concerns(pkt.data(), p, addr) {
                     // The answerer reads (and answers in) the whole packet: one for the
-                    // appliance in a chain is dropped; another host's goes on to the tables.
-                    if crate::neighbor::concerns(pkt.data(), p, addr) {
+                    // appliance in a chain is made one segment when the first has room for it
+                    // (a neighbour message is short), else dropped; another host's goes on to
+                    // the tables as a chain.
+                    pkt.pull_up(pkt.total_len());
+                    if pkt.is_segmented() {
                         self.counters.drop(Reason::MultiSegment);
                         return;
                     }
-                } else {
+                }
+                if !pkt.is_segmented() {
                     let a = crate::neighbor::answer(&mut pkt, p, addr, &self.local);
                     self.counters.address_conflicts += a.conflict as u64;
                     match a.verdict {
@@ -1452,23 +1475,26 @@ mod tests {
     }
 
     /// The neighbour answerer reads and answers in the whole packet: an ARP request in a chain
-    /// is dropped `multi_segment` (`segmented_headers` when the ARP packet is not whole in the
-    /// first segment); the same request in one segment is answered.
+    /// is made one segment (the first has room for it) and answered as in one segment, whether
+    /// the ARP packet was whole in the first segment or cut; one too long for that room is
+    /// dropped `multi_segment`.
     #[test]
-    fn a_segmented_arp_request_is_dropped_multi_segment() {
+    fn a_segmented_arp_request_is_answered_whole_or_dropped_multi_segment() {
         let me =
             crate::agg::PortAddr { mac: "02:00:00:00:00:fe".parse().unwrap(), ipv4: Some([10, 0, 0, 254]), ipv6: None };
         let mut dp = datapath().with_local_addresses(vec![me; 3]);
         let mut io = VecIo::new(3);
         let req = crate::neighbor::tests::arp_request([10, 0, 0, 254], false);
         assert!(req.len() > 14 + 28);
+        dp.process(&mut io, 0, VecBuf::from_frame(&req), 0);
         dp.process(&mut io, 0, VecBuf::segmented(&req, 14 + 28), 0);
         dp.process(&mut io, 0, VecBuf::segmented(&req, 30), 0);
-        assert!(io.sent.is_empty());
-        assert_eq!(dp.counters.dropped(Reason::MultiSegment), 1);
-        assert_eq!(dp.counters.dropped(Reason::SegmentedHeaders), 1);
-        dp.process(&mut io, 0, VecBuf::from_frame(&req), 0);
-        assert_eq!((io.sent.len(), dp.counters.neighbor_replies), (1, 1));
+        assert_eq!((io.sent.len(), dp.counters.neighbor_replies), (3, 3));
+        assert!(io.sent.iter().all(|s| *s == io.sent[0]), "the same reply");
+        let mut long = req.clone();
+        long.resize(1000, 0);
+        dp.process(&mut io, 0, VecBuf::segmented(&long, 30), 0);
+        assert_eq!((io.sent.len(), dp.counters.dropped(Reason::MultiSegment)), (3, 1));
     }
 
     #[test]

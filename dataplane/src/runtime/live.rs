@@ -532,7 +532,11 @@ impl LoopStats {
             let s = if w == me { self } else { &zero };
             let label = Label::Worker { worker: w as u16, le: None };
             for (family, help, value) in [
-                ("worker_busy_polls", "poll-loop turns in which an rx queue or another worker's ring gave packets", s.busy_polls),
+                (
+                    "worker_busy_polls",
+                    "poll-loop turns in which an rx queue or another worker's ring gave packets",
+                    s.busy_polls,
+                ),
                 ("worker_idle_polls", "poll-loop turns in which no rx queue gave packets", s.idle_polls),
                 ("worker_bursts", "rx bursts processed", s.bursts),
                 (

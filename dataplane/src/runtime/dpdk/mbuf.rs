@@ -248,6 +248,69 @@ impl PacketBuf for Mbuf {
         len <= u16::MAX as usize && unsafe { dpdk_sys::shim_pktmbuf_trim(self.0.as_ptr(), len as u16) == 0 }
     }
 
+    /// Moves bytes of the next segments into the first (its tailroom, then its headroom down
+    /// to [`crate::buf::PULL_UP_KEEP_HEADROOM`] bytes, the data moved towards the buffer's
+    /// start), freeing each segment it empties (`rte_pktmbuf_free_seg`). A first segment that
+    /// is not a direct mbuf of its own (indirect, or its buffer shared) gains nothing.
+    fn pull_up(&mut self, len: usize) -> usize {
+        // SAFETY: we own the chain; &mut self guarantees exclusive access to its headers.
+        let h = unsafe { self.0.as_mut() };
+        if h.nb_segs < 2 || h.ol_flags & dpdk_sys::RTE_MBUF_F_INDIRECT != 0 || h.next.is_null() {
+            return 0;
+        }
+        // SAFETY: a valid mbuf we own.
+        if unsafe { dpdk_sys::shim_mbuf_refcnt_read(h) } != 1 {
+            return 0;
+        }
+        let (off, dlen, blen) = (usize::from(h.data_off), usize::from(h.data_len), usize::from(h.buf_len));
+        let tailroom = blen.saturating_sub(off + dlen);
+        let room = tailroom + off.saturating_sub(crate::buf::PULL_UP_KEEP_HEADROOM);
+        let gain = len.min(room).min((h.pkt_len as usize).saturating_sub(dlen));
+        if gain == 0 {
+            return 0;
+        }
+        let base = h.buf_addr as *mut u8;
+        if tailroom < gain {
+            let shift = gain - tailroom;
+            // SAFETY: both ranges lie inside the first segment's buffer (off - shift >= the
+            // headroom kept); `copy` allows them to overlap.
+            unsafe { std::ptr::copy(base.add(off), base.add(off - shift), dlen) };
+            h.data_off -= shift as u16;
+        }
+        let mut need = gain;
+        while need > 0 {
+            let seg = h.next;
+            if seg.is_null() {
+                break;
+            }
+            // SAFETY: `seg` is the next segment of our chain: a valid mbuf only we hold.
+            let sg = unsafe { &mut *seg };
+            let k = need.min(usize::from(sg.data_len));
+            // SAFETY: `k` bytes at the segment's data and at the end of the first segment's
+            // data, which has room for them (checked above); the two buffers differ.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (sg.buf_addr as *const u8).add(usize::from(sg.data_off)),
+                    base.add(usize::from(h.data_off) + usize::from(h.data_len)),
+                    k,
+                )
+            };
+            h.data_len += k as u16;
+            sg.data_off += k as u16;
+            sg.data_len -= k as u16;
+            need -= k;
+            if sg.data_len == 0 {
+                h.next = sg.next;
+                h.nb_segs -= 1;
+                sg.next = std::ptr::null_mut();
+                sg.nb_segs = 1;
+                // SAFETY: an emptied segment, unlinked from our chain: nothing else holds it.
+                unsafe { dpdk_sys::shim_pktmbuf_free_seg(seg) };
+            }
+        }
+        gain - need
+    }
+
     #[inline(always)]
     fn rx_timestamp_us(&self) -> Option<u64> {
         let flag = TS_FLAG.load(Ordering::Relaxed);
