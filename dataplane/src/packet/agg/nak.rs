@@ -177,12 +177,20 @@ fn hash(k: &Source) -> usize {
 }
 
 /// Grants a NAK at `now_us` if `word`'s last one is at least [`NAK_INTERVAL_US`] old, by
-/// compare-and-swap (see [`SharedNakLimiter::allow`]).
+/// compare-and-swap (see [`SharedNakLimiter::allow`]). A last NAK up to [`MAX_SKEW_US`] later
+/// than `now_us` (another worker's clock, another port's capture) is recent, as a stranger's;
+/// one further ahead is a clock that went back (a replay's capture times), which silences
+/// nobody: the NAK is granted and the word takes `now_us`.
 #[inline]
 fn grant(word: &AtomicU64, now_us: u64) -> bool {
     let mut cur = word.load(Ordering::Acquire);
     loop {
-        if cur != 0 && now_us.saturating_sub(cur - 1) < NAK_INTERVAL_US {
+        let recent = match cur.checked_sub(1) {
+            None => false,
+            Some(last) if now_us >= last => now_us - last < NAK_INTERVAL_US,
+            Some(last) => last - now_us <= MAX_SKEW_US,
+        };
+        if recent {
             return false;
         }
         match word.compare_exchange_weak(cur, now_us.saturating_add(1), Ordering::AcqRel, Ordering::Acquire) {
@@ -603,6 +611,25 @@ mod tests {
         assert!(!l.allow(a, 450_000));
         assert!(!l.allow(a, 0));
         assert!(l.allow(a, 600_000));
+    }
+
+    /// A member's clock that went back further than [`MAX_SKEW_US`] (a replay's capture times
+    /// stepping back an hour) silences it for no longer than a stranger: the NAK is granted and
+    /// the interval runs from there; back by up to the skew, it is recent.
+    #[test]
+    fn a_member_clock_that_went_back_silences_nobody() {
+        let a = ([10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 5000);
+        let l = SharedNakLimiter::with_members([a]);
+        assert!(l.is_member(&a));
+        let hour = 3_600_000_000;
+        assert!(l.allow(a, hour));
+        assert!(!l.allow(a, hour - MAX_SKEW_US), "within the skew: recent");
+        assert!(l.allow(a, hour - MAX_SKEW_US - 1));
+        assert!(!l.allow(a, hour - MAX_SKEW_US + 50_000));
+        assert!(l.allow(a, hour - MAX_SKEW_US - 1 + NAK_INTERVAL_US));
+        assert!(l.allow(a, 10), "an hour back");
+        assert!(!l.allow(a, 99_999));
+        assert!(l.allow(a, 100_010));
     }
 
     /// Workers refusing one source at the same instants: exactly one NAK per interval between
