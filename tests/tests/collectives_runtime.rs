@@ -14,7 +14,11 @@
 //! - with two workers, a collective added at runtime is owned by the worker the start's rule
 //!   names (index mod workers) and keeps it when collectives before it are deleted: its
 //!   contributions, all received by worker 0, are handed to its owner and summed there; a run
-//!   of several workers that started without a collective refuses to add one.
+//!   of several workers that started without a collective refuses to add one, and answers a
+//!   contribution addressed to it with NAK reason 1;
+//! - the last collective deleted: its contributions and PROBEs are refused with NAK reason 1
+//!   (counted `grad_unknown_collective`, none as `no_egress`), as with others left; added back,
+//!   it sums again.
 
 use functional_tests::control::{ctl_json, dpuctl, start, stop};
 use functional_tests::grad::{f32s, Coll};
@@ -412,6 +416,20 @@ fn wait_for_status(wire: &Wire, coll: &Coll) {
     wire.clear();
 }
 
+/// Sends rank 0's contribution of round 1 to `coll`'s chunk 0 until a NAK comes back (the
+/// wire may not be up yet; one NAK per source per 100 ms): that NAK.
+fn wait_for_nak(wire: &Wire, coll: &Coll) -> Reply {
+    let t = Instant::now();
+    loop {
+        wire.send(&coll.frame(0, 0, 1, &f32s(&[1.0; 4]), |_| {}));
+        if let Some(n) = wire.recv(1, Duration::from_millis(200)).into_iter().find(|r| r.flags == 0x4) {
+            wire.clear();
+            return n;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "no NAK from the appliance");
+    }
+}
+
 /// A round of `coll` at `offset`: every rank contributes `rank + 1.0 + i` per lane i; its
 /// RESULTs must carry the sums.
 fn round(wire: &Wire, coll: &Coll, offset: u32, r: u32) {
@@ -504,7 +522,79 @@ fn with_two_workers_a_collective_added_at_runtime_goes_to_its_owner_and_stays_th
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("started without a collective") && err.contains("nothing changed"), "{err}");
     assert_eq!(ids_and_owners(&sock), (vec![], vec![]));
+    // A contribution addressed to it is the appliance's all the same: refused as an unknown
+    // collective's, NAK reason 1 to its sender (spec section 4 rule 5), not left to the tables.
+    let n = wait_for_nak(&wire, &two);
+    assert_eq!((n.reason, n.collective, n.round, n.dst_ip, n.dst_port), (1, 2, 1, [10, 0, 0, 1], 50000), "{n:?}");
     stop(dpu);
+    let j: Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert!(j["drops"]["grad_unknown_collective"].as_u64() >= Some(1), "{}", j["drops"]);
+    assert_eq!(j["drops"]["no_egress"].as_u64(), Some(0), "{}", j["drops"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The last collective deleted: the appliance still owns what is addressed to it, and refuses
+/// its collective's packets with NAK reason 1 exactly as when other collectives remain (README,
+/// runtime changes; spec section 4 rule 5, section 5); added back, the collective sums again.
+#[test]
+fn deleting_the_last_collective_leaves_its_packets_refused_with_nak_1() {
+    let Some(veth) = Veth::new('l') else {
+        eprintln!("skipped: cannot make a veth pair (needs root)");
+        return;
+    };
+    let dir = functional_tests::scratch("collectives-runtime-last");
+    let one = Coll { id: 1, ..Default::default() };
+    let conf = dir.join("dpu.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "[eal]\nargs = [{EAL}, \"--lcores\", \"0@0,1@1\"]\n\
+             [[port]]\nname = \"p0\"\nvdev = \"net_af_packet0,iface={}\"\nmac = \"02:00:00:00:00:fe\"\nipv4 = \"10.0.0.254\"\n\
+             {}",
+            veth.a,
+            one.toml()
+        ),
+    )
+    .unwrap();
+    let stats = dir.join("stats.json");
+    let wire = Wire::open(&veth.b);
+    let (dpu, sock) = start(&conf, &stats, 120);
+    wait_for_status(&wire, &one);
+    round(&wire, &one, 0, 1);
+
+    let o = dpuctl(&sock, &["collective", "delete", "1"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("collective 1 deleted"), "{o:?}");
+    assert_eq!(ids_and_owners(&sock), (vec![], vec![]));
+    // Rank 1's contribution and rank 0's PROBE: each answered with NAK reason 1, to its sender.
+    wire.send(&one.frame(1, 4, 2, &f32s(&[2.0; 4]), |_| {}));
+    wire.send(&one.probe(0, 0, |_| {}));
+    let mut got = wire.recv(2, Duration::from_secs(5));
+    got.sort_by_key(|r| r.dst_port);
+    let naks: Vec<_> = got.iter().map(|r| (r.flags, r.reason, r.collective, r.round, r.dst_ip, r.dst_port)).collect();
+    assert_eq!(naks, [(0x4, 1, 1, 0, [10, 0, 0, 1], 50000), (0x4, 1, 1, 2, [10, 0, 0, 2], 50001)], "{got:?}");
+    assert!(got.iter().all(|r| r.payload.is_empty()), "{got:?}");
+    // Counted so (the workers publish their counters every 100 ms).
+    let t = Instant::now();
+    let drops = || {
+        let s = ctl_json(&sock, &["stats"]);
+        (s["stats"]["dropped_packets/grad_unknown_collective"].clone(), s["stats"]["dropped_packets/no_egress"].clone())
+    };
+    while drops() != (2.into(), 0.into()) {
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", drops());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // Added back: a new collective, which sums from its first contribution.
+    let f = dir.join("one.toml");
+    std::fs::write(&f, one.toml()).unwrap();
+    let o = dpuctl(&sock, &["collective", "add", f.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    round(&wire, &one, 0, 1);
+    stop(dpu);
+    let j: Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!((j["drops"]["grad_unknown_collective"].as_u64(), j["drops"]["no_egress"].as_u64()), (Some(2), Some(0)));
+    assert_eq!(j["aggregation"]["completed"].as_u64(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

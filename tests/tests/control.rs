@@ -8,6 +8,9 @@
 //! - SIGHUP reloads the file through the same path; a broken file, or one that changes what
 //!   only a restart can, changes nothing and the appliance says why.
 //! - Requests are limited in size and parsed strictly; the socket is its user's alone (0600).
+//! - A collective whose tensor the 32-bit `tensor_offset` cannot address is refused by
+//!   `dpu --check` and by `dpuctl collective add`, naming its `tensor_elements` and the most
+//!   allowed; the control plane goes on serving (the refusal is a validation, not a panic).
 
 use functional_tests::control::{ctl_json, dpuctl, dpuctl_bin, start, stop};
 use functional_tests::grad::pktgen_bin;
@@ -525,5 +528,84 @@ fn listed_collectives_and_groups_read_back() {
     let g = ctl_json(&sock, &["groups"]);
     assert_eq!(serde_json::to_value(&text).unwrap(), serde_json::json!({ "multicast_group": g["groups"] }));
     stop(dpu);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Collectives too large to address (spec section 2: a 32-bit `tensor_offset`), which once
+/// passed with a wrapped memory count and panicked the control thread (after which every
+/// request found the socket refusing connections): refused at load and at runtime with the
+/// key, the most allowed and where the last chunk would start; the appliance keeps answering
+/// and applying changes, and exits cleanly.
+#[test]
+fn an_unaddressable_collective_is_refused_and_the_control_plane_goes_on() {
+    use functional_tests::grad::Coll;
+    let dir = short_dir("huge");
+    let seven = Coll { id: 7, ..Default::default() };
+    let base =
+        null_conf("").replace("name = \"n0\"\n", "name = \"n0\"\nmac = \"02:00:00:00:00:fe\"\nipv4 = \"10.0.0.254\"\n");
+    let conf = dir.join("dpu.toml");
+    std::fs::write(&conf, format!("{base}{}", seven.toml())).unwrap();
+    // (2^61 + 1000, chunks of 1, one member): its slots' bytes wrapped to 72,000.
+    // (2^32 + 256, chunks of 256): its last chunk would start at 2^32.
+    let cases = [((1u64 << 61) + 1000, 1u32, 2305843009213694951u64), ((1 << 32) + 256, 256, 1 << 32)];
+    let expected = |tensor: u64, chunk: u32, last: u64| {
+        format!(
+            "key `collective[0].tensor_elements`: expected at most 4294967296 elements in chunks of {chunk}: the \
+             last chunk would start at offset {last}, beyond 4294967295, the most the gradient header's 32-bit \
+             tensor_offset carries (spec section 2); found {tensor}"
+        )
+    };
+    // `dpu --check` refuses the file (exit status 2), whatever the memory limit.
+    for &(tensor, chunk, last) in &cases {
+        let huge = Coll { id: 9, n: 1, tensor, chunk, ..Default::default() };
+        let bad = dir.join("bad.toml");
+        std::fs::write(
+            &bad,
+            format!("[dataplane]\nmemory_limit_mb = 17592186044415\n{base}{}", huge.toml())
+                .replace("\"-m\", \"256\", ", ""),
+        )
+        .unwrap();
+        let o =
+            Command::new(functional_tests::dpu_bin()).args(["--check", "-c", bad.to_str().unwrap()]).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(&format!("bad.toml: {}", expected(tensor, chunk, last))), "{err}");
+    }
+
+    let stats = dir.join("stats.json");
+    let (dpu, sock) = start(&conf, &stats, 120);
+    for &(tensor, chunk, last) in &cases {
+        let huge = Coll { id: 9, n: 1, tensor, chunk, ..Default::default() };
+        let f = dir.join("huge.toml");
+        std::fs::write(&f, huge.toml()).unwrap();
+        let o = dpuctl(&sock, &["collective", "add", f.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains(&format!("huge.toml: {}", expected(tensor, chunk, last))), "{err}");
+        // Nothing changed, and the control plane answers.
+        let v = ctl_json(&sock, &["collectives"]);
+        let ids: Vec<u64> = v["collectives"].as_array().unwrap().iter().map(|c| u(&c["collective_id"])).collect();
+        assert_eq!((ids, u(&v["version"])), (vec![7], 0), "{v}");
+    }
+    // And still applies changes: the largest tensor of chunks of 4 lanes with a memory limit
+    // too small for it is refused by the memory check (2^30 slots of 96 bytes: 96 GiB)...
+    let big = Coll { id: 9, n: 1, tensor: 1 << 32, chunk: 4, ..Default::default() };
+    let f = dir.join("big.toml");
+    std::fs::write(&f, big.toml()).unwrap();
+    let o = dpuctl(&sock, &["collective", "add", f.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("big.toml: key `collective[0]`: the collectives need 98305 MiB of slot memory (this one 1073741824 slots, 98304 MiB)"),
+        "{err}"
+    );
+    // ... and a small one is added.
+    let nine = Coll { id: 9, ..Default::default() };
+    std::fs::write(&f, nine.toml()).unwrap();
+    let o = dpuctl(&sock, &["collective", "add", f.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "applied 1 operation(s): version 1");
+    let text = stop(dpu);
+    assert!(!text.contains("panicked"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }

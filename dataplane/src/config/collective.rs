@@ -3,7 +3,7 @@
 //! aggregator's [`Collective`]s.
 
 use super::ConfigError;
-use crate::agg::collective::{Carriage, Collective, Member, MAX_WORKERS};
+use crate::agg::collective::{max_tensor_elements, Carriage, Collective, Member, MAX_TENSOR_OFFSET, MAX_WORKERS};
 use crate::wire::build::IpAddrBytes;
 use crate::wire::gradient::{Dtype, Op};
 use crate::wire::EthernetAddress;
@@ -157,15 +157,16 @@ pub fn validate(
             dscp: c.dscp,
             members,
         };
-        total += coll.memory_bytes();
+        // Saturating: a sum beyond 64 bits is beyond the limit too, never wrapped below it.
+        total = total.saturating_add(coll.memory_bytes());
         if total > memory_limit {
             return Err(err(
                 k,
                 format!(
-                    "the collectives need {} MiB of slot memory (this one {} slots, {} MiB), more than dataplane.memory_limit_mb = {} MiB",
-                    total.div_ceil(1 << 20),
+                    "the collectives need {} of slot memory (this one {} slots, {}), more than dataplane.memory_limit_mb = {} MiB",
+                    need_mib(total),
                     coll.slots(),
-                    coll.memory_bytes().div_ceil(1 << 20),
+                    need_mib(coll.memory_bytes()),
                     memory_limit >> 20
                 ),
             ));
@@ -173,6 +174,16 @@ pub fn validate(
         out.push(coll);
     }
     Ok(out)
+}
+
+/// `bytes` of slot memory in whole MiB, rounded up, for messages: `"2 MiB"`, or `"more than
+/// 17592186044415 MiB"` for a count that saturated at `u64::MAX` ([`Collective::memory_bytes`]).
+pub(super) fn need_mib(bytes: u64) -> String {
+    if bytes == u64::MAX {
+        format!("more than {} MiB", super::memory::MAX_MIB)
+    } else {
+        format!("{} MiB", bytes.div_ceil(super::memory::MIB))
+    }
 }
 
 /// A `[[collective]]`'s own keys (`k`: its key, `collective[0]`): op, dtype and carriage, and
@@ -200,6 +211,20 @@ fn shape(c: &CollectiveConfig, k: &str, path: &Path) -> Result<(Op, Dtype, Carri
         return Err(err(
             format!("{k}.chunk_elements"),
             format!("a chunk of {} {} lanes is {chunk_bytes} bytes: expected at most 8900 bytes (a 9000-byte jumbo frame with headers)", c.chunk_elements, c.dtype),
+        ));
+    }
+    // Every chunk's offset travels in the header's 32-bit `tensor_offset` (spec section 2): a
+    // tensor whose last chunk starts beyond it could not be addressed (its slots would be
+    // allocated and never reached), and its slot count is what the memory check multiplies.
+    let max_tensor = max_tensor_elements(c.chunk_elements);
+    if c.tensor_elements > max_tensor {
+        let last_offset = (c.tensor_elements - 1) / u64::from(c.chunk_elements) * u64::from(c.chunk_elements);
+        return Err(err(
+            format!("{k}.tensor_elements"),
+            format!(
+                "expected at most {max_tensor} elements in chunks of {}: the last chunk would start at offset {last_offset}, beyond {MAX_TENSOR_OFFSET}, the most the gradient header's 32-bit tensor_offset carries (spec section 2); found {}",
+                c.chunk_elements, c.tensor_elements
+            ),
         ));
     }
     if c.slot_timeout_ms == 0 {

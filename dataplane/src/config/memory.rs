@@ -76,20 +76,33 @@ fn gcd(a: u64, b: u64) -> u64 {
 /// the ring that holds the free ones (the next power of two above `mbufs` slots), the mempool's
 /// header with its per-lcore cache structures, and the heap's overhead for the three memzones.
 /// The default pool (8191 x 2176, cache 256) measured 34,674,880 bytes here.
+///
+/// Counted in saturating arithmetic (at most `u64::MAX`, more than any `-m` allows): the
+/// inputs' types bound the pool near 2^48 bytes (2^32 mbufs of at most 64 KiB), but a count
+/// that a page size or a later change could push beyond 64 bits must stay above the budget it
+/// is checked against, never wrap below it.
 pub fn mempool_bytes(mbufs: u32, cache: u32, data_room: u16, page: u64) -> u64 {
     let n = mbufs as u64;
+    let page = page.max(1);
     let obj = mbuf_object_size(data_room);
     let objects = if n == 0 {
         0
     } else if obj > page {
-        obj.next_multiple_of(page) * n
+        round_up(obj, page).saturating_mul(n)
     } else {
         let per_page = page / obj;
         let in_last = (n - 1) % per_page + 1;
-        in_last * obj + (n - in_last) / per_page * page + obj - 1
+        ((n - in_last) / per_page).saturating_mul(page).saturating_add(in_last * obj).saturating_add(obj - 1)
     };
     let header = MEMPOOL_HEADER + if cache > 0 { MAX_LCORE * MEMPOOL_CACHE } else { 0 };
-    header + ring_memzone(n + 1) + objects.next_multiple_of(CACHE_LINE) + 3 * MALLOC_OVERHEAD
+    saturating_sum([header, ring_memzone(n + 1), round_up(objects, CACHE_LINE), 3 * MALLOC_OVERHEAD])
+}
+
+/// `x` rounded up to a multiple of `to` (at least 1), saturating at the largest multiple below
+/// `u64::MAX` instead of overflowing.
+fn round_up(x: u64, to: u64) -> u64 {
+    let to = to.max(1);
+    x.checked_next_multiple_of(to).unwrap_or(u64::MAX / to * to)
 }
 
 /// The largest number of mbufs (at most `mbufs`) whose pool fits in `room` bytes
@@ -108,9 +121,9 @@ pub fn mbufs_that_fit(mbufs: u32, cache: u32, data_room: u16, page: u64, room: u
 }
 
 /// `rte_ring_get_memsize` for at least `slots` slots: the header and 8 bytes per slot of the
-/// next power of two.
+/// next power of two (saturating at `u64::MAX` for a count beyond 2^60 slots, which no ring has).
 fn ring_memzone(slots: u64) -> u64 {
-    RING_HEADER + 8 * slots.next_power_of_two()
+    slots.checked_next_power_of_two().map_or(u64::MAX, |p| p.saturating_mul(8)).saturating_add(RING_HEADER)
 }
 
 /// Bytes of a ring of at least `slots` slots (`rte_ring_get_memsize` of the next power of two)
@@ -170,11 +183,11 @@ pub fn page_size(args: &[String]) -> u64 {
 
 /// Bytes of EAL memory that EAL, `ports` ports and `rings` rings (hand-off rings, and the
 /// rings to shaped ports' scheduler owners, each charged as a hand-off ring) take besides the
-/// mbuf pool.
+/// mbuf pool. Saturating: the counts come from the lengths of the file's lists.
 pub fn fixed_overhead(ports: usize, rings: usize) -> u64 {
     EAL_OVERHEAD
-        + PORT_OVERHEAD * ports.saturating_sub(1) as u64
-        + rings as u64 * ring_bytes(HAND_OFF_RING_SLOTS as u64)
+        .saturating_add(PORT_OVERHEAD.saturating_mul(ports.saturating_sub(1) as u64))
+        .saturating_add((rings as u64).saturating_mul(ring_bytes(HAND_OFF_RING_SLOTS as u64)))
 }
 
 /// The shortest frame an egress scheduler's class is sized for (bytes, without FCS): an
@@ -220,16 +233,24 @@ pub fn class_chain_mbufs(max_frame: u32, capacity_bytes: u64, mbuf_frame: u32) -
 /// The mbufs missing (`Σ floor − spare`) when even the floors do not fit.
 pub fn fit_class_mbufs(demand: &[u64], floor: &[u64], spare: u64) -> Result<Vec<u64>, u64> {
     let floor: Vec<u64> = demand.iter().zip(floor).map(|(d, f)| (*f).min(*d)).collect();
-    let want: u64 = demand.iter().sum();
+    // Saturating sums: many classes of large capacities stay more than the pool, never wrap.
+    let want = saturating_sum(demand.iter().copied());
     if want <= spare {
         return Ok(demand.to_vec());
     }
-    let base: u64 = floor.iter().sum();
+    let base = saturating_sum(floor.iter().copied());
     if base > spare {
         return Err(base - spare);
     }
     let (extra, room) = ((want - base) as u128, (spare - base) as u128);
     Ok(demand.iter().zip(&floor).map(|(d, f)| f + ((d - f) as u128 * room / extra) as u64).collect())
+}
+
+/// The sum of `counts` (bytes, mbufs, slots: any count made of a configuration's sizes),
+/// saturating at `u64::MAX` instead of wrapping around: a sum beyond 64 bits stays beyond every
+/// budget it is checked against.
+pub fn saturating_sum(counts: impl IntoIterator<Item = u64>) -> u64 {
+    counts.into_iter().fold(0u64, u64::saturating_add)
 }
 
 /// `bytes` in MiB with two decimals, for messages.

@@ -435,7 +435,10 @@ pub const VALID_RANGES: &[(&str, &str)] = &[
     ("port[].qos.class[].weight", "an integer from 1 to 4294967295"),
     ("port[].qos.class[].ewma_log2", "an integer from 0 to 20"),
     ("meter[].size", "an integer from 1 to 1048576 (instances)"),
-    ("collective[].tensor_elements", "an integer from 1 to 9223372036854775807 (elements)"),
+    (
+        "collective[].tensor_elements",
+        "an integer of at least 1 (elements), whose last chunk starts at an offset of at most 4294967295 (the 32-bit tensor_offset): at most 4294967296 in chunks of a power of two",
+    ),
     ("collective[].chunk_elements", "an integer of at least 1 (elements), a chunk of at most 8900 bytes"),
     ("collective[].slot_timeout_ms", "an integer from 1 to 9223372036854775807 (ms)"),
     ("collective[].dscp", "an integer from 0 to 63"),

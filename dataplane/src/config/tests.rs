@@ -502,6 +502,52 @@ fn collectives_take_the_spec_defaults_and_are_charged_their_slot_memory() {
     assert_eq!(many(4096), 3 * (100 * 4 + 100 * 4 + 56 + 512));
 }
 
+/// A tensor whose last chunk would start beyond the 32-bit `tensor_offset` (spec section 2) is
+/// refused naming `tensor_elements` and the most allowed with its chunk size, whatever the
+/// memory limit; the largest allowed loads. Before this check, 2^61 + 1000 one-lane chunks
+/// passed as 72,000 bytes of slot memory (a wrapped count) and failed only at start-up.
+#[test]
+fn tensor_elements_stop_where_the_tensor_offset_does() {
+    let coll = |limit_mb: u64, tensor: u64, chunk: u32| {
+        format!(
+            "[dataplane]\nmemory_limit_mb = {limit_mb}\n[[port]]\nvdev = \"n\"\nipv4 = \"10.0.0.254\"\n\
+             [[collective]]\ncollective_id = 1\nop = \"sum\"\ndtype = \"f32\"\ntensor_elements = {tensor}\n\
+             chunk_elements = {chunk}\n[[collective.member]]\nrank = 0\nip = \"10.0.0.1\"\nmac = \"02:00:00:00:01:00\"\n\
+             udp_port = 5\n"
+        )
+    };
+    // The most a 64-bit byte count holds: only the offset refuses.
+    let max = memory::MAX_MIB;
+    assert_eq!(
+        err(&coll(max, (1 << 61) + 1000, 1)),
+        "bad.toml: key `collective[0].tensor_elements`: expected at most 4294967296 elements in chunks of 1: the \
+         last chunk would start at offset 2305843009213694951, beyond 4294967295, the most the gradient header's \
+         32-bit tensor_offset carries (spec section 2); found 2305843009213694952"
+    );
+    // 2^32 + 256 elements in chunks of 256: the last chunk at 2^32, one past the field.
+    assert_eq!(
+        err(&coll(max, (1 << 32) + 256, 256)),
+        "bad.toml: key `collective[0].tensor_elements`: expected at most 4294967296 elements in chunks of 256: the \
+         last chunk would start at offset 4294967296, beyond 4294967295, the most the gradient header's 32-bit \
+         tensor_offset carries (spec section 2); found 4294967552"
+    );
+    // One element past the largest: refused; the largest: loads (2^24 slots of 256 lanes, 2112
+    // bytes each, within a limit of 40,000 MiB), its last chunk at offset 2^32 - 256.
+    assert!(err(&coll(max, (1 << 32) + 1, 256)).contains("expected at most 4294967296 elements in chunks of 256"));
+    let l = load_str(&coll(40_000, 1 << 32, 256), Path::new("ok.toml")).unwrap_or_else(|e| panic!("{e}"));
+    let c = &l.collectives[0];
+    assert_eq!((c.slots(), c.memory_bytes()), (1 << 24, (1 << 24) * 2112));
+    // In chunks of 352 lanes the largest tensor passes 2^32: 12,201,612 whole chunks, 4,294,967,424
+    // elements, the last chunk at offset 4,294,967,072; one more element starts a chunk at
+    // 4,294,967,424.
+    let l = load_str(&coll(max, 4_294_967_424, 352), Path::new("ok.toml")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(l.collectives[0].slots(), 12_201_612);
+    assert!(err(&coll(max, 4_294_967_425, 352)).contains("offset 4294967424, beyond 4294967295"));
+    // Beyond the offset and the memory limit both: the offset is named, the first fault of the
+    // collective's own keys.
+    assert!(err(&coll(1, (1 << 61) + 1000, 1)).contains("`collective[0].tensor_elements`"));
+}
+
 /// Each `[[collective]]` value is accepted up to its limit and refused one past it: DSCP is 6
 /// bits, an 802.1Q VID 1..=4094, a QP number 24 bits, a chunk at most 8900 bytes, at most
 /// `MAX_WORKERS` members; collective ids are unique.
@@ -576,6 +622,33 @@ fn memory_model_matches_what_dpdk_allocates() {
     assert_eq!(ring_bytes(HAND_OFF_RING_SLOTS as u64), 33_472);
     // On 2 MiB hugepages a 2368-byte mbuf no longer takes a whole page.
     assert!(mempool_bytes(8191, 256, 2176, 2 * MIB) < 8191 * 2368 + 2 * MIB);
+}
+
+/// The memory model's counts saturate instead of wrapping: sizes beyond 64 bits stay beyond
+/// every budget. Checked near `u64::MAX`, and at the largest inputs the types allow (2^32 - 1
+/// mbufs of a 65535-byte data room: a pool below 2^49 bytes, counted exactly).
+#[test]
+fn memory_counts_saturate_instead_of_wrapping() {
+    use memory::*;
+    assert_eq!(saturating_sum([u64::MAX - 1, 1]), u64::MAX);
+    assert_eq!(saturating_sum([u64::MAX - 1, 2]), u64::MAX, "wrapping would give 0");
+    assert_eq!(saturating_sum([u64::MAX, u64::MAX, 5]), u64::MAX, "wrapping would give 3");
+    assert_eq!(saturating_sum([u64::MAX - 10, 4, 5]), u64::MAX - 1);
+    assert_eq!(saturating_sum([]), 0);
+    // 2^32 - 1 objects of 65,728 bytes (65535 + 128 rounded up to 1026 lines, and the 64-byte
+    // header: 1027 lines, odd, so coprime with 4 channels), each on its own 17 pages of 4 KiB.
+    assert_eq!(mbuf_object_size(u16::MAX), 1027 * 64);
+    let objects = 17 * 4096 * u64::from(u32::MAX);
+    let ring = 384 + 8 * (1u64 << 32);
+    assert_eq!(mempool_bytes(u32::MAX, 512, u16::MAX, 4096), 256 + 128 * 8256 + ring + objects + 3 * 320);
+    // EAL, ports and rings beyond any count: u64::MAX, not a wrapped small overhead.
+    assert_eq!(fixed_overhead(usize::MAX, usize::MAX), u64::MAX);
+    assert_eq!(fixed_overhead(1, usize::MAX / 2), u64::MAX);
+    assert_eq!(fixed_overhead(2, 1), (512 << 10) + (160 << 10) + 33_472);
+    // Class demands whose sum passes u64::MAX are more than the pool: cut to it (a wrapped sum,
+    // 4, would have kept them whole).
+    assert_eq!(fit_class_mbufs(&[u64::MAX, 5], &[1, 1], 10), Ok(vec![9, 1]));
+    assert_eq!(fit_class_mbufs(&[u64::MAX, u64::MAX], &[u64::MAX, 2], 10), Err(u64::MAX - 10));
 }
 
 #[test]
@@ -848,6 +921,8 @@ fn valid_ranges_state_the_checked_limits() {
     has("meter[].size", super::meter::MAX_METER_SIZE.to_string());
     has("port[].qos.class[].ewma_log2", crate::sched::red::MAX_EWMA_LOG2.to_string());
     has("dataplane.memory_limit_mb", memory::MAX_MIB.to_string());
+    has("collective[].tensor_elements", crate::agg::collective::MAX_TENSOR_OFFSET.to_string());
+    has("collective[].tensor_elements", crate::agg::collective::max_tensor_elements(1).to_string());
     has("port[].mtu", "68".into());
 }
 

@@ -341,14 +341,15 @@ fn check_collectives(
     )?;
     if let Some((room, eal_mb)) = slot_room {
         // Each collective's slots are held by the one worker that owns it, or split among the
-        // workers when sharded: the sum is the same.
-        let slots: u64 = collectives.iter().map(|c| c.memory_bytes()).sum();
+        // workers when sharded: the sum is the same (saturating: beyond 64 bits is beyond the
+        // room, never wrapped below it).
+        let slots = crate::agg::collective::total_memory_bytes(&collectives);
         if slots > room {
             return Err(err(
                 "collective".into(),
                 format!(
-                    "the collectives need {} MiB of slot memory, more than the {} MiB that eal.args -m {eal_mb} leaves after the mempool, the hand-off rings and EAL's own memory: raise -m, or make mempool.mbufs or the collectives smaller",
-                    memory::mib(slots),
+                    "the collectives need {} of slot memory, more than the {} MiB that eal.args -m {eal_mb} leaves after the mempool, the hand-off rings and EAL's own memory: raise -m, or make mempool.mbufs or the collectives smaller",
+                    if slots == u64::MAX { collective::need_mib(slots) } else { format!("{} MiB", memory::mib(slots)) },
                     memory::mib(room)
                 ),
             ));
@@ -473,9 +474,10 @@ fn check_eal_memory(config: &Config, path: &Path) -> Result<Option<(u64, u64)>, 
     let hand_off = if workers > 1 && !config.collectives.is_empty() { workers } else { 0 };
     // One ring per other worker to the owner of each shaped port's scheduler.
     let shaped = config.ports.iter().filter(|p| p.qos.is_some()).count();
-    let rings = hand_off + shaped * (workers - 1);
+    // Saturating, as every count here: beyond 64 bits is beyond any budget, never wrapped below.
+    let rings = hand_off.saturating_add(shaped.saturating_mul(workers - 1));
     let fixed = memory::fixed_overhead(config.ports.len(), rings);
-    let need = pool + fixed;
+    let need = pool.saturating_add(fixed);
     if need > budget {
         let room = budget.saturating_sub(fixed);
         let fit = memory::mbufs_that_fit(mp.mbufs, mp.cache, mp.data_room, page, room);

@@ -285,7 +285,9 @@ pub struct Datapath<B = VecBuf> {
     pub pipeline_state: PipelineState,
     /// This worker's counters.
     pub counters: Counters,
-    /// The aggregator, when collectives are configured.
+    /// The aggregator: the appliance gives every worker one, with or without collectives (it
+    /// answers gradient packets for collectives it does not have with NAK reason 1). Without
+    /// one (tests, benchmarks of the tables), gradient packets go through the tables.
     pub agg: Option<Aggregator>,
     /// The appliance's own addresses per port (ARP and neighbour discovery are answered for them).
     pub local: Vec<PortAddr>,

@@ -302,16 +302,19 @@ impl Aggregator {
         self
     }
 
-    /// True when the aggregator has collectives and `p` is a gradient packet addressed to the
-    /// appliance on `port` (to its IP there of the packet's family), a whole one or one too
-    /// short for its header (which [`Aggregator::process`] drops as malformed). A port with no
-    /// address of the packet's family has no appliance address to send to: whatever its
-    /// destination, the packet is another host's, and goes through the tables as transit
-    /// (the spec's answers, NAK and STATUS included, come from the appliance's address on the
-    /// port, section 6, which such a port does not have).
+    /// True when `p` is a gradient packet addressed to the appliance on `port` (to its IP
+    /// there of the packet's family), a whole one or one too short for its header (which
+    /// [`Aggregator::process`] drops as malformed), whether or not any collective is
+    /// configured: the appliance is its destination, and one for a collective it does not have
+    /// is refused with NAK reason 1 (spec section 4 rule 5, section 5), the same with no
+    /// collective at all (started without one, or the last one deleted at runtime) as with
+    /// others configured. A port with no address of the packet's family has no appliance
+    /// address to send to: whatever its destination, the packet is another host's, and goes
+    /// through the tables as transit (the spec's answers, NAK and STATUS included, come from
+    /// the appliance's address on the port, section 6, which such a port does not have).
     #[inline]
     pub fn wants(&self, p: &Parsed, port: u16) -> bool {
-        if self.colls.is_empty() || !(p.has(Layers::GRADIENT) || p.has(Layers::GRADIENT_SHORT)) {
+        if !(p.has(Layers::GRADIENT) || p.has(Layers::GRADIENT_SHORT)) {
             return false;
         }
         let Some(a) = self.ports.get(port as usize) else { return false };

@@ -130,7 +130,7 @@ pub(super) fn create_pool(
         // In mbufs: a queued zero-copy result holds up to `made` of them, and on a jumbo port
         // the chains of the frames a class holds add at most one mbuf per full mbuf frame of
         // its capacity_bytes ([`class_chain_mbufs`]).
-        demand: per_class.iter().map(|&(pkts, _, chain)| pkts * made + chain).collect(),
+        demand: per_class.iter().map(|&(pkts, _, chain)| pkts.saturating_mul(made).saturating_add(chain)).collect(),
         floor: per_class.iter().map(|&(_, floor, chain)| floor.saturating_mul(made).saturating_add(chain)).collect(),
         keys: loaded
             .qos

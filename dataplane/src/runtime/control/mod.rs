@@ -53,6 +53,9 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most connections read or answered at once; one more is answered at once with an error.
 const MAX_CONNECTIONS: usize = 64;
 
+/// How the answer to a request whose handling panicked begins ([`Server::guarded`]).
+const INTERNAL_FAULT: &str = "internal fault";
+
 /// A request read from a connection, to be served on the control thread, and where its reply
 /// goes (to the connection's thread, which writes it).
 struct Pending {
@@ -123,8 +126,13 @@ struct Server {
     version: u64,
     quiet: bool,
     /// Why runtime changes are refused for the rest of the run (an update reached only some
-    /// workers: one stopped polling).
+    /// workers: one stopped polling; or a panic interrupted an installation).
     broken: Option<String>,
+    /// The version being installed from the moment its first copy is posted to a worker until
+    /// the control thread has recorded it as running: a panic caught in between
+    /// ([`Server::guarded`]) leaves the workers on a version the control thread may not
+    /// know, and turns runtime changes off.
+    installing: Option<u64>,
 }
 
 /// Starts the control thread of a run of `loaded` (read from `config_path`), listening at
@@ -169,6 +177,7 @@ pub fn start(
         version: 0,
         quiet,
         broken: None,
+        installing: None,
     };
     let stop = Arc::new(AtomicBool::new(false));
     let halt = stop.clone();
@@ -187,9 +196,11 @@ impl Server {
         let open = Arc::new(AtomicUsize::new(0));
         while !stop.load(Ordering::Relaxed) {
             if RELOAD.swap(false, Ordering::Relaxed) {
-                match self.reload() {
+                match self.guarded(|s| s.reload().map_err(|e| e.to_string())) {
                     Ok(v) if !self.quiet => eprintln!("dpu: SIGHUP: {}", v["message"].as_str().unwrap_or("")),
                     Ok(_) => {}
+                    // Said by `guarded` already, with what it changed.
+                    Err(e) if e.starts_with(INTERNAL_FAULT) => {}
                     // Always said: a reload that did nothing must not pass unnoticed.
                     Err(e) => eprintln!("dpu: SIGHUP: reload refused, nothing changed: {e}"),
                 }
@@ -207,16 +218,49 @@ impl Server {
             }
             // (Never disconnected: `requests` is held here.)
             if let Ok(p) = pending.recv_timeout(Duration::from_millis(10)) {
-                let v = match p.request.and_then(|r| self.handle(r)) {
-                    Ok(mut v) => {
-                        v["ok"] = json!(true);
-                        v
-                    }
-                    Err(e) => json!({ "ok": false, "error": e }),
-                };
-                let _ = p.reply.send(v);
+                let _ = p.reply.send(self.serve_one(p.request));
             }
         }
+    }
+
+    /// The reply to one request: `"ok": true` with the result, or `"ok": false` with the error.
+    /// A panic while serving it is answered as an internal fault ([`Server::guarded`]) and the
+    /// control thread goes on serving the next request.
+    fn serve_one(&mut self, request: Result<Request, String>) -> Value {
+        match request.and_then(|r| self.guarded(|s| s.handle(r))) {
+            Ok(mut v) => {
+                v["ok"] = json!(true);
+                v
+            }
+            Err(e) => json!({ "ok": false, "error": e }),
+        }
+    }
+
+    /// Runs `serve` (one request's or reload's handling) with its panics caught: a fault of the
+    /// appliance's own code (every request is validated before anything is built from it, so
+    /// none is expected) must cost that request, not the control plane of the whole run. The
+    /// panic is an `Err` naming it an internal fault, and said on stderr (after the panic's own
+    /// message, from the default hook). Nothing is posted to a worker before every allocation
+    /// of a change is made ([`Server::install`]), so a panic before the posting changes nothing;
+    /// one after it, while the control thread has not recorded the new version, leaves the
+    /// workers and the control thread disagreeing on what runs: further changes are refused for
+    /// the run (as when an update reaches only some workers), and the error says so.
+    fn guarded(&mut self, serve: impl FnOnce(&mut Self) -> Result<Value, String>) -> Result<Value, String> {
+        let why = match caught(|| serve(self)) {
+            Ok(served) => return served,
+            Err(why) => why,
+        };
+        let mut error = format!("{INTERNAL_FAULT}: the control thread panicked serving this request ({why})");
+        match self.installing.take() {
+            Some(version) => {
+                self.broken = Some(format!("an internal fault interrupted the installation of version {version}"));
+                error +=
+                    &format!("; version {version} may have reached the workers: runtime changes are off for this run");
+            }
+            None => error += "; nothing changed",
+        }
+        eprintln!("dpu: control: {error}");
+        Err(error)
     }
 
     /// Answers one request.
@@ -344,12 +388,49 @@ impl Server {
         for m in &self.mailboxes {
             drop(m.collect());
         }
-        for (i, m) in self.mailboxes.iter().enumerate() {
-            let agg = colls_changed.then(|| {
-                CollSwap::new(&self.agg.context, i as u16, &collectives, &owners, &keep, self.colls.len(), naks.clone())
-            });
-            let u =
-                Update { swap: PipelineSwap::new(pipeline.clone(), carry.clone()), agg, board: board.clone(), version };
+        // Every worker's copy, with all its slot memory, is built before any is posted: should
+        // building one fail (a panic, caught by [`Server::guarded`]), no worker has switched.
+        let updates: Vec<Update> = (0..self.mailboxes.len())
+            .map(|i| {
+                let agg = colls_changed.then(|| {
+                    CollSwap::new(
+                        &self.agg.context,
+                        i as u16,
+                        &collectives,
+                        &owners,
+                        &keep,
+                        self.colls.len(),
+                        naks.clone(),
+                    )
+                });
+                let swap = PipelineSwap::new(pipeline.clone(), carry.clone());
+                Update { swap, agg, board: board.clone(), version }
+            })
+            .collect();
+        self.installing = Some(version);
+        let installed = self.switch(updates, board, version, model, pipeline, collectives, owners, naks);
+        self.installing = None;
+        installed
+    }
+
+    /// [`Server::install`] from the posting on: `updates` (one per worker, in order) to the
+    /// workers, then, once each has switched to `version` and given back its old one, the new
+    /// version recorded as running (`board` published, `model`, `pipeline`, `collectives` with
+    /// their `owners`, and the NAK limiter `naks` if the collectives changed); the collectives
+    /// the change removed or replaced ([`removed`]).
+    #[allow(clippy::too_many_arguments)]
+    fn switch(
+        &mut self,
+        updates: Vec<Update>,
+        board: Option<Arc<live::Board>>,
+        version: u64,
+        model: Model,
+        pipeline: Pipeline,
+        collectives: Vec<Collective>,
+        owners: Vec<u16>,
+        naks: Option<Arc<SharedNakLimiter>>,
+    ) -> Result<Vec<Value>, String> {
+        for (i, (m, u)) in self.mailboxes.iter().zip(updates).enumerate() {
             if m.post(Box::new(u)).is_err() {
                 // Cannot happen while requests are served one at a time: take back what was
                 // posted, so that no worker switches.
@@ -458,6 +539,14 @@ impl Server {
             .collect();
         Value::Array(tables)
     }
+}
+
+/// `f`'s value, or the text of the panic that ended it (the control thread's safety net: see
+/// [`Server::guarded`]). The default panic hook has said where it happened on stderr by then.
+fn caught<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    // Unwind-safe enough: the state `f` may leave half-changed is the control thread's own, and
+    // its callers either change it only after the last step that may fail or turn changes off.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| crate::dpdk::lcore::panic_text(&*p))
 }
 
 /// A connection accepted: read and answered on a thread of its own ([`connection`]), unless
@@ -651,4 +740,122 @@ pub fn install_signal_handlers() -> Result<(), String> {
     unsafe { signal_hook::low_level::register(SIGHUP, || RELOAD.store(true, Ordering::Relaxed)) }
         .map_err(|e| format!("cannot install the SIGHUP handler: {e}"))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The control thread's state for an appliance of `text` (one port with an address,
+    /// collective 7) with no worker: enough to serve reads and validate changes.
+    fn server(text: &str) -> Server {
+        let path = Path::new("dpu.toml");
+        let loaded = crate::config::load_str(text, path).unwrap_or_else(|e| panic!("{e}"));
+        let ports = vec![crate::agg::PortAddr { mac: Default::default(), ipv4: loaded.port_ipv4[0], ipv6: None }];
+        Server {
+            model: Model::of(&loaded),
+            pipeline: loaded.pipeline.clone(),
+            fixed: Fixed::of(&loaded),
+            colls: loaded.collectives.clone(),
+            owners: update::owners(&[], &[], &loaded.collectives, 1),
+            agg: AggSetup {
+                context: AggContext {
+                    ports,
+                    gradient_udp_port: crate::wire::gradient::DEFAULT_UDP_PORT,
+                    appliance_qpn: 1,
+                    workers: 1,
+                    shard: false,
+                    zero_copy_results: false,
+                },
+                naks: Arc::new(SharedNakLimiter::with_members([])),
+                hand_offs: false,
+            },
+            config_path: path.to_path_buf(),
+            running: text.parse().unwrap(),
+            mailboxes: Vec::new(),
+            version: 0,
+            quiet: true,
+            broken: None,
+            installing: None,
+        }
+    }
+
+    const CONF: &str = "[[port]]\nvdev = \"net_null0\"\nipv4 = \"10.0.0.254\"\n\
+        [[collective]]\ncollective_id = 7\nop = \"sum\"\ndtype = \"f32\"\ntensor_elements = 8\nchunk_elements = 4\n\
+        [[collective.member]]\nrank = 0\nip = \"10.0.0.1\"\nmac = \"02:00:00:00:01:00\"\nudp_port = 5\n";
+
+    /// The collective ids a `collectives` reply lists, and its version.
+    fn listed(v: &Value) -> (Vec<u64>, u64) {
+        assert_eq!(v["ok"], true, "{v}");
+        let ids = v["collectives"].as_array().unwrap().iter().map(|c| c["collective_id"].as_u64().unwrap()).collect();
+        (ids, v["version"].as_u64().unwrap())
+    }
+
+    /// A panic while serving one request is that request's error, naming an internal fault and
+    /// the panic; the next request is served as if nothing happened.
+    #[test]
+    fn a_panic_serving_a_request_is_its_error_and_the_next_one_is_served() {
+        let mut s = server(CONF);
+        let e = s.guarded(|_| panic!("capacity overflow")).unwrap_err();
+        assert_eq!(
+            e,
+            "internal fault: the control thread panicked serving this request (capacity overflow); nothing changed"
+        );
+        assert_eq!(s.broken, None, "a panic before any posting changes nothing");
+        assert_eq!(listed(&s.serve_one(Ok(Request::Collectives {}))), (vec![7], 0));
+        // A malformed request is still an error of its own.
+        let v = s.serve_one(parse_request(br#"{"cmd":"nope"}"#));
+        assert!(v["ok"] == false && v["error"].as_str().unwrap().contains("unknown variant `nope`"), "{v}");
+    }
+
+    /// A panic once a version may have reached the workers (between its posting and its
+    /// record as running) turns runtime changes off, saying so; reads go on.
+    #[test]
+    fn a_panic_mid_installation_turns_changes_off_and_reads_go_on() {
+        let mut s = server(CONF);
+        let e = s
+            .guarded(|s| {
+                s.installing = Some(1);
+                panic!("late")
+            })
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "internal fault: the control thread panicked serving this request (late); version 1 may have reached \
+             the workers: runtime changes are off for this run"
+        );
+        assert_eq!(
+            (s.installing, s.broken.as_deref()),
+            (None, Some("an internal fault interrupted the installation of version 1"))
+        );
+        let v = s.serve_one(parse_request(br#"{"cmd":"apply","ops":[{"op":"delete_collective","id":7}]}"#));
+        assert_eq!(
+            v,
+            json!({ "ok": false, "error": "runtime changes are off for this run: an internal fault interrupted the installation of version 1" })
+        );
+        assert_eq!(listed(&s.serve_one(Ok(Request::Collectives {}))), (vec![7], 0));
+    }
+
+    /// The additions that once passed with a wrapped memory count (and panicked the control
+    /// thread allocating their slots) are refused by validation, naming the operation's key;
+    /// nothing changes.
+    #[test]
+    fn unaddressable_collectives_are_refused_at_runtime() {
+        let mut s = server(CONF);
+        for (tensor, chunk, last) in
+            [((1u64 << 61) + 1000, 1u32, 2305843009213694951u64), ((1 << 32) + 256, 256, 1 << 32)]
+        {
+            let req = format!(
+                r#"{{"cmd":"apply","ops":[{{"op":"add_collective","collective":{{"collective_id":9,"op":"sum","dtype":"f32","tensor_elements":{tensor},"chunk_elements":{chunk},"member":[{{"rank":0,"ip":"10.0.0.2","udp_port":5,"mac":"02:00:00:00:01:01"}}]}}}}]}}"#
+            );
+            let v = s.serve_one(parse_request(req.as_bytes()));
+            let want = format!(
+                "request: key `ops[0].collective.tensor_elements`: expected at most 4294967296 elements in chunks of \
+                 {chunk}: the last chunk would start at offset {last}, beyond 4294967295, the most the gradient \
+                 header's 32-bit tensor_offset carries (spec section 2); found {tensor}"
+            );
+            assert_eq!(v, json!({ "ok": false, "error": want }));
+            assert_eq!(listed(&s.serve_one(Ok(Request::Collectives {}))), (vec![7], 0));
+        }
+    }
 }

@@ -27,7 +27,8 @@ impl std::fmt::Debug for LcoreHandle {
     }
 }
 
-fn panic_text(p: &(dyn Any + Send)) -> String {
+/// The message of a caught panic's payload (`panic!`'s text, whether a `&str` or a `String`).
+pub(crate) fn panic_text(p: &(dyn Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = p.downcast_ref::<String>() {

@@ -90,3 +90,85 @@ fn a_kept_round_survives_the_switch_a_new_collective_sums_and_a_deleted_one_is_u
     // The aggregator's own counters keep what 8 did.
     assert_eq!((rig.agg().folded, rig.agg().completed), (5, 2));
 }
+
+/// A NAK as sent: (destination IP, destination UDP port, flags, reason, collective, round, data
+/// length).
+type Nak = (Vec<u8>, u16, u8, u8, u16, u32, u32);
+
+/// The NAKs of `io` (every frame must be one: no payload).
+fn naks(io: &VecIo) -> Vec<Nak> {
+    decode(io)
+        .into_iter()
+        .map(|(dst, g, payload, p)| {
+            assert!(payload.is_empty(), "a NAK carries no payload");
+            (dst, p.udp_dst, g.flags, g.reason, g.collective_id, g.round, g.data_length)
+        })
+        .collect()
+}
+
+/// Deleting the last collective leaves the aggregator the appliance starts with when it has
+/// none: a gradient packet addressed to the appliance is still its to consume, refused as an
+/// unknown collective's (`grad_unknown_collective`, NAK reason 1 to its source: spec section 4
+/// rule 5, section 5), never handed to the tables (where, with none, it was a silent
+/// `no_egress` drop). A gradient packet to another host is transit, as before.
+#[test]
+fn with_no_collective_left_or_none_at_all_gradient_packets_for_the_appliance_are_naked() {
+    let text = conf("sum", "f32", "udp", false, "", 2, 8, 4);
+    let ctx = AggContext {
+        ports: vec![PortAddr { mac: APP_MAC.parse().unwrap(), ipv4: Some([10, 0, 0, 254]), ipv6: None }],
+        gradient_udp_port: crate::wire::gradient::DEFAULT_UDP_PORT,
+        appliance_qpn: 1,
+        workers: 1,
+        shard: false,
+        zero_copy_results: false,
+    };
+    // Collective 7 deleted at runtime (the new set is empty), with rank 0's round 3 in progress.
+    let mut deleted = Rig::new(&text);
+    let mut io = VecIo::new(1);
+    let f = deleted.frame(0, 0, 3, &f32s(&[1.0; 4]), |_| {});
+    deleted.send(&mut io, f, 10);
+    let mut s = CollSwap::new(&ctx, 0, &[], &[], &[], 1, None);
+    deleted.dp.swap_collectives(&mut s);
+    let left: Vec<_> = s.left().map(|(id, c, in_use)| (id, c.folded, in_use)).collect();
+    assert_eq!(left, [(7, 1, 1)], "7 leaves its fold and its round in progress");
+    drop(s);
+    assert_eq!(deleted.dp.agg.as_ref().unwrap().collectives().count(), 0);
+    // The same collective's frames to an appliance that never had one.
+    let mut never =
+        Rig::with(&text, |_, ports| Aggregator::new(&[], ports, crate::wire::gradient::DEFAULT_UDP_PORT, 1));
+    assert_eq!(never.dp.agg.as_ref().unwrap().collectives().count(), 0);
+
+    for (rig, what) in [(&mut deleted, "deleted"), (&mut never, "never configured")] {
+        let mut io = VecIo::new(1);
+        // Rank 1's contribution of round 3, then (its own source, 200 ms later: the NAK limit is
+        // one per source per 100 ms) rank 0's PROBE: each refused with NAK reason 1, to its sender.
+        let f = rig.frame(1, 4, 3, &f32s(&[2.0; 4]), |_| {});
+        rig.send(&mut io, f, 100_000);
+        let f = rig.frame(0, 0, 0, &[0], |s| s.header.flags = Flags::PROBE);
+        rig.send(&mut io, f, 300_000);
+        assert_eq!(
+            naks(&io),
+            [
+                (vec![10, 0, 0, 2], 50001, Flags::NAK, NakReason::UNKNOWN_COLLECTIVE, 7, 3, 0),
+                (vec![10, 0, 0, 1], 50000, Flags::NAK, NakReason::UNKNOWN_COLLECTIVE, 7, 0, 0),
+            ],
+            "{what}"
+        );
+        let c = &rig.dp.counters;
+        assert_eq!(
+            (c.dropped(Reason::GradUnknownCollective), c.dropped(Reason::NoEgress), rig.agg().naks),
+            (2, 0, 2),
+            "{what}"
+        );
+        // A gradient packet to another host's address is transit: the (empty) tables send it
+        // nowhere, without an answer.
+        io.sent.clear();
+        let f = rig.frame(1, 4, 3, &f32s(&[2.0; 4]), |s| {
+            s.dst_ip = IpAddrBytes::V4([10, 0, 0, 9]);
+        });
+        rig.send(&mut io, f, 500_000);
+        assert!(io.sent.is_empty(), "{what}");
+        let c = &rig.dp.counters;
+        assert_eq!((c.dropped(Reason::GradUnknownCollective), c.dropped(Reason::NoEgress)), (2, 1), "{what}");
+    }
+}
