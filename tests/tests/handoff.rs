@@ -328,3 +328,50 @@ fn a_worker_busy_with_hand_offs_alone_counts_busy_turns() {
     assert_eq!(u(&s["loops"][1]["rx_packets"]), 0, "{}", run.stdout());
     assert!(u(&s["loops"][1]["busy_polls"]) > 0, "{}", run.stdout());
 }
+
+/// A replay with a shaped port and a sharded collective runs in lockstep with its hand-offs: a
+/// handed contribution's result reaches the scheduler before anything received after it, so
+/// two workers give the single worker's output and drops, on every run (contributions 300 µs
+/// apart, all on worker 0's port, results through port 0's 1 MB/s shaper with an 8000-byte
+/// queue: worker 1 sends the results of the odd chunks it is handed). Before, the owner of the
+/// scheduler ran ahead of the hand-offs and the drops changed from run to run.
+#[test]
+fn a_sharded_replay_through_a_shaped_port_gives_one_workers_output() {
+    let dir = scratch("handoff-lockstep");
+    let wl = pktgen(
+        &dir.join("wl"),
+        &[
+            "--workers",
+            "4",
+            "--tensor-elements",
+            "4096",
+            "--chunk-elements",
+            "64",
+            "--rounds",
+            "2",
+            "--shuffle",
+            "--gap-us",
+            "300",
+            "--seed",
+            "21",
+        ],
+    );
+    let colls = collectives_via_ports(&wl, 4..4);
+    let qos = "[port.qos]\nrate = 1000000\nclasses = 1\n[[port.qos.class]]\ncapacity_bytes = 8000\n";
+    let ports = SPLIT_PORTS.replacen("ipv4 = \"10.0.0.254\"\n", &format!("ipv4 = \"10.0.0.254\"\n{qos}"), 1);
+    let (in0, in1) = split_frames(&dir, &[&wl], |_| 0);
+    let out = |name: &str, workers: &str| {
+        let conf = write_config(&dir, &format!("{name}.toml"), &format!("{workers}\n{ports}\n{colls}"));
+        let o = dir.join(format!("{name}.pcap"));
+        let run = run_two_ports(&dir, &conf, &in0, &in1, Some((&o, &dir.join("unused.pcap"))));
+        (read_pcap(&o), run.drops("tail_drop"))
+    };
+    let one = out("one", EAL);
+    assert!(one.1 > 0 && !one.0.is_empty(), "the shaper drops some results: {}", one.1);
+    let two_workers = format!("{TWO_WORKERS}\n[dataplane]\nshard_collectives = true");
+    for run in 0..3 {
+        let two = out(&format!("two{run}"), &two_workers);
+        assert_eq!(two.1, one.1, "run {run}: tail drops");
+        assert!(two.0 == one.0, "run {run}: the frames out differ from one worker's");
+    }
+}

@@ -273,7 +273,12 @@ fn headers_cut_by_the_first_segment_are_pulled_up() {
             let mut dp = datapath(ROUTE, Checks::Router);
             let mut io = VecIo::new(3);
             dp.process(&mut io, 0, VecBuf::segmented(&f, first), 0);
-            assert_eq!(io.sent, std::slice::from_ref(&want), "first segment {first}: {:?}", dp.counters.drops_by_name());
+            assert_eq!(
+                io.sent,
+                std::slice::from_ref(&want),
+                "first segment {first}: {:?}",
+                dp.counters.drops_by_name()
+            );
         }
     }
     // Room for 112 bytes (128 of headroom, 16 kept): a 1 KiB Hop-by-Hop header is beyond it.

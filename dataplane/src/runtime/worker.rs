@@ -39,6 +39,35 @@ pub const QOS_RING_SLOTS: u32 = 1024;
 /// may run ahead of the slowest other worker (see [`Worker::lockstep`]).
 pub const REPLAY_SKEW_US: u64 = 100;
 
+/// What the workers of a lockstep replay share ([`Worker::lockstep`]), by worker index.
+#[derive(Debug)]
+pub struct Lockstep {
+    /// The capture clock (µs) each worker published.
+    pub clocks: Box<[AtomicU64]>,
+    /// Packets handed to each worker over its hand-off ring, counted once pushed.
+    pub handed: Box<[AtomicU64]>,
+    /// Packets each worker has taken from its hand-off ring and processed (what it sends for
+    /// them is then in its tx buffers or in the rings to the schedulers' owners).
+    pub processed: Box<[AtomicU64]>,
+}
+
+impl Lockstep {
+    /// The shared state of `workers` workers: every clock 0, nothing handed.
+    pub fn new(workers: usize) -> Lockstep {
+        let zeros = || (0..workers).map(|_| AtomicU64::new(0)).collect();
+        Lockstep { clocks: zeros(), handed: zeros(), processed: zeros() }
+    }
+
+    /// True while some worker has not yet processed every packet handed to it.
+    fn hand_offs_pending(&self) -> bool {
+        // `processed` first: a hand-off counted after it is read only makes this true.
+        self.processed
+            .iter()
+            .zip(self.handed.iter())
+            .any(|(p, h)| p.load(Ordering::Acquire) < h.load(Ordering::Acquire))
+    }
+}
+
 /// The worker that owns the egress scheduler of each port (`None`: the port has none), with
 /// `workers` workers: the k-th shaped port in port order belongs to worker `k mod workers`, so
 /// several shaped ports spread over the workers; with one shaped port, worker 0 (the lcore of
@@ -101,8 +130,8 @@ pub struct Worker {
     /// its own.
     pub qos_shared: bool,
     /// In a replay with several workers and a shaped port, every worker's published capture
-    /// clock (µs), by worker index: see [`Worker::lockstep`].
-    pub lockstep: Option<Arc<[AtomicU64]>>,
+    /// clock (µs) and hand-off counts, by worker index: see [`Worker::lockstep`].
+    pub lockstep: Option<Arc<Lockstep>>,
     /// Where this worker publishes its counters for live readers, once per the publisher's
     /// period and once at the end of the run ([`crate::live`]).
     pub live: Option<crate::live::Publisher>,
@@ -129,6 +158,8 @@ struct TxIo {
     /// Packets dropped because a tx queue stayed full.
     tx_full: u64,
     rings: Vec<Ring>,
+    /// In a lockstep replay, where hand-offs are counted ([`Lockstep::handed`]).
+    lockstep: Option<Arc<Lockstep>>,
     /// Per port: the ring to the owner of its scheduler ([`Worker::qos_out`]).
     qos_out: Vec<Option<Ring>>,
     /// The TSC at which the packets now being handed to `send` were received: the end of
@@ -241,10 +272,14 @@ impl PacketIo for TxIo {
 
     #[inline]
     fn hand_off(&mut self, worker: u16, buf: Mbuf) -> Result<(), Mbuf> {
-        match self.rings.get(worker as usize) {
+        let pushed = match self.rings.get(worker as usize) {
             Some(r) => r.push(buf),
             None => Err(buf),
+        };
+        if let (Ok(()), Some(l)) = (&pushed, &self.lockstep) {
+            l.handed[worker as usize].fetch_add(1, Ordering::Release);
         }
+        pushed
     }
 
     /// The class travels in `mbuf->hash.sched` ([`Mbuf::set_sched_class`]); the ring is this
@@ -279,6 +314,7 @@ impl Worker {
             pool: self.pool,
             tx_full: 0,
             rings: self.rings.clone(),
+            lockstep: self.lockstep.clone(),
             qos_out: self.qos_out.clone(),
             rx_tsc: rdtsc(),
             stamps: vec![[0; TX_BUFFER]; self.port_ids.len()],
@@ -304,7 +340,7 @@ impl Worker {
         let mut mbufs: [Option<Mbuf>; MAX_BURST] = std::array::from_fn(|_| None);
         // What the rings hand over, one ring's burst at a time.
         let mut scratch: [Option<Mbuf>; MAX_BURST] = std::array::from_fn(|_| None);
-        let lockstep = self.lockstep.take();
+        let lockstep = self.lockstep.clone();
         let mut held = Held::default();
         let mut stalled_since = None;
         let mut last_drain = rdtsc();
@@ -338,7 +374,14 @@ impl Worker {
             io.rx_tsc = now;
             if let Some(clocks) = &lockstep {
                 let ctx = Step { io: &mut io, rx: &rx, room_needed, now_us };
-                self.lockstep(clocks, ctx, &mut mbufs[..burst], &mut scratch[..burst], &mut held, &mut stalled_since);
+                self.lockstep(
+                    &clocks.clocks,
+                    ctx,
+                    &mut mbufs[..burst],
+                    &mut scratch[..burst],
+                    &mut held,
+                    &mut stalled_since,
+                );
             } else {
                 let mut busy = false;
                 // When this rx call began (an earlier queue's empty poll of this turn
@@ -388,9 +431,9 @@ impl Worker {
             }
             self.datapath.drain_egress(&mut io, now_us);
         }
-        if let Some(clocks) = &lockstep {
+        if let Some(l) = &lockstep {
             // Nothing more from this worker's input: the others need not wait for it.
-            clocks[self.index].store(u64::MAX, Ordering::Release);
+            l.clocks[self.index].store(u64::MAX, Ordering::Release);
         }
         if hand_offs {
             // Second phase of the stop: once every worker has stopped rx, nothing more is handed
@@ -445,6 +488,14 @@ impl Worker {
     /// before they published is then in its schedulers. The worker holding the earliest packet
     /// can always go on, so no worker waits forever; after a stop was requested, a worker
     /// whose bound has not moved for 100 ms (another worker died) processes what it holds.
+    ///
+    /// Hand-offs (a sharded collective's contributions, handed to the worker that owns their
+    /// slots) are sends of the worker that takes them, at the capture time of the packet: while
+    /// any handed packet is still to be processed ([`Lockstep::hand_offs_pending`]), no worker
+    /// processes a received one, and with hand-off rings a worker processes its packets one at
+    /// a time, so that what the taker sends for a handed packet reaches the schedulers before
+    /// anything received after it. (Every worker empties its hand-off ring every turn, so the
+    /// wait ends.)
     fn lockstep(
         &mut self,
         clocks: &[AtomicU64],
@@ -457,7 +508,11 @@ impl Worker {
         let me = self.index;
         let others = clocks.iter().enumerate().filter(|(i, _)| *i != me).map(|(_, c)| c.load(Ordering::Acquire));
         let mut bound = others.min().unwrap_or(u64::MAX).saturating_add(REPLAY_SKEW_US);
+        // Read before the rings are drained: once nothing handed is pending, what its takers
+        // sent for it is in the rings this drain empties.
+        let pending = self.lockstep.as_ref().is_some_and(|l| l.hand_offs_pending());
         self.drain_qos_rings(ctx.io, scratch, ctx.now_us);
+        let one_at_a_time = self.rings.len() > 1;
         let stamp = |m: &Option<Mbuf>| m.as_ref().and_then(|m| m.rx_timestamp_us()).unwrap_or(0);
         let publish = |t: u64| {
             let c = &clocks[me];
@@ -493,8 +548,11 @@ impl Worker {
                 None => *stalled_since = Some(now),
             }
         }
+        if pending && !quitting() {
+            return;
+        }
         let mut k = held.pos;
-        while k < held.end && stamp(&mbufs[k]) <= bound {
+        while k < held.end && stamp(&mbufs[k]) <= bound && (k == held.pos || !one_at_a_time) {
             k += 1;
         }
         if k == held.pos {
@@ -619,6 +677,9 @@ impl Worker {
         for m in pkts.iter_mut().take(n).filter_map(Option::take) {
             let port = port_index.get(m.port() as usize).copied().unwrap_or(0);
             self.datapath.process_handed_off(io, port, m, now_us);
+        }
+        if let (Some(l), true) = (&self.lockstep, n > 0) {
+            l.processed[self.index].fetch_add(n as u64, Ordering::Release);
         }
         n
     }

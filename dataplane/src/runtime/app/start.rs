@@ -14,7 +14,6 @@ use crate::dpdk::{self, port::PortSetup, DpdkError, Eal, Mempool, Port};
 use crate::sched::{ClassMap, PortConfig};
 use crate::stop;
 use crate::worker::{self, RxQueue, Worker};
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -280,7 +279,7 @@ struct Shared {
     /// The egress schedulers, their queues fitted to the pool.
     schedulers: Schedulers,
     /// Published capture clocks of a lockstep replay ([`Worker::lockstep`]).
-    lockstep: Option<Arc<[AtomicU64]>>,
+    lockstep: Option<Arc<worker::Lockstep>>,
     /// One NAK limiter for all workers: spec section 5's limit is per source, whichever worker
     /// refuses it.
     nak_limiter: Arc<SharedNakLimiter>,
@@ -334,7 +333,7 @@ pub(super) fn launch_workers(
         qos_rings.push(per_worker);
     }
     let shared_sched = qos_rings.iter().flatten().any(Option::is_some);
-    let lockstep = (replay && shared_sched).then(|| (0..workers).map(|_| AtomicU64::new(0)).collect());
+    let lockstep = (replay && shared_sched).then(|| Arc::new(worker::Lockstep::new(workers)));
     let rings: Vec<Ring> = match ring_slots {
         Some(slots) => {
             (0..lcores.len()).map(|w| Ring::new(&format!("dpu_handoff{w}"), slots)).collect::<Result<_, _>>()?
