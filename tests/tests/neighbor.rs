@@ -66,3 +66,51 @@ wrpcap("{}", pkts)
         assert_eq!(got, want);
     }
 }
+
+/// A Neighbor Solicitation without a source link-layer address option (unicast NUD, a
+/// duplicate address detection probe) is 8 bytes shorter than its advertisement: one that
+/// fills its mbuf, or arrives as a chain that is then made one segment, grows into the
+/// headroom and is answered (it went to the tables as transit). A long solicitation carrying a
+/// Hop-by-Hop header, which the answerer never answers, goes to the tables in a chain too (it
+/// was dropped `multi_segment`).
+#[test]
+fn solicitations_that_fill_their_mbuf_or_arrive_chained_are_answered() {
+    let dir = scratch("neighbor-room");
+    let input = dir.join("in.pcap");
+    let script = format!(
+        r#"
+from scapy.all import Ether, IPv6, IPv6ExtHdrHopByHop, ICMPv6ND_NS, Raw, wrpcap
+me = "02:00:00:00:01:01"
+pkts = [
+    Ether(src=me, dst="02:00:00:00:00:fe") / IPv6(src="fd00::2", dst="fd00::fe", hlim=255) / ICMPv6ND_NS(tgt="fd00::fe"),
+    Ether(src=me, dst="33:33:ff:00:00:fe") / IPv6(src="::", dst="ff02::1:ff00:fe", hlim=255) / ICMPv6ND_NS(tgt="fd00::fe"),
+    Ether(src=me, dst="02:00:00:00:00:fe") / IPv6(src="fd00::2", dst="fd00::fe", hlim=255)
+        / IPv6ExtHdrHopByHop() / ICMPv6ND_NS(tgt="fd00::fe") / Raw(b"\x00" * 256),
+]
+assert [len(p) for p in pkts] == [78, 78, 342], [len(p) for p in pkts]
+wrpcap("{}", pkts)
+"#,
+        input.display()
+    );
+    let st = Command::new("python3").arg("-c").arg(&script).status().expect("python3");
+    assert!(st.success(), "scapy wrote the input");
+    let out = dir.join("out.pcap");
+    // 78 bytes fill a 206-byte buffer after its 128 bytes of headroom; with 192 they are a chain.
+    for data_room in [206, 192] {
+        let conf = write_config(
+            &dir,
+            "c.toml",
+            &format!(
+                "{EAL}[mempool]\ndata_room = {data_room}\nmbufs = 16383\n\
+                 [[port]]\nvdev = \"net_null0\"\nmac = \"02:00:00:00:00:fe\"\nipv6 = \"fd00::fe\"\n\
+                 [[table]]\nname = \"l2\"\nkey = [{{ field = \"eth.dst\", match = \"exact\" }}]\ndefault_action = \"drop\"\n"
+            ),
+        );
+        let run = run_dpu(&dir, &conf, &[format!("--rx=0={}", input.display()), format!("--tx=0={}", out.display())]);
+        run.assert_ok();
+        let s = run.stats();
+        assert_eq!((s["neighbor_replies"].as_u64(), s["address_conflicts"].as_u64()), (Some(2), Some(1)), "{data_room}");
+        assert_eq!(read_pcap(&out).iter().map(Vec::len).collect::<Vec<_>>(), [86, 86], "two advertisements");
+        assert_eq!((run.drops("table_miss"), run.drops("multi_segment")), (1, 0), "{data_room}: the Hop-by-Hop one");
+    }
+}

@@ -816,6 +816,9 @@ impl<B: PacketBuf> Datapath<B> {
         self.tick(&pkt);
         if is_neighbor_message(p) {
             if let Some(addr) = self.local.get(in_port as usize).filter(|a| crate::neighbor::serves(p, a)) {
+                if pkt.is_segmented() {
+                    self.counters.address_conflicts += crate::neighbor::conflict_in(pkt.data(), p, addr) as u64;
+                }
                 if pkt.is_segmented() && crate::neighbor::concerns(pkt.data(), p, addr) {
                     // The answerer reads (and answers in) the whole packet: one for the
                     // appliance in a chain is made one segment when the first has room for it

@@ -96,12 +96,13 @@ pub fn serves(p: &Parsed, port: &PortAddr) -> bool {
 }
 
 /// For a packet [`serves`] accepts that arrived as a chain, whose first segment is `first`:
-/// true when [`answer`] would act on it (answer it, drop it, or note a conflict), which needs
-/// the whole packet in one segment: an ARP packet whose sender or requested target is the
-/// port's IPv4 address, a Neighbor Solicitation addressed to the port (destination or
+/// true when [`answer`] would answer it or drop it, which needs the whole packet in one
+/// segment: an ARP request for the port's IPv4 address from another sender, a Neighbor
+/// Solicitation (no extension header, not a fragment) addressed to the port (destination or
 /// target). Judged from the first segment's bytes; true when the bytes it needs are not all
-/// there. False for the rest (another host's ARP, ICMPv6 echo, other ND messages), which go
-/// on to the tables like any chain.
+/// there. False for the rest (another host's ARP, an ARP from the port's own address, which
+/// [`conflict_in`] judges, ICMPv6 echo, other ND messages), which go on to the tables like
+/// any chain.
 pub fn concerns(first: &[u8], p: &Parsed, port: &PortAddr) -> bool {
     if p.has(Layers::ARP) {
         let Some(ip) = port.ipv4 else { return false };
@@ -109,9 +110,12 @@ pub fn concerns(first: &[u8], p: &Parsed, port: &PortAddr) -> bool {
             return true;
         };
         let req = ArpRepr::parse(&arp);
-        return req.sender_ip == ip || (req.operation == OP_REQUEST && req.target_ip == ip);
+        return req.sender_ip != ip && req.operation == OP_REQUEST && req.target_ip == ip;
     }
     let Some(ip) = port.ipv6 else { return false };
+    if p.has(Layers::IP_FRAGMENT) || p.l4_offset as usize != p.l3_offset as usize + ipv6::HEADER_LEN {
+        return false;
+    }
     let l4 = p.l4_offset as usize;
     match first.get(l4) {
         Some(&t) if t != ndp::TYPE_NS => false,
@@ -119,6 +123,19 @@ pub fn concerns(first: &[u8], p: &Parsed, port: &PortAddr) -> bool {
         Some(_) => first.get(l4 + 8..l4 + 24).is_none_or(|target| target == ip),
         None => true,
     }
+}
+
+/// For an ARP packet [`serves`] accepts that arrived as a chain, whose first segment is
+/// `first`: true when it shows another host claiming the port's IPv4 address (sender address
+/// the port's, sender hardware address not), the conflict [`answer`] notes before passing it
+/// to the tables.
+pub fn conflict_in(first: &[u8], p: &Parsed, port: &PortAddr) -> bool {
+    let (Some(ip), true) = (port.ipv4, p.has(Layers::ARP)) else { return false };
+    let Ok(arp) = ArpPacket::new_checked(first.get(p.l3_offset as usize..).unwrap_or_default()) else {
+        return false;
+    };
+    let req = ArpRepr::parse(&arp);
+    req.sender_ip == ip && req.sender_mac != port.mac
 }
 
 fn answer_arp<B: PacketBuf>(buf: &mut B, p: &Parsed, port: &PortAddr) -> Answer {

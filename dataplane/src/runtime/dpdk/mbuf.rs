@@ -67,6 +67,35 @@ impl Mbuf {
         Some(head)
     }
 
+    /// Moves a one-segment frame's data towards its buffer's start so that `len` bytes of
+    /// tailroom follow it, leaving [`crate::buf::PULL_UP_KEEP_HEADROOM`] bytes of headroom at
+    /// least: false, with nothing changed, for a chain, an mbuf that is not a direct one of its
+    /// own, or without the room.
+    #[cold]
+    fn make_tailroom(&mut self, len: usize) -> bool {
+        // SAFETY: we own the mbuf; &mut self guarantees exclusive access to its header.
+        let h = unsafe { self.0.as_mut() };
+        if h.nb_segs != 1 || h.ol_flags & dpdk_sys::RTE_MBUF_F_INDIRECT != 0 || len > usize::from(u16::MAX) {
+            return false;
+        }
+        // SAFETY: a valid mbuf we own.
+        if unsafe { dpdk_sys::shim_mbuf_refcnt_read(h) } != 1 {
+            return false;
+        }
+        let (off, dlen, blen) = (usize::from(h.data_off), usize::from(h.data_len), usize::from(h.buf_len));
+        let tailroom = blen.saturating_sub(off + dlen);
+        let shift = len.saturating_sub(tailroom);
+        if shift > off.saturating_sub(crate::buf::PULL_UP_KEEP_HEADROOM) {
+            return false;
+        }
+        let base = h.buf_addr as *mut u8;
+        // SAFETY: both ranges lie inside the buffer (off - shift >= the headroom kept); `copy`
+        // allows them to overlap.
+        unsafe { std::ptr::copy(base.add(off), base.add(off - shift), dlen) };
+        h.data_off -= shift as u16;
+        true
+    }
+
     /// The raw mbuf, still owned by `self` (for DPDK calls that only read it).
     #[inline(always)]
     pub fn as_raw(&self) -> *const dpdk_sys::rte_mbuf {
@@ -236,10 +265,21 @@ impl PacketBuf for Mbuf {
         len <= u16::MAX as usize && unsafe { !dpdk_sys::shim_pktmbuf_adj(self.0.as_ptr(), len as u16).is_null() }
     }
 
+    /// `rte_pktmbuf_append`; a one-segment frame short of tailroom first moves its data
+    /// towards the buffer's start, into its headroom down to
+    /// [`crate::buf::PULL_UP_KEEP_HEADROOM`] bytes (a reply written over a request that fills
+    /// its mbuf, or that [`PacketBuf::pull_up`] made one segment, grows at the back).
     #[inline(always)]
     fn append(&mut self, len: usize) -> bool {
         // SAFETY: we own the mbuf; the shim checks the tailroom.
-        len <= u16::MAX as usize && unsafe { !dpdk_sys::shim_pktmbuf_append(self.0.as_ptr(), len as u16).is_null() }
+        if len <= u16::MAX as usize && unsafe { !dpdk_sys::shim_pktmbuf_append(self.0.as_ptr(), len as u16).is_null() }
+        {
+            return true;
+        }
+        self.make_tailroom(len) && {
+            // SAFETY: as above.
+            unsafe { !dpdk_sys::shim_pktmbuf_append(self.0.as_ptr(), len as u16).is_null() }
+        }
     }
 
     #[inline(always)]
