@@ -109,7 +109,11 @@ wrpcap("{}", pkts)
         let run = run_dpu(&dir, &conf, &[format!("--rx=0={}", input.display()), format!("--tx=0={}", out.display())]);
         run.assert_ok();
         let s = run.stats();
-        assert_eq!((s["neighbor_replies"].as_u64(), s["address_conflicts"].as_u64()), (Some(2), Some(1)), "{data_room}");
+        assert_eq!(
+            (s["neighbor_replies"].as_u64(), s["address_conflicts"].as_u64()),
+            (Some(2), Some(1)),
+            "{data_room}"
+        );
         assert_eq!(read_pcap(&out).iter().map(Vec::len).collect::<Vec<_>>(), [86, 86], "two advertisements");
         assert_eq!((run.drops("table_miss"), run.drops("multi_segment")), (1, 0), "{data_room}: the Hop-by-Hop one");
     }
