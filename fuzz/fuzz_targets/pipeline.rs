@@ -18,7 +18,11 @@
 //!   Ethernet padding);
 //! - the `Parsed` that the actions keep up to date (and later tables key on) equals what the
 //!   parser says about the rewritten frame, for the packet and for each multicast copy; a
-//!   replay of the pipeline by hand sends exactly what the datapath sent.
+//!   replay of the pipeline by hand sends exactly what the datapath sent;
+//! - the same frame as a chain whose first segment ends at byte `14 + 3 x (byte 0 / 4)` (an
+//!   mbuf chain; headers it cuts are pulled up into it) is sent exactly as the one-segment
+//!   frame is and counted the same, unless its headers reach past what the pull-up can move
+//!   (dropped `segmented_headers`, nothing sent).
 #![no_main]
 
 use dataplane::action::Egress;
@@ -137,11 +141,32 @@ fuzz_target!(|data: &[u8]| {
     };
     let in_port = b as u16 % PORTS;
     let frame = &frame[..frame.len().min(VEC_DATA_ROOM)];
+    let first = 14 + 3 * usize::from(b >> 2);
     STATE.with(|s| {
         let (dp, counts) = &mut *s.borrow_mut();
         check(dp, counts, in_port, frame);
+        check_chain(dp, in_port, frame, first);
     });
 });
+
+/// `frame` from `in_port` as a chain whose first segment holds `first` bytes: what the
+/// one-segment frame gives, or a `segmented_headers` drop and nothing sent.
+fn check_chain(dp: &mut Datapath, in_port: u16, frame: &[u8], first: usize) {
+    dp.counters = Counters::new(PORTS);
+    let mut io = VecIo::new(PORTS);
+    dp.process(&mut io, in_port, VecBuf::from_frame(frame), 0);
+    let (want_sent, want_counters) = (io.sent, dp.counters.clone());
+    dp.counters = Counters::new(PORTS);
+    let mut io = VecIo::new(PORTS);
+    dp.process(&mut io, in_port, VecBuf::segmented(frame, first), 0);
+    if dp.counters.dropped(Reason::SegmentedHeaders) == 1 {
+        assert!(io.sent.is_empty(), "a segmented_headers drop sent {:?}", io.sent);
+        assert_eq!(dp.counters.total_drops(), 1);
+        return;
+    }
+    assert_eq!(io.sent, want_sent, "a chain cut at {first} is sent otherwise:\n in {frame:02x?}");
+    assert_eq!(dp.counters, want_counters, "a chain cut at {first} is counted otherwise");
+}
 
 fn check(dp: &mut Datapath, counts: &mut PipelineState, in_port: u16, frame: &[u8]) {
     dp.counters = Counters::new(PORTS);
