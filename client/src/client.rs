@@ -453,12 +453,13 @@ impl Client {
         }
         let start = self.begin();
         self.stats.chunks += range.len() as u64;
-        let r = self.exchange(lanes, start, range);
+        let r = self.exchange(lanes, start, range.clone());
         self.rtt.end_call();
-        for (round, c) in self.rounds.iter_mut().zip(&self.chunks) {
-            if c.done {
-                *round = round.wrapping_add(1);
-            }
+        // Successive calls are successive rounds, even after a failure: a round whose result
+        // the appliance may already keep (the peers completed it after this call gave up) is
+        // never reused for other data (it would come back as that old result, rule 3).
+        for round in &mut self.rounds[range] {
+            *round = round.wrapping_add(1);
         }
         self.stats.seconds = start.elapsed().as_secs_f64();
         r

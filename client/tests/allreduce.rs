@@ -3,7 +3,7 @@
 
 mod fake;
 
-use fake::{Fake, Faults};
+use fake::{Fake, Faults, Seen};
 use gradclient::half::bf16;
 use gradclient::{Client, ClientStats, Collective, Dtype, Element, Endpoint, Error, Op, Options};
 use std::net::{SocketAddr, UdpSocket};
@@ -530,6 +530,27 @@ fn successive_calls_are_successive_rounds() {
             rounds.dedup();
             assert_eq!(rounds, [5, 6], "rank {rank} offset {off}");
         }
+    }
+}
+
+/// A call that fails still moves every chunk of its range to the next round (as the Python
+/// client does): the peers may complete the abandoned round later, and its kept result must
+/// not come back as the next call's (it reused the round of every chunk not done).
+#[test]
+fn a_failed_call_moves_every_chunk_to_the_next_round() {
+    let fake = Fake::start(ID, 2, Dtype::F32, Faults::default());
+    let [a, _] = f32_inputs();
+    let opts = Options { deadline: Duration::from_millis(300), probe: false, start_round: 9, ..fast() };
+    let mut c = client(fake.addr, collective(Dtype::F32, 2, 0), opts);
+    assert!(c.allreduce(&mut a.clone()).is_err(), "rank 1 never comes");
+    let before = fake.seen().len();
+    let _ = c.allreduce(&mut a.clone());
+    let second: Vec<Seen> = fake.seen()[before..].to_vec();
+    // The second call's first contribution of each chunk is at round 10 (a NAK 7 of the fake,
+    // whose round 9 waits for rank 1, may move it back later).
+    for off in (0..TENSOR as u32).step_by(CHUNK as usize) {
+        let first = second.iter().find(|x| x.rank == 0 && x.offset == off).expect("sent again");
+        assert_eq!(first.round, 10, "offset {off}");
     }
 }
 

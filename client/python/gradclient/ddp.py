@@ -10,7 +10,12 @@ buffer's memory is the numpy array the client sends from and writes the result i
 as they are, bf16 as its 16-bit patterns), so f32, f16 and bf16 gradients travel natively. The
 hook returns a completed `torch.futures.Future` holding the buffer. A client error (NAK,
 unreachable appliance, timeout naming the rank the appliance waits for) is raised in the backward
-pass with the client's message.
+pass with the client's message. After such an error the state refuses every later bucket (a
+RuntimeError naming the first error): the failed step's chunks may hold half-folded rounds on the
+appliance, which the peers can still complete with that step's gradients, so a step run on would
+mix two steps' gradients. Restart the ranks, with new clients, once `slot_timeout_ms` has passed
+since the failure: the appliance has then reclaimed those rounds (spec section 4 rule 8), and the
+new clients' probes find the rounds to join.
 
 The mapping of buckets onto a collective's tensor (spec section 3): DDP hands the buckets to the
 hook in index order, every step; bucket 0 starts at element 0 and each next bucket at the end of
@@ -122,6 +127,8 @@ class ApplianceState:
         self._cursor: dict[str, int] = {}
         self._current: list[BucketSlot] = []
         self._next_index = 0
+        # The first client error of a hook call: the state refuses to go on after it.
+        self.failed: str | None = None
 
     def place(self, index: int, dtype: str, elements: int) -> tuple[Client, BucketSlot]:
         """The client and place of bucket `index` (`elements` gradients of `dtype`) in this step:
@@ -171,13 +178,24 @@ def appliance_hook(state: ApplianceState, bucket: dist.GradBucket) -> torch.futu
     appliance at the bucket's place (see the module's docstring) and returns a completed future
     holding it. Raises the client's error (GradientError, ValueError) in the backward pass.
     """
+    if state.failed is not None:
+        raise RuntimeError(
+            f"a previous AllReduce through the appliance failed ({state.failed}): its chunks may hold "
+            "half-folded rounds that the peers can still complete with that step's gradients, so this "
+            "state does not go on; restart the ranks with new clients once slot_timeout_ms has passed "
+            "since the failure (the appliance then reclaims those rounds)"
+        )
     tensor = bucket.buffer()
     if tensor.dtype not in TORCH_DTYPES:
         raise ValueError(f"gradients of {tensor.dtype} have no collective dtype (f32, f16 and bf16 travel natively)")
     client, slot = state.place(bucket.index(), TORCH_DTYPES[tensor.dtype], tensor.numel())
     if state.divide:
         tensor.div_(state.world_size)
-    client.allreduce_into(as_lanes(tensor), slot.offset)
+    try:
+        client.allreduce_into(as_lanes(tensor), slot.offset)
+    except Exception as e:
+        state.failed = f"{type(e).__name__}: {e}"
+        raise
     state.finish_step(bucket.is_last())
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(tensor)

@@ -168,8 +168,13 @@ class HookTest(unittest.TestCase):
         with FakeAppliance("f32", num_workers=2) as fake:
             c = Client(Collective(7, "sum", "f32", 4, 4, 2, 0), bind=(fake.addr[0], 0), appliance=fake.addr,
                        deadline=1.0)
+            state = ApplianceState(c)
             with self.assertRaisesRegex(Exception, "waiting for rank 1"):
-                appliance_hook(ApplianceState(c), Bucket(torch.ones(4), 0, True))
+                appliance_hook(state, Bucket(torch.ones(4), 0, True))
+            # The state goes no further: a next step could mix the failed step's gradients in.
+            self.assertIn("waiting for rank 1", state.failed)
+            with self.assertRaisesRegex(RuntimeError, "a previous AllReduce through the appliance failed"):
+                appliance_hook(state, Bucket(torch.ones(4), 0, True))
             c.close()
 
 
