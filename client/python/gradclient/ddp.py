@@ -230,23 +230,38 @@ def _ifreq(request: int, iface: str) -> bytes | None:
             return None
 
 
+def _as_gloo(t: torch.Tensor) -> torch.Tensor:
+    """`t`, a bf16 tensor as f16 of the same bits (a view: same storage, shape and strides, so a
+    broadcast into it writes `t`), which gloo in torch 1.13 carries; other tensors as they are. A
+    broadcast copies bits, never converts, so a bf16 value arrives bit for bit."""
+    return t.view(torch.float16) if t.dtype == torch.bfloat16 else t
+
+
 def _sync_module_states(module, process_group, broadcast_bucket_size, src, params_and_buffers_to_ignore):
     """DDP's start-up broadcast of the parameters and buffers from rank `src`, with bf16 tensors
-    sent as their bytes: gloo in torch 1.13 has no bf16 ("Invalid scalar type"). Bit for bit what
-    torch.distributed.utils._sync_module_states does otherwise."""
-    states = [t.detach() for name, t in [*module.named_parameters(), *module.named_buffers()]
+    sent as f16 of the same bits (`_as_gloo`): gloo in torch 1.13 has no bf16 ("Invalid scalar
+    type"). Bit for bit what torch.distributed.utils._sync_module_states does otherwise, for
+    every layout (channels_last, transposed, 0-dim)."""
+    states = [_as_gloo(t.detach()) for name, t in [*module.named_parameters(), *module.named_buffers()]
               if name not in params_and_buffers_to_ignore]
-    states = [t.view(torch.uint8) if t.dtype == torch.bfloat16 else t for t in states]
     if states:
         dist._broadcast_coalesced(process_group, states, broadcast_bucket_size, src)
 
 
+def _distributed_broadcast_coalesced(self, tensors, buffer_size, authoritative_rank=0):
+    """DDP's broadcast of its buffers before each forward (`broadcast_buffers`), bf16 ones as
+    f16 of the same bits as at start-up."""
+    dist._broadcast_coalesced(self.process_group, [_as_gloo(t) for t in tensors], buffer_size, authoritative_rank)
+
+
 def _gloo_bf16_broadcast() -> None:
-    """Lets DDP's start-up broadcast carry bf16 parameters over gloo (see _sync_module_states)."""
+    """Lets DDP's broadcasts (the start-up one of parameters and buffers, the buffers' before
+    each forward) carry bf16 tensors over gloo (see _sync_module_states)."""
     import torch.nn.parallel.distributed as ddp_module
 
     if getattr(ddp_module, "_sync_module_states", None) is not None:
         ddp_module._sync_module_states = _sync_module_states
+    ddp_module.DistributedDataParallel._distributed_broadcast_coalesced = _distributed_broadcast_coalesced
 
 
 def init_process_group(config: str, collective_id: int, rank: int, timeout: float = 60.0) -> int:
@@ -257,7 +272,7 @@ def init_process_group(config: str, collective_id: int, rank: int, timeout: floa
     The rendezvous is MASTER_ADDR and MASTER_PORT from the environment, else rank 0's member
     address in the TOML and port 29500; gloo's own traffic leaves by the interface that holds this
     rank's member address (GLOO_SOCKET_IFNAME, unless set). `timeout` (s) bounds the rendezvous
-    and gloo's collectives. DDP's start-up broadcast then sends bf16 parameters as their bytes
+    and gloo's collectives. DDP's broadcasts then send bf16 tensors as f16 of the same bits
     (gloo in torch 1.13 has no bf16). Raises ConfigError for a bad config.
     """
     ep = load_endpoint(config, collective_id, rank)

@@ -178,5 +178,69 @@ class HookTest(unittest.TestCase):
             c.close()
 
 
+def _bf16_models(seed: int) -> dict:
+    """bf16 modules whose parameters or buffers are not plain contiguous tensors of dim >= 1,
+    each rank's different (seeded by `seed`)."""
+    torch.manual_seed(seed)
+    conv = torch.nn.Conv2d(3, 4, 3).to(torch.bfloat16).to(memory_format=torch.channels_last)
+    scalar = torch.nn.Module()
+    scalar.s = torch.nn.Parameter(torch.tensor(0.5 + seed, dtype=torch.bfloat16))
+    tr = torch.nn.Module()
+    tr.w = torch.nn.Parameter(torch.randn(3, 4).to(torch.bfloat16).t())
+    bn = torch.nn.BatchNorm1d(4).to(torch.bfloat16)
+    bn.running_mean.fill_(seed + 0.25)
+    return {"conv": conv, "scalar": scalar, "transposed": tr, "batchnorm": bn}
+
+
+def _bf16_rank(rank: int, port: int, out: str) -> None:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from gradclient.ddp import _gloo_bf16_broadcast
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    _gloo_bf16_broadcast()
+    got = {}
+    for name, m in _bf16_models(rank).items():
+        d = DDP(m)
+        if name == "batchnorm":
+            # Buffers broadcast again before the forward, which updates them from its input
+            # (the same on both ranks).
+            torch.manual_seed(99)
+            d(torch.randn(3, 4, dtype=torch.bfloat16))
+        got[name] = [
+            (t.contiguous().view(torch.int16) if t.dtype == torch.bfloat16 else t).flatten().tolist()
+            for t in m.state_dict().values()
+        ]
+    torch.save(got, f"{out}.{rank}")
+    dist.destroy_process_group()
+
+
+class Bf16Broadcast(unittest.TestCase):
+    def test_ddp_broadcasts_bf16_of_every_layout_bit_for_bit(self):
+        """DDP's start-up broadcast and its buffers' broadcast before a forward carry bf16 over
+        gloo (which has no bf16) for channels_last, 0-dim and transposed parameters and bf16
+        buffers: rank 1 ends with rank 0's bits (DDP() failed on the first three, the forward on
+        the last)."""
+        import socket
+        import tempfile
+
+        import torch.multiprocessing as mp
+
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "states")
+            mp.spawn(_bf16_rank, args=(port, out), nprocs=2)
+            r0, r1 = torch.load(f"{out}.0"), torch.load(f"{out}.1")
+        self.assertEqual(sorted(r0), ["batchnorm", "conv", "scalar", "transposed"])
+        for name in r0:
+            self.assertEqual(r0[name], r1[name], name)
+        want = _bf16_models(0)["scalar"].s.detach().view(torch.int16).item()
+        self.assertEqual(r1["scalar"], [[want]])
+
+
 if __name__ == "__main__":
     unittest.main()
