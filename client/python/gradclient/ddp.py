@@ -186,6 +186,11 @@ def appliance_hook(state: ApplianceState, bucket: dist.GradBucket) -> torch.futu
             "since the failure (the appliance then reclaims those rounds)"
         )
     tensor = bucket.buffer()
+    if tensor.layout != torch.strided:
+        raise ValueError(
+            f"a gradient bucket of {tensor.layout} tensors (sparse gradients, e.g. Embedding(sparse=True)): "
+            "the appliance sums dense lanes only; use dense gradients for the model's parameters"
+        )
     if tensor.dtype not in TORCH_DTYPES:
         raise ValueError(f"gradients of {tensor.dtype} have no collective dtype (f32, f16 and bf16 travel natively)")
     client, slot = state.place(bucket.index(), TORCH_DTYPES[tensor.dtype], tensor.numel())

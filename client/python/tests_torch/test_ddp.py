@@ -164,6 +164,13 @@ class HookTest(unittest.TestCase):
             self.assertNotIsInstance(out[k], Exception, out[k])
             self.assertTrue(torch.equal(t, want), (t, want))
 
+    def test_a_sparse_bucket_is_refused_before_it_is_touched(self):
+        c = stub()
+        sparse = torch.ones(4).to_sparse()
+        with self.assertRaisesRegex(ValueError, "sparse gradients"):
+            appliance_hook(ApplianceState(c), Bucket(sparse, 0, True))
+        self.assertTrue(torch.equal(sparse.to_dense(), torch.ones(4)), "not divided")
+
     def test_an_absent_peer_is_an_error_naming_it(self):
         with FakeAppliance("f32", num_workers=2) as fake:
             c = Client(Collective(7, "sum", "f32", 4, 4, 2, 0), bind=(fake.addr[0], 0), appliance=fake.addr,
