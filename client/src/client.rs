@@ -149,9 +149,10 @@ impl RttEstimator {
 
 /// A worker's side of one collective: allreduce calls over UDP through the appliance.
 ///
-/// Each call is one round per chunk: the client keeps a round per chunk and advances it by one
-/// after the call in which its result arrived, so successive calls on one client are successive
-/// rounds. The first rounds come from the appliance ([`Client::sync`], before the first call),
+/// Each call is one round per chunk: the client keeps a round per chunk and advances every
+/// chunk of a call by one after it, whether it succeeded or failed, so successive calls on one
+/// client are successive rounds and a round whose result the appliance may keep is never
+/// reused for other data. The first rounds come from the appliance ([`Client::sync`], before the first call),
 /// or are [`Options::start_round`] when [`Options::probe`] is off.
 #[derive(Debug)]
 pub struct Client {
@@ -357,8 +358,11 @@ impl Client {
     ///
     /// On error the call ends at most [`Options::deadline`] after its last progress (a chunk's
     /// result, a rejoin), never later; `data` then holds the result for
-    /// the chunks whose result arrived and the input for the others. Rounds advance only for
-    /// chunks whose result arrived, so retrying with the original input resumes the others.
+    /// the chunks whose result arrived and the input for the others. The rounds of every chunk
+    /// of the call advance all the same: a retry is a new round. Its peers may still complete
+    /// the failed round with this call's contributions (no message withdraws one), and a NAK 7
+    /// can take a retry back to that round: after a failure, restart the job's clients once the
+    /// collective's `slot_timeout_ms` has passed (the appliance then reclaims the round).
     ///
     /// The first call (and the first after a failed [`Client::sync`]) first asks the appliance
     /// every chunk's round ([`Client::sync`]) when [`Options::probe`] is on.

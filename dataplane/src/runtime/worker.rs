@@ -540,15 +540,21 @@ impl Worker {
             // what follows.
             clocks[me].store(stamp(&mbufs[0]), Ordering::Release);
         }
+        // After a stop was requested, a worker that has made no progress for 100 ms (another
+        // worker died) goes on regardless; until then the stop changes nothing of the order (the
+        // ports have read their files: the packets held are still to be processed in order).
+        let mut stalled_out = false;
         if quitting() {
             let now = ctx.now_us;
             match *stalled_since {
-                Some(t) if now.saturating_sub(t) > 100_000 => bound = u64::MAX,
+                Some(t) if now.saturating_sub(t) > 100_000 => stalled_out = true,
                 Some(_) => {}
                 None => *stalled_since = Some(now),
             }
         }
-        if pending && !quitting() {
+        if stalled_out {
+            bound = u64::MAX;
+        } else if pending {
             return;
         }
         let mut k = held.pos;
@@ -673,15 +679,45 @@ impl Worker {
     #[inline]
     fn drain_ring(&mut self, io: &mut TxIo, pkts: &mut [Option<Mbuf>], port_index: &[u16], now_us: u64) -> usize {
         let Some(ring) = self.rings.get(self.index).copied() else { return 0 };
+        if let Some(l) = self.lockstep.clone() {
+            return self.drain_ring_in_order(&l, ring, io, pkts, port_index, now_us);
+        }
         let n = ring.pop_burst(pkts);
         for m in pkts.iter_mut().take(n).filter_map(Option::take) {
             let port = port_index.get(m.port() as usize).copied().unwrap_or(0);
             self.datapath.process_handed_off(io, port, m, now_us);
         }
-        if let (Some(l), true) = (&self.lockstep, n > 0) {
-            l.processed[self.index].fetch_add(n as u64, Ordering::Release);
-        }
         n
+    }
+
+    /// [`Worker::drain_ring`] in a lockstep replay: one handed packet at a time, the scheduler
+    /// rings emptied before each. What a worker sent to a scheduler before it handed the packet
+    /// over (the results of a contribution handed to it earlier) is then in those rings (taking
+    /// the packet from the ring makes it visible), so it reaches the scheduler first, as in
+    /// capture order.
+    fn drain_ring_in_order(
+        &mut self,
+        l: &Lockstep,
+        ring: Ring,
+        io: &mut TxIo,
+        pkts: &mut [Option<Mbuf>],
+        port_index: &[u16],
+        now_us: u64,
+    ) -> usize {
+        let (one, rest) = pkts.split_at_mut(1);
+        let mut spare: [Option<Mbuf>; 32] = std::array::from_fn(|_| None);
+        let qos = if rest.is_empty() { &mut spare[..] } else { rest };
+        let mut total = 0;
+        while ring.pop_burst(one) == 1 {
+            while self.drain_qos_rings(io, qos, now_us) > 0 {}
+            if let Some(m) = one[0].take() {
+                let port = port_index.get(m.port() as usize).copied().unwrap_or(0);
+                self.datapath.process_handed_off(io, port, m, now_us);
+            }
+            l.processed[self.index].fetch_add(1, Ordering::Release);
+            total += 1;
+        }
+        total
     }
 }
 
