@@ -162,10 +162,6 @@ pub struct Client {
     sock: UdpSocket,
     /// Per chunk: the round of its next contribution.
     rounds: Vec<u32>,
-    /// Per chunk: the last call that carried it failed before its result arrived, so the
-    /// round before `rounds` may still be in progress on the appliance with that call's
-    /// contribution in it (see [`Client::on_nak`]).
-    abandoned: Vec<bool>,
     chunks: Vec<Chunk>,
     /// Chunks in flight (indices), at most `window`.
     inflight: Vec<u32>,
@@ -300,7 +296,6 @@ impl Client {
             opts: options,
             sock,
             rounds: vec![options.start_round; n],
-            abandoned: vec![false; n],
             chunks: vec![idle; n],
             inflight: Vec::with_capacity(options.window.min(n)),
             tx: Batch::with_gso(options.window.min(BATCH), datagram, gso),
@@ -365,10 +360,9 @@ impl Client {
     /// result, a rejoin), never later; `data` then holds the result for
     /// the chunks whose result arrived and the input for the others. The rounds of every chunk
     /// of the call advance all the same: a retry is a new round. Its peers may still complete
-    /// the failed round with this call's contributions (no message withdraws one): a later call
-    /// that gets NAK 7 expecting that round fails with [`Error::Abandoned`] rather than rejoin
-    /// it. After a failure, restart the job's clients once the collective's `slot_timeout_ms`
-    /// has passed (the appliance then reclaims the round).
+    /// the failed round with this call's contributions (no message withdraws one), and a NAK 7
+    /// can take a retry back to that round: after a failure, restart the job's clients once the
+    /// collective's `slot_timeout_ms` has passed (the appliance then reclaims the round).
     ///
     /// The first call (and the first after a failed [`Client::sync`]) first asks the appliance
     /// every chunk's round ([`Client::sync`]) when [`Options::probe`] is on.
@@ -468,9 +462,8 @@ impl Client {
         // Successive calls are successive rounds, even after a failure: a round whose result
         // the appliance may already keep (the peers completed it after this call gave up) is
         // never reused for other data (it would come back as that old result, rule 3).
-        for i in range {
-            self.rounds[i] = self.rounds[i].wrapping_add(1);
-            self.abandoned[i] = r.is_err() && !self.chunks[i].done;
+        for round in &mut self.rounds[range] {
+            *round = round.wrapping_add(1);
         }
         self.stats.seconds = start.elapsed().as_secs_f64();
         r
@@ -926,13 +919,6 @@ impl Client {
         // A late NAK of a packet sent before a rejoin, or of a chunk already done: nothing to fix.
         if self.chunks[i].done || !self.chunks[i].sent || sent == r.round {
             return Ok(Event::Nothing);
-        }
-        // The appliance expects the round before this one of a chunk whose last call failed:
-        // that call's contribution may be in it, and a rejoin would send this call's data as a
-        // duplicate and take the failed call's result (silently). The call fails instead.
-        let back = sent.wrapping_sub(r.round);
-        if self.abandoned[i] && back != 0 && back < 1 << 31 {
-            return Err(Error::Abandoned { collective: c.collective_id, offset: r.tensor_offset, round: r.round });
         }
         if call.rejoins >= self.opts.max_rejoins {
             return Err(Error::Rejoins {

@@ -116,23 +116,6 @@ pub enum Error {
         waiting_for: Option<Vec<u16>>,
     },
 
-    /// The appliance answered NAK 7 expecting an earlier round of a chunk whose last call on this
-    /// client failed before its result arrived: that call's contribution may be in the round,
-    /// and a rejoin would take that call's result for this call's data, so the call fails.
-    #[error(
-        "abandoned round: the appliance still has round {round} in progress for the chunk at offset {offset} \
-         elements of collective {collective}, which a failed call of this client contributed to; a retry \
-         would get that call's result (restart the job's clients once slot_timeout_ms has passed)"
-    )]
-    Abandoned {
-        /// The collective.
-        collective: u16,
-        /// The chunk's `tensor_offset` (elements).
-        offset: u32,
-        /// The round the appliance expects.
-        round: u32,
-    },
-
     /// The appliance kept answering NAK 7 (stale or premature round) after `limit` rejoins in one
     /// call: the workers do not agree on rounds.
     #[error("rejoin limit: the appliance still answers NAK 7 (stale or premature round: expected {expected}, chunk at offset {offset} elements sent round {sent}) after {limit} rejoins in this call")]

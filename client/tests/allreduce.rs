@@ -554,31 +554,6 @@ fn a_failed_call_moves_every_chunk_to_the_next_round() {
     }
 }
 
-/// The call after a failed one, whose chunks the appliance still has at the failed call's round
-/// (the late peer has not come), gets NAK 7 expecting that earlier round: it fails naming the
-/// abandoned round instead of rejoining it (its data would have been a duplicate, and the
-/// failed call's sum its result). The late peer completes that round with what was sent.
-#[test]
-fn a_call_after_a_failure_does_not_rejoin_the_abandoned_round() {
-    let fake = Fake::start(ID, 2, Dtype::F32, Faults::default());
-    let [a, b] = f32_inputs();
-    let opts = Options { deadline: Duration::from_millis(400), ..fast() };
-    let mut c0 = client(fake.addr, collective(Dtype::F32, 2, 0), opts);
-    assert!(c0.allreduce(&mut a.clone()).is_err(), "rank 1 is late");
-    let mut step2 = vec![100.0f32; TENSOR as usize];
-    let e = c0.allreduce(&mut step2).unwrap_err();
-    assert!(matches!(e, Error::Abandoned { round: 0, .. }), "{e:?}");
-    assert!(e.to_string().contains("slot_timeout_ms"), "{e}");
-    assert!(step2.iter().all(|&x| x == 100.0), "untouched");
-    // Rank 1 comes: round 0 completes with rank 0's first call's data.
-    let mut c1 =
-        client(fake.addr, collective(Dtype::F32, 2, 1), Options { deadline: Duration::from_secs(3), ..fast() });
-    let mut late = b.clone();
-    c1.allreduce(&mut late).unwrap();
-    let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
-    assert_eq!(late, want);
-}
-
 #[test]
 fn rounds_wrap_modulo_2_32() {
     let fake = Fake::start(ID, 1, Dtype::F32, Faults::default());

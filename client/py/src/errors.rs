@@ -29,12 +29,6 @@ pub fn to_py(e: Error) -> PyErr {
                 let _ = d.set_item("collective", *collective);
                 "nak"
             }
-            Error::Abandoned { collective, offset, .. } => {
-                let _ = d.set_item("reason", 7u8);
-                let _ = d.set_item("offset", *offset);
-                let _ = d.set_item("collective", *collective);
-                "nak"
-            }
             Error::Rejoins { offset, .. } => {
                 let _ = d.set_item("offset", *offset);
                 "rejoins"

@@ -214,10 +214,6 @@ class Client:
         self._dtype_code, self._lane_bytes, self._wire_dtype = DTYPES[c.dtype]
         n = c.num_chunks
         self._rounds = [start_round % ROUND_MOD] * n
-        # Per chunk: the last call that carried it failed before its result arrived, so the
-        # round before its next one may still be in progress with that call's contribution.
-        self._abandoned = [False] * n
-        self._last_done = bytearray(0)
         self._sendbuf = bytearray(HEADER_LEN + c.chunk_elements * self._lane_bytes)
         self._sendview = memoryview(self._sendbuf)
         self._recvbuf = bytearray(65536)
@@ -321,11 +317,8 @@ class Client:
         if not self._synced:
             self.sync()
         start = time.monotonic()
-        ok = False
-        self._last_done = bytearray(count)
         try:
             self._run(src, dst, first, count)
-            ok = True
         finally:
             self._rtt_end_call()
             # Successive calls are successive rounds, even after a failure: a round whose result
@@ -333,7 +326,6 @@ class Client:
             rounds = self._rounds
             for i in range(first, first + count):
                 rounds[i] = (rounds[i] + 1) % ROUND_MOD
-                self._abandoned[i] = not ok and not self._last_done[i - first]
             self.stats["seconds"] = time.monotonic() - start
 
     def sync(self) -> None:
@@ -485,7 +477,7 @@ class Client:
         vf_resend = (VERSION << 4) | FLAG_RETRANSMIT
         op, dt, rank = self._op, self._dtype_code, c.rank
 
-        done = self._last_done if len(self._last_done) == n else bytearray(n)
+        done = bytearray(n)
         inflight: set[int] = set()
         rto = [self.current_rto()] * n
         sent_at = [0.0] * n  # first send at the chunk's current round
@@ -580,15 +572,6 @@ class Client:
                 delta = (rnd - rounds[idx]) % ROUND_MOD
                 if delta == 0:
                     continue  # already rejoined at that round
-                if self._abandoned[first + idx] and delta >= ROUND_MOD // 2:
-                    # An earlier round of a chunk whose last call failed: that call's
-                    # contribution may be in it, and a rejoin would take that call's result.
-                    raise NakError(
-                        reason, off, cid,
-                        f"abandoned round: the appliance still has round {rnd} in progress, which a failed call "
-                        "of this client contributed to; a retry would get that call's result (restart the "
-                        "job's clients once slot_timeout_ms has passed)",
-                    )
                 rejoins += 1
                 st["rejoins"] += 1
                 if rejoins > MAX_REJOINS:

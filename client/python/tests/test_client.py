@@ -432,25 +432,6 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(clients[k].stats["rejoins"], 1)
         self.assertEqual(sorted(fake.completed), [(0, 5), (0, 6), (4, 5), (4, 6), (8, 5), (8, 6)])
 
-    def test_a_call_after_a_failure_does_not_rejoin_the_abandoned_round(self):
-        """The call after a failed one, whose chunk the appliance still has at the failed call's
-        round (the late peer has not come), gets NAK 7 expecting that round: it fails naming the
-        abandoned round instead of rejoining it (its data would be a duplicate and the failed
-        call's sum its result); the late peer completes that round with what was sent."""
-        coll = lambda r: Collective(7, "sum", "f32", 4, 4, 2, r)  # noqa: E731
-        with FakeAppliance("f32", num_workers=2) as fake:
-            c0 = Client(coll(0), bind=(fake.addr[0], 0), appliance=fake.addr, deadline=0.5)
-            with self.assertRaises(AllreduceTimeout):
-                c0.allreduce(np.full(4, 1.0, np.float32))
-            step2 = np.full(4, 100.0, np.float32)
-            with self.assertRaisesRegex(NakError, "abandoned round: the appliance still has round 0"):
-                c0.allreduce_into(step2, 0)
-            np.testing.assert_array_equal(step2, np.full(4, 100.0, np.float32))
-            c1 = Client(coll(1), bind=(fake.addr[0], 0), appliance=fake.addr, deadline=3.0)
-            np.testing.assert_array_equal(c1.allreduce(np.full(4, 2.0, np.float32)), np.full(4, 3.0, np.float32))
-            c0.close()
-            c1.close()
-
     def test_the_probe_finds_the_round_the_slot_expects(self):
         a = np.arange(TENSOR, dtype=np.float32)
         with FakeAppliance("f32", expect_round=5) as fake:

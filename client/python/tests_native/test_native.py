@@ -27,7 +27,6 @@ from gradclient import (  # noqa: E402
     AllreduceTimeout,
     Client,
     Collective,
-    NakError,
     NativeClient,
     UnreachableError,
     client_class,
@@ -137,21 +136,6 @@ class NativeErrors(unittest.TestCase):
                 c.allreduce(np.ones(TENSOR, np.float32))
             self.assertEqual(cm.exception.waiting_for, [1])
             self.assertEqual(cm.exception.missing, 16)
-
-
-    def test_a_call_after_a_failure_does_not_rejoin_the_abandoned_round(self):
-        """As the pure-Python client (tests/test_client.py): NAK 7 for the abandoned round of a
-        failed call fails the next call, as the same exception class with the same words."""
-        for impl in (Client, NativeClient):
-            with FakeAppliance("f32", num_workers=2) as fake:
-                c = impl(Collective(7, "sum", "f32", 4, 4, 2, 0), bind=(fake.addr[0], 0), appliance=fake.addr,
-                         deadline=0.5)  # fmt: skip
-                with self.assertRaises(AllreduceTimeout):
-                    c.allreduce(np.full(4, 1.0, np.float32))
-                with self.assertRaisesRegex(NakError, "abandoned round: the appliance still has round 0") as cm:
-                    c.allreduce(np.full(4, 100.0, np.float32))
-                self.assertEqual((cm.exception.reason, cm.exception.offset), (7, 0), impl)
-                c.close()
 
 
 class WireConstantsAgree(unittest.TestCase):
