@@ -816,18 +816,18 @@ impl<B: PacketBuf> Datapath<B> {
         self.tick(&pkt);
         if is_neighbor_message(p) {
             if let Some(addr) = self.local.get(in_port as usize).filter(|a| crate::neighbor::serves(p, a)) {
+                // The answerer reads (and answers in) the whole packet: one for the appliance
+                // in a chain is made one segment when the first has room for it (a neighbour
+                // message is short), else dropped; another host's goes on to the tables as a
+                // chain (a claim on the port's address counted).
                 if pkt.is_segmented() {
                     self.counters.address_conflicts += crate::neighbor::conflict_in(pkt.data(), p, addr) as u64;
-                }
-                if pkt.is_segmented() && crate::neighbor::concerns(pkt.data(), p, addr) {
-                    // The answerer reads (and answers in) the whole packet: one for the
-                    // appliance in a chain is made one segment when the first has room for it
-                    // (a neighbour message is short), else dropped; another host's goes on to
-                    // the tables as a chain.
-                    pkt.pull_up(pkt.total_len());
-                    if pkt.is_segmented() {
-                        self.counters.drop(Reason::MultiSegment);
-                        return;
+                    if crate::neighbor::concerns(pkt.data(), p, addr) {
+                        pkt.pull_up(pkt.total_len());
+                        if pkt.is_segmented() {
+                            self.counters.drop(Reason::MultiSegment);
+                            return;
+                        }
                     }
                 }
                 if !pkt.is_segmented() {

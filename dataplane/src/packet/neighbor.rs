@@ -106,11 +106,8 @@ pub fn serves(p: &Parsed, port: &PortAddr) -> bool {
 pub fn concerns(first: &[u8], p: &Parsed, port: &PortAddr) -> bool {
     if p.has(Layers::ARP) {
         let Some(ip) = port.ipv4 else { return false };
-        let Ok(arp) = ArpPacket::new_checked(first.get(p.l3_offset as usize..).unwrap_or_default()) else {
-            return true;
-        };
-        let req = ArpRepr::parse(&arp);
-        return req.sender_ip != ip && req.operation == OP_REQUEST && req.target_ip == ip;
+        return arp_in(first, p)
+            .is_none_or(|req| req.sender_ip != ip && req.operation == OP_REQUEST && req.target_ip == ip);
     }
     let Some(ip) = port.ipv6 else { return false };
     if p.has(Layers::IP_FRAGMENT) || p.l4_offset as usize != p.l3_offset as usize + ipv6::HEADER_LEN {
@@ -131,11 +128,13 @@ pub fn concerns(first: &[u8], p: &Parsed, port: &PortAddr) -> bool {
 /// to the tables.
 pub fn conflict_in(first: &[u8], p: &Parsed, port: &PortAddr) -> bool {
     let (Some(ip), true) = (port.ipv4, p.has(Layers::ARP)) else { return false };
-    let Ok(arp) = ArpPacket::new_checked(first.get(p.l3_offset as usize..).unwrap_or_default()) else {
-        return false;
-    };
-    let req = ArpRepr::parse(&arp);
-    req.sender_ip == ip && req.sender_mac != port.mac
+    arp_in(first, p).is_some_and(|req| req.sender_ip == ip && req.sender_mac != port.mac)
+}
+
+/// The ARP packet of `p` in `first` (a frame or its first segment); `None` when not all of it
+/// is there.
+fn arp_in(first: &[u8], p: &Parsed) -> Option<ArpRepr> {
+    ArpPacket::new_checked(first.get(p.l3_offset as usize..)?).ok().map(|arp| ArpRepr::parse(&arp))
 }
 
 fn answer_arp<B: PacketBuf>(buf: &mut B, p: &Parsed, port: &PortAddr) -> Answer {

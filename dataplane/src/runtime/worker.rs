@@ -372,16 +372,9 @@ impl Worker {
             }
             let now_us = now / self.tsc_per_us;
             io.rx_tsc = now;
-            if let Some(clocks) = &lockstep {
+            if let Some(l) = &lockstep {
                 let ctx = Step { io: &mut io, rx: &rx, room_needed, now_us };
-                self.lockstep(
-                    &clocks.clocks,
-                    ctx,
-                    &mut mbufs[..burst],
-                    &mut scratch[..burst],
-                    &mut held,
-                    &mut stalled_since,
-                );
+                self.lockstep(l, ctx, &mut mbufs[..burst], &mut scratch[..burst], &mut held, &mut stalled_since);
             } else {
                 let mut busy = false;
                 // When this rx call began (an earlier queue's empty poll of this turn
@@ -498,7 +491,7 @@ impl Worker {
     /// wait ends.)
     fn lockstep(
         &mut self,
-        clocks: &[AtomicU64],
+        l: &Lockstep,
         ctx: Step<'_>,
         mbufs: &mut [Option<Mbuf>],
         scratch: &mut [Option<Mbuf>],
@@ -506,11 +499,12 @@ impl Worker {
         stalled_since: &mut Option<u64>,
     ) {
         let me = self.index;
+        let clocks = &l.clocks;
         let others = clocks.iter().enumerate().filter(|(i, _)| *i != me).map(|(_, c)| c.load(Ordering::Acquire));
         let mut bound = others.min().unwrap_or(u64::MAX).saturating_add(REPLAY_SKEW_US);
         // Read before the rings are drained: once nothing handed is pending, what its takers
         // sent for it is in the rings this drain empties.
-        let pending = self.lockstep.as_ref().is_some_and(|l| l.hand_offs_pending());
+        let pending = l.hand_offs_pending();
         self.drain_qos_rings(ctx.io, scratch, ctx.now_us);
         let one_at_a_time = self.rings.len() > 1;
         let stamp = |m: &Option<Mbuf>| m.as_ref().and_then(|m| m.rx_timestamp_us()).unwrap_or(0);
@@ -679,8 +673,8 @@ impl Worker {
     #[inline]
     fn drain_ring(&mut self, io: &mut TxIo, pkts: &mut [Option<Mbuf>], port_index: &[u16], now_us: u64) -> usize {
         let Some(ring) = self.rings.get(self.index).copied() else { return 0 };
-        if let Some(l) = self.lockstep.clone() {
-            return self.drain_ring_in_order(&l, ring, io, pkts, port_index, now_us);
+        if self.lockstep.is_some() {
+            return self.drain_ring_in_order(ring, io, pkts, port_index, now_us);
         }
         let n = ring.pop_burst(pkts);
         for m in pkts.iter_mut().take(n).filter_map(Option::take) {
@@ -697,7 +691,6 @@ impl Worker {
     /// capture order.
     fn drain_ring_in_order(
         &mut self,
-        l: &Lockstep,
         ring: Ring,
         io: &mut TxIo,
         pkts: &mut [Option<Mbuf>],
@@ -714,7 +707,9 @@ impl Worker {
                 let port = port_index.get(m.port() as usize).copied().unwrap_or(0);
                 self.datapath.process_handed_off(io, port, m, now_us);
             }
-            l.processed[self.index].fetch_add(1, Ordering::Release);
+            if let Some(l) = &self.lockstep {
+                l.processed[self.index].fetch_add(1, Ordering::Release);
+            }
             total += 1;
         }
         total

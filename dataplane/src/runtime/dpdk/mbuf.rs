@@ -67,33 +67,34 @@ impl Mbuf {
         Some(head)
     }
 
-    /// Moves a one-segment frame's data towards its buffer's start so that `len` bytes of
-    /// tailroom follow it, leaving [`crate::buf::PULL_UP_KEEP_HEADROOM`] bytes of headroom at
-    /// least: false, with nothing changed, for a chain, an mbuf that is not a direct one of its
-    /// own, or without the room.
-    #[cold]
-    fn make_tailroom(&mut self, len: usize) -> bool {
-        // SAFETY: we own the mbuf; &mut self guarantees exclusive access to its header.
-        let h = unsafe { self.0.as_mut() };
-        if h.nb_segs != 1 || h.ol_flags & dpdk_sys::RTE_MBUF_F_INDIRECT != 0 || len > usize::from(u16::MAX) {
-            return false;
-        }
+    /// How many bytes the first segment can grow by at its back: its tailroom, plus its
+    /// headroom beyond [`crate::buf::PULL_UP_KEEP_HEADROOM`] bytes, into which its data can
+    /// move ([`Mbuf::open_tailroom`]). `None` when its buffer is not its own to move data in (an
+    /// indirect mbuf, or a buffer referenced more than once).
+    fn growable(&self) -> Option<usize> {
+        let h = self.hdr();
         // SAFETY: a valid mbuf we own.
-        if unsafe { dpdk_sys::shim_mbuf_refcnt_read(h) } != 1 {
-            return false;
+        if h.ol_flags & dpdk_sys::RTE_MBUF_F_INDIRECT != 0 || unsafe { dpdk_sys::shim_mbuf_refcnt_read(h) } != 1 {
+            return None;
         }
         let (off, dlen, blen) = (usize::from(h.data_off), usize::from(h.data_len), usize::from(h.buf_len));
-        let tailroom = blen.saturating_sub(off + dlen);
-        let shift = len.saturating_sub(tailroom);
-        if shift > off.saturating_sub(crate::buf::PULL_UP_KEEP_HEADROOM) {
-            return false;
+        Some(blen.saturating_sub(off + dlen) + off.saturating_sub(crate::buf::PULL_UP_KEEP_HEADROOM))
+    }
+
+    /// Moves the first segment's data towards its buffer's start, as far as needed for `len`
+    /// bytes of tailroom to follow it; `len` must be at most [`Mbuf::growable`].
+    fn open_tailroom(&mut self, len: usize) {
+        // SAFETY: we own the mbuf; &mut self guarantees exclusive access to its header.
+        let h = unsafe { self.0.as_mut() };
+        let (off, dlen, blen) = (usize::from(h.data_off), usize::from(h.data_len), usize::from(h.buf_len));
+        let shift = len.saturating_sub(blen.saturating_sub(off + dlen));
+        if shift > 0 {
+            let base = h.buf_addr as *mut u8;
+            // SAFETY: both ranges lie inside the buffer (off - shift >= the headroom kept, as
+            // `len` is at most `growable`); `copy` allows them to overlap.
+            unsafe { std::ptr::copy(base.add(off), base.add(off - shift), dlen) };
+            h.data_off -= shift as u16;
         }
-        let base = h.buf_addr as *mut u8;
-        // SAFETY: both ranges lie inside the buffer (off - shift >= the headroom kept); `copy`
-        // allows them to overlap.
-        unsafe { std::ptr::copy(base.add(off), base.add(off - shift), dlen) };
-        h.data_off -= shift as u16;
-        true
     }
 
     /// The raw mbuf, still owned by `self` (for DPDK calls that only read it).
@@ -266,9 +267,9 @@ impl PacketBuf for Mbuf {
     }
 
     /// `rte_pktmbuf_append`; a one-segment frame short of tailroom first moves its data
-    /// towards the buffer's start, into its headroom down to
-    /// [`crate::buf::PULL_UP_KEEP_HEADROOM`] bytes (a reply written over a request that fills
-    /// its mbuf, or that [`PacketBuf::pull_up`] made one segment, grows at the back).
+    /// towards the buffer's start ([`Mbuf::open_tailroom`], within [`Mbuf::growable`]: a reply
+    /// written over a request that fills its mbuf, or that [`PacketBuf::pull_up`] made one
+    /// segment, grows at the back).
     #[inline(always)]
     fn append(&mut self, len: usize) -> bool {
         // SAFETY: we own the mbuf; the shim checks the tailroom.
@@ -276,10 +277,13 @@ impl PacketBuf for Mbuf {
         {
             return true;
         }
-        self.make_tailroom(len) && {
-            // SAFETY: as above.
-            unsafe { !dpdk_sys::shim_pktmbuf_append(self.0.as_ptr(), len as u16).is_null() }
+        // A one-segment frame short of tailroom (rarely: a reply longer than its request).
+        if len > usize::from(u16::MAX) || self.hdr().nb_segs != 1 || self.growable().is_none_or(|g| g < len) {
+            return false;
         }
+        self.open_tailroom(len);
+        // SAFETY: as above.
+        unsafe { !dpdk_sys::shim_pktmbuf_append(self.0.as_ptr(), len as u16).is_null() }
     }
 
     #[inline(always)]
@@ -293,30 +297,18 @@ impl PacketBuf for Mbuf {
     /// start), freeing each segment it empties (`rte_pktmbuf_free_seg`). A first segment that
     /// is not a direct mbuf of its own (indirect, or its buffer shared) gains nothing.
     fn pull_up(&mut self, len: usize) -> usize {
-        // SAFETY: we own the chain; &mut self guarantees exclusive access to its headers.
-        let h = unsafe { self.0.as_mut() };
-        if h.nb_segs < 2 || h.ol_flags & dpdk_sys::RTE_MBUF_F_INDIRECT != 0 || h.next.is_null() {
+        if self.hdr().nb_segs < 2 || self.hdr().next.is_null() {
             return 0;
         }
-        // SAFETY: a valid mbuf we own.
-        if unsafe { dpdk_sys::shim_mbuf_refcnt_read(h) } != 1 {
-            return 0;
-        }
-        let (off, dlen, blen) = (usize::from(h.data_off), usize::from(h.data_len), usize::from(h.buf_len));
-        let tailroom = blen.saturating_sub(off + dlen);
-        let room = tailroom + off.saturating_sub(crate::buf::PULL_UP_KEEP_HEADROOM);
-        let gain = len.min(room).min((h.pkt_len as usize).saturating_sub(dlen));
+        let Some(room) = self.growable() else { return 0 };
+        let gain = len.min(room).min((self.hdr().pkt_len as usize).saturating_sub(usize::from(self.hdr().data_len)));
         if gain == 0 {
             return 0;
         }
+        self.open_tailroom(gain);
+        // SAFETY: we own the chain; &mut self guarantees exclusive access to its headers.
+        let h = unsafe { self.0.as_mut() };
         let base = h.buf_addr as *mut u8;
-        if tailroom < gain {
-            let shift = gain - tailroom;
-            // SAFETY: both ranges lie inside the first segment's buffer (off - shift >= the
-            // headroom kept); `copy` allows them to overlap.
-            unsafe { std::ptr::copy(base.add(off), base.add(off - shift), dlen) };
-            h.data_off -= shift as u16;
-        }
         let mut need = gain;
         while need > 0 {
             let seg = h.next;
