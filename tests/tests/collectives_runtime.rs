@@ -203,14 +203,9 @@ fn assert_results(got: &[Reply], coll: &Coll, offset: u32, round: u32, sum: &[f3
     }
 }
 
-#[test]
-fn collectives_added_and_deleted_at_runtime_are_summed_then_unknown() {
-    let Some(veth) = Veth::new('s') else {
-        eprintln!("skipped: cannot make a veth pair (needs root)");
-        return;
-    };
-    let dir = functional_tests::scratch("collectives-runtime");
-    let one = Coll { id: 1, ..Default::default() };
+/// `dir`/dpu.toml: one worker, one port on `veth`'s first end (the appliance at 10.0.0.254),
+/// collective `coll`.
+fn one_port_config(dir: &std::path::Path, veth: &Veth, coll: &Coll) -> std::path::PathBuf {
     let conf = dir.join("dpu.toml");
     std::fs::write(
         &conf,
@@ -219,10 +214,22 @@ fn collectives_added_and_deleted_at_runtime_are_summed_then_unknown() {
              [[port]]\nname = \"p0\"\nvdev = \"net_af_packet0,iface={}\"\nmac = \"02:00:00:00:00:fe\"\nipv4 = \"10.0.0.254\"\n\
              {}",
             veth.a,
-            one.toml()
+            coll.toml()
         ),
     )
     .unwrap();
+    conf
+}
+
+#[test]
+fn collectives_added_and_deleted_at_runtime_are_summed_then_unknown() {
+    let Some(veth) = Veth::new('s') else {
+        eprintln!("skipped: cannot make a veth pair (needs root)");
+        return;
+    };
+    let dir = functional_tests::scratch("collectives-runtime");
+    let one = Coll { id: 1, ..Default::default() };
+    let conf = one_port_config(&dir, &veth, &one);
     let stats = dir.join("stats.json");
     let wire = Wire::open(&veth.b);
     let (dpu, sock) = start(&conf, &stats, 120);
@@ -544,18 +551,7 @@ fn deleting_the_last_collective_leaves_its_packets_refused_with_nak_1() {
     };
     let dir = functional_tests::scratch("collectives-runtime-last");
     let one = Coll { id: 1, ..Default::default() };
-    let conf = dir.join("dpu.toml");
-    std::fs::write(
-        &conf,
-        format!(
-            "[eal]\nargs = [{EAL}, \"--lcores\", \"0@0,1@1\"]\n\
-             [[port]]\nname = \"p0\"\nvdev = \"net_af_packet0,iface={}\"\nmac = \"02:00:00:00:00:fe\"\nipv4 = \"10.0.0.254\"\n\
-             {}",
-            veth.a,
-            one.toml()
-        ),
-    )
-    .unwrap();
+    let conf = one_port_config(&dir, &veth, &one);
     let stats = dir.join("stats.json");
     let wire = Wire::open(&veth.b);
     let (dpu, sock) = start(&conf, &stats, 120);

@@ -241,6 +241,17 @@ fn copies_config(dir: &std::path::Path, extra: &str, actions: &str, ports: &str)
     )
 }
 
+/// `frames` written as port 0's input in `dir`: the replay's arguments, and the captures of
+/// ports 1 and 2.
+fn copies_replay(dir: &std::path::Path, frames: &[Vec<u8>]) -> ([String; 3], std::path::PathBuf, std::path::PathBuf) {
+    let input = dir.join("in.pcap");
+    write_pcap(&input, &frames.iter().map(|f| (f.clone(), None)).collect::<Vec<_>>());
+    let (o1, o2) = (dir.join("o1.pcap"), dir.join("o2.pcap"));
+    let args =
+        [format!("--rx=0={}", input.display()), format!("--tx=1={}", o1.display()), format!("--tx=2={}", o2.display())];
+    (args, o1, o2)
+}
+
 /// A frame that fits one default mbuf (2048 bytes after the headroom) and grows past that by
 /// a tag push is still one segment, 2049 to 2052 bytes long (the push takes headroom): its
 /// flood and multicast copies are that long too, not lost for want of a buffer (a copy
@@ -252,11 +263,7 @@ fn copies_of_frames_a_push_grew_past_a_buffer_are_whole() {
     let frames: Vec<Vec<u8>> = (1980..1990).map(|n| sized(1, n)).collect();
     let lens: Vec<usize> = frames.iter().map(Vec::len).collect();
     assert!(lens.contains(&2045) && lens.contains(&2048) && lens.contains(&2049), "{lens:?}");
-    let input = dir.join("in.pcap");
-    write_pcap(&input, &frames.iter().map(|f| (f.clone(), None)).collect::<Vec<_>>());
-    let (o1, o2) = (dir.join("o1.pcap"), dir.join("o2.pcap"));
-    let args =
-        [format!("--rx=0={}", input.display()), format!("--tx=1={}", o1.display()), format!("--tx=2={}", o2.display())];
+    let (args, o1, o2) = copies_replay(&dir, &frames);
     let want: Vec<Vec<u8>> = frames.iter().map(|f| frames::pushed(f, 5)).collect();
     for actions in ["push_vlan(5); flood", "push_vlan(5); multicast(1)"] {
         let conf = copies_config(&dir, "", actions, "");
@@ -296,11 +303,7 @@ fn copies_of_chains_keep_their_headers_whole_for_the_scheduler() {
             frames::with_ipv4_options(&f, 14)
         })
         .collect();
-    let input = dir.join("in.pcap");
-    write_pcap(&input, &frames.iter().map(|f| (f.clone(), None)).collect::<Vec<_>>());
-    let (o1, o2) = (dir.join("o1.pcap"), dir.join("o2.pcap"));
-    let args =
-        [format!("--rx=0={}", input.display()), format!("--tx=1={}", o1.display()), format!("--tx=2={}", o2.display())];
+    let (args, o1, o2) = copies_replay(&dir, &frames);
     let qos = "mtu = 1500\n[port.qos]\ndscp_map = { 46 = 1 }\n[[port.qos.class]]\n[[port.qos.class]]\nkmin = 0\nkmax = 0\npmax = 1.0\n";
     let conf = copies_config(&dir, "[mempool]\ndata_room = 204\nmbufs = 40000\n", "push_vlan(5); flood", qos);
     let run = run_dpu(&dir, &conf, &args);
